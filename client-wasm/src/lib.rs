@@ -1,0 +1,1 @@
+//! Browser client (wasm-bindgen bindings arrive with the browser-client issue).

@@ -1,0 +1,212 @@
+//! Wire types of the REST API (`/api/v1`), shared by the server and the browser client so both
+//! sides use one definition.
+
+use serde::{Deserialize, Serialize};
+
+use crate::params::{PrivacyParams, SmlqParams};
+
+/// Upper bounds the server advertises and enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ApiLimits {
+    /// Largest `k` a search may ask for.
+    pub max_k: usize,
+    /// Largest number of query rows (real + dummies) in one search.
+    pub max_query_rows: usize,
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// `GET /api/v1/config`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigResponse {
+    pub smlq: SmlqParams,
+    /// Suggested privacy defaults for clients (each client chooses its own budget).
+    pub privacy_defaults: PrivacyParams,
+    pub class_names: Vec<String>,
+    pub feature_dim: usize,
+    pub anchor_count: usize,
+    pub model_version: String,
+    pub limits: ApiLimits,
+}
+
+/// `GET /api/v1/anchors`: the public anchors the client embeds with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AnchorsResponse {
+    pub ids: Vec<u64>,
+    pub labels: Vec<u32>,
+    pub features: Vec<Vec<f32>>,
+}
+
+/// `POST /api/v1/search`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchRequest {
+    /// The real query row among the dummy rows, in the client's private order.
+    pub query_rows: Vec<Vec<f64>>,
+    /// The anchor rows of the client's embedding, in the public anchor order.
+    pub anchor_rows: Vec<Vec<f64>>,
+    pub k: usize,
+}
+
+/// One gallery match, with what the page needs to show it inline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Match {
+    pub id: u64,
+    pub label: u32,
+    pub distance: f64,
+    /// PNG thumbnail, base64, so the client fetches nothing afterwards that could reveal
+    /// which row was real.
+    pub thumbnail_png_base64: String,
+}
+
+/// `POST /api/v1/search` answer: one list per submitted query row, in the submitted order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchResponse {
+    pub results: Vec<Vec<Match>>,
+}
+
+/// Machine-readable error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidJson,
+    InvalidInput,
+    NonFinite,
+    DimensionMismatch,
+    KOutOfRange,
+    TooLarge,
+    PayloadTooLarge,
+    DegenerateAnchors,
+    NotFound,
+    Unauthorized,
+    Internal,
+}
+
+/// The body of every error: `{ "error": { "code", "message" } }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ErrorResponse {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorResponse {
+            error: ErrorBody {
+                code,
+                message: message.into(),
+            },
+        }
+    }
+}
+
+impl SearchRequest {
+    /// Check shape, sizes and finiteness against what the server expects.
+    pub fn validate(
+        &self,
+        anchor_count: usize,
+        embed_dim: usize,
+        limits: &ApiLimits,
+    ) -> Result<(), ErrorResponse> {
+        use ErrorCode::*;
+        if self.k == 0 || self.k > limits.max_k {
+            return Err(ErrorResponse::new(
+                KOutOfRange,
+                format!("k must be in 1..={}, got {}", limits.max_k, self.k),
+            ));
+        }
+        if self.query_rows.is_empty() || self.query_rows.len() > limits.max_query_rows {
+            return Err(ErrorResponse::new(
+                TooLarge,
+                format!(
+                    "query_rows must hold 1..={} rows, got {}",
+                    limits.max_query_rows,
+                    self.query_rows.len()
+                ),
+            ));
+        }
+        if self.anchor_rows.len() != anchor_count {
+            return Err(ErrorResponse::new(
+                DimensionMismatch,
+                format!(
+                    "anchor_rows must hold {anchor_count} rows, got {}",
+                    self.anchor_rows.len()
+                ),
+            ));
+        }
+        for row in self.query_rows.iter().chain(&self.anchor_rows) {
+            if row.len() != embed_dim {
+                return Err(ErrorResponse::new(
+                    DimensionMismatch,
+                    format!("every row must have {embed_dim} entries, got {}", row.len()),
+                ));
+            }
+            if !row.iter().all(|v| v.is_finite()) {
+                return Err(ErrorResponse::new(
+                    NonFinite,
+                    "rows must not contain NaN or infinity",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ApiLimits {
+        ApiLimits {
+            max_k: 50,
+            max_query_rows: 32,
+            max_body_bytes: 1 << 20,
+        }
+    }
+
+    fn good() -> SearchRequest {
+        SearchRequest {
+            query_rows: vec![vec![0.0, 1.0]; 10],
+            anchor_rows: vec![vec![1.0, 0.0]; 5],
+            k: 8,
+        }
+    }
+
+    #[test]
+    fn validates_shapes_limits_and_finiteness() {
+        assert!(good().validate(5, 2, &limits()).is_ok());
+        let code = |r: SearchRequest| r.validate(5, 2, &limits()).unwrap_err().error.code;
+        assert_eq!(
+            code(SearchRequest { k: 0, ..good() }),
+            ErrorCode::KOutOfRange
+        );
+        assert_eq!(
+            code(SearchRequest { k: 51, ..good() }),
+            ErrorCode::KOutOfRange
+        );
+        let mut r = good();
+        r.anchor_rows.pop();
+        assert_eq!(code(r), ErrorCode::DimensionMismatch);
+        let mut r = good();
+        r.query_rows[3] = vec![1.0];
+        assert_eq!(code(r), ErrorCode::DimensionMismatch);
+        let mut r = good();
+        r.anchor_rows[0][1] = f64::INFINITY;
+        assert_eq!(code(r), ErrorCode::NonFinite);
+        let mut r = good();
+        r.query_rows = vec![vec![0.0, 0.0]; 33];
+        assert_eq!(code(r), ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn error_body_has_the_documented_shape() {
+        let e = ErrorResponse::new(ErrorCode::KOutOfRange, "k too big");
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["error"]["code"], "k_out_of_range");
+        assert_eq!(v["error"]["message"], "k too big");
+    }
+}

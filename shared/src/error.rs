@@ -1,0 +1,57 @@
+//! One error type for the shared math: every bad input is a typed variant, never a panic.
+
+use thiserror::Error;
+
+/// Everything the shared code can refuse.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum Error {
+    #[error("invalid parameter `{name}`: {reason}")]
+    InvalidParameter { name: &'static str, reason: String },
+    #[error("dimension mismatch in {what}: expected {expected}, got {got}")]
+    DimensionMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{what} contains a non-finite value (NaN or infinity)")]
+    NonFinite { what: &'static str },
+    #[error("{what} has a row with zero norm, which cannot be normalised to unit length")]
+    ZeroRow { what: &'static str },
+    #[error("label {label} is outside 0..={max}")]
+    LabelOutOfRange { label: u32, max: u32 },
+    #[error("{what}: {count} exceeds the limit of {limit}")]
+    TooLarge {
+        what: &'static str,
+        count: usize,
+        limit: usize,
+    },
+    #[error("{what}: need at least {min}, got {got}")]
+    TooSmall {
+        what: &'static str,
+        min: usize,
+        got: usize,
+    },
+    #[error("no public anchor of class {class} to use as a dummy query")]
+    MissingClass { class: u32 },
+    #[error("the classic Gaussian mechanism is only proven for epsilon < 1 (got {epsilon}); use the analytic or discrete Gaussian mechanism")]
+    ClassicEpsilonTooLarge { epsilon: f64 },
+    #[error("degenerate alignment: {reason}")]
+    DegenerateAlignment { reason: &'static str },
+    #[error("value too large for the noise grid: |x| / grid = {ratio:e} exceeds 2^52")]
+    OutOfGrid { ratio: f64 },
+    #[error("malformed IDX data: {0}")]
+    Idx(String),
+    #[error("the operating system's random number generator failed: {0}")]
+    Rng(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Rejects NaN and infinities at the boundary.
+pub fn ensure_finite(values: &[f64], what: &'static str) -> Result<()> {
+    if values.iter().all(|v| v.is_finite()) {
+        Ok(())
+    } else {
+        Err(Error::NonFinite { what })
+    }
+}

@@ -1,0 +1,274 @@
+//! Gaussian-kernel graphs over features, embeddings and labels.
+//!
+//! Convention (the only one in this workspace, and the one the sensitivity bound assumes):
+//! `w_ij = exp(-‖z_i − z_j‖² / s)` for `i ≠ j`, `w_ii = 0`, `L = D − W`, `D_ii = Σ_j w_ij`,
+//! with `s = kernel_scale`. Labels are 1-D points, so `w^Y_ij = exp(-(y_i − y_j)² / s)`.
+//!
+//! SMLQ never needs `L` itself, only the degrees `D` and products `W·X`, so the operators
+//! below expose exactly that ([`GraphOperator`]). `L_Y·X` is a per-class sum and never builds an
+//! n×n matrix.
+
+use nalgebra::DMatrix;
+
+use crate::error::{ensure_finite, Error, Result};
+
+/// The kernel weight for a squared distance under the workspace convention.
+#[inline]
+pub fn kernel_weight(dist2: f64, kernel_scale: f64) -> f64 {
+    (-dist2 / kernel_scale).exp()
+}
+
+/// What SMLQ needs from a feature graph: its degrees and the product `W·X`.
+pub trait GraphOperator {
+    /// Number of points.
+    fn len(&self) -> usize;
+    /// `D_ii = Σ_j w_ij`.
+    fn degrees(&self) -> &[f64];
+    /// `W·X` for an n×k matrix `X`.
+    fn weighted_sum(&self, x: &DMatrix<f64>) -> DMatrix<f64>;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Rows scaled to unit L2 norm; zero rows and non-finite values are refused.
+pub fn normalize_rows(x: &DMatrix<f64>, what: &'static str) -> Result<DMatrix<f64>> {
+    ensure_finite(x.as_slice(), what)?;
+    let mut out = x.clone();
+    for mut row in out.row_iter_mut() {
+        let norm = row.norm();
+        if norm == 0.0 || !norm.is_finite() {
+            return Err(Error::ZeroRow { what });
+        }
+        row /= norm;
+    }
+    Ok(out)
+}
+
+/// A dense kernel: O(n²) memory, for the client (n ≤ `MAX_CLIENT_ROWS`) and small galleries.
+#[derive(Debug, Clone)]
+pub struct DenseKernel {
+    w: DMatrix<f64>,
+    degrees: Vec<f64>,
+}
+
+impl DenseKernel {
+    /// Kernel over unit-norm rows, from the Gram matrix: `‖u − v‖² = 2 − 2⟨u, v⟩`, clamped to
+    /// `[0, 4]` so every weight lies in `[e^(−4/s), 1]` exactly as the sensitivity proof assumes,
+    /// whatever the rounding.
+    ///
+    /// The caller guarantees unit-norm rows (see [`normalize_rows`]).
+    pub fn from_unit_rows(x: &DMatrix<f64>, kernel_scale: f64) -> Self {
+        let mut w = x * x.transpose();
+        for v in w.iter_mut() {
+            *v = kernel_weight((2.0 - 2.0 * *v).clamp(0.0, 4.0), kernel_scale);
+        }
+        Self::finish(w)
+    }
+
+    /// Kernel over arbitrary points (e.g. an embedding), from exact squared distances.
+    pub fn from_points(z: &DMatrix<f64>, kernel_scale: f64) -> Self {
+        let n = z.nrows();
+        let mut w = DMatrix::<f64>::zeros(n, n);
+        let rows: Vec<Vec<f64>> = z.row_iter().map(|r| r.iter().copied().collect()).collect();
+        for i in 0..n {
+            for j in (i + 1)..n {
+                let v = kernel_weight(dist2(&rows[i], &rows[j]), kernel_scale);
+                w[(i, j)] = v;
+                w[(j, i)] = v;
+            }
+        }
+        Self::finish(w)
+    }
+
+    /// Assemble from a full weight matrix: the diagonal is forced to 0 (`w_ii = 0`).
+    pub fn from_weights(mut w: DMatrix<f64>) -> Self {
+        w.fill_diagonal(0.0);
+        Self::finish(w)
+    }
+
+    fn finish(mut w: DMatrix<f64>) -> Self {
+        w.fill_diagonal(0.0);
+        let degrees = w.column_iter().map(|c| c.sum()).collect();
+        DenseKernel { w, degrees }
+    }
+
+    pub fn weights(&self) -> &DMatrix<f64> {
+        &self.w
+    }
+}
+
+impl GraphOperator for DenseKernel {
+    fn len(&self) -> usize {
+        self.degrees.len()
+    }
+    fn degrees(&self) -> &[f64] {
+        &self.degrees
+    }
+    fn weighted_sum(&self, x: &DMatrix<f64>) -> DMatrix<f64> {
+        &self.w * x
+    }
+}
+
+/// Squared Euclidean distance.
+#[inline]
+pub fn dist2(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+}
+
+/// `L_Y` for integer labels, applied per class in O(n·k + C²·k) without an n×n matrix.
+#[derive(Debug, Clone)]
+pub struct LabelLaplacian {
+    labels: Vec<u32>,
+    /// `class_weights[(a, b)] = exp(-(a − b)² / s)`.
+    class_weights: DMatrix<f64>,
+    degrees: Vec<f64>,
+}
+
+impl LabelLaplacian {
+    /// Labels must lie in `0..num_classes` (a public range), else [`Error::LabelOutOfRange`].
+    pub fn new(labels: &[u32], num_classes: u32, kernel_scale: f64) -> Result<Self> {
+        let c = num_classes as usize;
+        if let Some(&bad) = labels.iter().find(|&&y| y >= num_classes) {
+            return Err(Error::LabelOutOfRange {
+                label: bad,
+                max: num_classes.saturating_sub(1),
+            });
+        }
+        let class_weights = DMatrix::from_fn(c, c, |a, b| {
+            let d = a as f64 - b as f64;
+            kernel_weight(d * d, kernel_scale)
+        });
+        let mut counts = vec![0.0; c];
+        for &y in labels {
+            counts[y as usize] += 1.0;
+        }
+        let class_degree: Vec<f64> = (0..c)
+            .map(|a| {
+                (0..c)
+                    .map(|b| class_weights[(a, b)] * counts[b])
+                    .sum::<f64>()
+                    - 1.0
+            })
+            .collect();
+        let degrees = labels.iter().map(|&y| class_degree[y as usize]).collect();
+        Ok(LabelLaplacian {
+            labels: labels.to_vec(),
+            class_weights,
+            degrees,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    pub fn labels(&self) -> &[u32] {
+        &self.labels
+    }
+
+    pub fn degrees(&self) -> &[f64] {
+        &self.degrees
+    }
+
+    /// `L_Y · X`: `(L_Y X)_i = (d_i + 1)·X_i − Σ_c w(y_i, c)·S_c`, with `S_c` the sum of the
+    /// rows of class `c` (the `+ X_i` removes the self term, since `w_ii = 0`).
+    pub fn apply(&self, x: &DMatrix<f64>) -> DMatrix<f64> {
+        let (n, k) = x.shape();
+        let c = self.class_weights.nrows();
+        let mut class_sums = DMatrix::<f64>::zeros(c, k);
+        for (i, &y) in self.labels.iter().enumerate() {
+            for col in 0..k {
+                class_sums[(y as usize, col)] += x[(i, col)];
+            }
+        }
+        let mixed = &self.class_weights * class_sums;
+        DMatrix::from_fn(n, k, |i, col| {
+            (self.degrees[i] + 1.0) * x[(i, col)] - mixed[(self.labels[i] as usize, col)]
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    pub(crate) fn random_unit_rows(rng: &mut impl Rng, n: usize, d: usize) -> DMatrix<f64> {
+        let x = DMatrix::from_fn(n, d, |_, _| rng.random::<f64>() - 0.5);
+        normalize_rows(&x, "test").unwrap()
+    }
+
+    /// Reference: the dense Laplacian `D − W` from the definition.
+    pub(crate) fn dense_laplacian(points: &[Vec<f64>], s: f64) -> DMatrix<f64> {
+        let n = points.len();
+        let mut l = DMatrix::<f64>::zeros(n, n);
+        for i in 0..n {
+            for j in 0..n {
+                if i != j {
+                    let w = kernel_weight(dist2(&points[i], &points[j]), s);
+                    l[(i, j)] = -w;
+                    l[(i, i)] += w;
+                }
+            }
+        }
+        l
+    }
+
+    #[test]
+    fn label_laplacian_matches_dense_definition() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let labels: Vec<u32> = (0..57).map(|_| rng.random_range(0..10)).collect();
+        let x = DMatrix::from_fn(57, 3, |_, _| rng.random::<f64>());
+        for s in [0.5, 2.0, 30.0] {
+            let ly = LabelLaplacian::new(&labels, 10, s).unwrap();
+            let pts: Vec<Vec<f64>> = labels.iter().map(|&y| vec![y as f64]).collect();
+            let dense = dense_laplacian(&pts, s) * &x;
+            assert!((ly.apply(&x) - dense).amax() < 1e-10);
+        }
+    }
+
+    #[test]
+    fn feature_kernel_matches_dense_definition() {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let x = random_unit_rows(&mut rng, 40, 7);
+        let q = DMatrix::from_fn(40, 2, |_, _| rng.random::<f64>());
+        let pts: Vec<Vec<f64>> = x.row_iter().map(|r| r.iter().copied().collect()).collect();
+        let s = 1.5;
+        let lx = dense_laplacian(&pts, s);
+        let k = DenseKernel::from_unit_rows(&x, s);
+        let kp = DenseKernel::from_points(&x, s);
+        for kern in [&k, &kp] {
+            let d = DMatrix::from_diagonal(&nalgebra::DVector::from_vec(kern.degrees().to_vec()));
+            let lq = &d * &q - kern.weighted_sum(&q);
+            assert!((lq - &lx * &q).amax() < 1e-10);
+        }
+    }
+
+    #[test]
+    fn labels_out_of_range_are_refused() {
+        assert_eq!(
+            LabelLaplacian::new(&[0, 3], 3, 1.0).unwrap_err(),
+            Error::LabelOutOfRange { label: 3, max: 2 }
+        );
+    }
+
+    #[test]
+    fn zero_and_nan_rows_are_refused() {
+        let x = DMatrix::from_row_slice(2, 2, &[1.0, 0.0, 0.0, 0.0]);
+        assert!(matches!(
+            normalize_rows(&x, "x"),
+            Err(Error::ZeroRow { .. })
+        ));
+        let x = DMatrix::from_row_slice(1, 2, &[f64::NAN, 1.0]);
+        assert!(matches!(
+            normalize_rows(&x, "x"),
+            Err(Error::NonFinite { .. })
+        ));
+    }
+}

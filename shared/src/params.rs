@@ -1,0 +1,255 @@
+//! Parameters with validation and serde: one definition for the client, the server and `eval`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Hard limits that bound every size the shared code accepts.
+pub mod limits {
+    /// Rows of one client embedding (query + dummies + anchors). The client keeps an n×n kernel,
+    /// so this bounds its memory (4,096² f64 = 128 MiB worst case).
+    pub const MAX_CLIENT_ROWS: usize = 4_096;
+    /// Feature dimension.
+    pub const MAX_FEATURE_DIM: usize = 4_096;
+    /// Embedding dimension `k` of SMLQ.
+    pub const MAX_EMBED_DIM: usize = 16;
+    /// SMLQ iterations.
+    pub const MAX_ITERATIONS: usize = 100;
+    /// Number of classes.
+    pub const MAX_CLASSES: u32 = 256;
+    /// Largest epsilon accepted (beyond this the release is not private in any useful sense and
+    /// `e^ε` starts to lose precision in the calibration).
+    pub const MAX_EPSILON: f64 = 30.0;
+}
+
+/// How the noise scale is calibrated. All three add exact discrete Gaussian noise on a fine
+/// power-of-two grid (see [`crate::mechanism`]); they differ in how σ is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// Dwork–Roth: σ = √(2 ln(1.25/δ))·Δ/ε, proven only for ε < 1 (refused otherwise).
+    ClassicGaussian,
+    /// Balle & Wang 2018 analytic calibration: the least σ for which the continuous Gaussian is
+    /// (ε, δ)-DP.
+    AnalyticGaussian,
+    /// OpenDP-style: σ chosen so that the discrete Gaussian's ρ-zCDP (Canonne, Kamath, Steinke
+    /// 2020) converts to (ε, δ)-DP. The only choice whose guarantee is proven for the bits we
+    /// actually sample; the default.
+    #[default]
+    DiscreteGaussian,
+}
+
+/// Bandwidth of the kernel that post-processing rebuilds from the noisy embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum PostBandwidth {
+    /// A fixed kernel scale `s`.
+    Fixed(f64),
+    /// `s` = median squared distance between rows of the (renormalised) noisy embedding,
+    /// times the given factor. Reads only the noisy embedding, so it is post-processing.
+    Median(f64),
+}
+
+impl Default for PostBandwidth {
+    fn default() -> Self {
+        PostBandwidth::Median(1.0)
+    }
+}
+
+/// SMLQ parameters (eq. 4). Client and server must use the same values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SmlqParams {
+    /// `s` in `w = exp(-‖u − v‖² / s)`, for features and labels alike.
+    pub kernel_scale: f64,
+    /// Weight `α` of the label Laplacian.
+    pub alpha: f64,
+    /// Embedding dimension `k`.
+    pub embed_dim: usize,
+    /// Std of the initial embedding `Q`. SMLQ is linear in `Q`, so this only sets units.
+    pub sigma_q: f64,
+    /// Post-processing iterations `T` (the server runs `T + 1` plain ones).
+    pub iterations: usize,
+    /// Rescale the iterate to Frobenius norm √n after each iteration (post-processing).
+    pub renormalize: bool,
+    /// Number of classes `C`; labels are `0..C`, so the largest label is `c = C − 1`. Public.
+    pub num_classes: u32,
+}
+
+impl Default for SmlqParams {
+    fn default() -> Self {
+        SmlqParams {
+            kernel_scale: 2.0,
+            alpha: 0.5,
+            embed_dim: 2,
+            sigma_q: 1.0,
+            iterations: 5,
+            renormalize: true,
+            num_classes: 10,
+        }
+    }
+}
+
+impl SmlqParams {
+    /// The largest label `c` (a public constant, never counted from data).
+    pub fn max_label(&self) -> u32 {
+        self.num_classes - 1
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        positive_finite("kernel_scale", self.kernel_scale)?;
+        if !(self.alpha.is_finite() && self.alpha >= 0.0 && self.alpha <= 100.0) {
+            return Err(invalid("alpha", "must be finite and in [0, 100]"));
+        }
+        if self.embed_dim == 0 || self.embed_dim > limits::MAX_EMBED_DIM {
+            return Err(invalid(
+                "embed_dim",
+                format!("must be in 1..={}", limits::MAX_EMBED_DIM),
+            ));
+        }
+        positive_finite("sigma_q", self.sigma_q)?;
+        if self.iterations > limits::MAX_ITERATIONS {
+            return Err(invalid(
+                "iterations",
+                format!("must be at most {}", limits::MAX_ITERATIONS),
+            ));
+        }
+        if self.num_classes < 2 || self.num_classes > limits::MAX_CLASSES {
+            return Err(invalid(
+                "num_classes",
+                format!("must be in 2..={}", limits::MAX_CLASSES),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The privacy budget of one release.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PrivacyParams {
+    pub epsilon: f64,
+    pub delta: f64,
+    #[serde(default)]
+    pub mechanism: Mechanism,
+}
+
+impl Default for PrivacyParams {
+    fn default() -> Self {
+        PrivacyParams {
+            epsilon: 1.0,
+            delta: 1e-5,
+            mechanism: Mechanism::default(),
+        }
+    }
+}
+
+impl PrivacyParams {
+    pub fn validate(&self) -> Result<()> {
+        if !(self.epsilon.is_finite() && self.epsilon > 0.0 && self.epsilon <= limits::MAX_EPSILON)
+        {
+            return Err(invalid(
+                "epsilon",
+                format!("must be in (0, {}]", limits::MAX_EPSILON),
+            ));
+        }
+        if !(self.delta.is_finite() && self.delta > 0.0 && self.delta < 1.0) {
+            return Err(invalid("delta", "must be in (0, 1)"));
+        }
+        if self.mechanism == Mechanism::ClassicGaussian && self.epsilon >= 1.0 {
+            return Err(Error::ClassicEpsilonTooLarge {
+                epsilon: self.epsilon,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Everything the client needs to privatize one query.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct Params {
+    pub smlq: SmlqParams,
+    pub privacy: PrivacyParams,
+    #[serde(default)]
+    pub post_bandwidth: PostBandwidth,
+}
+
+impl Params {
+    pub fn validate(&self) -> Result<()> {
+        self.smlq.validate()?;
+        self.privacy.validate()?;
+        match self.post_bandwidth {
+            PostBandwidth::Fixed(s) => positive_finite("post_bandwidth", s),
+            PostBandwidth::Median(f) => positive_finite("post_bandwidth", f),
+        }
+    }
+}
+
+fn invalid(name: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidParameter {
+        name,
+        reason: reason.into(),
+    }
+}
+
+fn positive_finite(name: &'static str, v: f64) -> Result<()> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(invalid(name, "must be finite and > 0"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_round_trip_through_json() {
+        let p = Params::default();
+        p.validate().unwrap();
+        let json = serde_json::to_string(&p).unwrap();
+        let back: Params = serde_json::from_str(&json).unwrap();
+        assert_eq!(p, back);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let mut p = Params::default();
+        p.smlq.kernel_scale = f64::NAN;
+        assert!(matches!(
+            p.validate(),
+            Err(Error::InvalidParameter {
+                name: "kernel_scale",
+                ..
+            })
+        ));
+        let mut p = Params::default();
+        p.privacy.epsilon = 0.0;
+        assert!(p.validate().is_err());
+        p.privacy.epsilon = f64::INFINITY;
+        assert!(p.validate().is_err());
+        let mut p = Params::default();
+        p.privacy.delta = 1.0;
+        assert!(p.validate().is_err());
+        let mut p = Params::default();
+        p.smlq.embed_dim = 0;
+        assert!(p.validate().is_err());
+        let mut p = Params::default();
+        p.smlq.num_classes = 1;
+        assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn classic_gaussian_refuses_epsilon_at_least_one() {
+        let p = PrivacyParams {
+            epsilon: 1.0,
+            delta: 1e-5,
+            mechanism: Mechanism::ClassicGaussian,
+        };
+        assert_eq!(
+            p.validate(),
+            Err(Error::ClassicEpsilonTooLarge { epsilon: 1.0 })
+        );
+        let ok = PrivacyParams { epsilon: 0.99, ..p };
+        ok.validate().unwrap();
+    }
+}

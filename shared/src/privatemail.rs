@@ -1,0 +1,351 @@
+//! PrivateMail end to end: the client's private release and post-processing (Algorithm 1,
+//! client side), and the server's plain SMLQ embedding of its gallery.
+//!
+//! # What is protected
+//! The privacy unit is the query's **features given its label**. The released rows are
+//! (ε, δ)-DP with respect to replacing the query's feature vector by any other unit vector (and
+//! the first, noisy iteration also with respect to its label). The label is NOT covered by
+//! (ε, δ): it enters `L_Y`, which the post-processing iterations use again. The label is hidden
+//! only by the dummy rows — one public anchor of every other class, with the real row's position
+//! drawn uniformly at random and known only to the caller — so a server that sees one release
+//! learns which class was asked about with probability 1/C by guessing, but nothing about the
+//! features beyond (ε, δ).
+
+use nalgebra::DMatrix;
+use rand::seq::SliceRandom;
+use rand::{Rng, RngCore};
+use rand_distr::StandardNormal;
+
+use crate::error::{ensure_finite, Error, Result};
+use crate::laplacian::{dist2, normalize_rows, DenseKernel, LabelLaplacian};
+use crate::mechanism::{release, NoisyEmbedding, Receipt};
+use crate::params::{limits, Params, PostBandwidth, SmlqParams};
+use crate::sensitivity::{sensitivity, BoundInputs, Sensitivity};
+use crate::smlq::{renormalize, smlq, smlq_step};
+
+/// The public anchor set with its anchor–anchor kernel precomputed once (it is public, so the
+/// client may cache it across searches).
+#[derive(Debug, Clone)]
+pub struct Anchors {
+    features: DMatrix<f64>,
+    labels: Vec<u32>,
+    kernel_scale: f64,
+    weights: DMatrix<f64>,
+    by_class: Vec<Vec<usize>>,
+    num_classes: u32,
+}
+
+impl Anchors {
+    /// Validate, normalise rows to unit length, and precompute the anchor kernel.
+    pub fn new(features: &DMatrix<f64>, labels: &[u32], smlq: &SmlqParams) -> Result<Self> {
+        smlq.validate()?;
+        let (n, d) = features.shape();
+        if labels.len() != n {
+            return Err(Error::DimensionMismatch {
+                what: "anchor labels",
+                expected: n,
+                got: labels.len(),
+            });
+        }
+        let rows_total = n + smlq.num_classes as usize;
+        if rows_total > limits::MAX_CLIENT_ROWS {
+            return Err(Error::TooLarge {
+                what: "anchors + query + dummies",
+                count: rows_total,
+                limit: limits::MAX_CLIENT_ROWS,
+            });
+        }
+        if d == 0 || d > limits::MAX_FEATURE_DIM {
+            return Err(Error::InvalidParameter {
+                name: "feature dimension",
+                reason: format!("must be in 1..={}", limits::MAX_FEATURE_DIM),
+            });
+        }
+        let features = normalize_rows(features, "anchor features")?;
+        let mut by_class = vec![Vec::new(); smlq.num_classes as usize];
+        for (i, &y) in labels.iter().enumerate() {
+            if y >= smlq.num_classes {
+                return Err(Error::LabelOutOfRange {
+                    label: y,
+                    max: smlq.max_label(),
+                });
+            }
+            by_class[y as usize].push(i);
+        }
+        if let Some(missing) = by_class.iter().position(|v| v.is_empty()) {
+            return Err(Error::MissingClass {
+                class: missing as u32,
+            });
+        }
+        let weights = DenseKernel::from_unit_rows(&features, smlq.kernel_scale)
+            .weights()
+            .clone();
+        Ok(Anchors {
+            features,
+            labels: labels.to_vec(),
+            kernel_scale: smlq.kernel_scale,
+            weights,
+            by_class,
+            num_classes: smlq.num_classes,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+    pub fn dim(&self) -> usize {
+        self.features.ncols()
+    }
+    pub fn labels(&self) -> &[u32] {
+        &self.labels
+    }
+    pub fn features(&self) -> &DMatrix<f64> {
+        &self.features
+    }
+}
+
+/// What the client sends, and what it keeps.
+#[derive(Debug, Clone)]
+pub struct ClientRelease {
+    /// The query row among the dummy rows (C rows, k columns), in a uniformly random order.
+    pub query_rows: DMatrix<f64>,
+    /// The anchor rows, in the public anchor order (n_P rows).
+    pub anchor_rows: DMatrix<f64>,
+    pub receipt: Receipt,
+    pub sensitivity: Sensitivity,
+    real_position: usize,
+}
+
+impl ClientRelease {
+    /// Which of `query_rows` is the real query. Never send this.
+    pub fn real_position(&self) -> usize {
+        self.real_position
+    }
+}
+
+/// The rows of one client input `[query ; dummies ; anchors]`, as positions into the anchor set.
+struct ClientRows {
+    /// Anchor index of each dummy, one per class other than the query's.
+    dummies: Vec<usize>,
+    labels: Vec<u32>,
+}
+
+fn pick_dummies(anchors: &Anchors, label: u32, rng: &mut impl Rng) -> ClientRows {
+    let mut dummies = Vec::with_capacity(anchors.num_classes as usize - 1);
+    let mut labels = vec![label];
+    for class in 0..anchors.num_classes {
+        if class != label {
+            let members = &anchors.by_class[class as usize];
+            dummies.push(members[rng.random_range(0..members.len())]);
+            labels.push(class);
+        }
+    }
+    labels.extend_from_slice(&anchors.labels);
+    ClientRows { dummies, labels }
+}
+
+/// The dense feature kernel over `[query ; dummies ; anchors]`, reusing the anchor cache: only
+/// the query's row is new work (O(n·d)); dummy rows are copies of anchor rows.
+fn client_kernel(anchors: &Anchors, query: &DMatrix<f64>, rows: &ClientRows) -> DenseKernel {
+    let m = 1 + rows.dummies.len();
+    let n = m + anchors.len();
+    // Position of every client row in the anchor set (the query has none).
+    let src: Vec<Option<usize>> = std::iter::once(None)
+        .chain(rows.dummies.iter().map(|&a| Some(a)))
+        .chain((0..anchors.len()).map(Some))
+        .collect();
+    let q_dots = &anchors.features * query.transpose(); // n_P × 1
+    let s = anchors.kernel_scale;
+    let qw = |a: usize| crate::laplacian::kernel_weight((2.0 - 2.0 * q_dots[a]).clamp(0.0, 4.0), s);
+    let w = DMatrix::from_fn(n, n, |i, j| match (src[i], src[j]) {
+        (None, None) => 0.0,
+        (None, Some(a)) | (Some(a), None) => qw(a),
+        (Some(a), Some(b)) if a == b => 1.0, // the same public point twice: distance 0
+        (Some(a), Some(b)) => anchors.weights[(a, b)],
+    });
+    DenseKernel::from_weights(w)
+}
+
+/// Random initial embedding `Q`, entries i.i.d. N(0, σ_q²). Data-independent.
+pub fn initial_embedding(rng: &mut impl Rng, rows: usize, smlq: &SmlqParams) -> DMatrix<f64> {
+    DMatrix::from_fn(rows, smlq.embed_dim, |_, _| {
+        smlq.sigma_q * rng.sample::<f64, _>(StandardNormal)
+    })
+}
+
+/// The private part: one SMLQ iteration on `[query ; dummies ; anchors]`, released through the
+/// mechanism.
+///
+/// Guarantee: (ε, `receipt.proven_delta`)-DP with respect to replacing the query's unit feature
+/// vector (and, for this iteration alone, its label). Proof: `Q` is drawn independently of the
+/// data; [`sensitivity`] bounds the change of the computed f(X) for any replacement of one row
+/// given `Q` and the public parameters; [`release`] is private for that sensitivity.
+fn private_release(
+    query: &DMatrix<f64>,
+    anchors: &Anchors,
+    rows: &ClientRows,
+    params: &Params,
+    rng: &mut impl RngCore,
+) -> Result<(NoisyEmbedding, Receipt, Sensitivity)> {
+    let gx = client_kernel(anchors, query, rows);
+    let ly = LabelLaplacian::new(
+        &rows.labels,
+        params.smlq.num_classes,
+        params.smlq.kernel_scale,
+    )?;
+    let q = initial_embedding(rng, rows.labels.len(), &params.smlq);
+    let f = smlq_step(&gx, &ly, params.smlq.alpha, &q);
+    let sens = sensitivity(
+        &BoundInputs {
+            rows: rows.labels.len(),
+            alpha: params.smlq.alpha,
+            kernel_scale: params.smlq.kernel_scale,
+            max_label: params.smlq.max_label(),
+        },
+        &q,
+    )?;
+    let (noisy, receipt) = release(&f, sens.value, &params.privacy, rng)?;
+    Ok((noisy, receipt, sens))
+}
+
+/// Post-processing: rebuild the feature kernel from the NOISY embedding and run `T` SMLQ
+/// iterations with it. Its inputs are the released embedding, the labels and public
+/// parameters — it cannot read raw features, so it cannot weaken the feature guarantee.
+pub fn post_process(
+    noisy: &NoisyEmbedding,
+    labels: &[u32],
+    params: &Params,
+) -> Result<DMatrix<f64>> {
+    let mut z = noisy.matrix().clone();
+    if params.smlq.renormalize {
+        renormalize(&mut z);
+    }
+    let s = match params.post_bandwidth {
+        PostBandwidth::Fixed(s) => s,
+        PostBandwidth::Median(factor) => factor * median_sq_distance(&z).max(f64::MIN_POSITIVE),
+    };
+    let gx = DenseKernel::from_points(&z, s);
+    let ly = LabelLaplacian::new(labels, params.smlq.num_classes, params.smlq.kernel_scale)?;
+    Ok(smlq(
+        &gx,
+        &ly,
+        params.smlq.alpha,
+        z,
+        params.smlq.iterations,
+        params.smlq.renormalize,
+    ))
+}
+
+/// Median squared distance over up to ~200,000 row pairs taken at a fixed stride.
+pub fn median_sq_distance(z: &DMatrix<f64>) -> f64 {
+    let rows = crate::retrieve::gallery_rows(z);
+    let n = rows.len();
+    let pairs = n * n.saturating_sub(1) / 2;
+    let stride = (pairs / 200_000).max(1);
+    let mut d: Vec<f64> = Vec::with_capacity(pairs / stride + 1);
+    let mut idx = 0usize;
+    for i in 0..n {
+        for j in (i + 1)..n {
+            if idx % stride == 0 {
+                d.push(dist2(&rows[i], &rows[j]));
+            }
+            idx += 1;
+        }
+    }
+    if d.is_empty() {
+        return 1.0;
+    }
+    let mid = d.len() / 2;
+    *d.select_nth_unstable_by(mid, f64::total_cmp).1
+}
+
+/// The whole client side of Algorithm 1.
+///
+/// Guarantee: the returned rows are (ε, `receipt.proven_delta`)-DP with respect to the query's
+/// features given its label (see the module docs for the label). Proof: [`private_release`]
+/// is the only step that reads the features; everything after it — post-processing, the
+/// shuffle (independent randomness) — reads only its output, the labels and public data.
+pub fn privatize(
+    query_features: &[f64],
+    query_label: u32,
+    anchors: &Anchors,
+    params: &Params,
+    rng: &mut impl RngCore,
+) -> Result<ClientRelease> {
+    params.validate()?;
+    if anchors.kernel_scale != params.smlq.kernel_scale
+        || anchors.num_classes != params.smlq.num_classes
+    {
+        return Err(Error::InvalidParameter {
+            name: "anchors",
+            reason: "built with a different kernel_scale or num_classes".into(),
+        });
+    }
+    if query_features.len() != anchors.dim() {
+        return Err(Error::DimensionMismatch {
+            what: "query features",
+            expected: anchors.dim(),
+            got: query_features.len(),
+        });
+    }
+    ensure_finite(query_features, "query features")?;
+    if query_label >= params.smlq.num_classes {
+        return Err(Error::LabelOutOfRange {
+            label: query_label,
+            max: params.smlq.max_label(),
+        });
+    }
+    let query = normalize_rows(
+        &DMatrix::from_row_slice(1, query_features.len(), query_features),
+        "query features",
+    )?;
+    let rows = pick_dummies(anchors, query_label, rng);
+    let (noisy, receipt, sens) = private_release(&query, anchors, &rows, params, rng)?;
+    drop(query); // nothing below may read it
+    let emb = post_process(&noisy, &rows.labels, params)?;
+
+    let m = 1 + rows.dummies.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.shuffle(rng);
+    let real_position = order
+        .iter()
+        .position(|&r| r == 0)
+        .expect("query row present");
+    let k = emb.ncols();
+    let query_rows = DMatrix::from_fn(m, k, |i, j| emb[(order[i], j)]);
+    let anchor_rows = emb.rows(m, anchors.len()).into_owned();
+    Ok(ClientRelease {
+        query_rows,
+        anchor_rows,
+        receipt,
+        sensitivity: sens,
+        real_position,
+    })
+}
+
+/// The server's non-private embedding of `[gallery ; anchors]` (unit-normalised features):
+/// `T + 1` SMLQ iterations from its own random start with the feature kernel throughout.
+/// Dense, O(N²) memory: for small galleries and as the reference for faster paths.
+pub fn embed_dense(
+    features: &DMatrix<f64>,
+    labels: &[u32],
+    smlq_params: &SmlqParams,
+    rng: &mut impl Rng,
+) -> Result<DMatrix<f64>> {
+    smlq_params.validate()?;
+    let x = normalize_rows(features, "gallery features")?;
+    let gx = DenseKernel::from_unit_rows(&x, smlq_params.kernel_scale);
+    let ly = LabelLaplacian::new(labels, smlq_params.num_classes, smlq_params.kernel_scale)?;
+    let q = initial_embedding(rng, x.nrows(), smlq_params);
+    Ok(smlq(
+        &gx,
+        &ly,
+        smlq_params.alpha,
+        q,
+        smlq_params.iterations + 1,
+        smlq_params.renormalize,
+    ))
+}

@@ -253,7 +253,12 @@ pub struct Receipt {
 }
 
 /// An embedding that has been through the mechanism. Only [`release`] makes one, so a function
-/// taking `&NoisyEmbedding` can only see released data.
+/// taking `&NoisyEmbedding` can only see released data:
+///
+/// ```compile_fail
+/// let raw = nalgebra::DMatrix::<f64>::zeros(2, 2);
+/// let forged = shared::mechanism::NoisyEmbedding(raw); // private field: does not compile
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct NoisyEmbedding(DMatrix<f64>);
 

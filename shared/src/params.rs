@@ -69,7 +69,8 @@ pub struct SmlqParams {
     pub sigma_q: f64,
     /// Post-processing iterations `T` (the server runs `T + 1` plain ones).
     pub iterations: usize,
-    /// Rescale the iterate to Frobenius norm √n after each iteration (post-processing).
+    /// Centre, orthonormalise and rescale the iterate after each iteration (post-processing;
+    /// see [`crate::smlq::renormalize`]).
     pub renormalize: bool,
     /// Number of classes `C`; labels are `0..C`, so the largest label is `c = C − 1`. Public.
     pub num_classes: u32,

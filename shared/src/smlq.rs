@@ -45,11 +45,25 @@ pub fn objective(
     v
 }
 
-/// Rescale to Frobenius norm √n (the authors' guard against collapse; post-processing).
+/// Keep the iterate from collapsing: centre each column (the constant vector is a fixed point
+/// of the iteration and carries no information), orthonormalise the columns (QR), and scale to
+/// Frobenius norm √n. The authors rescale the Frobenius norm only, which lets every column
+/// converge to the same dominant eigenvector — a rank-1 embedding that cannot be aligned.
+/// Applied to released or non-private data only, so it is post-processing.
 pub fn renormalize(x: &mut DMatrix<f64>) {
+    let (n, k) = x.shape();
+    for mut col in x.column_iter_mut() {
+        let mean = col.mean();
+        col.add_scalar_mut(-mean);
+    }
+    if n > k && x.iter().all(|v| v.is_finite()) {
+        let q = x.clone().qr().q();
+        // Keep each column's orientation stable (QR may flip signs).
+        *x = q.columns(0, k).into_owned();
+    }
     let norm = x.norm();
     if norm > 0.0 && norm.is_finite() {
-        *x *= (x.nrows() as f64).sqrt() / norm;
+        *x *= (n as f64).sqrt() / norm;
     }
 }
 
@@ -114,9 +128,11 @@ mod tests {
     }
 
     #[test]
-    fn renormalize_sets_frobenius_norm_sqrt_n() {
-        let mut x = DMatrix::from_row_slice(4, 2, &[1., 2., 3., 4., 5., 6., 7., 8.]);
+    fn renormalize_centres_orthogonalises_and_scales() {
+        let mut x = DMatrix::from_row_slice(4, 2, &[1., 2., 3., 4., 5., 7., 7., 8.]);
         renormalize(&mut x);
         assert!((x.norm() - 2.0).abs() < 1e-12);
+        assert!(x.column(0).sum().abs() < 1e-12 && x.column(1).sum().abs() < 1e-12);
+        assert!(x.column(0).dot(&x.column(1)).abs() < 1e-12);
     }
 }

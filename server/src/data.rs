@@ -63,7 +63,10 @@ fn read(path: &Path) -> Result<Vec<u8>, DataError> {
 /// Load `train` or `t10k` from `dir` (gzip or raw IDX).
 pub fn load_split(dir: &Path, prefix: &str) -> Result<Split, DataError> {
     let find = |kind: &str| {
-        let gz = dir.join(format!("{prefix}-{kind}-idx{}-ubyte.gz", if kind == "images" { 3 } else { 1 }));
+        let gz = dir.join(format!(
+            "{prefix}-{kind}-idx{}-ubyte.gz",
+            if kind == "images" { 3 } else { 1 }
+        ));
         if gz.exists() {
             gz
         } else {
@@ -71,9 +74,10 @@ pub fn load_split(dir: &Path, prefix: &str) -> Result<Split, DataError> {
         }
     };
     let (ip, lp) = (find("images"), find("labels"));
-    let (images, labels) = parse_pair(&read(&ip)?, &read(&lp)?).map_err(|source| DataError::Parse {
-        path: ip.clone(),
-        source,
-    })?;
+    let (images, labels) =
+        parse_pair(&read(&ip)?, &read(&lp)?).map_err(|source| DataError::Parse {
+            path: ip.clone(),
+            source,
+        })?;
     Ok(Split { images, labels })
 }

@@ -159,10 +159,7 @@ fn bernoulli(rng: &mut impl RngCore, num: u128, den: u128) -> bool {
 /// below anything measurable and is covered by the slack noted in the module docs.
 fn bernoulli_exp_le1(rng: &mut impl RngCore, num: u128, den: u128) -> bool {
     let mut k: u128 = 1;
-    loop {
-        let Some(kden) = den.checked_mul(k) else {
-            break;
-        };
+    while let Some(kden) = den.checked_mul(k) {
         if !bernoulli(rng, num, kden) {
             break;
         }

@@ -249,7 +249,7 @@ pub fn median_sq_distance(z: &DMatrix<f64>) -> f64 {
     let mut idx = 0usize;
     for i in 0..n {
         for j in (i + 1)..n {
-            if idx % stride == 0 {
+            if idx.is_multiple_of(stride) {
                 d.push(dist2(&rows[i], &rows[j]));
             }
             idx += 1;

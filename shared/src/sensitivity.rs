@@ -102,7 +102,7 @@ impl EntryBounds {
         let c = inp.max_label as f64;
         let a = round_down(kernel_weight(4.0, s));
         let b = round_down(kernel_weight(c * c, s));
-        if !(a > 0.0) {
+        if a <= 0.0 || a.is_nan() {
             return Err(Error::InvalidParameter {
                 name: "kernel_scale",
                 reason: "so small that feature weights underflow to 0; no finite bound exists"

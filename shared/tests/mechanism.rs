@@ -14,7 +14,11 @@ use shared::Error;
 const EPSILONS: [f64; 7] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0];
 
 fn privacy(epsilon: f64, mechanism: Mechanism) -> PrivacyParams {
-    PrivacyParams { epsilon, delta: 1e-5, mechanism }
+    PrivacyParams {
+        epsilon,
+        delta: 1e-5,
+        mechanism,
+    }
 }
 
 /// Kolmogorov–Smirnov statistic of a sample against a continuous CDF.
@@ -100,7 +104,9 @@ fn discrete_gaussian_matches_its_exact_pmf_at_small_scale() {
     let n = 200_000;
     let mut counts = std::collections::HashMap::new();
     for _ in 0..n {
-        *counts.entry(sample_discrete_gaussian(&mut rng, 2)).or_insert(0usize) += 1;
+        *counts
+            .entry(sample_discrete_gaussian(&mut rng, 2))
+            .or_insert(0usize) += 1;
     }
     let weight = |z: i64| (-((z * z) as f64) / 8.0).exp();
     let norm: f64 = (-40..=40).map(weight).sum();
@@ -109,7 +115,10 @@ fn discrete_gaussian_matches_its_exact_pmf_at_small_scale() {
         let expected = n as f64 * p;
         let got = *counts.get(&z).unwrap_or(&0) as f64;
         let sd = (n as f64 * p * (1.0 - p)).sqrt();
-        assert!((got - expected).abs() < 5.0 * sd, "z={z}: {got} vs {expected}");
+        assert!(
+            (got - expected).abs() < 5.0 * sd,
+            "z={z}: {got} vs {expected}"
+        );
     }
 }
 
@@ -126,7 +135,10 @@ fn released_noise_has_the_calibrated_std() {
         // Std error of a sample std is σ/√(2m): six of them is a 1e-9 false-alarm rate, and it
         // fails for any std off by 2× (or by 5%) either way.
         let ratio = sd / receipt.noise_scale;
-        assert!((ratio - 1.0).abs() < 6.0 / (2.0 * m as f64).sqrt(), "{mech:?}: ratio {ratio}");
+        assert!(
+            (ratio - 1.0).abs() < 6.0 / (2.0 * m as f64).sqrt(),
+            "{mech:?}: ratio {ratio}"
+        );
         assert!(mean.abs() < 6.0 * receipt.noise_scale / (m as f64).sqrt());
         // Z-scored noise is N(0,1) by KS.
         let z: Vec<f64> = noise.iter().map(|v| v / receipt.noise_scale).collect();
@@ -139,7 +151,11 @@ fn noise_scale_equals_calibrated_sigma_times_sensitivity() {
     let mut rng = ChaCha20Rng::from_seed([14; 32]);
     let values = DMatrix::from_element(2020, 1, 0.0);
     let m = values.len() as f64;
-    for mech in [Mechanism::DiscreteGaussian, Mechanism::AnalyticGaussian, Mechanism::ClassicGaussian] {
+    for mech in [
+        Mechanism::DiscreteGaussian,
+        Mechanism::AnalyticGaussian,
+        Mechanism::ClassicGaussian,
+    ] {
         for eps in EPSILONS {
             if mech == Mechanism::ClassicGaussian && eps >= 1.0 {
                 continue;
@@ -156,7 +172,11 @@ fn noise_scale_equals_calibrated_sigma_times_sensitivity() {
             assert!(r.noise_scale <= ideal + extra * 1.001, "{mech:?} eps={eps}");
             assert!(extra < 1e-3 * ideal, "grid too coarse");
             if mech != Mechanism::AnalyticGaussian {
-                assert!(r.proven_delta <= 1e-5, "{mech:?} eps={eps}: proven δ {}", r.proven_delta);
+                assert!(
+                    r.proven_delta <= 1e-5,
+                    "{mech:?} eps={eps}: proven δ {}",
+                    r.proven_delta
+                );
             }
         }
     }
@@ -172,7 +192,11 @@ fn scaling_sensitivity_by_lambda_scales_noise_by_lambda() {
     let (_, base) = release(&values, 0.3, &p, &mut rng).unwrap();
     for lambda in [0.25, 2.0, 4.0] {
         let (_, r) = release(&values, 0.3 * lambda, &p, &mut rng).unwrap();
-        assert_eq!(r.noise_scale, lambda * base.noise_scale, "power-of-two λ={lambda} is exact");
+        assert_eq!(
+            r.noise_scale,
+            lambda * base.noise_scale,
+            "power-of-two λ={lambda} is exact"
+        );
     }
     // λ = 3 changes the grid, so the ratio is 3 up to the grid terms the receipts bound.
     let (_, r) = release(&values, 0.9, &p, &mut rng).unwrap();
@@ -188,16 +212,33 @@ fn scaling_sensitivity_by_lambda_scales_noise_by_lambda() {
 fn outputs_lie_on_the_grid_and_bad_input_is_refused() {
     let mut rng = ChaCha20Rng::from_seed([16; 32]);
     let values = DMatrix::from_fn(10, 2, |i, j| (i as f64).sin() + j as f64 / 3.0);
-    let (noisy, r) = release(&values, 1.0, &privacy(1.0, Mechanism::DiscreteGaussian), &mut rng).unwrap();
+    let (noisy, r) = release(
+        &values,
+        1.0,
+        &privacy(1.0, Mechanism::DiscreteGaussian),
+        &mut rng,
+    )
+    .unwrap();
     for v in noisy.matrix().iter() {
-        assert_eq!((v / r.grid).fract(), 0.0, "{v} is not a multiple of {}", r.grid);
+        assert_eq!(
+            (v / r.grid).fract(),
+            0.0,
+            "{v} is not a multiple of {}",
+            r.grid
+        );
     }
     let mut bad = values.clone();
     bad[(3, 1)] = f64::NAN;
     let p = privacy(1.0, Mechanism::DiscreteGaussian);
-    assert!(matches!(release(&bad, 1.0, &p, &mut rng), Err(Error::NonFinite { .. })));
+    assert!(matches!(
+        release(&bad, 1.0, &p, &mut rng),
+        Err(Error::NonFinite { .. })
+    ));
     assert!(release(&values, 0.0, &p, &mut rng).is_err());
     assert!(release(&values, f64::INFINITY, &p, &mut rng).is_err());
     let huge = DMatrix::from_element(2, 2, 1e300);
-    assert!(matches!(release(&huge, 1.0, &p, &mut rng), Err(Error::OutOfGrid { .. })));
+    assert!(matches!(
+        release(&huge, 1.0, &p, &mut rng),
+        Err(Error::OutOfGrid { .. })
+    ));
 }

@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     anchors: usize,
     /// Queries (gallery images, leave-one-out).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 250)]
     queries: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -84,8 +84,15 @@ fn aggregate(v: Vec<(f64, f64)>) -> Scores {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
     let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("eval: {e}");
+        std::process::exit(2);
+    }
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let t0 = Instant::now();
     let test = load_split(&args.data_dir, "t10k")?;
     let train = load_split(&args.data_dir, "train")?;
@@ -126,7 +133,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let d = 784;
     let gallery_x = DMatrix::from_fn(g, d, |i, j| test.images.image(gidx[i])[j] as f64 / 255.0);
     let gl: Vec<u32> = gidx.iter().map(|&i| test.labels[i] as u32).collect();
-    let anchor_x = DMatrix::from_fn(aidx.len(), d, |i, j| train.images.image(aidx[i])[j] as f64 / 255.0);
+    let anchor_x = DMatrix::from_fn(aidx.len(), d, |i, j| {
+        train.images.image(aidx[i])[j] as f64 / 255.0
+    });
     let al: Vec<u32> = aidx.iter().map(|&i| train.labels[i] as u32).collect();
 
     println!(
@@ -179,14 +188,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let results: Vec<Result<((f64, f64), (f64, f64)), shared::Error>> = (0..nq)
             .into_par_iter()
             .map(|q| {
-                let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ (q as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ eps.to_bits());
+                let mut rng = ChaCha20Rng::seed_from_u64(
+                    args.seed ^ (q as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ eps.to_bits(),
+                );
                 let feats: Vec<f64> = gallery_x.row(q).iter().copied().collect();
                 let r = privatize(&feats, gl[q], &anchors, &p, &mut rng)?;
                 let t = umeyama(&r.anchor_rows, &server_anchors)?;
                 let aligned = t.apply(&r.query_rows)?;
                 let row: Vec<f64> = aligned.row(r.real_position()).iter().copied().collect();
                 let noise_ratio = r.receipt.noise_scale / (r.receipt.sensitivity.max(1e-300));
-                Ok((score(&full_ranking(&erows, &row, Some(q)), &gl, q, args.k), (noise_ratio, r.receipt.proven_delta)))
+                Ok((
+                    score(&full_ranking(&erows, &row, Some(q)), &gl, q, args.k),
+                    (noise_ratio, r.receipt.proven_delta),
+                ))
             })
             .collect();
         let mut scored = Vec::new();
@@ -204,7 +218,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rows.push((format!("PrivateMail eps={eps}"), aggregate(scored)));
     }
 
-    println!("{:<34} {:>10} {:>8}", "method", format!("Recall@{}", args.k), "mAP");
+    println!(
+        "{:<34} {:>10} {:>8}",
+        "method",
+        format!("Recall@{}", args.k),
+        "mAP"
+    );
     for (name, s) in &rows {
         println!("{name:<34} {:>10.4} {:>8.4}", s.recall, s.map);
     }
@@ -215,7 +234,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 p * (1.0 - p).powi(args.k as i32)
             })
             .sum::<f64>();
-    println!("chance Recall@{} for these class frequencies: {chance:.4}", args.k);
+    println!(
+        "chance Recall@{} for these class frequencies: {chance:.4}",
+        args.k
+    );
     for l in noise_report {
         println!("{l}");
     }

@@ -185,7 +185,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let mut p = params;
         p.privacy.epsilon = eps;
         let t_eps = Instant::now();
-        let results: Vec<Result<((f64, f64), (f64, f64)), shared::Error>> = (0..nq)
+        let results: Vec<Result<((f64, f64), f64), shared::Error>> = (0..nq)
             .into_par_iter()
             .map(|q| {
                 let mut rng = ChaCha20Rng::seed_from_u64(
@@ -206,7 +206,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let mut scored = Vec::new();
         let mut ratio = Vec::new();
         for r in results {
-            let (s, (nr, _)) = r?;
+            let (s, nr) = r?;
             scored.push(s);
             ratio.push(nr);
         }

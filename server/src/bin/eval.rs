@@ -199,7 +199,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 let noise_ratio = r.receipt.noise_scale / (r.receipt.sensitivity.max(1e-300));
                 Ok((
                     score(&full_ranking(&erows, &row, Some(q)), &gl, q, args.k),
-                    (noise_ratio, r.receipt.proven_delta),
+                    noise_ratio,
                 ))
             })
             .collect();

@@ -61,6 +61,9 @@ fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
         .map_err(|_| "one of classic_gaussian, analytic_gaussian, discrete_gaussian".into())
 }
 
+/// (Recall@k, AP) of one query and its noise std / sensitivity.
+type QueryOutcome = ((f64, f64), f64);
+
 struct Scores {
     recall: f64,
     map: f64,
@@ -185,7 +188,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let mut p = params;
         p.privacy.epsilon = eps;
         let t_eps = Instant::now();
-        let results: Vec<Result<((f64, f64), f64), shared::Error>> = (0..nq)
+        let results: Vec<Result<QueryOutcome, shared::Error>> = (0..nq)
             .into_par_iter()
             .map(|q| {
                 let mut rng = ChaCha20Rng::seed_from_u64(

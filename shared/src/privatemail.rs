@@ -17,7 +17,9 @@ use rand::{Rng, RngCore};
 use rand_distr::StandardNormal;
 
 use crate::error::{ensure_finite, Error, Result};
-use crate::laplacian::{dist2, normalize_rows, DenseKernel, LabelLaplacian};
+use crate::laplacian::{
+    dist2, min_unit_weight, normalize_rows, weights_in_place, DenseKernel, LabelLaplacian,
+};
 use crate::mechanism::{release, NoisyEmbedding, Receipt};
 use crate::params::{limits, Params, PostBandwidth, SmlqParams};
 use crate::sensitivity::{sensitivity, BoundInputs, Sensitivity};
@@ -159,13 +161,33 @@ fn client_kernel(anchors: &Anchors, query: &DMatrix<f64>, rows: &ClientRows) -> 
         .collect();
     let q_dots = &anchors.features * query.transpose(); // n_P × 1
     let s = anchors.kernel_scale;
-    let qw = |a: usize| crate::laplacian::kernel_weight((2.0 - 2.0 * q_dots[a]).clamp(0.0, 4.0), s);
-    let w = DMatrix::from_fn(n, n, |i, j| match (src[i], src[j]) {
-        (None, None) => 0.0,
-        (None, Some(a)) | (Some(a), None) => qw(a),
-        (Some(a), Some(b)) if a == b => 1.0, // the same public point twice: distance 0
-        (Some(a), Some(b)) => anchors.weights[(a, b)],
-    });
+    let mut qw: Vec<f64> = q_dots.iter().map(|g| (2.0 - 2.0 * g).clamp(0.0, 4.0)).collect();
+    weights_in_place(&mut qw, s, min_unit_weight(s));
+    // Column by column (W is symmetric): the anchor part of each column is a contiguous copy
+    // of a cached anchor column, or of the query's weights.
+    let mut w = DMatrix::<f64>::zeros(n, n);
+    for (j, &sj) in src.iter().enumerate() {
+        let mut col = w.column_mut(j);
+        let col = col.as_mut_slice();
+        for (i, &si) in src[..m].iter().enumerate() {
+            col[i] = match (si, sj) {
+                (None, None) => 0.0,
+                (None, Some(a)) | (Some(a), None) => qw[a],
+                (Some(a), Some(b)) if a == b => 1.0, // the same public point twice
+                (Some(a), Some(b)) => anchors.weights[(a, b)],
+            };
+        }
+        match sj {
+            None => col[m..].copy_from_slice(&qw),
+            Some(b) => col[m..].copy_from_slice(anchors.weights.column(b).as_slice()),
+        }
+        if let Some(b) = sj {
+            // A dummy's own copy in the anchor block is the same point: weight 1, not 0.
+            if j < m {
+                col[m + b] = 1.0;
+            }
+        }
+    }
     DenseKernel::from_weights(w)
 }
 
@@ -239,12 +261,13 @@ pub fn post_process(
     ))
 }
 
-/// Median squared distance over up to ~200,000 row pairs taken at a fixed stride.
+/// Median squared distance over ~20,000 row pairs taken at a fixed stride (an estimate of
+/// the bandwidth is all post-processing needs).
 pub fn median_sq_distance(z: &DMatrix<f64>) -> f64 {
     let rows = crate::retrieve::gallery_rows(z);
     let n = rows.len();
     let pairs = n * n.saturating_sub(1) / 2;
-    let stride = (pairs / 200_000).max(1);
+    let stride = (pairs / 20_000).max(1);
     let mut d: Vec<f64> = Vec::with_capacity(pairs / stride + 1);
     let mut idx = 0usize;
     for i in 0..n {
@@ -348,4 +371,40 @@ pub fn embed_dense(
         smlq_params.iterations + 1,
         smlq_params.renormalize,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::laplacian::GraphOperator;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    /// The cached client kernel equals the kernel computed from scratch on the explicit
+    /// `[query ; dummies ; anchors]` matrix.
+    #[test]
+    fn cached_client_kernel_matches_the_definition() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let smlq = SmlqParams { num_classes: 4, kernel_scale: 0.7, ..SmlqParams::default() };
+        let feats = DMatrix::from_fn(30, 5, |_, _| rng.random::<f64>() - 0.3);
+        let labels: Vec<u32> = (0..30).map(|i| (i % 4) as u32).collect();
+        let anchors = Anchors::new(&feats, &labels, &smlq).unwrap();
+        let query = normalize_rows(&DMatrix::from_fn(1, 5, |_, _| rng.random::<f64>()), "q").unwrap();
+        let rows = pick_dummies(&anchors, 2, &mut rng);
+        let fast = client_kernel(&anchors, &query, &rows);
+        let explicit = DMatrix::from_fn(1 + rows.dummies.len() + 30, 5, |i, j| {
+            if i == 0 {
+                query[(0, j)]
+            } else if i <= rows.dummies.len() {
+                anchors.features[(rows.dummies[i - 1], j)]
+            } else {
+                anchors.features[(i - 1 - rows.dummies.len(), j)]
+            }
+        });
+        let slow = DenseKernel::from_unit_rows(&explicit, 0.7);
+        assert!((fast.weights() - slow.weights()).amax() < 1e-12);
+        let (a, b) = (fast.degrees(), slow.degrees());
+        assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-10));
+        assert_eq!(rows.labels[0], 2);
+    }
 }

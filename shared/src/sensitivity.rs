@@ -41,7 +41,7 @@ use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::laplacian::kernel_weight;
+use crate::laplacian::{kernel_weight, min_unit_weight};
 
 /// The public quantities the bound depends on. Nothing here is read from private data.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,7 +100,7 @@ impl EntryBounds {
         let s = inp.kernel_scale;
         let alpha = inp.alpha;
         let c = inp.max_label as f64;
-        let a = round_down(kernel_weight(4.0, s));
+        let a = min_unit_weight(s);
         let b = round_down(kernel_weight(c * c, s));
         if a <= 0.0 || a.is_nan() {
             return Err(Error::InvalidParameter {

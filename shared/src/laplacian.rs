@@ -66,11 +66,15 @@ pub fn exp_neg(x: f64) -> f64 {
 
 /// Turn squared distances into kernel weights in place, `w = exp(−d²/s)`, clamped to
 /// `[lo, 1]`. Clamping makes the range the sensitivity proof assumes hold exactly, whatever the
-/// rounding of the distance or the exponential.
+/// rounding of the distance or the exponential. Weights below 1e-150 become 0 before the
+/// clamp: they change nothing measurable, and products of them would be subnormal, which is
+/// slow on every CPU.
 pub fn weights_in_place(d2: &mut [f64], kernel_scale: f64, lo: f64) {
     let inv = -1.0 / kernel_scale;
     for v in d2.iter_mut() {
-        *v = exp_neg(*v * inv).clamp(lo, 1.0);
+        let e = exp_neg(*v * inv);
+        let e = if e < 1e-150 { 0.0 } else { e };
+        *v = e.clamp(lo, 1.0);
     }
 }
 
@@ -101,39 +105,47 @@ pub fn normalize_rows(x: &DMatrix<f64>, what: &'static str) -> Result<DMatrix<f6
     Ok(out)
 }
 
-/// A dense kernel: O(n²) memory, for the client (n ≤ `MAX_CLIENT_ROWS`) and small galleries.
+/// A dense kernel over n points, stored as its strict lower triangle packed column by column
+/// (`n(n−1)/2` weights): O(n²) memory, for the client (n ≤ `MAX_CLIENT_ROWS`) and small
+/// galleries. Every product walks contiguous memory.
 #[derive(Debug, Clone)]
 pub struct DenseKernel {
-    w: DMatrix<f64>,
+    n: usize,
+    packed: Vec<f64>,
     degrees: Vec<f64>,
+}
+
+/// Offset of column `j`'s first entry (row `j + 1`) in the packed lower triangle.
+#[inline]
+fn col_offset(n: usize, j: usize) -> usize {
+    j * n - j * (j + 1) / 2
 }
 
 impl DenseKernel {
     /// Kernel over unit-norm rows, from the Gram matrix: `‖u − v‖² = 2 − 2⟨u, v⟩`, clamped to
-    /// `[0, 4]` so every weight lies in `[e^(−4/s), 1]` exactly as the sensitivity proof assumes,
-    /// whatever the rounding.
+    /// `[0, 4]`, and weights clamped to `[min_unit_weight(s), 1]`, so every weight lies in the
+    /// range the sensitivity proof assumes, whatever the rounding.
     ///
     /// The caller guarantees unit-norm rows (see [`normalize_rows`]).
     pub fn from_unit_rows(x: &DMatrix<f64>, kernel_scale: f64) -> Self {
-        let mut w = x * x.transpose();
-        for v in w.iter_mut() {
-            *v = (2.0 - 2.0 * *v).clamp(0.0, 4.0);
-        }
-        weights_in_place(w.as_mut_slice(), kernel_scale, min_unit_weight(kernel_scale));
-        Self::finish(w)
+        let n = x.nrows();
+        let gram = x * x.transpose();
+        let lo = min_unit_weight(kernel_scale);
+        Self::from_columns(n, |j, col| {
+            let g = &gram.as_slice()[j * n + j + 1..(j + 1) * n];
+            for (out, &v) in col.iter_mut().zip(g) {
+                *out = (2.0 - 2.0 * v).clamp(0.0, 4.0);
+            }
+            weights_in_place(col, kernel_scale, lo);
+        })
     }
 
-    /// Kernel over arbitrary points (e.g. an embedding), from exact squared distances.
-    /// Computes each pair once, column by column (the lower triangle is contiguous in
-    /// column-major storage, and the inner loops run over contiguous columns of `z`, so they
-    /// vectorise), then mirrors it in 32×32 tiles so both passes stay in cache.
+    /// Kernel over arbitrary points (e.g. an embedding), from exact squared distances. The
+    /// inner loops run over contiguous columns of `z`, so they vectorise.
     pub fn from_points(z: &DMatrix<f64>, kernel_scale: f64) -> Self {
         let (n, k) = z.shape();
         let zs = z.as_slice();
-        let mut w = DMatrix::<f64>::zeros(n, n);
-        let ws = w.as_mut_slice();
-        for j in 0..n {
-            let col = &mut ws[j * n + j + 1..(j + 1) * n];
+        Self::from_columns(n, |j, col| {
             for c in 0..k {
                 let zc = &zs[c * n..(c + 1) * n];
                 let zj = zc[j];
@@ -143,36 +155,50 @@ impl DenseKernel {
                 }
             }
             weights_in_place(col, kernel_scale, 0.0);
+        })
+    }
+
+    /// From a full symmetric weight matrix (its diagonal is ignored: `w_ii = 0`).
+    pub fn from_weights(w: &DMatrix<f64>) -> Self {
+        let n = w.nrows();
+        let ws = w.as_slice();
+        Self::from_columns(n, |j, col| {
+            col.copy_from_slice(&ws[j * n + j + 1..(j + 1) * n])
+        })
+    }
+
+    /// Build by filling each packed column `j` (rows `j+1..n`, zero-initialised).
+    pub fn from_columns(n: usize, mut fill: impl FnMut(usize, &mut [f64])) -> Self {
+        let mut packed = vec![0.0; n * n.saturating_sub(1) / 2];
+        for j in 0..n {
+            let off = col_offset(n, j);
+            fill(j, &mut packed[off..off + (n - 1 - j)]);
         }
-        const TILE: usize = 32;
-        for jb in (0..n).step_by(TILE) {
-            for ib in (jb..n).step_by(TILE) {
-                for j in jb..(jb + TILE).min(n) {
-                    for i in ib.max(j + 1)..(ib + TILE).min(n) {
-                        ws[i * n + j] = ws[j * n + i];
-                    }
-                }
+        let mut degrees = vec![0.0; n];
+        for j in 0..n {
+            let off = col_offset(n, j);
+            let col = &packed[off..off + (n - 1 - j)];
+            degrees[j] += sum(col);
+            for (d, &w) in degrees[j + 1..].iter_mut().zip(col) {
+                *d += w;
             }
         }
-        Self::finish(w)
+        DenseKernel { n, packed, degrees }
     }
 
-    /// Assemble from a full weight matrix: the diagonal is forced to 0 (`w_ii = 0`).
-    pub fn from_weights(mut w: DMatrix<f64>) -> Self {
-        w.fill_diagonal(0.0);
-        Self::finish(w)
+    /// `w_ij` (0 on the diagonal).
+    pub fn weight(&self, i: usize, j: usize) -> f64 {
+        let (hi, lo) = if i > j { (i, j) } else { (j, i) };
+        if hi == lo {
+            0.0
+        } else {
+            self.packed[col_offset(self.n, lo) + (hi - lo - 1)]
+        }
     }
 
-    /// The weight matrix must be symmetric (every constructor here guarantees it).
-    fn finish(mut w: DMatrix<f64>) -> Self {
-        w.fill_diagonal(0.0);
-        let n = w.nrows();
-        let degrees = w.as_slice().chunks_exact(n.max(1)).map(sum).collect();
-        DenseKernel { w, degrees }
-    }
-
-    pub fn weights(&self) -> &DMatrix<f64> {
-        &self.w
+    /// The full weight matrix (O(n²) memory; for caches and tests).
+    pub fn to_dense(&self) -> DMatrix<f64> {
+        DMatrix::from_fn(self.n, self.n, |i, j| self.weight(i, j))
     }
 }
 
@@ -183,18 +209,24 @@ impl GraphOperator for DenseKernel {
     fn degrees(&self) -> &[f64] {
         &self.degrees
     }
-    /// `W·X` using the symmetry of `W`: row `i` of the result is column `i` of `W` (contiguous
-    /// in column-major storage) dotted with each column of `X` — O(n²k), streaming memory.
+    /// `W·X` from the packed lower triangle: column `j` contributes a dot product to row `j`
+    /// and an axpy to rows `j+1..n` — both over contiguous memory, O(n²k).
     fn weighted_sum(&self, x: &DMatrix<f64>) -> DMatrix<f64> {
         let (n, k) = x.shape();
         let mut out = DMatrix::<f64>::zeros(n, k);
-        let w = self.w.as_slice();
         for c in 0..k {
-            let xc = x.column(c);
-            let xs = xc.as_slice();
-            for i in 0..n {
-                let wi = &w[i * n..(i + 1) * n];
-                out[(i, c)] = dot(wi, xs);
+            let xs = x.column(c);
+            let xs = xs.as_slice();
+            let mut oc = out.column_mut(c);
+            let os = oc.as_mut_slice();
+            for j in 0..n {
+                let off = col_offset(n, j);
+                let col = &self.packed[off..off + (n - 1 - j)];
+                os[j] += dot(col, &xs[j + 1..]);
+                let xj = xs[j];
+                for (o, &w) in os[j + 1..].iter_mut().zip(col) {
+                    *o += w * xj;
+                }
             }
         }
         out

@@ -79,9 +79,7 @@ impl Anchors {
                 class: missing as u32,
             });
         }
-        let weights = DenseKernel::from_unit_rows(&features, smlq.kernel_scale)
-            .weights()
-            .clone();
+        let weights = DenseKernel::from_unit_rows(&features, smlq.kernel_scale).to_dense();
         Ok(Anchors {
             features,
             labels: labels.to_vec(),
@@ -161,34 +159,37 @@ fn client_kernel(anchors: &Anchors, query: &DMatrix<f64>, rows: &ClientRows) -> 
         .collect();
     let q_dots = &anchors.features * query.transpose(); // n_P × 1
     let s = anchors.kernel_scale;
-    let mut qw: Vec<f64> = q_dots.iter().map(|g| (2.0 - 2.0 * g).clamp(0.0, 4.0)).collect();
+    let mut qw: Vec<f64> = q_dots
+        .iter()
+        .map(|g| (2.0 - 2.0 * g).clamp(0.0, 4.0))
+        .collect();
     weights_in_place(&mut qw, s, min_unit_weight(s));
-    // Column by column (W is symmetric): the anchor part of each column is a contiguous copy
-    // of a cached anchor column, or of the query's weights.
-    let mut w = DMatrix::<f64>::zeros(n, n);
-    for (j, &sj) in src.iter().enumerate() {
-        let mut col = w.column_mut(j);
-        let col = col.as_mut_slice();
-        for (i, &si) in src[..m].iter().enumerate() {
-            col[i] = match (si, sj) {
+    // Packed column by column (W is symmetric): the anchor part of each column is a contiguous
+    // copy of a cached anchor column, or of the query's weights.
+    DenseKernel::from_columns(n, |j, col| {
+        let sj = src[j];
+        for i in (j + 1)..m {
+            col[i - j - 1] = match (src[i], sj) {
                 (None, None) => 0.0,
                 (None, Some(a)) | (Some(a), None) => qw[a],
                 (Some(a), Some(b)) if a == b => 1.0, // the same public point twice
                 (Some(a), Some(b)) => anchors.weights[(a, b)],
             };
         }
+        let a0 = (j + 1).max(m) - m; // first anchor row in this column
+        let tail = &mut col[(m.max(j + 1) - j - 1)..];
         match sj {
-            None => col[m..].copy_from_slice(&qw),
-            Some(b) => col[m..].copy_from_slice(anchors.weights.column(b).as_slice()),
-        }
-        if let Some(b) = sj {
-            // A dummy's own copy in the anchor block is the same point: weight 1, not 0.
-            if j < m {
-                col[m + b] = 1.0;
+            None => tail.copy_from_slice(&qw[a0..]),
+            Some(b) => {
+                let na = anchors.len();
+                tail.copy_from_slice(&anchors.weights.as_slice()[b * na + a0..(b + 1) * na]);
+                // A dummy's own copy in the anchor block is the same point: weight 1.
+                if j < m && b >= a0 {
+                    tail[b - a0] = 1.0;
+                }
             }
         }
-    }
-    DenseKernel::from_weights(w)
+    })
 }
 
 /// Random initial embedding `Q`, entries i.i.d. N(0, σ_q²). Data-independent.
@@ -385,11 +386,16 @@ mod tests {
     #[test]
     fn cached_client_kernel_matches_the_definition() {
         let mut rng = ChaCha8Rng::seed_from_u64(9);
-        let smlq = SmlqParams { num_classes: 4, kernel_scale: 0.7, ..SmlqParams::default() };
+        let smlq = SmlqParams {
+            num_classes: 4,
+            kernel_scale: 0.7,
+            ..SmlqParams::default()
+        };
         let feats = DMatrix::from_fn(30, 5, |_, _| rng.random::<f64>() - 0.3);
         let labels: Vec<u32> = (0..30).map(|i| (i % 4) as u32).collect();
         let anchors = Anchors::new(&feats, &labels, &smlq).unwrap();
-        let query = normalize_rows(&DMatrix::from_fn(1, 5, |_, _| rng.random::<f64>()), "q").unwrap();
+        let query =
+            normalize_rows(&DMatrix::from_fn(1, 5, |_, _| rng.random::<f64>()), "q").unwrap();
         let rows = pick_dummies(&anchors, 2, &mut rng);
         let fast = client_kernel(&anchors, &query, &rows);
         let explicit = DMatrix::from_fn(1 + rows.dummies.len() + 30, 5, |i, j| {
@@ -402,7 +408,7 @@ mod tests {
             }
         });
         let slow = DenseKernel::from_unit_rows(&explicit, 0.7);
-        assert!((fast.weights() - slow.weights()).amax() < 1e-12);
+        assert!((fast.to_dense() - slow.to_dense()).amax() < 1e-12);
         let (a, b) = (fast.degrees(), slow.degrees());
         assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-10));
         assert_eq!(rows.labels[0], 2);

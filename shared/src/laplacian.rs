@@ -31,8 +31,8 @@ pub fn min_unit_weight(kernel_scale: f64) -> f64 {
 #[inline(always)]
 pub fn exp_neg(x: f64) -> f64 {
     const LOG2E: f64 = std::f64::consts::LOG2_E;
-    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_700_0e-10;
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // fdlibm ln2_hi
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76); // fdlibm ln2_lo
     const SHIFTER: f64 = 6_755_399_441_055_744.0; // 1.5 · 2^52: rounds to nearest integer
     let xc = x.max(-708.0);
     let t = xc * LOG2E + SHIFTER;

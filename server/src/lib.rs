@@ -1,1 +1,9 @@
+//! The gallery server: holds the gallery and the public anchors, embeds them non-privately,
+//! and answers private searches over a REST API (`/api/v1`). I/O lives here; the math is
+//! `shared`.
+
 pub mod data;
+pub mod error;
+pub mod routes;
+pub mod state;
+pub mod thumbnail;

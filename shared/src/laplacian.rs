@@ -129,10 +129,20 @@ impl DenseKernel {
     /// The caller guarantees unit-norm rows (see [`normalize_rows`]).
     pub fn from_unit_rows(x: &DMatrix<f64>, kernel_scale: f64) -> Self {
         let n = x.nrows();
-        let gram = x * x.transpose();
         let lo = min_unit_weight(kernel_scale);
+        // Gram columns in blocks of 256, lower part only ((n−j)×256 at a time): never the full
+        // n×n Gram matrix, and half its flops.
+        const BLOCK: usize = 256;
+        let mut gram = DMatrix::<f64>::zeros(0, 0);
+        let mut block_start = usize::MAX;
         Self::from_columns(n, |j, col| {
-            let g = &gram.as_slice()[j * n + j + 1..(j + 1) * n];
+            if j < block_start || j >= block_start + BLOCK {
+                block_start = j;
+                let b = BLOCK.min(n - j);
+                gram = x.rows(j, n - j) * x.rows(j, b).transpose();
+            }
+            let (c, h) = (j - block_start, n - block_start);
+            let g = &gram.as_slice()[c * h + c + 1..(c + 1) * h];
             for (out, &v) in col.iter_mut().zip(g) {
                 *out = (2.0 - 2.0 * v).clamp(0.0, 4.0);
             }
@@ -214,17 +224,18 @@ impl GraphOperator for DenseKernel {
     fn weighted_sum(&self, x: &DMatrix<f64>) -> DMatrix<f64> {
         let (n, k) = x.shape();
         let mut out = DMatrix::<f64>::zeros(n, k);
-        for c in 0..k {
-            let xs = x.column(c);
-            let xs = xs.as_slice();
-            let mut oc = out.column_mut(c);
-            let os = oc.as_mut_slice();
-            for j in 0..n {
-                let off = col_offset(n, j);
-                let col = &self.packed[off..off + (n - 1 - j)];
-                os[j] += dot(col, &xs[j + 1..]);
-                let xj = xs[j];
-                for (o, &w) in os[j + 1..].iter_mut().zip(col) {
+        let xs = x.as_slice();
+        let os = out.as_mut_slice();
+        // One pass over the packed triangle; each column stays in cache for all k outputs.
+        for j in 0..n {
+            let off = col_offset(n, j);
+            let col = &self.packed[off..off + (n - 1 - j)];
+            for c in 0..k {
+                let xc = &xs[c * n..(c + 1) * n];
+                let oc = &mut os[c * n..(c + 1) * n];
+                oc[j] += dot(col, &xc[j + 1..]);
+                let xj = xc[j];
+                for (o, &w) in oc[j + 1..].iter_mut().zip(col) {
                     *o += w * xj;
                 }
             }
@@ -401,6 +412,31 @@ pub(crate) mod tests {
             let lq = &d * &q - kern.weighted_sum(&q);
             assert!((lq - &lx * &q).amax() < 1e-10);
         }
+    }
+
+    /// Several Gram blocks (n > 256): every weight and degree matches the definition.
+    #[test]
+    fn blocked_kernel_matches_definition_across_blocks() {
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        let n = 600;
+        let x = random_unit_rows(&mut rng, n, 5);
+        let s = 0.8;
+        let k = DenseKernel::from_unit_rows(&x, s);
+        let rows: Vec<Vec<f64>> = x.row_iter().map(|r| r.iter().copied().collect()).collect();
+        let mut max_err: f64 = 0.0;
+        for i in (0..n).step_by(7) {
+            let mut deg = 0.0;
+            for j in 0..n {
+                let want = if i == j { 0.0 } else { kernel_weight(dist2(&rows[i], &rows[j]), s) };
+                max_err = max_err.max((k.weight(i, j) - want).abs());
+                deg += want;
+            }
+            assert!((k.degrees()[i] - deg).abs() < 1e-10 * deg);
+        }
+        assert!(max_err < 1e-12, "{max_err}");
+        let q = DMatrix::from_fn(n, 3, |_, _| rng.random::<f64>());
+        let dense = k.to_dense() * &q;
+        assert!((k.weighted_sum(&q) - dense).amax() < 1e-9);
     }
 
     #[test]

@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     anchors: usize,
     /// Queries (gallery images, leave-one-out).
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 500)]
     queries: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,

@@ -1,0 +1,74 @@
+//! `ApiError`: every failure a handler can return, rendered as
+//! `{ "error": { "code", "message" } }` with the right status (never a panic, never a 500 for
+//! bad input).
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use shared::api::{ErrorCode, ErrorResponse};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Json(#[from] JsonRejection),
+    #[error("{}", .0.error.message)]
+    Invalid(ErrorResponse),
+    #[error("degenerate anchors: {0}")]
+    Degenerate(String),
+    #[error("no gallery item with id {0}")]
+    NotFound(u64),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn status_and_body(&self) -> (StatusCode, ErrorResponse) {
+        match self {
+            ApiError::Json(rej) => {
+                let (status, code) = match rej {
+                    JsonRejection::MissingJsonContentType(_) => {
+                        (StatusCode::UNSUPPORTED_MEDIA_TYPE, ErrorCode::InvalidJson)
+                    }
+                    JsonRejection::BytesRejection(_) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                        (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
+                    }
+                    JsonRejection::JsonDataError(_) => {
+                        (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::InvalidInput)
+                    }
+                    _ => (rej.status(), ErrorCode::InvalidJson),
+                };
+                let status = if status.is_client_error() { status } else { StatusCode::BAD_REQUEST };
+                (status, ErrorResponse::new(code, rej.body_text()))
+            }
+            ApiError::Invalid(body) => (StatusCode::UNPROCESSABLE_ENTITY, body.clone()),
+            ApiError::Degenerate(msg) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorResponse::new(ErrorCode::DegenerateAnchors, msg.clone()),
+            ),
+            ApiError::NotFound(_) => (
+                StatusCode::NOT_FOUND,
+                ErrorResponse::new(ErrorCode::NotFound, self.to_string()),
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorResponse::new(ErrorCode::Internal, self.to_string()),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.status_and_body();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        (status, Json(body)).into_response()
+    }
+}
+
+/// A JSON error for a status produced outside the handlers (unknown route, body limit).
+pub fn plain_error(status: StatusCode, code: ErrorCode, message: &str) -> Response {
+    (status, Json(ErrorResponse::new(code, message))).into_response()
+}

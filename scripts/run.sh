@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job: for now the Fashion-MNIST evaluation (the server arrives with its issue).
+# The main job: the gallery server with the Fashion-MNIST demo gallery, serving web/ at
+# http://127.0.0.1:8080 (flags after `--` go to the server; see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-exec cargo run --release -p privatemail-server --bin eval -- "$@"
+exec cargo run --release -p privatemail-server --bin server -- "$@"

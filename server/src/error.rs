@@ -12,8 +12,12 @@ use shared::api::{ErrorCode, ErrorResponse};
 pub enum ApiError {
     #[error("{0}")]
     Json(#[from] JsonRejection),
+    /// Well-formed but unacceptable input (422).
     #[error("{}", .0.error.message)]
     Invalid(ErrorResponse),
+    /// Malformed request line, e.g. an id that is not a number (400).
+    #[error("{}", .0.error.message)]
+    BadRequest(ErrorResponse),
     #[error("degenerate anchors: {0}")]
     Degenerate(String),
     #[error("no gallery item with id {0}")]
@@ -30,7 +34,9 @@ impl ApiError {
                     JsonRejection::MissingJsonContentType(_) => {
                         (StatusCode::UNSUPPORTED_MEDIA_TYPE, ErrorCode::InvalidJson)
                     }
-                    JsonRejection::BytesRejection(_) if rej.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                    JsonRejection::BytesRejection(_)
+                        if rej.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+                    {
                         (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
                     }
                     JsonRejection::JsonDataError(_) => {
@@ -38,10 +44,15 @@ impl ApiError {
                     }
                     _ => (rej.status(), ErrorCode::InvalidJson),
                 };
-                let status = if status.is_client_error() { status } else { StatusCode::BAD_REQUEST };
+                let status = if status.is_client_error() {
+                    status
+                } else {
+                    StatusCode::BAD_REQUEST
+                };
                 (status, ErrorResponse::new(code, rej.body_text()))
             }
             ApiError::Invalid(body) => (StatusCode::UNPROCESSABLE_ENTITY, body.clone()),
+            ApiError::BadRequest(body) => (StatusCode::BAD_REQUEST, body.clone()),
             ApiError::Degenerate(msg) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 ErrorResponse::new(ErrorCode::DegenerateAnchors, msg.clone()),

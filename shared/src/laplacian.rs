@@ -427,7 +427,11 @@ pub(crate) mod tests {
         for i in (0..n).step_by(7) {
             let mut deg = 0.0;
             for j in 0..n {
-                let want = if i == j { 0.0 } else { kernel_weight(dist2(&rows[i], &rows[j]), s) };
+                let want = if i == j {
+                    0.0
+                } else {
+                    kernel_weight(dist2(&rows[i], &rows[j]), s)
+                };
                 max_err = max_err.max((k.weight(i, j) - want).abs());
                 deg += want;
             }

@@ -1,1 +1,47 @@
-//! End-to-end tests live in `tests/tests/`.
+//! Helpers for the end-to-end tests: start the real server binary on an ephemeral port.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// A running server process, killed on drop.
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Build (if needed) and start `server` with the given extra arguments; waits for its
+/// "listening on" line.
+pub fn start_server(extra: &[&str]) -> Server {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let status = Command::new(&cargo)
+        .args(["build", "-q", "-p", "privatemail-server", "--bin", "server"])
+        .current_dir(root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the server failed");
+    let bin = format!("{root}/target/debug/server");
+    let mut child = Command::new(bin)
+        .args(["--bind", "127.0.0.1:0"])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start server");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from server: {line:?}"))
+        .to_string();
+    Server { child, base }
+}

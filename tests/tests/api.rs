@@ -1,0 +1,309 @@
+//! The real server binary on an ephemeral port, driven with the native client pipeline from
+//! `shared`. Needs the Debian package dataset-fashion-mnist (the set-up scripts install it).
+
+use base64::Engine;
+use privatemail_e2e::{start_server, Server};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::api::{AnchorsResponse, ConfigResponse, ErrorResponse, SearchRequest, SearchResponse};
+use shared::privatemail::{privatize, Anchors};
+use shared::{DMatrix, Params};
+
+fn server() -> Server {
+    start_server(&["--gallery-size", "1000", "--anchors", "200"])
+}
+
+fn client_release(
+    base: &str,
+    http: &Client,
+    query_index: usize,
+    seed: u8,
+) -> (shared::privatemail::ClientRelease, ConfigResponse) {
+    let config: ConfigResponse = http
+        .get(format!("{base}/api/v1/config"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let anchors: AnchorsResponse = http
+        .get(format!("{base}/api/v1/anchors"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let d = config.feature_dim;
+    let feats = DMatrix::from_row_iterator(
+        anchors.features.len(),
+        d,
+        anchors.features.iter().flatten().map(|&v| v as f64),
+    );
+    let a = Anchors::new(&feats, &anchors.labels, &config.smlq).unwrap();
+    let test = privatemail_server::data::load_split(
+        std::path::Path::new(privatemail_server::data::DEFAULT_DIR),
+        "t10k",
+    )
+    .unwrap();
+    let q = test.pixels_f64(query_index);
+    let params = Params {
+        smlq: config.smlq,
+        privacy: shared::PrivacyParams {
+            epsilon: 8.0,
+            ..config.privacy_defaults
+        },
+        ..Params::default()
+    };
+    let mut rng = ChaCha20Rng::from_seed([seed; 32]);
+    (
+        privatize(&q, test.labels[query_index] as u32, &a, &params, &mut rng).unwrap(),
+        config,
+    )
+}
+
+fn rows(m: &DMatrix<f64>) -> Vec<Vec<f64>> {
+    m.row_iter().map(|r| r.iter().copied().collect()).collect()
+}
+
+#[test]
+fn private_search_round_trip() {
+    let srv = server();
+    let http = Client::new();
+    let (release, config) = client_release(&srv.base, &http, 5000, 1);
+    let req = SearchRequest {
+        query_rows: rows(&release.query_rows),
+        anchor_rows: rows(&release.anchor_rows),
+        k: 8,
+    };
+    let resp = http
+        .post(format!("{}/api/v1/search", srv.base))
+        .json(&req)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: SearchResponse = resp.json().unwrap();
+    assert_eq!(
+        body.results.len(),
+        config.class_names.len(),
+        "one list per submitted row"
+    );
+    for list in &body.results {
+        assert_eq!(list.len(), 8);
+        assert!(list.windows(2).all(|w| w[0].distance <= w[1].distance));
+        for m in list {
+            assert!(m.id < 1000 && m.label < 10 && m.distance.is_finite());
+            let png = base64::engine::general_purpose::STANDARD
+                .decode(&m.thumbnail_png_base64)
+                .unwrap();
+            assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        }
+    }
+    // The image endpoint serves the same bytes as the inline thumbnail.
+    let first = &body.results[0][0];
+    let img = http
+        .get(format!(
+            "{}/api/v1/gallery/{}/image.png",
+            srv.base, first.id
+        ))
+        .send()
+        .unwrap();
+    assert_eq!(img.headers()["content-type"], "image/png");
+    let inline = base64::engine::general_purpose::STANDARD
+        .decode(&first.thumbnail_png_base64)
+        .unwrap();
+    assert_eq!(img.bytes().unwrap().to_vec(), inline);
+    let meta: Value = http
+        .get(format!("{}/api/v1/gallery/{}", srv.base, first.id))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(meta["label"], first.label);
+    assert_eq!(
+        http.get(format!("{}/healthz", srv.base))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap(),
+        "ok"
+    );
+}
+
+/// Whatever position the real row has, the response is shaped the same: one list of k per
+/// row, the same fields, and thumbnails inline (nothing to fetch afterwards).
+#[test]
+fn response_shape_does_not_depend_on_the_real_row() {
+    let srv = server();
+    let http = Client::new();
+    let mut shapes = Vec::new();
+    let mut positions = std::collections::HashSet::new();
+    for seed in 1..=12u8 {
+        let (release, _) = client_release(&srv.base, &http, 7000 + seed as usize, seed);
+        positions.insert(release.real_position());
+        let req = SearchRequest {
+            query_rows: rows(&release.query_rows),
+            anchor_rows: rows(&release.anchor_rows),
+            k: 5,
+        };
+        let body: Value = http
+            .post(format!("{}/api/v1/search", srv.base))
+            .json(&req)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let shape: Vec<(usize, Vec<String>)> = body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let l = l.as_array().unwrap();
+                let mut keys: Vec<String> = l[0].as_object().unwrap().keys().cloned().collect();
+                keys.sort();
+                (l.len(), keys)
+            })
+            .collect();
+        shapes.push(shape);
+    }
+    assert!(
+        positions.len() > 1,
+        "the real row should move between searches"
+    );
+    assert!(shapes.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn every_bad_input_gets_a_typed_4xx() {
+    let srv = server();
+    let http = Client::new();
+    let url = format!("{}/api/v1/search", srv.base);
+    let (release, _) = client_release(&srv.base, &http, 5001, 3);
+    let good = json!({ "query_rows": rows(&release.query_rows), "anchor_rows": rows(&release.anchor_rows), "k": 8 });
+    let check = |resp: reqwest::blocking::Response, status: StatusCode, code: &str| {
+        assert_eq!(resp.status(), status, "expected {status} {code}");
+        let body: ErrorResponse = resp.json().expect("JSON error body");
+        assert_eq!(serde_json::to_value(body.error.code).unwrap(), code);
+        assert!(!body.error.message.is_empty());
+    };
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut v = good.clone();
+        f(&mut v);
+        http.post(&url).json(&v).send().unwrap()
+    };
+    check(
+        http.post(&url)
+            .header("content-type", "application/json")
+            .body("{bad")
+            .send()
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    check(
+        http.post(&url).body(good.to_string()).send().unwrap(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "invalid_json",
+    );
+    check(
+        http.post(&url)
+            .header("content-type", "application/json")
+            .body(r#"{"query_rows":[[1e999,0]],"anchor_rows":[],"k":8}"#)
+            .send()
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    );
+    check(
+        with(&|v| v["k"] = json!("eight")),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_input",
+    );
+    check(
+        with(&|v| v["k"] = json!(0)),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "k_out_of_range",
+    );
+    check(
+        with(&|v| v["k"] = json!(51)),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "k_out_of_range",
+    );
+    check(
+        with(&|v| v["k"] = json!(-1)),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_input",
+    );
+    check(
+        with(&|v| {
+            v["anchor_rows"].as_array_mut().unwrap().pop();
+        }),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "dimension_mismatch",
+    );
+    check(
+        with(&|v| v["query_rows"][0] = json!([1.0, 2.0, 3.0])),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "dimension_mismatch",
+    );
+    check(
+        with(&|v| v["query_rows"] = json!([])),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "too_large",
+    );
+    check(
+        with(&|v| v["query_rows"] = json!(vec![[0.0, 0.0]; 33])),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "too_large",
+    );
+    check(
+        with(&|v| {
+            let n = v["anchor_rows"].as_array().unwrap().len();
+            v["anchor_rows"] = json!(vec![[1.0, 1.0]; n]);
+        }),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "degenerate_anchors",
+    );
+    let huge = format!(
+        r#"{{"query_rows":[[{}]],"anchor_rows":[],"k":8}}"#,
+        "0,".repeat(600_000)
+    );
+    check(
+        http.post(&url)
+            .header("content-type", "application/json")
+            .body(huge)
+            .send()
+            .unwrap(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    );
+    check(
+        http.get(format!("{}/api/v1/gallery/123456789", srv.base))
+            .send()
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    check(
+        http.get(format!("{}/api/v1/gallery/abc", srv.base))
+            .send()
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+    );
+    check(
+        http.get(format!("{}/api/v1/nope", srv.base))
+            .send()
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    // Still healthy after all of it.
+    assert_eq!(
+        http.get(format!("{}/healthz", srv.base))
+            .send()
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+}

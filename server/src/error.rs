@@ -22,6 +22,12 @@ pub enum ApiError {
     Degenerate(String),
     #[error("no gallery item with id {0}")]
     NotFound(u64),
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Conflict(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -60,6 +66,18 @@ impl ApiError {
             ApiError::NotFound(_) => (
                 StatusCode::NOT_FOUND,
                 ErrorResponse::new(ErrorCode::NotFound, self.to_string()),
+            ),
+            ApiError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                ErrorResponse::new(ErrorCode::Unauthorized, self.to_string()),
+            ),
+            ApiError::Forbidden(msg) => (
+                StatusCode::FORBIDDEN,
+                ErrorResponse::new(ErrorCode::Forbidden, msg.clone()),
+            ),
+            ApiError::Conflict(msg) => (
+                StatusCode::CONFLICT,
+                ErrorResponse::new(ErrorCode::Conflict, msg.clone()),
             ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -4,6 +4,8 @@
 
 pub mod data;
 pub mod error;
+pub mod index;
 pub mod routes;
 pub mod state;
+pub mod store;
 pub mod thumbnail;

@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Parser;
 use shared::api::ApiLimits;
@@ -10,7 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 use privatemail_server::data::DEFAULT_DIR;
 use privatemail_server::routes::router;
-use privatemail_server::state::{build_demo, DemoOptions};
+use privatemail_server::state::{AppState, Options};
 
 #[derive(Parser, Debug)]
 #[command(about = "PrivateMail gallery server")]
@@ -32,6 +31,16 @@ struct Args {
     web_dir: PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The gallery store (redb file); created and seeded with the demo gallery if missing.
+    #[arg(
+        long,
+        env = "PM_STORE",
+        default_value = "privatemail-data/gallery.redb"
+    )]
+    store: PathBuf,
+    /// Bearer token for adding and deleting gallery images; without one they are disabled.
+    #[arg(long, env = "PM_ADMIN_TOKEN")]
+    admin_token: Option<String>,
     /// Largest k a search may ask for.
     #[arg(long, default_value_t = 50)]
     max_k: usize,
@@ -58,24 +67,32 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         max_body_bytes: 1 << 20,
     };
     let t = std::time::Instant::now();
+    let (data_dir, store, token) = (
+        args.data_dir.clone(),
+        args.store.clone(),
+        args.admin_token.clone(),
+    );
+    let (gallery_size, anchor_count, seed) = (args.gallery_size, args.anchors, args.seed);
     let state = tokio::task::spawn_blocking(move || {
-        build_demo(&DemoOptions {
-            data_dir: &args.data_dir,
-            gallery_size: args.gallery_size,
-            anchor_count: args.anchors,
-            seed: args.seed,
+        AppState::open(&Options {
+            data_dir: &data_dir,
+            store_path: &store,
+            gallery_size,
+            anchor_count,
+            seed,
             limits,
+            admin_token: token,
         })
     })
     .await??;
     tracing::info!(
-        gallery = state.items.len(),
+        gallery = state.snapshot().items.len(),
         anchors = state.config.anchor_count,
         secs = t.elapsed().as_secs_f64(),
-        "gallery embedded"
+        "gallery ready"
     );
     let web = args.web_dir.is_dir().then_some(args.web_dir);
-    let app = router(Arc::new(state), web);
+    let app = router(state, web);
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
     // Tests and scripts read this line to find an ephemeral port.
     println!("listening on http://{}", listener.local_addr()?);

@@ -1,28 +1,35 @@
 //! The REST API, `/api/v1`. Handlers are small: extract, validate, call `shared`, respond.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Serialize;
 use shared::align::umeyama;
 use shared::api::{
-    AnchorsResponse, ConfigResponse, ErrorCode, ErrorResponse, Match, SearchRequest, SearchResponse,
+    AddItemsRequest, AnchorsResponse, ChangeResponse, ConfigResponse, ErrorCode, ErrorResponse,
+    ItemMeta, Match, SearchRequest, SearchResponse, StatusResponse,
 };
-use shared::retrieve::knn_rows;
 use shared::DMatrix;
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
 use crate::error::{plain_error, ApiError};
-use crate::state::AppState;
+use crate::state::{AppState, GalleryItem, SIDE};
+use crate::store::StoredItem;
 
 type Shared = State<Arc<AppState>>;
+
+/// The OpenAPI 3.1 description of this API (a test validates real responses against it).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Most images one `POST /api/v1/gallery` may add.
+pub const MAX_ADD: usize = 1_000;
 
 /// The whole application. `web_dir`, if given, is served at `/`.
 pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
@@ -31,7 +38,10 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
         .route("/config", get(config))
         .route("/anchors", get(anchors))
         .route("/search", post(search))
-        .route("/gallery/{id}", get(gallery_item))
+        .route("/status", get(status))
+        .route("/openapi.json", get(openapi))
+        .route("/gallery", post(add_items))
+        .route("/gallery/{id}", get(gallery_item).delete(delete_item))
         .route("/gallery/{id}/image.png", get(gallery_image))
         .fallback(|| async {
             plain_error(
@@ -60,6 +70,14 @@ async fn anchors(State(s): Shared) -> Json<AnchorsResponse> {
     Json(s.anchors.clone())
 }
 
+async fn status(State(s): Shared) -> Json<StatusResponse> {
+    Json(s.status())
+}
+
+async fn openapi() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+}
+
 /// Align the client's anchor rows onto ours, then answer EVERY submitted row the same way, so
 /// the response does not depend on which row is real.
 async fn search(
@@ -70,10 +88,11 @@ async fn search(
     let k_dim = s.config.smlq.embed_dim;
     req.validate(s.config.anchor_count, k_dim, &s.config.limits)
         .map_err(ApiError::Invalid)?;
+    let snap = s.snapshot();
     let to_matrix = |rows: &[Vec<f64>]| {
         DMatrix::from_row_iterator(rows.len(), k_dim, rows.iter().flatten().copied())
     };
-    let transform = umeyama(&to_matrix(&req.anchor_rows), &s.snapshot.anchor_rows)
+    let transform = umeyama(&to_matrix(&req.anchor_rows), &snap.anchor_rows)
         .map_err(|e| ApiError::Degenerate(e.to_string()))?;
     let aligned = transform
         .apply(&to_matrix(&req.query_rows))
@@ -82,10 +101,11 @@ async fn search(
         .row_iter()
         .map(|row| {
             let q: Vec<f64> = row.iter().copied().collect();
-            knn_rows(&s.snapshot.gallery_rows, &q, req.k, None)
+            snap.index
+                .knn(&q, req.k)
                 .into_iter()
                 .map(|n| {
-                    let item = &s.items[n.index];
+                    let item = &snap.items[n.index];
                     Match {
                         id: item.id,
                         label: item.label,
@@ -99,25 +119,26 @@ async fn search(
     Ok(Json(SearchResponse { results }))
 }
 
-#[derive(Serialize)]
-struct ItemMeta {
-    id: u64,
-    label: u32,
-    class_name: String,
+fn path_id(id: Result<Path<u64>, PathRejection>) -> Result<u64, ApiError> {
+    id.map(|Path(id)| id).map_err(|e| {
+        ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
+    })
 }
 
-fn lookup(s: &AppState, id: Result<Path<u64>, PathRejection>) -> Result<usize, ApiError> {
-    let Path(id) = id.map_err(|e| {
-        ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
-    })?;
-    s.by_id.get(&id).copied().ok_or(ApiError::NotFound(id))
+fn lookup(s: &AppState, id: u64) -> Result<Arc<GalleryItem>, ApiError> {
+    s.catalogue
+        .read()
+        .unwrap()
+        .get(&id)
+        .cloned()
+        .ok_or(ApiError::NotFound(id))
 }
 
 async fn gallery_item(
     State(s): Shared,
     id: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<ItemMeta>, ApiError> {
-    let item = &s.items[lookup(&s, id)?];
+    let item = lookup(&s, path_id(id)?)?;
     Ok(Json(ItemMeta {
         id: item.id,
         label: item.label,
@@ -129,6 +150,143 @@ async fn gallery_image(
     State(s): Shared,
     id: Result<Path<u64>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let item = &s.items[lookup(&s, id)?];
+    let item = lookup(&s, path_id(id)?)?;
     Ok(([(header::CONTENT_TYPE, "image/png")], item.png.clone()).into_response())
+}
+
+/// Mutations need `Authorization: Bearer <token>`; with no token configured they are off.
+fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &s.admin_token else {
+        return Err(ApiError::Forbidden(
+            "gallery changes are disabled (no admin token configured)".into(),
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compare in constant time with respect to the token's content.
+    let ok = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+async fn add_items(
+    State(s): Shared,
+    headers: HeaderMap,
+    body: Result<Json<AddItemsRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<ChangeResponse>), ApiError> {
+    authorize(&s, &headers)?;
+    let Json(req) = body?;
+    let invalid = |msg: String| ApiError::Invalid(ErrorResponse::new(ErrorCode::InvalidInput, msg));
+    if req.items.is_empty() || req.items.len() > MAX_ADD {
+        return Err(ApiError::Invalid(ErrorResponse::new(
+            ErrorCode::TooLarge,
+            format!(
+                "items must hold 1..={MAX_ADD} images, got {}",
+                req.items.len()
+            ),
+        )));
+    }
+    let n_pixels = (SIDE * SIDE) as usize;
+    for it in &req.items {
+        if it.label >= s.config.smlq.num_classes {
+            return Err(invalid(format!(
+                "label {} is outside 0..{}",
+                it.label, s.config.smlq.num_classes
+            )));
+        }
+        if it.pixels.len() != n_pixels {
+            return Err(ApiError::Invalid(ErrorResponse::new(
+                ErrorCode::DimensionMismatch,
+                format!(
+                    "pixels must hold {n_pixels} bytes ({SIDE}×{SIDE} greyscale), got {}",
+                    it.pixels.len()
+                ),
+            )));
+        }
+    }
+    let state = Arc::clone(&s);
+    let resp = tokio::task::spawn_blocking(move || -> Result<ChangeResponse, ApiError> {
+        // One writer at a time: ids, store and catalogue change together.
+        let mut cat = state.catalogue.write().unwrap();
+        let first = cat.keys().next_back().map_or(0, |m| m + 1);
+        let mut new = Vec::with_capacity(req.items.len());
+        for (i, it) in req.items.into_iter().enumerate() {
+            let id = first + i as u64;
+            let item = GalleryItem::new(id, it.label, it.pixels)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            new.push(Arc::new(item));
+        }
+        let version = state.catalogue_version.load(Ordering::SeqCst) + 1;
+        let stored: Vec<StoredItem> = new
+            .iter()
+            .map(|it| StoredItem {
+                id: it.id,
+                label: it.label,
+                pixels: it.pixels.clone(),
+            })
+            .collect();
+        state
+            .store
+            .put_items(&stored, version)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        for it in &new {
+            cat.insert(it.id, Arc::clone(it));
+        }
+        state.catalogue_version.store(version, Ordering::SeqCst);
+        Ok(ChangeResponse {
+            ids: new.iter().map(|it| it.id).collect(),
+            catalogue_version: version,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))??;
+    s.schedule_reembed();
+    Ok((StatusCode::ACCEPTED, Json(resp)))
+}
+
+async fn delete_item(
+    State(s): Shared,
+    headers: HeaderMap,
+    id: Result<Path<u64>, PathRejection>,
+) -> Result<(StatusCode, Json<ChangeResponse>), ApiError> {
+    authorize(&s, &headers)?;
+    let id = path_id(id)?;
+    let state = Arc::clone(&s);
+    let resp = tokio::task::spawn_blocking(move || -> Result<ChangeResponse, ApiError> {
+        let mut cat = state.catalogue.write().unwrap();
+        if !cat.contains_key(&id) {
+            return Err(ApiError::NotFound(id));
+        }
+        if cat.len() <= 2 {
+            return Err(ApiError::Conflict(
+                "the gallery needs at least 2 images".into(),
+            ));
+        }
+        let version = state.catalogue_version.load(Ordering::SeqCst) + 1;
+        state
+            .store
+            .delete_item(id, version)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        cat.remove(&id);
+        state.catalogue_version.store(version, Ordering::SeqCst);
+        Ok(ChangeResponse {
+            ids: vec![id],
+            catalogue_version: version,
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))??;
+    s.schedule_reembed();
+    Ok((StatusCode::ACCEPTED, Json(resp)))
 }

@@ -1,57 +1,96 @@
-//! The server's read-only state: gallery items, public anchors and the embedding snapshot.
+//! The server's state: the live catalogue (what is stored), the public anchors, and the search
+//! snapshot (the catalogue as of its last embedding), which is swapped atomically after a
+//! background re-embedding while searches keep being answered from the old one.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse};
+use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse, StatusResponse};
 use shared::privatemail::embed_dense;
 use shared::{DMatrix, Params};
 
 use crate::data::{load_split, DataError, Split, CLASS_NAMES};
+use crate::index::Index;
+use crate::store::{SnapshotMeta, Store, StoreError, StoredItem, StoredSnapshot};
 use crate::thumbnail::{base64, png_grey};
 
-/// One gallery image.
+/// Image side (Fashion-MNIST).
+pub const SIDE: u32 = 28;
+/// Anchor ids live above every gallery id the demo seeds.
+pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;
+
+/// One gallery image with its pre-encoded thumbnail.
 pub struct GalleryItem {
     pub id: u64,
     pub label: u32,
+    pub pixels: Vec<u8>,
     pub png: Vec<u8>,
     pub thumbnail_b64: String,
 }
 
-/// The non-private embedding the server answers from.
+impl GalleryItem {
+    pub fn new(id: u64, label: u32, pixels: Vec<u8>) -> Result<Self, StateError> {
+        let png = png_grey(&pixels, SIDE, SIDE)?;
+        Ok(GalleryItem {
+            id,
+            label,
+            thumbnail_b64: base64(&png),
+            png,
+            pixels,
+        })
+    }
+}
+
+/// What searches are answered from. Immutable once built.
 pub struct Snapshot {
-    /// Gallery rows of the embedding, row-major.
+    pub catalogue_version: u64,
+    pub items: Vec<Arc<GalleryItem>>,
+    /// Gallery rows of the embedding (row-major), in `items` order.
     pub gallery_rows: Vec<Vec<f64>>,
-    /// Anchor rows of the embedding (the alignment target).
+    pub index: Index,
     pub anchor_rows: DMatrix<f64>,
 }
 
 pub struct AppState {
     pub config: ConfigResponse,
     pub anchors: AnchorsResponse,
-    pub items: Vec<GalleryItem>,
-    pub by_id: HashMap<u64, usize>,
-    pub snapshot: Snapshot,
+    anchor_pixels: DMatrix<f64>,
+    pub params: Params,
+    pub seed: u64,
+    pub admin_token: Option<String>,
+    pub catalogue: RwLock<BTreeMap<u64, Arc<GalleryItem>>>,
+    pub catalogue_version: AtomicU64,
+    snapshot: RwLock<Arc<Snapshot>>,
+    reembed: Mutex<Reembed>,
+    pub store: Store,
 }
 
-/// What the demo gallery is built from.
-pub struct DemoOptions<'a> {
+#[derive(Default)]
+struct Reembed {
+    running: bool,
+    dirty: bool,
+}
+
+pub struct Options<'a> {
     pub data_dir: &'a Path,
+    pub store_path: &'a Path,
     pub gallery_size: usize,
     pub anchor_count: usize,
     pub seed: u64,
     pub limits: ApiLimits,
+    pub admin_token: Option<String>,
 }
-
-/// Anchor ids live above the test split's ids so the two never collide.
-pub const ANCHOR_ID_BASE: u64 = 1_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error(transparent)]
     Data(#[from] DataError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("embedding failed: {0}")]
     Embed(#[from] shared::Error),
     #[error("thumbnail encoding failed: {0}")]
@@ -60,95 +99,272 @@ pub enum StateError {
     Invalid(String),
 }
 
-fn pixels(split: &Split, i: usize) -> impl Iterator<Item = f64> + '_ {
-    split.images.image(i).iter().map(|&p| p as f64 / 255.0)
+fn scaled(pixels: &[u8]) -> impl Iterator<Item = f64> + '_ {
+    pixels.iter().map(|&p| p as f64 / 255.0)
 }
 
-/// The Fashion-MNIST demo: the first `gallery_size` test images as the gallery, the first
-/// `anchor_count / 10` training images of each class as public anchors, pixels as features.
-pub fn build_demo(opts: &DemoOptions) -> Result<AppState, StateError> {
-    let test = load_split(opts.data_dir, "t10k")?;
-    let train = load_split(opts.data_dir, "train")?;
-    let g = opts.gallery_size.min(test.labels.len());
-    let per_class = opts.anchor_count.div_ceil(10);
+fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
+    let per_class = count.div_ceil(10);
     let mut taken = [0usize; 10];
-    let anchor_idx: Vec<usize> = (0..train.labels.len())
+    (0..train.labels.len())
         .filter(|&i| {
             let c = train.labels[i] as usize;
             taken[c] += 1;
             taken[c] <= per_class
         })
-        .take(opts.anchor_count)
-        .collect();
-    if g < 2 || anchor_idx.len() < 10 {
-        return Err(StateError::Invalid(
-            "need at least 2 gallery images and 10 anchors".into(),
-        ));
-    }
-    let d = test.images.rows * test.images.cols;
-    let params = Params::default();
-    let n = g + anchor_idx.len();
-    let mut feats = DMatrix::<f64>::zeros(n, d);
-    let mut labels = Vec::with_capacity(n);
-    for i in 0..g {
-        for (j, v) in pixels(&test, i).enumerate() {
-            feats[(i, j)] = v;
-        }
-        labels.push(test.labels[i] as u32);
-    }
-    for (r, &i) in anchor_idx.iter().enumerate() {
-        for (j, v) in pixels(&train, i).enumerate() {
-            feats[(g + r, j)] = v;
-        }
-        labels.push(train.labels[i] as u32);
-    }
-    let mut rng = ChaCha20Rng::seed_from_u64(opts.seed);
-    let emb = embed_dense(&feats, &labels, &params.smlq, &mut rng)?;
-    let gallery_rows = (0..g)
-        .map(|i| emb.row(i).iter().copied().collect())
-        .collect();
-    let anchor_rows = emb.rows(g, anchor_idx.len()).into_owned();
+        .take(count)
+        .collect()
+}
 
-    let (w, h) = (test.images.cols as u32, test.images.rows as u32);
-    let mut items = Vec::with_capacity(g);
-    for i in 0..g {
-        let png = png_grey(test.images.image(i), w, h)?;
-        items.push(GalleryItem {
-            id: i as u64,
-            label: test.labels[i] as u32,
-            thumbnail_b64: base64(&png),
-            png,
+impl AppState {
+    /// Open the store (seeding it with the first `gallery_size` test images if empty), take
+    /// the anchors from the training split, and reuse the stored embedding if it matches the
+    /// catalogue, the parameters and the anchors — otherwise embed now.
+    pub fn open(opts: &Options) -> Result<Arc<Self>, StateError> {
+        let train = load_split(opts.data_dir, "train")?;
+        let anchor_idx = balanced_anchors(&train, opts.anchor_count);
+        if anchor_idx.len() < 10 {
+            return Err(StateError::Invalid("need at least 10 anchors".into()));
+        }
+        let d = (SIDE * SIDE) as usize;
+        let store = Store::open(opts.store_path)?;
+        let mut stored = store.load_items()?;
+        let mut version = store.catalogue_version()?;
+        if stored.is_empty() {
+            let test = load_split(opts.data_dir, "t10k")?;
+            let g = opts.gallery_size.min(test.labels.len());
+            stored = (0..g)
+                .map(|i| StoredItem {
+                    id: i as u64,
+                    label: test.labels[i] as u32,
+                    pixels: test.images.image(i).to_vec(),
+                })
+                .collect();
+            version += 1;
+            store.put_items(&stored, version)?;
+        }
+        let mut catalogue = BTreeMap::new();
+        for it in stored {
+            if it.pixels.len() != d || it.label >= 10 {
+                return Err(StateError::Invalid(format!(
+                    "stored item {} is malformed",
+                    it.id
+                )));
+            }
+            catalogue.insert(
+                it.id,
+                Arc::new(GalleryItem::new(it.id, it.label, it.pixels)?),
+            );
+        }
+        let params = Params::default();
+        let anchors = AnchorsResponse {
+            ids: anchor_idx
+                .iter()
+                .map(|&i| ANCHOR_ID_BASE + i as u64)
+                .collect(),
+            labels: anchor_idx.iter().map(|&i| train.labels[i] as u32).collect(),
+            features: anchor_idx
+                .iter()
+                .map(|&i| scaled(train.images.image(i)).map(|v| v as f32).collect())
+                .collect(),
+        };
+        let anchor_pixels = DMatrix::from_fn(anchor_idx.len(), d, |r, j| {
+            train.images.image(anchor_idx[r])[j] as f64 / 255.0
+        });
+        let config = ConfigResponse {
+            smlq: params.smlq,
+            privacy_defaults: params.privacy,
+            class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
+            feature_dim: d,
+            anchor_count: anchor_idx.len(),
+            model_version: "pixels-v1".into(),
+            limits: opts.limits,
+        };
+        let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
+        let placeholder = Snapshot {
+            catalogue_version: 0,
+            items: Vec::new(),
+            gallery_rows: Vec::new(),
+            index: Index::build(&[]),
+            anchor_rows: DMatrix::zeros(0, 0),
+        };
+        let state = AppState {
+            config,
+            anchors,
+            anchor_pixels,
+            params,
+            seed: opts.seed,
+            admin_token: opts.admin_token.clone(),
+            catalogue: RwLock::new(catalogue),
+            catalogue_version: AtomicU64::new(version),
+            snapshot: RwLock::new(Arc::new(placeholder)),
+            reembed: Mutex::new(Reembed::default()),
+            store,
+        };
+        let snap = match state.stored_snapshot(&items, version)? {
+            Some(s) => s,
+            None => {
+                let s = state.embed(items, version)?;
+                state.persist(&s)?;
+                s
+            }
+        };
+        *state.snapshot.write().unwrap() = Arc::new(snap);
+        Ok(Arc::new(state))
+    }
+
+    fn meta(&self, version: u64, gallery_len: usize) -> SnapshotMeta {
+        SnapshotMeta {
+            catalogue_version: version,
+            smlq: self.params.smlq,
+            seed: self.seed,
+            anchor_ids: self.anchors.ids.clone(),
+            gallery_len,
+        }
+    }
+
+    /// The stored embedding, if it was computed from exactly this catalogue and configuration.
+    fn stored_snapshot(
+        &self,
+        items: &[Arc<GalleryItem>],
+        version: u64,
+    ) -> Result<Option<Snapshot>, StateError> {
+        let Some(s) = self.store.load_snapshot()? else {
+            return Ok(None);
+        };
+        let k = self.params.smlq.embed_dim;
+        let n_anchor = self.anchors.ids.len();
+        let ids_match =
+            s.ids.len() == items.len() && s.ids.iter().zip(items).all(|(a, b)| *a == b.id);
+        if s.meta != self.meta(version, items.len())
+            || !ids_match
+            || s.rows.len() != (items.len() + n_anchor) * k
+        {
+            return Ok(None);
+        }
+        let g = items.len();
+        let rows: Vec<Vec<f64>> = s.rows.chunks_exact(k).map(|r| r.to_vec()).collect();
+        Ok(Some(Snapshot {
+            catalogue_version: version,
+            items: items.to_vec(),
+            index: Index::build(&rows[..g]),
+            anchor_rows: DMatrix::from_row_iterator(
+                n_anchor,
+                k,
+                rows[g..].iter().flatten().copied(),
+            ),
+            gallery_rows: rows[..g].to_vec(),
+        }))
+    }
+
+    /// Embed `[items ; anchors]` (the expensive step; call off the async runtime).
+    pub fn embed(
+        &self,
+        items: Vec<Arc<GalleryItem>>,
+        version: u64,
+    ) -> Result<Snapshot, StateError> {
+        let g = items.len();
+        if g < 2 {
+            return Err(StateError::Invalid(
+                "the gallery needs at least 2 images".into(),
+            ));
+        }
+        let n_anchor = self.anchor_pixels.nrows();
+        let d = self.anchor_pixels.ncols();
+        let mut feats = DMatrix::<f64>::zeros(g + n_anchor, d);
+        for (i, it) in items.iter().enumerate() {
+            for (j, v) in scaled(&it.pixels).enumerate() {
+                feats[(i, j)] = v;
+            }
+        }
+        feats.rows_mut(g, n_anchor).copy_from(&self.anchor_pixels);
+        let labels: Vec<u32> = items
+            .iter()
+            .map(|it| it.label)
+            .chain(self.anchors.labels.iter().copied())
+            .collect();
+        let mut rng = ChaCha20Rng::seed_from_u64(self.seed);
+        let emb = embed_dense(&feats, &labels, &self.params.smlq, &mut rng)?;
+        let rows: Vec<Vec<f64>> = (0..g)
+            .map(|i| emb.row(i).iter().copied().collect())
+            .collect();
+        Ok(Snapshot {
+            catalogue_version: version,
+            items,
+            index: Index::build(&rows),
+            gallery_rows: rows,
+            anchor_rows: emb.rows(g, n_anchor).into_owned(),
+        })
+    }
+
+    fn persist(&self, snap: &Snapshot) -> Result<(), StateError> {
+        let k = self.params.smlq.embed_dim;
+        let mut rows = Vec::with_capacity((snap.items.len() + snap.anchor_rows.nrows()) * k);
+        for r in &snap.gallery_rows {
+            rows.extend_from_slice(r);
+        }
+        for r in snap.anchor_rows.row_iter() {
+            rows.extend(r.iter().copied());
+        }
+        self.store.save_snapshot(&StoredSnapshot {
+            meta: self.meta(snap.catalogue_version, snap.items.len()),
+            ids: snap.items.iter().map(|it| it.id).collect(),
+            rows,
+        })?;
+        Ok(())
+    }
+
+    /// The current search snapshot (cheap: an `Arc` clone under a read lock).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.read().unwrap().clone()
+    }
+
+    pub fn status(&self) -> StatusResponse {
+        let snap = self.snapshot();
+        StatusResponse {
+            snapshot_version: snap.catalogue_version,
+            catalogue_version: self.catalogue_version.load(Ordering::SeqCst),
+            snapshot_items: snap.items.len(),
+            catalogue_items: self.catalogue.read().unwrap().len(),
+            reembedding: self.reembed.lock().unwrap().running,
+        }
+    }
+
+    /// Re-embed the catalogue in the background until the snapshot catches up with it; at
+    /// most one re-embedding runs, and changes made meanwhile trigger one more round.
+    pub fn schedule_reembed(self: &Arc<Self>) {
+        {
+            let mut r = self.reembed.lock().unwrap();
+            if r.running {
+                r.dirty = true;
+                return;
+            }
+            r.running = true;
+        }
+        let state = Arc::clone(self);
+        std::thread::spawn(move || loop {
+            let version = state.catalogue_version.load(Ordering::SeqCst);
+            let items: Vec<Arc<GalleryItem>> =
+                state.catalogue.read().unwrap().values().cloned().collect();
+            match state.embed(items, version) {
+                Ok(snap) => {
+                    if let Err(e) = state.persist(&snap) {
+                        tracing::error!(error = %e, "persisting the snapshot failed");
+                    }
+                    *state.snapshot.write().unwrap() = Arc::new(snap);
+                    tracing::info!(version, "new snapshot swapped in");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "re-embedding failed; keeping the old snapshot")
+                }
+            }
+            let mut r = state.reembed.lock().unwrap();
+            if r.dirty {
+                r.dirty = false;
+            } else {
+                r.running = false;
+                return;
+            }
         });
     }
-    let by_id = items.iter().enumerate().map(|(i, it)| (it.id, i)).collect();
-    let anchors = AnchorsResponse {
-        ids: anchor_idx
-            .iter()
-            .map(|&i| ANCHOR_ID_BASE + i as u64)
-            .collect(),
-        labels: anchor_idx.iter().map(|&i| train.labels[i] as u32).collect(),
-        features: anchor_idx
-            .iter()
-            .map(|&i| pixels(&train, i).map(|v| v as f32).collect())
-            .collect(),
-    };
-    let config = ConfigResponse {
-        smlq: params.smlq,
-        privacy_defaults: params.privacy,
-        class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
-        feature_dim: d,
-        anchor_count: anchor_idx.len(),
-        model_version: "pixels-v1".into(),
-        limits: opts.limits,
-    };
-    Ok(AppState {
-        config,
-        anchors,
-        items,
-        by_id,
-        snapshot: Snapshot {
-            gallery_rows,
-            anchor_rows,
-        },
-    })
 }

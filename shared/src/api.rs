@@ -64,6 +64,47 @@ pub struct SearchResponse {
     pub results: Vec<Vec<Match>>,
 }
 
+/// `GET /api/v1/gallery/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemMeta {
+    pub id: u64,
+    pub label: u32,
+    pub class_name: String,
+}
+
+/// One image to add: a greyscale image of the gallery's size, row-major, one byte a pixel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewItem {
+    pub label: u32,
+    pub pixels: Vec<u8>,
+}
+
+/// `POST /api/v1/gallery` (bearer token required).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AddItemsRequest {
+    pub items: Vec<NewItem>,
+}
+
+/// Answer to a change of the gallery: the change is stored; the embedding is recomputed in the
+/// background and swapped in atomically (watch `GET /api/v1/status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeResponse {
+    pub ids: Vec<u64>,
+    pub catalogue_version: u64,
+}
+
+/// `GET /api/v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusResponse {
+    /// Version of the catalogue the current search snapshot was embedded from.
+    pub snapshot_version: u64,
+    /// Version of the stored catalogue (bumped by every add or delete).
+    pub catalogue_version: u64,
+    pub snapshot_items: usize,
+    pub catalogue_items: usize,
+    pub reembedding: bool,
+}
+
 /// Machine-readable error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -78,6 +119,8 @@ pub enum ErrorCode {
     DegenerateAnchors,
     NotFound,
     Unauthorized,
+    Forbidden,
+    Conflict,
     Internal,
 }
 

@@ -16,6 +16,19 @@ impl Drop for Server {
     }
 }
 
+/// A fresh store path under the system temp directory, unique per call.
+pub fn temp_store(tag: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pm-e2e-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir.join("gallery.redb")
+}
+
 /// Build (if needed) and start `server` with the given extra arguments; waits for its
 /// "listening on" line.
 pub fn start_server(extra: &[&str]) -> Server {

@@ -2,7 +2,7 @@
 //! `shared`. Needs the Debian package dataset-fashion-mnist (the set-up scripts install it).
 
 use base64::Engine;
-use privatemail_e2e::{start_server, Server};
+use privatemail_e2e::{start_server, temp_store, Server};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
@@ -13,7 +13,15 @@ use shared::privatemail::{privatize, Anchors};
 use shared::{DMatrix, Params};
 
 fn server() -> Server {
-    start_server(&["--gallery-size", "1000", "--anchors", "200"])
+    let store = temp_store("api");
+    start_server(&[
+        "--gallery-size",
+        "1000",
+        "--anchors",
+        "200",
+        "--store",
+        store.to_str().unwrap(),
+    ])
 }
 
 fn client_release(

@@ -5,6 +5,7 @@
 pub mod data;
 pub mod error;
 pub mod index;
+pub mod latency;
 pub mod routes;
 pub mod state;
 pub mod store;

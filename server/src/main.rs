@@ -20,9 +20,9 @@ struct Args {
     /// Directory with the Fashion-MNIST IDX files.
     #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
     data_dir: PathBuf,
-    /// Gallery images (from the test split).
-    #[arg(long, default_value_t = 10_000)]
-    gallery_size: usize,
+    /// Gallery images: the test split first, then the training split (70,000 = all).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=70_000))]
+    gallery_size: u64,
     /// Public anchors (from the training split, class-balanced).
     #[arg(long, default_value_t = 1_000)]
     anchors: usize,
@@ -72,7 +72,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.store.clone(),
         args.admin_token.clone(),
     );
-    let (gallery_size, anchor_count, seed) = (args.gallery_size, args.anchors, args.seed);
+    let (gallery_size, anchor_count, seed) = (args.gallery_size as usize, args.anchors, args.seed);
     let state = tokio::task::spawn_blocking(move || {
         AppState::open(&Options {
             data_dir: &data_dir,

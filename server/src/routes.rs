@@ -37,7 +37,13 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
     let api = Router::new()
         .route("/config", get(config))
         .route("/anchors", get(anchors))
-        .route("/search", post(search))
+        .route(
+            "/search",
+            post(search).layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&state),
+                time_search,
+            )),
+        )
         .route("/status", get(status))
         .route("/openapi.json", get(openapi))
         .route("/gallery", post(add_items))
@@ -60,6 +66,18 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
         app = app.fallback_service(ServeDir::new(dir));
     }
     app
+}
+
+/// Records the server-side latency of every search (body parsing to response built).
+async fn time_search(
+    State(s): Shared,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let t = std::time::Instant::now();
+    let resp = next.run(req).await;
+    s.search_latency.record(t.elapsed());
+    resp
 }
 
 async fn config(State(s): Shared) -> Json<ConfigResponse> {

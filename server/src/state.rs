@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse, StatusResponse};
-use shared::privatemail::embed_dense;
+use shared::privatemail::{embed_dense, embed_nystrom};
 use shared::{DMatrix, Params};
 
 use crate::data::{load_split, DataError, Split, CLASS_NAMES};
@@ -20,6 +20,11 @@ use crate::thumbnail::{base64, png_grey};
 
 /// Image side (Fashion-MNIST).
 pub const SIDE: u32 = 28;
+/// Up to this many rows (gallery + anchors) the exact dense kernel is used (≤ 0.6 GB); above
+/// it, the Nyström approximation with [`NYSTROM_LANDMARKS`] landmarks (O(N·m) memory).
+pub const DENSE_MAX_ROWS: usize = 12_000;
+pub const NYSTROM_LANDMARKS: usize = 1_000;
+
 /// Anchor ids live above every gallery id the demo seeds.
 pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;
 
@@ -67,6 +72,7 @@ pub struct AppState {
     snapshot: RwLock<Arc<Snapshot>>,
     reembed: Mutex<Reembed>,
     pub store: Store,
+    pub search_latency: crate::latency::Histogram,
 }
 
 #[derive(Default)]
@@ -131,6 +137,8 @@ impl AppState {
         let mut stored = store.load_items()?;
         let mut version = store.catalogue_version()?;
         if stored.is_empty() {
+            // The test split first (ids 0..10,000), then, for bigger galleries, the training
+            // split (ids 10,000 + index).
             let test = load_split(opts.data_dir, "t10k")?;
             let g = opts.gallery_size.min(test.labels.len());
             stored = (0..g)
@@ -140,6 +148,12 @@ impl AppState {
                     pixels: test.images.image(i).to_vec(),
                 })
                 .collect();
+            let extra = opts.gallery_size.saturating_sub(g).min(train.labels.len());
+            stored.extend((0..extra).map(|i| StoredItem {
+                id: (test.labels.len() + i) as u64,
+                label: train.labels[i] as u32,
+                pixels: train.images.image(i).to_vec(),
+            }));
             version += 1;
             store.put_items(&stored, version)?;
         }
@@ -200,6 +214,7 @@ impl AppState {
             snapshot: RwLock::new(Arc::new(placeholder)),
             reembed: Mutex::new(Reembed::default()),
             store,
+            search_latency: Default::default(),
         };
         let snap = match state.stored_snapshot(&items, version)? {
             Some(s) => s,
@@ -284,7 +299,20 @@ impl AppState {
             .chain(self.anchors.labels.iter().copied())
             .collect();
         let mut rng = ChaCha20Rng::seed_from_u64(self.seed);
-        let emb = embed_dense(&feats, &labels, &self.params.smlq, &mut rng)?;
+        let t = std::time::Instant::now();
+        let emb = if g + n_anchor <= DENSE_MAX_ROWS {
+            embed_dense(&feats, &labels, &self.params.smlq, &mut rng)?
+        } else {
+            embed_nystrom(
+                feats,
+                &labels,
+                &self.params.smlq,
+                NYSTROM_LANDMARKS,
+                &mut rng,
+            )?
+        };
+        let secs = t.elapsed().as_secs_f64();
+        tracing::info!(rows = g + n_anchor, secs, "embedded");
         let rows: Vec<Vec<f64>> = (0..g)
             .map(|i| emb.row(i).iter().copied().collect())
             .collect();
@@ -327,6 +355,7 @@ impl AppState {
             snapshot_items: snap.items.len(),
             catalogue_items: self.catalogue.read().unwrap().len(),
             reembedding: self.reembed.lock().unwrap().running,
+            search_latency: self.search_latency.summary(),
         }
     }
 

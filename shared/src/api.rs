@@ -103,6 +103,15 @@ pub struct StatusResponse {
     pub snapshot_items: usize,
     pub catalogue_items: usize,
     pub reembedding: bool,
+    /// Server-side latency of `POST /search` since start (parse to response), microseconds.
+    pub search_latency: LatencySummary,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
 }
 
 /// Machine-readable error codes.

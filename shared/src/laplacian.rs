@@ -93,16 +93,22 @@ pub trait GraphOperator {
 
 /// Rows scaled to unit L2 norm; zero rows and non-finite values are refused.
 pub fn normalize_rows(x: &DMatrix<f64>, what: &'static str) -> Result<DMatrix<f64>> {
+    normalize_rows_owned(x.clone(), what)
+}
+
+/// [`normalize_rows`] without a copy.
+pub fn normalize_rows_owned(mut x: DMatrix<f64>, what: &'static str) -> Result<DMatrix<f64>> {
     ensure_finite(x.as_slice(), what)?;
-    let mut out = x.clone();
-    for mut row in out.row_iter_mut() {
-        let norm = row.norm();
-        if norm == 0.0 || !norm.is_finite() {
-            return Err(Error::ZeroRow { what });
-        }
-        row /= norm;
+    let norms: Vec<f64> = x.row_iter().map(|r| r.norm()).collect();
+    if norms.iter().any(|&v| v == 0.0 || !v.is_finite()) {
+        return Err(Error::ZeroRow { what });
     }
-    Ok(out)
+    for mut col in x.column_iter_mut() {
+        for (v, n) in col.iter_mut().zip(&norms) {
+            *v /= n;
+        }
+    }
+    Ok(x)
 }
 
 /// A dense kernel over n points, stored as its strict lower triangle packed column by column

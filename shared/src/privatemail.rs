@@ -352,7 +352,7 @@ pub fn privatize(
 
 /// The server's non-private embedding of `[gallery ; anchors]` (unit-normalised features):
 /// `T + 1` SMLQ iterations from its own random start with the feature kernel throughout.
-/// Dense, O(N²) memory: for small galleries and as the reference for faster paths.
+/// Dense, O(N²) memory: for small galleries and as the reference for [`embed_nystrom`].
 pub fn embed_dense(
     features: &DMatrix<f64>,
     labels: &[u32],
@@ -361,11 +361,48 @@ pub fn embed_dense(
 ) -> Result<DMatrix<f64>> {
     smlq_params.validate()?;
     let x = normalize_rows(features, "gallery features")?;
-    let gx = DenseKernel::from_unit_rows(&x, smlq_params.kernel_scale);
-    let ly = LabelLaplacian::new(labels, smlq_params.num_classes, smlq_params.kernel_scale)?;
     let q = initial_embedding(rng, x.nrows(), smlq_params);
+    let gx = DenseKernel::from_unit_rows(&x, smlq_params.kernel_scale);
+    embed_with(&gx, labels, smlq_params, q)
+}
+
+/// As [`embed_dense`] (but consuming the features, to save a copy), with the Nyström kernel over `landmarks` rows drawn at random:
+/// O(N·m) memory and O(N·m·d) time, for large galleries.
+pub fn embed_nystrom(
+    features: DMatrix<f64>,
+    labels: &[u32],
+    smlq_params: &SmlqParams,
+    landmarks: usize,
+    rng: &mut impl Rng,
+) -> Result<DMatrix<f64>> {
+    smlq_params.validate()?;
+    let x = crate::laplacian::normalize_rows_owned(features, "gallery features")?;
+    let n = x.nrows();
+    // Q first, so a seeded run starts from the same Q as `embed_dense`.
+    let q = initial_embedding(rng, n, smlq_params);
+    let mut idx: Vec<usize> = (0..n).collect();
+    idx.shuffle(rng);
+    idx.truncate(landmarks.clamp(1, n));
+    let gx = crate::nystrom::NystromKernel::from_unit_rows(&x, &idx, smlq_params.kernel_scale);
+    embed_with(&gx, labels, smlq_params, q)
+}
+
+fn embed_with(
+    gx: &impl crate::laplacian::GraphOperator,
+    labels: &[u32],
+    smlq_params: &SmlqParams,
+    q: DMatrix<f64>,
+) -> Result<DMatrix<f64>> {
+    if labels.len() != gx.len() {
+        return Err(Error::DimensionMismatch {
+            what: "gallery labels",
+            expected: gx.len(),
+            got: labels.len(),
+        });
+    }
+    let ly = LabelLaplacian::new(labels, smlq_params.num_classes, smlq_params.kernel_scale)?;
     Ok(smlq(
-        &gx,
+        gx,
         &ly,
         smlq_params.alpha,
         q,

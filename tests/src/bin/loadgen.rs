@@ -1,0 +1,142 @@
+//! `loadgen`: a load benchmark for `POST /api/v1/search` on loopback. Builds one real private
+//! query (10 rows: the real one and 9 dummies) with the native client, then replays it from
+//! several threads over keep-alive connections for a fixed time, and reports throughput,
+//! client-side latency percentiles and the server's own p50/p99 from `/api/v1/status`.
+//! Bounded in count and time; only ever talks to the address it is given (loopback).
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use shared::api::{AnchorsResponse, ConfigResponse, SearchRequest, StatusResponse};
+use shared::privatemail::{privatize, Anchors};
+use shared::{DMatrix, Params};
+
+#[derive(Parser)]
+struct Args {
+    /// Server base URL (loopback), e.g. http://127.0.0.1:8080
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    base: String,
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Hard cap on requests per thread.
+    #[arg(long, default_value_t = 200_000)]
+    max_requests: usize,
+    #[arg(long, default_value_t = 8)]
+    k: usize,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let http = reqwest::blocking::Client::new();
+    let config: ConfigResponse = http
+        .get(format!("{}/api/v1/config", args.base))
+        .send()?
+        .json()?;
+    let anchors: AnchorsResponse = http
+        .get(format!("{}/api/v1/anchors", args.base))
+        .send()?
+        .json()?;
+    let feats = DMatrix::from_row_iterator(
+        anchors.features.len(),
+        config.feature_dim,
+        anchors.features.iter().flatten().map(|&v| v as f64),
+    );
+    let a = Anchors::new(&feats, &anchors.labels, &config.smlq)?;
+    let query: Vec<f64> = (0..config.feature_dim)
+        .map(|i| ((i * 37) % 255) as f64 / 255.0)
+        .collect();
+    let params = Params {
+        smlq: config.smlq,
+        ..Params::default()
+    };
+    let r = privatize(&query, 0, &a, &params, &mut ChaCha20Rng::seed_from_u64(1))?;
+    let rows = |m: &DMatrix<f64>| m.row_iter().map(|r| r.iter().copied().collect()).collect();
+    let req = SearchRequest {
+        query_rows: rows(&r.query_rows),
+        anchor_rows: rows(&r.anchor_rows),
+        k: args.k,
+    };
+    let body = serde_json::to_vec(&req)?;
+    println!(
+        "request: {} query rows, {} anchor rows, k = {}, {} bytes",
+        req.query_rows.len(),
+        req.anchor_rows.len(),
+        req.k,
+        body.len()
+    );
+
+    let before: StatusResponse = http
+        .get(format!("{}/api/v1/status", args.base))
+        .send()?
+        .json()?;
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let url = format!("{}/api/v1/search", args.base);
+    let start = Instant::now();
+    let results: Vec<(Vec<u32>, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..args.threads)
+            .map(|_| {
+                let (url, body) = (&url, &body);
+                s.spawn(move || {
+                    let http = reqwest::blocking::Client::new();
+                    let mut lat = Vec::new();
+                    let mut errors = 0;
+                    while Instant::now() < deadline && lat.len() < args.max_requests {
+                        let t = Instant::now();
+                        let ok = http
+                            .post(url)
+                            .header("content-type", "application/json")
+                            .body(body.clone())
+                            .send()
+                            .and_then(|r| {
+                                let ok = r.status().is_success();
+                                r.bytes().map(|_| ok)
+                            })
+                            .unwrap_or(false);
+                        lat.push(t.elapsed().as_micros() as u32);
+                        if !ok {
+                            errors += 1;
+                        }
+                    }
+                    (lat, errors)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat: Vec<u32> = results
+        .iter()
+        .flat_map(|(l, _)| l.iter().copied())
+        .collect();
+    let errors: usize = results.iter().map(|(_, e)| e).sum();
+    lat.sort_unstable();
+    let pct = |q: f64| lat[((q * lat.len() as f64) as usize).min(lat.len() - 1)] as f64 / 1000.0;
+    let after: StatusResponse = http
+        .get(format!("{}/api/v1/status", args.base))
+        .send()?
+        .json()?;
+    println!(
+        "{} searches in {secs:.1} s with {} threads: {:.0} searches/s, {errors} errors",
+        lat.len(),
+        args.threads,
+        lat.len() as f64 / secs
+    );
+    println!(
+        "client latency ms: p50 {:.2}, p90 {:.2}, p99 {:.2}, max {:.2}",
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        pct(1.0)
+    );
+    println!(
+        "server-side (since start, {} searches): p50 {} µs, p99 {} µs",
+        after.search_latency.count - before.search_latency.count.min(after.search_latency.count),
+        after.search_latency.p50_us,
+        after.search_latency.p99_us
+    );
+    Ok(())
+}

@@ -315,3 +315,72 @@ fn every_bad_input_gets_a_typed_4xx() {
         StatusCode::OK
     );
 }
+
+/// The server's alignment and retrieval, end to end, with a query whose answer is known: the
+/// server's own embedding (recomputed in-process from the same data and seed — it is
+/// deterministic) under a known similarity transform. The server must undo the transform,
+/// find each item itself first, and mostly same-class neighbours after it.
+#[test]
+fn transformed_server_rows_find_themselves_and_their_class() {
+    let store = temp_store("own");
+    let srv = start_server(&[
+        "--gallery-size",
+        "1000",
+        "--anchors",
+        "200",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    let limits = shared::api::ApiLimits {
+        max_k: 50,
+        max_query_rows: 32,
+        max_body_bytes: 1 << 20,
+    };
+    let local = privatemail_server::state::AppState::open(&privatemail_server::state::Options {
+        data_dir: std::path::Path::new(privatemail_server::data::DEFAULT_DIR),
+        store_path: &temp_store("own-local"),
+        gallery_size: 1000,
+        anchor_count: 200,
+        seed: 1,
+        limits,
+        admin_token: None,
+    })
+    .unwrap();
+    let snap = local.snapshot();
+    let (c, s) = (0.5f64.cos(), 0.5f64.sin());
+    let t = |r: &[f64]| {
+        vec![
+            2.5 * (c * r[0] - s * r[1]) + 3.0,
+            2.5 * (s * r[0] + c * r[1]) - 1.0,
+        ]
+    };
+    let queries: Vec<usize> = (0..10).map(|i| i * 97).collect();
+    let req = SearchRequest {
+        query_rows: queries.iter().map(|&i| t(&snap.gallery_rows[i])).collect(),
+        anchor_rows: snap
+            .anchor_rows
+            .row_iter()
+            .map(|r| t(&[r[0], r[1]]))
+            .collect(),
+        k: 8,
+    };
+    let body: SearchResponse = Client::new()
+        .post(format!("{}/api/v1/search", srv.base))
+        .json(&req)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let mut same = 0;
+    for (list, &i) in body.results.iter().zip(&queries) {
+        let item = &snap.items[i];
+        assert_eq!(list[0].id, item.id, "item {i} should find itself first");
+        assert!(list[0].distance < 1e-6, "distance {}", list[0].distance);
+        same += list[1..].iter().filter(|m| m.label == item.label).count();
+    }
+    let share = same as f64 / 70.0;
+    assert!(
+        share > 0.5,
+        "only {share:.2} of the neighbours share the query's class"
+    );
+}

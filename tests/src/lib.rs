@@ -58,3 +58,44 @@ pub fn start_server(extra: &[&str]) -> Server {
         .to_string();
     Server { child, base }
 }
+
+/// The public configuration and anchors, fetched as a client would, with the anchor kernel
+/// cache built.
+pub fn fetch_client(
+    http: &reqwest::blocking::Client,
+    base: &str,
+) -> Result<(shared::api::ConfigResponse, shared::privatemail::Anchors), Box<dyn std::error::Error>>
+{
+    let config: shared::api::ConfigResponse =
+        http.get(format!("{base}/api/v1/config")).send()?.json()?;
+    let anchors: shared::api::AnchorsResponse =
+        http.get(format!("{base}/api/v1/anchors")).send()?.json()?;
+    let feats = shared::DMatrix::from_row_iterator(
+        anchors.features.len(),
+        config.feature_dim,
+        anchors.features.iter().flatten().map(|&v| v as f64),
+    );
+    let a = shared::privatemail::Anchors::new(&feats, &anchors.labels, &config.smlq)?;
+    Ok((config, a))
+}
+
+/// The search request carrying a client release.
+pub fn search_request(
+    r: &shared::privatemail::ClientRelease,
+    k: usize,
+) -> shared::api::SearchRequest {
+    let rows =
+        |m: &shared::DMatrix<f64>| m.row_iter().map(|r| r.iter().copied().collect()).collect();
+    shared::api::SearchRequest {
+        query_rows: rows(&r.query_rows),
+        anchor_rows: rows(&r.anchor_rows),
+        k,
+    }
+}
+
+/// Test image `i` of Fashion-MNIST (pixels, label).
+pub fn test_image(i: usize) -> (Vec<u8>, u32) {
+    let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);
+    let test = privatemail_server::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    (test.images.image(i).to_vec(), test.labels[i] as u32)
+}

@@ -2,15 +2,15 @@
 //! `shared`. Needs the Debian package dataset-fashion-mnist (the set-up scripts install it).
 
 use base64::Engine;
-use privatemail_e2e::{start_server, temp_store, Server};
+use privatemail_e2e::{fetch_client, search_request, start_server, temp_store, test_image, Server};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::api::{AnchorsResponse, ConfigResponse, ErrorResponse, SearchRequest, SearchResponse};
-use shared::privatemail::{privatize, Anchors};
-use shared::{DMatrix, Params};
+use shared::api::{ConfigResponse, ErrorResponse, SearchRequest, SearchResponse};
+use shared::privatemail::privatize;
+use shared::Params;
 
 fn server() -> Server {
     let store = temp_store("api");
@@ -30,31 +30,9 @@ fn client_release(
     query_index: usize,
     seed: u8,
 ) -> (shared::privatemail::ClientRelease, ConfigResponse) {
-    let config: ConfigResponse = http
-        .get(format!("{base}/api/v1/config"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let anchors: AnchorsResponse = http
-        .get(format!("{base}/api/v1/anchors"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let d = config.feature_dim;
-    let feats = DMatrix::from_row_iterator(
-        anchors.features.len(),
-        d,
-        anchors.features.iter().flatten().map(|&v| v as f64),
-    );
-    let a = Anchors::new(&feats, &anchors.labels, &config.smlq).unwrap();
-    let test = privatemail_server::data::load_split(
-        std::path::Path::new(privatemail_server::data::DEFAULT_DIR),
-        "t10k",
-    )
-    .unwrap();
-    let q = test.pixels_f64(query_index);
+    let (config, a) = fetch_client(http, base).unwrap();
+    let (px, label) = test_image(query_index);
+    let q: Vec<f64> = px.iter().map(|&p| p as f64 / 255.0).collect();
     let params = Params {
         smlq: config.smlq,
         privacy: shared::PrivacyParams {
@@ -64,14 +42,7 @@ fn client_release(
         ..Params::default()
     };
     let mut rng = ChaCha20Rng::from_seed([seed; 32]);
-    (
-        privatize(&q, test.labels[query_index] as u32, &a, &params, &mut rng).unwrap(),
-        config,
-    )
-}
-
-fn rows(m: &DMatrix<f64>) -> Vec<Vec<f64>> {
-    m.row_iter().map(|r| r.iter().copied().collect()).collect()
+    (privatize(&q, label, &a, &params, &mut rng).unwrap(), config)
 }
 
 #[test]
@@ -79,11 +50,7 @@ fn private_search_round_trip() {
     let srv = server();
     let http = Client::new();
     let (release, config) = client_release(&srv.base, &http, 5000, 1);
-    let req = SearchRequest {
-        query_rows: rows(&release.query_rows),
-        anchor_rows: rows(&release.anchor_rows),
-        k: 8,
-    };
+    let req = search_request(&release, 8);
     let resp = http
         .post(format!("{}/api/v1/search", srv.base))
         .json(&req)
@@ -149,11 +116,7 @@ fn response_shape_does_not_depend_on_the_real_row() {
     for seed in 1..=12u8 {
         let (release, _) = client_release(&srv.base, &http, 7000 + seed as usize, seed);
         positions.insert(release.real_position());
-        let req = SearchRequest {
-            query_rows: rows(&release.query_rows),
-            anchor_rows: rows(&release.anchor_rows),
-            k: 5,
-        };
+        let req = search_request(&release, 5);
         let body: Value = http
             .post(format!("{}/api/v1/search", srv.base))
             .json(&req)
@@ -187,7 +150,7 @@ fn every_bad_input_gets_a_typed_4xx() {
     let http = Client::new();
     let url = format!("{}/api/v1/search", srv.base);
     let (release, _) = client_release(&srv.base, &http, 5001, 3);
-    let good = json!({ "query_rows": rows(&release.query_rows), "anchor_rows": rows(&release.anchor_rows), "k": 8 });
+    let good = serde_json::to_value(search_request(&release, 8)).unwrap();
     let check = |resp: reqwest::blocking::Response, status: StatusCode, code: &str| {
         assert_eq!(resp.status(), status, "expected {status} {code}");
         let body: ErrorResponse = resp.json().expect("JSON error body");

@@ -3,15 +3,15 @@
 
 use std::time::{Duration, Instant};
 
-use privatemail_e2e::{start_server, temp_store, Server};
+use privatemail_e2e::{fetch_client, search_request, start_server, temp_store, test_image, Server};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::api::{AnchorsResponse, ConfigResponse, SearchRequest, SearchResponse, StatusResponse};
-use shared::privatemail::{privatize, Anchors};
-use shared::{DMatrix, Params};
+use shared::api::{SearchRequest, SearchResponse, StatusResponse};
+use shared::privatemail::privatize;
+use shared::Params;
 
 const TOKEN: &str = "test-token-123";
 
@@ -53,35 +53,9 @@ fn wait_for_snapshot(http: &Client, base: &str) -> StatusResponse {
     }
 }
 
-fn test_image(i: usize) -> (Vec<u8>, u32) {
-    let test = privatemail_server::data::load_split(
-        std::path::Path::new(privatemail_server::data::DEFAULT_DIR),
-        "t10k",
-    )
-    .unwrap();
-    (test.images.image(i).to_vec(), test.labels[i] as u32)
-}
-
 /// A fixed search request (seeded client) against this server's anchors.
 fn fixed_request(http: &Client, base: &str) -> SearchRequest {
-    let config: ConfigResponse = http
-        .get(format!("{base}/api/v1/config"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let anchors: AnchorsResponse = http
-        .get(format!("{base}/api/v1/anchors"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let feats = DMatrix::from_row_iterator(
-        anchors.features.len(),
-        config.feature_dim,
-        anchors.features.iter().flatten().map(|&v| v as f64),
-    );
-    let a = Anchors::new(&feats, &anchors.labels, &config.smlq).unwrap();
+    let (config, a) = fetch_client(http, base).unwrap();
     let (px, label) = test_image(9000);
     let q: Vec<f64> = px.iter().map(|&p| p as f64 / 255.0).collect();
     let params = Params {
@@ -89,12 +63,7 @@ fn fixed_request(http: &Client, base: &str) -> SearchRequest {
         ..Params::default()
     };
     let r = privatize(&q, label, &a, &params, &mut ChaCha20Rng::from_seed([7; 32])).unwrap();
-    let rows = |m: &DMatrix<f64>| m.row_iter().map(|r| r.iter().copied().collect()).collect();
-    SearchRequest {
-        query_rows: rows(&r.query_rows),
-        anchor_rows: rows(&r.anchor_rows),
-        k: 10,
-    }
+    search_request(&r, 10)
 }
 
 fn search(http: &Client, base: &str, req: &SearchRequest) -> SearchResponse {

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::api::{AnchorsResponse, ConfigResponse, SearchRequest, StatusResponse};
-use shared::privatemail::{privatize, Anchors};
-use shared::{DMatrix, Params};
+use shared::api::StatusResponse;
+use shared::privatemail::privatize;
+use shared::Params;
 
 #[derive(Parser)]
 struct Args {
@@ -32,20 +32,7 @@ struct Args {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let http = reqwest::blocking::Client::new();
-    let config: ConfigResponse = http
-        .get(format!("{}/api/v1/config", args.base))
-        .send()?
-        .json()?;
-    let anchors: AnchorsResponse = http
-        .get(format!("{}/api/v1/anchors", args.base))
-        .send()?
-        .json()?;
-    let feats = DMatrix::from_row_iterator(
-        anchors.features.len(),
-        config.feature_dim,
-        anchors.features.iter().flatten().map(|&v| v as f64),
-    );
-    let a = Anchors::new(&feats, &anchors.labels, &config.smlq)?;
+    let (config, a) = privatemail_e2e::fetch_client(&http, &args.base)?;
     let query: Vec<f64> = (0..config.feature_dim)
         .map(|i| ((i * 37) % 255) as f64 / 255.0)
         .collect();
@@ -54,12 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..Params::default()
     };
     let r = privatize(&query, 0, &a, &params, &mut ChaCha20Rng::seed_from_u64(1))?;
-    let rows = |m: &DMatrix<f64>| m.row_iter().map(|r| r.iter().copied().collect()).collect();
-    let req = SearchRequest {
-        query_rows: rows(&r.query_rows),
-        anchor_rows: rows(&r.anchor_rows),
-        k: args.k,
-    };
+    let req = privatemail_e2e::search_request(&r, args.k);
     let body = serde_json::to_vec(&req)?;
     println!(
         "request: {} query rows, {} anchor rows, k = {}, {} bytes",

@@ -285,15 +285,7 @@ fn every_bad_input_gets_a_typed_4xx() {
 /// find each item itself first, and mostly same-class neighbours after it.
 #[test]
 fn transformed_server_rows_find_themselves_and_their_class() {
-    let store = temp_store("own");
-    let srv = start_server(&[
-        "--gallery-size",
-        "1000",
-        "--anchors",
-        "200",
-        "--store",
-        store.to_str().unwrap(),
-    ]);
+    let srv = server();
     let limits = shared::api::ApiLimits {
         max_k: 50,
         max_query_rows: 32,

@@ -6,7 +6,12 @@ pub mod data;
 pub mod error;
 pub mod index;
 pub mod latency;
+pub mod quality;
 pub mod routes;
 pub mod state;
 pub mod store;
 pub mod thumbnail;
+pub mod training;
+
+/// The committed weights of the on-device model (`train` writes them; see the README).
+pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../assets/model.bin");

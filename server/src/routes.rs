@@ -241,7 +241,7 @@ async fn add_items(
         let mut new = Vec::with_capacity(req.items.len());
         for (i, it) in req.items.into_iter().enumerate() {
             let id = first + i as u64;
-            let item = GalleryItem::new(id, it.label, it.pixels)
+            let item = GalleryItem::new(id, it.label, it.pixels, &state.model)
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
             new.push(Arc::new(item));
         }

@@ -17,13 +17,15 @@ use crate::data::{load_split, DataError, Split, CLASS_NAMES};
 use crate::index::Index;
 use crate::store::{SnapshotMeta, Store, StoreError, StoredItem, StoredSnapshot};
 use crate::thumbnail::{base64, png_grey};
+use rayon::prelude::*;
+use shared::model::Model;
 
 /// Image side (Fashion-MNIST).
 pub const SIDE: u32 = 28;
 /// Up to this many rows (gallery + anchors) the exact dense kernel is used (≤ 0.6 GB); above
 /// it, the Nyström approximation with [`NYSTROM_LANDMARKS`] landmarks (O(N·m) memory).
 pub const DENSE_MAX_ROWS: usize = 12_000;
-pub const NYSTROM_LANDMARKS: usize = 1_000;
+pub const NYSTROM_LANDMARKS: usize = 1_500;
 
 /// Anchor ids live above every gallery id the demo seeds.
 pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;
@@ -33,21 +35,33 @@ pub struct GalleryItem {
     pub id: u64,
     pub label: u32,
     pub pixels: Vec<u8>,
+    /// The on-device model's unit-norm features of the image (what the embedding uses).
+    pub features: Vec<f32>,
     pub png: Vec<u8>,
     pub thumbnail_b64: String,
 }
 
 impl GalleryItem {
-    pub fn new(id: u64, label: u32, pixels: Vec<u8>) -> Result<Self, StateError> {
+    pub fn new(id: u64, label: u32, pixels: Vec<u8>, model: &Model) -> Result<Self, StateError> {
         let png = png_grey(&pixels, SIDE, SIDE)?;
+        let features = model.infer(&pixels)?.features;
         Ok(GalleryItem {
             id,
             label,
             thumbnail_b64: base64(&png),
             png,
             pixels,
+            features,
         })
     }
+}
+
+/// A short, stable version string for the model weights (FNV-1a of the bytes).
+pub fn model_version(weights: &[u8]) -> String {
+    let h = weights.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("cnn-v1-{h:016x}")
 }
 
 /// What searches are answered from. Immutable once built.
@@ -63,7 +77,8 @@ pub struct Snapshot {
 pub struct AppState {
     pub config: ConfigResponse,
     pub anchors: AnchorsResponse,
-    anchor_pixels: DMatrix<f64>,
+    anchor_features: DMatrix<f64>,
+    pub model: Model,
     pub params: Params,
     pub seed: u64,
     pub admin_token: Option<String>,
@@ -103,10 +118,6 @@ pub enum StateError {
     Png(#[from] png::EncodingError),
     #[error("{0}")]
     Invalid(String),
-}
-
-fn scaled(pixels: &[u8]) -> impl Iterator<Item = f64> + '_ {
-    pixels.iter().map(|&p| p as f64 / 255.0)
 }
 
 fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
@@ -157,19 +168,22 @@ impl AppState {
             version += 1;
             store.put_items(&stored, version)?;
         }
-        let mut catalogue = BTreeMap::new();
-        for it in stored {
-            if it.pixels.len() != d || it.label >= 10 {
-                return Err(StateError::Invalid(format!(
-                    "stored item {} is malformed",
-                    it.id
-                )));
-            }
-            catalogue.insert(
-                it.id,
-                Arc::new(GalleryItem::new(it.id, it.label, it.pixels)?),
-            );
+        let model = Model::from_bytes(crate::MODEL_WEIGHTS)?;
+        if let Some(bad) = stored
+            .iter()
+            .find(|it| it.pixels.len() != d || it.label >= 10)
+        {
+            return Err(StateError::Invalid(format!(
+                "stored item {} is malformed",
+                bad.id
+            )));
         }
+        let items: Vec<GalleryItem> = stored
+            .into_par_iter()
+            .map(|it| GalleryItem::new(it.id, it.label, it.pixels, &model))
+            .collect::<Result<_, _>>()?;
+        let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
+            items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
         let params = Params::default();
         let anchors = AnchorsResponse {
             ids: anchor_idx
@@ -177,21 +191,26 @@ impl AppState {
                 .map(|&i| ANCHOR_ID_BASE + i as u64)
                 .collect(),
             labels: anchor_idx.iter().map(|&i| train.labels[i] as u32).collect(),
-            features: anchor_idx
-                .iter()
-                .map(|&i| scaled(train.images.image(i)).map(|v| v as f32).collect())
-                .collect(),
+            features: Vec::new(),
         };
-        let anchor_pixels = DMatrix::from_fn(anchor_idx.len(), d, |r, j| {
-            train.images.image(anchor_idx[r])[j] as f64 / 255.0
-        });
+        let anchor_inf: Vec<Vec<f32>> = anchor_idx
+            .par_iter()
+            .map(|&i| model.infer(train.images.image(i)).map(|r| r.features))
+            .collect::<Result<_, _>>()?;
+        let fd = anchor_inf[0].len();
+        let anchor_features =
+            DMatrix::from_fn(anchor_idx.len(), fd, |r, j| anchor_inf[r][j] as f64);
+        let anchors = AnchorsResponse {
+            features: anchor_inf,
+            ..anchors
+        };
         let config = ConfigResponse {
             smlq: params.smlq,
             privacy_defaults: params.privacy,
             class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
-            feature_dim: d,
+            feature_dim: fd,
             anchor_count: anchor_idx.len(),
-            model_version: "pixels-v1".into(),
+            model_version: model_version(crate::MODEL_WEIGHTS),
             limits: opts.limits,
         };
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
@@ -205,7 +224,8 @@ impl AppState {
         let state = AppState {
             config,
             anchors,
-            anchor_pixels,
+            anchor_features,
+            model,
             params,
             seed: opts.seed,
             admin_token: opts.admin_token.clone(),
@@ -235,6 +255,7 @@ impl AppState {
             seed: self.seed,
             anchor_ids: self.anchors.ids.clone(),
             gallery_len,
+            model_version: self.config.model_version.clone(),
         }
     }
 
@@ -284,15 +305,15 @@ impl AppState {
                 "the gallery needs at least 2 images".into(),
             ));
         }
-        let n_anchor = self.anchor_pixels.nrows();
-        let d = self.anchor_pixels.ncols();
+        let n_anchor = self.anchor_features.nrows();
+        let d = self.anchor_features.ncols();
         let mut feats = DMatrix::<f64>::zeros(g + n_anchor, d);
         for (i, it) in items.iter().enumerate() {
-            for (j, v) in scaled(&it.pixels).enumerate() {
-                feats[(i, j)] = v;
+            for (j, &v) in it.features.iter().enumerate() {
+                feats[(i, j)] = v as f64;
             }
         }
-        feats.rows_mut(g, n_anchor).copy_from(&self.anchor_pixels);
+        feats.rows_mut(g, n_anchor).copy_from(&self.anchor_features);
         let labels: Vec<u32> = items
             .iter()
             .map(|it| it.label)

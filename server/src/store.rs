@@ -49,6 +49,7 @@ pub struct SnapshotMeta {
     pub seed: u64,
     pub anchor_ids: Vec<u64>,
     pub gallery_len: usize,
+    pub model_version: String,
 }
 
 /// A stored embedding.
@@ -222,6 +223,7 @@ mod tests {
                     seed: 1,
                     anchor_ids: vec![5],
                     gallery_len: 1,
+                    model_version: "m".into(),
                 },
                 ids: vec![3],
                 rows: vec![0.5, -1.25, 2.0, 3.0],

@@ -59,6 +59,8 @@ fn eval_prints_the_table_on_idx_files() {
             "20",
             "--epsilons",
             "1,8",
+            "--features",
+            "pixels",
         ])
         .output()
         .unwrap();

@@ -14,7 +14,12 @@ fn nystrom_matches_dense_on_3000_images() {
     let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);
     let test = privatemail_server::data::load_split(dir, "t10k").unwrap();
     let n = 3000;
-    let x = DMatrix::from_fn(n, 784, |i, j| test.images.image(i)[j] as f64 / 255.0);
+    // The server's features: the on-device model's.
+    let model = shared::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let feats: Vec<Vec<f32>> = (0..n)
+        .map(|i| model.infer(test.images.image(i)).unwrap().features)
+        .collect();
+    let x = DMatrix::from_fn(n, feats[0].len(), |i, j| feats[i][j] as f64);
     let labels: Vec<u32> = (0..n).map(|i| test.labels[i] as u32).collect();
     let p = Params::default().smlq;
     let dense = embed_dense(&x, &labels, &p, &mut ChaCha20Rng::seed_from_u64(1)).unwrap();
@@ -22,7 +27,7 @@ fn nystrom_matches_dense_on_3000_images() {
         x.clone(),
         &labels,
         &p,
-        1000,
+        privatemail_server::state::NYSTROM_LANDMARKS,
         &mut ChaCha20Rng::seed_from_u64(1),
     )
     .unwrap();

@@ -15,6 +15,7 @@ pub mod idx;
 pub mod laplacian;
 pub mod mechanism;
 pub mod metrics;
+pub mod model;
 pub mod nystrom;
 pub mod params;
 pub mod privatemail;

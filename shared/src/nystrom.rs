@@ -15,8 +15,9 @@ use nalgebra::DMatrix;
 use crate::laplacian::{min_unit_weight, weights_in_place, GraphOperator};
 
 pub struct NystromKernel {
-    /// `Fᵀ` (m×n): column `i` is row `i` of `F`, so row blocks of `F` are contiguous.
-    ft: DMatrix<f64>,
+    /// `Fᵀ` (m×n) in f32 (half the memory and twice the SIMD width; this kernel only serves the
+    /// non-private server embedding): column `i` is row `i` of `F`.
+    ft: DMatrix<f32>,
     diag: Vec<f64>,
     degrees: Vec<f64>,
 }
@@ -49,26 +50,27 @@ impl NystromKernel {
             }
         });
         let u_isqrt =
-            &eig.eigenvectors * DMatrix::from_diagonal(&inv_sqrt) * eig.eigenvectors.transpose();
+            (&eig.eigenvectors * DMatrix::from_diagonal(&inv_sqrt) * eig.eigenvectors.transpose())
+                .map(|v| v as f32);
         const BLOCK: usize = 1024;
-        let mut ft = DMatrix::<f64>::zeros(m, n);
+        let mut ft = DMatrix::<f32>::zeros(m, n);
         // Fills columns [start, start + b) of Fᵀ, i.e. rows of F.
-        let fill = |start: usize, out: &mut [f64]| {
+        let fill = |start: usize, out: &mut [f32]| {
             let b = out.len() / m.max(1);
-            let c = kernel_block(&x.rows(start, b).into_owned());
+            let c = kernel_block(&x.rows(start, b).into_owned()).map(|v| v as f32);
             let fb = (c * &u_isqrt).transpose();
             out.copy_from_slice(fb.as_slice());
         };
-        let chunks: Vec<(usize, &mut [f64])> = ft
+        let chunks: Vec<(usize, &mut [f32])> = ft
             .as_mut_slice()
             .chunks_mut(BLOCK * m.max(1))
             .enumerate()
             .map(|(i, c)| (i * BLOCK, c))
             .collect();
         run_blocks(chunks, &fill);
-        let diag: Vec<f64> = ft.column_iter().map(|c| c.norm_squared()).collect();
-        let col_sums = &ft * nalgebra::DVector::from_element(n, 1.0);
-        let full = ft.tr_mul(&col_sums);
+        let diag: Vec<f64> = ft.column_iter().map(|c| c.norm_squared() as f64).collect();
+        let col_sums = &ft * nalgebra::DVector::from_element(n, 1.0f32);
+        let full = ft.tr_mul(&col_sums).map(|v| v as f64);
         // Degrees of a positive kernel are positive; keep them so if the approximation is off.
         let degrees = (0..n)
             .map(|i| (full[i] - diag[i]).max(lo * (n - 1) as f64))
@@ -79,9 +81,9 @@ impl NystromKernel {
 
 /// Run `fill` over the blocks, on every core where threads exist.
 #[cfg(not(target_arch = "wasm32"))]
-fn run_blocks(chunks: Vec<(usize, &mut [f64])>, fill: &(impl Fn(usize, &mut [f64]) + Sync)) {
+fn run_blocks(chunks: Vec<(usize, &mut [f32])>, fill: &(impl Fn(usize, &mut [f32]) + Sync)) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut lanes: Vec<Vec<(usize, &mut [f64])>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut lanes: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, c) in chunks.into_iter().enumerate() {
         lanes[i % threads].push(c);
     }
@@ -97,7 +99,7 @@ fn run_blocks(chunks: Vec<(usize, &mut [f64])>, fill: &(impl Fn(usize, &mut [f64
 }
 
 #[cfg(target_arch = "wasm32")]
-fn run_blocks(chunks: Vec<(usize, &mut [f64])>, fill: &(impl Fn(usize, &mut [f64]) + Sync)) {
+fn run_blocks(chunks: Vec<(usize, &mut [f32])>, fill: &(impl Fn(usize, &mut [f32]) + Sync)) {
     for (start, out) in chunks {
         fill(start, out);
     }
@@ -111,7 +113,8 @@ impl GraphOperator for NystromKernel {
         &self.degrees
     }
     fn weighted_sum(&self, x: &DMatrix<f64>) -> DMatrix<f64> {
-        let mut out = self.ft.tr_mul(&(&self.ft * x));
+        let x32 = x.map(|v| v as f32);
+        let mut out = self.ft.tr_mul(&(&self.ft * x32)).map(|v| v as f64);
         for (i, d) in self.diag.iter().enumerate() {
             for c in 0..x.ncols() {
                 out[(i, c)] -= d * x[(i, c)];
@@ -129,7 +132,8 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    /// With every point a landmark the approximation is exact.
+    /// With every point a landmark the approximation is exact up to its f32 storage
+    /// (unit roundoff 6e-8, summed over 120 terms: about 1e-6 relative).
     #[test]
     fn all_landmarks_reproduce_the_exact_kernel() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
@@ -139,9 +143,9 @@ mod tests {
         let ex = DenseKernel::from_unit_rows(&x, 1.0);
         let q = DMatrix::from_fn(120, 2, |i, j| ((i * 7 + j * 3) % 11) as f64 - 5.0);
         let rel = (ny.weighted_sum(&q) - ex.weighted_sum(&q)).norm() / ex.weighted_sum(&q).norm();
-        assert!(rel < 1e-6, "{rel}");
+        assert!(rel < 1e-5, "{rel}");
         for (a, b) in ny.degrees().iter().zip(ex.degrees()) {
-            assert!((a - b).abs() < 1e-6 * b);
+            assert!((a - b).abs() < 1e-5 * b);
         }
     }
 }

@@ -99,3 +99,13 @@ pub fn test_image(i: usize) -> (Vec<u8>, u32) {
     let test = privatemail_server::data::load_split(dir, "t10k").expect("Fashion-MNIST");
     (test.images.image(i).to_vec(), test.labels[i] as u32)
 }
+
+/// What a real client computes on-device for test image `i`: the model's features and its
+/// predicted label.
+pub fn client_query(i: usize) -> (Vec<f64>, u32) {
+    let model =
+        shared::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).expect("weights");
+    let (px, _) = test_image(i);
+    let inf = model.infer(&px).expect("28×28");
+    (inf.features.iter().map(|&v| v as f64).collect(), inf.label)
+}

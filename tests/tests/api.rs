@@ -2,7 +2,9 @@
 //! `shared`. Needs the Debian package dataset-fashion-mnist (the set-up scripts install it).
 
 use base64::Engine;
-use privatemail_e2e::{fetch_client, search_request, start_server, temp_store, test_image, Server};
+use privatemail_e2e::{
+    client_query, fetch_client, search_request, start_server, temp_store, Server,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
@@ -31,8 +33,7 @@ fn client_release(
     seed: u8,
 ) -> (shared::privatemail::ClientRelease, ConfigResponse) {
     let (config, a) = fetch_client(http, base).unwrap();
-    let (px, label) = test_image(query_index);
-    let q: Vec<f64> = px.iter().map(|&p| p as f64 / 255.0).collect();
+    let (q, label) = client_query(query_index);
     let params = Params {
         smlq: config.smlq,
         privacy: shared::PrivacyParams {

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use privatemail_e2e::{fetch_client, search_request, start_server, temp_store, test_image, Server};
+use privatemail_e2e::{
+    client_query, fetch_client, search_request, start_server, temp_store, test_image, Server,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::{Client, Response};
@@ -56,8 +58,7 @@ fn wait_for_snapshot(http: &Client, base: &str) -> StatusResponse {
 /// A fixed search request (seeded client) against this server's anchors.
 fn fixed_request(http: &Client, base: &str) -> SearchRequest {
     let (config, a) = fetch_client(http, base).unwrap();
-    let (px, label) = test_image(9000);
-    let q: Vec<f64> = px.iter().map(|&p| p as f64 / 255.0).collect();
+    let (q, label) = client_query(9000);
     let params = Params {
         smlq: config.smlq,
         ..Params::default()

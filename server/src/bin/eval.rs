@@ -20,7 +20,9 @@ use shared::privatemail::{embed_dense, privatize, Anchors};
 use shared::retrieve::{full_ranking, gallery_rows};
 use shared::{DMatrix, Mechanism, Params};
 
-use privatemail_server::data::{load_split, DEFAULT_DIR};
+use privatemail_server::data::{load_split, Split, DEFAULT_DIR};
+use privatemail_server::MODEL_WEIGHTS;
+use shared::model::Model;
 
 #[derive(Parser, Debug)]
 #[command(about = "Recall@k and mAP of PrivateMail and baselines on Fashion-MNIST")]
@@ -54,6 +56,16 @@ struct Args {
     alpha: Option<f64>,
     #[arg(long)]
     iterations: Option<usize>,
+    /// Feature vectors: the on-device model's (64-d; the query's label is then the model's
+    /// prediction, as on a real client) or raw pixels (784-d, true labels).
+    #[arg(long, value_enum, default_value_t = Features::Model)]
+    features: Features,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum Features {
+    Model,
+    Pixels,
 }
 
 fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
@@ -133,17 +145,38 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let g = gidx.len();
-    let d = 784;
-    let gallery_x = DMatrix::from_fn(g, d, |i, j| test.images.image(gidx[i])[j] as f64 / 255.0);
+    let model = Model::from_bytes(MODEL_WEIGHTS)?;
+    // Feature rows (and, with the model, predicted labels) of images of a split.
+    let featurize = |split: &Split, idx: &[usize]| -> (DMatrix<f64>, Vec<u32>) {
+        match args.features {
+            Features::Pixels => (
+                DMatrix::from_fn(idx.len(), 784, |i, j| {
+                    split.images.image(idx[i])[j] as f64 / 255.0
+                }),
+                idx.iter().map(|&i| split.labels[i] as u32).collect(),
+            ),
+            Features::Model => {
+                let inf: Vec<_> = idx
+                    .par_iter()
+                    .map(|&i| model.infer(split.images.image(i)).expect("28×28 images"))
+                    .collect();
+                let d = inf[0].features.len();
+                (
+                    DMatrix::from_fn(idx.len(), d, |i, j| inf[i].features[j] as f64),
+                    inf.iter().map(|r| r.label).collect(),
+                )
+            }
+        }
+    };
+    let (gallery_x, predicted) = featurize(&test, &gidx);
+    let d = gallery_x.ncols();
     let gl: Vec<u32> = gidx.iter().map(|&i| test.labels[i] as u32).collect();
-    let anchor_x = DMatrix::from_fn(aidx.len(), d, |i, j| {
-        train.images.image(aidx[i])[j] as f64 / 255.0
-    });
+    let (anchor_x, _) = featurize(&train, &aidx);
     let al: Vec<u32> = aidx.iter().map(|&i| train.labels[i] as u32).collect();
 
     println!(
-        "gallery {g} (test split), anchors {} (train split), queries {nq} (leave-one-out), seed {}, features: pixels (784-d), k = {}, delta = {}, mechanism = {:?}, kernel_scale = {}, alpha = {}, T = {}",
-        aidx.len(), args.seed, args.k, args.delta, args.mechanism, params.smlq.kernel_scale, params.smlq.alpha, params.smlq.iterations
+        "gallery {g} (test split), anchors {} (train split), queries {nq} (leave-one-out), seed {}, features: {:?} ({d}-d), k = {}, delta = {}, mechanism = {:?}, kernel_scale = {}, alpha = {}, T = {}",
+        aidx.len(), args.seed, args.features, args.k, args.delta, args.mechanism, params.smlq.kernel_scale, params.smlq.alpha, params.smlq.iterations
     );
 
     // Non-private kNN on the features.
@@ -195,7 +228,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     args.seed ^ (q as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ eps.to_bits(),
                 );
                 let feats: Vec<f64> = gallery_x.row(q).iter().copied().collect();
-                let r = privatize(&feats, gl[q], &anchors, &p, &mut rng)?;
+                // The client's label is its own model's prediction (true label for pixels).
+                let r = privatize(&feats, predicted[q], &anchors, &p, &mut rng)?;
                 let t = umeyama(&r.anchor_rows, &server_anchors)?;
                 let aligned = t.apply(&r.query_rows)?;
                 let row: Vec<f64> = aligned.row(r.real_position()).iter().copied().collect();

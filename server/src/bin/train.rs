@@ -1,0 +1,72 @@
+//! `train`: fits the on-device model (`shared::model`) on the 60,000 Fashion-MNIST training
+//! images and writes the weights file the repository commits (`server/assets/model.bin`).
+//! Deterministic for a given seed (see `privatemail_server::training`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use shared::model::preprocess;
+
+use privatemail_server::data::{load_split, DEFAULT_DIR};
+use privatemail_server::quality::model_quality;
+use privatemail_server::training::{train, TrainConfig};
+
+#[derive(Parser)]
+#[command(about = "Train the on-device feature model on Fashion-MNIST")]
+struct Args {
+    #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
+    data_dir: PathBuf,
+    #[arg(long, default_value_t = 12)]
+    epochs: usize,
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    #[arg(long, default_value_t = 2e-3)]
+    lr: f32,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
+    out: PathBuf,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let train_split = load_split(&args.data_dir, "train")?;
+    let test = load_split(&args.data_dir, "t10k")?;
+    let xs: Vec<Vec<f32>> = (0..train_split.labels.len())
+        .map(|i| preprocess(train_split.images.image(i)))
+        .collect::<Result<_, _>>()?;
+    let cfg = TrainConfig {
+        epochs: args.epochs,
+        batch: args.batch,
+        lr: args.lr,
+        seed: args.seed,
+    };
+    let t0 = Instant::now();
+    let model = train(&xs, &train_split.labels, &cfg, |epoch, model, loss| {
+        let q = model_quality(model, &test, 2000);
+        println!(
+            "epoch {}: train loss {loss:.4}, test accuracy (first 2,000) {:.4}, {:.0} s",
+            epoch + 1,
+            q.accuracy,
+            t0.elapsed().as_secs_f64()
+        );
+    });
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let bytes = model.w.to_bytes();
+    std::fs::write(&args.out, &bytes)?;
+    println!(
+        "wrote {} ({} bytes) after {:.0} s",
+        args.out.display(),
+        bytes.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    let q = model_quality(&model, &test, test.labels.len());
+    println!(
+        "test split (10,000): accuracy {:.4}, leave-one-out Recall@1 {:.4}, Recall@8 {:.4}",
+        q.accuracy, q.recall1, q.recall8
+    );
+    Ok(())
+}

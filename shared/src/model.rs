@@ -1,0 +1,472 @@
+//! The on-device feature model, defined once for training (native) and inference (native and
+//! wasm): a small CNN for 28×28 greyscale images.
+//!
+//! conv 5×5 (1→16) · ReLU · max-pool 2 → conv 5×5 (16→32) · ReLU · max-pool 2 → dense 512→64
+//! (the **embedding**; its unit-normalised value is the feature vector) → ReLU → dense 64→10
+//! (class logits; softmax gives the probabilities).
+//!
+//! Preprocessing (the same everywhere): 28×28 pixels, row-major, one byte each, 0 = background,
+//! as in Fashion-MNIST (light object on a dark background), scaled to `p / 255` as f32.
+//! All arithmetic is f32 in a fixed order, so native and wasm builds give the same results.
+
+use crate::error::{Error, Result};
+
+pub const SIDE: usize = 28;
+pub const PIXELS: usize = SIDE * SIDE;
+pub const C1: usize = 16;
+pub const C2: usize = 32;
+pub const K: usize = 5;
+const S1: usize = SIDE - K + 1; // 24
+const P1: usize = S1 / 2; // 12
+const S2: usize = P1 - K + 1; // 8
+const P2: usize = S2 / 2; // 4
+pub const FLAT: usize = C2 * P2 * P2; // 512
+pub const EMBED: usize = 64;
+pub const CLASSES: usize = 10;
+
+const MAGIC: &[u8; 8] = b"PMCNN1\0\0";
+
+/// All parameters, flat, in a fixed layout (see [`Weights::sizes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Weights {
+    pub w1: Vec<f32>, // [C1][K][K]
+    pub b1: Vec<f32>, // [C1]
+    pub w2: Vec<f32>, // [C2][C1][K][K]
+    pub b2: Vec<f32>, // [C2]
+    pub w3: Vec<f32>, // [EMBED][FLAT]
+    pub b3: Vec<f32>, // [EMBED]
+    pub w4: Vec<f32>, // [CLASSES][EMBED]
+    pub b4: Vec<f32>, // [CLASSES]
+}
+
+impl Weights {
+    pub const fn sizes() -> [usize; 8] {
+        [
+            C1 * K * K,
+            C1,
+            C2 * C1 * K * K,
+            C2,
+            EMBED * FLAT,
+            EMBED,
+            CLASSES * EMBED,
+            CLASSES,
+        ]
+    }
+
+    pub fn zeros() -> Self {
+        let s = Self::sizes();
+        Weights {
+            w1: vec![0.0; s[0]],
+            b1: vec![0.0; s[1]],
+            w2: vec![0.0; s[2]],
+            b2: vec![0.0; s[3]],
+            w3: vec![0.0; s[4]],
+            b3: vec![0.0; s[5]],
+            w4: vec![0.0; s[6]],
+            b4: vec![0.0; s[7]],
+        }
+    }
+
+    pub fn tensors(&self) -> [&Vec<f32>; 8] {
+        [
+            &self.w1, &self.b1, &self.w2, &self.b2, &self.w3, &self.b3, &self.w4, &self.b4,
+        ]
+    }
+
+    pub fn tensors_mut(&mut self) -> [&mut Vec<f32>; 8] {
+        [
+            &mut self.w1,
+            &mut self.b1,
+            &mut self.w2,
+            &mut self.b2,
+            &mut self.w3,
+            &mut self.b3,
+            &mut self.w4,
+            &mut self.b4,
+        ]
+    }
+
+    /// `MAGIC ‖ f32 LE …` in the fixed layout.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        for t in self.tensors() {
+            for v in t {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Parse [`Weights::to_bytes`]; wrong magic, size or non-finite values are typed errors.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let bad = |m: &str| Error::InvalidParameter {
+            name: "model weights",
+            reason: m.into(),
+        };
+        let total: usize = Self::sizes().iter().sum();
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            return Err(bad("not a PrivateMail model file (wrong magic)"));
+        }
+        if bytes.len() != 8 + 4 * total {
+            return Err(bad(&format!(
+                "{} bytes, expected {}",
+                bytes.len(),
+                8 + 4 * total
+            )));
+        }
+        let mut w = Self::zeros();
+        let mut off = 8;
+        for t in w.tensors_mut() {
+            for v in t.iter_mut() {
+                *v = f32::from_le_bytes(bytes[off..off + 4].try_into().unwrap());
+                off += 4;
+            }
+        }
+        if w.tensors().iter().any(|t| t.iter().any(|v| !v.is_finite())) {
+            return Err(bad("non-finite parameter"));
+        }
+        Ok(w)
+    }
+}
+
+/// Every intermediate value of one forward pass (what training needs for backprop).
+pub struct Trace {
+    pub x: Vec<f32>,
+    z1: Vec<f32>,
+    arg1: Vec<u16>,
+    p1: Vec<f32>,
+    z2: Vec<f32>,
+    arg2: Vec<u8>,
+    p2: Vec<f32>,
+    /// The embedding (pre-activation).
+    pub h: Vec<f32>,
+    r: Vec<f32>,
+    pub logits: Vec<f32>,
+}
+
+/// What inference returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inference {
+    /// Unit-norm feature vector (the embedding, normalised).
+    pub features: Vec<f32>,
+    pub label: u32,
+    pub probabilities: Vec<f32>,
+}
+
+/// Scale pixels to the model's input.
+pub fn preprocess(pixels: &[u8]) -> Result<Vec<f32>> {
+    if pixels.len() != PIXELS {
+        return Err(Error::DimensionMismatch {
+            what: "image pixels",
+            expected: PIXELS,
+            got: pixels.len(),
+        });
+    }
+    Ok(pixels.iter().map(|&p| p as f32 / 255.0).collect())
+}
+
+fn conv_relu_pool(
+    input: &[f32],
+    cin: usize,
+    side: usize,
+    w: &[f32],
+    b: &[f32],
+    cout: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<u16>) {
+    let s = side - K + 1;
+    let p = s / 2;
+    let mut z = vec![0.0f32; cout * s * s];
+    for o in 0..cout {
+        let zo = &mut z[o * s * s..(o + 1) * s * s];
+        zo.iter_mut().for_each(|v| *v = b[o]);
+        for c in 0..cin {
+            let ic = &input[c * side * side..(c + 1) * side * side];
+            for ky in 0..K {
+                for kx in 0..K {
+                    let wv = w[((o * cin + c) * K + ky) * K + kx];
+                    for i in 0..s {
+                        let row = &ic[(i + ky) * side + kx..(i + ky) * side + kx + s];
+                        let zr = &mut zo[i * s..(i + 1) * s];
+                        for (zv, &xv) in zr.iter_mut().zip(row) {
+                            *zv += wv * xv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut pooled = vec![0.0f32; cout * p * p];
+    let mut arg = vec![0u16; cout * p * p];
+    for o in 0..cout {
+        for i in 0..p {
+            for j in 0..p {
+                let mut best = f32::NEG_INFINITY;
+                let mut bi = 0usize;
+                for (dy, dx) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                    let idx = o * s * s + (2 * i + dy) * s + 2 * j + dx;
+                    let v = z[idx].max(0.0);
+                    if v > best {
+                        best = v;
+                        bi = idx;
+                    }
+                }
+                pooled[o * p * p + i * p + j] = best;
+                arg[o * p * p + i * p + j] = (bi - o * s * s) as u16;
+            }
+        }
+    }
+    (z, pooled, arg)
+}
+
+fn dense(w: &[f32], b: &[f32], x: &[f32], out: usize) -> Vec<f32> {
+    (0..out)
+        .map(|o| {
+            b[o] + w[o * x.len()..(o + 1) * x.len()]
+                .iter()
+                .zip(x)
+                .map(|(a, b)| a * b)
+                .sum::<f32>()
+        })
+        .collect()
+}
+
+/// The model: weights plus the forward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    pub w: Weights,
+}
+
+impl Model {
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Ok(Model {
+            w: Weights::from_bytes(bytes)?,
+        })
+    }
+
+    pub fn forward(&self, x: &[f32]) -> Trace {
+        let w = &self.w;
+        let (z1, p1, arg1) = conv_relu_pool(x, 1, SIDE, &w.w1, &w.b1, C1);
+        let (z2, p2, arg2) = conv_relu_pool(&p1, C1, P1, &w.w2, &w.b2, C2);
+        let h = dense(&w.w3, &w.b3, &p2, EMBED);
+        let r: Vec<f32> = h.iter().map(|v| v.max(0.0)).collect();
+        let logits = dense(&w.w4, &w.b4, &r, CLASSES);
+        Trace {
+            x: x.to_vec(),
+            z1,
+            arg1,
+            p1,
+            z2,
+            arg2: arg2.into_iter().map(|a| a as u8).collect(),
+            p2,
+            h,
+            r,
+            logits,
+        }
+    }
+
+    /// Features, predicted label and class probabilities for one image.
+    pub fn infer(&self, pixels: &[u8]) -> Result<Inference> {
+        let t = self.forward(&preprocess(pixels)?);
+        let probabilities = softmax(&t.logits);
+        let label = argmax(&probabilities) as u32;
+        let norm =
+            t.h.iter()
+                .map(|v| v * v)
+                .sum::<f32>()
+                .sqrt()
+                .max(f32::MIN_POSITIVE);
+        Ok(Inference {
+            features: t.h.iter().map(|v| v / norm).collect(),
+            label,
+            probabilities,
+        })
+    }
+
+    /// Add the cross-entropy gradient of one sample (given its trace) to `g`; returns the loss.
+    // Index loops mirror the tensor algebra (several arrays share each index).
+    #[allow(clippy::needless_range_loop)]
+    pub fn backward(&self, t: &Trace, label: usize, g: &mut Weights) -> f32 {
+        let w = &self.w;
+        let prob = softmax(&t.logits);
+        let loss = -prob[label].max(1e-12).ln();
+        let mut dlog = prob;
+        dlog[label] -= 1.0;
+        // Head.
+        let mut dr = vec![0.0f32; EMBED];
+        for o in 0..CLASSES {
+            g.b4[o] += dlog[o];
+            for e in 0..EMBED {
+                g.w4[o * EMBED + e] += dlog[o] * t.r[e];
+                dr[e] += dlog[o] * w.w4[o * EMBED + e];
+            }
+        }
+        let dh: Vec<f32> = dr
+            .iter()
+            .zip(&t.h)
+            .map(|(d, h)| if *h > 0.0 { *d } else { 0.0 })
+            .collect();
+        let mut dp2 = vec![0.0f32; FLAT];
+        for e in 0..EMBED {
+            g.b3[e] += dh[e];
+            let row = &w.w3[e * FLAT..(e + 1) * FLAT];
+            let grow = &mut g.w3[e * FLAT..(e + 1) * FLAT];
+            for k in 0..FLAT {
+                grow[k] += dh[e] * t.p2[k];
+                dp2[k] += dh[e] * row[k];
+            }
+        }
+        // Pool 2 and ReLU 2.
+        let mut dz2 = vec![0.0f32; C2 * S2 * S2];
+        for o in 0..C2 {
+            for q in 0..P2 * P2 {
+                let idx = o * S2 * S2 + t.arg2[o * P2 * P2 + q] as usize;
+                if t.z2[idx] > 0.0 {
+                    dz2[idx] += dp2[o * P2 * P2 + q];
+                }
+            }
+        }
+        // Conv 2.
+        let mut dp1 = vec![0.0f32; C1 * P1 * P1];
+        for o in 0..C2 {
+            let dzo = &dz2[o * S2 * S2..(o + 1) * S2 * S2];
+            g.b2[o] += dzo.iter().sum::<f32>();
+            for c in 0..C1 {
+                let pc = &t.p1[c * P1 * P1..(c + 1) * P1 * P1];
+                for ky in 0..K {
+                    for kx in 0..K {
+                        let wi = ((o * C1 + c) * K + ky) * K + kx;
+                        let wv = w.w2[wi];
+                        let mut acc = 0.0f32;
+                        for i in 0..S2 {
+                            for j in 0..S2 {
+                                let d = dzo[i * S2 + j];
+                                let pi = (i + ky) * P1 + j + kx;
+                                acc += d * pc[pi];
+                                dp1[c * P1 * P1 + pi] += d * wv;
+                            }
+                        }
+                        g.w2[wi] += acc;
+                    }
+                }
+            }
+        }
+        // Pool 1 and ReLU 1.
+        let mut dz1 = vec![0.0f32; C1 * S1 * S1];
+        for o in 0..C1 {
+            for q in 0..P1 * P1 {
+                let idx = o * S1 * S1 + t.arg1[o * P1 * P1 + q] as usize;
+                if t.z1[idx] > 0.0 {
+                    dz1[idx] += dp1[o * P1 * P1 + q];
+                }
+            }
+        }
+        // Conv 1.
+        for o in 0..C1 {
+            let dzo = &dz1[o * S1 * S1..(o + 1) * S1 * S1];
+            g.b1[o] += dzo.iter().sum::<f32>();
+            for ky in 0..K {
+                for kx in 0..K {
+                    let mut acc = 0.0f32;
+                    for i in 0..S1 {
+                        let xr = &t.x[(i + ky) * SIDE + kx..(i + ky) * SIDE + kx + S1];
+                        let dr = &dzo[i * S1..(i + 1) * S1];
+                        acc += xr.iter().zip(dr).map(|(a, b)| a * b).sum::<f32>();
+                    }
+                    g.w1[(o * K + ky) * K + kx] += acc;
+                }
+            }
+        }
+        loss
+    }
+}
+
+pub fn softmax(logits: &[f32]) -> Vec<f32> {
+    let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let e: Vec<f32> = logits.iter().map(|v| (v - m).exp()).collect();
+    let s: f32 = e.iter().sum();
+    e.iter().map(|v| v / s).collect()
+}
+
+pub fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| {
+            if x > bv {
+                (i, x)
+            } else {
+                (bi, bv)
+            }
+        })
+        .0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn random_model(rng: &mut impl Rng) -> Model {
+        let mut w = Weights::zeros();
+        for t in w.tensors_mut() {
+            let fan = (t.len() as f32).sqrt();
+            for v in t.iter_mut() {
+                *v = (rng.random::<f32>() - 0.5) * 2.0 / fan.max(1.0);
+            }
+        }
+        Model { w }
+    }
+
+    fn loss(m: &Model, x: &[f32], label: usize) -> f64 {
+        let p = softmax(&m.forward(x).logits);
+        -(p[label] as f64).ln()
+    }
+
+    /// Backprop agrees with central finite differences on samples of every tensor.
+    #[test]
+    fn gradients_match_finite_differences() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let m = random_model(&mut rng);
+        let x: Vec<f32> = (0..PIXELS).map(|_| rng.random::<f32>()).collect();
+        let label = 3;
+        let mut g = Weights::zeros();
+        m.backward(&m.forward(&x), label, &mut g);
+        for ti in 0..8 {
+            let n = Weights::sizes()[ti];
+            for _ in 0..6 {
+                let k = rng.random_range(0..n);
+                let analytic = g.tensors()[ti][k] as f64;
+                let eps = 1e-2f32;
+                let mut plus = m.clone();
+                plus.w.tensors_mut()[ti][k] += eps;
+                let mut minus = m.clone();
+                minus.w.tensors_mut()[ti][k] -= eps;
+                let numeric =
+                    (loss(&plus, &x, label) - loss(&minus, &x, label)) / (2.0 * eps as f64);
+                let tol = 2e-3 + 0.05 * numeric.abs().max(analytic.abs());
+                assert!(
+                    (analytic - numeric).abs() < tol,
+                    "tensor {ti}[{k}]: analytic {analytic} numeric {numeric}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn weights_round_trip_and_reject_garbage() {
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let m = random_model(&mut rng);
+        let bytes = m.w.to_bytes();
+        assert_eq!(Model::from_bytes(&bytes).unwrap(), m);
+        assert!(Model::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+        assert!(Model::from_bytes(b"nonsense").is_err());
+        let mut nan = bytes.clone();
+        nan[8..12].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert!(Model::from_bytes(&nan).is_err());
+        assert!(m.infer(&[0u8; 10]).is_err());
+        let inf = m.infer(&[7u8; PIXELS]).unwrap();
+        let norm: f32 = inf.features.iter().map(|v| v * v).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+        assert!((inf.probabilities.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+}

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: installs only what is missing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 apt_missing=()
 [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || apt_missing+=(dataset-fashion-mnist)
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || apt_missing+=(cargo rustc)
+if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
+  [ -x /usr/bin/chromium ] || apt_missing+=(chromium)
+  [ -x /usr/bin/chromedriver ] || apt_missing+=(chromium-driver)
+fi
 if [ ${#apt_missing[@]} -gt 0 ]; then
   echo "setup: installing ${apt_missing[*]}"
   as_root apt-get update -qq
@@ -17,4 +22,12 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if command -v rustup >/dev/null 2>&1; then
   rustup target list --installed | grep -qx wasm32-unknown-unknown \
     || rustup target add wasm32-unknown-unknown
+fi
+
+if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
+  # wasm-bindgen-cli must match the wasm-bindgen version in Cargo.lock exactly.
+  want=$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)
+  have=$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)
+  [ "$have" = "$want" ] || cargo install -q wasm-bindgen-cli --version "$want"
+  command -v wasm-pack >/dev/null 2>&1 || cargo install -q wasm-pack
 fi

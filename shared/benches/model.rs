@@ -14,7 +14,9 @@ fn bench(c: &mut Criterion) {
     }
     let model = Model { w };
     let img: Vec<u8> = (0..PIXELS).map(|_| rng.random()).collect();
-    c.bench_function("model_infer_28x28", |b| b.iter(|| model.infer(&img).unwrap()));
+    c.bench_function("model_infer_28x28", |b| {
+        b.iter(|| model.infer(&img).unwrap())
+    });
 }
 
 criterion_group!(benches, bench);

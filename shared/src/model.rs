@@ -136,7 +136,7 @@ pub struct Trace {
     arg1: Vec<u16>,
     p1: Vec<f32>,
     z2: Vec<f32>,
-    arg2: Vec<u8>,
+    arg2: Vec<u16>,
     p2: Vec<f32>,
     /// The embedding (pre-activation).
     pub h: Vec<f32>,
@@ -256,7 +256,7 @@ impl Model {
             arg1,
             p1,
             z2,
-            arg2: arg2.into_iter().map(|a| a as u8).collect(),
+            arg2,
             p2,
             h,
             r,
@@ -315,16 +315,7 @@ impl Model {
                 dp2[k] += dh[e] * row[k];
             }
         }
-        // Pool 2 and ReLU 2.
-        let mut dz2 = vec![0.0f32; C2 * S2 * S2];
-        for o in 0..C2 {
-            for q in 0..P2 * P2 {
-                let idx = o * S2 * S2 + t.arg2[o * P2 * P2 + q] as usize;
-                if t.z2[idx] > 0.0 {
-                    dz2[idx] += dp2[o * P2 * P2 + q];
-                }
-            }
-        }
+        let dz2 = unpool_relu(&dp2, &t.arg2, &t.z2, C2, S2);
         // Conv 2.
         let mut dp1 = vec![0.0f32; C1 * P1 * P1];
         for o in 0..C2 {
@@ -350,16 +341,7 @@ impl Model {
                 }
             }
         }
-        // Pool 1 and ReLU 1.
-        let mut dz1 = vec![0.0f32; C1 * S1 * S1];
-        for o in 0..C1 {
-            for q in 0..P1 * P1 {
-                let idx = o * S1 * S1 + t.arg1[o * P1 * P1 + q] as usize;
-                if t.z1[idx] > 0.0 {
-                    dz1[idx] += dp1[o * P1 * P1 + q];
-                }
-            }
-        }
+        let dz1 = unpool_relu(&dp1, &t.arg1, &t.z1, C1, S1);
         // Conv 1.
         for o in 0..C1 {
             let dzo = &dz1[o * S1 * S1..(o + 1) * S1 * S1];
@@ -378,6 +360,22 @@ impl Model {
         }
         loss
     }
+}
+
+/// Backward through max-pool 2×2 and ReLU: route each pooled gradient to the position that won
+/// the max (`arg`, relative to its channel), where the pre-activation `z` was positive.
+fn unpool_relu(dp: &[f32], arg: &[u16], z: &[f32], channels: usize, side: usize) -> Vec<f32> {
+    let pooled = (side / 2) * (side / 2);
+    let mut dz = vec![0.0f32; channels * side * side];
+    for o in 0..channels {
+        for q in 0..pooled {
+            let idx = o * side * side + arg[o * pooled + q] as usize;
+            if z[idx] > 0.0 {
+                dz[idx] += dp[o * pooled + q];
+            }
+        }
+    }
+    dz
 }
 
 pub fn softmax(logits: &[f32]) -> Vec<f32> {

@@ -6,9 +6,9 @@
 //! approximated by `K ≈ C·U⁺·Cᵀ = F·Fᵀ` with `F = C·U^(−1/2)` (eigenvalues of `U` below
 //! 1e-10·λ_max are dropped). The graph needs `w_ii = 0`, so the diagonal of `F·Fᵀ` is
 //! subtracted exactly: `W·X ≈ F·(Fᵀ·X) − diag(‖F_i‖²)·X`. Each SMLQ step then costs
-//! O(n·m·k). Faithful when the kernel is smooth at the scale of the landmark spacing — true for
-//! the bandwidths we use on unit-norm features (s ≥ 0.3, where typical squared distances are
-//! 0.2–1.0 and weights vary slowly); `tests` compare it with the exact kernel.
+//! O(n·m·k). Faithful when the kernel matrix is close to low rank (the bandwidth is not small
+//! compared with the landmark spacing); measured against the exact kernel by the server's
+//! `nystrom_vs_dense` test (Recall@8 within 0.01, aligned residual 0.003 at m = 1,500).
 
 use nalgebra::DMatrix;
 

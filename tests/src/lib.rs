@@ -109,3 +109,17 @@ pub fn client_query(i: usize) -> (Vec<f64>, u32) {
     let inf = model.infer(&px).expect("28×28");
     (inf.features.iter().map(|&v| v as f64).collect(), inf.label)
 }
+
+/// `POST /api/v1/search`, decoded as `T` (a `SearchResponse`, or raw JSON to inspect its shape).
+pub fn post_search<T: serde::de::DeserializeOwned>(
+    http: &reqwest::blocking::Client,
+    base: &str,
+    req: &shared::api::SearchRequest,
+) -> T {
+    http.post(format!("{base}/api/v1/search"))
+        .json(req)
+        .send()
+        .expect("search request")
+        .json()
+        .expect("search response")
+}

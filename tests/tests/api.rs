@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use privatemail_e2e::{
-    client_query, fetch_client, search_request, start_server, temp_store, Server,
+    client_query, fetch_client, post_search, search_request, start_server, temp_store, Server,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -118,13 +118,7 @@ fn response_shape_does_not_depend_on_the_real_row() {
         let (release, _) = client_release(&srv.base, &http, 7000 + seed as usize, seed);
         positions.insert(release.real_position());
         let req = search_request(&release, 5);
-        let body: Value = http
-            .post(format!("{}/api/v1/search", srv.base))
-            .json(&req)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
+        let body: Value = post_search(&http, &srv.base, &req);
         let shape: Vec<(usize, Vec<String>)> = body["results"]
             .as_array()
             .unwrap()
@@ -320,13 +314,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
             .collect(),
         k: 8,
     };
-    let body: SearchResponse = Client::new()
-        .post(format!("{}/api/v1/search", srv.base))
-        .json(&req)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let body: SearchResponse = post_search(&Client::new(), &srv.base, &req);
     let mut same = 0;
     for (list, &i) in body.results.iter().zip(&queries) {
         let item = &snap.items[i];

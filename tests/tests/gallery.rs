@@ -67,6 +67,13 @@ fn fixed_request(http: &Client, base: &str) -> SearchRequest {
     search_request(&r, 10)
 }
 
+fn item_status(http: &Client, base: &str, id: u64) -> StatusCode {
+    http.get(format!("{base}/api/v1/gallery/{id}"))
+        .send()
+        .unwrap()
+        .status()
+}
+
 fn search(http: &Client, base: &str, req: &SearchRequest) -> SearchResponse {
     let resp = http
         .post(format!("{base}/api/v1/search"))
@@ -119,10 +126,7 @@ fn changes_persist_across_a_hard_kill() {
         before = search(&http, &srv.base, &req);
         version = s.catalogue_version;
         assert_eq!(
-            http.get(format!("{}/api/v1/gallery/{deleted_id}", srv.base))
-                .send()
-                .unwrap()
-                .status(),
+            item_status(&http, &srv.base, deleted_id),
             StatusCode::NOT_FOUND
         );
         // `srv` drops here: SIGKILL, no graceful shutdown.
@@ -149,10 +153,7 @@ fn changes_persist_across_a_hard_kill() {
         .unwrap();
     assert_eq!(meta["id"], added_id);
     assert_eq!(
-        http.get(format!("{}/api/v1/gallery/{deleted_id}", srv.base))
-            .send()
-            .unwrap()
-            .status(),
+        item_status(&http, &srv.base, deleted_id),
         StatusCode::NOT_FOUND
     );
 }

@@ -1,6 +1,6 @@
-//! Exact k-nearest-neighbour index over the gallery embedding: a k-d tree (kiddo) for the
-//! default 2-D embedding, brute force for other dimensions. O(n log n) to build, about
-//! O(log n + k) per query in 2-D.
+//! Exact k-nearest-neighbour index over gallery rows: a k-d tree (kiddo) for the default 2-D
+//! embedding and the 10-class anchor frame, brute force for other dimensions. O(n log n) to
+//! build, about O(log n + k) per query in 2-D.
 
 use std::num::NonZeroUsize;
 
@@ -10,35 +10,49 @@ use shared::retrieve::{knn_rows, Neighbor};
 
 pub enum Index {
     Kd2(Box<ImmutableKdTree<f64, u64, 2, 32>>),
+    /// The anchor frame of 10 classes.
+    Kd10(Box<ImmutableKdTree<f64, u64, 10, 32>>),
     Brute(Vec<Vec<f64>>),
+}
+
+fn tree<const K: usize>(rows: &[Vec<f64>]) -> Box<ImmutableKdTree<f64, u64, K, 32>> {
+    let pts: Vec<[f64; K]> = rows.iter().map(|r| std::array::from_fn(|j| r[j])).collect();
+    Box::new(ImmutableKdTree::new_from_slice(&pts))
+}
+
+fn nearest<const K: usize>(
+    tree: &ImmutableKdTree<f64, u64, K, 32>,
+    query: &[f64],
+    k: usize,
+) -> Vec<Neighbor> {
+    let Some(k) = NonZeroUsize::new(k) else {
+        return Vec::new();
+    };
+    let q: [f64; K] = std::array::from_fn(|j| query[j]);
+    tree.nearest_n::<SquaredEuclidean>(&q, k)
+        .into_iter()
+        .map(|n| Neighbor {
+            index: n.item as usize,
+            distance: n.distance.sqrt(),
+        })
+        .collect()
 }
 
 impl Index {
     /// Build over row-major rows of equal length.
     pub fn build(rows: &[Vec<f64>]) -> Self {
-        if !rows.is_empty() && rows[0].len() == 2 {
-            let pts: Vec<[f64; 2]> = rows.iter().map(|r| [r[0], r[1]]).collect();
-            Index::Kd2(Box::new(ImmutableKdTree::new_from_slice(&pts)))
-        } else {
-            Index::Brute(rows.to_vec())
+        match rows.first().map(Vec::len) {
+            Some(2) => Index::Kd2(tree(rows)),
+            Some(10) => Index::Kd10(tree(rows)),
+            _ => Index::Brute(rows.to_vec()),
         }
     }
 
     /// The `k` nearest rows, nearest first.
     pub fn knn(&self, query: &[f64], k: usize) -> Vec<Neighbor> {
         match self {
-            Index::Kd2(tree) => {
-                let Some(k) = NonZeroUsize::new(k) else {
-                    return Vec::new();
-                };
-                tree.nearest_n::<SquaredEuclidean>(&[query[0], query[1]], k)
-                    .into_iter()
-                    .map(|n| Neighbor {
-                        index: n.item as usize,
-                        distance: n.distance.sqrt(),
-                    })
-                    .collect()
-            }
+            Index::Kd2(t) => nearest(t, query, k),
+            Index::Kd10(t) => nearest(t, query, k),
             Index::Brute(rows) => knn_rows(rows, query, k, None),
         }
     }
@@ -72,5 +86,33 @@ mod tests {
             }
         }
         assert!(idx.knn(&[0.0, 0.0], 0).is_empty());
+    }
+
+    /// Ties (many gallery items share a simplex vertex) are fine: distances agree.
+    #[test]
+    fn ten_dimensional_tree_matches_brute_force() {
+        let rows: Vec<Vec<f64>> = (0..3000)
+            .map(|i| {
+                (0..10)
+                    .map(|j| {
+                        if i % 3 == 0 {
+                            f64::from(j == i % 10)
+                        } else {
+                            ((i * 7 + j * 13) % 17) as f64 / 17.0
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let idx = Index::build(&rows);
+        assert!(matches!(idx, Index::Kd10(_)));
+        for q in [vec![0.1; 10], rows[3].clone(), rows[100].clone()] {
+            let a = idx.knn(&q, 8);
+            let b = knn_rows(&rows, &q, 8, None);
+            assert_eq!(a.len(), 8);
+            for (x, y) in a.iter().zip(&b) {
+                assert!((x.distance - y.distance).abs() < 1e-12);
+            }
+        }
     }
 }

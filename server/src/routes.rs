@@ -13,8 +13,9 @@ use axum::{Json, Router};
 use shared::align::umeyama;
 use shared::api::{
     AddItemsRequest, AnchorsResponse, ChangeResponse, ConfigResponse, ErrorCode, ErrorResponse,
-    ItemMeta, Match, SearchRequest, SearchResponse, StatusResponse,
+    GalleryMap, ItemMeta, Match, SearchRequest, SearchResponse, StatusResponse,
 };
+use shared::retrieve::gallery_rows;
 use shared::DMatrix;
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
@@ -45,6 +46,7 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
             )),
         )
         .route("/status", get(status))
+        .route("/gallery-map", get(gallery_map))
         .route("/openapi.json", get(openapi))
         .route("/gallery", post(add_items))
         .route("/gallery/{id}", get(gallery_item).delete(delete_item))
@@ -88,6 +90,13 @@ async fn anchors(State(s): Shared) -> Json<AnchorsResponse> {
     Json(s.anchors.clone())
 }
 
+/// Most gallery items `GET /gallery-map` returns.
+pub const GALLERY_MAP_MAX: usize = 2_000;
+
+async fn gallery_map(State(s): Shared) -> Json<GalleryMap> {
+    Json(s.gallery_map(GALLERY_MAP_MAX))
+}
+
 async fn status(State(s): Shared) -> Json<StatusResponse> {
     Json(s.status())
 }
@@ -96,31 +105,38 @@ async fn openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
-/// Align the client's anchor rows onto ours, then answer EVERY submitted row the same way, so
-/// the response does not depend on which row is real.
+/// Answer EVERY submitted row the same way, so the response does not depend on which row is
+/// real: rows in the public anchor frame are looked up as they are; with anchor rows
+/// (Algorithm 1) they are first aligned onto the server's embedding.
 async fn search(
     State(s): Shared,
     body: Result<Json<SearchRequest>, JsonRejection>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let Json(req) = body?;
-    let k_dim = s.config.smlq.embed_dim;
-    req.validate(s.config.anchor_count, k_dim, &s.config.limits)
+    let c = &s.config;
+    req.validate(c.anchor_count, c.smlq.embed_dim, c.frame_dim, &c.limits)
         .map_err(ApiError::Invalid)?;
     let snap = s.snapshot();
-    let to_matrix = |rows: &[Vec<f64>]| {
-        DMatrix::from_row_iterator(rows.len(), k_dim, rows.iter().flatten().copied())
+    let (rows, index) = match &req.anchor_rows {
+        None => (req.query_rows, &snap.frame_index),
+        Some(anchor_rows) => {
+            let k_dim = c.smlq.embed_dim;
+            let to_matrix = |rows: &[Vec<f64>]| {
+                DMatrix::from_row_iterator(rows.len(), k_dim, rows.iter().flatten().copied())
+            };
+            let transform = umeyama(&to_matrix(anchor_rows), &snap.anchor_rows)
+                .map_err(|e| ApiError::Degenerate(e.to_string()))?;
+            let aligned = transform
+                .apply(&to_matrix(&req.query_rows))
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            (gallery_rows(&aligned), &snap.index)
+        }
     };
-    let transform = umeyama(&to_matrix(&req.anchor_rows), &snap.anchor_rows)
-        .map_err(|e| ApiError::Degenerate(e.to_string()))?;
-    let aligned = transform
-        .apply(&to_matrix(&req.query_rows))
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let results = aligned
-        .row_iter()
-        .map(|row| {
-            let q: Vec<f64> = row.iter().copied().collect();
-            snap.index
-                .knn(&q, req.k)
+    let results = rows
+        .iter()
+        .map(|q| {
+            index
+                .knn(q, req.k)
                 .into_iter()
                 .map(|n| {
                     let item = &snap.items[n.index];
@@ -134,7 +150,10 @@ async fn search(
                 .collect()
         })
         .collect();
-    Ok(Json(SearchResponse { results }))
+    Ok(Json(SearchResponse {
+        results,
+        rows_in_frame: rows,
+    }))
 }
 
 fn path_id(id: Result<Path<u64>, PathRejection>) -> Result<u64, ApiError> {

@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse, StatusResponse};
+use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse, GalleryMap, StatusResponse};
+use shared::frame::AnchorFrame;
 use shared::privatemail::{embed_dense, embed_nystrom};
+use shared::retrieve::gallery_rows;
 use shared::{DMatrix, Params};
 
 use crate::data::{load_split, DataError, Split, CLASS_NAMES};
@@ -72,12 +74,17 @@ pub struct Snapshot {
     pub gallery_rows: Vec<Vec<f64>>,
     pub index: Index,
     pub anchor_rows: DMatrix<f64>,
+    /// Gallery rows placed in the public anchor frame, in `items` order (frame protocol).
+    pub frame_rows: Vec<Vec<f64>>,
+    pub frame_index: Index,
 }
 
 pub struct AppState {
     pub config: ConfigResponse,
     pub anchors: AnchorsResponse,
     anchor_features: DMatrix<f64>,
+    /// The public anchor frame (`shared::frame`), fixed for the server's lifetime.
+    pub frame: AnchorFrame,
     pub model: Model,
     pub params: Params,
     pub seed: u64,
@@ -192,6 +199,7 @@ impl AppState {
                 .collect(),
             labels: anchor_idx.iter().map(|&i| train.labels[i] as u32).collect(),
             features: Vec::new(),
+            frame_rows: Vec::new(),
         };
         let anchor_inf: Vec<Vec<f32>> = anchor_idx
             .par_iter()
@@ -200,8 +208,15 @@ impl AppState {
         let fd = anchor_inf[0].len();
         let anchor_features =
             DMatrix::from_fn(anchor_idx.len(), fd, |r, j| anchor_inf[r][j] as f64);
+        let frame = AnchorFrame::class_simplex(
+            &anchor_features,
+            &anchors.labels,
+            params.smlq.num_classes,
+            shared::frame::DEFAULT_KERNEL_SCALE,
+        )?;
         let anchors = AnchorsResponse {
             features: anchor_inf,
+            frame_rows: gallery_rows(frame.rows()),
             ..anchors
         };
         let config = ConfigResponse {
@@ -209,6 +224,8 @@ impl AppState {
             privacy_defaults: params.privacy,
             class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
             feature_dim: fd,
+            frame_dim: frame.dim(),
+            frame_kernel_scale: shared::frame::DEFAULT_KERNEL_SCALE,
             anchor_count: anchor_idx.len(),
             model_version: model_version(crate::MODEL_WEIGHTS),
             limits: opts.limits,
@@ -220,11 +237,14 @@ impl AppState {
             gallery_rows: Vec::new(),
             index: Index::build(&[]),
             anchor_rows: DMatrix::zeros(0, 0),
+            frame_rows: Vec::new(),
+            frame_index: Index::build(&[]),
         };
         let state = AppState {
             config,
             anchors,
             anchor_features,
+            frame,
             model,
             params,
             seed: opts.seed,
@@ -280,10 +300,13 @@ impl AppState {
         }
         let g = items.len();
         let rows: Vec<Vec<f64>> = s.rows.chunks_exact(k).map(|r| r.to_vec()).collect();
+        let frame_rows = self.place(items)?;
         Ok(Some(Snapshot {
             catalogue_version: version,
             items: items.to_vec(),
             index: Index::build(&rows[..g]),
+            frame_index: Index::build(&frame_rows),
+            frame_rows,
             anchor_rows: DMatrix::from_row_iterator(
                 n_anchor,
                 k,
@@ -291,6 +314,26 @@ impl AppState {
             ),
             gallery_rows: rows[..g].to_vec(),
         }))
+    }
+
+    /// The gallery placed in the anchor frame (deterministic, so recomputed rather than stored).
+    fn place(&self, items: &[Arc<GalleryItem>]) -> Result<Vec<Vec<f64>>, StateError> {
+        let d = self.frame.feature_dim();
+        let t = std::time::Instant::now();
+        // In parallel blocks; each block's memory is bounded inside `place`.
+        let rows: Vec<Vec<Vec<f64>>> = items
+            .par_chunks(4_096)
+            .map(|chunk| {
+                let x = DMatrix::from_fn(chunk.len(), d, |i, j| chunk[i].features[j] as f64);
+                self.frame.place(&x).map(|p| gallery_rows(&p))
+            })
+            .collect::<Result<_, _>>()?;
+        tracing::info!(
+            rows = items.len(),
+            secs = t.elapsed().as_secs_f64(),
+            "placed in the frame"
+        );
+        Ok(rows.into_iter().flatten().collect())
     }
 
     /// Embed `[items ; anchors]` (the expensive step; call off the async runtime).
@@ -337,8 +380,11 @@ impl AppState {
         let rows: Vec<Vec<f64>> = (0..g)
             .map(|i| emb.row(i).iter().copied().collect())
             .collect();
+        let frame_rows = self.place(&items)?;
         Ok(Snapshot {
             catalogue_version: version,
+            frame_index: Index::build(&frame_rows),
+            frame_rows,
             items,
             index: Index::build(&rows),
             gallery_rows: rows,
@@ -361,6 +407,30 @@ impl AppState {
             rows,
         })?;
         Ok(())
+    }
+
+    /// A class-balanced sample of at most `max` gallery items placed in the frame (every
+    /// `step`-th item of each class, in id order), for plotting.
+    pub fn gallery_map(&self, max: usize) -> GalleryMap {
+        let snap = self.snapshot();
+        let per_class = max / self.config.class_names.len().max(1);
+        let mut taken = vec![0usize; self.config.class_names.len()];
+        let mut map = GalleryMap {
+            ids: Vec::new(),
+            labels: Vec::new(),
+            rows: Vec::new(),
+        };
+        let step = (snap.items.len() / max.max(1)).max(1);
+        for (i, item) in snap.items.iter().enumerate().step_by(step) {
+            let c = item.label as usize;
+            if c < taken.len() && taken[c] < per_class {
+                taken[c] += 1;
+                map.ids.push(item.id);
+                map.labels.push(item.label);
+                map.rows.push(snap.frame_rows[i].clone());
+            }
+        }
+        map
     }
 
     /// The current search snapshot (cheap: an `Arc` clone under a read lock).

@@ -14,6 +14,26 @@ pub struct TrainConfig {
     pub batch: usize,
     pub lr: f32,
     pub seed: u64,
+    /// Random horizontal flips and ±1-pixel shifts of the training images (Fashion-MNIST
+    /// products are roughly mirror-symmetric and not perfectly centred).
+    pub augment: bool,
+}
+
+/// One augmented copy of a preprocessed image: mirrored if `flip`, shifted by `(dx, dy)`
+/// pixels with zero (background) fill.
+pub fn augment(x: &[f32], flip: bool, dx: i32, dy: i32) -> Vec<f32> {
+    let side = shared::model::SIDE as i32;
+    let mut out = vec![0.0f32; x.len()];
+    for r in 0..side {
+        for c in 0..side {
+            let (sr, sc0) = (r - dy, c - dx);
+            let sc = if flip { side - 1 - sc0 } else { sc0 };
+            if (0..side).contains(&sr) && (0..side).contains(&sc) {
+                out[(r * side + c) as usize] = x[(sr * side + sc) as usize];
+            }
+        }
+    }
+    out
 }
 
 /// He-uniform initialisation, biases zero.
@@ -84,15 +104,35 @@ pub fn train(
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
         for (bi, batch) in order.chunks(cfg.batch).enumerate() {
+            // Drawn sequentially, so the augmentation is the same whatever the thread count.
+            let aug: Vec<(bool, i32, i32)> = batch
+                .iter()
+                .map(|_| {
+                    if cfg.augment {
+                        (
+                            rng.random::<bool>(),
+                            rng.random_range(-1..=1),
+                            rng.random_range(-1..=1),
+                        )
+                    } else {
+                        (false, 0, 0)
+                    }
+                })
+                .collect();
             let progress = (epoch * batches + bi) as f32 / (cfg.epochs * batches) as f32;
             let lr = cfg.lr * 0.5 * (1.0 + (std::f32::consts::PI * progress).cos());
             let parts: Vec<(Weights, f32)> = batch
                 .par_chunks(16)
-                .map(|chunk| {
+                .zip(aug.par_chunks(16))
+                .map(|(chunk, augs)| {
                     let mut g = Weights::zeros();
                     let mut l = 0.0;
-                    for &i in chunk {
-                        let t = model.forward(&xs[i]);
+                    for (&i, &(flip, dx, dy)) in chunk.iter().zip(augs) {
+                        let t = if cfg.augment {
+                            model.forward(&augment(&xs[i], flip, dx, dy))
+                        } else {
+                            model.forward(&xs[i])
+                        };
                         l += model.backward(&t, labels[i] as usize, &mut g);
                     }
                     (g, l)
@@ -131,6 +171,7 @@ mod tests {
             batch: 32,
             lr: 1e-3,
             seed: 9,
+            augment: true,
         };
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -144,5 +185,19 @@ mod tests {
         assert_eq!(a, run(1));
         let other = TrainConfig { seed: 10, ..cfg };
         assert_ne!(a, train(&xs, &labels, &other, |_, _, _| {}).w.to_bytes());
+    }
+
+    #[test]
+    fn augment_flips_and_shifts_with_background_fill() {
+        let x: Vec<f32> = (0..784).map(|i| i as f32).collect();
+        assert_eq!(augment(&x, false, 0, 0), x);
+        let f = augment(&x, true, 0, 0);
+        assert_eq!(f[0], 27.0);
+        assert_eq!(f[28 + 5], (28 + 22) as f32);
+        assert_eq!(augment(&f, true, 0, 0), x);
+        let s = augment(&x, false, 1, -1); // right by one, up by one
+        assert_eq!(s[0], 0.0); // filled: its source (row 1, col -1) is outside
+        assert_eq!(s[1], x[28]); // (0,1) ← (1,0)
+        assert_eq!(s[27 * 28 + 5], 0.0); // bottom row: source row 28 is outside
     }
 }

@@ -24,6 +24,10 @@ pub struct ConfigResponse {
     pub privacy_defaults: PrivacyParams,
     pub class_names: Vec<String>,
     pub feature_dim: usize,
+    /// Entries of a query row in the anchor-frame protocol (`frame_rows` of the anchors).
+    pub frame_dim: usize,
+    /// Kernel scale of the placement in the anchor frame (client and server must agree).
+    pub frame_kernel_scale: f64,
     pub anchor_count: usize,
     pub model_version: String,
     pub limits: ApiLimits,
@@ -35,6 +39,17 @@ pub struct AnchorsResponse {
     pub ids: Vec<u64>,
     pub labels: Vec<u32>,
     pub features: Vec<Vec<f32>>,
+    /// The public anchor frame (see `shared::frame`), one row per anchor.
+    pub frame_rows: Vec<Vec<f64>>,
+}
+
+/// `GET /api/v1/gallery-map`: a class-balanced sample of the gallery in the anchor frame, so
+/// a page can draw it (the same for every client; fetching it reveals nothing about a query).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GalleryMap {
+    pub ids: Vec<u64>,
+    pub labels: Vec<u32>,
+    pub rows: Vec<Vec<f64>>,
 }
 
 /// `POST /api/v1/search`.
@@ -42,8 +57,11 @@ pub struct AnchorsResponse {
 pub struct SearchRequest {
     /// The real query row among the dummy rows, in the client's private order.
     pub query_rows: Vec<Vec<f64>>,
-    /// The anchor rows of the client's embedding, in the public anchor order.
-    pub anchor_rows: Vec<Vec<f64>>,
+    /// Algorithm 1 (aligned): the anchor rows of the client's embedding, in the public anchor
+    /// order; the server aligns them onto its own. `None` for the anchor-frame protocol, whose
+    /// query rows are already in the public frame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor_rows: Option<Vec<Vec<f64>>>,
     pub k: usize,
 }
 
@@ -62,6 +80,9 @@ pub struct Match {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchResponse {
     pub results: Vec<Vec<Match>>,
+    /// The submitted rows where the server placed them (aligned, or as sent in the frame),
+    /// in the submitted order, for plotting.
+    pub rows_in_frame: Vec<Vec<f64>>,
 }
 
 /// `GET /api/v1/gallery/{id}`.
@@ -157,11 +178,13 @@ impl ErrorResponse {
 }
 
 impl SearchRequest {
-    /// Check shape, sizes and finiteness against what the server expects.
+    /// Check shape, sizes and finiteness against what the server expects: `embed_dim` entries
+    /// a row with anchor rows (aligned protocol), `frame_dim` without (frame protocol).
     pub fn validate(
         &self,
         anchor_count: usize,
         embed_dim: usize,
+        frame_dim: usize,
         limits: &ApiLimits,
     ) -> Result<(), ErrorResponse> {
         use ErrorCode::*;
@@ -181,20 +204,26 @@ impl SearchRequest {
                 ),
             ));
         }
-        if self.anchor_rows.len() != anchor_count {
+        let anchor_rows = self.anchor_rows.as_deref().unwrap_or(&[]);
+        if self.anchor_rows.is_some() && anchor_rows.len() != anchor_count {
             return Err(ErrorResponse::new(
                 DimensionMismatch,
                 format!(
                     "anchor_rows must hold {anchor_count} rows, got {}",
-                    self.anchor_rows.len()
+                    anchor_rows.len()
                 ),
             ));
         }
-        for row in self.query_rows.iter().chain(&self.anchor_rows) {
-            if row.len() != embed_dim {
+        let dim = if self.anchor_rows.is_some() {
+            embed_dim
+        } else {
+            frame_dim
+        };
+        for row in self.query_rows.iter().chain(anchor_rows) {
+            if row.len() != dim {
                 return Err(ErrorResponse::new(
                     DimensionMismatch,
-                    format!("every row must have {embed_dim} entries, got {}", row.len()),
+                    format!("every row must have {dim} entries, got {}", row.len()),
                 ));
             }
             if !row.iter().all(|v| v.is_finite()) {
@@ -223,15 +252,36 @@ mod tests {
     fn good() -> SearchRequest {
         SearchRequest {
             query_rows: vec![vec![0.0, 1.0]; 10],
-            anchor_rows: vec![vec![1.0, 0.0]; 5],
+            anchor_rows: Some(vec![vec![1.0, 0.0]; 5]),
             k: 8,
         }
     }
 
     #[test]
+    fn frame_requests_need_frame_rows_and_no_anchor_rows() {
+        let r = SearchRequest {
+            query_rows: vec![vec![0.0; 10]; 4],
+            anchor_rows: None,
+            k: 8,
+        };
+        assert!(r.validate(5, 2, 10, &limits()).is_ok());
+        let short = SearchRequest {
+            query_rows: vec![vec![0.0; 2]; 4],
+            ..r.clone()
+        };
+        assert_eq!(
+            short.validate(5, 2, 10, &limits()).unwrap_err().error.code,
+            ErrorCode::DimensionMismatch
+        );
+        // The field is omitted on the wire, not sent as null.
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("anchor_rows").is_none());
+    }
+
+    #[test]
     fn validates_shapes_limits_and_finiteness() {
-        assert!(good().validate(5, 2, &limits()).is_ok());
-        let code = |r: SearchRequest| r.validate(5, 2, &limits()).unwrap_err().error.code;
+        assert!(good().validate(5, 2, 10, &limits()).is_ok());
+        let code = |r: SearchRequest| r.validate(5, 2, 10, &limits()).unwrap_err().error.code;
         assert_eq!(
             code(SearchRequest { k: 0, ..good() }),
             ErrorCode::KOutOfRange
@@ -241,13 +291,13 @@ mod tests {
             ErrorCode::KOutOfRange
         );
         let mut r = good();
-        r.anchor_rows.pop();
+        r.anchor_rows.as_mut().unwrap().pop();
         assert_eq!(code(r), ErrorCode::DimensionMismatch);
         let mut r = good();
         r.query_rows[3] = vec![1.0];
         assert_eq!(code(r), ErrorCode::DimensionMismatch);
         let mut r = good();
-        r.anchor_rows[0][1] = f64::INFINITY;
+        r.anchor_rows.as_mut().unwrap()[0][1] = f64::INFINITY;
         assert_eq!(code(r), ErrorCode::NonFinite);
         let mut r = good();
         r.query_rows = vec![vec![0.0, 0.0]; 33];

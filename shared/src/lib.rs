@@ -11,6 +11,7 @@
 pub mod align;
 pub mod api;
 pub mod error;
+pub mod frame;
 pub mod idx;
 pub mod laplacian;
 pub mod mechanism;

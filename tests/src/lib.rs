@@ -88,7 +88,7 @@ pub fn search_request(
         |m: &shared::DMatrix<f64>| m.row_iter().map(|r| r.iter().copied().collect()).collect();
     shared::api::SearchRequest {
         query_rows: rows(&r.query_rows),
-        anchor_rows: rows(&r.anchor_rows),
+        anchor_rows: Some(rows(&r.anchor_rows)),
         k,
     }
 }

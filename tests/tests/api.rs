@@ -11,6 +11,7 @@ use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::api::{ConfigResponse, ErrorResponse, SearchRequest, SearchResponse};
+use shared::frame::{privatize_in_frame, AnchorFrame};
 use shared::privatemail::privatize;
 use shared::Params;
 
@@ -307,11 +308,12 @@ fn transformed_server_rows_find_themselves_and_their_class() {
     let queries: Vec<usize> = (0..10).map(|i| i * 97).collect();
     let req = SearchRequest {
         query_rows: queries.iter().map(|&i| t(&snap.gallery_rows[i])).collect(),
-        anchor_rows: snap
-            .anchor_rows
-            .row_iter()
-            .map(|r| t(&[r[0], r[1]]))
-            .collect(),
+        anchor_rows: Some(
+            snap.anchor_rows
+                .row_iter()
+                .map(|r| t(&[r[0], r[1]]))
+                .collect(),
+        ),
         k: 8,
     };
     let body: SearchResponse = post_search(&Client::new(), &srv.base, &req);
@@ -326,5 +328,98 @@ fn transformed_server_rows_find_themselves_and_their_class() {
     assert!(
         share > 0.5,
         "only {share:.2} of the neighbours share the query's class"
+    );
+}
+
+/// The anchor-frame protocol end to end with the native client: the frame the server
+/// publishes, the client's own sensitivity, a release at the largest ε, and a search. At that
+/// ε the noise std is about a quarter of the frame's diameter, so for confidently classified
+/// images most matches share the true class. Several images, so the check does not rest on
+/// one noise draw.
+#[test]
+fn frame_protocol_finds_the_class_at_large_epsilon() {
+    let store = temp_store("frame");
+    // The demo's 1,000 anchors: the class vote needs enough anchors near each image.
+    let srv = start_server(&[
+        "--gallery-size",
+        "1000",
+        "--anchors",
+        "1000",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    let http = Client::new();
+    let config: ConfigResponse = http
+        .get(format!("{}/api/v1/config", srv.base))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let anchors: shared::api::AnchorsResponse = http
+        .get(format!("{}/api/v1/anchors", srv.base))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let feats = shared::DMatrix::from_row_iterator(
+        anchors.features.len(),
+        config.feature_dim,
+        anchors.features.iter().flatten().map(|&v| v as f64),
+    );
+    let rows = shared::DMatrix::from_row_iterator(
+        anchors.frame_rows.len(),
+        config.frame_dim,
+        anchors.frame_rows.iter().flatten().copied(),
+    );
+    let frame = AnchorFrame::new(&feats, &rows, config.frame_kernel_scale).unwrap();
+    // The client computes the sensitivity itself: √2 for the class simplex.
+    let sens = frame.sensitivity();
+    assert!((sens.diameter - 2f64.sqrt()).abs() < 1e-9, "{sens:?}");
+    let privacy = shared::PrivacyParams {
+        epsilon: shared::params::limits::MAX_EPSILON,
+        ..config.privacy_defaults
+    };
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    let (mut majority, mut tried) = (0, 0);
+    for i in 5000..5040 {
+        let (q, label) = client_query(i);
+        let (_, truth) = privatemail_e2e::test_image(i);
+        if label != truth {
+            continue;
+        }
+        tried += 1;
+        let r = privatize_in_frame(&q, &frame, 9, &privacy, &mut rng).unwrap();
+        let req = SearchRequest {
+            query_rows: r
+                .rows
+                .row_iter()
+                .map(|x| x.iter().copied().collect())
+                .collect(),
+            anchor_rows: None,
+            k: 8,
+        };
+        let body: SearchResponse = post_search(&http, &srv.base, &req);
+        assert_eq!(body.results.len(), 10);
+        // As sent (up to serde_json's last-bit float parsing).
+        for (a, b) in body
+            .rows_in_frame
+            .iter()
+            .flatten()
+            .zip(req.query_rows.iter().flatten())
+        {
+            assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0));
+        }
+        let hits = body.results[r.real_position()]
+            .iter()
+            .filter(|m| m.label == truth)
+            .count();
+        majority += usize::from(hits >= 5);
+    }
+    assert!(tried >= 30, "{tried}");
+    let share = majority as f64 / tried as f64;
+    eprintln!("{majority} of {tried} searches found mostly their class");
+    assert!(
+        share >= 0.7,
+        "only {share:.2} of the searches found mostly their class"
     );
 }

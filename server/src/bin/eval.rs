@@ -14,6 +14,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 use shared::align::umeyama;
+use shared::frame::{privatize_in_frame, AnchorFrame};
 use shared::laplacian::normalize_rows;
 use shared::metrics::{average_precision, mean, recall_at_k};
 use shared::privatemail::{embed_dense, privatize, Anchors};
@@ -54,6 +55,9 @@ struct Args {
     kernel_scale: Option<f64>,
     #[arg(long)]
     alpha: Option<f64>,
+    /// Kernel scale of the anchor-frame placement.
+    #[arg(long, default_value_t = shared::frame::DEFAULT_KERNEL_SCALE)]
+    frame_kernel_scale: f64,
     #[arg(long)]
     iterations: Option<usize>,
     /// Feature vectors: the on-device model's (64-d; the query's label is then the model's
@@ -211,10 +215,26 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .collect(),
     );
 
+    // The anchor-frame protocol: the gallery placed in the public frame of the anchors.
+    let frame = AnchorFrame::class_simplex(
+        &anchor_x,
+        &al,
+        params.smlq.num_classes,
+        args.frame_kernel_scale,
+    )?;
+    let placed = gallery_rows(&frame.place(&gallery_x)?);
+    let frame_np = aggregate(
+        (0..nq)
+            .into_par_iter()
+            .map(|q| score(&full_ranking(&placed, &placed[q], Some(q)), &gl, q, args.k))
+            .collect(),
+    );
+
     let anchors = Anchors::new(&anchor_x, &al, &params.smlq)?;
     let mut rows = vec![
         ("kNN on features (non-private)".to_string(), knn_feat),
         ("SMLQ (non-private)".to_string(), smlq_np),
+        ("anchor frame (non-private)".to_string(), frame_np),
     ];
     let mut noise_report = Vec::new();
     for &eps in &args.epsilons {
@@ -253,6 +273,19 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             t_eps.elapsed().as_secs_f64() * 1e3 / nq as f64
         ));
         rows.push((format!("PrivateMail eps={eps}"), aggregate(scored)));
+        let framed: Vec<(f64, f64)> = (0..nq)
+            .into_par_iter()
+            .map(|q| {
+                let mut rng = ChaCha20Rng::seed_from_u64(
+                    args.seed ^ (q as u64 + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ eps.to_bits(),
+                );
+                let feats: Vec<f64> = gallery_x.row(q).iter().copied().collect();
+                let r = privatize_in_frame(&feats, &frame, 9, &p.privacy, &mut rng)?;
+                let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
+                Ok(score(&full_ranking(&placed, &row, Some(q)), &gl, q, args.k))
+            })
+            .collect::<Result<_, shared::Error>>()?;
+        rows.push((format!("anchor frame eps={eps}"), aggregate(framed)));
     }
 
     println!(

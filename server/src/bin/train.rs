@@ -17,7 +17,7 @@ use privatemail_server::training::{train, TrainConfig};
 struct Args {
     #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
     data_dir: PathBuf,
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 15)]
     epochs: usize,
     #[arg(long, default_value_t = 64)]
     batch: usize,
@@ -25,6 +25,9 @@ struct Args {
     lr: f32,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Disable the flip/shift augmentation.
+    #[arg(long)]
+    no_augment: bool,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
     out: PathBuf,
 }
@@ -41,6 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         batch: args.batch,
         lr: args.lr,
         seed: args.seed,
+        augment: !args.no_augment,
     };
     let t0 = Instant::now();
     let model = train(&xs, &train_split.labels, &cfg, |epoch, model, loss| {

@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "request: {} query rows, {} anchor rows, k = {}, {} bytes",
         req.query_rows.len(),
-        req.anchor_rows.len(),
+        req.anchor_rows.as_ref().map_or(0, Vec::len),
         req.k,
         body.len()
     );

@@ -92,7 +92,7 @@ impl AnchorFrame {
             });
         }
         let (n, d) = anchor_features.shape();
-        if n < 2 || n > limits::MAX_CLIENT_ROWS {
+        if !(2..=limits::MAX_CLIENT_ROWS).contains(&n) {
             return Err(Error::InvalidParameter {
                 name: "anchors",
                 reason: format!("need 2..={} anchors, got {n}", limits::MAX_CLIENT_ROWS),

@@ -3,6 +3,7 @@
 # http://127.0.0.1:8080 (flags after `--` go to the server; see --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+PM_SETUP_WASM=1 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+bash scripts/build-web.sh
 exec cargo run --release -p privatemail-server --bin server -- "$@"

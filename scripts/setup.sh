@@ -24,7 +24,9 @@ if command -v rustup >/dev/null 2>&1; then
     || rustup target add wasm32-unknown-unknown
 fi
 
-if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
+# The browser tests need the wasm tools too.
+[ "${PM_SETUP_BROWSER:-0}" = 1 ] && PM_SETUP_WASM=1
+if [ "${PM_SETUP_WASM:-0}" = 1 ]; then
   # wasm-bindgen-cli must match the wasm-bindgen version in Cargo.lock exactly.
   want=$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)
   have=$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)

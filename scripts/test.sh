@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_BROWSER=1 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+bash scripts/build-web.sh # the page the browser end-to-end test drives
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo build -p privatemail-shared --target wasm32-unknown-unknown

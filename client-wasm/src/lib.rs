@@ -1,8 +1,23 @@
-//! The browser client: the on-device model (and, with the browser-client issue, the
-//! PrivateMail privatization) compiled to WebAssembly with wasm-bindgen.
+//! The browser client, compiled to WebAssembly with wasm-bindgen: the on-device model and the
+//! client side of the anchor-frame protocol (`shared::frame`).
+//!
+//! API boundary: what leaves this module towards the network is only the JSON body that
+//! [`Client::privatize`] returns — noisy rows in a random order. The features, the predicted
+//! label and the real row's position stay inside the `Client`; [`Client::pick`] uses the
+//! position to pick the real row's matches out of the server's answer for the user's screen.
+//! Everything is JSON strings across the boundary (one wire format, `shared::api`); errors are
+//! JS exceptions with plain messages.
 
-use shared::model::Model;
+use shared::api::{AnchorsResponse, ConfigResponse, SearchRequest, SearchResponse};
+use shared::frame::{privatize_in_frame, AnchorFrame};
+use shared::mechanism::Receipt;
+use shared::model::{from_rgba, Model};
+use shared::{DMatrix, Mechanism, PrivacyParams};
 use wasm_bindgen::prelude::*;
+
+fn js_err(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
 
 /// The on-device model, loaded from its weights file.
 #[wasm_bindgen]
@@ -16,25 +31,231 @@ impl OnDeviceModel {
     #[wasm_bindgen(constructor)]
     pub fn new(weights: &[u8]) -> Result<OnDeviceModel, JsError> {
         Ok(OnDeviceModel {
-            model: Model::from_bytes(weights).map_err(|e| JsError::new(&e.to_string()))?,
+            model: Model::from_bytes(weights).map_err(js_err)?,
         })
     }
 
     /// Unit-norm features of a 28×28 greyscale image (784 bytes, row-major).
     pub fn features(&self, pixels: &[u8]) -> Result<Vec<f32>, JsError> {
-        Ok(self.infer(pixels)?.features)
+        Ok(self.model.infer(pixels).map_err(js_err)?.features)
     }
 
     /// The predicted class of the image.
     pub fn label(&self, pixels: &[u8]) -> Result<u32, JsError> {
-        Ok(self.infer(pixels)?.label)
+        Ok(self.model.infer(pixels).map_err(js_err)?.label)
     }
 }
 
-impl OnDeviceModel {
-    fn infer(&self, pixels: &[u8]) -> Result<shared::model::Inference, JsError> {
-        self.model
-            .infer(pixels)
-            .map_err(|e| JsError::new(&e.to_string()))
+/// What the page shows about the loaded image (`Client::load_image`).
+#[derive(serde::Serialize)]
+struct ImageInfo {
+    /// The model's 28×28 input, for the page to show.
+    pixels: Vec<u8>,
+    label: u32,
+    class_name: String,
+    probability: f32,
+    probabilities: Vec<f32>,
+}
+
+/// What the page learns from one privatization (never the position of the real row).
+#[derive(serde::Serialize)]
+struct Privatized {
+    /// The body of `POST /api/v1/search`.
+    request: String,
+    receipt: Receipt,
+    sensitivity: f64,
+}
+
+/// The real row's answer, for the user's screen only.
+#[derive(serde::Serialize)]
+struct Picked {
+    matches: Vec<shared::api::Match>,
+    real_row: Vec<f64>,
+    rows: Vec<Vec<f64>>,
+}
+
+struct Pending {
+    real_position: usize,
+    rows: usize,
+}
+
+/// One browser session: the model, the server's public frame, the current image's features,
+/// and the position of the real row of the last release.
+#[wasm_bindgen]
+pub struct Client {
+    model: Model,
+    frame: AnchorFrame,
+    config: ConfigResponse,
+    query: Option<Vec<f64>>,
+    pending: Option<Pending>,
+}
+
+#[wasm_bindgen]
+impl Client {
+    /// `weights`: the bytes of `model.bin`; `config_json`, `anchors_json`: the bodies of
+    /// `GET /api/v1/config` and `GET /api/v1/anchors`. The frame's sensitivity is computed here
+    /// from the rows received, so a server cannot make the noise too small.
+    #[wasm_bindgen(constructor)]
+    pub fn new(weights: &[u8], config_json: &str, anchors_json: &str) -> Result<Client, JsError> {
+        let model = Model::from_bytes(weights).map_err(js_err)?;
+        let config: ConfigResponse = serde_json::from_str(config_json)
+            .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
+        let anchors: AnchorsResponse = serde_json::from_str(anchors_json)
+            .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
+        let n = anchors.features.len();
+        if anchors.frame_rows.len() != n
+            || anchors
+                .features
+                .iter()
+                .any(|f| f.len() != config.feature_dim)
+            || anchors
+                .frame_rows
+                .iter()
+                .any(|r| r.len() != config.frame_dim)
+        {
+            return Err(js_err(
+                "the server's anchors do not match its configuration",
+            ));
+        }
+        let feats = DMatrix::from_row_iterator(
+            n,
+            config.feature_dim,
+            anchors.features.iter().flatten().map(|&v| v as f64),
+        );
+        let rows = DMatrix::from_row_iterator(
+            n,
+            config.frame_dim,
+            anchors.frame_rows.iter().flatten().copied(),
+        );
+        let frame = AnchorFrame::new(&feats, &rows, config.frame_kernel_scale).map_err(js_err)?;
+        Ok(Client {
+            model,
+            frame,
+            config,
+            query: None,
+            pending: None,
+        })
     }
+
+    /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
+    /// (`shared::model::from_rgba`), run the model, keep the features. Returns JSON
+    /// `{pixels, label, class_name, probability, probabilities}`.
+    pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
+        let pixels = from_rgba(rgba, width as usize, height as usize).map_err(js_err)?;
+        self.load_pixels(&pixels)
+    }
+
+    /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
+    pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
+        let inf = self.model.infer(pixels).map_err(js_err)?;
+        let class_name = self
+            .config
+            .class_names
+            .get(inf.label as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("class {}", inf.label));
+        let info = ImageInfo {
+            pixels: pixels.to_vec(),
+            label: inf.label,
+            class_name,
+            probability: inf.probabilities[inf.label as usize],
+            probabilities: inf.probabilities,
+        };
+        self.query = Some(inf.features.iter().map(|&v| v as f64).collect());
+        self.pending = None;
+        serde_json::to_string(&info).map_err(js_err)
+    }
+
+    /// Privatize the loaded image: place it in the frame with one dummy row per other class,
+    /// release with (ε, δ) and the named mechanism (`discrete_gaussian`, `analytic_gaussian`,
+    /// `classic_gaussian`), and return JSON `{request, receipt, sensitivity}` where
+    /// `request` is the body to POST. Noise comes from the browser's crypto RNG.
+    pub fn privatize(
+        &mut self,
+        epsilon: f64,
+        delta: f64,
+        mechanism: &str,
+        k: usize,
+    ) -> Result<String, JsError> {
+        let query = self
+            .query
+            .as_ref()
+            .ok_or_else(|| js_err("load an image before searching"))?;
+        let mechanism: Mechanism =
+            serde_json::from_value(serde_json::Value::String(mechanism.to_string()))
+                .map_err(|_| js_err(format!("unknown mechanism `{mechanism}`")))?;
+        if k == 0 || k > self.config.limits.max_k {
+            return Err(js_err(format!(
+                "k must be in 1..={}",
+                self.config.limits.max_k
+            )));
+        }
+        let privacy = PrivacyParams {
+            epsilon,
+            delta,
+            mechanism,
+        };
+        let mut rng = shared::rng::secure_rng().map_err(js_err)?;
+        let dummies = self.config.smlq.num_classes as usize - 1;
+        let r =
+            privatize_in_frame(query, &self.frame, dummies, &privacy, &mut rng).map_err(js_err)?;
+        let req = SearchRequest {
+            query_rows: r
+                .rows
+                .row_iter()
+                .map(|x| x.iter().copied().collect())
+                .collect(),
+            anchor_rows: None,
+            k,
+        };
+        self.pending = Some(Pending {
+            real_position: r.real_position(),
+            rows: req.query_rows.len(),
+        });
+        let out = Privatized {
+            request: serde_json::to_string(&req).map_err(js_err)?,
+            receipt: r.receipt,
+            sensitivity: r.sensitivity.value,
+        };
+        serde_json::to_string(&out).map_err(js_err)
+    }
+
+    /// Pick the real row's matches out of the server's answer to the last privatized request.
+    /// Returns JSON `{matches, real_row, rows}` (rows: every submitted row in the frame).
+    pub fn pick(&self, response_json: &str) -> Result<String, JsError> {
+        let p = self
+            .pending
+            .as_ref()
+            .ok_or_else(|| js_err("no search is pending"))?;
+        let resp: SearchResponse = serde_json::from_str(response_json)
+            .map_err(|e| js_err(format!("the server's answer is malformed: {e}")))?;
+        if resp.results.len() != p.rows || resp.rows_in_frame.len() != p.rows {
+            return Err(js_err(format!(
+                "the server answered {} rows, but {} were sent",
+                resp.results.len(),
+                p.rows
+            )));
+        }
+        let picked = Picked {
+            matches: resp.results[p.real_position].clone(),
+            real_row: resp.rows_in_frame[p.real_position].clone(),
+            rows: resp.rows_in_frame,
+        };
+        serde_json::to_string(&picked).map_err(js_err)
+    }
+
+    /// The L2 sensitivity of the placement, computed from the frame the server sent.
+    pub fn sensitivity(&self) -> f64 {
+        self.frame.sensitivity().value
+    }
+}
+
+/// The budget spent by a list of receipts (a JSON array, as `privatize` returned them), composed
+/// by zCDP and reported at `delta` (see `shared::budget`). Returns JSON `shared::budget::Total`.
+#[wasm_bindgen]
+pub fn compose_budget(receipts_json: &str, delta: f64) -> Result<String, JsError> {
+    let receipts: Vec<Receipt> = serde_json::from_str(receipts_json)
+        .map_err(|e| js_err(format!("stored receipts are malformed: {e}")))?;
+    let total = shared::budget::compose(&receipts, delta).map_err(js_err)?;
+    serde_json::to_string(&total).map_err(js_err)
 }

@@ -10,6 +10,7 @@
 
 pub mod align;
 pub mod api;
+pub mod budget;
 pub mod error;
 pub mod frame;
 pub mod idx;

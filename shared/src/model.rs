@@ -165,6 +165,76 @@ pub fn preprocess(pixels: &[u8]) -> Result<Vec<f32>> {
     Ok(pixels.iter().map(|&p| p as f32 / 255.0).collect())
 }
 
+/// Largest side of an image accepted by [`from_rgba`].
+pub const MAX_IMAGE_SIDE: usize = 4_096;
+
+/// Any decoded image (RGBA, row-major, 4 bytes a pixel, as a browser's `ImageData`) → the
+/// model's 28×28 input, in integer arithmetic so every platform gets the same bytes:
+/// 1. grey `l = (299·R + 587·G + 114·B + 500) / 1000`, composited over white by alpha;
+/// 2. if the border is light (mean > 127: a photo on a light background), invert, because
+///    Fashion-MNIST shows a light object on a dark background;
+/// 3. fit the longer side into 28 pixels keeping the aspect ratio, each target pixel the exact
+///    mean of the source pixels that fall in it, centred on a dark (0) canvas.
+///
+/// A 28×28 image with a dark border comes back unchanged.
+pub fn from_rgba(rgba: &[u8], width: usize, height: usize) -> Result<Vec<u8>> {
+    if width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
+        return Err(Error::InvalidParameter {
+            name: "image size",
+            reason: format!("{width}×{height}: each side must be in 1..={MAX_IMAGE_SIDE}"),
+        });
+    }
+    if rgba.len() != width * height * 4 {
+        return Err(Error::DimensionMismatch {
+            what: "RGBA bytes",
+            expected: width * height * 4,
+            got: rgba.len(),
+        });
+    }
+    let grey: Vec<u32> = rgba
+        .chunks_exact(4)
+        .map(|p| {
+            let l = (299 * p[0] as u32 + 587 * p[1] as u32 + 114 * p[2] as u32 + 500) / 1000;
+            let a = p[3] as u32;
+            (l * a + 255 * (255 - a) + 127) / 255
+        })
+        .collect();
+    let border: Vec<u32> = (0..width)
+        .flat_map(|x| [x, (height - 1) * width + x])
+        .chain((0..height).flat_map(|y| [y * width, y * width + width - 1]))
+        .map(|i| grey[i])
+        .collect();
+    let invert = border.iter().sum::<u32>() as u64 > 127 * border.len() as u64;
+    let long = width.max(height);
+    let (tw, th) = (
+        (width * SIDE).div_ceil(long).max(1),
+        (height * SIDE).div_ceil(long).max(1),
+    );
+    let (mut sum, mut count) = (vec![0u64; tw * th], vec![0u64; tw * th]);
+    for y in 0..height {
+        let ty = y * th / height;
+        for x in 0..width {
+            let tx = x * tw / width;
+            let v = if invert {
+                255 - grey[y * width + x]
+            } else {
+                grey[y * width + x]
+            };
+            sum[ty * tw + tx] += v as u64;
+            count[ty * tw + tx] += 1;
+        }
+    }
+    let (ox, oy) = ((SIDE - tw) / 2, (SIDE - th) / 2);
+    let mut out = vec![0u8; PIXELS];
+    for ty in 0..th {
+        for tx in 0..tw {
+            let c = count[ty * tw + tx].max(1);
+            out[(oy + ty) * SIDE + ox + tx] = ((sum[ty * tw + tx] + c / 2) / c) as u8;
+        }
+    }
+    Ok(out)
+}
+
 fn conv_relu_pool(
     input: &[f32],
     cin: usize,
@@ -466,5 +536,44 @@ mod tests {
         let norm: f32 = inf.features.iter().map(|v| v * v).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5);
         assert!((inf.probabilities.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn from_rgba_is_identity_on_dataset_images_and_handles_photos() {
+        let grey: Vec<u8> = (0..PIXELS)
+            .map(|i| {
+                if (i / SIDE) % 27 == 0 || i % SIDE == 0 {
+                    0
+                } else {
+                    (i * 7 % 256) as u8
+                }
+            })
+            .collect();
+        let rgba: Vec<u8> = grey.iter().flat_map(|&g| [g, g, g, 255]).collect();
+        assert_eq!(from_rgba(&rgba, SIDE, SIDE).unwrap(), grey);
+        // A dark square on a white 56×112 photo: inverted, halved, centred, aspect kept.
+        let (w, h) = (56, 112);
+        let photo: Vec<u8> = (0..w * h)
+            .flat_map(|i| {
+                let (x, y) = (i % w, i / w);
+                let v = if (20..36).contains(&x) && (40..72).contains(&y) {
+                    0
+                } else {
+                    255
+                };
+                [v, v, v, 255]
+            })
+            .collect();
+        let out = from_rgba(&photo, w, h).unwrap();
+        // 56×112 → 14×28, placed at columns 7..21.
+        assert_eq!(out[14 * SIDE + 3], 0); // outside the fitted image: padding
+        assert_eq!(out[14 * SIDE + 7 + 7], 255); // the square, inverted to light
+        assert_eq!(out[2 * SIDE + 7 + 7], 0); // the white background, inverted to dark
+                                              // Fully transparent pixels count as white background.
+        let clear = vec![0u8; 30 * 30 * 4];
+        assert!(from_rgba(&clear, 30, 30).unwrap().iter().all(|&v| v == 0));
+        assert!(from_rgba(&[0u8; 12], 2, 2).is_err());
+        assert!(from_rgba(&[], 0, 5).is_err());
+        assert!(from_rgba(&[0u8; 4], 1, 1).is_ok());
     }
 }

@@ -1,0 +1,163 @@
+//! The wasm client API in headless Chromium: privatization output shape and noise scale, the
+//! real row's position not exposed by what `privatize` returns, and error paths.
+
+#![cfg(target_arch = "wasm32")]
+
+use privatemail_client_wasm::{compose_budget, Client};
+use serde_json::{json, Value};
+use shared::frame::AnchorFrame;
+use shared::DMatrix;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+const FIXTURE: &str = include_str!("fixtures/parity.json");
+const N: usize = 60;
+
+/// A small public frame: anchors with deterministic pseudo-random unit features and the class
+/// simplex rows, as the server publishes them.
+fn server_json() -> (String, String, DMatrix<f64>, DMatrix<f64>) {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    };
+    let features: Vec<Vec<f32>> = (0..N)
+        .map(|_| (0..64).map(|_| next() as f32).collect())
+        .collect();
+    let labels: Vec<u32> = (0..N as u32).map(|i| i % 10).collect();
+    let frame_rows: Vec<Vec<f64>> = labels
+        .iter()
+        .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
+        .collect();
+    let config = json!({
+        "smlq": shared::SmlqParams::default(),
+        "privacy_defaults": shared::PrivacyParams::default(),
+        "class_names": ["T-shirt/top","Trouser","Pullover","Dress","Coat","Sandal","Shirt","Sneaker","Bag","Ankle boot"],
+        "feature_dim": 64, "frame_dim": 10, "frame_kernel_scale": 0.02, "anchor_count": N,
+        "model_version": "test", "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
+    });
+    let anchors = json!({
+        "ids": (0..N as u64).collect::<Vec<_>>(), "labels": labels,
+        "features": features, "frame_rows": frame_rows,
+    });
+    let f = DMatrix::from_fn(N, 64, |i, j| features[i][j] as f64);
+    let r = DMatrix::from_fn(N, 10, |i, j| frame_rows[i][j]);
+    (config.to_string(), anchors.to_string(), f, r)
+}
+
+fn image(k: usize) -> Vec<u8> {
+    let cases: Vec<Value> = serde_json::from_str(FIXTURE).unwrap();
+    serde_json::from_value(cases[k]["pixels"].clone()).unwrap()
+}
+
+/// A server answer whose match ids name the row they answer, so `pick` reveals (to the test)
+/// which row the client kept as real.
+fn answer(rows: &[Value]) -> String {
+    let results: Vec<Value> = (0..rows.len())
+        .map(|i| json!([{ "id": i, "label": 0, "distance": 0.0, "thumbnail_png_base64": "" }]))
+        .collect();
+    json!({ "results": results, "rows_in_frame": rows }).to_string()
+}
+
+#[wasm_bindgen_test]
+fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
+    let (config, anchors, feats, rows) = server_json();
+    let mut client = Client::new(WEIGHTS, &config, &anchors).unwrap();
+    let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
+    assert_eq!(info["pixels"].as_array().unwrap().len(), 784);
+    let p: f64 = info["probabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((p - 1.0).abs() < 1e-4);
+    // The exact placement of this image, computed with the same shared code.
+    let model = shared::model::Model::from_bytes(WEIGHTS).unwrap();
+    let q = model.infer(&image(0)).unwrap().features;
+    let frame = AnchorFrame::new(&feats, &rows, 0.02).unwrap();
+    let exact = frame
+        .place(&DMatrix::from_fn(1, 64, |_, j| q[j] as f64))
+        .unwrap();
+    assert!((client.sensitivity() - 2f64.sqrt()).abs() < 1e-9);
+
+    let (eps, delta) = (4.0, 1e-5);
+    let trials = 300;
+    let mut counts = [0usize; 10];
+    let mut sq = 0.0;
+    let mut scale = 0.0;
+    for _ in 0..trials {
+        let out: Value = serde_json::from_str(
+            &client
+                .privatize(eps, delta, "discrete_gaussian", 8)
+                .unwrap(),
+        )
+        .unwrap();
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["receipt", "request", "sensitivity"]);
+        let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
+        let keys: Vec<&String> = req.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["k", "query_rows"]);
+        let sent = req["query_rows"].as_array().unwrap().clone();
+        assert_eq!(sent.len(), 10);
+        assert!(sent.iter().all(|r| r.as_array().unwrap().len() == 10));
+        scale = out["receipt"]["noise_scale"].as_f64().unwrap();
+        let picked: Value = serde_json::from_str(&client.pick(&answer(&sent)).unwrap()).unwrap();
+        let pos = picked["matches"][0]["id"].as_u64().unwrap() as usize;
+        counts[pos] += 1;
+        for j in 0..10 {
+            sq += (sent[pos][j].as_f64().unwrap() - exact[(0, j)]).powi(2);
+        }
+    }
+    // σ as calibrated for the frame's sensitivity (up to the proven grid terms, < 1 %).
+    let want = shared::mechanism::zcdp_sigma(eps, delta, 2f64.sqrt()).unwrap();
+    assert!(scale >= want && scale < 1.01 * want, "{scale} vs {want}");
+    // Empirical std of the real row's noise: 3,000 entries, SE ≈ 1.3 %; allow 6 SE.
+    let est = (sq / (10.0 * trials as f64)).sqrt();
+    assert!((est / scale - 1.0).abs() < 0.08, "{est} vs {scale}");
+    // The real row's position is uniform: each of 10 positions expects 30 (sd ≈ 5.2).
+    assert!(counts.iter().all(|&c| (5..=60).contains(&c)), "{counts:?}");
+}
+
+#[wasm_bindgen_test]
+fn bad_inputs_are_js_errors_with_plain_messages() {
+    let (config, anchors, _, _) = server_json();
+    assert!(Client::new(b"nope", &config, &anchors).is_err());
+    assert!(Client::new(WEIGHTS, "{", &anchors).is_err());
+    assert!(Client::new(WEIGHTS, &config, "[]").is_err());
+    let mut short: Value = serde_json::from_str(&anchors).unwrap();
+    short["frame_rows"].as_array_mut().unwrap().pop();
+    assert!(Client::new(WEIGHTS, &config, &short.to_string()).is_err());
+    let mut client = Client::new(WEIGHTS, &config, &anchors).unwrap();
+    // Nothing loaded yet, nothing pending.
+    assert!(client.privatize(1.0, 1e-5, "discrete_gaussian", 8).is_err());
+    assert!(client.pick("{}").is_err());
+    assert!(client.load_pixels(&[0u8; 10]).is_err());
+    assert!(client.load_image(&[0u8; 16], 3, 3).is_err());
+    assert!(client.load_image(&[], 0, 0).is_err());
+    client.load_image(&[200u8; 4 * 40 * 30], 40, 30).unwrap();
+    assert!(client.privatize(0.0, 1e-5, "discrete_gaussian", 8).is_err());
+    assert!(client.privatize(1.0, 1.5, "discrete_gaussian", 8).is_err());
+    assert!(client.privatize(1.0, 1e-5, "laplace", 8).is_err());
+    assert!(client.privatize(1.0, 1e-5, "discrete_gaussian", 0).is_err());
+    assert!(client
+        .privatize(1.0, 1e-5, "discrete_gaussian", 51)
+        .is_err());
+    let out: Value =
+        serde_json::from_str(&client.privatize(1.0, 1e-5, "analytic_gaussian", 8).unwrap())
+            .unwrap();
+    let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
+    let rows = req["query_rows"].as_array().unwrap();
+    assert!(client.pick(&answer(&rows[..9])).is_err());
+    assert!(client.pick("not json").is_err());
+    assert!(client.pick(&answer(rows)).is_ok());
+    // Budget: two receipts compose below the sum of their epsilons.
+    let receipts = json!([out["receipt"], out["receipt"]]).to_string();
+    let total: Value = serde_json::from_str(&compose_budget(&receipts, 1e-5).unwrap()).unwrap();
+    assert!(total["epsilon"].as_f64().unwrap() < 2.0);
+    assert!(compose_budget("[{}]", 1e-5).is_err());
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the page's WebAssembly client into web/pkg/ (release wasm + wasm-bindgen's ES module)
+# and copies the model weights next to it. Offline: needs only cargo, the wasm32 target and
+# wasm-bindgen-cli (scripts/setup.sh with PM_SETUP_WASM=1 installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release -p privatemail-client-wasm --target wasm32-unknown-unknown
+wasm-bindgen --target web --no-typescript --out-dir web/pkg \
+  target/wasm32-unknown-unknown/release/privatemail_client_wasm.wasm
+cp server/assets/model.bin web/pkg/model.bin
+echo "web/pkg: $(du -k web/pkg/privatemail_client_wasm_bg.wasm | cut -f1) KiB wasm," \
+  "$(gzip -9c web/pkg/privatemail_client_wasm_bg.wasm | wc -c) bytes gzipped"

@@ -1,0 +1,378 @@
+//! The page in a real browser: Debian's headless Chromium, driven through chromedriver
+//! (WebDriver) with fantoccini, against the real server binary serving `web/`.
+//!
+//! Needs `web/pkg` (built by `scripts/build-web.sh`; `scripts/test.sh` runs it first),
+//! `/usr/bin/chromium` and `/usr/bin/chromedriver`. Writes a screenshot to
+//! `target/e2e-artifacts/browser-search.png`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::key::Key;
+use fantoccini::{Client, ClientBuilder, Locator};
+use privatemail_e2e::{start_server, temp_store, test_image, Server};
+use serde_json::{json, Value};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+struct Driver(Child);
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// chromedriver on a free port, Chromium headless with the flags this machine needs.
+async fn browser() -> (Driver, Client) {
+    assert!(
+        std::path::Path::new(&format!("{ROOT}/web/pkg/privatemail_client_wasm.js")).exists(),
+        "web/pkg is missing: run scripts/build-web.sh first (scripts/test.sh does)"
+    );
+    let port = free_port();
+    let driver = Driver(
+        Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver (Debian package chromium-driver)"),
+    );
+    let caps = json!({
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless", "--no-sandbox", "--disable-background-networking",
+                     "--disable-component-update", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1100,2000"]
+        }
+    });
+    let caps = caps.as_object().unwrap().clone();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match ClientBuilder::native()
+            .capabilities(caps.clone())
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+        {
+            Ok(c) => return (driver, c),
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("cannot start a WebDriver session: {e}"),
+        }
+    }
+}
+
+fn server() -> Server {
+    let store = temp_store("browser");
+    start_server(&[
+        "--gallery-size",
+        "1000",
+        "--anchors",
+        "1000",
+        "--store",
+        store.to_str().unwrap(),
+        "--web-dir",
+        &format!("{ROOT}/web"),
+    ])
+}
+
+async fn open_page(c: &Client, base: &str) {
+    c.goto(&format!("{base}/")).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::Css("body[data-ready='true']"))
+        .await
+        .expect("the page never became ready");
+}
+
+/// Save test image `i` as a PNG file the browser can upload.
+fn image_file(i: usize) -> (std::path::PathBuf, u32) {
+    let (px, label) = test_image(i);
+    let png = privatemail_server::thumbnail::png_grey(&px, 28, 28).unwrap();
+    let path = std::env::temp_dir().join(format!("pm-upload-{}-{i}.png", std::process::id()));
+    std::fs::write(&path, png).unwrap();
+    (path, label)
+}
+
+async fn upload(c: &Client, path: &std::path::Path) {
+    c.find(Locator::Id("file"))
+        .await
+        .unwrap()
+        .send_keys(path.to_str().unwrap())
+        .await
+        .unwrap();
+}
+
+async fn js(c: &Client, script: &str) -> Value {
+    c.execute(script, vec![]).await.unwrap()
+}
+
+async fn wait_for(c: &Client, cond: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while js(c, &format!("return !!({cond});")).await != json!(true) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Click search (confirming the over-budget warning if it appears) and wait for the matches.
+async fn search(c: &Client) -> Vec<u32> {
+    js(
+        c,
+        "document.getElementById('results').replaceChildren(); return 0;",
+    )
+    .await;
+    c.find(Locator::Id("search"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        c,
+        "document.querySelectorAll('#results li').length > 0 || !document.getElementById('warning').hidden",
+        "matches or the budget warning",
+    )
+    .await;
+    if js(c, "return !document.getElementById('warning').hidden;").await == json!(true) {
+        c.find(Locator::Id("search-anyway"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_for(
+            c,
+            "document.querySelectorAll('#results li').length > 0",
+            "matches",
+        )
+        .await;
+    }
+    let labels = js(
+        c,
+        "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.label));",
+    )
+    .await;
+    serde_json::from_value(labels).unwrap()
+}
+
+/// Test images the native model classifies correctly and confidently: the test is about the
+/// pipeline at a large ε, not about the model's mistakes.
+fn confident_images(count: usize) -> Vec<usize> {
+    let model = shared::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    (5000..6000)
+        .filter(|&i| {
+            let (px, label) = test_image(i);
+            let inf = model.infer(&px).unwrap();
+            inf.label == label && inf.probabilities[label as usize] > 0.99
+        })
+        .step_by(7)
+        .take(count)
+        .collect()
+}
+
+/// Upload real Fashion-MNIST test images, search at the largest ε with the keyboard, and check
+/// that the matches mostly share the image's class; save a screenshot; report timings.
+#[tokio::test(flavor = "multi_thread")]
+async fn page_finds_same_class_matches_at_large_epsilon() {
+    let srv = server();
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    // Keyboard only: End moves the privacy slider to its largest ε.
+    let slider = c.find(Locator::Id("epsilon")).await.unwrap();
+    slider.send_keys(&Key::End).await.unwrap();
+    assert_eq!(
+        js(
+            &c,
+            "return document.getElementById('eps-value').textContent;"
+        )
+        .await,
+        json!("100")
+    );
+
+    let (mut same, mut total) = (0, 0);
+    let mut timings = Vec::new();
+    for i in confident_images(4) {
+        let (path, label) = image_file(i);
+        upload(&c, &path).await;
+        wait_for(
+            &c,
+            "!document.getElementById('search').disabled",
+            "the model",
+        )
+        .await;
+        let shown = js(
+            &c,
+            "return document.getElementById('prediction').textContent;",
+        )
+        .await;
+        assert!(shown.as_str().unwrap().contains("sure"), "{shown}");
+        let labels = search(&c).await;
+        assert_eq!(labels.len(), 8, "image {i}: {labels:?}");
+        same += labels.iter().filter(|&&l| l == label).count();
+        total += labels.len();
+        timings.push(js(&c, "return window.pmTimings;").await);
+        let _ = std::fs::remove_file(path);
+    }
+    let dir = format!("{ROOT}/target/e2e-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        format!("{dir}/browser-search.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
+    // The plot shows the sent rows and the real one.
+    assert_eq!(
+        js(
+            &c,
+            "return document.querySelectorAll('#plot polygon').length;"
+        )
+        .await,
+        json!(1)
+    );
+    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
+    assert!(
+        spent.as_str().unwrap().contains("over 4 searches"),
+        "{spent}"
+    );
+    eprintln!("browser timings (ms): {timings:?}");
+    c.close().await.unwrap();
+    let share = same as f64 / total as f64;
+    assert!(
+        share > 0.5,
+        "only {same} of {total} matches share the query's class"
+    );
+}
+
+/// What the page sends after a search is the same whichever row is real: exactly one
+/// `POST /api/v1/search` whose body holds only the shuffled rows and k — no per-match image
+/// fetches, no other request. Also: every control has an accessible name, and errors (a file
+/// that is not an image, the server gone) are shown in plain words.
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_after_a_search_do_not_depend_on_the_real_row() {
+    let srv = server();
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    let unnamed = js(
+        &c,
+        "return [...document.querySelectorAll('input, select, button')].filter(e => {
+            const byLabel = e.id && document.querySelector(`label[for='${e.id}']`);
+            return !(byLabel || e.getAttribute('aria-label') || e.closest('label') || e.textContent.trim());
+         }).map(e => e.outerHTML);",
+    )
+    .await;
+    assert_eq!(unnamed, json!([]), "controls without an accessible name");
+    // Record every fetch the page makes from now on.
+    js(
+        &c,
+        "window.__log = []; const f = window.fetch.bind(window);
+         window.fetch = (u, o) => { window.__log.push({ url: String(u), method: (o && o.method) || 'GET',
+             body: (o && o.body) || null }); return f(u, o); };
+         performance.clearResourceTimings(); return 0;",
+    )
+    .await;
+    let (path, _) = image_file(5003);
+    upload(&c, &path).await;
+    wait_for(
+        &c,
+        "!document.getElementById('search').disabled",
+        "the model",
+    )
+    .await;
+    let url = format!("{}/api/v1/config", srv.base);
+    let config: Value =
+        tokio::task::spawn_blocking(move || reqwest::blocking::get(url).unwrap().json().unwrap())
+            .await
+            .unwrap();
+    let frame_dim = config["frame_dim"].as_u64().unwrap() as usize;
+    for round in 0..3 {
+        js(
+            &c,
+            "window.__log = []; performance.clearResourceTimings(); return 0;",
+        )
+        .await;
+        let labels = search(&c).await;
+        assert_eq!(labels.len(), 8);
+        let log = js(&c, "return window.__log;").await;
+        let log = log.as_array().unwrap();
+        assert_eq!(log.len(), 1, "round {round}: {log:?}");
+        assert_eq!(log[0]["method"], "POST");
+        assert!(log[0]["url"].as_str().unwrap().ends_with("/api/v1/search"));
+        let body: Value = serde_json::from_str(log[0]["body"].as_str().unwrap()).unwrap();
+        let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["k", "query_rows"], "round {round}");
+        let rows = body["query_rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 10);
+        assert!(rows
+            .iter()
+            .all(|r| r.as_array().unwrap().len() == frame_dim));
+        // Nothing else was loaded: thumbnails come inline with the answer.
+        let loaded = js(
+            &c,
+            "return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname);",
+        )
+        .await;
+        assert_eq!(loaded, json!(["/api/v1/search"]), "round {round}");
+    }
+    // A file that is not an image.
+    let bad = std::env::temp_dir().join(format!("pm-not-an-image-{}.png", std::process::id()));
+    std::fs::write(&bad, b"this is text, not a PNG").unwrap();
+    upload(&c, &bad).await;
+    wait_for(
+        &c,
+        "!document.getElementById('error').hidden",
+        "the bad-image error",
+    )
+    .await;
+    let msg = js(&c, "return document.getElementById('error').textContent;").await;
+    assert!(msg.as_str().unwrap().contains("not an image"), "{msg}");
+    // The server goes away.
+    upload(&c, &path).await;
+    wait_for(
+        &c,
+        "!document.getElementById('search').disabled",
+        "the model",
+    )
+    .await;
+    drop(srv);
+    c.find(Locator::Id("search"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    if js(&c, "return !document.getElementById('warning').hidden;").await == json!(true) {
+        c.find(Locator::Id("search-anyway"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+    wait_for(
+        &c,
+        "!document.getElementById('error').hidden",
+        "the server-down error",
+    )
+    .await;
+    let msg = js(&c, "return document.getElementById('error').textContent;").await;
+    assert!(
+        msg.as_str()
+            .unwrap()
+            .contains("Cannot reach the search server"),
+        "{msg}"
+    );
+    c.close().await.unwrap();
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(bad);
+}

@@ -542,7 +542,7 @@ mod tests {
     fn from_rgba_is_identity_on_dataset_images_and_handles_photos() {
         let grey: Vec<u8> = (0..PIXELS)
             .map(|i| {
-                if (i / SIDE) % 27 == 0 || i % SIDE == 0 {
+                if (i / SIDE).is_multiple_of(27) || i.is_multiple_of(SIDE) {
                     0
                 } else {
                     (i * 7 % 256) as u8

@@ -35,3 +35,55 @@ fn bench_inference_per_image() {
         "BENCH wasm model inference: {ms:.3} ms per image over {runs} runs (checksum {sink:.3})"
     );
 }
+
+/// Privatization for 1,000 public anchors (the demo's count): placing the query and nine
+/// dummies in the frame, the discrete Gaussian release, and serialising the request.
+#[wasm_bindgen_test]
+fn bench_privatization_1000_anchors() {
+    use privatemail_client_wasm::Client;
+    let n = 1000;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    };
+    let features: Vec<Vec<f32>> = (0..n)
+        .map(|_| (0..64).map(|_| next() as f32).collect())
+        .collect();
+    let labels: Vec<u32> = (0..n as u32).map(|i| i % 10).collect();
+    let frame_rows: Vec<Vec<f64>> = labels
+        .iter()
+        .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
+        .collect();
+    let config = serde_json::json!({
+        "smlq": shared::SmlqParams::default(),
+        "privacy_defaults": shared::PrivacyParams::default(),
+        "class_names": (0..10).map(|c| format!("class {c}")).collect::<Vec<_>>(),
+        "feature_dim": 64, "frame_dim": 10, "frame_kernel_scale": 0.02, "anchor_count": n,
+        "model_version": "bench", "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
+    });
+    let anchors = serde_json::json!({
+        "ids": (0..n as u64).collect::<Vec<_>>(), "labels": labels,
+        "features": features, "frame_rows": frame_rows,
+    });
+    let t0 = js_sys::Date::now();
+    let mut client = Client::new(WEIGHTS, &config.to_string(), &anchors.to_string()).unwrap();
+    let setup = js_sys::Date::now() - t0;
+    client.load_pixels(&[30u8; 784]).unwrap();
+    let runs = 200;
+    let t0 = js_sys::Date::now();
+    let mut bytes = 0;
+    for _ in 0..runs {
+        bytes += client
+            .privatize(1.0, 1e-5, "discrete_gaussian", 8)
+            .unwrap()
+            .len();
+    }
+    let ms = (js_sys::Date::now() - t0) / runs as f64;
+    console_log!(
+        "BENCH wasm privatization (1,000 anchors, 10 rows): {ms:.3} ms per search over {runs} runs; client set-up (frame + sensitivity) {setup:.1} ms; {} bytes out",
+        bytes / runs
+    );
+}

@@ -1,5 +1,7 @@
 //! Helpers for the end-to-end tests: start the real server binary on an ephemeral port.
 
+pub mod browser;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 

@@ -165,6 +165,13 @@ pub fn preprocess(pixels: &[u8]) -> Result<Vec<f32>> {
     Ok(pixels.iter().map(|&p| p as f32 / 255.0).collect())
 }
 
+/// The mirror image (left–right) of a preprocessed 28×28 input.
+pub fn mirror(x: &[f32]) -> Vec<f32> {
+    x.chunks_exact(SIDE)
+        .flat_map(|row| row.iter().rev().copied())
+        .collect()
+}
+
 /// Largest side of an image accepted by [`from_rgba`].
 pub const MAX_IMAGE_SIDE: usize = 4_096;
 
@@ -336,17 +343,27 @@ impl Model {
 
     /// Features, predicted label and class probabilities for one image.
     pub fn infer(&self, pixels: &[u8]) -> Result<Inference> {
-        let t = self.forward(&preprocess(pixels)?);
-        let probabilities = softmax(&t.logits);
+        // Test-time mirroring: the image and its mirror image (the model is trained on both),
+        // embeddings and logits averaged — a steadier descriptor for retrieval.
+        let x = preprocess(pixels)?;
+        let (a, b) = (self.forward(&x), self.forward(&mirror(&x)));
+        let logits: Vec<f32> = a
+            .logits
+            .iter()
+            .zip(&b.logits)
+            .map(|(p, q)| 0.5 * (p + q))
+            .collect();
+        let h: Vec<f32> = a.h.iter().zip(&b.h).map(|(p, q)| p + q).collect();
+        let probabilities = softmax(&logits);
         let label = argmax(&probabilities) as u32;
-        let norm =
-            t.h.iter()
-                .map(|v| v * v)
-                .sum::<f32>()
-                .sqrt()
-                .max(f32::MIN_POSITIVE);
+        let norm = h
+            .iter()
+            .map(|v| v * v)
+            .sum::<f32>()
+            .sqrt()
+            .max(f32::MIN_POSITIVE);
         Ok(Inference {
-            features: t.h.iter().map(|v| v / norm).collect(),
+            features: h.iter().map(|v| v / norm).collect(),
             label,
             probabilities,
         })
@@ -575,5 +592,31 @@ mod tests {
         assert!(from_rgba(&[0u8; 12], 2, 2).is_err());
         assert!(from_rgba(&[], 0, 5).is_err());
         assert!(from_rgba(&[0u8; 4], 1, 1).is_ok());
+    }
+
+    /// Test-time mirroring makes the descriptor exactly mirror-invariant.
+    #[test]
+    fn mirrored_images_get_identical_features() {
+        let model = Model {
+            w: Weights::zeros(),
+        };
+        let mut w = model.w.clone();
+        for (k, t) in w.tensors_mut().into_iter().enumerate() {
+            t.iter_mut()
+                .enumerate()
+                .for_each(|(i, v)| *v = ((i * 37 + k * 11) % 23) as f32 / 23.0 - 0.4);
+        }
+        let model = Model { w };
+        let img: Vec<u8> = (0..PIXELS).map(|i| (i * 13 % 251) as u8).collect();
+        let flipped: Vec<u8> = img
+            .chunks_exact(SIDE)
+            .flat_map(|r| r.iter().rev().copied())
+            .collect();
+        let (a, b) = (model.infer(&img).unwrap(), model.infer(&flipped).unwrap());
+        assert_eq!(a.features, b.features);
+        assert_eq!(a.probabilities, b.probabilities);
+        assert_ne!(img, flipped);
+        let x = preprocess(&img).unwrap();
+        assert_eq!(mirror(&mirror(&x)), x);
     }
 }

@@ -30,12 +30,20 @@ struct Args {
     no_augment: bool,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
     out: PathBuf,
+    /// Only measure the quality of an existing weights file on the test split.
+    #[arg(long)]
+    evaluate: Option<PathBuf>,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let train_split = load_split(&args.data_dir, "train")?;
     let test = load_split(&args.data_dir, "t10k")?;
+    if let Some(path) = &args.evaluate {
+        let model = shared::model::Model::from_bytes(&std::fs::read(path)?)?;
+        report(&model, &test);
+        return Ok(());
+    }
     let xs: Vec<Vec<f32>> = (0..train_split.labels.len())
         .map(|i| preprocess(train_split.images.image(i)))
         .collect::<Result<_, _>>()?;
@@ -67,10 +75,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         bytes.len(),
         t0.elapsed().as_secs_f64()
     );
-    let q = model_quality(&model, &test, test.labels.len());
+    report(&model, &test);
+    Ok(())
+}
+
+fn report(model: &shared::model::Model, test: &privatemail_server::data::Split) {
+    let q = model_quality(model, test, test.labels.len());
     println!(
         "test split (10,000): accuracy {:.4}, leave-one-out Recall@1 {:.4}, Recall@8 {:.4}",
         q.accuracy, q.recall1, q.recall8
     );
-    Ok(())
 }

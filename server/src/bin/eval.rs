@@ -1,69 +1,94 @@
-//! `eval`: PrivateMail against non-private baselines on Fashion-MNIST.
+//! `eval`: PrivateMail (Algorithm 1), the anchor-frame protocol and the paper's baselines on
+//! Fashion-MNIST, over several seeds. Prints the table (mean ± std over seeds), writes it as
+//! CSV and draws the privacy–utility plot (like the paper's Figure 7) and a hyper-parameter
+//! study of the frame protocol, as SVG, into `--out`.
 //!
-//! Gallery: a random subset of the test split; anchors: a class-balanced random subset of the
+//! Gallery: a random subset of the chosen split (`--split test`, or `--split train` for tuning:
+//! training images that are not anchors); anchors: a class-balanced random subset of the
 //! training split; queries: gallery images, each retrieved leave-one-out (the paper's
-//! protocol). Features are pixels (unit-normalised) until the on-device model exists.
-//! `--seed` makes a run reproducible; production noise always comes from OS entropy.
+//! protocol). `--seed` makes a run reproducible; production noise always comes from OS entropy.
+//! Metrics per query: Recall@k (any of the first k shares the query's class), average
+//! precision over the full ranking, and fine-grained fidelity (the share of the query's true k
+//! nearest gallery neighbours in feature space that the method returns in its first k).
 
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Parser;
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 use shared::align::umeyama;
 use shared::frame::{privatize_in_frame, AnchorFrame};
+use shared::hashing::{hamming, randomized_response, Hash};
 use shared::laplacian::normalize_rows;
-use shared::metrics::{average_precision, mean, recall_at_k};
+use shared::metrics::{average_precision, mean, overlap, recall_at_k};
 use shared::privatemail::{embed_dense, privatize, Anchors};
+use shared::projection::Projection;
 use shared::retrieve::{full_ranking, gallery_rows};
-use shared::{DMatrix, Mechanism, Params};
+use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 
 use privatemail_server::data::{load_split, Split, DEFAULT_DIR};
 use privatemail_server::MODEL_WEIGHTS;
 use shared::model::Model;
 
 #[derive(Parser, Debug)]
-#[command(about = "Recall@k and mAP of PrivateMail and baselines on Fashion-MNIST")]
+#[command(about = "Privacy–utility table and plots of PrivateMail and baselines on Fashion-MNIST")]
 struct Args {
     /// Directory with the Fashion-MNIST IDX files.
     #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
     data_dir: PathBuf,
-    /// Gallery size (from the test split).
-    #[arg(long, default_value_t = 5000)]
+    /// Which split the gallery and queries come from (`train`: for tuning, anchors excluded).
+    #[arg(long, value_enum, default_value_t = EvalSplit::Test)]
+    split: EvalSplit,
+    /// Gallery size.
+    #[arg(long, default_value_t = 2000)]
     gallery: usize,
     /// Public anchors (from the training split, class-balanced).
     #[arg(long, default_value_t = 1000)]
     anchors: usize,
     /// Queries (gallery images, leave-one-out).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 200)]
     queries: usize,
+    /// First seed; seeds `seed .. seed + seeds` are run.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// k of Recall@k.
+    #[arg(long, default_value_t = 5)]
+    seeds: u64,
+    /// k of Recall@k and of the fidelity.
     #[arg(long, default_value_t = 8)]
     k: usize,
-    #[arg(long, value_delimiter = ',', default_value = "0.1,0.5,1,2,4,8")]
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.25,0.5,1,2,4,8")]
     epsilons: Vec<f64>,
     #[arg(long, default_value_t = 1e-5)]
     delta: f64,
     #[arg(long, value_parser = parse_mechanism, default_value = "discrete_gaussian")]
     mechanism: Mechanism,
+    /// Algorithm 1's kernel scale.
     #[arg(long)]
     kernel_scale: Option<f64>,
     #[arg(long)]
     alpha: Option<f64>,
+    #[arg(long)]
+    iterations: Option<usize>,
     /// Kernel scale of the anchor-frame placement.
     #[arg(long, default_value_t = shared::frame::DEFAULT_KERNEL_SCALE)]
     frame_kernel_scale: f64,
-    #[arg(long)]
-    iterations: Option<usize>,
     /// Feature vectors: the on-device model's (64-d; the query's label is then the model's
     /// prediction, as on a real client) or raw pixels (784-d, true labels).
     #[arg(long, value_enum, default_value_t = Features::Model)]
     features: Features,
+    /// Where the CSV and SVG files go.
+    #[arg(long, default_value = "eval-out")]
+    out: PathBuf,
+    /// Skip Algorithm 1 (the slowest method).
+    #[arg(long)]
+    skip_algorithm1: bool,
+    /// Skip the hyper-parameter study.
+    #[arg(long)]
+    no_study: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
@@ -72,35 +97,42 @@ enum Features {
     Pixels,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum EvalSplit {
+    Test,
+    Train,
+}
+
 fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
     serde_json::from_value(serde_json::Value::String(s.into()))
         .map_err(|_| "one of classic_gaussian, analytic_gaussian, discrete_gaussian".into())
 }
 
-/// (Recall@k, AP) of one query and its noise std / sensitivity.
-type QueryOutcome = ((f64, f64), f64);
+/// Projection baselines' dimension and the hash lengths.
+const PROJECTION_DIM: usize = 16;
+const LSH_BITS: usize = 64;
+const ITQ_BITS: usize = 32;
 
-struct Scores {
-    recall: f64,
-    map: f64,
+/// Mean (Recall@k, AP, fidelity) over the queries of one seed.
+type Triple = [f64; 3];
+
+/// One method at one ε (None: non-private), with its per-seed results.
+struct Row {
+    method: &'static str,
+    epsilon: Option<f64>,
+    per_seed: Vec<Triple>,
 }
 
-/// Recall@k and AP of one query from a full ranking of gallery indices.
-fn score(ranking: &[usize], labels: &[u32], query: usize, k: usize) -> (f64, f64) {
-    let ranked: Vec<u32> = ranking.iter().map(|&i| labels[i]).collect();
-    let relevant = labels.iter().filter(|&&l| l == labels[query]).count() - 1;
-    (
-        recall_at_k(&ranked, labels[query], k),
-        average_precision(&ranked, labels[query], relevant),
-    )
-}
-
-fn aggregate(v: Vec<(f64, f64)>) -> Scores {
-    let (r, m): (Vec<f64>, Vec<f64>) = v.into_iter().unzip();
-    Scores {
-        recall: mean(&r),
-        map: mean(&m),
-    }
+/// One seed's data: gallery and anchors as unit feature rows with labels.
+struct Setting {
+    gallery: DMatrix<f64>,
+    gallery_rows: Vec<Vec<f64>>,
+    labels: Vec<u32>,
+    predicted: Vec<u32>,
+    anchors: DMatrix<f64>,
+    anchor_labels: Vec<u32>,
+    /// True k nearest gallery neighbours of each query in feature space.
+    truth: Vec<Vec<usize>>,
 }
 
 fn main() {
@@ -111,30 +143,138 @@ fn main() {
     }
 }
 
-fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let t0 = Instant::now();
-    let test = load_split(&args.data_dir, "t10k")?;
-    let train = load_split(&args.data_dir, "train")?;
-    let mut rng = ChaCha20Rng::seed_from_u64(args.seed);
+/// Features of images `idx` of a split (unit rows) and the labels a client would use.
+fn featurize(
+    model: &Model,
+    features: Features,
+    split: &Split,
+    idx: &[usize],
+) -> (DMatrix<f64>, Vec<u32>) {
+    match features {
+        Features::Pixels => (
+            DMatrix::from_fn(idx.len(), 784, |i, j| {
+                split.images.image(idx[i])[j] as f64 / 255.0
+            }),
+            idx.iter().map(|&i| split.labels[i] as u32).collect(),
+        ),
+        Features::Model => {
+            let inf: Vec<_> = idx
+                .par_iter()
+                .map(|&i| model.infer(split.images.image(i)).expect("28×28 images"))
+                .collect();
+            let d = inf[0].features.len();
+            (
+                DMatrix::from_fn(idx.len(), d, |i, j| inf[i].features[j] as f64),
+                inf.iter().map(|r| r.label).collect(),
+            )
+        }
+    }
+}
 
-    let mut gidx: Vec<usize> = (0..test.labels.len()).collect();
-    gidx.shuffle(&mut rng);
-    gidx.truncate(args.gallery.min(gidx.len()));
+fn setting(
+    args: &Args,
+    model: &Model,
+    test: &Split,
+    train: &Split,
+    seed: u64,
+) -> Result<Setting, Box<dyn std::error::Error>> {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let mut tidx: Vec<usize> = (0..train.labels.len()).collect();
     tidx.shuffle(&mut rng);
     let per_class = args.anchors.div_ceil(10);
     let mut taken = [0usize; 10];
-    let aidx: Vec<usize> = tidx
-        .into_iter()
-        .filter(|&i| {
-            let c = train.labels[i] as usize;
-            taken[c] += 1;
-            taken[c] <= per_class
-        })
-        .take(args.anchors)
-        .collect();
+    let (aidx, rest): (Vec<usize>, Vec<usize>) = tidx.into_iter().partition(|&i| {
+        let c = train.labels[i] as usize;
+        taken[c] += 1;
+        taken[c] <= per_class
+    });
+    let aidx: Vec<usize> = aidx.into_iter().take(args.anchors).collect();
+    let (split, mut gidx) = match args.split {
+        EvalSplit::Test => {
+            let mut g: Vec<usize> = (0..test.labels.len()).collect();
+            g.shuffle(&mut rng);
+            (test, g)
+        }
+        EvalSplit::Train => (train, rest),
+    };
+    gidx.truncate(args.gallery.min(gidx.len()));
+    let (gallery_raw, predicted) = featurize(model, args.features, split, &gidx);
+    let gallery = normalize_rows(&gallery_raw, "gallery")?;
+    let (anchors, _) = featurize(model, args.features, train, &aidx);
+    let labels: Vec<u32> = gidx.iter().map(|&i| split.labels[i] as u32).collect();
+    let anchor_labels: Vec<u32> = aidx.iter().map(|&i| train.labels[i] as u32).collect();
+    let gallery_rows = gallery_rows(&gallery);
     let nq = args.queries.min(gidx.len());
+    let truth = (0..nq)
+        .into_par_iter()
+        .map(|q| {
+            let mut r = full_ranking(&gallery_rows, &gallery_rows[q], Some(q));
+            r.truncate(args.k);
+            r
+        })
+        .collect();
+    Ok(Setting {
+        gallery,
+        gallery_rows,
+        labels,
+        predicted,
+        anchors,
+        anchor_labels,
+        truth,
+    })
+}
 
+/// Mean metrics over the queries, given each query's full ranking (itself excluded).
+fn score(
+    s: &Setting,
+    k: usize,
+    rank: impl Fn(usize) -> Result<Vec<usize>, shared::Error> + Sync,
+) -> Result<Triple, shared::Error> {
+    let per: Vec<Triple> = (0..s.truth.len())
+        .into_par_iter()
+        .map(|q| {
+            let ranking = rank(q)?;
+            let ranked: Vec<u32> = ranking.iter().map(|&i| s.labels[i]).collect();
+            let relevant = s.labels.iter().filter(|&&l| l == s.labels[q]).count() - 1;
+            Ok([
+                recall_at_k(&ranked, s.labels[q], k),
+                average_precision(&ranked, s.labels[q], relevant),
+                overlap(&ranking[..k.min(ranking.len())], &s.truth[q]),
+            ])
+        })
+        .collect::<Result<_, shared::Error>>()?;
+    let col = |j: usize| mean(&per.iter().map(|t| t[j]).collect::<Vec<_>>());
+    Ok([col(0), col(1), col(2)])
+}
+
+/// A per-query generator, independent across seeds, queries, methods and ε.
+fn query_rng(seed: u64, q: usize, method: u64, eps: f64) -> ChaCha20Rng {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&(q as u64).to_le_bytes());
+    key[16..24].copy_from_slice(&method.to_le_bytes());
+    key[24..].copy_from_slice(&eps.to_bits().to_le_bytes());
+    ChaCha20Rng::from_seed(key)
+}
+
+/// Rank by Hamming distance, ties broken by a random order (codes tie often).
+fn hamming_ranking(
+    codes: &[Vec<bool>],
+    query: &[bool],
+    exclude: usize,
+    rng: &mut impl RngCore,
+) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..codes.len()).filter(|&i| i != exclude).collect();
+    order.shuffle(rng);
+    order.sort_by_key(|&i| hamming(&codes[i], query));
+    order
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let t0 = Instant::now();
+    let test = load_split(&args.data_dir, "t10k")?;
+    let train = load_split(&args.data_dir, "train")?;
+    let model = Model::from_bytes(MODEL_WEIGHTS)?;
     let mut params = Params::default();
     params.privacy.delta = args.delta;
     params.privacy.mechanism = args.mechanism;
@@ -147,174 +287,456 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(t) = args.iterations {
         params.smlq.iterations = t;
     }
+    let privacy = |eps: f64| PrivacyParams {
+        epsilon: eps,
+        ..params.privacy
+    };
+    let nq = args.queries.min(args.gallery);
+    println!(
+        "split {:?}, gallery {}, anchors {}, queries {nq} (leave-one-out), seeds {}..{}, features: {:?}, k = {}, delta = {}, mechanism = {:?}; Algorithm 1: kernel_scale = {}, alpha = {}, T = {}; frame kernel_scale = {}",
+        args.split, args.gallery, args.anchors, args.seed, args.seed + args.seeds - 1, args.features, args.k,
+        args.delta, args.mechanism, params.smlq.kernel_scale, params.smlq.alpha, params.smlq.iterations,
+        args.frame_kernel_scale
+    );
 
-    let g = gidx.len();
-    let model = Model::from_bytes(MODEL_WEIGHTS)?;
-    // Feature rows (and, with the model, predicted labels) of images of a split.
-    let featurize = |split: &Split, idx: &[usize]| -> (DMatrix<f64>, Vec<u32>) {
-        match args.features {
-            Features::Pixels => (
-                DMatrix::from_fn(idx.len(), 784, |i, j| {
-                    split.images.image(idx[i])[j] as f64 / 255.0
-                }),
-                idx.iter().map(|&i| split.labels[i] as u32).collect(),
-            ),
-            Features::Model => {
-                let inf: Vec<_> = idx
-                    .par_iter()
-                    .map(|&i| model.infer(split.images.image(i)).expect("28×28 images"))
-                    .collect();
-                let d = inf[0].features.len();
-                (
-                    DMatrix::from_fn(idx.len(), d, |i, j| inf[i].features[j] as f64),
-                    inf.iter().map(|r| r.label).collect(),
-                )
+    let mut rows: Vec<Row> = Vec::new();
+    let mut push = |method: &'static str, epsilon: Option<f64>, t: Triple| match rows
+        .iter_mut()
+        .find(|r| r.method == method && r.epsilon == epsilon)
+    {
+        Some(r) => r.per_seed.push(t),
+        None => rows.push(Row {
+            method,
+            epsilon,
+            per_seed: vec![t],
+        }),
+    };
+    let mut study: Vec<(String, f64, Vec<f64>)> = Vec::new();
+    for seed in args.seed..args.seed + args.seeds {
+        let s = setting(&args, &model, &test, &train, seed)?;
+        let k = args.k;
+        let g = s.gallery.nrows();
+        let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0x5eed);
+
+        // Non-private references.
+        push(
+            "kNN on features",
+            None,
+            score(&s, k, |q| {
+                Ok(full_ranking(&s.gallery_rows, &s.gallery_rows[q], Some(q)))
+            })?,
+        );
+        let frame = AnchorFrame::class_simplex(
+            &s.anchors,
+            &s.anchor_labels,
+            params.smlq.num_classes,
+            args.frame_kernel_scale,
+        )?;
+        let placed = gallery_rows(&frame.place(&s.gallery)?);
+        push(
+            "anchor frame",
+            None,
+            score(&s, k, |q| Ok(full_ranking(&placed, &placed[q], Some(q))))?,
+        );
+        let jl = Projection::random(s.gallery.ncols(), PROJECTION_DIM, &mut rng)?;
+        let jl_rows = gallery_rows(&jl.apply(&s.gallery)?);
+        let pca = Projection::pca(&s.anchors, PROJECTION_DIM)?;
+        let pca_rows = gallery_rows(&pca.apply(&s.gallery)?);
+        let lsh = Hash::lsh(s.gallery.ncols(), LSH_BITS, &mut rng)?;
+        let lsh_codes = lsh.codes(&s.gallery)?;
+        let itq = Hash::itq(&s.anchors, ITQ_BITS, &mut rng)?;
+        let itq_codes = itq.codes(&s.gallery)?;
+        push(
+            "PCA-16 + kNN",
+            None,
+            score(&s, k, |q| {
+                Ok(full_ranking(&pca_rows, &pca_rows[q], Some(q)))
+            })?,
+        );
+        push(
+            "ITQ-32 Hamming",
+            None,
+            score(&s, k, |q| {
+                Ok(hamming_ranking(
+                    &itq_codes,
+                    &itq_codes[q],
+                    q,
+                    &mut query_rng(seed, q, 99, 0.0),
+                ))
+            })?,
+        );
+
+        let (server_anchors, erows) = if args.skip_algorithm1 {
+            (DMatrix::zeros(0, 0), Vec::new())
+        } else {
+            let all = DMatrix::from_fn(g + s.anchors.nrows(), s.gallery.ncols(), |i, j| {
+                if i < g {
+                    s.gallery[(i, j)]
+                } else {
+                    s.anchors[(i - g, j)]
+                }
+            });
+            let all_labels: Vec<u32> = s.labels.iter().chain(&s.anchor_labels).copied().collect();
+            let server = embed_dense(&all, &all_labels, &params.smlq, &mut rng)?;
+            let erows = gallery_rows(&server.rows(0, g).into_owned());
+            push(
+                "SMLQ",
+                None,
+                score(&s, k, |q| Ok(full_ranking(&erows, &erows[q], Some(q))))?,
+            );
+            (server.rows(g, s.anchors.nrows()).into_owned(), erows)
+        };
+        let anchors = Anchors::new(&s.anchors, &s.anchor_labels, &params.smlq)?;
+
+        for &eps in &args.epsilons {
+            let p = privacy(eps);
+            let feats = |q: usize| -> Vec<f64> { s.gallery.row(q).iter().copied().collect() };
+            if !args.skip_algorithm1 {
+                let mut pm = params;
+                pm.privacy = p;
+                push(
+                    "PrivateMail (Algorithm 1)",
+                    Some(eps),
+                    score(&s, k, |q| {
+                        let mut rng = query_rng(seed, q, 1, eps);
+                        let r = privatize(&feats(q), s.predicted[q], &anchors, &pm, &mut rng)?;
+                        let t = umeyama(&r.anchor_rows, &server_anchors)?;
+                        let row: Vec<f64> = t
+                            .apply(&r.query_rows)?
+                            .row(r.real_position())
+                            .iter()
+                            .copied()
+                            .collect();
+                        Ok(full_ranking(&erows, &row, Some(q)))
+                    })?,
+                );
+            }
+            push(
+                "anchor frame",
+                Some(eps),
+                score(&s, k, |q| {
+                    let mut rng = query_rng(seed, q, 2, eps);
+                    let r = privatize_in_frame(&feats(q), &frame, 9, &p, &mut rng)?;
+                    let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
+                    Ok(full_ranking(&placed, &row, Some(q)))
+                })?,
+            );
+            for (name, proj, prow, id) in [
+                ("DP random projection-16", &jl, &jl_rows, 3u64),
+                ("DP PCA-16 + kNN", &pca, &pca_rows, 4),
+            ] {
+                push(
+                    name,
+                    Some(eps),
+                    score(&s, k, |q| {
+                        let mut rng = query_rng(seed, q, id, eps);
+                        let (noisy, _) = proj.release(&feats(q), &p, &mut rng)?;
+                        let row: Vec<f64> = noisy.matrix().iter().copied().collect();
+                        Ok(full_ranking(prow, &row, Some(q)))
+                    })?,
+                );
+            }
+            for (name, codes, id) in [
+                ("random flipping LSH-64", &lsh_codes, 5u64),
+                ("random flipping ITQ-32", &itq_codes, 6),
+            ] {
+                push(
+                    name,
+                    Some(eps),
+                    score(&s, k, |q| {
+                        let mut rng = query_rng(seed, q, id, eps);
+                        let noisy = randomized_response(&codes[q], eps, &mut rng)?;
+                        Ok(hamming_ranking(codes, &noisy, q, &mut rng))
+                    })?,
+                );
             }
         }
-    };
-    let (gallery_x, predicted) = featurize(&test, &gidx);
-    let d = gallery_x.ncols();
-    let gl: Vec<u32> = gidx.iter().map(|&i| test.labels[i] as u32).collect();
-    let (anchor_x, _) = featurize(&train, &aidx);
-    let al: Vec<u32> = aidx.iter().map(|&i| train.labels[i] as u32).collect();
 
+        if !args.no_study {
+            // Frame protocol: kernel scale and number of anchors, non-private and at ε = 8.
+            for &scale in &[0.005, 0.01, 0.02, 0.05, 0.1, 0.3] {
+                let f = AnchorFrame::class_simplex(&s.anchors, &s.anchor_labels, 10, scale)?;
+                for (label, m) in frame_maps(&s, &f, seed, &privacy(8.0))? {
+                    study_push(&mut study, format!("kernel scale|{label}"), scale, m);
+                }
+            }
+            for &n in &[100usize, 250, 500, 1000] {
+                let n = n.min(s.anchors.nrows());
+                let f = AnchorFrame::class_simplex(
+                    &s.anchors.rows(0, n).into_owned(),
+                    &s.anchor_labels[..n],
+                    10,
+                    args.frame_kernel_scale,
+                )?;
+                for (label, m) in frame_maps(&s, &f, seed, &privacy(8.0))? {
+                    study_push(&mut study, format!("anchors|{label}"), n as f64, m);
+                }
+            }
+        }
+        eprintln!("seed {seed} done after {:.0} s", t0.elapsed().as_secs_f64());
+    }
+
+    print_table(&rows, args.k);
+    std::fs::create_dir_all(&args.out)?;
+    write_csv(&args.out.join("results.csv"), &rows)?;
+    plot::privacy_utility(&args.out.join("privacy-utility.svg"), &rows, args.k)?;
+    if !study.is_empty() {
+        plot::study(&args.out.join("frame-study.svg"), &study)?;
+    }
     println!(
-        "gallery {g} (test split), anchors {} (train split), queries {nq} (leave-one-out), seed {}, features: {:?} ({d}-d), k = {}, delta = {}, mechanism = {:?}, kernel_scale = {}, alpha = {}, T = {}",
-        aidx.len(), args.seed, args.features, args.k, args.delta, args.mechanism, params.smlq.kernel_scale, params.smlq.alpha, params.smlq.iterations
-    );
-
-    // Non-private kNN on the features.
-    let gx = normalize_rows(&gallery_x, "gallery")?;
-    let grows = gallery_rows(&gx);
-    let knn_feat = aggregate(
-        (0..nq)
-            .into_par_iter()
-            .map(|q| score(&full_ranking(&grows, &grows[q], Some(q)), &gl, q, args.k))
-            .collect(),
-    );
-
-    // Non-private SMLQ: the server's embedding of [gallery ; anchors].
-    let t_embed = Instant::now();
-    let all = DMatrix::from_fn(g + aidx.len(), d, |i, j| {
-        if i < g {
-            gallery_x[(i, j)]
+        "wrote {}/results.csv, privacy-utility.svg{}; total {:.1} s",
+        args.out.display(),
+        if study.is_empty() {
+            ""
         } else {
-            anchor_x[(i - g, j)]
-        }
-    });
-    let all_labels: Vec<u32> = gl.iter().chain(&al).copied().collect();
-    let server = embed_dense(&all, &all_labels, &params.smlq, &mut rng)?;
-    let embed_secs = t_embed.elapsed().as_secs_f64();
-    let gemb = server.rows(0, g).into_owned();
-    let server_anchors = server.rows(g, aidx.len()).into_owned();
-    let erows = gallery_rows(&gemb);
-    let smlq_np = aggregate(
-        (0..nq)
-            .into_par_iter()
-            .map(|q| score(&full_ranking(&erows, &erows[q], Some(q)), &gl, q, args.k))
-            .collect(),
-    );
-
-    // The anchor-frame protocol: the gallery placed in the public frame of the anchors.
-    let frame = AnchorFrame::class_simplex(
-        &anchor_x,
-        &al,
-        params.smlq.num_classes,
-        args.frame_kernel_scale,
-    )?;
-    let placed = gallery_rows(&frame.place(&gallery_x)?);
-    let frame_np = aggregate(
-        (0..nq)
-            .into_par_iter()
-            .map(|q| score(&full_ranking(&placed, &placed[q], Some(q)), &gl, q, args.k))
-            .collect(),
-    );
-
-    let anchors = Anchors::new(&anchor_x, &al, &params.smlq)?;
-    let mut rows = vec![
-        ("kNN on features (non-private)".to_string(), knn_feat),
-        ("SMLQ (non-private)".to_string(), smlq_np),
-        ("anchor frame (non-private)".to_string(), frame_np),
-    ];
-    let mut noise_report = Vec::new();
-    for &eps in &args.epsilons {
-        let mut p = params;
-        p.privacy.epsilon = eps;
-        let t_eps = Instant::now();
-        let results: Vec<Result<QueryOutcome, shared::Error>> = (0..nq)
-            .into_par_iter()
-            .map(|q| {
-                let mut rng = ChaCha20Rng::seed_from_u64(
-                    args.seed ^ (q as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ eps.to_bits(),
-                );
-                let feats: Vec<f64> = gallery_x.row(q).iter().copied().collect();
-                // The client's label is its own model's prediction (true label for pixels).
-                let r = privatize(&feats, predicted[q], &anchors, &p, &mut rng)?;
-                let t = umeyama(&r.anchor_rows, &server_anchors)?;
-                let aligned = t.apply(&r.query_rows)?;
-                let row: Vec<f64> = aligned.row(r.real_position()).iter().copied().collect();
-                let noise_ratio = r.receipt.noise_scale / (r.receipt.sensitivity.max(1e-300));
-                Ok((
-                    score(&full_ranking(&erows, &row, Some(q)), &gl, q, args.k),
-                    noise_ratio,
-                ))
-            })
-            .collect();
-        let mut scored = Vec::new();
-        let mut ratio = Vec::new();
-        for r in results {
-            let (s, nr) = r?;
-            scored.push(s);
-            ratio.push(nr);
-        }
-        noise_report.push(format!(
-            "eps {eps}: noise std / sensitivity = {:.3}, {:.1} ms per query (wall, 2 threads)",
-            mean(&ratio),
-            t_eps.elapsed().as_secs_f64() * 1e3 / nq as f64
-        ));
-        rows.push((format!("PrivateMail eps={eps}"), aggregate(scored)));
-        let framed: Vec<(f64, f64)> = (0..nq)
-            .into_par_iter()
-            .map(|q| {
-                let mut rng = ChaCha20Rng::seed_from_u64(
-                    args.seed ^ (q as u64 + 7).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ eps.to_bits(),
-                );
-                let feats: Vec<f64> = gallery_x.row(q).iter().copied().collect();
-                let r = privatize_in_frame(&feats, &frame, 9, &p.privacy, &mut rng)?;
-                let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
-                Ok(score(&full_ranking(&placed, &row, Some(q)), &gl, q, args.k))
-            })
-            .collect::<Result<_, shared::Error>>()?;
-        rows.push((format!("anchor frame eps={eps}"), aggregate(framed)));
-    }
-
-    println!(
-        "{:<34} {:>10} {:>8}",
-        "method",
-        format!("Recall@{}", args.k),
-        "mAP"
-    );
-    for (name, s) in &rows {
-        println!("{name:<34} {:>10.4} {:>8.4}", s.recall, s.map);
-    }
-    let chance = 1.0
-        - (0..10)
-            .map(|c| {
-                let p = gl.iter().filter(|&&l| l == c).count() as f64 / g as f64;
-                p * (1.0 - p).powi(args.k as i32)
-            })
-            .sum::<f64>();
-    println!(
-        "chance Recall@{} for these class frequencies: {chance:.4}",
-        args.k
-    );
-    for l in noise_report {
-        println!("{l}");
-    }
-    println!(
-        "server embedding of {} rows: {embed_secs:.1} s; total {:.1} s",
-        g + aidx.len(),
+            ", frame-study.svg"
+        },
         t0.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// mAP of the frame protocol, non-private and private, for one frame.
+fn frame_maps(
+    s: &Setting,
+    f: &AnchorFrame,
+    seed: u64,
+    p: &PrivacyParams,
+) -> Result<Vec<(&'static str, f64)>, shared::Error> {
+    let placed = gallery_rows(&f.place(&s.gallery)?);
+    let np = score(s, 8, |q| Ok(full_ranking(&placed, &placed[q], Some(q))))?;
+    let private = score(s, 8, |q| {
+        let mut rng = query_rng(seed, q, 7, p.epsilon);
+        let feats: Vec<f64> = s.gallery.row(q).iter().copied().collect();
+        let r = privatize_in_frame(&feats, f, 9, p, &mut rng)?;
+        let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
+        Ok(full_ranking(&placed, &row, Some(q)))
+    })?;
+    Ok(vec![("non-private", np[1]), ("ε = 8", private[1])])
+}
+
+fn study_push(study: &mut Vec<(String, f64, Vec<f64>)>, key: String, x: f64, v: f64) {
+    match study.iter_mut().find(|(k, xx, _)| *k == key && *xx == x) {
+        Some((_, _, vs)) => vs.push(v),
+        None => study.push((key, x, vec![v])),
+    }
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let m = mean(v);
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64
+    } else {
+        0.0
+    };
+    (m, var.sqrt())
+}
+
+fn print_table(rows: &[Row], k: usize) {
+    println!(
+        "{:<28} {:>6}  {:>15}  {:>15}  {:>15}",
+        "method",
+        "eps",
+        format!("Recall@{k}"),
+        "mAP",
+        format!("fidelity@{k}")
+    );
+    for r in rows {
+        let eps = r.epsilon.map_or("-".to_string(), |e| e.to_string());
+        let mut line = format!("{:<28} {eps:>6}", r.method);
+        for j in 0..3 {
+            let (m, s) = mean_std(&r.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>());
+            let _ = write!(line, "  {m:>7.4} ± {s:.4}");
+        }
+        println!("{line}");
+    }
+}
+
+fn write_csv(path: &Path, rows: &[Row]) -> std::io::Result<()> {
+    let mut out = String::from(
+        "method,epsilon,seeds,recall_mean,recall_std,map_mean,map_std,fidelity_mean,fidelity_std\n",
+    );
+    for r in rows {
+        let eps = r.epsilon.map_or(String::new(), |e| e.to_string());
+        let _ = write!(out, "{},{eps},{}", r.method, r.per_seed.len());
+        for j in 0..3 {
+            let (m, s) = mean_std(&r.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>());
+            let _ = write!(out, ",{m:.5},{s:.5}");
+        }
+        out.push('\n');
+    }
+    std::fs::write(path, out)
+}
+
+mod plot {
+    use super::{mean_std, Row};
+    use plotters::prelude::*;
+    use std::path::Path;
+
+    type Res = Result<(), Box<dyn std::error::Error>>;
+
+    fn colour(i: usize) -> RGBColor {
+        const C: [RGBColor; 8] = [
+            RGBColor(78, 121, 167),
+            RGBColor(242, 142, 43),
+            RGBColor(225, 87, 89),
+            RGBColor(118, 183, 178),
+            RGBColor(89, 161, 79),
+            RGBColor(176, 122, 161),
+            RGBColor(156, 117, 95),
+            RGBColor(91, 91, 91),
+        ];
+        C[i % C.len()]
+    }
+
+    /// Recall@k and mAP against ε (log scale), one line per private method with ±1 std bars;
+    /// the non-private references as thin horizontal lines.
+    pub fn privacy_utility(path: &Path, rows: &[Row], k: usize) -> Res {
+        let eps: Vec<f64> = rows.iter().filter_map(|r| r.epsilon).collect();
+        if eps.is_empty() {
+            return Ok(());
+        }
+        let lo = eps.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
+        let hi = eps.iter().copied().fold(0.0, f64::max) * 1.25;
+        let root = SVGBackend::new(path, (1300, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let panels = root.split_evenly((1, 2));
+        for (panel, (metric, j)) in panels
+            .iter()
+            .zip([(format!("Recall@{k}"), 0usize), ("mAP".to_string(), 1)])
+        {
+            let mut chart = ChartBuilder::on(panel)
+                .caption(
+                    format!("{metric} vs ε (δ = 1e-5), Fashion-MNIST test split"),
+                    ("sans-serif", 18),
+                )
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(50)
+                .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
+            chart
+                .configure_mesh()
+                .x_desc("ε")
+                .y_desc(metric.as_str())
+                .draw()?;
+            let methods: Vec<&str> = {
+                let mut m: Vec<&str> = rows.iter().map(|r| r.method).collect();
+                m.dedup();
+                let mut seen = Vec::new();
+                m.retain(|x| {
+                    if seen.contains(x) {
+                        false
+                    } else {
+                        seen.push(*x);
+                        true
+                    }
+                });
+                m
+            };
+            for (i, method) in methods.iter().enumerate() {
+                let c = colour(i);
+                let private: Vec<(f64, f64, f64)> = rows
+                    .iter()
+                    .filter(|r| r.method == *method)
+                    .filter_map(|r| {
+                        let (m, s) = mean_std(&r.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>());
+                        r.epsilon.map(|e| (e, m, s))
+                    })
+                    .collect();
+                if let Some(np) = rows
+                    .iter()
+                    .find(|r| r.method == *method && r.epsilon.is_none())
+                {
+                    let (m, _) = mean_std(&np.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>());
+                    chart
+                        .draw_series(LineSeries::new(
+                            vec![(lo, m), (hi, m)],
+                            c.mix(0.5).stroke_width(1),
+                        ))?
+                        .label(format!("{method} (non-private)"))
+                        .legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.5).stroke_width(1))
+                        });
+                }
+                if private.is_empty() {
+                    continue;
+                }
+                chart
+                    .draw_series(LineSeries::new(
+                        private.iter().map(|&(e, m, _)| (e, m)),
+                        c.stroke_width(2),
+                    ))?
+                    .label(method.to_string())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                    });
+                chart.draw_series(private.iter().map(|&(e, m, s)| {
+                    PathElement::new(
+                        vec![(e, (m - s).max(0.0)), (e, (m + s).min(1.0))],
+                        c.stroke_width(1),
+                    )
+                }))?;
+                chart.draw_series(
+                    private
+                        .iter()
+                        .map(|&(e, m, _)| Circle::new((e, m), 3, c.filled())),
+                )?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 11))
+                .draw()?;
+        }
+        root.present()?;
+        Ok(())
+    }
+
+    /// The frame protocol's mAP against its kernel scale and its number of anchors.
+    pub fn study(path: &Path, study: &[(String, f64, Vec<f64>)]) -> Res {
+        let root = SVGBackend::new(path, (1100, 460)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let panels = root.split_evenly((1, 2));
+        for (panel, what) in panels.iter().zip(["kernel scale", "anchors"]) {
+            let pts: Vec<&(String, f64, Vec<f64>)> = study
+                .iter()
+                .filter(|(k, _, _)| k.starts_with(what))
+                .collect();
+            let xs: Vec<f64> = pts.iter().map(|p| p.1).collect();
+            let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
+            let hi = xs.iter().copied().fold(0.0, f64::max) * 1.25;
+            let mut chart = ChartBuilder::on(panel)
+                .caption(format!("anchor frame: mAP vs {what}"), ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(50)
+                .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
+            chart.configure_mesh().x_desc(what).y_desc("mAP").draw()?;
+            for (i, series) in ["non-private", "ε = 8"].iter().enumerate() {
+                let c = colour(i);
+                let line: Vec<(f64, f64)> = pts
+                    .iter()
+                    .filter(|(k, _, _)| k.ends_with(series))
+                    .map(|(_, x, v)| (*x, mean_std(v).0))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))?
+                    .label(series.to_string())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                    });
+                chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()?;
+        }
+        root.present()?;
+        Ok(())
+    }
 }

@@ -100,14 +100,14 @@ fn eval_prints_the_table_on_idx_files() {
     let knn = row("kNN on features", "-");
     assert!(knn[0] > 0.99 && knn[2] == 1.0, "{stdout}");
     for (name, eps) in [
-        ("SMLQ", "-"),
+        ("PrivateMail (Algorithm 1)", "-"),
         ("anchor frame", "-"),
         ("PrivateMail (Algorithm 1)", "1"),
         ("anchor frame", "8"),
-        ("DP random projection-16", "1"),
-        ("DP PCA-16 + kNN", "8"),
-        ("random flipping LSH-64", "1"),
-        ("random flipping ITQ-32", "8"),
+        ("random projection-16", "1"),
+        ("PCA-16 + kNN", "8"),
+        ("LSH-64 (random flipping)", "1"),
+        ("ITQ-32 (random flipping)", "8"),
     ] {
         let r = row(name, eps);
         assert!(
@@ -118,7 +118,7 @@ fn eval_prints_the_table_on_idx_files() {
     // The CSV has one line per method and ε, and both plots are SVG.
     let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
     assert!(csv.starts_with("method,epsilon,seeds,recall_mean"));
-    assert_eq!(csv.lines().count(), 1 + 5 + 6 * 2, "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 7 + 6 * 2, "{csv}");
     assert!(csv
         .lines()
         .skip(1)

@@ -108,6 +108,16 @@ fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
         .map_err(|_| "one of classic_gaussian, analytic_gaussian, discrete_gaussian".into())
 }
 
+/// Method names: each private method and its noise-free counterpart share one (the table's ε
+/// column tells them apart; the plot draws both in one colour).
+const KNN: &str = "kNN on features";
+const ALG1: &str = "PrivateMail (Algorithm 1)";
+const FRAME: &str = "anchor frame";
+const JL: &str = "random projection-16";
+const PCA: &str = "PCA-16 + kNN";
+const LSH: &str = "LSH-64 (random flipping)";
+const ITQ: &str = "ITQ-32 (random flipping)";
+
 /// Projection baselines' dimension and the hash lengths.
 const PROJECTION_DIM: usize = 16;
 const LSH_BITS: usize = 64;
@@ -320,7 +330,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
         // Non-private references.
         push(
-            "kNN on features",
+            KNN,
             None,
             score(&s, k, |q| {
                 Ok(full_ranking(&s.gallery_rows, &s.gallery_rows[q], Some(q)))
@@ -334,7 +344,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )?;
         let placed = gallery_rows(&frame.place(&s.gallery)?);
         push(
-            "anchor frame",
+            FRAME,
             None,
             score(&s, k, |q| Ok(full_ranking(&placed, &placed[q], Some(q))))?,
         );
@@ -347,24 +357,31 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let itq = Hash::itq(&s.anchors, ITQ_BITS, &mut rng)?;
         let itq_codes = itq.codes(&s.gallery)?;
         push(
-            "PCA-16 + kNN",
+            PCA,
             None,
             score(&s, k, |q| {
                 Ok(full_ranking(&pca_rows, &pca_rows[q], Some(q)))
             })?,
         );
         push(
-            "ITQ-32 Hamming",
+            JL,
             None,
-            score(&s, k, |q| {
-                Ok(hamming_ranking(
-                    &itq_codes,
-                    &itq_codes[q],
-                    q,
-                    &mut query_rng(seed, q, 99, 0.0),
-                ))
-            })?,
+            score(&s, k, |q| Ok(full_ranking(&jl_rows, &jl_rows[q], Some(q))))?,
         );
+        for (name, codes) in [(LSH, &lsh_codes), (ITQ, &itq_codes)] {
+            push(
+                name,
+                None,
+                score(&s, k, |q| {
+                    Ok(hamming_ranking(
+                        codes,
+                        &codes[q],
+                        q,
+                        &mut query_rng(seed, q, 99, 0.0),
+                    ))
+                })?,
+            );
+        }
 
         let (server_anchors, erows) = if args.skip_algorithm1 {
             (DMatrix::zeros(0, 0), Vec::new())
@@ -380,7 +397,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let server = embed_dense(&all, &all_labels, &params.smlq, &mut rng)?;
             let erows = gallery_rows(&server.rows(0, g).into_owned());
             push(
-                "SMLQ",
+                ALG1,
                 None,
                 score(&s, k, |q| Ok(full_ranking(&erows, &erows[q], Some(q))))?,
             );
@@ -395,7 +412,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 let mut pm = params;
                 pm.privacy = p;
                 push(
-                    "PrivateMail (Algorithm 1)",
+                    ALG1,
                     Some(eps),
                     score(&s, k, |q| {
                         let mut rng = query_rng(seed, q, 1, eps);
@@ -412,7 +429,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
             push(
-                "anchor frame",
+                FRAME,
                 Some(eps),
                 score(&s, k, |q| {
                     let mut rng = query_rng(seed, q, 2, eps);
@@ -421,10 +438,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     Ok(full_ranking(&placed, &row, Some(q)))
                 })?,
             );
-            for (name, proj, prow, id) in [
-                ("DP random projection-16", &jl, &jl_rows, 3u64),
-                ("DP PCA-16 + kNN", &pca, &pca_rows, 4),
-            ] {
+            for (name, proj, prow, id) in [(JL, &jl, &jl_rows, 3u64), (PCA, &pca, &pca_rows, 4)] {
                 push(
                     name,
                     Some(eps),
@@ -436,10 +450,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     })?,
                 );
             }
-            for (name, codes, id) in [
-                ("random flipping LSH-64", &lsh_codes, 5u64),
-                ("random flipping ITQ-32", &itq_codes, 6),
-            ] {
+            for (name, codes, id) in [(LSH, &lsh_codes, 5u64), (ITQ, &itq_codes, 6)] {
                 push(
                     name,
                     Some(eps),
@@ -577,20 +588,25 @@ mod plot {
 
     fn colour(i: usize) -> RGBColor {
         const C: [RGBColor; 8] = [
-            RGBColor(78, 121, 167),
+            RGBColor(91, 91, 91),
+            RGBColor(176, 122, 161),
             RGBColor(242, 142, 43),
+            RGBColor(78, 121, 167),
+            RGBColor(89, 161, 79),
             RGBColor(225, 87, 89),
             RGBColor(118, 183, 178),
-            RGBColor(89, 161, 79),
-            RGBColor(176, 122, 161),
             RGBColor(156, 117, 95),
-            RGBColor(91, 91, 91),
         ];
         C[i % C.len()]
     }
 
-    /// Recall@k and mAP against ε (log scale), one line per private method with ±1 std bars;
-    /// the non-private references as thin horizontal lines.
+    fn metric(r: &Row, j: usize) -> (f64, f64) {
+        mean_std(&r.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>())
+    }
+
+    /// Recall@k and mAP against ε (log scale): per method one colour, a thick line for the
+    /// private variant (mean, ±1 std bars over seeds), a thin one for the same method without
+    /// noise; the legend in a third panel.
     pub fn privacy_utility(path: &Path, rows: &[Row], k: usize) -> Res {
         let eps: Vec<f64> = rows.iter().filter_map(|r| r.epsilon).collect();
         if eps.is_empty() {
@@ -598,18 +614,21 @@ mod plot {
         }
         let lo = eps.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
         let hi = eps.iter().copied().fold(0.0, f64::max) * 1.25;
-        let root = SVGBackend::new(path, (1300, 560)).into_drawing_area();
+        let methods: Vec<&str> = rows.iter().fold(Vec::new(), |mut m, r| {
+            if !m.contains(&r.method) {
+                m.push(r.method);
+            }
+            m
+        });
+        let root = SVGBackend::new(path, (1500, 560)).into_drawing_area();
         root.fill(&WHITE)?;
-        let panels = root.split_evenly((1, 2));
-        for (panel, (metric, j)) in panels
-            .iter()
-            .zip([(format!("Recall@{k}"), 0usize), ("mAP".to_string(), 1)])
-        {
+        let (charts, legend_area) = root.split_horizontally(1200);
+        legend(&legend_area, &methods)?;
+        let panels = charts.split_evenly((1, 2));
+        let names = [(format!("Recall@{k}"), 0usize), ("mAP".to_string(), 1)];
+        for (panel, (name, j)) in panels.iter().zip(names) {
             let mut chart = ChartBuilder::on(panel)
-                .caption(
-                    format!("{metric} vs ε (δ = 1e-5), Fashion-MNIST test split"),
-                    ("sans-serif", 18),
-                )
+                .caption(format!("{name} vs ε (δ = 1e-5)"), ("sans-serif", 18))
                 .margin(12)
                 .x_label_area_size(40)
                 .y_label_area_size(50)
@@ -617,59 +636,25 @@ mod plot {
             chart
                 .configure_mesh()
                 .x_desc("ε")
-                .y_desc(metric.as_str())
+                .y_desc(name.as_str())
                 .draw()?;
-            let methods: Vec<&str> = {
-                let mut m: Vec<&str> = rows.iter().map(|r| r.method).collect();
-                m.dedup();
-                let mut seen = Vec::new();
-                m.retain(|x| {
-                    if seen.contains(x) {
-                        false
-                    } else {
-                        seen.push(*x);
-                        true
-                    }
-                });
-                m
-            };
             for (i, method) in methods.iter().enumerate() {
                 let c = colour(i);
-                let private: Vec<(f64, f64, f64)> = rows
-                    .iter()
-                    .filter(|r| r.method == *method)
-                    .filter_map(|r| {
-                        let (m, s) = mean_std(&r.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>());
-                        r.epsilon.map(|e| (e, m, s))
-                    })
+                let mine = || rows.iter().filter(move |r| r.method == *method);
+                if let Some(np) = mine().find(|r| r.epsilon.is_none()) {
+                    let (m, _) = metric(np, j);
+                    chart.draw_series(LineSeries::new(
+                        vec![(lo, m), (hi, m)],
+                        c.mix(0.6).stroke_width(1),
+                    ))?;
+                }
+                let private: Vec<(f64, f64, f64)> = mine()
+                    .filter_map(|r| r.epsilon.map(|e| (e, metric(r, j).0, metric(r, j).1)))
                     .collect();
-                if let Some(np) = rows
-                    .iter()
-                    .find(|r| r.method == *method && r.epsilon.is_none())
-                {
-                    let (m, _) = mean_std(&np.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>());
-                    chart
-                        .draw_series(LineSeries::new(
-                            vec![(lo, m), (hi, m)],
-                            c.mix(0.5).stroke_width(1),
-                        ))?
-                        .label(format!("{method} (non-private)"))
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.5).stroke_width(1))
-                        });
-                }
-                if private.is_empty() {
-                    continue;
-                }
-                chart
-                    .draw_series(LineSeries::new(
-                        private.iter().map(|&(e, m, _)| (e, m)),
-                        c.stroke_width(2),
-                    ))?
-                    .label(method.to_string())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                    });
+                chart.draw_series(LineSeries::new(
+                    private.iter().map(|&(e, m, _)| (e, m)),
+                    c.stroke_width(2),
+                ))?;
                 chart.draw_series(private.iter().map(|&(e, m, s)| {
                     PathElement::new(
                         vec![(e, (m - s).max(0.0)), (e, (m + s).min(1.0))],
@@ -682,15 +667,28 @@ mod plot {
                         .map(|&(e, m, _)| Circle::new((e, m), 3, c.filled())),
                 )?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 11))
-                .draw()?;
         }
         root.present()?;
+        Ok(())
+    }
+
+    fn legend(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, methods: &[&str]) -> Res {
+        let font = ("sans-serif", 14).into_font();
+        let notes = [
+            "thick: private (mean ± std over seeds)",
+            "thin: the same method without noise",
+        ];
+        for (i, note) in notes.iter().enumerate() {
+            area.draw(&Text::new(*note, (10, 50 + 20 * i as i32), font.clone()))?;
+        }
+        for (i, m) in methods.iter().enumerate() {
+            let y = 120 + 26 * i as i32;
+            area.draw(&PathElement::new(
+                vec![(10, y), (40, y)],
+                colour(i).stroke_width(3),
+            ))?;
+            area.draw(&Text::new(m.to_string(), (50, y - 8), font.clone()))?;
+        }
         Ok(())
     }
 

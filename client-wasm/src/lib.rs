@@ -207,6 +207,7 @@ impl Client {
                 .collect(),
             anchor_rows: None,
             k,
+            noise_std: Some(r.receipt.noise_scale),
         };
         self.pending = Some(Pending {
             real_position: r.real_position(),

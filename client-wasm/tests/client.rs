@@ -101,7 +101,8 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
         assert_eq!(keys, ["receipt", "request", "sensitivity"]);
         let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
         let keys: Vec<&String> = req.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["k", "query_rows"]);
+        assert_eq!(keys, ["k", "noise_std", "query_rows"]);
+        assert_eq!(req["noise_std"], out["receipt"]["noise_scale"]);
         let sent = req["query_rows"].as_array().unwrap().clone();
         assert_eq!(sent.len(), 10);
         assert!(sent.iter().all(|r| r.as_array().unwrap().len() == 10));

@@ -15,7 +15,8 @@ use shared::api::{
     AddItemsRequest, AnchorsResponse, ChangeResponse, ConfigResponse, ErrorCode, ErrorResponse,
     GalleryMap, ItemMeta, Match, SearchRequest, SearchResponse, StatusResponse,
 };
-use shared::retrieve::gallery_rows;
+use shared::laplacian::dist2;
+use shared::retrieve::{gallery_rows, posterior_ranking, Neighbor};
 use shared::DMatrix;
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
@@ -132,11 +133,30 @@ async fn search(
             (gallery_rows(&aligned), &snap.index)
         }
     };
+    let classes = c.class_names.len();
     let results = rows
         .iter()
         .map(|q| {
-            index
-                .knn(q, req.k)
+            let found: Vec<Neighbor> = match req.noise_std {
+                // Frame rows with their noise std: rank by posterior class probability.
+                Some(sigma) => posterior_ranking(
+                    &snap.frame_rows,
+                    &snap.labels,
+                    q,
+                    sigma,
+                    classes,
+                    req.k,
+                    None,
+                )
+                .into_iter()
+                .map(|i| Neighbor {
+                    index: i,
+                    distance: dist2(&snap.frame_rows[i], q).sqrt(),
+                })
+                .collect(),
+                None => index.knn(q, req.k),
+            };
+            found
                 .into_iter()
                 .map(|n| {
                     let item = &snap.items[n.index];

@@ -77,6 +77,8 @@ pub struct Snapshot {
     /// Gallery rows placed in the public anchor frame, in `items` order (frame protocol).
     pub frame_rows: Vec<Vec<f64>>,
     pub frame_index: Index,
+    /// Labels of `items`, in order (for the posterior ranking).
+    pub labels: Vec<u32>,
 }
 
 pub struct AppState {
@@ -239,6 +241,7 @@ impl AppState {
             anchor_rows: DMatrix::zeros(0, 0),
             frame_rows: Vec::new(),
             frame_index: Index::build(&[]),
+            labels: Vec::new(),
         };
         let state = AppState {
             config,
@@ -307,6 +310,7 @@ impl AppState {
             index: Index::build(&rows[..g]),
             frame_index: Index::build(&frame_rows),
             frame_rows,
+            labels: items.iter().map(|it| it.label).collect(),
             anchor_rows: DMatrix::from_row_iterator(
                 n_anchor,
                 k,
@@ -385,6 +389,7 @@ impl AppState {
             catalogue_version: version,
             frame_index: Index::build(&frame_rows),
             frame_rows,
+            labels: items.iter().map(|it| it.label).collect(),
             items,
             index: Index::build(&rows),
             gallery_rows: rows,

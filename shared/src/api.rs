@@ -63,6 +63,11 @@ pub struct SearchRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anchor_rows: Option<Vec<Vec<f64>>>,
     pub k: usize,
+    /// Frame protocol only: the std of the noise the client added (public — a function of ε,
+    /// δ and the frame). With it the server ranks by the posterior probability of each item's
+    /// class (`shared::retrieve::posterior_ranking`) instead of by distance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_std: Option<f64>,
 }
 
 /// One gallery match, with what the page needs to show it inline.
@@ -204,6 +209,20 @@ impl SearchRequest {
                 ),
             ));
         }
+        if let Some(sigma) = self.noise_std {
+            if self.anchor_rows.is_some() {
+                return Err(ErrorResponse::new(
+                    InvalidInput,
+                    "noise_std belongs to the frame protocol; omit it with anchor_rows",
+                ));
+            }
+            if !(sigma.is_finite() && sigma > 0.0 && sigma <= 1e6) {
+                return Err(ErrorResponse::new(
+                    InvalidInput,
+                    "noise_std must be finite and in (0, 1e6]",
+                ));
+            }
+        }
         let anchor_rows = self.anchor_rows.as_deref().unwrap_or(&[]);
         if self.anchor_rows.is_some() && anchor_rows.len() != anchor_count {
             return Err(ErrorResponse::new(
@@ -254,6 +273,7 @@ mod tests {
             query_rows: vec![vec![0.0, 1.0]; 10],
             anchor_rows: Some(vec![vec![1.0, 0.0]; 5]),
             k: 8,
+            noise_std: None,
         }
     }
 
@@ -263,8 +283,27 @@ mod tests {
             query_rows: vec![vec![0.0; 10]; 4],
             anchor_rows: None,
             k: 8,
+            noise_std: Some(0.5),
         };
         assert!(r.validate(5, 2, 10, &limits()).is_ok());
+        for bad in [0.0, -1.0, f64::NAN, 1e7] {
+            let b = SearchRequest {
+                noise_std: Some(bad),
+                ..r.clone()
+            };
+            assert_eq!(
+                b.validate(5, 2, 10, &limits()).unwrap_err().error.code,
+                ErrorCode::InvalidInput
+            );
+        }
+        let mixed = SearchRequest {
+            noise_std: Some(0.5),
+            ..good()
+        };
+        assert_eq!(
+            mixed.validate(5, 2, 10, &limits()).unwrap_err().error.code,
+            ErrorCode::InvalidInput
+        );
         let short = SearchRequest {
             query_rows: vec![vec![0.0; 2]; 4],
             ..r.clone()
@@ -276,6 +315,10 @@ mod tests {
         // The field is omitted on the wire, not sent as null.
         let v = serde_json::to_value(&r).unwrap();
         assert!(v.get("anchor_rows").is_none());
+        assert!(serde_json::to_value(good())
+            .unwrap()
+            .get("noise_std")
+            .is_none());
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub fn search_request(
         query_rows: rows(&r.query_rows),
         anchor_rows: Some(rows(&r.anchor_rows)),
         k,
+        noise_std: None,
     }
 }
 

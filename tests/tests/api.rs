@@ -315,6 +315,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
                 .collect(),
         ),
         k: 8,
+        noise_std: None,
     };
     let body: SearchResponse = post_search(&Client::new(), &srv.base, &req);
     let mut same = 0;
@@ -397,6 +398,9 @@ fn frame_protocol_finds_the_class_at_large_epsilon() {
                 .collect(),
             anchor_rows: None,
             k: 8,
+            // Both rankings: by posterior class probability (what the page asks for) and,
+            // every other image, plain nearest neighbours in the frame (the k-d tree).
+            noise_std: (i % 2 == 0).then_some(r.receipt.noise_scale),
         };
         let body: SearchResponse = post_search(&http, &srv.base, &req);
         assert_eq!(body.results.len(), 10);

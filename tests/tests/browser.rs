@@ -104,7 +104,8 @@ async fn page_finds_same_class_matches_at_large_epsilon() {
 }
 
 /// What the page sends after a search is the same whichever row is real: exactly one
-/// `POST /api/v1/search` whose body holds only the shuffled rows and k — no per-match image
+/// `POST /api/v1/search` whose body holds only the shuffled rows, k and the (public) noise std —
+/// no per-match image
 /// fetches, no other request. Also: every control has an accessible name, and errors (a file
 /// that is not an image, the server gone) are shown in plain words.
 #[tokio::test(flavor = "multi_thread")]
@@ -159,7 +160,7 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
         assert!(log[0]["url"].as_str().unwrap().ends_with("/api/v1/search"));
         let body: Value = serde_json::from_str(log[0]["body"].as_str().unwrap()).unwrap();
         let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["k", "query_rows"], "round {round}");
+        assert_eq!(keys, ["k", "noise_std", "query_rows"], "round {round}");
         let rows = body["query_rows"].as_array().unwrap();
         assert_eq!(rows.len(), 10);
         assert!(rows

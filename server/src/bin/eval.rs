@@ -27,7 +27,7 @@ use shared::laplacian::normalize_rows;
 use shared::metrics::{average_precision, mean, overlap, recall_at_k};
 use shared::privatemail::{embed_dense, privatize, Anchors};
 use shared::projection::Projection;
-use shared::retrieve::{full_ranking, gallery_rows};
+use shared::retrieve::{full_ranking, gallery_rows, posterior_ranking};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 
 use privatemail_server::data::{load_split, Split, DEFAULT_DIR};
@@ -113,6 +113,7 @@ fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
 const KNN: &str = "kNN on features";
 const ALG1: &str = "PrivateMail (Algorithm 1)";
 const FRAME: &str = "anchor frame";
+const FRAME_PR: &str = "anchor frame + posterior ranking";
 const JL: &str = "random projection-16";
 const PCA: &str = "PCA-16 + kNN";
 const LSH: &str = "LSH-64 (random flipping)";
@@ -436,6 +437,26 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     let r = privatize_in_frame(&feats(q), &frame, 9, &p, &mut rng)?;
                     let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
                     Ok(full_ranking(&placed, &row, Some(q)))
+                })?,
+            );
+            push(
+                FRAME_PR,
+                Some(eps),
+                score(&s, k, |q| {
+                    // The same release as above (same generator), ranked by posterior.
+                    let mut rng = query_rng(seed, q, 2, eps);
+                    let r = privatize_in_frame(&feats(q), &frame, 9, &p, &mut rng)?;
+                    let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
+                    let sigma = r.receipt.noise_scale;
+                    Ok(posterior_ranking(
+                        &placed,
+                        &s.labels,
+                        &row,
+                        sigma,
+                        10,
+                        usize::MAX,
+                        Some(q),
+                    ))
                 })?,
             );
             for (name, proj, prow, id) in [(JL, &jl, &jl_rows, 3u64), (PCA, &pca, &pca_rows, 4)] {

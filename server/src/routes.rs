@@ -140,7 +140,7 @@ async fn search(
             let found: Vec<Neighbor> = match req.noise_std {
                 // Frame rows with their noise std: rank by posterior class probability.
                 Some(sigma) => posterior_ranking(
-                    &snap.frame_rows,
+                    &snap.frame_flat,
                     &snap.labels,
                     q,
                     sigma,

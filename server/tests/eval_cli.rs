@@ -87,9 +87,13 @@ fn eval_prints_the_table_on_idx_files() {
     let row = |name: &str, eps: &str| -> Vec<f64> {
         let line = stdout
             .lines()
-            .find(|l| l.starts_with(name) && l[28..].split_whitespace().next() == Some(eps))
+            .find(|l| {
+                l.len() > 34
+                    && l[..34].trim_end() == name
+                    && l[34..].split_whitespace().next() == Some(eps)
+            })
             .unwrap_or_else(|| panic!("no row {name} {eps}:\n{stdout}"));
-        let f: Vec<&str> = line[28..].split_whitespace().collect();
+        let f: Vec<&str> = line[34..].split_whitespace().collect();
         vec![
             f[1].parse().unwrap(),
             f[4].parse().unwrap(),
@@ -104,6 +108,7 @@ fn eval_prints_the_table_on_idx_files() {
         ("anchor frame", "-"),
         ("PrivateMail (Algorithm 1)", "1"),
         ("anchor frame", "8"),
+        ("anchor frame + posterior ranking", "1"),
         ("random projection-16", "1"),
         ("PCA-16 + kNN", "8"),
         ("LSH-64 (random flipping)", "1"),
@@ -118,7 +123,7 @@ fn eval_prints_the_table_on_idx_files() {
     // The CSV has one line per method and ε, and both plots are SVG.
     let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
     assert!(csv.starts_with("method,epsilon,seeds,recall_mean"));
-    assert_eq!(csv.lines().count(), 1 + 7 + 6 * 2, "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 7 + 7 * 2, "{csv}");
     assert!(csv
         .lines()
         .skip(1)

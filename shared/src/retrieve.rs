@@ -99,10 +99,11 @@ pub fn full_ranking(rows: &[Vec<f64>], query: &[f64], exclude: Option<usize>) ->
 /// relevant items among the first k for every k — the nearest-neighbour ranking does not,
 /// because under heavy noise the nearest items are the gallery's ambiguous ones. Reads only
 /// the release and public data, so it is post-processing. `labels` must be `< num_classes`.
+/// `flat` holds the gallery rows row-major (`labels.len()` rows of `query.len()` entries).
 /// Returns at most `k` indices (`usize::MAX` for all), `exclude` skipped; O(N) plus the sort of
 /// what is returned.
 pub fn posterior_ranking(
-    rows: &[Vec<f64>],
+    flat: &[f64],
     labels: &[u32],
     query: &[f64],
     sigma: f64,
@@ -110,34 +111,48 @@ pub fn posterior_ranking(
     k: usize,
     exclude: Option<usize>,
 ) -> Vec<usize> {
-    let d2: Vec<f64> = rows.iter().map(|r| dist2(r, query)).collect();
-    let scale = -0.5 / (sigma * sigma);
-    // log-sum-exp per class, relative to the best item, so nothing underflows to 0/0.
-    let best = d2
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != exclude)
-        .map(|(_, &v)| v)
-        .fold(f64::INFINITY, f64::min);
+    let dim = query.len();
+    let n = labels.len();
+    assert_eq!(flat.len(), n * dim, "rows must be n × dim, row-major");
+    // Contiguous passes (they vectorise): squared distances, then weights.
+    let mut d2: Vec<f64> = flat
+        .chunks_exact(dim)
+        .map(|r| r.iter().zip(query).map(|(a, b)| (a - b) * (a - b)).sum())
+        .collect();
+    if let Some(e) = exclude.filter(|&e| e < n) {
+        d2[e] = f64::INFINITY;
+    }
+    let best = d2.iter().copied().fold(f64::INFINITY, f64::min);
+    let scale = 0.5 / (sigma * sigma);
+    // Class masses by log-sum-exp relative to the best item, so nothing underflows to 0/0.
     let mut mass = vec![0.0f64; num_classes];
-    for (i, (&v, &l)) in d2.iter().zip(labels).enumerate() {
-        if Some(i) != exclude {
-            mass[l as usize] += ((v - best) * scale).exp();
+    for (&v, &l) in d2.iter().zip(labels) {
+        if v.is_finite() {
+            mass[l as usize] += crate::laplacian::exp_neg(-(v - best) * scale);
         }
     }
-    let mut order: Vec<usize> = (0..rows.len()).filter(|&i| Some(i) != exclude).collect();
-    let key = |i: usize| (mass[labels[i] as usize], d2[i]);
-    let cmp = |a: &usize, b: &usize| {
-        let (ma, da) = key(*a);
-        let (mb, db) = key(*b);
-        mb.total_cmp(&ma).then(da.total_cmp(&db)).then(a.cmp(b))
-    };
-    if k < order.len() {
-        order.select_nth_unstable_by(k, cmp);
-        order.truncate(k);
+    let mut classes: Vec<usize> = (0..num_classes).collect();
+    classes.sort_by(|&a, &b| mass[b].total_cmp(&mass[a]).then(a.cmp(&b)));
+    // The most probable class's items nearest first, then the next class's, until k.
+    let mut out = Vec::with_capacity(k.min(n));
+    for c in classes {
+        let need = k - out.len();
+        if need == 0 {
+            break;
+        }
+        let mut items: Vec<(f64, usize)> = (0..n)
+            .filter(|&i| labels[i] as usize == c && d2[i].is_finite())
+            .map(|i| (d2[i], i))
+            .collect();
+        let by_dist = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        if need < items.len() {
+            items.select_nth_unstable_by(need, by_dist);
+            items.truncate(need);
+        }
+        items.sort_by(by_dist);
+        out.extend(items.iter().map(|&(_, i)| i));
     }
-    order.sort_by(cmp);
-    order
+    out
 }
 
 #[cfg(test)]
@@ -157,15 +172,16 @@ mod tests {
         labels.push(1);
         let y = [0.4, 0.0];
         assert_eq!(full_ranking(&rows, &y, None)[0], 20);
-        let pr = posterior_ranking(&rows, &labels, &y, 0.6, 2, usize::MAX, None);
+        let flat: Vec<f64> = rows.concat();
+        let pr = posterior_ranking(&flat, &labels, &y, 0.6, 2, usize::MAX, None);
         assert_eq!(pr.len(), 22);
         assert!(pr[..20].iter().all(|&i| labels[i] == 0), "{pr:?}");
-        let sharp = posterior_ranking(&rows, &labels, &y, 0.01, 2, 3, Some(21));
+        let sharp = posterior_ranking(&flat, &labels, &y, 0.01, 2, 3, Some(21));
         assert_eq!(sharp[0], 20);
         assert_eq!(sharp.len(), 3);
         assert!(!sharp.contains(&21));
         // Far from everything: still a valid ranking (no NaN from underflow).
-        let far = posterior_ranking(&rows, &labels, &[1e6, 1e6], 0.01, 2, 5, None);
+        let far = posterior_ranking(&flat, &labels, &[1e6, 1e6], 0.01, 2, 5, None);
         assert_eq!(far.len(), 5);
     }
 

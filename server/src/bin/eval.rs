@@ -344,6 +344,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             args.frame_kernel_scale,
         )?;
         let placed = gallery_rows(&frame.place(&s.gallery)?);
+        let placed_flat = placed.concat();
         push(
             FRAME,
             None,
@@ -449,7 +450,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
                     let sigma = r.receipt.noise_scale;
                     Ok(posterior_ranking(
-                        &placed,
+                        &placed_flat,
                         &s.labels,
                         &row,
                         sigma,
@@ -566,7 +567,7 @@ fn mean_std(v: &[f64]) -> (f64, f64) {
 
 fn print_table(rows: &[Row], k: usize) {
     println!(
-        "{:<28} {:>6}  {:>15}  {:>15}  {:>15}",
+        "{:<34} {:>6}  {:>15}  {:>15}  {:>15}",
         "method",
         "eps",
         format!("Recall@{k}"),
@@ -575,7 +576,7 @@ fn print_table(rows: &[Row], k: usize) {
     );
     for r in rows {
         let eps = r.epsilon.map_or("-".to_string(), |e| e.to_string());
-        let mut line = format!("{:<28} {eps:>6}", r.method);
+        let mut line = format!("{:<34} {eps:>6}", r.method);
         for j in 0..3 {
             let (m, s) = mean_std(&r.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>());
             let _ = write!(line, "  {m:>7.4} ± {s:.4}");

@@ -1,5 +1,6 @@
 //! `loadgen`: a load benchmark for `POST /api/v1/search` on loopback. Builds one real private
-//! query (10 rows: the real one and 9 dummies) with the native client, then replays it from
+//! query (10 rows: the real one and 9 dummies; either protocol) with the native client, then
+//! replays it from
 //! several threads over keep-alive connections for a fixed time, and reports throughput,
 //! client-side latency percentiles and the server's own p50/p99 from `/api/v1/status`.
 //! Bounded in count and time; only ever talks to the address it is given (loopback).
@@ -27,6 +28,10 @@ struct Args {
     max_requests: usize,
     #[arg(long, default_value_t = 8)]
     k: usize,
+    /// Which request to replay: `frame` (the page's: 10 frame rows with the noise std, ranked
+    /// by posterior) or `aligned` (Algorithm 1: 10 rows + the anchor rows, aligned).
+    #[arg(long, default_value = "frame")]
+    protocol: String,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -40,8 +45,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         smlq: config.smlq,
         ..Params::default()
     };
-    let r = privatize(&query, 0, &a, &params, &mut ChaCha20Rng::seed_from_u64(1))?;
-    let req = privatemail_e2e::search_request(&r, args.k);
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    let req = match args.protocol.as_str() {
+        "aligned" => {
+            let r = privatize(&query, 0, &a, &params, &mut rng)?;
+            privatemail_e2e::search_request(&r, args.k)
+        }
+        "frame" => {
+            let anchors: shared::api::AnchorsResponse = http
+                .get(format!("{}/api/v1/anchors", args.base))
+                .send()?
+                .json()?;
+            let rows = shared::DMatrix::from_row_iterator(
+                anchors.frame_rows.len(),
+                config.frame_dim,
+                anchors.frame_rows.iter().flatten().copied(),
+            );
+            let frame =
+                shared::frame::AnchorFrame::new(a.features(), &rows, config.frame_kernel_scale)?;
+            let r =
+                shared::frame::privatize_in_frame(&query, &frame, 9, &params.privacy, &mut rng)?;
+            shared::api::SearchRequest {
+                query_rows: shared::retrieve::gallery_rows(&r.rows),
+                anchor_rows: None,
+                k: args.k,
+                noise_std: Some(r.receipt.noise_scale),
+            }
+        }
+        other => return Err(format!("unknown protocol `{other}` (frame or aligned)").into()),
+    };
     let body = serde_json::to_vec(&req)?;
     println!(
         "request: {} query rows, {} anchor rows, k = {}, {} bytes",

@@ -106,6 +106,8 @@ fn eval_prints_the_table_on_idx_files() {
     for (name, eps) in [
         ("PrivateMail (Algorithm 1)", "-"),
         ("anchor frame", "-"),
+        ("chance: random order", "-"),
+        ("chance: random class blocks", "-"),
         ("PrivateMail (Algorithm 1)", "1"),
         ("anchor frame", "8"),
         ("anchor frame + posterior ranking", "1"),
@@ -123,7 +125,7 @@ fn eval_prints_the_table_on_idx_files() {
     // The CSV has one line per method and ε, and both plots are SVG.
     let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
     assert!(csv.starts_with("method,epsilon,seeds,recall_mean"));
-    assert_eq!(csv.lines().count(), 1 + 7 + 7 * 2, "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 9 + 7 * 2, "{csv}");
     assert!(csv
         .lines()
         .skip(1)

@@ -199,16 +199,7 @@ impl Client {
         let dummies = self.config.smlq.num_classes as usize - 1;
         let r =
             privatize_in_frame(query, &self.frame, dummies, &privacy, &mut rng).map_err(js_err)?;
-        let req = SearchRequest {
-            query_rows: r
-                .rows
-                .row_iter()
-                .map(|x| x.iter().copied().collect())
-                .collect(),
-            anchor_rows: None,
-            k,
-            noise_std: Some(r.receipt.noise_scale),
-        };
+        let req = SearchRequest::from_frame(&r, k);
         self.pending = Some(Pending {
             real_position: r.real_position(),
             rows: req.query_rows.len(),

@@ -183,6 +183,21 @@ impl ErrorResponse {
 }
 
 impl SearchRequest {
+    /// The request carrying a frame-protocol release: its rows in their (shuffled) order, `k`,
+    /// and the public noise std so the server can rank by posterior.
+    pub fn from_frame(r: &crate::frame::FrameRelease, k: usize) -> Self {
+        SearchRequest {
+            query_rows: r
+                .rows
+                .row_iter()
+                .map(|x| x.iter().copied().collect())
+                .collect(),
+            anchor_rows: None,
+            k,
+            noise_std: Some(r.receipt.noise_scale),
+        }
+    }
+
     /// Check shape, sizes and finiteness against what the server expects: `embed_dim` entries
     /// a row with anchor rows (aligned protocol), `frame_dim` without (frame protocol).
     pub fn validate(

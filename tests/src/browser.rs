@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 
-use crate::{start_server, temp_store, test_image, Server};
+use crate::{test_image, Server};
 
 pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
@@ -69,17 +69,7 @@ pub async fn browser() -> (Driver, Client) {
 }
 
 pub fn server() -> Server {
-    let store = temp_store("browser");
-    start_server(&[
-        "--gallery-size",
-        "1000",
-        "--anchors",
-        "1000",
-        "--store",
-        store.to_str().unwrap(),
-        "--web-dir",
-        &format!("{ROOT}/web"),
-    ])
+    crate::demo_server("browser", &["--web-dir", &format!("{ROOT}/web")])
 }
 
 pub async fn open_page(c: &Client, base: &str) {
@@ -122,38 +112,54 @@ pub async fn wait_for(c: &Client, cond: &str, what: &str) {
 }
 
 /// Click search (confirming the over-budget warning if it appears) and wait for the matches.
+/// Click the element with this id.
+pub async fn click(c: &Client, id: &str) {
+    c.find(Locator::Id(id))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Confirm the over-budget warning if it is showing.
+pub async fn confirm_warning(c: &Client) {
+    if js(c, "return !document.getElementById('warning').hidden;").await == json!(true) {
+        click(c, "search-anyway").await;
+    }
+}
+
+/// Upload an image file and wait until the model has run on it.
+pub async fn load_photo(c: &Client, path: &std::path::Path) {
+    upload(c, path).await;
+    wait_for(
+        c,
+        "!document.getElementById('search').disabled",
+        "the model",
+    )
+    .await;
+}
+
 pub async fn search(c: &Client) -> Vec<u32> {
     js(
         c,
         "document.getElementById('results').replaceChildren(); return 0;",
     )
     .await;
-    c.find(Locator::Id("search"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(c, "search").await;
     wait_for(
         c,
         "document.querySelectorAll('#results li').length > 0 || !document.getElementById('warning').hidden",
         "matches or the budget warning",
     )
     .await;
-    if js(c, "return !document.getElementById('warning').hidden;").await == json!(true) {
-        c.find(Locator::Id("search-anyway"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        wait_for(
-            c,
-            "document.querySelectorAll('#results li').length > 0",
-            "matches",
-        )
-        .await;
-    }
+    confirm_warning(c).await;
+    wait_for(
+        c,
+        "document.querySelectorAll('#results li').length > 0",
+        "matches",
+    )
+    .await;
     let labels = js(
         c,
         "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.label));",

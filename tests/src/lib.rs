@@ -61,6 +61,22 @@ pub fn start_server(extra: &[&str]) -> Server {
     Server { child, base }
 }
 
+/// The server with a 1,000-image gallery and the demo's 1,000 anchors (the frame's class vote
+/// needs enough anchors near each image), on a fresh store; `extra` flags appended.
+pub fn demo_server(tag: &str, extra: &[&str]) -> Server {
+    let store = temp_store(tag);
+    let mut args = vec![
+        "--gallery-size",
+        "1000",
+        "--anchors",
+        "1000",
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    start_server(&args)
+}
+
 /// The public configuration and anchors, fetched as a client would, with the anchor kernel
 /// cache built.
 pub fn fetch_client(

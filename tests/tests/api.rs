@@ -339,16 +339,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
 /// one noise draw.
 #[test]
 fn frame_protocol_finds_the_class_at_large_epsilon() {
-    let store = temp_store("frame");
-    // The demo's 1,000 anchors: the class vote needs enough anchors near each image.
-    let srv = start_server(&[
-        "--gallery-size",
-        "1000",
-        "--anchors",
-        "1000",
-        "--store",
-        store.to_str().unwrap(),
-    ]);
+    let srv = privatemail_e2e::demo_server("frame", &[]);
     let http = Client::new();
     let config: ConfigResponse = http
         .get(format!("{}/api/v1/config", srv.base))
@@ -390,18 +381,12 @@ fn frame_protocol_finds_the_class_at_large_epsilon() {
         }
         tried += 1;
         let r = privatize_in_frame(&q, &frame, 9, &privacy, &mut rng).unwrap();
-        let req = SearchRequest {
-            query_rows: r
-                .rows
-                .row_iter()
-                .map(|x| x.iter().copied().collect())
-                .collect(),
-            anchor_rows: None,
-            k: 8,
-            // Both rankings: by posterior class probability (what the page asks for) and,
-            // every other image, plain nearest neighbours in the frame (the k-d tree).
-            noise_std: (i % 2 == 0).then_some(r.receipt.noise_scale),
-        };
+        let mut req = SearchRequest::from_frame(&r, 8);
+        // Both rankings: by posterior class probability (what the page asks for) and, every
+        // other image, plain nearest neighbours in the frame (the k-d tree).
+        if i % 2 == 1 {
+            req.noise_std = None;
+        }
         let body: SearchResponse = post_search(&http, &srv.base, &req);
         assert_eq!(body.results.len(), 10);
         // As sent (up to serde_json's last-bit float parsing).

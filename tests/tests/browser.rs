@@ -8,7 +8,8 @@
 use fantoccini::key::Key;
 use fantoccini::Locator;
 use privatemail_e2e::browser::{
-    browser, image_file, js, open_page, search, server, upload, wait_for,
+    browser, click, confirm_warning, image_file, js, load_photo, open_page, search, server, upload,
+    wait_for,
 };
 use privatemail_e2e::test_image;
 use serde_json::{json, Value};
@@ -53,13 +54,7 @@ async fn page_finds_same_class_matches_at_large_epsilon() {
     let mut timings = Vec::new();
     for i in confident_images(4) {
         let (path, label) = image_file(i);
-        upload(&c, &path).await;
-        wait_for(
-            &c,
-            "!document.getElementById('search').disabled",
-            "the model",
-        )
-        .await;
+        load_photo(&c, &path).await;
         let shown = js(
             &c,
             "return document.getElementById('prediction').textContent;",
@@ -132,13 +127,7 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
     )
     .await;
     let (path, _) = image_file(5003);
-    upload(&c, &path).await;
-    wait_for(
-        &c,
-        "!document.getElementById('search').disabled",
-        "the model",
-    )
-    .await;
+    load_photo(&c, &path).await;
     let url = format!("{}/api/v1/config", srv.base);
     let config: Value =
         tokio::task::spawn_blocking(move || reqwest::blocking::get(url).unwrap().json().unwrap())
@@ -187,28 +176,10 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
     let msg = js(&c, "return document.getElementById('error').textContent;").await;
     assert!(msg.as_str().unwrap().contains("not an image"), "{msg}");
     // The server goes away.
-    upload(&c, &path).await;
-    wait_for(
-        &c,
-        "!document.getElementById('search').disabled",
-        "the model",
-    )
-    .await;
+    load_photo(&c, &path).await;
     drop(srv);
-    c.find(Locator::Id("search"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    if js(&c, "return !document.getElementById('warning').hidden;").await == json!(true) {
-        c.find(Locator::Id("search-anyway"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-    }
+    click(&c, "search").await;
+    confirm_warning(&c).await;
     wait_for(
         &c,
         "!document.getElementById('error').hidden",

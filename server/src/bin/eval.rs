@@ -459,30 +459,33 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     })?,
                 );
             }
+            // One frame release per query, ranked two ways.
+            let released: Vec<(Vec<f64>, f64)> = (0..s.truth.len())
+                .into_par_iter()
+                .map(|q| {
+                    let mut rng = query_rng(seed, q, 2, eps);
+                    let r = privatize_in_frame(&feats(q), &frame, 9, &p, &mut rng)?;
+                    let row = r.rows.row(r.real_position()).iter().copied().collect();
+                    Ok((row, r.receipt.noise_scale))
+                })
+                .collect::<Result<_, shared::Error>>()?;
             push(
                 FRAME,
                 Some(eps),
                 score(&s, k, |q| {
-                    let mut rng = query_rng(seed, q, 2, eps);
-                    let r = privatize_in_frame(&feats(q), &frame, 9, &p, &mut rng)?;
-                    let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
-                    Ok(full_ranking(&placed, &row, Some(q)))
+                    Ok(full_ranking(&placed, &released[q].0, Some(q)))
                 })?,
             );
             push(
                 FRAME_PR,
                 Some(eps),
                 score(&s, k, |q| {
-                    // The same release as above (same generator), ranked by posterior.
-                    let mut rng = query_rng(seed, q, 2, eps);
-                    let r = privatize_in_frame(&feats(q), &frame, 9, &p, &mut rng)?;
-                    let row: Vec<f64> = r.rows.row(r.real_position()).iter().copied().collect();
-                    let sigma = r.receipt.noise_scale;
+                    let (row, sigma) = &released[q];
                     Ok(posterior_ranking(
                         &placed_flat,
                         &s.labels,
-                        &row,
-                        sigma,
+                        row,
+                        *sigma,
                         10,
                         usize::MAX,
                         Some(q),
@@ -638,17 +641,54 @@ mod plot {
     type Res = Result<(), Box<dyn std::error::Error>>;
 
     fn colour(i: usize) -> RGBColor {
-        const C: [RGBColor; 8] = [
-            RGBColor(91, 91, 91),
-            RGBColor(176, 122, 161),
+        // Methods in the order the table lists them: the two chance lines black and grey.
+        const C: [RGBColor; 10] = [
+            RGBColor(0, 0, 0),
+            RGBColor(160, 160, 160),
             RGBColor(242, 142, 43),
             RGBColor(78, 121, 167),
             RGBColor(89, 161, 79),
             RGBColor(225, 87, 89),
             RGBColor(118, 183, 178),
             RGBColor(156, 117, 95),
+            RGBColor(176, 122, 161),
+            RGBColor(214, 39, 140),
         ];
         C[i % C.len()]
+    }
+
+    type LogChart<'a, 'b> = ChartContext<
+        'a,
+        SVGBackend<'b>,
+        Cartesian2d<
+            plotters::coord::combinators::LogCoord<f64>,
+            plotters::coord::types::RangedCoordf64,
+        >,
+    >;
+
+    /// A chart with a log x axis spanning `xs` (with some margin), y in [0, 1], mesh drawn.
+    fn log_chart<'a, 'b>(
+        panel: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+        caption: String,
+        xs: &[f64],
+        x_desc: &str,
+        y_desc: &str,
+    ) -> Result<(LogChart<'a, 'b>, f64, f64), Box<dyn std::error::Error>> {
+        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
+        let hi = xs.iter().copied().fold(0.0, f64::max) * 1.25;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(caption, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_label_formatter(&|v| format!("{}", (v * 1000.0).round() / 1000.0))
+            .draw()?;
+        Ok((chart, lo, hi))
     }
 
     fn metric(r: &Row, j: usize) -> (f64, f64) {
@@ -663,8 +703,6 @@ mod plot {
         if eps.is_empty() {
             return Ok(());
         }
-        let lo = eps.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
-        let hi = eps.iter().copied().fold(0.0, f64::max) * 1.25;
         let methods: Vec<&str> = rows.iter().fold(Vec::new(), |mut m, r| {
             if !m.contains(&r.method) {
                 m.push(r.method);
@@ -678,17 +716,8 @@ mod plot {
         let panels = charts.split_evenly((1, 2));
         let names = [(format!("Recall@{k}"), 0usize), ("mAP".to_string(), 1)];
         for (panel, (name, j)) in panels.iter().zip(names) {
-            let mut chart = ChartBuilder::on(panel)
-                .caption(format!("{name} vs ε (δ = 1e-5)"), ("sans-serif", 18))
-                .margin(12)
-                .x_label_area_size(40)
-                .y_label_area_size(50)
-                .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
-            chart
-                .configure_mesh()
-                .x_desc("ε")
-                .y_desc(name.as_str())
-                .draw()?;
+            let (mut chart, lo, hi) =
+                log_chart(panel, format!("{name} vs ε (δ = 1e-5)"), &eps, "ε", &name)?;
             for (i, method) in methods.iter().enumerate() {
                 let c = colour(i);
                 let mine = || rows.iter().filter(move |r| r.method == *method);
@@ -754,20 +783,13 @@ mod plot {
                 .filter(|(k, _, _)| k.starts_with(what))
                 .collect();
             let xs: Vec<f64> = pts.iter().map(|p| p.1).collect();
-            let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
-            let hi = xs.iter().copied().fold(0.0, f64::max) * 1.25;
-            let mut chart = ChartBuilder::on(panel)
-                .caption(format!("anchor frame: mAP vs {what}"), ("sans-serif", 18))
-                .margin(12)
-                .x_label_area_size(40)
-                .y_label_area_size(50)
-                .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
-            chart
-                .configure_mesh()
-                .x_desc(what)
-                .y_desc("mAP")
-                .x_label_formatter(&|v| format!("{}", (v * 1000.0).round() / 1000.0))
-                .draw()?;
+            let (mut chart, _, _) = log_chart(
+                panel,
+                format!("anchor frame: mAP vs {what}"),
+                &xs,
+                what,
+                "mAP",
+            )?;
             for (i, series) in ["non-private", "ε = 8"].iter().enumerate() {
                 let c = colour(i);
                 let line: Vec<(f64, f64)> = pts

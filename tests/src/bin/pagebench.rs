@@ -4,9 +4,7 @@
 //! Needs `web/pkg` (scripts/build-web.sh), chromium and chromium-driver.
 
 use clap::Parser;
-use privatemail_e2e::browser::{
-    browser, image_file, js, open_page, search, server, upload, wait_for,
-};
+use privatemail_e2e::browser::{browser, image_file, js, load_photo, open_page, search, server};
 use serde_json::Value;
 
 #[derive(Parser)]
@@ -44,13 +42,7 @@ async fn main() {
     let (mut infer, mut private, mut round) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.searches {
         let (path, _) = image_file(6000 + i);
-        upload(&c, &path).await;
-        wait_for(
-            &c,
-            "!document.getElementById('search').disabled",
-            "the model",
-        )
-        .await;
+        load_photo(&c, &path).await;
         search(&c).await;
         let t: Value = js(&c, "return window.pmTimings;").await;
         infer.push(t["infer_ms"].as_f64().unwrap());

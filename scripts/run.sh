@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: the gallery server with the Fashion-MNIST demo gallery, serving web/ at
-# http://127.0.0.1:8080 (flags after `--` go to the server; see --help).
+# http://127.0.0.1:8080 (its arguments go to the server: `bash scripts/run.sh --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=1 bash scripts/setup.sh

@@ -109,6 +109,7 @@ fn eval_prints_the_table_on_idx_files() {
         ("chance: random order", "-"),
         ("chance: random class blocks", "-"),
         ("PrivateMail (Algorithm 1)", "1"),
+        ("PrivateMail extended (3 steps)", "8"),
         ("anchor frame", "8"),
         ("anchor frame + posterior ranking", "1"),
         ("random projection-16", "1"),
@@ -125,7 +126,7 @@ fn eval_prints_the_table_on_idx_files() {
     // The CSV has one line per method and ε, and both plots are SVG.
     let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
     assert!(csv.starts_with("method,epsilon,seeds,recall_mean"));
-    assert_eq!(csv.lines().count(), 1 + 9 + 7 * 2, "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 9 + 8 * 2, "{csv}");
     assert!(csv
         .lines()
         .skip(1)

@@ -281,13 +281,53 @@ pub fn release(
     privacy: &PrivacyParams,
     rng: &mut impl RngCore,
 ) -> Result<(NoisyEmbedding, Receipt)> {
+    release_with(values, sensitivity, privacy, |d| calibrate(privacy, d), rng)
+}
+
+/// Release with a ρ-zCDP target instead of an (ε, δ) one: σ = Δ/√(2ρ) (on the grid, as in
+/// [`release`]), so the sampled release is at most `rho`-zCDP. For composing several releases:
+/// their ρ's add. The receipt's (ε, δ) fields carry `privacy` (the budget of the whole
+/// composition) and `proven_delta` is this release's alone at that ε.
+pub fn release_zcdp(
+    values: &DMatrix<f64>,
+    sensitivity: f64,
+    rho: f64,
+    privacy: &PrivacyParams,
+    rng: &mut impl RngCore,
+) -> Result<(NoisyEmbedding, Receipt)> {
+    if !(rho.is_finite() && rho > 0.0) {
+        return Err(Error::InvalidParameter {
+            name: "rho",
+            reason: "must be finite and > 0".into(),
+        });
+    }
+    let sigma_of = |d: f64| {
+        if d.is_finite() && d > 0.0 {
+            Ok(d / (2.0 * rho).sqrt() * (1.0 + 1e-12))
+        } else {
+            Err(Error::InvalidParameter {
+                name: "sensitivity",
+                reason: "must be finite and > 0".into(),
+            })
+        }
+    };
+    release_with(values, sensitivity, privacy, sigma_of, rng)
+}
+
+fn release_with(
+    values: &DMatrix<f64>,
+    sensitivity: f64,
+    privacy: &PrivacyParams,
+    sigma_of: impl Fn(f64) -> Result<f64>,
+    rng: &mut impl RngCore,
+) -> Result<(NoisyEmbedding, Receipt)> {
     ensure_finite(values.as_slice(), "query values")?;
-    let sigma0 = calibrate(privacy, sensitivity)?;
+    let sigma0 = sigma_of(sensitivity)?;
     let grid = 2f64.powi(sigma0.log2().floor() as i32 - 24);
     let m = values.len() as f64;
     // Δ_ℤ in grid units, rounded up so it never understates.
     let dz = (sensitivity / grid + m.sqrt()) * (1.0 + 1e-12);
-    let sigma_z = calibrate(privacy, dz)?;
+    let sigma_z = sigma_of(dz)?;
     let scale = sigma_z.ceil();
     if scale > MAX_DISCRETE_SCALE as f64 {
         return Err(Error::InvalidParameter {

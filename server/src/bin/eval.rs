@@ -25,7 +25,7 @@ use shared::frame::{privatize_in_frame, AnchorFrame};
 use shared::hashing::{hamming, randomized_response, Hash};
 use shared::laplacian::normalize_rows;
 use shared::metrics::{average_precision, mean, overlap, recall_at_k};
-use shared::privatemail::{embed_dense, privatize, Anchors};
+use shared::privatemail::{embed_dense, privatize, privatize_multi, Anchors};
 use shared::projection::Projection;
 use shared::retrieve::{full_ranking, gallery_rows, posterior_ranking};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
@@ -112,6 +112,7 @@ fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
 /// column tells them apart; the plot draws both in one colour).
 const KNN: &str = "kNN on features";
 const ALG1: &str = "PrivateMail (Algorithm 1)";
+const EXTENDED: &str = "PrivateMail extended (3 steps)";
 const FRAME: &str = "anchor frame";
 const FRAME_PR: &str = "anchor frame + posterior ranking";
 const JL: &str = "random projection-16";
@@ -442,22 +443,36 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             if !args.skip_algorithm1 {
                 let mut pm = params;
                 pm.privacy = p;
-                push(
-                    ALG1,
-                    Some(eps),
-                    score(&s, k, |q| {
-                        let mut rng = query_rng(seed, q, 1, eps);
-                        let r = privatize(&feats(q), s.predicted[q], &anchors, &pm, &mut rng)?;
-                        let t = umeyama(&r.anchor_rows, &server_anchors)?;
-                        let row: Vec<f64> = t
-                            .apply(&r.query_rows)?
-                            .row(r.real_position())
-                            .iter()
-                            .copied()
-                            .collect();
-                        Ok(full_ranking(&erows, &row, Some(q)))
-                    })?,
-                );
+                // Algorithm 1 (one noisy step) and the extended paper's (three noisy steps).
+                for (name, steps, id) in [(ALG1, 1usize, 1u64), (EXTENDED, 3, 8)] {
+                    push(
+                        name,
+                        Some(eps),
+                        score(&s, k, |q| {
+                            let mut rng = query_rng(seed, q, id, eps);
+                            let r = if steps == 1 {
+                                privatize(&feats(q), s.predicted[q], &anchors, &pm, &mut rng)?
+                            } else {
+                                privatize_multi(
+                                    &feats(q),
+                                    s.predicted[q],
+                                    &anchors,
+                                    &pm,
+                                    steps,
+                                    &mut rng,
+                                )?
+                            };
+                            let t = umeyama(&r.anchor_rows, &server_anchors)?;
+                            let row: Vec<f64> = t
+                                .apply(&r.query_rows)?
+                                .row(r.real_position())
+                                .iter()
+                                .copied()
+                                .collect();
+                            Ok(full_ranking(&erows, &row, Some(q)))
+                        })?,
+                    );
+                }
             }
             // One frame release per query, ranked two ways.
             let released: Vec<(Vec<f64>, f64)> = (0..s.truth.len())

@@ -6,6 +6,8 @@
 use privatemail_client_wasm::OnDeviceModel;
 use wasm_bindgen_test::*;
 
+mod common;
+
 wasm_bindgen_test_configure!(run_in_browser);
 
 const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
@@ -41,35 +43,9 @@ fn bench_inference_per_image() {
 #[wasm_bindgen_test]
 fn bench_privatization_1000_anchors() {
     use privatemail_client_wasm::Client;
-    let n = 1000;
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-    };
-    let features: Vec<Vec<f32>> = (0..n)
-        .map(|_| (0..64).map(|_| next() as f32).collect())
-        .collect();
-    let labels: Vec<u32> = (0..n as u32).map(|i| i % 10).collect();
-    let frame_rows: Vec<Vec<f64>> = labels
-        .iter()
-        .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
-        .collect();
-    let config = serde_json::json!({
-        "smlq": shared::SmlqParams::default(),
-        "privacy_defaults": shared::PrivacyParams::default(),
-        "class_names": (0..10).map(|c| format!("class {c}")).collect::<Vec<_>>(),
-        "feature_dim": 64, "frame_dim": 10, "frame_kernel_scale": 0.02, "anchor_count": n,
-        "model_version": "bench", "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
-    });
-    let anchors = serde_json::json!({
-        "ids": (0..n as u64).collect::<Vec<_>>(), "labels": labels,
-        "features": features, "frame_rows": frame_rows,
-    });
+    let (config, anchors, _, _) = common::server_json(1000, 0x9e37_79b9_7f4a_7c15);
     let t0 = js_sys::Date::now();
-    let mut client = Client::new(WEIGHTS, &config.to_string(), &anchors.to_string()).unwrap();
+    let mut client = Client::new(WEIGHTS, &config, &anchors).unwrap();
     let setup = js_sys::Date::now() - t0;
     client.load_pixels(&[30u8; 784]).unwrap();
     let runs = 200;

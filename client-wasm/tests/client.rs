@@ -9,44 +9,17 @@ use shared::frame::AnchorFrame;
 use shared::DMatrix;
 use wasm_bindgen_test::*;
 
+mod common;
+
 wasm_bindgen_test_configure!(run_in_browser);
 
 const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
 const FIXTURE: &str = include_str!("fixtures/parity.json");
 const N: usize = 60;
 
-/// A small public frame: anchors with deterministic pseudo-random unit features and the class
-/// simplex rows, as the server publishes them.
+/// A small public frame (60 anchors), as the server publishes it.
 fn server_json() -> (String, String, DMatrix<f64>, DMatrix<f64>) {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-    };
-    let features: Vec<Vec<f32>> = (0..N)
-        .map(|_| (0..64).map(|_| next() as f32).collect())
-        .collect();
-    let labels: Vec<u32> = (0..N as u32).map(|i| i % 10).collect();
-    let frame_rows: Vec<Vec<f64>> = labels
-        .iter()
-        .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
-        .collect();
-    let config = json!({
-        "smlq": shared::SmlqParams::default(),
-        "privacy_defaults": shared::PrivacyParams::default(),
-        "class_names": ["T-shirt/top","Trouser","Pullover","Dress","Coat","Sandal","Shirt","Sneaker","Bag","Ankle boot"],
-        "feature_dim": 64, "frame_dim": 10, "frame_kernel_scale": 0.02, "anchor_count": N,
-        "model_version": "test", "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
-    });
-    let anchors = json!({
-        "ids": (0..N as u64).collect::<Vec<_>>(), "labels": labels,
-        "features": features, "frame_rows": frame_rows,
-    });
-    let f = DMatrix::from_fn(N, 64, |i, j| features[i][j] as f64);
-    let r = DMatrix::from_fn(N, 10, |i, j| frame_rows[i][j]);
-    (config.to_string(), anchors.to_string(), f, r)
+    common::server_json(N, 0x2545_f491_4f6c_dd1d)
 }
 
 fn image(k: usize) -> Vec<u8> {

@@ -119,7 +119,7 @@ async fn search(
         .map_err(ApiError::Invalid)?;
     let snap = s.snapshot();
     let (rows, index) = match &req.anchor_rows {
-        None => (req.query_rows, &snap.frame_index),
+        None => (req.query_rows, &snap.frame.index),
         Some(anchor_rows) => {
             let k_dim = c.smlq.embed_dim;
             let to_matrix = |rows: &[Vec<f64>]| {
@@ -140,8 +140,8 @@ async fn search(
             let found: Vec<Neighbor> = match req.noise_std {
                 // Frame rows with their noise std: rank by posterior class probability.
                 Some(sigma) => posterior_ranking(
-                    &snap.frame_flat,
-                    &snap.labels,
+                    &snap.frame.flat,
+                    &snap.frame.labels,
                     q,
                     sigma,
                     classes,
@@ -151,7 +151,7 @@ async fn search(
                 .into_iter()
                 .map(|i| Neighbor {
                     index: i,
-                    distance: dist2(&snap.frame_rows[i], q).sqrt(),
+                    distance: dist2(snap.frame.row(i), q).sqrt(),
                 })
                 .collect(),
                 None => index.knn(q, req.k),

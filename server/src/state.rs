@@ -77,13 +77,33 @@ pub struct Snapshot {
     pub gallery_rows: Vec<Vec<f64>>,
     pub index: Index,
     pub anchor_rows: DMatrix<f64>,
-    /// Gallery rows placed in the public anchor frame, in `items` order (frame protocol).
-    pub frame_rows: Vec<Vec<f64>>,
-    pub frame_index: Index,
-    /// Labels of `items`, in order, and `frame_rows` flattened row-major (for the posterior
-    /// ranking, which scans them all).
+    /// The gallery placed in the public anchor frame (frame protocol).
+    pub frame: FrameGallery,
+}
+
+/// Gallery rows in the anchor frame, in `items` order: stored once, flat and row-major (the
+/// posterior ranking scans them all), with a k-d tree for nearest-row searches.
+pub struct FrameGallery {
+    pub flat: Vec<f64>,
+    pub dim: usize,
     pub labels: Vec<u32>,
-    pub frame_flat: Vec<f64>,
+    pub index: Index,
+}
+
+impl FrameGallery {
+    fn new(rows: &[Vec<f64>], items: &[Arc<GalleryItem>]) -> Self {
+        FrameGallery {
+            flat: rows.concat(),
+            dim: rows.first().map_or(0, Vec::len),
+            labels: items.iter().map(|it| it.label).collect(),
+            index: Index::build(rows),
+        }
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.flat[i * self.dim..(i + 1) * self.dim]
+    }
 }
 
 pub struct AppState {
@@ -244,10 +264,7 @@ impl AppState {
             gallery_rows: Vec::new(),
             index: Index::build(&[]),
             anchor_rows: DMatrix::zeros(0, 0),
-            frame_rows: Vec::new(),
-            frame_index: Index::build(&[]),
-            labels: Vec::new(),
-            frame_flat: Vec::new(),
+            frame: FrameGallery::new(&[], &[]),
         };
         let state = AppState {
             config,
@@ -309,15 +326,12 @@ impl AppState {
         }
         let g = items.len();
         let rows: Vec<Vec<f64>> = s.rows.chunks_exact(k).map(|r| r.to_vec()).collect();
-        let frame_rows = self.place(items)?;
+        let frame = FrameGallery::new(&self.place(items)?, items);
         Ok(Some(Snapshot {
             catalogue_version: version,
             items: items.to_vec(),
             index: Index::build(&rows[..g]),
-            frame_index: Index::build(&frame_rows),
-            frame_flat: frame_rows.concat(),
-            frame_rows,
-            labels: items.iter().map(|it| it.label).collect(),
+            frame,
             anchor_rows: DMatrix::from_row_iterator(
                 n_anchor,
                 k,
@@ -391,13 +405,10 @@ impl AppState {
         let rows: Vec<Vec<f64>> = (0..g)
             .map(|i| emb.row(i).iter().copied().collect())
             .collect();
-        let frame_rows = self.place(&items)?;
+        let frame = FrameGallery::new(&self.place(&items)?, &items);
         Ok(Snapshot {
             catalogue_version: version,
-            frame_index: Index::build(&frame_rows),
-            frame_flat: frame_rows.concat(),
-            frame_rows,
-            labels: items.iter().map(|it| it.label).collect(),
+            frame,
             items,
             index: Index::build(&rows),
             gallery_rows: rows,
@@ -440,7 +451,7 @@ impl AppState {
                 taken[c] += 1;
                 map.ids.push(item.id);
                 map.labels.push(item.label);
-                map.rows.push(snap.frame_rows[i].clone());
+                map.rows.push(snap.frame.row(i).to_vec());
             }
         }
         map

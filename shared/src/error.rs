@@ -47,6 +47,18 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// A query feature vector at the boundary: the expected length, and finite.
+pub fn ensure_query(features: &[f64], dim: usize) -> Result<()> {
+    if features.len() != dim {
+        return Err(Error::DimensionMismatch {
+            what: "query features",
+            expected: dim,
+            got: features.len(),
+        });
+    }
+    ensure_finite(features, "query features")
+}
+
 /// Rejects NaN and infinities at the boundary.
 pub fn ensure_finite(values: &[f64], what: &'static str) -> Result<()> {
     if values.iter().all(|v| v.is_finite()) {

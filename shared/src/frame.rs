@@ -24,7 +24,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ensure_finite, Error, Result};
+use crate::error::{ensure_finite, ensure_query, Error, Result};
 use crate::laplacian::{min_unit_weight, normalize_rows, weights_in_place};
 use crate::mechanism::{release, Receipt};
 use crate::params::{limits, PrivacyParams};
@@ -305,14 +305,7 @@ pub fn privatize_in_frame(
             limit: limits::MAX_QUERY_ROWS,
         });
     }
-    if query_features.len() != frame.feature_dim() {
-        return Err(Error::DimensionMismatch {
-            what: "query features",
-            expected: frame.feature_dim(),
-            got: query_features.len(),
-        });
-    }
-    ensure_finite(query_features, "query features")?;
+    ensure_query(query_features, frame.feature_dim())?;
     let m = dummies + 1;
     let picks: Vec<usize> = (0..dummies)
         .map(|_| rng.random_range(0..frame.len()))

@@ -16,7 +16,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use rand_distr::StandardNormal;
 
-use crate::error::{ensure_finite, Error, Result};
+use crate::error::{ensure_query, Error, Result};
 use crate::laplacian::{
     dist2, min_unit_weight, normalize_rows, weights_in_place, DenseKernel, LabelLaplacian,
 };
@@ -401,14 +401,7 @@ fn checked_query(
             reason: "built with a different kernel_scale or num_classes".into(),
         });
     }
-    if query_features.len() != anchors.dim() {
-        return Err(Error::DimensionMismatch {
-            what: "query features",
-            expected: anchors.dim(),
-            got: query_features.len(),
-        });
-    }
-    ensure_finite(query_features, "query features")?;
+    ensure_query(query_features, anchors.dim())?;
     if query_label >= params.smlq.num_classes {
         return Err(Error::LabelOutOfRange {
             label: query_label,

@@ -192,7 +192,7 @@ let pending = null; // a privatized request waiting for the user's go-ahead
 
 function privatize() {
   const t = performance.now();
-  const out = JSON.parse(client.privatize(epsilon(), config.privacy_defaults.delta, $("mechanism").value, K));
+  const out = JSON.parse(client.privatize(epsilon(), config.privacy_defaults.delta, $("mechanism").value, K, $("ranking").value));
   timings.privatize_ms = performance.now() - t;
   return out;
 }

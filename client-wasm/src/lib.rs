@@ -8,7 +8,7 @@
 //! Everything is JSON strings across the boundary (one wire format, `shared::api`); errors are
 //! JS exceptions with plain messages.
 
-use shared::api::{AnchorsResponse, ConfigResponse, SearchRequest, SearchResponse};
+use shared::api::{AnchorsResponse, ConfigResponse, Ranking, SearchRequest, SearchResponse};
 use shared::frame::{privatize_in_frame, AnchorFrame};
 use shared::mechanism::Receipt;
 use shared::model::{from_rgba, Model};
@@ -169,13 +169,16 @@ impl Client {
     /// Privatize the loaded image: place it in the frame with one dummy row per other class,
     /// release with (ε, δ) and the named mechanism (`discrete_gaussian`, `analytic_gaussian`,
     /// `classic_gaussian`), and return JSON `{request, receipt, sensitivity}` where
-    /// `request` is the body to POST. Noise comes from the browser's crypto RNG.
+    /// `request` is the body to POST, asking for the named `ranking` of the `k` results
+    /// (`proportional`: shared among the likely categories; `posterior`: the most likely
+    /// category only). Noise comes from the browser's crypto RNG.
     pub fn privatize(
         &mut self,
         epsilon: f64,
         delta: f64,
         mechanism: &str,
         k: usize,
+        ranking: &str,
     ) -> Result<String, JsError> {
         let query = self
             .query
@@ -184,6 +187,9 @@ impl Client {
         let mechanism: Mechanism =
             serde_json::from_value(serde_json::Value::String(mechanism.to_string()))
                 .map_err(|_| js_err(format!("unknown mechanism `{mechanism}`")))?;
+        let ranking: Ranking =
+            serde_json::from_value(serde_json::Value::String(ranking.to_string()))
+                .map_err(|_| js_err(format!("unknown ranking `{ranking}`")))?;
         if k == 0 || k > self.config.limits.max_k {
             return Err(js_err(format!(
                 "k must be in 1..={}",
@@ -199,7 +205,7 @@ impl Client {
         let dummies = self.config.smlq.num_classes as usize - 1;
         let r =
             privatize_in_frame(query, &self.frame, dummies, &privacy, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_frame(&r, k);
+        let req = SearchRequest::from_frame(&r, k, ranking);
         self.pending = Some(Pending {
             real_position: r.real_position(),
             rows: req.query_rows.len(),

@@ -53,7 +53,7 @@ fn bench_privatization_1000_anchors() {
     let mut bytes = 0;
     for _ in 0..runs {
         bytes += client
-            .privatize(1.0, 1e-5, "discrete_gaussian", 8)
+            .privatize(1.0, 1e-5, "discrete_gaussian", 8, "proportional")
             .unwrap()
             .len();
     }

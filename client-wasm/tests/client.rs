@@ -66,7 +66,7 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
     for _ in 0..trials {
         let out: Value = serde_json::from_str(
             &client
-                .privatize(eps, delta, "discrete_gaussian", 8)
+                .privatize(eps, delta, "discrete_gaussian", 8, "proportional")
                 .unwrap(),
         )
         .unwrap();
@@ -74,8 +74,9 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
         assert_eq!(keys, ["receipt", "request", "sensitivity"]);
         let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
         let keys: Vec<&String> = req.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["k", "noise_std", "query_rows"]);
+        assert_eq!(keys, ["k", "noise_std", "query_rows", "ranking"]);
         assert_eq!(req["noise_std"], out["receipt"]["noise_scale"]);
+        assert_eq!(req["ranking"], "proportional");
         let sent = req["query_rows"].as_array().unwrap().clone();
         assert_eq!(sent.len(), 10);
         assert!(sent.iter().all(|r| r.as_array().unwrap().len() == 10));
@@ -108,22 +109,38 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(Client::new(WEIGHTS, &config, &short.to_string()).is_err());
     let mut client = Client::new(WEIGHTS, &config, &anchors).unwrap();
     // Nothing loaded yet, nothing pending.
-    assert!(client.privatize(1.0, 1e-5, "discrete_gaussian", 8).is_err());
+    assert!(client
+        .privatize(1.0, 1e-5, "discrete_gaussian", 8, "proportional")
+        .is_err());
     assert!(client.pick("{}").is_err());
     assert!(client.load_pixels(&[0u8; 10]).is_err());
     assert!(client.load_image(&[0u8; 16], 3, 3).is_err());
     assert!(client.load_image(&[], 0, 0).is_err());
     client.load_image(&[200u8; 4 * 40 * 30], 40, 30).unwrap();
-    assert!(client.privatize(0.0, 1e-5, "discrete_gaussian", 8).is_err());
-    assert!(client.privatize(1.0, 1.5, "discrete_gaussian", 8).is_err());
-    assert!(client.privatize(1.0, 1e-5, "laplace", 8).is_err());
-    assert!(client.privatize(1.0, 1e-5, "discrete_gaussian", 0).is_err());
     assert!(client
-        .privatize(1.0, 1e-5, "discrete_gaussian", 51)
+        .privatize(0.0, 1e-5, "discrete_gaussian", 8, "proportional")
         .is_err());
-    let out: Value =
-        serde_json::from_str(&client.privatize(1.0, 1e-5, "analytic_gaussian", 8).unwrap())
-            .unwrap();
+    assert!(client
+        .privatize(1.0, 1.5, "discrete_gaussian", 8, "proportional")
+        .is_err());
+    assert!(client
+        .privatize(1.0, 1e-5, "laplace", 8, "proportional")
+        .is_err());
+    assert!(client
+        .privatize(1.0, 1e-5, "discrete_gaussian", 8, "nearest")
+        .is_err());
+    assert!(client
+        .privatize(1.0, 1e-5, "discrete_gaussian", 0, "proportional")
+        .is_err());
+    assert!(client
+        .privatize(1.0, 1e-5, "discrete_gaussian", 51, "proportional")
+        .is_err());
+    let out: Value = serde_json::from_str(
+        &client
+            .privatize(1.0, 1e-5, "analytic_gaussian", 8, "proportional")
+            .unwrap(),
+    )
+    .unwrap();
     let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
     let rows = req["query_rows"].as_array().unwrap();
     assert!(client.pick(&answer(&rows[..9])).is_err());

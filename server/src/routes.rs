@@ -11,12 +11,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::align::umeyama;
+use shared::api::Ranking;
 use shared::api::{
     AddItemsRequest, AnchorsResponse, ChangeResponse, ConfigResponse, ErrorCode, ErrorResponse,
     GalleryMap, ItemMeta, Match, SearchRequest, SearchResponse, StatusResponse,
 };
 use shared::laplacian::dist2;
-use shared::retrieve::{gallery_rows, posterior_ranking, Neighbor};
+use shared::retrieve::{
+    gallery_rows, posterior_ranking, proportional_ranking, LabelledRows, Neighbor,
+};
 use shared::DMatrix;
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
@@ -138,22 +141,26 @@ async fn search(
         .iter()
         .map(|q| {
             let found: Vec<Neighbor> = match req.noise_std {
-                // Frame rows with their noise std: rank by posterior class probability.
-                Some(sigma) => posterior_ranking(
-                    &snap.frame.flat,
-                    &snap.frame.labels,
-                    q,
-                    sigma,
-                    classes,
-                    req.k,
-                    None,
-                )
-                .into_iter()
-                .map(|i| Neighbor {
-                    index: i,
-                    distance: dist2(snap.frame.row(i), q).sqrt(),
-                })
-                .collect(),
+                // Frame rows with their noise std: rank by the class posterior.
+                Some(sigma) => {
+                    let gallery = LabelledRows {
+                        flat: &snap.frame.flat,
+                        labels: &snap.frame.labels,
+                        num_classes: classes,
+                    };
+                    match req.ranking.unwrap_or_default() {
+                        Ranking::Posterior => posterior_ranking(&gallery, q, sigma, req.k, None),
+                        Ranking::Proportional => {
+                            proportional_ranking(&gallery, q, sigma, req.k, req.k, None)
+                        }
+                    }
+                    .into_iter()
+                    .map(|i| Neighbor {
+                        index: i,
+                        distance: dist2(snap.frame.row(i), q).sqrt(),
+                    })
+                    .collect()
+                }
                 None => index.knn(q, req.k),
             };
             found

@@ -108,6 +108,7 @@ fn eval_prints_the_table_on_idx_files() {
         ("anchor frame", "-"),
         ("chance: random order", "-"),
         ("chance: random class blocks", "-"),
+        ("chance: random proportional page", "-"),
         ("PrivateMail (Algorithm 1)", "1"),
         ("PrivateMail extended (3 steps)", "8"),
         ("anchor frame", "8"),
@@ -116,6 +117,11 @@ fn eval_prints_the_table_on_idx_files() {
         ("PCA-16 + kNN", "8"),
         ("LSH-64 (random flipping)", "1"),
         ("ITQ-32 (random flipping)", "8"),
+        ("PITQ-32 (random flipping)", "1"),
+        ("t-SNE of the gallery", "-"),
+        ("DP-dSNE", "-"),
+        ("DP-dSNE", "8"),
+        ("anchor frame + proportional page", "1"),
     ] {
         let r = row(name, eps);
         assert!(
@@ -126,12 +132,24 @@ fn eval_prints_the_table_on_idx_files() {
     // The CSV has one line per method and ε, and both plots are SVG.
     let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
     assert!(csv.starts_with("method,epsilon,seeds,recall_mean"));
-    assert_eq!(csv.lines().count(), 1 + 9 + 8 * 2, "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 12 + 11 * 2, "{csv}");
     assert!(csv
         .lines()
         .skip(1)
         .all(|l| l.split(',').nth(2) == Some("2")));
-    for svg in ["privacy-utility.svg", "frame-study.svg"] {
+    // Algorithm 1's study: 13 settings × 2 series × 2 metrics, over both seeds.
+    let study = std::fs::read_to_string(out_dir.join("algorithm1-study.csv")).unwrap();
+    assert!(study.starts_with("parameter,series,metric,value,seeds,mean,std"));
+    assert_eq!(study.lines().count(), 1 + 13 * 4, "{study}");
+    assert!(study
+        .lines()
+        .skip(1)
+        .all(|l| l.split(',').nth(4) == Some("2")));
+    for svg in [
+        "privacy-utility.svg",
+        "frame-study.svg",
+        "algorithm1-study.svg",
+    ] {
         let text = std::fs::read_to_string(out_dir.join(svg)).unwrap();
         assert!(text.contains("<svg") && text.contains("polyline"), "{svg}");
     }

@@ -68,6 +68,24 @@ pub struct SearchRequest {
     /// class (`shared::retrieve::posterior_ranking`) instead of by distance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_std: Option<f64>,
+    /// Frame protocol with `noise_std` only: how the `k` results are chosen (default
+    /// [`Ranking::Posterior`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranking: Option<Ranking>,
+}
+
+/// How the server orders frame-protocol results when it knows the noise std.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ranking {
+    /// The most probable class's items first (`shared::retrieve::posterior_ranking`): the
+    /// most relevant items expected at every depth (best mAP).
+    #[default]
+    Posterior,
+    /// The `k` results shared among the probable classes in proportion to their probability
+    /// (`shared::retrieve::proportional_ranking`): under heavy noise the page shows several
+    /// likely categories instead of betting on one (best Recall@k). The page's choice.
+    Proportional,
 }
 
 /// One gallery match, with what the page needs to show it inline.
@@ -185,7 +203,7 @@ impl ErrorResponse {
 impl SearchRequest {
     /// The request carrying a frame-protocol release: its rows in their (shuffled) order, `k`,
     /// and the public noise std so the server can rank by posterior.
-    pub fn from_frame(r: &crate::frame::FrameRelease, k: usize) -> Self {
+    pub fn from_frame(r: &crate::frame::FrameRelease, k: usize, ranking: Ranking) -> Self {
         SearchRequest {
             query_rows: r
                 .rows
@@ -195,6 +213,7 @@ impl SearchRequest {
             anchor_rows: None,
             k,
             noise_std: Some(r.receipt.noise_scale),
+            ranking: Some(ranking),
         }
     }
 
@@ -237,6 +256,12 @@ impl SearchRequest {
                     "noise_std must be finite and in (0, 1e6]",
                 ));
             }
+        }
+        if self.ranking.is_some() && self.noise_std.is_none() {
+            return Err(ErrorResponse::new(
+                InvalidInput,
+                "ranking needs noise_std (it ranks by the class posterior)",
+            ));
         }
         let anchor_rows = self.anchor_rows.as_deref().unwrap_or(&[]);
         if self.anchor_rows.is_some() && anchor_rows.len() != anchor_count {
@@ -289,6 +314,7 @@ mod tests {
             anchor_rows: Some(vec![vec![1.0, 0.0]; 5]),
             k: 8,
             noise_std: None,
+            ranking: None,
         }
     }
 
@@ -299,8 +325,27 @@ mod tests {
             anchor_rows: None,
             k: 8,
             noise_std: Some(0.5),
+            ranking: None,
         };
         assert!(r.validate(5, 2, 10, &limits()).is_ok());
+        let proportional = SearchRequest {
+            ranking: Some(Ranking::Proportional),
+            ..r.clone()
+        };
+        assert!(proportional.validate(5, 2, 10, &limits()).is_ok());
+        assert_eq!(
+            serde_json::to_value(&proportional).unwrap()["ranking"],
+            "proportional"
+        );
+        // A ranking without the noise std it needs.
+        let orphan = SearchRequest {
+            noise_std: None,
+            ..proportional
+        };
+        assert_eq!(
+            orphan.validate(5, 2, 10, &limits()).unwrap_err().error.code,
+            ErrorCode::InvalidInput
+        );
         for bad in [0.0, -1.0, f64::NAN, 1e7] {
             let b = SearchRequest {
                 noise_std: Some(bad),

@@ -16,6 +16,9 @@ use crate::error::{Error, Result};
 use crate::laplacian::normalize_rows;
 use crate::projection::Projection;
 
+/// ITQ's rounds (also the most PITQ epochs).
+pub const ITQ_ROUNDS: usize = 50;
+
 /// A public hash: `code(x) = sign(R·P·(x − μ))` (LSH: `P` random, `R = I`; ITQ: `P` PCA of
 /// the anchors, `R` the learned rotation).
 #[derive(Debug, Clone)]
@@ -41,16 +44,63 @@ impl Hash {
 
     /// ITQ (Gong & Lazebnik 2011) on public rows: PCA to `bits` dimensions, then 50 rounds of
     /// alternating `B = sign(V·R)`, `R = argmin ‖B − V·R‖` (orthogonal Procrustes).
-    pub fn itq(public: &DMatrix<f64>, bits: usize, rng: &mut impl Rng) -> Result<Self> {
+    pub fn itq(public: &DMatrix<f64>, bits: usize, rng: &mut impl RngCore) -> Result<Self> {
+        Self::iterative_quantization(public, bits, ITQ_ROUNDS, None, rng)
+    }
+
+    /// PITQ (the private-hashing paper's Algorithm 3): ITQ whose codes `B` are randomly flipped
+    /// (each bit with probability `β = e^{−ε/E}`, the paper's parameterisation) in every one of
+    /// its `epochs` rounds before the rotation update.
+    ///
+    /// What this does and does not protect. The paper's Theorem 8 claims ε-DP for the DATABASE
+    /// `Y`. As printed, Algorithm 3 does not give it: the rotation update `R = N·Nᵀ` with
+    /// `Bᵀ·(Y·W) = N·Ω·Nᵀ` reads the raw `Y·W`, `W` is a non-private PCA of `Y`, and the returned
+    /// codes `U = sign(Y·W·R)` are recomputed from the raw data with no flipping at all — given
+    /// `R` each returned bit is a deterministic function of its record (infinite privacy loss;
+    /// `pitq_returns_unflipped_codes` shows it). In this project the rows PITQ is trained on are
+    /// the PUBLIC anchors, so that defect costs nothing, and the flipping inside the rounds only
+    /// perturbs the learned rotation. The private object is the QUERY, whose code must still go
+    /// through [`randomized_response`] with the record-level ε — that is how `eval` runs it.
+    pub fn pitq(
+        public: &DMatrix<f64>,
+        bits: usize,
+        epochs: usize,
+        epsilon: f64,
+        rng: &mut impl RngCore,
+    ) -> Result<Self> {
+        if !(epsilon.is_finite() && epsilon > 0.0) || epochs == 0 || epochs > ITQ_ROUNDS {
+            return Err(Error::InvalidParameter {
+                name: "epsilon",
+                reason: format!("PITQ needs ε > 0 (finite) and 1..={ITQ_ROUNDS} epochs"),
+            });
+        }
+        let beta = (-epsilon / epochs as f64).exp();
+        Self::iterative_quantization(public, bits, epochs, Some(beta), rng)
+    }
+
+    fn iterative_quantization(
+        public: &DMatrix<f64>,
+        bits: usize,
+        rounds: usize,
+        flip: Option<f64>,
+        rng: &mut impl RngCore,
+    ) -> Result<Self> {
         let pca = Projection::pca(public, bits)?;
         let v = pca.apply(public)?;
         let c = v.ncols();
         // A random orthogonal start.
         let g = DMatrix::from_fn(c, c, |_, _| rng.sample::<f64, _>(StandardNormal));
         let mut r = g.qr().q();
-        for _ in 0..50 {
+        for _ in 0..rounds {
             let vr = &v * &r;
-            let b = vr.map(|x| if x >= 0.0 { 1.0 } else { -1.0 });
+            let mut b = vr.map(|x| if x >= 0.0 { 1.0 } else { -1.0 });
+            if let Some(beta) = flip {
+                b.iter_mut().for_each(|x| {
+                    if rng.random::<f64>() < beta {
+                        *x = -*x;
+                    }
+                });
+            }
             let svd = (b.transpose() * &v).svd(true, true);
             let (u, vt) = (svd.u.unwrap(), svd.v_t.unwrap());
             // Minimise ‖B − V·R‖: R = (U·Vᵀ of Bᵀ·V)ᵀ.
@@ -157,5 +207,29 @@ mod tests {
         let lsh = Hash::lsh(16, 32, &mut rng).unwrap();
         assert_eq!(lsh.codes(&x).unwrap()[0].len(), 32);
         assert!(Hash::lsh(16, 0, &mut rng).is_err());
+    }
+
+    #[test]
+    fn pitq_flips_inside_its_rounds_only() {
+        // The flips act inside the rounds (the rotation differs from plain ITQ's from the same
+        // start), but nothing flips the codes a hash returns: they stay sign(Y·W·R) — which is
+        // why Algorithm 3's database "privacy" is void and the query needs randomized response.
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let x = DMatrix::from_fn(120, 12, |_, _| rng.random::<f64>() - 0.5);
+        let start = || ChaCha8Rng::seed_from_u64(6);
+        let plain = Hash::iterative_quantization(&x, 8, 10, None, &mut start()).unwrap();
+        let noisy = Hash::pitq(&x, 8, 10, 0.5, &mut start()).unwrap();
+        assert!((plain.planes.clone() - noisy.planes.clone()).norm() > 1e-3);
+        let y = noisy.projection.as_ref().unwrap().apply(&x).unwrap() * noisy.planes.transpose();
+        let signs: Vec<Vec<bool>> = y
+            .row_iter()
+            .map(|r| r.iter().map(|&v| v >= 0.0).collect())
+            .collect();
+        assert_eq!(noisy.codes(&x).unwrap(), signs);
+        // With ε large, β ≈ 0: PITQ is ITQ.
+        let quiet = Hash::pitq(&x, 8, 10, 1e4, &mut start()).unwrap();
+        assert!((plain.planes - quiet.planes).norm() < 1e-9);
+        assert!(Hash::pitq(&x, 8, 0, 1.0, &mut rng).is_err());
+        assert!(Hash::pitq(&x, 8, 10, f64::NAN, &mut rng).is_err());
     }
 }

@@ -11,6 +11,7 @@
 pub mod align;
 pub mod api;
 pub mod budget;
+pub mod dsne;
 pub mod error;
 pub mod frame;
 pub mod hashing;

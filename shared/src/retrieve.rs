@@ -91,6 +91,15 @@ pub fn full_ranking(rows: &[Vec<f64>], query: &[f64], exclude: Option<usize>) ->
     scored.into_iter().map(|(_, i)| i).collect()
 }
 
+/// Gallery rows with public class labels, for the class-posterior rankings: `flat` holds
+/// `labels.len()` rows row-major, every label `< num_classes`.
+#[derive(Debug, Clone, Copy)]
+pub struct LabelledRows<'a> {
+    pub flat: &'a [f64],
+    pub labels: &'a [u32],
+    pub num_classes: usize,
+}
+
 /// Ranking of a noisy query by the probability ranking principle. `query` is a released row
 /// `y = z + n` with `n ~ N(0, σ²I)`; taking the query to be one of the gallery items, a priori
 /// uniformly, item `g` has posterior `p(g | y) ∝ exp(−‖y − z_g‖²/(2σ²))`, and the probability
@@ -103,14 +112,85 @@ pub fn full_ranking(rows: &[Vec<f64>], query: &[f64], exclude: Option<usize>) ->
 /// Returns at most `k` indices (`usize::MAX` for all), `exclude` skipped; O(N) plus the sort of
 /// what is returned.
 pub fn posterior_ranking(
-    flat: &[f64],
-    labels: &[u32],
+    gallery: &LabelledRows,
     query: &[f64],
     sigma: f64,
-    num_classes: usize,
     k: usize,
     exclude: Option<usize>,
 ) -> Vec<usize> {
+    let labels = gallery.labels;
+    let (d2, mass) = class_posterior(gallery, query, sigma, exclude);
+    let mut out = Vec::with_capacity(k.min(labels.len()));
+    extend_by_class(&mut out, &d2, labels, &mass, k, &[]);
+    out
+}
+
+/// Like [`posterior_ranking`], but the first `seats` places (the page the user sees) are
+/// shared among the classes in proportion to their posterior mass (Sainte-Laguë: each seat
+/// goes to the class with the largest `P(c | y)/(2·s_c + 1)`, `s_c` its seats so far; PM-2,
+/// Dang & Croft 2012). When the release is sharp (one class holds almost all the mass) every
+/// seat goes to that class, as in [`posterior_ranking`]; when it is noisy the page shows the
+/// several probable classes instead of betting all of it on one — which is what a user
+/// needs to find their category among the results at strong privacy. Places after `seats`
+/// follow [`posterior_ranking`]. Post-processing of the release, like it. Returns at most `k`.
+pub fn proportional_ranking(
+    gallery: &LabelledRows,
+    query: &[f64],
+    sigma: f64,
+    seats: usize,
+    k: usize,
+    exclude: Option<usize>,
+) -> Vec<usize> {
+    let (labels, num_classes) = (gallery.labels, gallery.num_classes);
+    let (d2, mass) = class_posterior(gallery, query, sigma, exclude);
+    let mut available = vec![0usize; num_classes];
+    for (&v, &l) in d2.iter().zip(labels) {
+        if v.is_finite() {
+            available[l as usize] += 1;
+        }
+    }
+    let mut taken = vec![0usize; num_classes];
+    let mut order = Vec::new();
+    for _ in 0..seats.min(k) {
+        let best = (0..num_classes)
+            .filter(|&c| taken[c] < available[c])
+            .max_by(|&a, &b| {
+                let q = |c: usize| mass[c] / (2 * taken[c] + 1) as f64;
+                q(a).total_cmp(&q(b)).then(b.cmp(&a))
+            });
+        let Some(c) = best else { break };
+        taken[c] += 1;
+        order.push(c);
+    }
+    // Each seated class's nearest items, in the order the seats were won.
+    let mut out = Vec::with_capacity(k.min(labels.len()));
+    let mut nearest: Vec<Vec<usize>> = vec![Vec::new(); num_classes];
+    for c in 0..num_classes {
+        if taken[c] > 0 {
+            nearest[c] = nearest_of_class(&d2, labels, c, taken[c]);
+            nearest[c].reverse();
+        }
+    }
+    for c in order {
+        out.push(nearest[c].pop().expect("seat within the class's items"));
+    }
+    let shown = out.clone();
+    extend_by_class(&mut out, &d2, labels, &mass, k, &shown);
+    out
+}
+
+/// Squared distances (excluded item: ∞) and the normalised class posterior `P(c | y)`.
+fn class_posterior(
+    gallery: &LabelledRows,
+    query: &[f64],
+    sigma: f64,
+    exclude: Option<usize>,
+) -> (Vec<f64>, Vec<f64>) {
+    let LabelledRows {
+        flat,
+        labels,
+        num_classes,
+    } = *gallery;
     let dim = query.len();
     let n = labels.len();
     assert_eq!(flat.len(), n * dim, "rows must be n × dim, row-major");
@@ -131,28 +211,49 @@ pub fn posterior_ranking(
             mass[l as usize] += crate::laplacian::exp_neg(-(v - best) * scale);
         }
     }
-    let mut classes: Vec<usize> = (0..num_classes).collect();
+    let total: f64 = mass.iter().sum();
+    if total > 0.0 {
+        mass.iter_mut().for_each(|m| *m /= total);
+    }
+    (d2, mass)
+}
+
+/// The `need` items of class `c` nearest first (ties by index).
+fn nearest_of_class(d2: &[f64], labels: &[u32], c: usize, need: usize) -> Vec<usize> {
+    let mut items: Vec<(f64, usize)> = (0..labels.len())
+        .filter(|&i| labels[i] as usize == c && d2[i].is_finite())
+        .map(|i| (d2[i], i))
+        .collect();
+    let by_dist = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+    if need < items.len() {
+        items.select_nth_unstable_by(need, by_dist);
+        items.truncate(need);
+    }
+    items.sort_by(by_dist);
+    items.into_iter().map(|(_, i)| i).collect()
+}
+
+/// Append the most probable class's items nearest first, then the next class's, until `out`
+/// holds `k`, skipping `skip` (already placed; few, so a linear check is fine).
+fn extend_by_class(
+    out: &mut Vec<usize>,
+    d2: &[f64],
+    labels: &[u32],
+    mass: &[f64],
+    k: usize,
+    skip: &[usize],
+) {
+    let mut classes: Vec<usize> = (0..mass.len()).collect();
     classes.sort_by(|&a, &b| mass[b].total_cmp(&mass[a]).then(a.cmp(&b)));
-    // The most probable class's items nearest first, then the next class's, until k.
-    let mut out = Vec::with_capacity(k.min(n));
     for c in classes {
-        let need = k - out.len();
+        let need = k.saturating_sub(out.len());
         if need == 0 {
             break;
         }
-        let mut items: Vec<(f64, usize)> = (0..n)
-            .filter(|&i| labels[i] as usize == c && d2[i].is_finite())
-            .map(|i| (d2[i], i))
-            .collect();
-        let by_dist = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
-        if need < items.len() {
-            items.select_nth_unstable_by(need, by_dist);
-            items.truncate(need);
-        }
-        items.sort_by(by_dist);
-        out.extend(items.iter().map(|&(_, i)| i));
+        let extra = skip.iter().filter(|&&i| labels[i] as usize == c).count();
+        let items = nearest_of_class(d2, labels, c, need.saturating_add(extra));
+        out.extend(items.into_iter().filter(|i| !skip.contains(i)).take(need));
     }
-    out
 }
 
 #[cfg(test)]
@@ -173,15 +274,20 @@ mod tests {
         let y = [0.4, 0.0];
         assert_eq!(full_ranking(&rows, &y, None)[0], 20);
         let flat: Vec<f64> = rows.concat();
-        let pr = posterior_ranking(&flat, &labels, &y, 0.6, 2, usize::MAX, None);
+        let two = LabelledRows {
+            flat: &flat,
+            labels: &labels,
+            num_classes: 2,
+        };
+        let pr = posterior_ranking(&two, &y, 0.6, usize::MAX, None);
         assert_eq!(pr.len(), 22);
         assert!(pr[..20].iter().all(|&i| labels[i] == 0), "{pr:?}");
-        let sharp = posterior_ranking(&flat, &labels, &y, 0.01, 2, 3, Some(21));
+        let sharp = posterior_ranking(&two, &y, 0.01, 3, Some(21));
         assert_eq!(sharp[0], 20);
         assert_eq!(sharp.len(), 3);
         assert!(!sharp.contains(&21));
         // Far from everything: still a valid ranking (no NaN from underflow).
-        let far = posterior_ranking(&flat, &labels, &[1e6, 1e6], 0.01, 2, 5, None);
+        let far = posterior_ranking(&two, &[1e6, 1e6], 0.01, 5, None);
         assert_eq!(far.len(), 5);
     }
 
@@ -197,5 +303,47 @@ mod tests {
         assert!(top.windows(2).all(|w| w[0].distance <= w[1].distance));
         assert_eq!(knn(&g, &q, 0, None).len(), 0);
         assert_eq!(knn(&g, &q, 500, None).len(), 200);
+    }
+
+    #[test]
+    fn proportional_ranking_shares_the_page_only_when_unsure() {
+        // Three classes in a line; the query between classes 0 and 1.
+        let mut flat = Vec::new();
+        let mut labels = Vec::new();
+        for c in 0..3u32 {
+            for i in 0..10 {
+                flat.extend([c as f64 + 0.001 * i as f64, 0.0]);
+                labels.push(c);
+            }
+        }
+        let three = LabelledRows {
+            flat: &flat,
+            labels: &labels,
+            num_classes: 3,
+        };
+        // Unsure (σ large): the 8 seats go to all three classes; the rest follows the
+        // posterior ranking and every item appears once.
+        let wide = proportional_ranking(&three, &[0.5, 0.0], 5.0, 8, usize::MAX, None);
+        assert_eq!(wide.len(), 30);
+        let mut seen = wide.clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 30);
+        for c in 0..3 {
+            assert!(wide[..8].iter().any(|&i| labels[i] == c), "{wide:?}");
+        }
+        // Sure (σ small): all seats to the nearest class, exactly the posterior ranking.
+        let sharp = proportional_ranking(&three, &[0.1, 0.0], 0.05, 8, 12, Some(0));
+        let pr = posterior_ranking(&three, &[0.1, 0.0], 0.05, 12, Some(0));
+        assert_eq!(sharp, pr);
+        assert!(!sharp.contains(&0));
+        // A class with fewer items than its seats gives the rest up.
+        let part = LabelledRows {
+            flat: &flat[..6],
+            labels: &labels[..3],
+            num_classes: 3,
+        };
+        let few = proportional_ranking(&part, &[0.0, 0.0], 0.05, 8, 8, None);
+        assert_eq!(few.len(), 3);
     }
 }

@@ -109,6 +109,7 @@ pub fn search_request(
         anchor_rows: Some(rows(&r.anchor_rows)),
         k,
         noise_std: None,
+        ranking: None,
     }
 }
 

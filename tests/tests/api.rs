@@ -10,7 +10,7 @@ use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::api::{ConfigResponse, ErrorResponse, SearchRequest, SearchResponse};
+use shared::api::{ConfigResponse, ErrorResponse, Ranking, SearchRequest, SearchResponse};
 use shared::frame::{privatize_in_frame, AnchorFrame};
 use shared::privatemail::privatize;
 use shared::Params;
@@ -316,6 +316,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
         ),
         k: 8,
         noise_std: None,
+        ranking: None,
     };
     let body: SearchResponse = post_search(&Client::new(), &srv.base, &req);
     let mut same = 0;
@@ -381,11 +382,13 @@ fn frame_protocol_finds_the_class_at_large_epsilon() {
         }
         tried += 1;
         let r = privatize_in_frame(&q, &frame, 9, &privacy, &mut rng).unwrap();
-        let mut req = SearchRequest::from_frame(&r, 8);
-        // Both rankings: by posterior class probability (what the page asks for) and, every
-        // other image, plain nearest neighbours in the frame (the k-d tree).
-        if i % 2 == 1 {
-            req.noise_std = None;
+        // Every ranking in turn: the proportional page (what the page asks for), the
+        // posterior ranking, and plain nearest neighbours in the frame (the k-d tree).
+        let mut req = SearchRequest::from_frame(&r, 8, Ranking::Proportional);
+        match i % 3 {
+            1 => req.ranking = Some(Ranking::Posterior),
+            2 => (req.noise_std, req.ranking) = (None, None),
+            _ => {}
         }
         let body: SearchResponse = post_search(&http, &srv.base, &req);
         assert_eq!(body.results.len(), 10);

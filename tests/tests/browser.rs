@@ -149,7 +149,11 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
         assert!(log[0]["url"].as_str().unwrap().ends_with("/api/v1/search"));
         let body: Value = serde_json::from_str(log[0]["body"].as_str().unwrap()).unwrap();
         let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["k", "noise_std", "query_rows"], "round {round}");
+        assert_eq!(
+            keys,
+            ["k", "noise_std", "query_rows", "ranking"],
+            "round {round}"
+        );
         let rows = body["query_rows"].as_array().unwrap();
         assert_eq!(rows.len(), 10);
         assert!(rows

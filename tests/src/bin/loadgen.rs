@@ -65,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 shared::frame::AnchorFrame::new(a.features(), &rows, config.frame_kernel_scale)?;
             let r =
                 shared::frame::privatize_in_frame(&query, &frame, 9, &params.privacy, &mut rng)?;
-            shared::api::SearchRequest::from_frame(&r, args.k)
+            shared::api::SearchRequest::from_frame(&r, args.k, shared::api::Ranking::Proportional)
         }
         other => return Err(format!("unknown protocol `{other}` (frame or aligned)").into()),
     };

@@ -21,16 +21,21 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 use shared::align::umeyama;
+use shared::dsne::{self, DsneParams, Reference};
 use shared::frame::{privatize_in_frame, AnchorFrame};
 use shared::hashing::{hamming, randomized_response, Hash};
 use shared::laplacian::normalize_rows;
 use shared::metrics::{average_precision, mean, overlap, recall_at_k};
 use shared::privatemail::{embed_dense, privatize, privatize_multi, Anchors};
 use shared::projection::Projection;
-use shared::retrieve::{full_ranking, gallery_rows, posterior_ranking};
-use shared::{DMatrix, Mechanism, Params, PrivacyParams};
+use shared::retrieve::{
+    full_ranking, gallery_rows, posterior_ranking, proportional_ranking, LabelledRows,
+};
+use shared::{DMatrix, Mechanism, Params, PrivacyParams, SmlqParams};
 
 use privatemail_server::data::{load_split, Split, DEFAULT_DIR};
+
+mod plot;
 use privatemail_server::MODEL_WEIGHTS;
 use shared::model::Model;
 
@@ -86,9 +91,12 @@ struct Args {
     /// Skip Algorithm 1 (the slowest method).
     #[arg(long)]
     skip_algorithm1: bool,
-    /// Skip the hyper-parameter study.
+    /// Skip the hyper-parameter studies.
     #[arg(long)]
     no_study: bool,
+    /// Seeds (the first ones) that run Algorithm 1's hyper-parameter study.
+    #[arg(long, default_value_t = 3)]
+    study_seeds: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
@@ -115,21 +123,38 @@ const ALG1: &str = "PrivateMail (Algorithm 1)";
 const EXTENDED: &str = "PrivateMail extended (3 steps)";
 const FRAME: &str = "anchor frame";
 const FRAME_PR: &str = "anchor frame + posterior ranking";
+const FRAME_PROP: &str = "anchor frame + proportional page";
 const JL: &str = "random projection-16";
 const PCA: &str = "PCA-16 + kNN";
 const LSH: &str = "LSH-64 (random flipping)";
 const ITQ: &str = "ITQ-32 (random flipping)";
+const PITQ: &str = "PITQ-32 (random flipping)";
+const TSNE: &str = "t-SNE of the gallery";
+const DSNE: &str = "DP-dSNE";
 /// Chance levels: what a ranking that knows nothing scores. They differ with the ranking's
 /// shape: a uniformly random order interleaves classes (high Recall@8, low mAP); a random
 /// order of whole classes (what a class-level ranking degenerates to without signal) has low
 /// Recall@8 but a much higher mAP. A private method must be judged against the matching one.
 const CHANCE_ORDER: &str = "chance: random order";
 const CHANCE_BLOCKS: &str = "chance: random class blocks";
+/// What the proportional page degenerates to without signal: one item of each of k random
+/// classes first, then random class blocks.
+const CHANCE_PAGE: &str = "chance: random proportional page";
 
 /// Projection baselines' dimension and the hash lengths.
 const PROJECTION_DIM: usize = 16;
 const LSH_BITS: usize = 64;
 const ITQ_BITS: usize = 32;
+/// PITQ's rounds E (its per-round flip probability is e^{−ε/E}).
+const PITQ_EPOCHS: usize = 10;
+
+/// One axis of Algorithm 1's study: its name, its values, and how to set one.
+type StudyAxis = (&'static str, &'static [f64], fn(&mut SmlqParams, f64));
+
+/// Algorithm 1's study setting (smaller: every point is a full server embedding).
+const STUDY_GALLERY: usize = 1000;
+const STUDY_ANCHORS: usize = 500;
+const STUDY_QUERIES: usize = 100;
 
 /// Mean (Recall@k, AP, fidelity) over the queries of one seed.
 type Triple = [f64; 3];
@@ -151,6 +176,101 @@ struct Setting {
     anchor_labels: Vec<u32>,
     /// True k nearest gallery neighbours of each query in feature space.
     truth: Vec<Vec<usize>>,
+}
+
+impl Setting {
+    /// The first `gallery` gallery items, `anchors` anchors and `queries` queries.
+    fn subset(&self, gallery: usize, anchors: usize, queries: usize, k: usize) -> Setting {
+        let g = gallery.min(self.labels.len());
+        let a = anchors.min(self.anchor_labels.len());
+        let gallery_rows = self.gallery_rows[..g].to_vec();
+        let truth = (0..queries.min(g))
+            .into_par_iter()
+            .map(|q| {
+                let mut r = full_ranking(&gallery_rows, &gallery_rows[q], Some(q));
+                r.truncate(k);
+                r
+            })
+            .collect();
+        Setting {
+            gallery: self.gallery.rows(0, g).into_owned(),
+            gallery_rows,
+            labels: self.labels[..g].to_vec(),
+            predicted: self.predicted[..g].to_vec(),
+            anchors: self.anchors.rows(0, a).into_owned(),
+            anchor_labels: self.anchor_labels[..a].to_vec(),
+            truth,
+        }
+    }
+}
+
+/// Algorithm 1 for one parameter set: the server's SMLQ embedding of `[gallery ; anchors]`
+/// and the client's view of the anchors.
+struct Alg1 {
+    params: Params,
+    gallery: Vec<Vec<f64>>,
+    server_anchors: DMatrix<f64>,
+    client: Anchors,
+}
+
+impl Alg1 {
+    fn new(s: &Setting, params: &Params, rng: &mut impl rand::Rng) -> Result<Self, shared::Error> {
+        let g = s.gallery.nrows();
+        let all = DMatrix::from_fn(g + s.anchors.nrows(), s.gallery.ncols(), |i, j| {
+            if i < g {
+                s.gallery[(i, j)]
+            } else {
+                s.anchors[(i - g, j)]
+            }
+        });
+        let all_labels: Vec<u32> = s.labels.iter().chain(&s.anchor_labels).copied().collect();
+        let server = embed_dense(&all, &all_labels, &params.smlq, rng)?;
+        Ok(Alg1 {
+            params: *params,
+            gallery: gallery_rows(&server.rows(0, g).into_owned()),
+            server_anchors: server.rows(g, s.anchors.nrows()).into_owned(),
+            client: Anchors::new(&s.anchors, &s.anchor_labels, &params.smlq)?,
+        })
+    }
+
+    /// SMLQ without noise: the gallery's own rows.
+    fn non_private(&self, s: &Setting, k: usize) -> Result<Triple, shared::Error> {
+        score(s, k, |q| {
+            Ok(full_ranking(&self.gallery, &self.gallery[q], Some(q)))
+        })
+    }
+
+    /// Each query privatized (`steps` = 1: Algorithm 1; more: the extended protocol), aligned
+    /// on the anchors and ranked by distance.
+    fn private(
+        &self,
+        s: &Setting,
+        privacy: &PrivacyParams,
+        steps: usize,
+        seed: u64,
+        id: u64,
+        k: usize,
+    ) -> Result<Triple, shared::Error> {
+        let mut pm = self.params;
+        pm.privacy = *privacy;
+        score(s, k, |q| {
+            let mut rng = query_rng(seed, q, id, privacy.epsilon);
+            let feats: Vec<f64> = s.gallery.row(q).iter().copied().collect();
+            let r = if steps == 1 {
+                privatize(&feats, s.predicted[q], &self.client, &pm, &mut rng)?
+            } else {
+                privatize_multi(&feats, s.predicted[q], &self.client, &pm, steps, &mut rng)?
+            };
+            let t = umeyama(&r.anchor_rows, &self.server_anchors)?;
+            let row: Vec<f64> = t
+                .apply(&r.query_rows)?
+                .row(r.real_position())
+                .iter()
+                .copied()
+                .collect();
+            Ok(full_ranking(&self.gallery, &row, Some(q)))
+        })
+    }
 }
 
 fn main() {
@@ -275,6 +395,29 @@ fn query_rng(seed: u64, q: usize, method: u64, eps: f64) -> ChaCha20Rng {
     ChaCha20Rng::from_seed(key)
 }
 
+/// Barnes–Hut t-SNE (θ = 0.5, perplexity 30 — less for fewer than 91 rows, as the
+/// neighbour search needs 3·perplexity — 1,000 epochs) of unit rows to 2-D, started from a
+/// seeded N(0, 10⁻⁴) layout so that a run is reproducible.
+fn tsne(rows: &[Vec<f64>], rng: &mut impl RngCore) -> Vec<Vec<f64>> {
+    let samples: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+    let init: Vec<f64> = (0..2 * rows.len())
+        .map(|_| 1e-2 * rand_distr::Distribution::<f64>::sample(&rand_distr::StandardNormal, rng))
+        .collect();
+    let mut t = bhtsne::tSNE::<f64, &[f64], 2>::new(&samples);
+    let perplexity = ((rows.len().saturating_sub(1) / 3) as f64).clamp(1.0, 30.0);
+    t.perplexity(perplexity)
+        .epochs(1000)
+        .initial_embedding(init)
+        .barnes_hut(0.5, |a, b| {
+            a.iter()
+                .zip(b.iter())
+                .map(|(x, y)| (x - y) * (x - y))
+                .sum::<f64>()
+                .sqrt()
+        });
+    t.embedding().chunks(2).map(<[f64]>::to_vec).collect()
+}
+
 /// Rank by Hamming distance, ties broken by a random order (codes tie often).
 fn hamming_ranking(
     codes: &[Vec<bool>],
@@ -330,6 +473,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }),
     };
     let mut study: Vec<(String, f64, Vec<f64>)> = Vec::new();
+    let mut alg1_study: Vec<(String, f64, Vec<f64>)> = Vec::new();
     for seed in args.seed..args.seed + args.seeds {
         let s = setting(&args, &model, &test, &train, seed)?;
         let k = args.k;
@@ -359,6 +503,30 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 Ok(order)
             })?,
         );
+        push(
+            CHANCE_PAGE,
+            None,
+            score(&s, k, |q| {
+                let mut rng = query_rng(seed, q, 96, 0.0);
+                let mut classes: Vec<u32> = (0..10).collect();
+                classes.shuffle(&mut rng);
+                let mut order: Vec<usize> = (0..g).filter(|&i| i != q).collect();
+                order.shuffle(&mut rng);
+                order.sort_by_key(|&i| classes.iter().position(|&c| c == s.labels[i]));
+                // The first item of each of the first k classes moves to the front.
+                let mut firsts: Vec<usize> = classes
+                    .iter()
+                    .take(k)
+                    .filter_map(|&c| order.iter().position(|&i| s.labels[i] == c))
+                    .collect();
+                firsts.sort_unstable();
+                let page: Vec<usize> = firsts.iter().map(|&p| order[p]).collect();
+                for p in firsts.into_iter().rev() {
+                    order.remove(p);
+                }
+                Ok(page.into_iter().chain(order).collect())
+            })?,
+        );
         // Non-private references.
         push(
             KNN,
@@ -375,6 +543,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )?;
         let placed = gallery_rows(&frame.place(&s.gallery)?);
         let placed_flat = placed.concat();
+        let labelled = LabelledRows {
+            flat: &placed_flat,
+            labels: &s.labels,
+            num_classes: 10,
+        };
         push(
             FRAME,
             None,
@@ -415,63 +588,56 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             );
         }
 
-        let (server_anchors, erows) = if args.skip_algorithm1 {
-            (DMatrix::zeros(0, 0), Vec::new())
+        // t-SNE of the whole gallery (non-private: it reads every feature vector); DP-dSNE's
+        // public reference is a t-SNE of the anchors, the gallery is placed against it
+        // without noise and each query with noise.
+        let tsne_rows = tsne(&s.gallery_rows, &mut rng);
+        push(
+            TSNE,
+            None,
+            score(&s, k, |q| {
+                Ok(full_ranking(&tsne_rows, &tsne_rows[q], Some(q)))
+            })?,
+        );
+        let anchor_rows = gallery_rows(&normalize_rows(&s.anchors, "anchors")?);
+        let reference = Reference::new(
+            &s.anchors,
+            tsne(&anchor_rows, &mut rng)
+                .iter()
+                .map(|r| [r[0], r[1]])
+                .collect(),
+        )?;
+        let dparams = DsneParams::default();
+        let dsne_rows: Vec<Vec<f64>> = (0..g)
+            .into_par_iter()
+            .map(|i| {
+                let x: Vec<f64> = s.gallery.row(i).iter().copied().collect();
+                dsne::embed(&x, &reference, &dparams).map(|y| y.to_vec())
+            })
+            .collect::<Result<_, shared::Error>>()?;
+        push(
+            DSNE,
+            None,
+            score(&s, k, |q| {
+                Ok(full_ranking(&dsne_rows, &dsne_rows[q], Some(q)))
+            })?,
+        );
+
+        let alg1 = if args.skip_algorithm1 {
+            None
         } else {
-            let all = DMatrix::from_fn(g + s.anchors.nrows(), s.gallery.ncols(), |i, j| {
-                if i < g {
-                    s.gallery[(i, j)]
-                } else {
-                    s.anchors[(i - g, j)]
-                }
-            });
-            let all_labels: Vec<u32> = s.labels.iter().chain(&s.anchor_labels).copied().collect();
-            let server = embed_dense(&all, &all_labels, &params.smlq, &mut rng)?;
-            let erows = gallery_rows(&server.rows(0, g).into_owned());
-            push(
-                ALG1,
-                None,
-                score(&s, k, |q| Ok(full_ranking(&erows, &erows[q], Some(q))))?,
-            );
-            (server.rows(g, s.anchors.nrows()).into_owned(), erows)
+            let server = Alg1::new(&s, &params, &mut rng)?;
+            push(ALG1, None, server.non_private(&s, k)?);
+            Some(server)
         };
-        let anchors = Anchors::new(&s.anchors, &s.anchor_labels, &params.smlq)?;
 
         for &eps in &args.epsilons {
             let p = privacy(eps);
             let feats = |q: usize| -> Vec<f64> { s.gallery.row(q).iter().copied().collect() };
-            if !args.skip_algorithm1 {
-                let mut pm = params;
-                pm.privacy = p;
+            if let Some(server) = &alg1 {
                 // Algorithm 1 (one noisy step) and the extended paper's (three noisy steps).
                 for (name, steps, id) in [(ALG1, 1usize, 1u64), (EXTENDED, 3, 8)] {
-                    push(
-                        name,
-                        Some(eps),
-                        score(&s, k, |q| {
-                            let mut rng = query_rng(seed, q, id, eps);
-                            let r = if steps == 1 {
-                                privatize(&feats(q), s.predicted[q], &anchors, &pm, &mut rng)?
-                            } else {
-                                privatize_multi(
-                                    &feats(q),
-                                    s.predicted[q],
-                                    &anchors,
-                                    &pm,
-                                    steps,
-                                    &mut rng,
-                                )?
-                            };
-                            let t = umeyama(&r.anchor_rows, &server_anchors)?;
-                            let row: Vec<f64> = t
-                                .apply(&r.query_rows)?
-                                .row(r.real_position())
-                                .iter()
-                                .copied()
-                                .collect();
-                            Ok(full_ranking(&erows, &row, Some(q)))
-                        })?,
-                    );
+                    push(name, Some(eps), server.private(&s, &p, steps, seed, id, k)?);
                 }
             }
             // One frame release per query, ranked two ways.
@@ -497,11 +663,24 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 score(&s, k, |q| {
                     let (row, sigma) = &released[q];
                     Ok(posterior_ranking(
-                        &placed_flat,
-                        &s.labels,
+                        &labelled,
                         row,
                         *sigma,
-                        10,
+                        usize::MAX,
+                        Some(q),
+                    ))
+                })?,
+            );
+            push(
+                FRAME_PROP,
+                Some(eps),
+                score(&s, k, |q| {
+                    let (row, sigma) = &released[q];
+                    Ok(proportional_ranking(
+                        &labelled,
+                        row,
+                        *sigma,
+                        k,
                         usize::MAX,
                         Some(q),
                     ))
@@ -519,7 +698,25 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     })?,
                 );
             }
-            for (name, codes, id) in [(LSH, &lsh_codes, 5u64), (ITQ, &itq_codes, 6)] {
+            push(
+                DSNE,
+                Some(eps),
+                score(&s, k, |q| {
+                    let mut rng = query_rng(seed, q, 10, eps);
+                    let (y, _) = dsne::privatize(&feats(q), &reference, &dparams, &p, &mut rng)?;
+                    Ok(full_ranking(&dsne_rows, &y, Some(q)))
+                })?,
+            );
+            // PITQ: the rotation learned with flipping inside its rounds (at this ε, as the
+            // paper runs it; the anchors it reads are public), the query's code then released
+            // by randomized response at the record-level ε.
+            let pitq = Hash::pitq(&s.anchors, ITQ_BITS, PITQ_EPOCHS, eps, &mut rng)?;
+            let pitq_codes = pitq.codes(&s.gallery)?;
+            for (name, codes, id) in [
+                (LSH, &lsh_codes, 5u64),
+                (ITQ, &itq_codes, 6),
+                (PITQ, &pitq_codes, 11),
+            ] {
                 push(
                     name,
                     Some(eps),
@@ -532,6 +729,44 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
 
+        if !args.no_study && !args.skip_algorithm1 && seed < args.seed + args.study_seeds {
+            // Algorithm 1 (the paper's Figure 5): embedding dimension k, label weight α and
+            // kernel scale s (the paper's σ), one at a time around the defaults, non-private
+            // and at ε = 8, on a smaller setting (each point is a full server embedding).
+            let small = s.subset(
+                STUDY_GALLERY,
+                STUDY_ANCHORS,
+                STUDY_QUERIES.min(s.truth.len()),
+                k,
+            );
+            let base = params.smlq;
+            let grid: [StudyAxis; 3] = [
+                ("k", &[2.0, 4.0, 8.0, 16.0], |p, v| p.embed_dim = v as usize),
+                ("alpha", &[0.05, 0.5, 2.0, 8.0], |p, v| p.alpha = v),
+                ("sigma", &[0.03, 0.1, 0.3, 1.0, 3.0], |p, v| {
+                    p.kernel_scale = v
+                }),
+            ];
+            for (what, values, set) in grid {
+                for &v in values {
+                    let mut pm = params;
+                    pm.smlq = base;
+                    set(&mut pm.smlq, v);
+                    let server = Alg1::new(&small, &pm, &mut rng)?;
+                    let np = server.non_private(&small, k)?;
+                    let pr = server.private(&small, &privacy(8.0), 1, seed, 12, k)?;
+                    for (label, t) in [("SMLQ non-private", np), ("PrivateMail ε = 8", pr)] {
+                        study_push(
+                            &mut alg1_study,
+                            format!("{what}|{label}|Recall@{k}"),
+                            v,
+                            t[0],
+                        );
+                        study_push(&mut alg1_study, format!("{what}|{label}|mAP"), v, t[1]);
+                    }
+                }
+            }
+        }
         if !args.no_study {
             // Frame protocol: kernel scale and number of anchors, non-private and at ε = 8.
             for &scale in &[0.005, 0.01, 0.02, 0.05, 0.1, 0.3] {
@@ -563,13 +798,22 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if !study.is_empty() {
         plot::study(&args.out.join("frame-study.svg"), &study)?;
     }
+    if !alg1_study.is_empty() {
+        write_study_csv(&args.out.join("algorithm1-study.csv"), &alg1_study)?;
+        plot::alg1_study(&args.out.join("algorithm1-study.svg"), &alg1_study)?;
+    }
     println!(
-        "wrote {}/results.csv, privacy-utility.svg{}; total {:.1} s",
+        "wrote {}/results.csv, privacy-utility.svg{}{}; total {:.1} s",
         args.out.display(),
         if study.is_empty() {
             ""
         } else {
             ", frame-study.svg"
+        },
+        if alg1_study.is_empty() {
+            ""
+        } else {
+            ", algorithm1-study.csv, algorithm1-study.svg"
         },
         t0.elapsed().as_secs_f64()
     );
@@ -648,186 +892,17 @@ fn write_csv(path: &Path, rows: &[Row]) -> std::io::Result<()> {
     std::fs::write(path, out)
 }
 
-mod plot {
-    use super::{mean_std, Row};
-    use plotters::prelude::*;
-    use std::path::Path;
-
-    type Res = Result<(), Box<dyn std::error::Error>>;
-
-    fn colour(i: usize) -> RGBColor {
-        // Methods in the order the table lists them: the two chance lines black and grey.
-        const C: [RGBColor; 10] = [
-            RGBColor(0, 0, 0),
-            RGBColor(160, 160, 160),
-            RGBColor(242, 142, 43),
-            RGBColor(78, 121, 167),
-            RGBColor(89, 161, 79),
-            RGBColor(225, 87, 89),
-            RGBColor(118, 183, 178),
-            RGBColor(156, 117, 95),
-            RGBColor(176, 122, 161),
-            RGBColor(214, 39, 140),
-        ];
-        C[i % C.len()]
+/// The hyper-parameter study as CSV: `parameter,series,metric,value,seeds,mean,std`.
+fn write_study_csv(path: &Path, study: &[(String, f64, Vec<f64>)]) -> std::io::Result<()> {
+    let mut out = String::from("parameter,series,metric,value,seeds,mean,std\n");
+    for (key, x, v) in study {
+        let (m, sd) = mean_std(v);
+        let _ = writeln!(
+            out,
+            "{},{x},{},{m:.5},{sd:.5}",
+            key.replace('|', ","),
+            v.len()
+        );
     }
-
-    type LogChart<'a, 'b> = ChartContext<
-        'a,
-        SVGBackend<'b>,
-        Cartesian2d<
-            plotters::coord::combinators::LogCoord<f64>,
-            plotters::coord::types::RangedCoordf64,
-        >,
-    >;
-
-    /// A chart with a log x axis spanning `xs` (with some margin), y in [0, 1], mesh drawn.
-    fn log_chart<'a, 'b>(
-        panel: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
-        caption: String,
-        xs: &[f64],
-        x_desc: &str,
-        y_desc: &str,
-    ) -> Result<(LogChart<'a, 'b>, f64, f64), Box<dyn std::error::Error>> {
-        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
-        let hi = xs.iter().copied().fold(0.0, f64::max) * 1.25;
-        let mut chart = ChartBuilder::on(panel)
-            .caption(caption, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(50)
-            .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .x_label_formatter(&|v| format!("{}", (v * 1000.0).round() / 1000.0))
-            .draw()?;
-        Ok((chart, lo, hi))
-    }
-
-    fn metric(r: &Row, j: usize) -> (f64, f64) {
-        mean_std(&r.per_seed.iter().map(|t| t[j]).collect::<Vec<_>>())
-    }
-
-    /// Recall@k and mAP against ε (log scale): per method one colour, a thick line for the
-    /// private variant (mean, ±1 std bars over seeds), a thin one for the same method without
-    /// noise; the legend in a third panel.
-    pub fn privacy_utility(path: &Path, rows: &[Row], k: usize) -> Res {
-        let eps: Vec<f64> = rows.iter().filter_map(|r| r.epsilon).collect();
-        if eps.is_empty() {
-            return Ok(());
-        }
-        let methods: Vec<&str> = rows.iter().fold(Vec::new(), |mut m, r| {
-            if !m.contains(&r.method) {
-                m.push(r.method);
-            }
-            m
-        });
-        let root = SVGBackend::new(path, (1500, 560)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let (charts, legend_area) = root.split_horizontally(1200);
-        legend(&legend_area, &methods)?;
-        let panels = charts.split_evenly((1, 2));
-        let names = [(format!("Recall@{k}"), 0usize), ("mAP".to_string(), 1)];
-        for (panel, (name, j)) in panels.iter().zip(names) {
-            let (mut chart, lo, hi) =
-                log_chart(panel, format!("{name} vs ε (δ = 1e-5)"), &eps, "ε", &name)?;
-            for (i, method) in methods.iter().enumerate() {
-                let c = colour(i);
-                let mine = || rows.iter().filter(move |r| r.method == *method);
-                if let Some(np) = mine().find(|r| r.epsilon.is_none()) {
-                    let (m, _) = metric(np, j);
-                    chart.draw_series(LineSeries::new(
-                        vec![(lo, m), (hi, m)],
-                        c.mix(0.6).stroke_width(1),
-                    ))?;
-                }
-                let private: Vec<(f64, f64, f64)> = mine()
-                    .filter_map(|r| r.epsilon.map(|e| (e, metric(r, j).0, metric(r, j).1)))
-                    .collect();
-                chart.draw_series(LineSeries::new(
-                    private.iter().map(|&(e, m, _)| (e, m)),
-                    c.stroke_width(2),
-                ))?;
-                chart.draw_series(private.iter().map(|&(e, m, s)| {
-                    PathElement::new(
-                        vec![(e, (m - s).max(0.0)), (e, (m + s).min(1.0))],
-                        c.stroke_width(1),
-                    )
-                }))?;
-                chart.draw_series(
-                    private
-                        .iter()
-                        .map(|&(e, m, _)| Circle::new((e, m), 3, c.filled())),
-                )?;
-            }
-        }
-        root.present()?;
-        Ok(())
-    }
-
-    fn legend(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, methods: &[&str]) -> Res {
-        let font = ("sans-serif", 14).into_font();
-        let notes = [
-            "thick: private (mean ± std over seeds)",
-            "thin: the same method without noise",
-        ];
-        for (i, note) in notes.iter().enumerate() {
-            area.draw(&Text::new(*note, (10, 50 + 20 * i as i32), font.clone()))?;
-        }
-        for (i, m) in methods.iter().enumerate() {
-            let y = 120 + 26 * i as i32;
-            area.draw(&PathElement::new(
-                vec![(10, y), (40, y)],
-                colour(i).stroke_width(3),
-            ))?;
-            area.draw(&Text::new(m.to_string(), (50, y - 8), font.clone()))?;
-        }
-        Ok(())
-    }
-
-    /// The frame protocol's mAP against its kernel scale and its number of anchors.
-    pub fn study(path: &Path, study: &[(String, f64, Vec<f64>)]) -> Res {
-        let root = SVGBackend::new(path, (1100, 460)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let panels = root.split_evenly((1, 2));
-        for (panel, what) in panels.iter().zip(["kernel scale", "anchors"]) {
-            let pts: Vec<&(String, f64, Vec<f64>)> = study
-                .iter()
-                .filter(|(k, _, _)| k.starts_with(what))
-                .collect();
-            let xs: Vec<f64> = pts.iter().map(|p| p.1).collect();
-            let (mut chart, _, _) = log_chart(
-                panel,
-                format!("anchor frame: mAP vs {what}"),
-                &xs,
-                what,
-                "mAP",
-            )?;
-            for (i, series) in ["non-private", "ε = 8"].iter().enumerate() {
-                let c = colour(i);
-                let line: Vec<(f64, f64)> = pts
-                    .iter()
-                    .filter(|(k, _, _)| k.ends_with(series))
-                    .map(|(_, x, v)| (*x, mean_std(v).0))
-                    .collect();
-                chart
-                    .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))?
-                    .label(series.to_string())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                    });
-                chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
-            }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()?;
-        }
-        root.present()?;
-        Ok(())
-    }
+    std::fs::write(path, out)
 }

@@ -7,27 +7,25 @@ use std::path::Path;
 type Res = Result<(), Box<dyn std::error::Error>>;
 
 fn colour(i: usize) -> RGBColor {
-    // Methods in the order the table lists them: the chance lines black and greys, then
-    // Tableau-20-like colours, so no two of the evaluation's methods share one.
-    const C: [RGBColor; 18] = [
+    // Methods in the order the table lists them: the chance lines black and greys, then one
+    // clearly different colour per method (the frame's variants in blues and teal).
+    const C: [RGBColor; 16] = [
         RGBColor(0, 0, 0),
         RGBColor(160, 160, 160),
         RGBColor(100, 100, 100),
-        RGBColor(242, 142, 43),
-        RGBColor(78, 121, 167),
-        RGBColor(89, 161, 79),
-        RGBColor(225, 87, 89),
-        RGBColor(118, 183, 178),
-        RGBColor(156, 117, 95),
-        RGBColor(176, 122, 161),
-        RGBColor(214, 39, 140),
-        RGBColor(188, 189, 34),
-        RGBColor(23, 190, 207),
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(148, 103, 189),
-        RGBColor(44, 160, 44),
         RGBColor(140, 86, 75),
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(23, 190, 207),
+        RGBColor(148, 103, 189),
+        RGBColor(188, 189, 34),
+        RGBColor(227, 119, 194),
+        RGBColor(255, 127, 14),
+        RGBColor(255, 187, 120),
+        RGBColor(10, 40, 120),
+        RGBColor(0, 150, 136),
+        RGBColor(90, 40, 140),
     ];
     C[i % C.len()]
 }
@@ -48,6 +46,7 @@ fn log_chart<'a, 'b>(
     xs: &[f64],
     x_desc: &str,
     y_desc: &str,
+    y_max: f64,
 ) -> Result<(LogChart<'a, 'b>, f64, f64), Box<dyn std::error::Error>> {
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
     let hi = xs.iter().copied().fold(0.0, f64::max) * 1.25;
@@ -56,7 +55,7 @@ fn log_chart<'a, 'b>(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)?;
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..y_max)?;
     chart
         .configure_mesh()
         .x_desc(x_desc)
@@ -91,8 +90,14 @@ pub fn privacy_utility(path: &Path, rows: &[Row], k: usize) -> Res {
     let panels = charts.split_evenly((1, 2));
     let names = [(format!("Recall@{k}"), 0usize), ("mAP".to_string(), 1)];
     for (panel, (name, j)) in panels.iter().zip(names) {
-        let (mut chart, lo, hi) =
-            log_chart(panel, format!("{name} vs ε (δ = 1e-5)"), &eps, "ε", &name)?;
+        let (mut chart, lo, hi) = log_chart(
+            panel,
+            format!("{name} vs ε (δ = 1e-5)"),
+            &eps,
+            "ε",
+            &name,
+            1.0,
+        )?;
         for (i, method) in methods.iter().enumerate() {
             let c = colour(i);
             let mine = || rows.iter().filter(move |r| r.method == *method);
@@ -164,6 +169,7 @@ pub fn study(path: &Path, study: &[(String, f64, Vec<f64>)]) -> Res {
             &xs,
             what,
             "mAP",
+            1.0,
         )?;
         for (i, series) in ["non-private", "ε = 8"].iter().enumerate() {
             let c = colour(i + 3);
@@ -210,10 +216,24 @@ pub fn alg1_study(path: &Path, study: &[(String, f64, Vec<f64>)]) -> Res {
         let xs: Vec<f64> = pts.iter().map(|p| p.1).collect();
         let (mut chart, _, _) = log_chart(
             panel,
-            format!("Algorithm 1: effect of {desc}"),
+            format!(
+                "Algorithm 1: effect of {desc} ({})",
+                xs.iter()
+                    .fold(Vec::<f64>::new(), |mut v, &x| {
+                        if !v.contains(&x) {
+                            v.push(x);
+                        }
+                        v
+                    })
+                    .iter()
+                    .map(f64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             &xs,
             desc,
             "score",
+            1.35,
         )?;
         let series: Vec<String> = pts.iter().fold(Vec::new(), |mut m, (k, _, _)| {
             let s = k.split_once('|').map_or(k.as_str(), |(_, r)| r).to_string();

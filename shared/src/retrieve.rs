@@ -164,13 +164,8 @@ pub fn proportional_ranking(
     }
     // Each seated class's nearest items, in the order the seats were won.
     let mut out = Vec::with_capacity(k.min(labels.len()));
-    let mut nearest: Vec<Vec<usize>> = vec![Vec::new(); num_classes];
-    for c in 0..num_classes {
-        if taken[c] > 0 {
-            nearest[c] = nearest_of_class(&d2, labels, c, taken[c]);
-            nearest[c].reverse();
-        }
-    }
+    let mut nearest = nearest_by_class(&d2, labels, &taken);
+    nearest.iter_mut().for_each(|v| v.reverse());
     for c in order {
         out.push(nearest[c].pop().expect("seat within the class's items"));
     }
@@ -218,19 +213,41 @@ fn class_posterior(
     (d2, mass)
 }
 
-/// The `need` items of class `c` nearest first (ties by index).
-fn nearest_of_class(d2: &[f64], labels: &[u32], c: usize, need: usize) -> Vec<usize> {
-    let mut items: Vec<(f64, usize)> = (0..labels.len())
-        .filter(|&i| labels[i] as usize == c && d2[i].is_finite())
-        .map(|i| (d2[i], i))
-        .collect();
-    let by_dist = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
-    if need < items.len() {
-        items.select_nth_unstable_by(need, by_dist);
-        items.truncate(need);
+/// For every class `c`, its `need[c]` items nearest first (ties by index); one pass over the
+/// gallery, then a selection per class.
+fn nearest_by_class(d2: &[f64], labels: &[u32], need: &[usize]) -> Vec<Vec<usize>> {
+    let mut buckets: Vec<Vec<(f64, usize)>> = vec![Vec::new(); need.len()];
+    for (i, (&d, &l)) in d2.iter().zip(labels).enumerate() {
+        if need[l as usize] > 0 && d.is_finite() {
+            buckets[l as usize].push((d, i));
+        }
     }
-    items.sort_by(by_dist);
-    items.into_iter().map(|(_, i)| i).collect()
+    let by_dist = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+    buckets
+        .into_iter()
+        .zip(need)
+        .map(|(mut items, &n)| {
+            if n < items.len() {
+                items.select_nth_unstable_by(n, by_dist);
+                items.truncate(n);
+            }
+            items.sort_by(by_dist);
+            items.into_iter().map(|(_, i)| i).collect()
+        })
+        .collect()
+}
+
+/// The `need` items of class `c` nearest first (ties by index).
+fn nearest_of_class(
+    d2: &[f64],
+    labels: &[u32],
+    c: usize,
+    need: usize,
+    classes: usize,
+) -> Vec<usize> {
+    let mut n = vec![0; classes];
+    n[c] = need;
+    nearest_by_class(d2, labels, &n).swap_remove(c)
 }
 
 /// Append the most probable class's items nearest first, then the next class's, until `out`
@@ -251,7 +268,7 @@ fn extend_by_class(
             break;
         }
         let extra = skip.iter().filter(|&&i| labels[i] as usize == c).count();
-        let items = nearest_of_class(d2, labels, c, need.saturating_add(extra));
+        let items = nearest_of_class(d2, labels, c, need.saturating_add(extra), mass.len());
         out.extend(items.into_iter().filter(|i| !skip.contains(i)).take(need));
     }
 }

@@ -55,7 +55,7 @@ fn eval_prints_the_table_on_idx_files() {
             "--gallery",
             "200",
             "--anchors",
-            "50",
+            "100",
             "--queries",
             "20",
             "--epsilons",
@@ -78,7 +78,7 @@ fn eval_prints_the_table_on_idx_files() {
     let first = stdout.lines().next().unwrap();
     assert!(
         first.contains("gallery 200")
-            && first.contains("anchors 50")
+            && first.contains("anchors 100")
             && first.contains("queries 20")
             && first.contains("seeds 1..2"),
         "{first}"
@@ -137,10 +137,11 @@ fn eval_prints_the_table_on_idx_files() {
         .lines()
         .skip(1)
         .all(|l| l.split(',').nth(2) == Some("2")));
-    // Algorithm 1's study: 13 settings × 2 series × 2 metrics, over both seeds.
+    // Algorithm 1's study: 13 parameter settings and, of the anchor counts, the one this run
+    // has (100), × 2 series × 2 metrics, over both seeds.
     let study = std::fs::read_to_string(out_dir.join("algorithm1-study.csv")).unwrap();
     assert!(study.starts_with("parameter,series,metric,value,seeds,mean,std"));
-    assert_eq!(study.lines().count(), 1 + 13 * 4, "{study}");
+    assert_eq!(study.lines().count(), 1 + 14 * 4, "{study}");
     assert!(study
         .lines()
         .skip(1)

@@ -149,7 +149,12 @@ const ITQ_BITS: usize = 32;
 const PITQ_EPOCHS: usize = 10;
 
 /// One axis of Algorithm 1's study: its name, its values, and how to set one.
-type StudyAxis = (&'static str, &'static [f64], fn(&mut SmlqParams, f64));
+/// The setter gets the SMLQ parameters and the number of anchors.
+type StudyAxis = (
+    &'static str,
+    &'static [f64],
+    fn(&mut SmlqParams, &mut usize, f64),
+);
 
 /// Algorithm 1's study setting (smaller: every point is a full server embedding).
 const STUDY_GALLERY: usize = 1000;
@@ -395,27 +400,46 @@ fn query_rng(seed: u64, q: usize, method: u64, eps: f64) -> ChaCha20Rng {
     ChaCha20Rng::from_seed(key)
 }
 
+/// A random order of the classes, and every item but `exclude` in random order grouped by
+/// class in that order (what a class-level ranking degenerates to without signal).
+fn class_blocks(labels: &[u32], exclude: usize, rng: &mut impl RngCore) -> (Vec<u32>, Vec<usize>) {
+    let mut classes: Vec<u32> = (0..10).collect();
+    classes.shuffle(rng);
+    let mut order: Vec<usize> = (0..labels.len()).filter(|&i| i != exclude).collect();
+    order.shuffle(rng);
+    order.sort_by_key(|&i| classes.iter().position(|&c| c == labels[i]));
+    (classes, order)
+}
+
 /// Barnes–Hut t-SNE (θ = 0.5, perplexity 30 — less for fewer than 91 rows, as the
 /// neighbour search needs 3·perplexity — 1,000 epochs) of unit rows to 2-D, started from a
 /// seeded N(0, 10⁻⁴) layout so that a run is reproducible.
-fn tsne(rows: &[Vec<f64>], rng: &mut impl RngCore) -> Vec<Vec<f64>> {
+fn tsne(rows: &[Vec<f64>], seed: u64) -> Result<Vec<Vec<f64>>, rayon::ThreadPoolBuildError> {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let samples: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
     let init: Vec<f64> = (0..2 * rows.len())
-        .map(|_| 1e-2 * rand_distr::Distribution::<f64>::sample(&rand_distr::StandardNormal, rng))
+        .map(|_| {
+            1e-2 * rand_distr::Distribution::<f64>::sample(&rand_distr::StandardNormal, &mut rng)
+        })
         .collect();
-    let mut t = bhtsne::tSNE::<f64, &[f64], 2>::new(&samples);
     let perplexity = ((rows.len().saturating_sub(1) / 3) as f64).clamp(1.0, 30.0);
-    t.perplexity(perplexity)
-        .epochs(1000)
-        .initial_embedding(init)
-        .barnes_hut(0.5, |a, b| {
-            a.iter()
-                .zip(b.iter())
-                .map(|(x, y)| (x - y) * (x - y))
-                .sum::<f64>()
-                .sqrt()
-        });
-    t.embedding().chunks(2).map(<[f64]>::to_vec).collect()
+    // bhtsne sums forces with rayon, whose splitting (and so the floating-point order)
+    // depends on work stealing: one thread makes a run reproducible.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    Ok(pool.install(|| {
+        let mut t = bhtsne::tSNE::<f64, &[f64], 2>::new(&samples);
+        t.perplexity(perplexity)
+            .epochs(1000)
+            .initial_embedding(init)
+            .barnes_hut(0.5, |a, b| {
+                a.iter()
+                    .zip(b.iter())
+                    .map(|(x, y)| (x - y) * (x - y))
+                    .sum::<f64>()
+                    .sqrt()
+            });
+        t.embedding().chunks(2).map(<[f64]>::to_vec).collect()
+    }))
 }
 
 /// Rank by Hamming distance, ties broken by a random order (codes tie often).
@@ -494,25 +518,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             CHANCE_BLOCKS,
             None,
             score(&s, k, |q| {
-                let mut rng = query_rng(seed, q, 98, 0.0);
-                let mut classes: Vec<u32> = (0..10).collect();
-                classes.shuffle(&mut rng);
-                let mut order: Vec<usize> = (0..g).filter(|&i| i != q).collect();
-                order.shuffle(&mut rng);
-                order.sort_by_key(|&i| classes.iter().position(|&c| c == s.labels[i]));
-                Ok(order)
+                Ok(class_blocks(&s.labels, q, &mut query_rng(seed, q, 98, 0.0)).1)
             })?,
         );
         push(
             CHANCE_PAGE,
             None,
             score(&s, k, |q| {
-                let mut rng = query_rng(seed, q, 96, 0.0);
-                let mut classes: Vec<u32> = (0..10).collect();
-                classes.shuffle(&mut rng);
-                let mut order: Vec<usize> = (0..g).filter(|&i| i != q).collect();
-                order.shuffle(&mut rng);
-                order.sort_by_key(|&i| classes.iter().position(|&c| c == s.labels[i]));
+                let (classes, mut order) =
+                    class_blocks(&s.labels, q, &mut query_rng(seed, q, 96, 0.0));
                 // The first item of each of the first k classes moves to the front.
                 let mut firsts: Vec<usize> = classes
                     .iter()
@@ -591,7 +605,13 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         // t-SNE of the whole gallery (non-private: it reads every feature vector); DP-dSNE's
         // public reference is a t-SNE of the anchors, the gallery is placed against it
         // without noise and each query with noise.
-        let tsne_rows = tsne(&s.gallery_rows, &mut rng);
+        let anchor_rows = gallery_rows(&normalize_rows(&s.anchors, "anchors")?);
+        // The two layouts side by side, each on one thread (see `tsne`).
+        let (tsne_rows, anchor_layout) = rayon::join(
+            || tsne(&s.gallery_rows, seed ^ 0x7511e),
+            || tsne(&anchor_rows, seed ^ 0xa4c),
+        );
+        let (tsne_rows, anchor_layout) = (tsne_rows?, anchor_layout?);
         push(
             TSNE,
             None,
@@ -599,13 +619,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 Ok(full_ranking(&tsne_rows, &tsne_rows[q], Some(q)))
             })?,
         );
-        let anchor_rows = gallery_rows(&normalize_rows(&s.anchors, "anchors")?);
         let reference = Reference::new(
             &s.anchors,
-            tsne(&anchor_rows, &mut rng)
-                .iter()
-                .map(|r| [r[0], r[1]])
-                .collect(),
+            anchor_layout.iter().map(|r| [r[0], r[1]]).collect(),
         )?;
         let dparams = DsneParams::default();
         let dsne_rows: Vec<Vec<f64>> = (0..g)
@@ -730,28 +746,32 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
 
         if !args.no_study && !args.skip_algorithm1 && seed < args.seed + args.study_seeds {
-            // Algorithm 1 (the paper's Figure 5): embedding dimension k, label weight α and
-            // kernel scale s (the paper's σ), one at a time around the defaults, non-private
-            // and at ε = 8, on a smaller setting (each point is a full server embedding).
-            let small = s.subset(
-                STUDY_GALLERY,
-                STUDY_ANCHORS,
-                STUDY_QUERIES.min(s.truth.len()),
-                k,
-            );
+            // Algorithm 1 (the paper's Figure 5): embedding dimension k, label weight α, kernel
+            // scale s (the paper's σ) and the number of anchors, one at a time around the
+            // defaults, non-private and at ε = 8, on a smaller setting (each point is a full
+            // server embedding).
             let base = params.smlq;
-            let grid: [StudyAxis; 3] = [
-                ("k", &[2.0, 4.0, 8.0, 16.0], |p, v| p.embed_dim = v as usize),
-                ("alpha", &[0.05, 0.5, 2.0, 8.0], |p, v| p.alpha = v),
-                ("sigma", &[0.03, 0.1, 0.3, 1.0, 3.0], |p, v| {
+            let grid: [StudyAxis; 4] = [
+                ("k", &[2.0, 4.0, 8.0, 16.0], |p, _, v| {
+                    p.embed_dim = v as usize
+                }),
+                ("alpha", &[0.05, 0.5, 2.0, 8.0], |p, _, v| p.alpha = v),
+                ("sigma", &[0.03, 0.1, 0.3, 1.0, 3.0], |p, _, v| {
                     p.kernel_scale = v
                 }),
+                ("anchors", &[100.0, 250.0, 500.0], |_, n, v| *n = v as usize),
             ];
             for (what, values, set) in grid {
                 for &v in values {
                     let mut pm = params;
                     pm.smlq = base;
-                    set(&mut pm.smlq, v);
+                    let mut anchors = STUDY_ANCHORS.min(s.anchors.nrows());
+                    set(&mut pm.smlq, &mut anchors, v);
+                    if anchors > s.anchors.nrows() {
+                        continue; // not that many anchors in this run
+                    }
+                    let small =
+                        s.subset(STUDY_GALLERY, anchors, STUDY_QUERIES.min(s.truth.len()), k);
                     let server = Alg1::new(&small, &pm, &mut rng)?;
                     let np = server.non_private(&small, k)?;
                     let pr = server.private(&small, &privacy(8.0), 1, seed, 12, k)?;

@@ -48,8 +48,14 @@ fn log_chart<'a, 'b>(
     y_desc: &str,
     y_max: f64,
 ) -> Result<(LogChart<'a, 'b>, f64, f64), Box<dyn std::error::Error>> {
-    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
-    let hi = xs.iter().copied().fold(0.0, f64::max) * 1.25;
+    let mut lo = xs.iter().copied().fold(f64::INFINITY, f64::min) * 0.8;
+    let mut hi = xs.iter().copied().fold(0.0, f64::max) * 1.25;
+    // plotters' log axis needs a span of a few factors (one point alone made its mesh
+    // generation run away); widen a narrow one around its geometric middle.
+    if hi / lo < 4.0 {
+        let mid = (lo * hi).sqrt();
+        (lo, hi) = (mid / 2.0, mid * 2.0);
+    }
     let mut chart = ChartBuilder::on(panel)
         .caption(caption, ("sans-serif", 18))
         .margin(12)
@@ -178,35 +184,26 @@ pub fn study(path: &Path, study: &[(String, f64, Vec<f64>)]) -> Res {
                 .filter(|(k, _, _)| k.ends_with(series))
                 .map(|(_, x, v)| (*x, mean_std(v).0))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))?
-                .label(series.to_string())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+            labelled_line(&mut chart, line, c, series.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
+        series_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     }
     root.present()?;
     Ok(())
 }
 
-/// Algorithm 1's study (the paper's Figure 5): Recall@k and mAP against the embedding
-/// dimension k, the label weight α and the kernel scale σ (= s), non-private and at ε = 8.
+/// Algorithm 1's study (the paper's Figure 5, plus the number of anchors): Recall@k and mAP
+/// against the embedding dimension k, the label weight α, the kernel scale σ (= s) and the
+/// anchors, non-private and at ε = 8.
 pub fn alg1_study(path: &Path, study: &[(String, f64, Vec<f64>)]) -> Res {
-    let root = SVGBackend::new(path, (1500, 460)).into_drawing_area();
+    let root = SVGBackend::new(path, (1300, 900)).into_drawing_area();
     root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 3));
+    let panels = root.split_evenly((2, 2));
     let names = [
         ("k", "embedding dimension k"),
         ("alpha", "α"),
         ("sigma", "kernel scale σ"),
+        ("anchors", "anchors n"),
     ];
     for (panel, (what, desc)) in panels.iter().zip(names) {
         let pts: Vec<&(String, f64, Vec<f64>)> = study
@@ -249,21 +246,35 @@ pub fn alg1_study(path: &Path, study: &[(String, f64, Vec<f64>)]) -> Res {
                 .filter(|(k, _, _)| k.ends_with(name.as_str()))
                 .map(|(_, x, v)| (*x, mean_std(v).0))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))?
-                .label(name.replace('|', ", "))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+            labelled_line(&mut chart, line, c, name.replace('|', ", "))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
+        series_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     root.present()?;
+    Ok(())
+}
+
+/// A study line with dots, labelled for the legend.
+fn labelled_line<'a, 'b: 'a>(
+    chart: &mut LogChart<'a, 'b>,
+    line: Vec<(f64, f64)>,
+    c: RGBColor,
+    label: String,
+) -> Res {
+    chart
+        .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+    chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+    Ok(())
+}
+
+fn series_legend<'a, 'b: 'a>(chart: &mut LogChart<'a, 'b>, position: SeriesLabelPosition) -> Res {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
     Ok(())
 }

@@ -11,10 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::align::umeyama;
-use shared::api::Ranking;
 use shared::api::{
     AddItemsRequest, AnchorsResponse, ChangeResponse, ConfigResponse, ErrorCode, ErrorResponse,
-    GalleryMap, ItemMeta, Match, SearchRequest, SearchResponse, StatusResponse,
+    GalleryMap, ItemMeta, Match, Ranking, SearchRequest, SearchResponse, StatusResponse,
 };
 use shared::laplacian::dist2;
 use shared::retrieve::{

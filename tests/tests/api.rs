@@ -187,6 +187,17 @@ fn every_bad_input_gets_a_typed_4xx() {
         "invalid_input",
     );
     check(
+        with(&|v| v["ranking"] = json!("nearest")),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_input",
+    );
+    // A ranking needs the frame protocol's noise std (this is an Algorithm 1 request).
+    check(
+        with(&|v| v["ranking"] = json!("proportional")),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_input",
+    );
+    check(
         with(&|v| v["k"] = json!(0)),
         StatusCode::UNPROCESSABLE_ENTITY,
         "k_out_of_range",

@@ -122,6 +122,7 @@ fn eval_prints_the_table_on_idx_files() {
         ("DP-dSNE", "-"),
         ("DP-dSNE", "8"),
         ("anchor frame + proportional page", "1"),
+        ("anchor frame + one per class", "8"),
     ] {
         let r = row(name, eps);
         assert!(
@@ -132,7 +133,7 @@ fn eval_prints_the_table_on_idx_files() {
     // The CSV has one line per method and ε, and both plots are SVG.
     let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
     assert!(csv.starts_with("method,epsilon,seeds,recall_mean"));
-    assert_eq!(csv.lines().count(), 1 + 12 + 11 * 2, "{csv}");
+    assert_eq!(csv.lines().count(), 1 + 12 + 12 * 2, "{csv}");
     assert!(csv
         .lines()
         .skip(1)

@@ -9,7 +9,7 @@ type Res = Result<(), Box<dyn std::error::Error>>;
 fn colour(i: usize) -> RGBColor {
     // Methods in the order the table lists them: the chance lines black and greys, then one
     // clearly different colour per method (the frame's variants in blues and teal).
-    const C: [RGBColor; 16] = [
+    const C: [RGBColor; 17] = [
         RGBColor(0, 0, 0),
         RGBColor(160, 160, 160),
         RGBColor(100, 100, 100),
@@ -26,6 +26,7 @@ fn colour(i: usize) -> RGBColor {
         RGBColor(10, 40, 120),
         RGBColor(0, 150, 136),
         RGBColor(90, 40, 140),
+        RGBColor(120, 200, 230),
     ];
     C[i % C.len()]
 }

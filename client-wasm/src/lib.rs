@@ -184,12 +184,8 @@ impl Client {
             .query
             .as_ref()
             .ok_or_else(|| js_err("load an image before searching"))?;
-        let mechanism: Mechanism =
-            serde_json::from_value(serde_json::Value::String(mechanism.to_string()))
-                .map_err(|_| js_err(format!("unknown mechanism `{mechanism}`")))?;
-        let ranking: Ranking =
-            serde_json::from_value(serde_json::Value::String(ranking.to_string()))
-                .map_err(|_| js_err(format!("unknown ranking `{ranking}`")))?;
+        let mechanism: Mechanism = named(mechanism, "mechanism")?;
+        let ranking: Ranking = named(ranking, "ranking")?;
         if k == 0 || k > self.config.limits.max_k {
             return Err(js_err(format!(
                 "k must be in 1..={}",
@@ -256,4 +252,10 @@ pub fn compose_budget(receipts_json: &str, delta: f64) -> Result<String, JsError
         .map_err(|e| js_err(format!("stored receipts are malformed: {e}")))?;
     let total = shared::budget::compose(&receipts, delta).map_err(js_err)?;
     serde_json::to_string(&total).map_err(js_err)
+}
+
+/// A wire enum from its JSON name (`discrete_gaussian`, `proportional`, …).
+fn named<T: serde::de::DeserializeOwned>(name: &str, what: &str) -> Result<T, JsError> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| js_err(format!("unknown {what} `{name}`")))
 }

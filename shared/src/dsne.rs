@@ -196,10 +196,21 @@ fn check(reference: &Reference, x: &[f64], params: &DsneParams) -> Result<Vec<f6
 pub fn embed(x: &[f64], reference: &Reference, params: &DsneParams) -> Result<[f64; 2]> {
     let x = check(reference, x, params)?;
     let p = reference.affinities(&x, params.perplexity)?;
+    descend(reference, params, |v| Ok(combine(&p, v)))
+}
+
+/// `steps` gradient steps from the reference's centre; `attraction` gives the attraction term
+/// `g_p` at the current position's `v` (exactly, or as released with noise).
+fn descend(
+    reference: &Reference,
+    params: &DsneParams,
+    mut attraction: impl FnMut(&[[f64; 2]]) -> Result<[f64; 2]>,
+) -> Result<[f64; 2]> {
     let mut y = reference.centre;
     for _ in 0..params.steps {
         let (v, q) = reference.forces(y);
-        let (gp, gq) = (combine(&p, &v), combine(&q, &v));
+        let gp = attraction(&v)?;
+        let gq = combine(&q, &v);
         y[0] -= params.learning_rate * (gp[0] - gq[0]);
         y[1] -= params.learning_rate * (gp[1] - gq[1]);
     }
@@ -234,15 +245,11 @@ pub fn privatize(
     drop(x);
     let sigma1 = zcdp_sigma(privacy.epsilon, privacy.delta, 1.0)?;
     let rho_step = 1.0 / (2.0 * sigma1 * sigma1) / params.steps as f64;
-    let mut y = reference.centre;
     let (mut rho, mut last, mut worst) = (0.0, None::<Receipt>, 0.0f64);
-    for _ in 0..params.steps {
-        let (v, q) = reference.forces(y);
-        let gp = combine(&p, &v);
-        let gq = combine(&q, &v);
-        let delta = spread(&v);
+    let y = descend(reference, params, |v| {
         // Δ = 0 only if every reference point coincides; then g_p is public.
-        let delta = delta.max(f64::MIN_POSITIVE);
+        let delta = spread(v).max(f64::MIN_POSITIVE);
+        let gp = combine(&p, v);
         let (noisy, r) = release_zcdp(
             &DMatrix::from_row_slice(1, 2, &gp),
             delta,
@@ -250,13 +257,12 @@ pub fn privatize(
             privacy,
             rng,
         )?;
-        let g = noisy.matrix();
-        y[0] -= params.learning_rate * (g[(0, 0)] - gq[0]);
-        y[1] -= params.learning_rate * (g[(0, 1)] - gq[1]);
         rho += r.zcdp_rho;
         worst = worst.max(delta);
         last = Some(r);
-    }
+        let g = noisy.matrix();
+        Ok([g[(0, 0)], g[(0, 1)]])
+    })?;
     let mut receipt = last.expect("at least one step");
     receipt.zcdp_rho = rho;
     receipt.sensitivity = worst;

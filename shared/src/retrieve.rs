@@ -118,10 +118,15 @@ pub fn posterior_ranking(
     k: usize,
     exclude: Option<usize>,
 ) -> Vec<usize> {
-    let labels = gallery.labels;
-    let (d2, mass) = class_posterior(gallery, query, sigma, exclude);
-    let mut out = Vec::with_capacity(k.min(labels.len()));
-    extend_by_class(&mut out, &d2, labels, &mass, k, &[]);
+    let post = class_posterior(gallery, query, sigma, exclude);
+    let mut out = Vec::with_capacity(k.min(gallery.labels.len()));
+    extend_by_class(
+        &mut out,
+        &post,
+        gallery.labels,
+        k,
+        &vec![0; gallery.num_classes],
+    );
     out
 }
 
@@ -142,13 +147,8 @@ pub fn proportional_ranking(
     exclude: Option<usize>,
 ) -> Vec<usize> {
     let (labels, num_classes) = (gallery.labels, gallery.num_classes);
-    let (d2, mass) = class_posterior(gallery, query, sigma, exclude);
-    let mut available = vec![0usize; num_classes];
-    for (&v, &l) in d2.iter().zip(labels) {
-        if v.is_finite() {
-            available[l as usize] += 1;
-        }
-    }
+    let post = class_posterior(gallery, query, sigma, exclude);
+    let (mass, available) = (&post.mass, &post.available);
     let mut taken = vec![0usize; num_classes];
     let mut order = Vec::new();
     for _ in 0..seats.min(k) {
@@ -164,23 +164,33 @@ pub fn proportional_ranking(
     }
     // Each seated class's nearest items, in the order the seats were won.
     let mut out = Vec::with_capacity(k.min(labels.len()));
-    let mut nearest = nearest_by_class(&d2, labels, &taken);
+    let mut nearest = nearest_by_class(&post.d2, labels, &taken);
     nearest.iter_mut().for_each(|v| v.reverse());
     for c in order {
         out.push(nearest[c].pop().expect("seat within the class's items"));
     }
-    let shown = out.clone();
-    extend_by_class(&mut out, &d2, labels, &mass, k, &shown);
+    // The seated items are each class's nearest, so the rest skips exactly that many.
+    extend_by_class(&mut out, &post, labels, k, &taken);
     out
 }
 
-/// Squared distances (excluded item: ∞) and the normalised class posterior `P(c | y)`.
+/// What the class-posterior rankings know about one release.
+struct Posterior {
+    /// Squared distance of every item (the excluded one: ∞).
+    d2: Vec<f64>,
+    /// The normalised class posterior `P(c | y)`.
+    mass: Vec<f64>,
+    /// Items of each class that may be returned.
+    available: Vec<usize>,
+}
+
+/// The [`Posterior`] of a release, in one pass over the gallery after the distances.
 fn class_posterior(
     gallery: &LabelledRows,
     query: &[f64],
     sigma: f64,
     exclude: Option<usize>,
-) -> (Vec<f64>, Vec<f64>) {
+) -> Posterior {
     let LabelledRows {
         flat,
         labels,
@@ -201,16 +211,22 @@ fn class_posterior(
     let scale = 0.5 / (sigma * sigma);
     // Class masses by log-sum-exp relative to the best item, so nothing underflows to 0/0.
     let mut mass = vec![0.0f64; num_classes];
+    let mut available = vec![0usize; num_classes];
     for (&v, &l) in d2.iter().zip(labels) {
         if v.is_finite() {
             mass[l as usize] += crate::laplacian::exp_neg(-(v - best) * scale);
+            available[l as usize] += 1;
         }
     }
     let total: f64 = mass.iter().sum();
     if total > 0.0 {
         mass.iter_mut().for_each(|m| *m /= total);
     }
-    (d2, mass)
+    Posterior {
+        d2,
+        mass,
+        available,
+    }
 }
 
 /// For every class `c`, its `need[c]` items nearest first (ties by index); one pass over the
@@ -237,39 +253,33 @@ fn nearest_by_class(d2: &[f64], labels: &[u32], need: &[usize]) -> Vec<Vec<usize
         .collect()
 }
 
-/// The `need` items of class `c` nearest first (ties by index).
-fn nearest_of_class(
-    d2: &[f64],
-    labels: &[u32],
-    c: usize,
-    need: usize,
-    classes: usize,
-) -> Vec<usize> {
-    let mut n = vec![0; classes];
-    n[c] = need;
-    nearest_by_class(d2, labels, &n).swap_remove(c)
-}
-
 /// Append the most probable class's items nearest first, then the next class's, until `out`
-/// holds `k`, skipping `skip` (already placed; few, so a linear check is fine).
+/// holds `k`, leaving out each class's `shown[c]` nearest items (already placed). One pass over
+/// the gallery for all classes.
 fn extend_by_class(
     out: &mut Vec<usize>,
-    d2: &[f64],
+    post: &Posterior,
     labels: &[u32],
-    mass: &[f64],
     k: usize,
-    skip: &[usize],
+    shown: &[usize],
 ) {
-    let mut classes: Vec<usize> = (0..mass.len()).collect();
-    classes.sort_by(|&a, &b| mass[b].total_cmp(&mass[a]).then(a.cmp(&b)));
-    for c in classes {
-        let need = k.saturating_sub(out.len());
-        if need == 0 {
-            break;
+    let mut classes: Vec<usize> = (0..post.mass.len()).collect();
+    classes.sort_by(|&a, &b| post.mass[b].total_cmp(&post.mass[a]).then(a.cmp(&b)));
+    let mut want = vec![0usize; classes.len()];
+    let mut left = k.saturating_sub(out.len());
+    for &c in &classes {
+        let n = (post.available[c] - shown[c]).min(left);
+        if n > 0 {
+            want[c] = shown[c] + n;
+            left -= n;
         }
-        let extra = skip.iter().filter(|&&i| labels[i] as usize == c).count();
-        let items = nearest_of_class(d2, labels, c, need.saturating_add(extra), mass.len());
-        out.extend(items.into_iter().filter(|i| !skip.contains(i)).take(need));
+    }
+    if want.iter().all(|&w| w == 0) {
+        return; // the page is full already
+    }
+    let nearest = nearest_by_class(&post.d2, labels, &want);
+    for c in classes {
+        out.extend(nearest[c].iter().skip(shown[c]));
     }
 }
 

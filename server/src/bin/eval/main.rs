@@ -160,6 +160,9 @@ type StudyAxis = (
     fn(&mut SmlqParams, &mut usize, f64),
 );
 
+/// A class-posterior ranking of a frame release: (gallery, row, σ, k, excluded query).
+type ClassRanker = fn(&LabelledRows, &[f64], f64, usize, usize) -> Vec<usize>;
+
 /// Algorithm 1's study setting (smaller: every point is a full server embedding).
 const STUDY_GALLERY: usize = 1000;
 const STUDY_ANCHORS: usize = 500;
@@ -695,44 +698,29 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     Ok(full_ranking(&placed, &released[q].0, Some(q)))
                 })?,
             );
-            push(
-                FRAME_PR,
-                Some(eps),
-                score(&s, k, |q| {
-                    let (row, sigma) = &released[q];
-                    Ok(posterior_ranking(
-                        &labelled,
-                        row,
-                        *sigma,
-                        usize::MAX,
-                        Some(q),
-                    ))
-                })?,
-            );
-            push(
-                FRAME_ONE_PER_CLASS,
-                Some(eps),
-                score(&s, k, |q| {
-                    let (row, sigma) = &released[q];
-                    let full = posterior_ranking(&labelled, row, *sigma, usize::MAX, Some(q));
-                    Ok(one_per_class_first(full, &s.labels, k))
-                })?,
-            );
-            push(
-                FRAME_PROP,
-                Some(eps),
-                score(&s, k, |q| {
-                    let (row, sigma) = &released[q];
-                    Ok(proportional_ranking(
-                        &labelled,
-                        row,
-                        *sigma,
-                        k,
-                        usize::MAX,
-                        Some(q),
-                    ))
-                })?,
-            );
+            // The class-posterior rankings of the same release (post-processing).
+            let rankers: [(&'static str, ClassRanker); 3] = [
+                (FRAME_PR, |g, row, sigma, _, q| {
+                    posterior_ranking(g, row, sigma, usize::MAX, Some(q))
+                }),
+                (FRAME_ONE_PER_CLASS, |g, row, sigma, k, q| {
+                    let full = posterior_ranking(g, row, sigma, usize::MAX, Some(q));
+                    one_per_class_first(full, g.labels, k)
+                }),
+                (FRAME_PROP, |g, row, sigma, k, q| {
+                    proportional_ranking(g, row, sigma, k, usize::MAX, Some(q))
+                }),
+            ];
+            for (name, rank) in rankers {
+                push(
+                    name,
+                    Some(eps),
+                    score(&s, k, |q| {
+                        let (row, sigma) = &released[q];
+                        Ok(rank(&labelled, row, *sigma, k, q))
+                    })?,
+                );
+            }
             for (name, proj, prow, id) in [(JL, &jl, &jl_rows, 3u64), (PCA, &pca, &pca_rows, 4)] {
                 push(
                     name,
@@ -782,6 +770,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             // defaults, non-private and at ε = 8, on a smaller setting (each point is a full
             // server embedding).
             let base = params.smlq;
+            let (default_anchors, nq_study) = (
+                STUDY_ANCHORS.min(s.anchors.nrows()),
+                STUDY_QUERIES.min(s.truth.len()),
+            );
+            let default_small = s.subset(STUDY_GALLERY, default_anchors, nq_study, k);
             let grid: [StudyAxis; 4] = [
                 ("k", &[2.0, 4.0, 8.0, 16.0], |p, _, v| {
                     p.embed_dim = v as usize
@@ -796,16 +789,22 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 for &v in values {
                     let mut pm = params;
                     pm.smlq = base;
-                    let mut anchors = STUDY_ANCHORS.min(s.anchors.nrows());
+                    let mut anchors = default_anchors;
                     set(&mut pm.smlq, &mut anchors, v);
                     if anchors > s.anchors.nrows() {
                         continue; // not that many anchors in this run
                     }
-                    let small =
-                        s.subset(STUDY_GALLERY, anchors, STUDY_QUERIES.min(s.truth.len()), k);
-                    let server = Alg1::new(&small, &pm, &mut rng)?;
-                    let np = server.non_private(&small, k)?;
-                    let pr = server.private(&small, &privacy(8.0), 1, seed, 12, k)?;
+                    // The k, α and σ settings share one subset (its truth is a full kNN).
+                    let other;
+                    let small = if anchors == default_anchors {
+                        &default_small
+                    } else {
+                        other = s.subset(STUDY_GALLERY, anchors, nq_study, k);
+                        &other
+                    };
+                    let server = Alg1::new(small, &pm, &mut rng)?;
+                    let np = server.non_private(small, k)?;
+                    let pr = server.private(small, &privacy(8.0), 1, seed, 12, k)?;
                     for (label, t) in [("SMLQ non-private", np), ("PrivateMail ε = 8", pr)] {
                         study_push(
                             &mut alg1_study,

@@ -1,6 +1,12 @@
 // The search page. All privacy-relevant work happens in WebAssembly (`pkg/`, built from
-// client-wasm): the model, the placement in the public frame, the noise, and the choice of the
-// real row. This file only moves bytes between the page, the wasm client and the server.
+// client-wasm): the model, the block release (which blocks to download, in what order), the
+// ranking, and for the frame protocol the placement, the noise and the choice of the real row.
+// This file only moves bytes between the page, the wasm client and the server.
+//
+// Block retrieval (the default): everything this page requests after a release is a function of
+// the release alone. It fetches exactly the released URLs, all at once, in the order the wasm
+// client gave (a fresh random order), by one code path whatever block it is; thumbnails come
+// from the blocks; it never retries a block and requests nothing after ranking.
 import init, { Client, compose_budget } from "./pkg/privatemail_client_wasm.js";
 import { SAMPLES } from "./samples.js";
 
@@ -19,6 +25,8 @@ let client = null;
 let config = null;
 let image = null; // what the model said about the loaded photo
 let map = null; // gallery sample in the frame, for the plot
+let partition = null; // the public partition document (block retrieval), or null
+let currentPlan = null; // the plan the next block search uses (public)
 
 function status(text) { $("status").textContent = text; }
 function showError(text) {
@@ -58,12 +66,14 @@ async function start() {
     showError(String(e.message || e));
     return;
   }
+  await loadPartition();
   $("delta").textContent = config.privacy_defaults.delta.toExponential(0);
   renderSamples();
   renderLegend();
   drawPlot(null);
   updateEpsilon();
   updateBudget();
+  updateProtocol();
   timings.ready_ms = performance.now() - t0;
   status(`Ready (${Math.round(timings.ready_ms)} ms). Choose a photo to search with.`);
   document.body.dataset.ready = "true";
@@ -157,10 +167,13 @@ function showImage() {
 function epsilon() { return EPSILONS[Number($("epsilon").value)]; }
 
 function hint(eps) {
-  if (eps <= 0.5) return "Strong privacy: the server learns practically nothing about your photo — and the matches are essentially random.";
-  if (eps <= 4) return "Good privacy: the server cannot tell your photo's category much better than by guessing; matches are still mostly random.";
-  if (eps <= 16) return "Moderate privacy: matches start to follow your photo, and the server could guess its category more often than by chance.";
-  if (eps <= 30) return "Weak privacy: useful matches, but the server can often tell your photo's category.";
+  const frame = protocol() === "frame" || protocol() === "paper";
+  if (eps <= 0.5) return "Strong privacy: the server learns practically nothing about your photo" + (frame ? " — and the matches are essentially random." : ".");
+  if (eps <= 4) return "Good privacy: the server cannot tell your photo's category much better than by guessing" + (frame ? "; matches are still mostly random." : ".");
+  if (eps <= 16) return frame
+    ? "Moderate privacy: matches start to follow your photo, and the server could guess its category more often than by chance."
+    : "Moderate privacy: the server could guess which part of the gallery your photo is from more often than by chance.";
+  if (eps <= 30) return frame ? "Weak privacy: useful matches, but the server can often tell your photo's category." : "Weak privacy: the server can often tell which part of the gallery your photo is from.";
   return "No meaningful privacy — for trying the system out only.";
 }
 
@@ -169,6 +182,7 @@ function updateEpsilon() {
   $("eps-value").textContent = String(e);
   $("epsilon").setAttribute("aria-valuetext", `epsilon ${e}`);
   $("eps-hint").textContent = hint(e);
+  updatePlan();
 }
 
 function receipts() {
@@ -192,7 +206,11 @@ let pending = null; // a privatized request waiting for the user's go-ahead
 
 function privatize() {
   const t = performance.now();
-  const out = JSON.parse(client.privatize(epsilon(), config.privacy_defaults.delta, $("mechanism").value, K, $("ranking").value));
+  const delta = config.privacy_defaults.delta;
+  const out = JSON.parse(protocol() === "paper"
+    ? client.privatize_paper(epsilon(), delta, $("mechanism").value, K)
+    : client.privatize(epsilon(), delta, $("mechanism").value, K, $("ranking").value));
+  out.paper = protocol() === "paper";
   timings.privatize_ms = performance.now() - t;
   return out;
 }
@@ -201,6 +219,7 @@ async function onSearch() {
   showError("");
   $("warning").hidden = true;
   if (!image) return;
+  if (protocol() === "blocks" || protocol() === "whole") return onBlockSearch();
   let out;
   try {
     $("progress").hidden = false;
@@ -212,21 +231,27 @@ async function onSearch() {
     showError(`Could not prepare the search: ${e.message || e}`);
     return;
   }
-  const after = total([...receipts(), out.receipt]);
-  const limit = Number($("limit").value);
-  if (after.epsilon > limit) {
-    // Nothing has been sent: a release that is never sent spends no budget.
-    pending = out;
+  if (holdOverBudget(out)) {
     $("progress").hidden = true;
-    $("warning-text").textContent =
-      `This search would bring the privacy spent by this browser to ε = ${after.epsilon.toFixed(2)}, ` +
-      `above your limit of ${limit}.`;
-    $("warning").hidden = false;
-    $("search-anyway").focus();
-    status("Waiting for your decision.");
     return;
   }
   await send(out);
+}
+
+// If this release would bring the spent budget over the user's limit, keep it unsent and ask.
+// Nothing has been sent or fetched yet: a release that is never used spends no budget.
+function holdOverBudget(out) {
+  const after = total([...receipts(), out.receipt]);
+  const limit = Number($("limit").value);
+  if (after.epsilon <= limit) return false;
+  pending = out;
+  $("warning-text").textContent =
+    `This search would bring the privacy spent by this browser to ε = ${after.epsilon.toFixed(2)}, ` +
+    `above your limit of ${limit}.`;
+  $("warning").hidden = false;
+  $("search-anyway").focus();
+  status("Waiting for your decision.");
+  return true;
 }
 
 async function send(out) {
@@ -264,6 +289,7 @@ async function send(out) {
   let picked;
   try {
     picked = JSON.parse(client.pick(text));
+    picked.paper = out.paper;
   } catch (e) {
     $("progress").hidden = true;
     showError(`The server's answer could not be read: ${e.message || e}`);
@@ -293,7 +319,261 @@ function showResults(picked) {
     li.append(img, cap);
     return li;
   }));
-  drawPlot(picked);
+  if (picked.paper) drawPaperPlot(picked);
+  else drawPlot(picked);
+}
+
+// ---- block retrieval -------------------------------------------------------------------------
+
+function protocol() { return $("protocol").value; }
+
+const kib = (bytes) => bytes / 1024;
+function fmtKiB(bytes) {
+  const k = kib(bytes);
+  return k >= 1024 ? `${(k / 1024).toFixed(1)} MiB` : `${Math.round(k)} KiB`;
+}
+const pct = (x) => (x >= 0.995 && x < 1 ? "over 99" : x < 0.01 && x > 0 ? "under 1" : String(Math.round(100 * x)));
+
+// The partition document is public and the same for everyone; a stale one is refetched whole.
+async function loadPartition() {
+  partition = null;
+  try {
+    const text = await getJson("/api/v1/partition");
+    client.load_partition(text);
+    partition = JSON.parse(text);
+  } catch (e) {
+    partition = null;
+    $("plan").textContent = `Block download is unavailable: ${e.message || e} The noisy-numbers search still works.`;
+  }
+  const whole = $("protocol").querySelector("option[value='whole']");
+  const allowed = !!partition && partition.allow_full_download && partition.levels.some((l) => l.whole);
+  whole.hidden = !allowed;
+  whole.disabled = !allowed;
+  if (!partition) $("protocol").value = "frame";
+  else if (!allowed && protocol() === "whole") $("protocol").value = "blocks";
+}
+
+async function updateProtocol() {
+  // A partition that was unavailable (e.g. still being built) is fetched again, whole.
+  const p = protocol();
+  const blocks = p === "blocks" || p === "whole";
+  if (client && !partition && blocks) await loadPartition();
+  document.querySelectorAll(".frame-only").forEach((e) => { e.hidden = p !== "frame"; });
+  document.querySelectorAll(".paper-only").forEach((e) => { e.hidden = p !== "paper"; });
+  document.querySelectorAll(".gaussian-only").forEach((e) => { e.hidden = blocks; });
+  document.querySelectorAll(".blocks-only").forEach((e) => { e.hidden = p !== "blocks"; });
+  $("frame-figure").hidden = p !== "frame";
+  $("paper-figure").hidden = p !== "paper";
+  $("plan-figure").hidden = !blocks;
+  $("search").textContent = p === "whole" ? "Download and search" : "Search privately";
+  updateEpsilon(); // the hint and the plan
+}
+
+// The plan is public: a function of ε, the byte budget and the partition only, never the photo.
+function updatePlan() {
+  if (!client) return;
+  currentPlan = null;
+  const p = protocol();
+  if (p === "frame" || p === "paper") {
+    $("plan").textContent = "";
+    return;
+  }
+  if (!partition) return;
+  let curve = [];
+  try {
+    if (p === "whole") {
+      currentPlan = JSON.parse(client.whole_plan());
+      try { curve = JSON.parse(client.plans(epsilon())); } catch { curve = []; }
+    } else {
+      curve = JSON.parse(client.plans(epsilon()));
+      currentPlan = JSON.parse(client.plan(epsilon(), Number($("budget").value)));
+    }
+  } catch (e) {
+    $("plan").textContent = `No search fits these settings: ${e.message || e}. Choose a larger data budget.`;
+    drawPlanPlot(curve, null);
+    return;
+  }
+  $("plan").replaceChildren(...planLines(currentPlan).map((t) => {
+    const li = document.createElement("p");
+    li.textContent = t;
+    return li;
+  }));
+  drawPlanPlot(curve, currentPlan);
+}
+
+function planLines(plan) {
+  const eps = plan.epsilon === 0 ? "0 (nothing about your photo is released)" : String(plan.epsilon);
+  const what = plan.whole
+    ? "This search downloads the whole gallery"
+    : plan.size === plan.blocks
+      ? `This search downloads all ${plan.blocks} blocks of the gallery`
+      : `This search downloads ${plan.size} of the gallery's ${plan.blocks} blocks (your photo's own block is among them with probability ${pct(plan.inclusion)}%, hidden among random others)`;
+  return [
+    `${what}: about ${fmtKiB(plan.expected_bytes)}, ${pct(plan.expected_pool_fraction)}% of the gallery.`,
+    `Predicted: ${pct(plan.predicted_fidelity)}% of your 8 exact nearest matches in the gallery will be found (a prediction from the server's published coverage, not a promise).`,
+    `Privacy spent by this search: ε = ${eps}.`,
+  ];
+}
+
+async function onBlockSearch() {
+  const t = performance.now();
+  if (!currentPlan) {
+    showError("No search plan fits these settings. Choose a larger data budget or another way to search.");
+    return;
+  }
+  let out;
+  try {
+    out = JSON.parse(client.release_blocks(JSON.stringify(currentPlan)));
+  } catch (e) {
+    showError(`Could not prepare the search: ${e.message || e}`);
+    return;
+  }
+  timings.release_ms = performance.now() - t;
+  out.started = t;
+  if (out.receipt) {
+    if (holdOverBudget(out)) return;
+  }
+  await fetchBlocks(out);
+}
+
+// One code path for every block: all requests at once, in the given (random) order, no retry.
+async function fetchBlocks(out) {
+  $("warning").hidden = true;
+  showError("");
+  const t = performance.now();
+  out.started = out.started ?? t;
+  $("progress").hidden = false;
+  $("progress").value = 2;
+  status(`Downloading ${out.urls.length} block${out.urls.length === 1 ? "" : "s"}…`);
+  // The requests leave now: the release is spent whatever happens next.
+  if (out.receipt) {
+    localStorage.setItem(RECEIPTS_KEY, JSON.stringify([...receipts(), out.receipt]));
+    updateBudget();
+  }
+  let buffers;
+  try {
+    const responses = await Promise.all(out.urls.map((u) => fetch(u)));
+    const bad = responses.find((r) => !r.ok);
+    if (bad) {
+      const err = new Error(`the server answered HTTP ${bad.status}`);
+      err.status = bad.status;
+      throw err;
+    }
+    buffers = await Promise.all(responses.map((r) => r.arrayBuffer()));
+  } catch (e) {
+    $("progress").hidden = true;
+    const reason = e.status ? e.message : "cannot reach the search server";
+    showError(
+      `Downloading the gallery blocks failed (${reason}). Nothing was retried: retrying only some ` +
+      "blocks could reveal which one you need. Search again to make a new private choice of blocks — " +
+      "that spends privacy budget again.");
+    status("Search failed.");
+    // A replaced gallery version: fetch the (public, identical for everyone) partition anew.
+    if (e.status === 404 || e.status === 410) { await loadPartition(); updatePlan(); }
+    return;
+  }
+  timings.fetch_ms = performance.now() - t;
+  const r0 = performance.now();
+  let ranked;
+  try {
+    ranked = JSON.parse(client.rank_blocks(buffers.map((b) => new Uint8Array(b)), K));
+  } catch (e) {
+    $("progress").hidden = true;
+    showError(`The downloaded blocks could not be used: ${e.message || e}`);
+    status("Search failed.");
+    return;
+  }
+  timings.rank_ms = performance.now() - r0;
+  $("progress").value = 3;
+  $("progress").hidden = true;
+  showBlockResults(ranked, out);
+  timings.block_search_ms = performance.now() - out.started;
+  status(`Done: ${out.urls.length} block${out.urls.length === 1 ? "" : "s"} downloaded in ` +
+    `${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
+}
+
+function showBlockResults(ranked, out) {
+  const plan = currentPlan;
+  const same = ranked.results.filter((m) => m.label === image.label).length;
+  $("results-summary").textContent =
+    `The ${ranked.results.length} nearest of the ${ranked.pool_items} gallery images downloaded ` +
+    `(${out.urls.length} block${out.urls.length === 1 ? "" : "s"}), ranked exactly in your browser; ` +
+    `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${image.class_name}). ` +
+    (plan && plan.predicted_fidelity < 1
+      ? `Predicted before the search: ${pct(plan.predicted_fidelity)}% of these are your exact 8 nearest in the whole gallery.`
+      : "These are your exact 8 nearest in the whole gallery.");
+  const side = ranked.thumb_side;
+  $("results").replaceChildren(...ranked.results.map((m) => {
+    const li = document.createElement("li");
+    const canvas = document.createElement("canvas");
+    canvas.width = side;
+    canvas.height = side;
+    canvas.setAttribute("role", "img");
+    canvas.setAttribute("aria-label", m.class_name);
+    const ctx = canvas.getContext("2d");
+    const px = ctx.createImageData(side, side);
+    m.thumbnail.forEach((v, i) => px.data.set([v, v, v, 255], 4 * i));
+    ctx.putImageData(px, 0, 0);
+    const cap = document.createElement("div");
+    cap.textContent = m.class_name;
+    if (m.label === image.label) cap.className = "same";
+    li.dataset.label = m.label;
+    li.dataset.id = m.id;
+    li.append(canvas, cap);
+    return li;
+  }));
+}
+
+// ---- plot: predicted fidelity against KiB downloaded (the public Pareto curve) ---------------
+
+function drawPlanPlot(curve, chosen) {
+  const svg = $("plan-plot");
+  const W = 400, H = 260, L = 48, R = 12, T = 12, B = 40;
+  const pts = [...curve];
+  if (chosen && !pts.some((p) => p.level === chosen.level && p.size === chosen.size)) pts.push(chosen);
+  const nodes = [];
+  if (!pts.length) { svg.replaceChildren(); return; }
+  const xs = pts.map((p) => Math.max(1, kib(p.expected_bytes)));
+  let lo = Math.log10(Math.min(...xs)), hi = Math.log10(Math.max(...xs));
+  if (hi - lo < 0.5) { lo -= 0.25; hi += 0.25; }
+  const x = (bytes) => L + ((Math.log10(Math.max(1, kib(bytes))) - lo) / (hi - lo)) * (W - L - R);
+  const y = (f) => T + (1 - f) * (H - T - B);
+  // Axes, ticks and labels.
+  nodes.push(el("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#444" }));
+  nodes.push(el("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#444" }));
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+    nodes.push(el("line", { x1: L - 4, y1: y(f), x2: W - R, y2: y(f), stroke: "#ddd" }));
+    const t = el("text", { x: L - 6, y: y(f) + 4, "font-size": 10, "text-anchor": "end", fill: "#333" });
+    t.textContent = `${Math.round(100 * f)}%`;
+    nodes.push(t);
+  }
+  for (let e = Math.ceil(lo); e <= Math.floor(hi); e++) {
+    const b = 1024 * 10 ** e;
+    nodes.push(el("line", { x1: x(b), y1: H - B, x2: x(b), y2: H - B + 4, stroke: "#444" }));
+    const t = el("text", { x: x(b), y: H - B + 15, "font-size": 10, "text-anchor": "middle", fill: "#333" });
+    t.textContent = fmtKiB(b);
+    nodes.push(t);
+  }
+  const xl = el("text", { x: (L + W - R) / 2, y: H - 6, "font-size": 11, "text-anchor": "middle", fill: "#222" });
+  xl.textContent = "data downloaded per search (log scale)";
+  const yl = el("text", { x: 12, y: (T + H - B) / 2, "font-size": 11, "text-anchor": "middle", fill: "#222",
+    transform: `rotate(-90 12 ${(T + H - B) / 2})` });
+  yl.textContent = "predicted share of exact top 8";
+  nodes.push(xl, yl);
+  if (curve.length) {
+    nodes.push(el("polyline", { points: curve.map((p) => `${x(p.expected_bytes)},${y(p.predicted_fidelity)}`).join(" "),
+      fill: "none", stroke: COLOURS[0], "stroke-width": 1.5 }));
+  }
+  for (const p of pts) {
+    const label = p.whole ? "the whole gallery" : `${p.size} of ${p.blocks} blocks`;
+    nodes.push(el("circle", { cx: x(p.expected_bytes), cy: y(p.predicted_fidelity), r: 3, fill: p.whole ? COLOURS[4] : COLOURS[0] },
+      `${label}: ${fmtKiB(p.expected_bytes)}, predicted ${pct(p.predicted_fidelity)}%, ε = ${p.epsilon}`));
+  }
+  if (chosen) {
+    nodes.push(el("circle", { cx: x(chosen.expected_bytes), cy: y(chosen.predicted_fidelity), r: 8, fill: "none",
+      stroke: "#111", "stroke-width": 2, class: "chosen" }, "The plan this search uses"));
+  }
+  svg.replaceChildren(...nodes);
 }
 
 // ---- plot: the 10-d frame drawn flat, each class at a corner of a regular polygon -------------
@@ -322,6 +602,16 @@ function el(name, attrs, title) {
   return e;
 }
 
+// The real row: a filled star at (x, y).
+function star(x, y) {
+  const pts = Array.from({ length: 10 }, (_, i) => {
+    const a = -Math.PI / 2 + (Math.PI * i) / 5;
+    const rad = i % 2 ? 0.035 : 0.08;
+    return `${x + rad * Math.cos(a)},${y + rad * Math.sin(a)}`;
+  }).join(" ");
+  return el("polygon", { points: pts, fill: "#ffd400", stroke: "#111", "stroke-width": 0.01 }, "Your real row");
+}
+
 function drawPlot(picked) {
   const svg = $("plot");
   const nodes = [];
@@ -344,15 +634,24 @@ function drawPlot(picked) {
       const [x, y] = project(r);
       nodes.push(el("circle", { cx: x, cy: y, r: 0.035, fill: "none", stroke: "#111", "stroke-width": 0.012 }, "A row sent to the server"));
     }
-    const [x, y] = project(picked.real_row);
-    const pts = Array.from({ length: 10 }, (_, i) => {
-      const a = -Math.PI / 2 + (Math.PI * i) / 5;
-      const rad = i % 2 ? 0.035 : 0.08;
-      return `${x + rad * Math.cos(a)},${y + rad * Math.sin(a)}`;
-    }).join(" ");
-    nodes.push(el("polygon", { points: pts, fill: "#ffd400", stroke: "#111", "stroke-width": 0.01 }, "Your real row"));
+    nodes.push(star(...project(picked.real_row)));
   }
   svg.replaceChildren(...nodes);
+}
+
+// ---- plot: Algorithm 1's aligned 2-d embedding ----------------------------------------------
+
+function drawPaperPlot(picked) {
+  const scale = Math.max(1e-9, ...picked.rows.flat().map((v) => Math.abs(v)));
+  const at = (r) => [r[0] / scale, -r[1] / scale];
+  const nodes = [el("line", { x1: -1.2, y1: 0, x2: 1.2, y2: 0, stroke: "#ccc", "stroke-width": 0.006 }),
+    el("line", { x1: 0, y1: -1.2, x2: 0, y2: 1.2, stroke: "#ccc", "stroke-width": 0.006 })];
+  for (const r of picked.rows) {
+    const [x, y] = at(r);
+    nodes.push(el("circle", { cx: x, cy: y, r: 0.035, fill: "none", stroke: "#111", "stroke-width": 0.012 }, "A row sent to the server"));
+  }
+  nodes.push(star(...at(picked.real_row)));
+  $("paper-plot").replaceChildren(...nodes);
 }
 
 // ---- wiring ----------------------------------------------------------------------------------
@@ -368,12 +667,19 @@ drop.addEventListener("drop", (e) => {
 });
 $("epsilon").addEventListener("input", updateEpsilon);
 $("search").addEventListener("click", onSearch);
-$("search-anyway").addEventListener("click", () => { if (pending) { const p = pending; pending = null; send(p); } });
+$("search-anyway").addEventListener("click", () => {
+  if (!pending) return;
+  const p = pending;
+  pending = null;
+  if (p.urls) { p.started = performance.now(); fetchBlocks(p); } else send(p);
+});
 $("cancel").addEventListener("click", () => {
   pending = null;
   $("warning").hidden = true;
   status("Search cancelled; nothing was sent.");
 });
+$("protocol").addEventListener("change", updateProtocol);
+$("budget").addEventListener("change", updatePlan);
 $("limit").addEventListener("change", () => localStorage.setItem(LIMIT_KEY, $("limit").value));
 $("reset").addEventListener("click", () => {
   localStorage.removeItem(RECEIPTS_KEY);

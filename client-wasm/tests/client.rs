@@ -5,7 +5,7 @@
 
 use privatemail_client_wasm::{compose_budget, Client};
 use serde_json::{json, Value};
-use shared::frame::AnchorFrame;
+use shared::protocol::frame::AnchorFrame;
 use shared::DMatrix;
 use wasm_bindgen_test::*;
 
@@ -50,7 +50,7 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
         .sum();
     assert!((p - 1.0).abs() < 1e-4);
     // The exact placement of this image, computed with the same shared code.
-    let model = shared::model::Model::from_bytes(WEIGHTS).unwrap();
+    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
     let q = model.infer(&image(0)).unwrap().features;
     let frame = AnchorFrame::new(&feats, &rows, 0.02).unwrap();
     let exact = frame
@@ -89,7 +89,7 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
         }
     }
     // σ as calibrated for the frame's sensitivity (up to the proven grid terms, < 1 %).
-    let want = shared::mechanism::zcdp_sigma(eps, delta, 2f64.sqrt()).unwrap();
+    let want = shared::dp::mechanism::zcdp_sigma(eps, delta, 2f64.sqrt()).unwrap();
     assert!(scale >= want && scale < 1.01 * want, "{scale} vs {want}");
     // Empirical std of the real row's noise: 3,000 entries, SE ≈ 1.3 %; allow 6 SE.
     let est = (sq / (10.0 * trials as f64)).sqrt();

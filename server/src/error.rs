@@ -22,6 +22,14 @@ pub enum ApiError {
     Degenerate(String),
     #[error("no gallery item with id {0}")]
     NotFound(u64),
+    /// Anything else that does not exist (a partition level or block, an unknown version):
+    /// 404 `not_found` with this message.
+    #[error("{0}")]
+    Missing(String),
+    /// A partition version that existed but is no longer served: 410 `gone`, the message
+    /// names the current version.
+    #[error("{0}")]
+    Gone(String),
     #[error("missing or wrong bearer token")]
     Unauthorized,
     #[error("{0}")]
@@ -67,6 +75,14 @@ impl ApiError {
                 StatusCode::NOT_FOUND,
                 ErrorResponse::new(ErrorCode::NotFound, self.to_string()),
             ),
+            ApiError::Missing(msg) => (
+                StatusCode::NOT_FOUND,
+                ErrorResponse::new(ErrorCode::NotFound, msg.clone()),
+            ),
+            ApiError::Gone(msg) => (
+                StatusCode::GONE,
+                ErrorResponse::new(ErrorCode::Gone, msg.clone()),
+            ),
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
                 ErrorResponse::new(ErrorCode::Unauthorized, self.to_string()),
@@ -83,6 +99,18 @@ impl ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorResponse::new(ErrorCode::Internal, self.to_string()),
             ),
+        }
+    }
+}
+
+impl From<crate::partition::VersionError> for ApiError {
+    fn from(e: crate::partition::VersionError) -> Self {
+        use crate::partition::VersionError;
+        match e {
+            VersionError::Gone { .. } => ApiError::Gone(e.to_string()),
+            VersionError::Unknown { .. } | VersionError::Unavailable => {
+                ApiError::Missing(e.to_string())
+            }
         }
     }
 }

@@ -6,6 +6,8 @@ pub mod data;
 pub mod error;
 pub mod index;
 pub mod latency;
+pub mod partition;
+pub mod progress;
 pub mod quality;
 pub mod routes;
 pub mod state;

@@ -8,6 +8,7 @@ use shared::api::ApiLimits;
 use tracing_subscriber::EnvFilter;
 
 use privatemail_server::data::DEFAULT_DIR;
+use privatemail_server::partition::PartitionSettings;
 use privatemail_server::routes::router;
 use privatemail_server::state::{AppState, Options};
 
@@ -23,9 +24,9 @@ struct Args {
     /// Gallery images: the test split first, then the training split (70,000 = all).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=70_000))]
     gallery_size: u64,
-    /// Public anchors (from the training split, class-balanced).
-    #[arg(long, default_value_t = 1_000)]
-    anchors: usize,
+    /// Public anchors (from the training split, class-balanced): 10–60,000.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    anchors: u64,
     /// Directory of the web page, served at `/`.
     #[arg(long, env = "PM_WEB_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../web"))]
     web_dir: PathBuf,
@@ -41,14 +42,40 @@ struct Args {
     /// Bearer token for adding and deleting gallery images; without one they are disabled.
     #[arg(long, env = "PM_ADMIN_TOKEN")]
     admin_token: Option<String>,
-    /// Largest k a search may ask for.
-    #[arg(long, default_value_t = 50)]
-    max_k: usize,
+    /// Largest k a search may ask for: 1–100 (the bound the API document publishes).
+    #[arg(long, default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(1..=shared::params::limits::MAX_RANK_K as u64))]
+    max_k: u64,
+    /// Block retrieval: the largest expected share of the gallery one search may download, in
+    /// (0, 1] (published in the partition document; clients plan within it).
+    #[arg(long, env = "PM_MAX_SHARE", default_value_t = 0.25, value_parser = parse_share)]
+    max_share: f64,
+    /// Block retrieval: publish the whole gallery as one block (a download needing no privacy
+    /// budget). `false` hides that level and does not serve it.
+    #[arg(long, env = "PM_ALLOW_FULL_DOWNLOAD", default_value_t = true, action = clap::ArgAction::Set)]
+    allow_full_download: bool,
+    /// Block retrieval: seconds a replaced partition version stays served after a gallery
+    /// change (afterwards its URLs answer 410 Gone).
+    #[arg(long, env = "PM_PARTITION_GRACE_SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    partition_grace_secs: u64,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be in (0, 1], got {v}"))
+    }
 }
 
 #[tokio::main]
 async fn main() {
+    // Colours only on a terminal, so service logs stay plain text.
     tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .with_writer(privatemail_server::progress::LogWriter::Stdout)
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=info".into()),
         )
@@ -62,7 +89,7 @@ async fn main() {
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let limits = ApiLimits {
-        max_k: args.max_k,
+        max_k: args.max_k as usize,
         max_query_rows: 32,
         max_body_bytes: 1 << 20,
     };
@@ -72,17 +99,26 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.store.clone(),
         args.admin_token.clone(),
     );
-    let (gallery_size, anchor_count, seed) = (args.gallery_size as usize, args.anchors, args.seed);
+    let (gallery_size, anchor_count, seed) =
+        (args.gallery_size as usize, args.anchors as usize, args.seed);
+    let partition = PartitionSettings {
+        max_share: args.max_share,
+        allow_full_download: args.allow_full_download,
+        grace: std::time::Duration::from_secs(args.partition_grace_secs),
+    };
     let state = tokio::task::spawn_blocking(move || {
-        AppState::open(&Options {
-            data_dir: &data_dir,
-            store_path: &store,
-            gallery_size,
-            anchor_count,
-            seed,
-            limits,
-            admin_token: token,
-        })
+        AppState::open_with(
+            &Options {
+                data_dir: &data_dir,
+                store_path: &store,
+                gallery_size,
+                anchor_count,
+                seed,
+                limits,
+                admin_token: token,
+            },
+            partition,
+        )
     })
     .await??;
     tracing::info!(
@@ -91,6 +127,16 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         secs = t.elapsed().as_secs_f64(),
         "gallery ready"
     );
+    if let Some(p) = state.partitions.status() {
+        tracing::info!(
+            version = %p.version,
+            levels = ?p.levels,
+            build_secs = p.build_secs,
+            mib = p.bytes as f64 / (1 << 20) as f64,
+            transfer_mib = p.transfer_bytes as f64 / (1 << 20) as f64,
+            "partition ready"
+        );
+    }
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let app = router(state, web);
     let listener = tokio::net::TcpListener::bind(args.bind).await?;

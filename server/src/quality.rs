@@ -2,7 +2,7 @@
 //! retrieval with its features (cosine = Euclidean on unit vectors).
 
 use rayon::prelude::*;
-use shared::model::Model;
+use shared::embed::model::Model;
 
 use crate::data::Split;
 

@@ -4,19 +4,20 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use shared::align::umeyama;
 use shared::api::{
     AddItemsRequest, AnchorsResponse, ChangeResponse, ConfigResponse, ErrorCode, ErrorResponse,
-    GalleryMap, ItemMeta, Match, Ranking, SearchRequest, SearchResponse, StatusResponse,
+    GalleryMap, ItemMeta, Match, Ranking, SearchRequest, SearchResponse,
 };
-use shared::laplacian::dist2;
-use shared::retrieve::{
+use shared::embed::laplacian::dist2;
+use shared::protocol::align::umeyama;
+use shared::protocol::retrieve::{
     gallery_rows, posterior_ranking, proportional_ranking, LabelledRows, Neighbor,
 };
 use shared::DMatrix;
@@ -24,7 +25,8 @@ use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
 use crate::error::{plain_error, ApiError};
-use crate::state::{AppState, GalleryItem, SIDE};
+use crate::partition::VersionError;
+use crate::state::{AppState, GalleryItem, ServerStatus, SIDE};
 use crate::store::StoredItem;
 
 type Shared = State<Arc<AppState>>;
@@ -49,6 +51,8 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
             )),
         )
         .route("/status", get(status))
+        .route("/partition", get(partition))
+        .route("/blocks/{version}/{level}/{block}", get(block))
         .route("/gallery-map", get(gallery_map))
         .route("/openapi.json", get(openapi))
         .route("/gallery", post(add_items))
@@ -100,8 +104,8 @@ async fn gallery_map(State(s): Shared) -> Json<GalleryMap> {
     Json(s.gallery_map(GALLERY_MAP_MAX))
 }
 
-async fn status(State(s): Shared) -> Json<StatusResponse> {
-    Json(s.status())
+async fn status(State(s): Shared) -> Json<ServerStatus> {
+    Json(s.server_status())
 }
 
 async fn openapi() -> impl IntoResponse {
@@ -352,4 +356,137 @@ async fn delete_item(
     .map_err(|e| ApiError::Internal(e.to_string()))??;
     s.schedule_reembed();
     Ok((StatusCode::ACCEPTED, Json(resp)))
+}
+
+/// Block files never change under a URL (the version is a content hash): cache forever.
+const IMMUTABLE: HeaderValue = HeaderValue::from_static("public, max-age=31536000, immutable");
+/// The document does change (new version after a gallery change): revalidate every time.
+const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+
+/// Whether `Accept-Encoding` allows gzip (`gzip`/`x-gzip`, else `*`, with q > 0).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    let (mut gzip, mut star) = (None, None);
+    for value in headers.get_all(header::ACCEPT_ENCODING) {
+        let Ok(value) = value.to_str() else { continue };
+        for part in value.split(',') {
+            let mut it = part.split(';');
+            let coding = it.next().unwrap_or("").trim();
+            let q = it
+                .find_map(|p| {
+                    let p = p.trim();
+                    p.strip_prefix("q=").or_else(|| p.strip_prefix("Q="))
+                })
+                .map_or(1.0, |q| q.trim().parse::<f32>().unwrap_or(0.0));
+            if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+                gzip = Some(q > 0.0);
+            } else if coding == "*" {
+                star = Some(q > 0.0);
+            }
+        }
+    }
+    gzip.or(star).unwrap_or(false)
+}
+
+/// Whether `If-None-Match` names `etag` (weak comparison, as RFC 9110 asks) or is `*`.
+/// Anything unparsable simply does not match.
+fn etag_matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
+    headers.get_all(header::IF_NONE_MATCH).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',').any(|t| {
+                let t = t.trim();
+                t == "*" || t.strip_prefix("W/").unwrap_or(t).as_bytes() == etag.as_bytes()
+            })
+        })
+    })
+}
+
+/// A cacheable body: 304 without a body when the client has it, else the gzip bytes if the
+/// client takes them, else the plain ones. No copy: `Bytes` clones are reference counts.
+fn cached(
+    headers: &HeaderMap,
+    etag: &HeaderValue,
+    cache: HeaderValue,
+    content_type: HeaderValue,
+    plain: &Bytes,
+    gzip: &Bytes,
+) -> Response {
+    let mut resp = if etag_matches(headers, etag) {
+        let mut r = Response::new(Body::empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else if accepts_gzip(headers) {
+        let mut r = Response::new(Body::from(gzip.clone()));
+        r.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        r.headers_mut().insert(header::CONTENT_TYPE, content_type);
+        r
+    } else {
+        let mut r = Response::new(Body::from(plain.clone()));
+        r.headers_mut().insert(header::CONTENT_TYPE, content_type);
+        r
+    };
+    let h = resp.headers_mut();
+    h.insert(header::ETAG, etag.clone());
+    h.insert(header::CACHE_CONTROL, cache);
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    // Range requests are answered with the whole file (200); say so up front.
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("none"));
+    resp
+}
+
+/// `GET /partition`: the current partition document (`Cache-Control: no-cache`, ETag = the
+/// version, so a revalidation costs a 304).
+async fn partition(State(s): Shared, headers: HeaderMap) -> Result<Response, ApiError> {
+    let p = s.partitions.current().ok_or(VersionError::Unavailable)?;
+    Ok(cached(
+        &headers,
+        &p.doc_etag,
+        NO_CACHE,
+        HeaderValue::from_static("application/json"),
+        &p.doc_json,
+        &p.doc_gzip,
+    ))
+}
+
+/// A level or block index from the path: not a decimal number → 400 `invalid_input`; a
+/// number too big for `usize` → `None` (out of range, 404 like any other).
+fn path_index(s: &str, what: &str) -> Result<Option<usize>, ApiError> {
+    if s.is_empty() || s.len() > 40 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::BadRequest(ErrorResponse::new(
+            ErrorCode::InvalidInput,
+            format!("the {what} must be a non-negative decimal number"),
+        )));
+    }
+    Ok(s.parse().ok())
+}
+
+/// `GET /blocks/{version}/{level}/{block}`: one block file, immutable. Non-numeric level or
+/// block → 400 `invalid_input`; a version replaced longer ago than the grace period → 410
+/// `gone`; an unknown version, level or block → 404 `not_found` (both name the current
+/// version). `Range` is ignored (the full file, 200).
+async fn block(
+    State(s): Shared,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path((version, level, block)) = path.map_err(|e| {
+        ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
+    })?;
+    let (li, bi) = (path_index(&level, "level")?, path_index(&block, "block")?);
+    let p = s.partitions.get(&version)?;
+    let file = li.zip(bi).and_then(|(l, b)| p.block(l, b)).ok_or_else(|| {
+        ApiError::Missing(format!(
+            "partition {} has no block {level}/{block} ({} levels)",
+            p.version(),
+            p.files.len()
+        ))
+    })?;
+    Ok(cached(
+        &headers,
+        &file.etag,
+        IMMUTABLE,
+        HeaderValue::from_static("application/octet-stream"),
+        &file.raw,
+        &file.gzip,
+    ))
 }

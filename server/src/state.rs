@@ -2,7 +2,7 @@
 //! snapshot (the catalogue as of its last embedding), which is swapped atomically after a
 //! background re-embedding while searches keep being answered from the old one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,17 +10,19 @@ use std::sync::{Arc, Mutex, RwLock};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse, GalleryMap, StatusResponse};
-use shared::frame::AnchorFrame;
-use shared::privatemail::{embed_dense, embed_nystrom};
-use shared::retrieve::gallery_rows;
+use shared::protocol::frame::AnchorFrame;
+use shared::protocol::privatemail::{embed_dense, embed_nystrom};
+use shared::protocol::retrieve::gallery_rows;
 use shared::{DMatrix, Params};
 
 use crate::data::{load_split, DataError, Split, CLASS_NAMES};
 use crate::index::Index;
-use crate::store::{SnapshotMeta, Store, StoreError, StoredItem, StoredSnapshot};
+use crate::partition::{PartitionSettings, Partitions};
+use crate::progress::{Progress, Spinner};
+use crate::store::{FeatureRow, SnapshotMeta, Store, StoreError, StoredItem, StoredSnapshot};
 use crate::thumbnail::{base64, png_grey};
 use rayon::prelude::*;
-use shared::model::Model;
+use shared::embed::model::Model;
 
 /// Image side (Fashion-MNIST).
 pub const SIDE: u32 = 28;
@@ -48,8 +50,18 @@ pub struct GalleryItem {
 
 impl GalleryItem {
     pub fn new(id: u64, label: u32, pixels: Vec<u8>, model: &Model) -> Result<Self, StateError> {
-        let png = png_grey(&pixels, SIDE, SIDE)?;
         let features = model.infer(&pixels)?.features;
+        Self::with_features(id, label, pixels, features)
+    }
+
+    /// An item whose features are already known (stored with the same weights version).
+    pub fn with_features(
+        id: u64,
+        label: u32,
+        pixels: Vec<u8>,
+        features: Vec<f32>,
+    ) -> Result<Self, StateError> {
+        let png = png_grey(&pixels, SIDE, SIDE)?;
         Ok(GalleryItem {
             id,
             label,
@@ -63,10 +75,33 @@ impl GalleryItem {
 
 /// A short, stable version string for the model weights (FNV-1a of the bytes).
 pub fn model_version(weights: &[u8]) -> String {
-    let h = weights.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("cnn-v1-{h:016x}")
+    shared::embed::model::weights_version(weights)
+}
+
+/// How the last start went: what was reused from the store and where the time went
+/// (`GET /status` → `startup`; also logged as "start-up timings").
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StartupReport {
+    /// Every gallery item's features came from the store (none recomputed).
+    pub features_reused: bool,
+    /// Items whose stored features (same weights version) were used.
+    pub features_loaded: usize,
+    /// Items whose features were computed (and written back).
+    pub features_computed: usize,
+    /// The stored embedding matched and was used.
+    pub embedding_reused: bool,
+    /// Fashion-MNIST files and the public anchors' features.
+    pub data_secs: f64,
+    /// Reading (or seeding) the store: items and stored features.
+    pub store_load_secs: f64,
+    /// Missing features computed, thumbnails encoded, computed features written back.
+    pub features_secs: f64,
+    /// The embedding (stored or computed), the frame placement and the indexes.
+    pub embedding_secs: f64,
+    /// The block partition.
+    pub partition_secs: f64,
+    /// All of the above.
+    pub total_secs: f64,
 }
 
 /// What searches are answered from. Immutable once built.
@@ -106,11 +141,24 @@ impl FrameGallery {
     }
 }
 
+/// `GET /api/v1/status`: the shared [`StatusResponse`] with the partition's state added
+/// (clients that only know `StatusResponse` ignore the extra field).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ServerStatus {
+    #[serde(flatten)]
+    pub base: StatusResponse,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<crate::partition::PartitionStatus>,
+    /// How the last start went (what was reused, where the time went).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup: Option<StartupReport>,
+}
+
 pub struct AppState {
     pub config: ConfigResponse,
     pub anchors: AnchorsResponse,
     anchor_features: DMatrix<f64>,
-    /// The public anchor frame (`shared::frame`), fixed for the server's lifetime.
+    /// The public anchor frame (`shared::protocol::frame`), fixed for the server's lifetime.
     pub frame: AnchorFrame,
     pub model: Model,
     pub params: Params,
@@ -122,6 +170,12 @@ pub struct AppState {
     reembed: Mutex<Reembed>,
     pub store: Store,
     pub search_latency: crate::latency::Histogram,
+    /// The published partition for private block retrieval (rebuilt with the snapshot).
+    pub partitions: Partitions,
+    /// How the last start went.
+    pub startup: StartupReport,
+    /// Items whose features are in the store (by identity: a re-added id is a new item).
+    features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
 }
 
 #[derive(Default)]
@@ -154,7 +208,9 @@ pub enum StateError {
     Invalid(String),
 }
 
-fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
+/// The public anchors: the first `count` training images with at most ⌈count/10⌉ per class, in
+/// index order (the evaluation uses the same ones).
+pub fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
     let per_class = count.div_ceil(10);
     let mut taken = [0usize; 10];
     (0..train.labels.len())
@@ -167,19 +223,119 @@ fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
         .collect()
 }
 
+/// The gallery items with their features: stored ones (same weights version) reused, the
+/// others computed in parallel with progress and written back. Also returns, for each
+/// computed id, whether writing it back succeeded.
+fn gallery_features(
+    store: &Store,
+    weights: &str,
+    stored: Vec<StoredItem>,
+    mut stored_features: HashMap<u64, Vec<f32>>,
+    model: &Model,
+    report: &mut StartupReport,
+) -> Result<(Vec<GalleryItem>, HashMap<u64, bool>), StateError> {
+    let t = std::time::Instant::now();
+    let inputs: Vec<(StoredItem, Option<Vec<f32>>)> = stored
+        .into_iter()
+        .map(|it| {
+            // A row of the wrong width or with non-finite values is recomputed.
+            let f = stored_features.remove(&it.id).filter(|f| {
+                f.len() == shared::embed::model::EMBED && f.iter().all(|v| v.is_finite())
+            });
+            (it, f)
+        })
+        .collect();
+    let missing = inputs.iter().filter(|(_, f)| f.is_none()).count();
+    let progress = (missing > 0).then(|| {
+        Progress::new(
+            format!("gallery features ({missing} of {})", inputs.len()),
+            missing as u64,
+            "images",
+        )
+    });
+    let items: Vec<(GalleryItem, bool)> = inputs
+        .into_par_iter()
+        .map(|(it, f)| match f {
+            Some(f) => {
+                GalleryItem::with_features(it.id, it.label, it.pixels, f).map(|g| (g, false))
+            }
+            None => {
+                let g = GalleryItem::new(it.id, it.label, it.pixels, model)?;
+                if let Some(p) = &progress {
+                    p.inc(1);
+                }
+                Ok((g, true))
+            }
+        })
+        .collect::<Result<_, StateError>>()?;
+    if let Some(p) = &progress {
+        p.finish();
+    }
+    let computed_rows: Vec<FeatureRow> = items
+        .iter()
+        .filter(|(_, c)| *c)
+        .map(|(it, _)| FeatureRow {
+            id: it.id,
+            label: it.label,
+            pixels: &it.pixels,
+            features: &it.features,
+        })
+        .collect();
+    let written = if computed_rows.is_empty() {
+        true
+    } else {
+        match store.put_features(weights, &computed_rows) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "storing gallery features failed");
+                false
+            }
+        }
+    };
+    let computed: HashMap<u64, bool> = computed_rows.iter().map(|r| (r.id, written)).collect();
+    drop(computed_rows);
+    report.features_computed = computed.len();
+    report.features_loaded = items.len() - computed.len();
+    report.features_reused = computed.is_empty();
+    report.features_secs = t.elapsed().as_secs_f64();
+    tracing::info!(
+        loaded = report.features_loaded,
+        computed = report.features_computed,
+        secs = report.features_secs,
+        "gallery features ready"
+    );
+    Ok((items.into_iter().map(|(it, _)| it).collect(), computed))
+}
+
 impl AppState {
     /// Open the store (seeding it with the first `gallery_size` test images if empty), take
     /// the anchors from the training split, and reuse the stored embedding if it matches the
     /// catalogue, the parameters and the anchors — otherwise embed now.
     pub fn open(opts: &Options) -> Result<Arc<Self>, StateError> {
+        Self::open_with(opts, PartitionSettings::default())
+    }
+
+    /// [`AppState::open`] with the operator's partition settings; the partition is built
+    /// before this returns, so the server never listens without one.
+    pub fn open_with(
+        opts: &Options,
+        partition: PartitionSettings,
+    ) -> Result<Arc<Self>, StateError> {
+        let t_total = std::time::Instant::now();
+        let mut report = StartupReport::default();
+        let t = std::time::Instant::now();
         let train = load_split(opts.data_dir, "train")?;
         let anchor_idx = balanced_anchors(&train, opts.anchor_count);
         if anchor_idx.len() < 10 {
             return Err(StateError::Invalid("need at least 10 anchors".into()));
         }
+        report.data_secs += t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
         let d = (SIDE * SIDE) as usize;
+        let weights = model_version(crate::MODEL_WEIGHTS);
         let store = Store::open(opts.store_path)?;
         let mut stored = store.load_items()?;
+        let mut stored_features = store.load_features(&weights)?;
         let mut version = store.catalogue_version()?;
         if stored.is_empty() {
             // The test split first (ids 0..10,000), then, for bigger galleries, the training
@@ -201,7 +357,15 @@ impl AppState {
             }));
             version += 1;
             store.put_items(&stored, version)?;
+            stored_features.clear();
         }
+        report.store_load_secs = t.elapsed().as_secs_f64();
+        tracing::info!(
+            items = stored.len(),
+            stored_features = stored_features.len(),
+            secs = report.store_load_secs,
+            "store loaded"
+        );
         let model = Model::from_bytes(crate::MODEL_WEIGHTS)?;
         if let Some(bad) = stored
             .iter()
@@ -212,12 +376,22 @@ impl AppState {
                 bad.id
             )));
         }
-        let items: Vec<GalleryItem> = stored
-            .into_par_iter()
-            .map(|it| GalleryItem::new(it.id, it.label, it.pixels, &model))
-            .collect::<Result<_, _>>()?;
+        let (items, computed) = gallery_features(
+            &store,
+            &weights,
+            stored,
+            stored_features,
+            &model,
+            &mut report,
+        )?;
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
+        let features_stored: HashMap<u64, Arc<GalleryItem>> = catalogue
+            .values()
+            .filter(|it| !computed.contains_key(&it.id) || computed[&it.id])
+            .map(|it| (it.id, Arc::clone(it)))
+            .collect();
+        let t = std::time::Instant::now();
         let params = Params::default();
         let anchors = AnchorsResponse {
             ids: anchor_idx
@@ -239,8 +413,9 @@ impl AppState {
             &anchor_features,
             &anchors.labels,
             params.smlq.num_classes,
-            shared::frame::DEFAULT_KERNEL_SCALE,
+            shared::protocol::frame::DEFAULT_KERNEL_SCALE,
         )?;
+        report.data_secs += t.elapsed().as_secs_f64();
         let anchors = AnchorsResponse {
             features: anchor_inf,
             frame_rows: gallery_rows(frame.rows()),
@@ -252,9 +427,9 @@ impl AppState {
             class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
             feature_dim: fd,
             frame_dim: frame.dim(),
-            frame_kernel_scale: shared::frame::DEFAULT_KERNEL_SCALE,
+            frame_kernel_scale: shared::protocol::frame::DEFAULT_KERNEL_SCALE,
             anchor_count: anchor_idx.len(),
-            model_version: model_version(crate::MODEL_WEIGHTS),
+            model_version: weights,
             limits: opts.limits,
         };
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
@@ -266,7 +441,7 @@ impl AppState {
             anchor_rows: DMatrix::zeros(0, 0),
             frame: FrameGallery::new(&[], &[]),
         };
-        let state = AppState {
+        let mut state = AppState {
             config,
             anchors,
             anchor_features,
@@ -281,16 +456,44 @@ impl AppState {
             reembed: Mutex::new(Reembed::default()),
             store,
             search_latency: Default::default(),
+            partitions: Partitions::new(partition),
+            startup: StartupReport::default(),
+            features_stored: Mutex::new(features_stored),
         };
-        let snap = match state.stored_snapshot(&items, version)? {
-            Some(s) => s,
+        let t = std::time::Instant::now();
+        let (snap, reused) = match state.stored_snapshot(&items, version)? {
+            Some(s) => (s, true),
             None => {
-                let s = state.embed(items, version)?;
+                let spinner = Spinner::new(format!("embedding {} items", items.len()));
+                let s = state.embed(items.clone(), version)?;
+                spinner.finish();
                 state.persist(&s)?;
-                s
+                (s, false)
             }
         };
+        report.embedding_reused = reused;
+        report.embedding_secs = t.elapsed().as_secs_f64();
         *state.snapshot.write().unwrap() = Arc::new(snap);
+        let t = std::time::Instant::now();
+        let spinner = Spinner::new(format!("partition of {} items", items.len()));
+        state.rebuild_partition(&items, version);
+        spinner.finish();
+        report.partition_secs = t.elapsed().as_secs_f64();
+        report.total_secs = t_total.elapsed().as_secs_f64();
+        tracing::info!(
+            features_reused = report.features_reused,
+            features_loaded = report.features_loaded,
+            features_computed = report.features_computed,
+            embedding_reused = report.embedding_reused,
+            data_secs = report.data_secs,
+            store_load_secs = report.store_load_secs,
+            features_secs = report.features_secs,
+            embedding_secs = report.embedding_secs,
+            partition_secs = report.partition_secs,
+            total_secs = report.total_secs,
+            "start-up timings"
+        );
+        state.startup = report;
         Ok(Arc::new(state))
     }
 
@@ -457,6 +660,49 @@ impl AppState {
         map
     }
 
+    /// Build the partition of `items` and make it current; on failure the old one stays.
+    /// CPU-heavy: call off the async runtime.
+    pub fn rebuild_partition(&self, items: &[Arc<GalleryItem>], version: u64) {
+        match crate::partition::build(
+            items,
+            &self.anchors.features,
+            self.seed,
+            version,
+            &self.partitions.settings,
+        ) {
+            Ok(p) => {
+                let v = p.doc.version.clone();
+                self.partitions.publish(p);
+                tracing::info!(version = %v, catalogue_version = version, "partition swapped in");
+            }
+            Err(e) => tracing::error!(error = %e, "partition build failed; keeping the old one"),
+        }
+    }
+
+    /// Write the features of the items not yet stored (added since the last call) to the
+    /// store, so the next start reuses them; failures are logged (the features are then
+    /// recomputed at the next start).
+    pub fn store_features(&self, items: &[Arc<GalleryItem>]) {
+        let mut stored = self.features_stored.lock().unwrap();
+        let new: Vec<FeatureRow> = items
+            .iter()
+            .filter(|it| !stored.get(&it.id).is_some_and(|s| Arc::ptr_eq(s, it)))
+            .map(|it| FeatureRow {
+                id: it.id,
+                label: it.label,
+                pixels: &it.pixels,
+                features: &it.features,
+            })
+            .collect();
+        if !new.is_empty() {
+            match self.store.put_features(&self.config.model_version, &new) {
+                Ok(n) => tracing::debug!(written = n, "gallery features stored"),
+                Err(e) => tracing::error!(error = %e, "storing gallery features failed"),
+            }
+        }
+        *stored = items.iter().map(|it| (it.id, Arc::clone(it))).collect();
+    }
+
     /// The current search snapshot (cheap: an `Arc` clone under a read lock).
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.read().unwrap().clone()
@@ -471,6 +717,15 @@ impl AppState {
             catalogue_items: self.catalogue.read().unwrap().len(),
             reembedding: self.reembed.lock().unwrap().running,
             search_latency: self.search_latency.summary(),
+        }
+    }
+
+    /// `GET /api/v1/status`: [`AppState::status`] plus the partition.
+    pub fn server_status(&self) -> ServerStatus {
+        ServerStatus {
+            base: self.status(),
+            partition: self.partitions.status(),
+            startup: Some(self.startup.clone()),
         }
     }
 
@@ -490,7 +745,8 @@ impl AppState {
             let version = state.catalogue_version.load(Ordering::SeqCst);
             let items: Vec<Arc<GalleryItem>> =
                 state.catalogue.read().unwrap().values().cloned().collect();
-            match state.embed(items, version) {
+            state.store_features(&items);
+            match state.embed(items.clone(), version) {
                 Ok(snap) => {
                     if let Err(e) = state.persist(&snap) {
                         tracing::error!(error = %e, "persisting the snapshot failed");
@@ -502,6 +758,8 @@ impl AppState {
                     tracing::error!(error = %e, "re-embedding failed; keeping the old snapshot")
                 }
             }
+            // Before `running` clears, so a finished re-embedding means a current partition.
+            state.rebuild_partition(&items, version);
             let mut r = state.reembed.lock().unwrap();
             if r.dirty {
                 r.dirty = false;

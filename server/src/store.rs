@@ -1,10 +1,19 @@
-//! Persistence on redb (an embedded, crash-safe key-value store): the gallery items and the
-//! last computed embedding, so a restart serves the same results without recomputing.
+//! Persistence on redb (an embedded, crash-safe key-value store): the gallery items, their
+//! model features and the last computed embedding, so a restart serves the same results
+//! without recomputing.
 //!
-//! Layout: table `items` maps id → `label (u32 LE) ‖ pixels`; table `snapshot` holds
-//! `meta` (JSON [`SnapshotMeta`]), `ids` (u64 LE, gallery order) and `rows` (f64 LE: the gallery
-//! rows, then the anchor rows, each `embed_dim` wide).
+//! Layout: table `items` maps id → `label (u32 LE) ‖ pixels`; table `features` maps id →
+//! `version length (u8) ‖ model weights version (UTF-8) ‖ features (f32 LE)`, valid only while
+//! the weights version matches (`shared::embed::model::weights_version`); table `snapshot`
+//! holds `meta` (JSON [`SnapshotMeta`]), `ids` (u64 LE, gallery order) and `rows` (f64 LE: the
+//! gallery rows, then the anchor rows, each `embed_dim` wide).
+//!
+//! A features row never outlives its item: [`Store::put_items`] and [`Store::delete_item`]
+//! remove it in the same transaction, and [`Store::put_features`] writes only for items whose
+//! stored label and pixels are still the ones the features were computed from. Stores written
+//! before the `features` table existed open as stores without features.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use redb::{Database, ReadableTable, TableDefinition, TableError};
@@ -13,6 +22,41 @@ use shared::SmlqParams;
 
 const ITEMS: TableDefinition<u64, &[u8]> = TableDefinition::new("items");
 const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshot");
+const FEATURES: TableDefinition<u64, &[u8]> = TableDefinition::new("features");
+
+/// Encode a features row: `len(version) ‖ version ‖ f32 LE`.
+fn encode_features(version: &str, features: &[f32]) -> Vec<u8> {
+    let v = version.as_bytes();
+    let mut out = Vec::with_capacity(1 + v.len() + 4 * features.len());
+    out.push(v.len().min(255) as u8);
+    out.extend_from_slice(&v[..v.len().min(255)]);
+    for f in features {
+        out.extend_from_slice(&f.to_le_bytes());
+    }
+    out
+}
+
+/// Decode a features row if it was computed with weights `version`.
+fn decode_features(version: &str, bytes: &[u8]) -> Option<Vec<f32>> {
+    let (&n, rest) = bytes.split_first()?;
+    let (v, f) = rest.split_at_checked(n as usize)?;
+    if v != version.as_bytes() || f.len() % 4 != 0 {
+        return None;
+    }
+    Some(
+        f.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+    )
+}
+
+/// Features to store for one item, with what they were computed from.
+pub struct FeatureRow<'a> {
+    pub id: u64,
+    pub label: u32,
+    pub pixels: &'a [u8],
+    pub features: &'a [f32],
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -102,10 +146,12 @@ impl Store {
         let tx = self.db.begin_write()?;
         {
             let mut t = tx.open_table(ITEMS)?;
+            let mut f = tx.open_table(FEATURES)?;
             for it in items {
                 let mut v = it.label.to_le_bytes().to_vec();
                 v.extend_from_slice(&it.pixels);
                 t.insert(it.id, v.as_slice())?;
+                f.remove(it.id)?;
             }
             let mut s = tx.open_table(SNAPSHOT)?;
             s.insert("catalogue_version", version.to_le_bytes().as_slice())?;
@@ -120,12 +166,56 @@ impl Store {
         let removed = {
             let mut t = tx.open_table(ITEMS)?;
             let removed = t.remove(id)?.is_some();
+            tx.open_table(FEATURES)?.remove(id)?;
             let mut s = tx.open_table(SNAPSHOT)?;
             s.insert("catalogue_version", version.to_le_bytes().as_slice())?;
             removed
         };
         tx.commit()?;
         Ok(removed)
+    }
+
+    /// The stored features computed with weights `version`, by id (rows of other versions,
+    /// malformed rows and rows of deleted items are left out).
+    pub fn load_features(&self, version: &str) -> Result<HashMap<u64, Vec<f32>>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = match tx.open_table(FEATURES) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(HashMap::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = HashMap::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            if let Some(f) = decode_features(version, v.value()) {
+                out.insert(k.value(), f);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Store features computed with weights `version`, in one transaction; a row is written
+    /// only if its item is still stored with the same label and pixels. Returns how many
+    /// were written.
+    pub fn put_features(&self, version: &str, rows: &[FeatureRow]) -> Result<usize, StoreError> {
+        let tx = self.db.begin_write()?;
+        let mut written = 0;
+        {
+            let items = tx.open_table(ITEMS)?;
+            let mut f = tx.open_table(FEATURES)?;
+            for r in rows {
+                let current = items.get(r.id)?.is_some_and(|v| {
+                    let v = v.value();
+                    v.len() >= 4 && v[..4] == r.label.to_le_bytes() && &v[4..] == r.pixels
+                });
+                if current {
+                    f.insert(r.id, encode_features(version, r.features).as_slice())?;
+                    written += 1;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(written)
     }
 
     pub fn catalogue_version(&self) -> Result<u64, StoreError> {
@@ -243,6 +333,53 @@ mod tests {
         let snap = s.load_snapshot().unwrap().unwrap();
         assert_eq!(snap.ids, vec![3]);
         assert_eq!(snap.rows, vec![0.5, -1.25, 2.0, 3.0]);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn features_are_kept_per_weights_version_and_never_outlive_their_item() {
+        let dir = std::env::temp_dir().join(format!("pm-store-f-{}", std::process::id()));
+        let path = dir.join("g.redb");
+        let _ = std::fs::remove_file(&path);
+        let item = |id, label, px: u8| StoredItem {
+            id,
+            label,
+            pixels: vec![px; 3],
+        };
+        let s = Store::open(&path).unwrap();
+        assert!(s.load_features("v1").unwrap().is_empty());
+        s.put_items(&[item(1, 2, 7), item(2, 3, 8)], 1).unwrap();
+        let row = |id, label, pixels: &'static [u8], features: &'static [f32]| FeatureRow {
+            id,
+            label,
+            pixels,
+            features,
+        };
+        let written = s
+            .put_features(
+                "v1",
+                &[
+                    row(1, 2, &[7, 7, 7], &[0.5, -1.0]),
+                    row(2, 3, &[9, 9, 9], &[1.0, 2.0]), // pixels no longer stored: skipped
+                    row(5, 0, &[7, 7, 7], &[1.0, 2.0]), // no such item: skipped
+                ],
+            )
+            .unwrap();
+        assert_eq!(written, 1);
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let f = s.load_features("v1").unwrap();
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[&1], vec![0.5, -1.0]);
+        assert!(s.load_features("v2").unwrap().is_empty());
+        // Re-putting an item drops its features; deleting it too.
+        s.put_items(&[item(1, 2, 6)], 2).unwrap();
+        assert!(s.load_features("v1").unwrap().is_empty());
+        s.put_features("v1", &[row(2, 3, &[8, 8, 8], &[3.0])])
+            .unwrap();
+        assert_eq!(s.load_features("v1").unwrap()[&2], vec![3.0]);
+        s.delete_item(2, 3).unwrap();
+        assert!(s.load_features("v1").unwrap().is_empty());
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -1,4 +1,4 @@
-//! Training of the on-device model (`shared::model`): Adam on softmax cross-entropy with a
+//! Training of the on-device model (`shared::embed::model`): Adam on softmax cross-entropy with a
 //! cosine learning-rate decay. Deterministic for a given seed, whatever the thread count:
 //! each batch is cut into fixed chunks whose gradients are summed in order.
 
@@ -6,7 +6,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use shared::model::{Model, Weights, C1, EMBED, FLAT, K};
+use shared::embed::model::{Model, Weights, C1, EMBED, FLAT, K};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TrainConfig {
@@ -22,7 +22,7 @@ pub struct TrainConfig {
 /// One augmented copy of a preprocessed image: mirrored if `flip`, shifted by `(dx, dy)`
 /// pixels with zero (background) fill.
 pub fn augment(x: &[f32], flip: bool, dx: i32, dy: i32) -> Vec<f32> {
-    let side = shared::model::SIDE as i32;
+    let side = shared::embed::model::SIDE as i32;
     let mut out = vec![0.0f32; x.len()];
     for r in 0..side {
         for c in 0..side {
@@ -84,7 +84,8 @@ fn add(acc: &mut Weights, g: &Weights) {
 }
 
 /// Train on preprocessed images `xs` with `labels`; `after_epoch(epoch, model, mean_loss)` is
-/// called after each epoch (for progress reports).
+/// called after each epoch (for progress reports). Shows each epoch's batches and running loss
+/// (`crate::progress`: a bar on a terminal, log lines otherwise).
 pub fn train(
     xs: &[Vec<f32>],
     labels: &[u8],
@@ -103,6 +104,12 @@ pub fn train(
     for epoch in 0..cfg.epochs {
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
+        let mut seen = 0usize;
+        let bar = crate::progress::Progress::new(
+            format!("epoch {}/{}", epoch + 1, cfg.epochs),
+            batches as u64,
+            "batches",
+        );
         for (bi, batch) in order.chunks(cfg.batch).enumerate() {
             // Drawn sequentially, so the augmentation is the same whatever the thread count.
             let aug: Vec<(bool, i32, i32)> = batch
@@ -148,7 +155,11 @@ pub fn train(
                 .into_iter()
                 .for_each(|t| t.iter_mut().for_each(|v| *v *= scale));
             adam.step(&mut model.w, &g, lr);
+            seen += batch.len();
+            bar.set_message(format!("loss {:.4}", loss_sum / seen as f64));
+            bar.inc(1);
         }
+        bar.finish();
         after_epoch(epoch, &model, loss_sum / order.len() as f64);
     }
     model

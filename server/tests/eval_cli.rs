@@ -168,3 +168,70 @@ fn missing_data_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("dataset-fashion-mnist"), "{err}");
 }
+
+#[test]
+fn eval_blocks_writes_the_csv_the_issue_names() {
+    let dir = std::env::temp_dir().join(format!("pm-eval-blocks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    write_split(&dir, "t10k", 400);
+    write_split(&dir, "train", 300);
+    let out_dir = dir.join("out");
+    let out = Command::new(env!("CARGO_BIN_EXE_eval"))
+        .args([
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--blocks",
+            "--anchors",
+            "100",
+            "--blocks-queries",
+            "60",
+            "--blocks-draws",
+            "2",
+            "--blocks-large",
+            "0",
+            "--blocks-levels",
+            "8,16",
+            "--blocks-variants",
+            "spill-2,closure-8",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "eval --blocks failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = std::fs::read_to_string(out_dir.join("blocks.csv")).unwrap();
+    let mut lines = csv.lines().filter(|l| !l.starts_with('#'));
+    assert_eq!(
+        lines.next().unwrap(),
+        "method,epsilon,blocks,partition,released,pool_fraction,fidelity_at_8,recall_at_8,map_at_8,miss_rate,kib_per_search"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == 11), "{csv}");
+    for method in ["blocks", "blocks-predicted", "download-all", "reference"] {
+        assert!(
+            rows.iter().any(|r| r[0] == method),
+            "no {method} rows:\n{csv}"
+        );
+    }
+    // Every block row's fidelity and pool are shares, and the miss rate fits the mechanism.
+    for r in rows.iter().filter(|r| r[0] == "blocks") {
+        let (pool, fid, miss): (f64, f64, f64) = (
+            r[5].parse().unwrap(),
+            r[6].parse().unwrap(),
+            r[9].parse().unwrap(),
+        );
+        assert!(
+            (0.0..=1.0).contains(&pool) && (0.0..=1.0).contains(&fid),
+            "{r:?}"
+        );
+        assert!((0.0..1.0).contains(&miss), "{r:?}");
+    }
+    for f in ["blocks.svg", "blocks.md"] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

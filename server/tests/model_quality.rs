@@ -4,7 +4,7 @@
 use privatemail_server::data::{load_split, DEFAULT_DIR};
 use privatemail_server::quality::model_quality;
 use privatemail_server::MODEL_WEIGHTS;
-use shared::model::Model;
+use shared::embed::model::Model;
 
 #[test]
 fn committed_model_meets_quality_floors() {

@@ -4,10 +4,10 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::align::umeyama;
 use shared::metrics::{mean, recall_at_k};
-use shared::privatemail::{embed_dense, embed_nystrom};
-use shared::retrieve::{gallery_rows, knn_rows};
+use shared::protocol::align::umeyama;
+use shared::protocol::privatemail::{embed_dense, embed_nystrom};
+use shared::protocol::retrieve::{gallery_rows, knn_rows};
 use shared::{DMatrix, Params};
 
 #[test]
@@ -16,7 +16,7 @@ fn nystrom_matches_dense_on_3000_images() {
     let test = privatemail_server::data::load_split(dir, "t10k").unwrap();
     let n = 3000;
     // The server's features: the on-device model's.
-    let model = shared::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
     let feats: Vec<Vec<f32>> = (0..n)
         .map(|i| model.infer(test.images.image(i)).unwrap().features)
         .collect();

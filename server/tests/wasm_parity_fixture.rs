@@ -5,7 +5,7 @@
 
 use privatemail_server::data::{load_split, DEFAULT_DIR};
 use privatemail_server::MODEL_WEIGHTS;
-use shared::model::Model;
+use shared::embed::model::Model;
 
 #[test]
 fn wasm_parity_fixture_matches_the_committed_weights() {

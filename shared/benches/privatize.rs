@@ -5,7 +5,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use shared::privatemail::{privatize, Anchors};
+use shared::protocol::privatemail::{privatize, Anchors};
 use shared::{DMatrix, Params};
 
 fn bench(c: &mut Criterion) {

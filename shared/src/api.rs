@@ -39,7 +39,7 @@ pub struct AnchorsResponse {
     pub ids: Vec<u64>,
     pub labels: Vec<u32>,
     pub features: Vec<Vec<f32>>,
-    /// The public anchor frame (see `shared::frame`), one row per anchor.
+    /// The public anchor frame (see `shared::protocol::frame`), one row per anchor.
     pub frame_rows: Vec<Vec<f64>>,
 }
 
@@ -54,6 +54,7 @@ pub struct GalleryMap {
 
 /// `POST /api/v1/search`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     /// The real query row among the dummy rows, in the client's private order.
     pub query_rows: Vec<Vec<f64>>,
@@ -65,7 +66,7 @@ pub struct SearchRequest {
     pub k: usize,
     /// Frame protocol only: the std of the noise the client added (public — a function of ε,
     /// δ and the frame). With it the server ranks by the posterior probability of each item's
-    /// class (`shared::retrieve::posterior_ranking`) instead of by distance.
+    /// class (`shared::protocol::retrieve::posterior_ranking`) instead of by distance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_std: Option<f64>,
     /// Frame protocol with `noise_std` only: how the `k` results are chosen (default
@@ -78,12 +79,12 @@ pub struct SearchRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ranking {
-    /// The most probable class's items first (`shared::retrieve::posterior_ranking`): the
+    /// The most probable class's items first (`shared::protocol::retrieve::posterior_ranking`): the
     /// most relevant items expected at every depth (best mAP).
     #[default]
     Posterior,
     /// The `k` results shared among the probable classes in proportion to their probability
-    /// (`shared::retrieve::proportional_ranking`): under heavy noise the page shows several
+    /// (`shared::protocol::retrieve::proportional_ranking`): under heavy noise the page shows several
     /// likely categories instead of betting on one (best Recall@k). The page's choice.
     Proportional,
 }
@@ -118,6 +119,7 @@ pub struct ItemMeta {
 
 /// One image to add: a greyscale image of the gallery's size, row-major, one byte a pixel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NewItem {
     pub label: u32,
     pub pixels: Vec<u8>,
@@ -125,6 +127,7 @@ pub struct NewItem {
 
 /// `POST /api/v1/gallery` (bearer token required).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AddItemsRequest {
     pub items: Vec<NewItem>,
 }
@@ -158,6 +161,57 @@ pub struct LatencySummary {
     pub p99_us: u64,
 }
 
+/// `GET /api/v1/partition`: the gallery cut into blocks (see `shared::protocol::partition`).
+/// The same document for every client; fetching it reveals nothing about a query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionDoc {
+    /// Content hash of the partition (its parameters and every block's hash).
+    pub version: String,
+    pub gallery_size: usize,
+    pub feature_dim: usize,
+    /// Side of the t×t thumbnails inside the blocks.
+    pub thumb_side: usize,
+    /// Where blocks are fetched: `{blocks_url}/{level}/{block}`.
+    pub blocks_url: String,
+    /// The largest expected share of the gallery one search may download (set by the operator).
+    pub max_share: f64,
+    /// Whether the operator allows downloading the whole gallery at once (the level with
+    /// `whole: true`).
+    pub allow_full_download: bool,
+    /// The k of the coverage figures.
+    pub coverage_k: usize,
+    /// How many public anchors outside the gallery the coverage was measured on; 0 means it
+    /// had to be measured on anchors that are gallery members, which overstates it.
+    #[serde(default)]
+    pub coverage_probes: usize,
+    pub levels: Vec<LevelDoc>,
+}
+
+/// One level of a [`PartitionDoc`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelDoc {
+    /// B, the number of blocks.
+    pub blocks: u32,
+    pub overlap: crate::protocol::partition::Overlap,
+    /// The whole gallery as one block (B = 1): no release needed, no privacy spent.
+    #[serde(default)]
+    pub whole: bool,
+    /// B rows of `feature_dim`: a client's true block is its nearest centroid.
+    pub centroids: Vec<Vec<f32>>,
+    /// Items in each block.
+    pub sizes: Vec<u32>,
+    /// Uncompressed bytes of each block file.
+    pub bytes: Vec<u64>,
+    /// Bytes on the wire (gzip) of each block file.
+    pub transfer_bytes: Vec<u64>,
+    /// SHA-256 (hex) of each block file's uncompressed bytes.
+    pub hashes: Vec<String>,
+    /// `multiplicity[c]`: gallery items held by exactly `c` blocks (predicts the pool size).
+    pub multiplicity: Vec<u64>,
+    /// Coverage measured on the public anchors.
+    pub coverage: crate::protocol::partition::Coverage,
+}
+
 /// Machine-readable error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -171,6 +225,8 @@ pub enum ErrorCode {
     PayloadTooLarge,
     DegenerateAnchors,
     NotFound,
+    /// A partition version that is no longer served; the message names the current one.
+    Gone,
     Unauthorized,
     Forbidden,
     Conflict,
@@ -203,7 +259,11 @@ impl ErrorResponse {
 impl SearchRequest {
     /// The request carrying a frame-protocol release: its rows in their (shuffled) order, `k`,
     /// and the public noise std so the server can rank by posterior.
-    pub fn from_frame(r: &crate::frame::FrameRelease, k: usize, ranking: Ranking) -> Self {
+    pub fn from_frame(
+        r: &crate::protocol::frame::FrameRelease,
+        k: usize,
+        ranking: Ranking,
+    ) -> Self {
         SearchRequest {
             query_rows: r
                 .rows
@@ -214,6 +274,21 @@ impl SearchRequest {
             k,
             noise_std: Some(r.receipt.noise_scale),
             ranking: Some(ranking),
+        }
+    }
+
+    /// The request carrying an Algorithm 1 release: its query rows in their (shuffled) order
+    /// and its anchor rows in the public anchor order, for the server to align.
+    pub fn from_release(r: &crate::protocol::privatemail::ClientRelease, k: usize) -> Self {
+        let rows = |m: &nalgebra::DMatrix<f64>| {
+            m.row_iter().map(|x| x.iter().copied().collect()).collect()
+        };
+        SearchRequest {
+            query_rows: rows(&r.query_rows),
+            anchor_rows: Some(rows(&r.anchor_rows)),
+            k,
+            noise_std: None,
+            ranking: None,
         }
     }
 

@@ -59,6 +59,24 @@ pub fn ensure_query(features: &[f64], dim: usize) -> Result<()> {
     ensure_finite(features, "query features")
 }
 
+/// [`ensure_query`] for f32 features (the model's), without a copy.
+pub fn ensure_query_f32(features: &[f32], dim: usize) -> Result<()> {
+    if features.len() != dim {
+        return Err(Error::DimensionMismatch {
+            what: "query features",
+            expected: dim,
+            got: features.len(),
+        });
+    }
+    if features.iter().all(|v| v.is_finite()) {
+        Ok(())
+    } else {
+        Err(Error::NonFinite {
+            what: "query features",
+        })
+    }
+}
+
 /// Rejects NaN and infinities at the boundary.
 pub fn ensure_finite(values: &[f64], what: &'static str) -> Result<()> {
     if values.iter().all(|v| v.is_finite()) {

@@ -23,10 +23,18 @@ pub mod limits {
     /// release protects little), but allowed so a user — and the end-to-end tests — can see
     /// what the pipeline returns when the noise is small.
     pub const MAX_EPSILON: f64 = 100.0;
+    /// Blocks in one partition level (the k-subset release draws over them).
+    pub const MAX_BLOCKS: usize = 4_096;
+    /// Levels in one partition.
+    pub const MAX_LEVELS: usize = 16;
+    /// Items in one block file (the whole-gallery block of a million images included).
+    pub const MAX_BLOCK_ITEMS: usize = 1_048_576;
+    /// Items a client ranks at once, and the `k` of a block ranking.
+    pub const MAX_RANK_K: usize = 100;
 }
 
 /// How the noise scale is calibrated. All three add exact discrete Gaussian noise on a fine
-/// power-of-two grid (see [`crate::mechanism`]); they differ in how σ is chosen.
+/// power-of-two grid (see [`crate::dp::mechanism`]); they differ in how σ is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Mechanism {
@@ -73,7 +81,7 @@ pub struct SmlqParams {
     /// Post-processing iterations `T` (the server runs `T + 1` plain ones).
     pub iterations: usize,
     /// Centre, orthonormalise and rescale the iterate after each iteration (post-processing;
-    /// see [`crate::smlq::renormalize`]).
+    /// see [`crate::embed::smlq::renormalize`]).
     pub renormalize: bool,
     /// Number of classes `C`; labels are `0..C`, so the largest label is `c = C − 1`. Public.
     pub num_classes: u32,

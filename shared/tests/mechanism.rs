@@ -4,7 +4,7 @@
 use nalgebra::DMatrix;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::mechanism::{
+use shared::dp::mechanism::{
     analytic_delta, analytic_sigma, calibrate, cdp_delta, classic_sigma, release,
     sample_discrete_gaussian, std_normal_cdf, zcdp_sigma,
 };
@@ -201,7 +201,7 @@ fn scaling_sensitivity_by_lambda_scales_noise_by_lambda() {
     // λ = 3 changes the grid, so the ratio is 3 up to the grid terms the receipts bound.
     let (_, r) = release(&values, 0.9, &p, &mut rng).unwrap();
     let per_unit = calibrate(&p, 1.0).unwrap();
-    let rel = |rc: &shared::mechanism::Receipt| {
+    let rel = |rc: &shared::dp::mechanism::Receipt| {
         (per_unit * (values.len() as f64).sqrt() * rc.grid + rc.grid) / (per_unit * rc.sensitivity)
     };
     let tol = 3.0 * (rel(&base) + rel(&r));

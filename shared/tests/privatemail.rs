@@ -4,10 +4,10 @@ use nalgebra::DMatrix;
 use rand::{Rng, SeedableRng};
 use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 use rand_distr::StandardNormal;
-use shared::align::umeyama;
-use shared::mechanism::NoisyEmbedding;
-use shared::privatemail::{embed_dense, post_process, privatize, Anchors};
-use shared::retrieve::knn;
+use shared::dp::mechanism::NoisyEmbedding;
+use shared::protocol::align::umeyama;
+use shared::protocol::privatemail::{embed_dense, post_process, privatize, Anchors};
+use shared::protocol::retrieve::knn;
 use shared::{Error, Params};
 
 /// `n` points in `classes` clusters on the unit sphere in `d` dims, labels round-robin.

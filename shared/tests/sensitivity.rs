@@ -6,9 +6,9 @@ use nalgebra::DMatrix;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
-use shared::laplacian::{DenseKernel, LabelLaplacian};
-use shared::sensitivity::{paper_sensitivity, sensitivity, BoundInputs};
-use shared::smlq::smlq_step;
+use shared::dp::sensitivity::{paper_sensitivity, sensitivity, BoundInputs};
+use shared::embed::laplacian::{DenseKernel, LabelLaplacian};
+use shared::embed::smlq::smlq_step;
 
 #[derive(Clone, Copy, Debug)]
 struct Cfg {

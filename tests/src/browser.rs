@@ -29,6 +29,11 @@ pub fn free_port() -> u16 {
 
 /// chromedriver on a free port, Chromium headless with the flags this machine needs.
 pub async fn browser() -> (Driver, Client) {
+    browser_with(&[]).await
+}
+
+/// [`browser`] with extra Chromium flags.
+pub async fn browser_with(extra: &[&str]) -> (Driver, Client) {
     assert!(
         std::path::Path::new(&format!("{ROOT}/web/pkg/privatemail_client_wasm.js")).exists(),
         "web/pkg is missing: run scripts/build-web.sh first (scripts/test.sh does)"
@@ -42,13 +47,18 @@ pub async fn browser() -> (Driver, Client) {
             .spawn()
             .expect("chromedriver (Debian package chromium-driver)"),
     );
+    let mut args = vec![
+        "--headless",
+        "--no-sandbox",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1100,2000",
+    ];
+    args.extend_from_slice(extra);
     let caps = json!({
-        "goog:chromeOptions": {
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless", "--no-sandbox", "--disable-background-networking",
-                     "--disable-component-update", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1100,2000"]
-        }
+        "goog:chromeOptions": { "binary": "/usr/bin/chromium", "args": args }
     });
     let caps = caps.as_object().unwrap().clone();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -81,11 +91,16 @@ pub async fn open_page(c: &Client, base: &str) {
         .expect("the page never became ready");
 }
 
-/// Save test image `i` as a PNG file the browser can upload.
+/// Save test image `i` as a PNG file the browser can upload. Each call gets its own file: tests
+/// run in parallel and delete their files when done, so a shared name would let one test
+/// remove (or rewrite) the file another is uploading.
 pub fn image_file(i: usize) -> (std::path::PathBuf, u32) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (px, label) = test_image(i);
     let png = privatemail_server::thumbnail::png_grey(&px, 28, 28).unwrap();
-    let path = std::env::temp_dir().join(format!("pm-upload-{}-{i}.png", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("pm-upload-{}-{n}-{i}.png", std::process::id()));
     std::fs::write(&path, png).unwrap();
     (path, label)
 }
@@ -166,4 +181,111 @@ pub async fn search(c: &Client) -> Vec<u32> {
     )
     .await;
     serde_json::from_value(labels).unwrap()
+}
+
+/// Set a `<select>` (or range input) by id to `value` and fire its `change` and `input`
+/// events, as a user's choice would.
+pub async fn choose(c: &Client, id: &str, value: &str) {
+    js(
+        c,
+        &format!(
+            "const e = document.getElementById({id:?}); e.value = {value:?};
+             e.dispatchEvent(new Event('input')); e.dispatchEvent(new Event('change')); return 0;"
+        ),
+    )
+    .await;
+}
+
+/// The on-device model's features for test image `i` as the page computes them from the
+/// uploaded PNG (grey replicated into RGBA, `from_rgba`, the model): the photo's exact features,
+/// computed natively — ground truth the page never exposes.
+pub fn native_features(i: usize) -> Vec<f32> {
+    let (px, _) = test_image(i);
+    let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
+    let pixels = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    model.infer(&pixels).unwrap().features
+}
+
+/// `GET {base}{path}` as bytes, from a blocking thread.
+pub async fn get_bytes(base: &str, path: &str) -> Vec<u8> {
+    let url = format!("{base}{path}");
+    tokio::task::spawn_blocking(move || {
+        let r = reqwest::blocking::get(&url).unwrap();
+        assert!(r.status().is_success(), "{url}: {}", r.status());
+        r.bytes().unwrap().to_vec()
+    })
+    .await
+    .unwrap()
+}
+
+/// The server's partition document.
+pub async fn partition(base: &str) -> shared::api::PartitionDoc {
+    serde_json::from_slice(&get_bytes(base, "/api/v1/partition").await).unwrap()
+}
+
+/// One block search as the page made it: the URLs it passed to `fetch` (in order) and the
+/// paths of every resource the page loaded (Resource Timing), from the click until 50 ms after
+/// the results were drawn.
+#[derive(Debug, serde::Deserialize)]
+pub struct SearchLog {
+    pub fetches: Vec<String>,
+    pub resources: Vec<String>,
+}
+
+/// Click "search" `n` times on the loaded photo, inside the page (fast: one script per 25
+/// searches), recording each search's requests. The spent budget is forgotten before each
+/// search so the over-budget warning never interrupts.
+pub async fn block_searches(c: &Client, n: usize) -> Vec<SearchLog> {
+    let mut out = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(25);
+        left -= batch;
+        let v = c
+            .execute_async(
+                "const [n, done] = arguments;
+                 (async () => {
+                   const log = [];
+                   const orig = window.__origFetch || (window.__origFetch = window.fetch.bind(window));
+                   let cur = null;
+                   window.fetch = (u, o) => { if (cur) cur.push(String(u)); return orig(u, o); };
+                   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+                   for (let i = 0; i < n; i++) {
+                     localStorage.removeItem('privatemail.receipts');
+                     document.getElementById('results').replaceChildren();
+                     performance.clearResourceTimings();
+                     cur = [];
+                     document.getElementById('search').click();
+                     const t = performance.now();
+                     while (document.querySelectorAll('#results li').length === 0) {
+                       if (!document.getElementById('error').hidden)
+                         return done({ error: document.getElementById('error').textContent });
+                       if (performance.now() - t > 20000) return done({ error: 'timed out' });
+                       await sleep(2);
+                     }
+                     await sleep(50);
+                     const resources = performance.getEntriesByType('resource')
+                       .map((e) => new URL(e.name).pathname);
+                     log.push({ fetches: cur.map((u) => new URL(u, location.href).pathname), resources });
+                     cur = null;
+                   }
+                   done(log);
+                 })();",
+                vec![json!(batch)],
+            )
+            .await
+            .unwrap();
+        assert!(v.get("error").is_none(), "block search failed: {v}");
+        out.extend(serde_json::from_value::<Vec<SearchLog>>(v).unwrap());
+    }
+    out
+}
+
+/// [`server`] with extra flags (e.g. `--max-share`).
+pub fn server_with(extra: &[&str]) -> Server {
+    let web = format!("{ROOT}/web");
+    let mut args = vec!["--web-dir", web.as_str()];
+    args.extend_from_slice(extra);
+    crate::demo_server("browser", &args)
 }

@@ -82,8 +82,13 @@ pub fn demo_server(tag: &str, extra: &[&str]) -> Server {
 pub fn fetch_client(
     http: &reqwest::blocking::Client,
     base: &str,
-) -> Result<(shared::api::ConfigResponse, shared::privatemail::Anchors), Box<dyn std::error::Error>>
-{
+) -> Result<
+    (
+        shared::api::ConfigResponse,
+        shared::protocol::privatemail::Anchors,
+    ),
+    Box<dyn std::error::Error>,
+> {
     let config: shared::api::ConfigResponse =
         http.get(format!("{base}/api/v1/config")).send()?.json()?;
     let anchors: shared::api::AnchorsResponse =
@@ -93,24 +98,25 @@ pub fn fetch_client(
         config.feature_dim,
         anchors.features.iter().flatten().map(|&v| v as f64),
     );
-    let a = shared::privatemail::Anchors::new(&feats, &anchors.labels, &config.smlq)?;
+    let a = shared::protocol::privatemail::Anchors::new(&feats, &anchors.labels, &config.smlq)?;
     Ok((config, a))
 }
 
 /// The search request carrying a client release.
 pub fn search_request(
-    r: &shared::privatemail::ClientRelease,
+    r: &shared::protocol::privatemail::ClientRelease,
     k: usize,
 ) -> shared::api::SearchRequest {
-    let rows =
-        |m: &shared::DMatrix<f64>| m.row_iter().map(|r| r.iter().copied().collect()).collect();
-    shared::api::SearchRequest {
-        query_rows: rows(&r.query_rows),
-        anchor_rows: Some(rows(&r.anchor_rows)),
-        k,
-        noise_std: None,
-        ranking: None,
-    }
+    shared::api::SearchRequest::from_release(r, k)
+}
+
+/// `GET {base}/api/v1/status` as JSON (panics on failure: for tests).
+pub fn status_json(http: &reqwest::blocking::Client, base: &str) -> serde_json::Value {
+    http.get(format!("{base}/api/v1/status"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
 }
 
 /// Test image `i` of Fashion-MNIST (pixels, label).
@@ -123,8 +129,8 @@ pub fn test_image(i: usize) -> (Vec<u8>, u32) {
 /// What a real client computes on-device for test image `i`: the model's features and its
 /// predicted label.
 pub fn client_query(i: usize) -> (Vec<f64>, u32) {
-    let model =
-        shared::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).expect("weights");
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS)
+        .expect("weights");
     let (px, _) = test_image(i);
     let inf = model.infer(&px).expect("28×28");
     (inf.features.iter().map(|&v| v as f64).collect(), inf.label)

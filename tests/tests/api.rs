@@ -11,8 +11,8 @@ use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::api::{ConfigResponse, ErrorResponse, Ranking, SearchRequest, SearchResponse};
-use shared::frame::{privatize_in_frame, AnchorFrame};
-use shared::privatemail::privatize;
+use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
+use shared::protocol::privatemail::privatize;
 use shared::Params;
 
 fn server() -> Server {
@@ -32,7 +32,7 @@ fn client_release(
     http: &Client,
     query_index: usize,
     seed: u8,
-) -> (shared::privatemail::ClientRelease, ConfigResponse) {
+) -> (shared::protocol::privatemail::ClientRelease, ConfigResponse) {
     let (config, a) = fetch_client(http, base).unwrap();
     let (q, label) = client_query(query_index);
     let params = Params {

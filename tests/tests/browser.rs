@@ -8,8 +8,8 @@
 use fantoccini::key::Key;
 use fantoccini::Locator;
 use privatemail_e2e::browser::{
-    browser, click, confirm_warning, image_file, js, load_photo, open_page, search, server, upload,
-    wait_for,
+    block_searches, browser, choose, click, confirm_warning, image_file, js, load_photo,
+    native_features, open_page, partition, search, server, server_with, upload, wait_for,
 };
 use privatemail_e2e::test_image;
 use serde_json::{json, Value};
@@ -19,7 +19,7 @@ const ROOT: &str = privatemail_e2e::browser::ROOT;
 /// Test images the native model classifies correctly and confidently: the test is about the
 /// pipeline at a large ε, not about the model's mistakes.
 fn confident_images(count: usize) -> Vec<usize> {
-    let model = shared::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
     (5000..6000)
         .filter(|&i| {
             let (px, label) = test_image(i);
@@ -31,13 +31,15 @@ fn confident_images(count: usize) -> Vec<usize> {
         .collect()
 }
 
-/// Upload real Fashion-MNIST test images, search at the largest ε with the keyboard, and check
-/// that the matches mostly share the image's class; save a screenshot; report timings.
+/// The frame protocol (a choice on the page): upload real Fashion-MNIST test images, search at
+/// the largest ε with the keyboard, and check that the matches mostly share the image's class;
+/// save a screenshot; report timings.
 #[tokio::test(flavor = "multi_thread")]
 async fn page_finds_same_class_matches_at_large_epsilon() {
     let srv = server();
     let (_driver, c) = browser().await;
     open_page(&c, &srv.base).await;
+    choose(&c, "protocol", "frame").await;
     // Keyboard only: End moves the privacy slider to its largest ε.
     let slider = c.find(Locator::Id("epsilon")).await.unwrap();
     slider.send_keys(&Key::End).await.unwrap();
@@ -98,7 +100,7 @@ async fn page_finds_same_class_matches_at_large_epsilon() {
     );
 }
 
-/// What the page sends after a search is the same whichever row is real: exactly one
+/// Frame protocol: what the page sends after a search is the same whichever row is real: exactly one
 /// `POST /api/v1/search` whose body holds only the shuffled rows, k and the (public) noise std —
 /// no per-match image
 /// fetches, no other request. Also: every control has an accessible name, and errors (a file
@@ -117,6 +119,7 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
     )
     .await;
     assert_eq!(unnamed, json!([]), "controls without an accessible name");
+    choose(&c, "protocol", "frame").await;
     // Record every fetch the page makes from now on.
     js(
         &c,
@@ -200,4 +203,317 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
     c.close().await.unwrap();
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(bad);
+}
+
+/// Block retrieval end to end (the page's default): the page shows the plan before the search
+/// (KiB, share of the gallery, predicted share of the exact top 8, ε), a block search shows 8
+/// results drawn from the blocks and spends one receipt; with the whole-gallery choice the
+/// page's top 8 is exactly the non-private top 8 (computed natively: the model's features of
+/// the same photo against the decoded, hash-checked whole block), and spends nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8() {
+    let srv = server();
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    assert_eq!(
+        js(&c, "return document.getElementById('protocol').value;").await,
+        json!("blocks")
+    );
+    let i = 5003;
+    let (path, _) = image_file(i);
+    load_photo(&c, &path).await;
+    let plan = js(&c, "return document.getElementById('plan').textContent;").await;
+    let plan = plan.as_str().unwrap();
+    for want in ["KiB", "% of the gallery", "8 exact nearest", "ε = "] {
+        assert!(plan.contains(want), "plan text lacks {want:?}: {plan}");
+    }
+    // The plot of the public plans, with the chosen one ringed.
+    assert_eq!(
+        js(
+            &c,
+            "return document.querySelectorAll('#plan-plot circle.chosen').length;"
+        )
+        .await,
+        json!(1)
+    );
+    let labels = search(&c).await;
+    assert_eq!(labels.len(), 8);
+    let canvases = js(
+        &c,
+        "return document.querySelectorAll('#results li canvas').length;",
+    )
+    .await;
+    assert_eq!(canvases, json!(8), "thumbnails drawn from the blocks");
+    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
+    assert!(spent.as_str().unwrap().contains("over 1 search"), "{spent}");
+    let dir = format!("{ROOT}/target/e2e-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        format!("{dir}/browser-blocks.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
+
+    // The whole gallery: no release, the exact answer.
+    choose(&c, "protocol", "whole").await;
+    let plan = js(&c, "return document.getElementById('plan').textContent;").await;
+    assert!(plan.as_str().unwrap().contains("whole gallery"), "{plan}");
+    assert!(plan.as_str().unwrap().contains("ε = 0"), "{plan}");
+    search(&c).await;
+    let ids: Vec<u64> = serde_json::from_value(
+        js(
+            &c,
+            "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
+        )
+        .await,
+    )
+    .unwrap();
+    let doc = partition(&srv.base).await;
+    let level = doc
+        .levels
+        .iter()
+        .position(|l| l.whole)
+        .expect("whole level");
+    let bytes = privatemail_e2e::browser::get_bytes(
+        &srv.base,
+        &shared::protocol::block_search::block_url(&doc, level, 0),
+    )
+    .await;
+    let whole =
+        shared::protocol::blocks::decode(&bytes, Some(&doc.levels[level].hashes[0])).unwrap();
+    let want: Vec<u64> = shared::protocol::blocks::rank(&native_features(i), &[whole], 8)
+        .unwrap()
+        .iter()
+        .map(|h| h.id)
+        .collect();
+    assert_eq!(
+        ids, want,
+        "the whole gallery's top 8 is the non-private top 8"
+    );
+    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
+    assert!(
+        spent.as_str().unwrap().contains("over 1 search"),
+        "nothing spent: {spent}"
+    );
+    c.close().await.unwrap();
+    let _ = std::fs::remove_file(path);
+}
+
+/// Leakage rule 1 (`shared/spec/blocks.md`): everything the page requests after a release is
+/// a function of the release alone. 150 block searches of one photo at the largest ε (8, else
+/// 4 or 2) and byte budget whose plan releases L ≥ 3 blocks: every search fetches exactly L distinct blocks of
+/// the plan's level — nothing else, nothing after the ranking (Resource Timing equals the fetch
+/// log) — and the photo's true block (computed natively from the same photo) is at a uniformly
+/// random position among the fetches (chi-square, α = 0.001, and a bound on every count).
+#[tokio::test(flavor = "multi_thread")]
+async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_placed() {
+    // The operator lets one search download up to half the gallery (the default 0.25 allows
+    // only L ≤ 2 on this 1,000-image gallery, whose blocks overlap by closure).
+    let srv = server_with(&["--max-share", "0.5"]);
+    let doc = partition(&srv.base).await;
+    // The first (ε, byte budget) on the page, largest ε first, whose plan releases 3 ≤ L < B
+    // blocks (ε = 8 and 512 KiB on the 1,000-image test gallery: L = 4 of B = 16).
+    let budgets = [131072u32, 262144, 524288, 1048576, 2097152, 4194304];
+    let (slider, eps, budget, plan) = [(6, 8.0), (5, 4.0), (4, 2.0)]
+        .iter()
+        .flat_map(|&(i, e)| budgets.iter().map(move |&b| (i, e, b)))
+        .find_map(|(i, e, b)| {
+            let p = shared::protocol::plan::plan(&doc, e, b as f64).ok()?;
+            (!p.whole && p.size >= 3 && p.size < p.blocks).then_some((i, e, b, p))
+        })
+        .expect("a setting with L ≥ 3");
+    let l = plan.size as usize;
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    choose(&c, "budget", &budget.to_string()).await;
+    choose(&c, "epsilon", &slider.to_string()).await;
+    assert_eq!(
+        js(
+            &c,
+            "return document.getElementById('eps-value').textContent;"
+        )
+        .await,
+        json!(eps.to_string())
+    );
+    let i = 5003;
+    let (path, _) = image_file(i);
+    load_photo(&c, &path).await;
+    let flat: Vec<f32> = doc.levels[plan.level]
+        .centroids
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    let truth =
+        shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
+    let prefix = format!("/api/v1/blocks/{}/{}/", doc.version, plan.level);
+    let searches = 150;
+    let logs = block_searches(&c, searches).await;
+    assert_eq!(logs.len(), searches);
+    let mut counts = vec![0usize; l];
+    let mut missed = 0;
+    for (s, log) in logs.iter().enumerate() {
+        assert_eq!(log.fetches.len(), l, "search {s}: {log:?}");
+        let blocks: Vec<u32> = log
+            .fetches
+            .iter()
+            .map(|u| {
+                u.strip_prefix(&prefix)
+                    .unwrap_or_else(|| {
+                        panic!("search {s}: {u} is not a block of level {}", plan.level)
+                    })
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        let mut distinct = blocks.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), l, "search {s}: {blocks:?}");
+        // Nothing but the fetched blocks was loaded, also after the ranking.
+        let mut fetched = log.fetches.clone();
+        let mut loaded = log.resources.clone();
+        fetched.sort();
+        loaded.sort();
+        assert_eq!(loaded, fetched, "search {s}");
+        match blocks.iter().position(|&b| b == truth) {
+            Some(p) => counts[p] += 1,
+            None => missed += 1,
+        }
+    }
+    // The release holds the true block with the plan's (public) inclusion probability.
+    assert!(
+        (missed as f64) < 10.0 + 3.0 * searches as f64 * (1.0 - plan.inclusion),
+        "missed {missed} of {searches}"
+    );
+    let n: usize = counts.iter().sum();
+    let e = n as f64 / l as f64;
+    let chi2: f64 = counts.iter().map(|&o| (o as f64 - e).powi(2) / e).sum();
+    // Chi-square critical values at α = 0.001 for 2..=10 degrees of freedom.
+    let critical = [
+        13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124, 27.877, 29.588,
+    ];
+    assert!(l - 1 <= critical.len() + 1, "L = {l} beyond the table");
+    assert!(
+        chi2 < critical[l - 3],
+        "true block positions {counts:?}: chi2 {chi2:.2}"
+    );
+    assert!(
+        counts.iter().all(|&c| c as f64 > e / 3.0),
+        "true block positions {counts:?}"
+    );
+    eprintln!(
+        "ε = {eps}: true block positions over {n} searches (L = {l}, B = {}): {counts:?}, chi2 {chi2:.2}, missed {missed}",
+        plan.blocks
+    );
+    c.close().await.unwrap();
+    let _ = std::fs::remove_file(path);
+}
+
+/// The whole-gallery choice exists only where the operator allows it: with
+/// `--allow-full-download false` the page does not offer it, and block search still works.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_whole_gallery_is_offered_only_where_the_operator_allows_it() {
+    let srv = server_with(&["--allow-full-download", "false"]);
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    let offered = js(
+        &c,
+        "const o = document.querySelector('#protocol option[value=whole]'); return !(o.hidden || o.disabled);",
+    )
+    .await;
+    assert_eq!(offered, json!(false));
+    let (path, _) = image_file(5010);
+    load_photo(&c, &path).await;
+    assert_eq!(search(&c).await.len(), 8);
+    // The server goes away: a plain error, no retry, and the user is told a new search spends
+    // budget again.
+    drop(srv);
+    js(
+        &c,
+        "window.__n = 0; const f = window.fetch.bind(window);
+         window.fetch = (u, o) => { window.__n++; return f(u, o); }; return 0;",
+    )
+    .await;
+    click(&c, "search").await;
+    confirm_warning(&c).await;
+    wait_for(
+        &c,
+        "!document.getElementById('error').hidden",
+        "the download error",
+    )
+    .await;
+    let msg = js(&c, "return document.getElementById('error').textContent;").await;
+    let msg = msg.as_str().unwrap();
+    assert!(
+        msg.contains("Nothing was retried") && msg.contains("spends privacy budget again"),
+        "{msg}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let n = js(&c, "return window.__n;").await;
+    let l = js(
+        &c,
+        "return Number(/downloads (\\d+) of/.exec(document.getElementById('plan').textContent)[1]);",
+    )
+    .await;
+    assert_eq!(n, l, "each released block requested once, none retried");
+    c.close().await.unwrap();
+    let _ = std::fs::remove_file(path);
+}
+
+/// The paper's Algorithm 1 as a page choice: the calibration choice is offered, the honest
+/// sentence is shown, a search privatizes in wasm, the server aligns and answers, the page
+/// shows 8 matches and draws the ten aligned rows with the real one starred, and the release's
+/// receipt joins the budget. The request carries the anchor rows and no noise std.
+#[tokio::test(flavor = "multi_thread")]
+async fn paper_protocol_searches_and_draws_the_aligned_embedding() {
+    let srv = server();
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    choose(&c, "protocol", "paper").await;
+    let shown = js(
+        &c,
+        "return [document.querySelector('.paper-only').hidden, document.querySelector('.gaussian-only').hidden,
+                 document.getElementById('paper-figure').hidden, document.getElementById('plan-figure').hidden];",
+    )
+    .await;
+    assert_eq!(shown, json!([false, false, false, true]));
+    // Record the search request the page sends.
+    js(
+        &c,
+        "window.pmBodies = []; const f = window.fetch;
+         window.fetch = (u, o) => { if (o && o.body) window.pmBodies.push(o.body); return f(u, o); };
+         return 0;",
+    )
+    .await;
+    let (path, _) = image_file(5003);
+    load_photo(&c, &path).await;
+    let labels = search(&c).await;
+    assert_eq!(labels.len(), 8, "{labels:?}");
+    let body: Value = serde_json::from_str(
+        js(&c, "return window.pmBodies[window.pmBodies.length - 1];")
+            .await
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(body["query_rows"].as_array().unwrap().len(), 10);
+    assert_eq!(body["query_rows"][0].as_array().unwrap().len(), 2);
+    assert!(body["anchor_rows"].as_array().unwrap().len() >= 10);
+    assert!(body.get("noise_std").is_none());
+    let plot = js(
+        &c,
+        "return [document.querySelectorAll('#paper-plot polygon').length,
+                 document.querySelectorAll('#paper-plot circle').length];",
+    )
+    .await;
+    assert_eq!(plot, json!([1, 10]));
+    let receipts = js(
+        &c,
+        "return JSON.parse(localStorage.getItem('privatemail.receipts')).map(r => r.mechanism);",
+    )
+    .await;
+    assert_eq!(receipts, json!(["discrete_gaussian"]));
+    let _ = std::fs::remove_file(path);
+    c.close().await.unwrap();
 }

@@ -12,7 +12,7 @@ use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::api::{SearchRequest, SearchResponse, StatusResponse};
-use shared::privatemail::privatize;
+use shared::protocol::privatemail::privatize;
 use shared::Params;
 
 const TOKEN: &str = "test-token-123";

@@ -1,6 +1,8 @@
 //! Test support shared by the wasm tests and benchmarks: a synthetic server configuration.
 
 #![cfg(target_arch = "wasm32")]
+// Each test crate uses part of this module.
+#![allow(dead_code)]
 
 use serde_json::json;
 use shared::DMatrix;
@@ -39,3 +41,89 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
     let r = DMatrix::from_fn(n, 10, |i, j| frame_rows[i][j]);
     (config.to_string(), anchors.to_string(), f, r)
 }
+
+/// A published partition of a synthetic gallery of `n` items (64-d unit features, 28×28
+/// thumbnails) as the server would publish it: the document JSON (`blocks_url` = "/b/v") and
+/// every level's uncompressed block files, `files[level][block]`. `allow_full` sets
+/// `allow_full_download`.
+pub fn partition(n: usize, seed: u64, allow_full: bool) -> (String, Vec<Vec<Vec<u8>>>) {
+    use shared::protocol::partition::{build_level, gallery_neighbours, nearest_k};
+    use shared::protocol::publish::{
+        default_specs, document, publish_level, publish_whole, GalleryView, COVERAGE_K,
+    };
+    let (dim, t) = (64usize, 28usize);
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+    };
+    let mut features: Vec<f32> = (0..n * dim).map(|_| next()).collect();
+    for r in features.chunks_mut(dim) {
+        let norm = r.iter().map(|v| v * v).sum::<f32>().sqrt();
+        r.iter_mut().for_each(|v| *v /= norm);
+    }
+    let ids: Vec<u64> = (0..n as u64).map(|i| 10_000 + i).collect();
+    let labels: Vec<u8> = (0..n).map(|i| (i % 10) as u8).collect();
+    let thumbs: Vec<u8> = (0..n * t * t).map(|i| (i % 251) as u8).collect();
+    let g = GalleryView {
+        ids: &ids,
+        labels: &labels,
+        features: &features,
+        dim,
+        thumbnails: &thumbs,
+        thumb_side: t,
+    };
+    let probes = &features[..50 * dim];
+    let truth: Vec<Vec<u32>> = probes
+        .chunks(dim)
+        .map(|p| nearest_k(&features, dim, p, COVERAGE_K))
+        .collect();
+    let specs = default_specs(n);
+    let m = specs
+        .iter()
+        .filter_map(|s| match s.overlap {
+            shared::protocol::partition::Overlap::Closure(m) => Some(m as usize),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(16);
+    let nb = gallery_neighbours(&features, dim, m, 0..n, None).unwrap();
+    let whole = publish_whole(&g).unwrap();
+    let mut docs = vec![whole.doc];
+    let mut files = vec![whole.files];
+    for spec in specs {
+        let level = build_level(&features, dim, spec, 1, Some(&nb)).unwrap();
+        let published = publish_level(&g, &level, probes, &truth).unwrap();
+        docs.push(published.doc);
+        files.push(published.files);
+    }
+    let doc = document(docs, &g, "/b/v".into(), 0.6, allow_full, 50);
+    (serde_json::to_string(&doc).unwrap(), files)
+}
+
+/// The block files behind `urls` ("/b/v/{level}/{block}"), in order, as JS `Uint8Array`s.
+pub fn fetch(urls: &[serde_json::Value], files: &[Vec<Vec<u8>>]) -> Vec<js_sys::Uint8Array> {
+    urls.iter()
+        .map(|u| {
+            let (level, block) = level_block(u.as_str().unwrap());
+            js_sys::Uint8Array::from(&files[level][block as usize][..])
+        })
+        .collect()
+}
+
+/// (level, block) of a block URL.
+pub fn level_block(url: &str) -> (usize, u32) {
+    let mut parts = url.rsplit('/');
+    let block = parts.next().unwrap().parse().unwrap();
+    let level = parts.next().unwrap().parse().unwrap();
+    (level, block)
+}
+
+/// Chi-square critical values at α = 0.001, indexed by the degrees of freedom (0..=20; L
+/// positions have L − 1).
+pub const CHI2_999: [f64; 21] = [
+    0.0, 10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124, 27.877, 29.588, 31.264,
+    32.909, 34.528, 36.123, 37.697, 39.252, 40.790, 42.312, 43.820, 45.315,
+];

@@ -1,4 +1,4 @@
-//! `train`: fits the on-device model (`shared::model`) on the 60,000 Fashion-MNIST training
+//! `train`: fits the on-device model (`shared::embed::model`) on the 60,000 Fashion-MNIST training
 //! images and writes the weights file the repository commits (`server/assets/model.bin`).
 //! Deterministic for a given seed (see `privatemail_server::training`).
 
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use shared::model::preprocess;
+use shared::embed::model::preprocess;
 
 use privatemail_server::data::{load_split, DEFAULT_DIR};
 use privatemail_server::quality::model_quality;
@@ -36,11 +36,19 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Progress (log lines when stderr is not a terminal) goes to stderr; results to stdout.
+    tracing_subscriber::fmt()
+        .with_writer(privatemail_server::progress::LogWriter::Stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let args = Args::parse();
     let train_split = load_split(&args.data_dir, "train")?;
     let test = load_split(&args.data_dir, "t10k")?;
     if let Some(path) = &args.evaluate {
-        let model = shared::model::Model::from_bytes(&std::fs::read(path)?)?;
+        let model = shared::embed::model::Model::from_bytes(&std::fs::read(path)?)?;
         report(&model, &test);
         return Ok(());
     }
@@ -79,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn report(model: &shared::model::Model, test: &privatemail_server::data::Split) {
+fn report(model: &shared::embed::model::Model, test: &privatemail_server::data::Split) {
     let q = model_quality(model, test, test.labels.len());
     println!(
         "test split (10,000): accuracy {:.4}, leave-one-out Recall@1 {:.4}, Recall@8 {:.4}",

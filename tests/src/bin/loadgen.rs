@@ -4,6 +4,11 @@
 //! several threads over keep-alive connections for a fixed time, and reports throughput,
 //! client-side latency percentiles and the server's own p50/p99 from `/api/v1/status`.
 //! Bounded in count and time; only ever talks to the address it is given (loopback).
+//!
+//! `--protocol blocks` benchmarks private block retrieval instead: it fetches
+//! `/api/v1/partition` once, then GETs uniformly random blocks of one level (the finest by
+//! default) from every thread, gzip accepted as a browser would, and reports requests/s,
+//! latency percentiles, errors (a non-200 or a body of the wrong length) and bytes/s.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +16,7 @@ use clap::Parser;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use shared::api::StatusResponse;
-use shared::privatemail::privatize;
+use shared::protocol::privatemail::privatize;
 use shared::Params;
 
 #[derive(Parser)]
@@ -19,8 +24,9 @@ struct Args {
     /// Server base URL (loopback), e.g. http://127.0.0.1:8080
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     base: String,
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
+    /// Client threads (default 4 for searches, 2 for blocks).
+    #[arg(long)]
+    threads: Option<usize>,
     #[arg(long, default_value_t = 10)]
     seconds: u64,
     /// Hard cap on requests per thread.
@@ -29,14 +35,116 @@ struct Args {
     #[arg(long, default_value_t = 8)]
     k: usize,
     /// Which request to replay: `frame` (the page's: 10 frame rows with the noise std, ranked
-    /// by posterior) or `aligned` (Algorithm 1: 10 rows + the anchor rows, aligned).
+    /// by posterior), `aligned` (Algorithm 1: 10 rows + the anchor rows, aligned) or `blocks`
+    /// (GET random block files).
     #[arg(long, default_value = "frame")]
     protocol: String,
+    /// Blocks only: the level to fetch from (default: the finest).
+    #[arg(long)]
+    level: Option<usize>,
+    /// Blocks only: accept gzip (`true`, as browsers do) or ask for the plain bytes.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    gzip: bool,
+}
+
+/// Latency percentile (ms) of sorted microsecond samples.
+fn pct(lat: &[u32], q: f64) -> f64 {
+    lat[((q * lat.len() as f64) as usize).min(lat.len() - 1)] as f64 / 1000.0
+}
+
+fn blocks(args: &Args, http: &reqwest::blocking::Client) -> Result<(), Box<dyn std::error::Error>> {
+    use rand::Rng;
+    let doc: shared::api::PartitionDoc = http
+        .get(format!("{}/api/v1/partition", args.base))
+        .send()?
+        .error_for_status()?
+        .json()?;
+    let li = args.level.unwrap_or(doc.levels.len() - 1);
+    let level = doc.levels.get(li).ok_or("no such level")?;
+    let expected = if args.gzip {
+        &level.transfer_bytes
+    } else {
+        &level.bytes
+    };
+    let threads = args.threads.unwrap_or(2);
+    println!(
+        "partition {}: level {li}, B = {}, mean block {:.0} bytes ({:.0} gzip), gzip {}",
+        doc.version,
+        level.blocks,
+        level.bytes.iter().sum::<u64>() as f64 / level.blocks as f64,
+        level.transfer_bytes.iter().sum::<u64>() as f64 / level.blocks as f64,
+        args.gzip
+    );
+    let prefix = format!("{}{}/{li}", args.base, doc.blocks_url);
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let start = Instant::now();
+    let results: Vec<(Vec<u32>, usize, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let prefix = &prefix;
+                s.spawn(move || {
+                    let http = reqwest::blocking::Client::new();
+                    let mut rng = ChaCha20Rng::seed_from_u64(t as u64);
+                    let (mut lat, mut errors, mut bytes) = (Vec::new(), 0usize, 0u64);
+                    while Instant::now() < deadline && lat.len() < args.max_requests {
+                        let b = rng.random_range(0..expected.len());
+                        let t = Instant::now();
+                        let mut req = http.get(format!("{prefix}/{b}"));
+                        if args.gzip {
+                            req = req.header("accept-encoding", "gzip");
+                        }
+                        let got = req.send().and_then(|r| {
+                            let ok = r.status().is_success();
+                            r.bytes().map(|body| (ok, body.len() as u64))
+                        });
+                        lat.push(t.elapsed().as_micros() as u32);
+                        match got {
+                            Ok((true, n)) if n == expected[b] => bytes += n,
+                            _ => errors += 1,
+                        }
+                    }
+                    (lat, errors, bytes)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let mut lat: Vec<u32> = results
+        .iter()
+        .flat_map(|(l, _, _)| l.iter().copied())
+        .collect();
+    let errors: usize = results.iter().map(|(_, e, _)| e).sum();
+    let bytes: u64 = results.iter().map(|(_, _, b)| b).sum();
+    if lat.is_empty() {
+        return Err("no requests were made".into());
+    }
+    lat.sort_unstable();
+    println!(
+        "{} block GETs in {secs:.1} s with {threads} threads: {:.0} requests/s, {errors} errors, \
+         {:.1} MiB/s ({:.0} bytes per response)",
+        lat.len(),
+        lat.len() as f64 / secs,
+        bytes as f64 / secs / (1 << 20) as f64,
+        bytes as f64 / (lat.len() - errors).max(1) as f64
+    );
+    println!(
+        "client latency ms: p50 {:.2}, p90 {:.2}, p99 {:.2}, max {:.2}",
+        pct(&lat, 0.5),
+        pct(&lat, 0.9),
+        pct(&lat, 0.99),
+        pct(&lat, 1.0)
+    );
+    Ok(())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let http = reqwest::blocking::Client::new();
+    if args.protocol == "blocks" {
+        return blocks(&args, &http);
+    }
+    let threads = args.threads.unwrap_or(4);
     let (config, a) = privatemail_e2e::fetch_client(&http, &args.base)?;
     let query: Vec<f64> = (0..config.feature_dim)
         .map(|i| ((i * 37) % 255) as f64 / 255.0)
@@ -61,13 +169,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 config.frame_dim,
                 anchors.frame_rows.iter().flatten().copied(),
             );
-            let frame =
-                shared::frame::AnchorFrame::new(a.features(), &rows, config.frame_kernel_scale)?;
-            let r =
-                shared::frame::privatize_in_frame(&query, &frame, 9, &params.privacy, &mut rng)?;
+            let frame = shared::protocol::frame::AnchorFrame::new(
+                a.features(),
+                &rows,
+                config.frame_kernel_scale,
+            )?;
+            let r = shared::protocol::frame::privatize_in_frame(
+                &query,
+                &frame,
+                9,
+                &params.privacy,
+                &mut rng,
+            )?;
             shared::api::SearchRequest::from_frame(&r, args.k, shared::api::Ranking::Proportional)
         }
-        other => return Err(format!("unknown protocol `{other}` (frame or aligned)").into()),
+        other => {
+            return Err(format!("unknown protocol `{other}` (frame, aligned or blocks)").into())
+        }
     };
     let body = serde_json::to_vec(&req)?;
     println!(
@@ -86,7 +204,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = format!("{}/api/v1/search", args.base);
     let start = Instant::now();
     let results: Vec<(Vec<u32>, usize)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..args.threads)
+        let handles: Vec<_> = (0..threads)
             .map(|_| {
                 let (url, body) = (&url, &body);
                 s.spawn(move || {
@@ -123,7 +241,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let errors: usize = results.iter().map(|(_, e)| e).sum();
     lat.sort_unstable();
-    let pct = |q: f64| lat[((q * lat.len() as f64) as usize).min(lat.len() - 1)] as f64 / 1000.0;
+    let pct = |q: f64| pct(&lat, q);
     let after: StatusResponse = http
         .get(format!("{}/api/v1/status", args.base))
         .send()?
@@ -131,7 +249,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{} searches in {secs:.1} s with {} threads: {:.0} searches/s, {errors} errors",
         lat.len(),
-        args.threads,
+        threads,
         lat.len() as f64 / secs
     );
     println!(

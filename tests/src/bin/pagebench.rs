@@ -1,23 +1,51 @@
 //! Benchmark of the page in headless Chromium (reports; asserts nothing about time): page load
-//! to ready, model inference per uploaded image, privatization for the server's anchors, and
-//! the whole search round trip on loopback, over `--searches` real Fashion-MNIST test images.
+//! to ready, model inference per uploaded image, and the search over `--searches` real
+//! Fashion-MNIST test images, on loopback.
+//!
+//! `--protocol blocks` (the page's default): the whole page search at `--epsilon` within
+//! `--budget` bytes — release, fetching every released block, hash check, ranking, drawing —
+//! and the bytes each search moved. With `--cold` (default) Chromium's HTTP cache is disabled,
+//! so every search downloads its blocks (a warm cache serves repeated blocks for free).
+//! `--protocol frame`: privatization and the search round trip.
 //! Needs `web/pkg` (scripts/build-web.sh), chromium and chromium-driver.
 
 use clap::Parser;
-use privatemail_e2e::browser::{browser, image_file, js, load_photo, open_page, search, server};
+use privatemail_e2e::browser::{
+    browser_with, choose, image_file, js, load_photo, open_page, search, ROOT,
+};
 use serde_json::Value;
 
 #[derive(Parser)]
 struct Args {
     #[arg(long, default_value_t = 20)]
     searches: usize,
+    /// `blocks` (private block retrieval, the page's default), `whole` or `frame`.
+    #[arg(long, default_value = "blocks")]
+    protocol: String,
+    /// Gallery size of the server (its first start embeds and partitions it).
+    #[arg(long, default_value_t = 1000)]
+    gallery_size: usize,
+    /// ε of each search (one of the page's slider values).
+    #[arg(long, default_value_t = 8.0)]
+    epsilon: f64,
+    /// Byte budget of a block search (one of the page's choices).
+    #[arg(long, default_value_t = 524288)]
+    budget: u64,
+    /// Disable Chromium's HTTP cache (every search downloads its blocks).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    cold: bool,
 }
 
-fn stats(name: &str, v: &mut [f64]) {
+const EPSILONS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 100.0];
+
+fn stats(name: &str, v: &mut [f64], unit: &str) {
+    if v.is_empty() {
+        return;
+    }
     v.sort_by(f64::total_cmp);
     let mean = v.iter().sum::<f64>() / v.len() as f64;
     println!(
-        "{name:<28} mean {mean:7.2} ms   median {:7.2} ms   max {:7.2} ms   (n = {})",
+        "{name:<34} mean {mean:9.2} {unit}   median {:9.2} {unit}   max {:9.2} {unit}   (n = {})",
         v[v.len() / 2],
         v[v.len() - 1],
         v.len()
@@ -27,8 +55,32 @@ fn stats(name: &str, v: &mut [f64]) {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    let srv = server();
-    let (_driver, c) = browser().await;
+    let slider = EPSILONS
+        .iter()
+        .position(|&e| e == args.epsilon)
+        .expect("--epsilon must be one of the page's values");
+    let store = privatemail_e2e::temp_store("pagebench");
+    let size = args.gallery_size.to_string();
+    let srv = privatemail_e2e::start_server(&[
+        "--gallery-size",
+        &size,
+        "--anchors",
+        "1000",
+        "--store",
+        store.to_str().unwrap(),
+        "--web-dir",
+        &format!("{ROOT}/web"),
+    ]);
+    let flags: &[&str] = if args.cold {
+        &[
+            "--disable-http-cache",
+            "--disk-cache-size=1",
+            "--media-cache-size=1",
+        ]
+    } else {
+        &[]
+    };
+    let (_driver, c) = browser_with(flags).await;
     let mut ready = Vec::new();
     for _ in 0..3 {
         open_page(&c, &srv.base).await;
@@ -39,35 +91,77 @@ async fn main() {
                 .unwrap(),
         );
     }
-    let (mut infer, mut private, mut round) = (Vec::new(), Vec::new(), Vec::new());
+    choose(&c, "protocol", &args.protocol).await;
+    choose(&c, "epsilon", &slider.to_string()).await;
+    choose(&c, "budget", &args.budget.to_string()).await;
+    let plan = js(&c, "return document.getElementById('plan').textContent;").await;
+    let mut infer = Vec::new();
+    let (mut private, mut round) = (Vec::new(), Vec::new());
+    let (mut whole, mut release, mut fetch, mut rank) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut wire, mut body, mut cached) = (Vec::new(), Vec::new(), 0usize);
     for i in 0..args.searches {
         let (path, _) = image_file(6000 + i);
         load_photo(&c, &path).await;
+        js(&c, "performance.clearResourceTimings(); return 0;").await;
         search(&c).await;
         let t: Value = js(&c, "return window.pmTimings;").await;
         infer.push(t["infer_ms"].as_f64().unwrap());
-        private.push(t["privatize_ms"].as_f64().unwrap());
-        round.push(t["roundtrip_ms"].as_f64().unwrap());
+        if args.protocol == "frame" {
+            private.push(t["privatize_ms"].as_f64().unwrap());
+            round.push(t["roundtrip_ms"].as_f64().unwrap());
+        } else {
+            whole.push(t["block_search_ms"].as_f64().unwrap());
+            release.push(t["release_ms"].as_f64().unwrap());
+            fetch.push(t["fetch_ms"].as_f64().unwrap());
+            rank.push(t["rank_ms"].as_f64().unwrap());
+            let r = js(
+                &c,
+                "const e = performance.getEntriesByType('resource')
+                   .filter((e) => e.name.includes('/api/v1/blocks/'));
+                 return [e.reduce((s, x) => s + x.transferSize, 0),
+                         e.reduce((s, x) => s + x.decodedBodySize, 0),
+                         e.filter((x) => x.transferSize === 0).length];",
+            )
+            .await;
+            wire.push(r[0].as_f64().unwrap() / 1024.0);
+            body.push(r[1].as_f64().unwrap() / 1024.0);
+            cached += r[2].as_u64().unwrap() as usize;
+        }
         let _ = std::fs::remove_file(path);
         // Keep the budget warning out of the timings.
         js(&c, "localStorage.clear(); return 0;").await;
     }
-    let wasm = std::fs::read(format!(
-        "{}/web/pkg/privatemail_client_wasm_bg.wasm",
-        privatemail_e2e::browser::ROOT
-    ))
-    .unwrap();
+    let wasm = std::fs::read(format!("{ROOT}/web/pkg/privatemail_client_wasm_bg.wasm")).unwrap();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     std::io::Write::write_all(&mut gz, &wasm).unwrap();
     let gz = gz.finish().unwrap();
     println!(
-        "wasm bundle: {} KiB, {} KiB gzipped (-9); server: 1,000 gallery images, 1,000 anchors",
+        "wasm bundle: {} KiB, {} KiB gzipped (-9); server: {} gallery images, 1,000 anchors; protocol {}, ε = {}, budget {} KiB, HTTP cache {}",
         wasm.len() / 1024,
-        gz.len() / 1024
+        gz.len() / 1024,
+        args.gallery_size,
+        args.protocol,
+        args.epsilon,
+        args.budget / 1024,
+        if args.cold { "disabled" } else { "enabled" }
     );
-    stats("page load to ready", &mut ready);
-    stats("model (decode → features)", &mut infer);
-    stats("privatization", &mut private);
-    stats("search round trip", &mut round);
+    if args.protocol != "frame" {
+        println!("plan: {}", plan.as_str().unwrap_or(""));
+    }
+    stats("page load to ready", &mut ready, "ms");
+    stats("model (decode → features)", &mut infer, "ms");
+    if args.protocol == "frame" {
+        stats("privatization", &mut private, "ms");
+        stats("search round trip", &mut round, "ms");
+    } else {
+        stats("whole block search (click → drawn)", &mut whole, "ms");
+        stats("  release (wasm)", &mut release, "ms");
+        stats("  fetch all blocks", &mut fetch, "ms");
+        stats("  hash check + rank (wasm)", &mut rank, "ms");
+        stats("KiB on the wire per search", &mut wire, "KiB");
+        stats("KiB of block files per search", &mut body, "KiB");
+        println!("block responses served from the HTTP cache: {cached}");
+    }
     c.close().await.unwrap();
 }

@@ -20,24 +20,27 @@ use rand::seq::SliceRandom;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
-use shared::align::umeyama;
-use shared::dsne::{self, DsneParams, Reference};
-use shared::frame::{privatize_in_frame, AnchorFrame};
-use shared::hashing::{hamming, randomized_response, Hash};
-use shared::laplacian::normalize_rows;
+use shared::baselines::dsne::{self, DsneParams, Reference};
+use shared::baselines::hashing::{hamming, randomized_response, Hash};
+use shared::baselines::projection::Projection;
+use shared::embed::laplacian::normalize_rows;
 use shared::metrics::{average_precision, mean, overlap, recall_at_k};
-use shared::privatemail::{embed_dense, privatize, privatize_multi, Anchors};
-use shared::projection::Projection;
-use shared::retrieve::{
+use shared::protocol::align::umeyama;
+use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
+use shared::protocol::privatemail::{embed_dense, privatize, privatize_multi, Anchors};
+use shared::protocol::retrieve::{
     full_ranking, gallery_rows, posterior_ranking, proportional_ranking, LabelledRows,
 };
 use shared::{DMatrix, Mechanism, Params, PrivacyParams, SmlqParams};
 
 use privatemail_server::data::{load_split, Split, DEFAULT_DIR};
 
+mod blocks;
+mod blocks_plot;
 mod plot;
+use privatemail_server::progress::Progress;
 use privatemail_server::MODEL_WEIGHTS;
-use shared::model::Model;
+use shared::embed::model::Model;
 
 #[derive(Parser, Debug)]
 #[command(about = "Privacy–utility table and plots of PrivateMail and baselines on Fashion-MNIST")]
@@ -79,7 +82,7 @@ struct Args {
     #[arg(long)]
     iterations: Option<usize>,
     /// Kernel scale of the anchor-frame placement.
-    #[arg(long, default_value_t = shared::frame::DEFAULT_KERNEL_SCALE)]
+    #[arg(long, default_value_t = shared::protocol::frame::DEFAULT_KERNEL_SCALE)]
     frame_kernel_scale: f64,
     /// Feature vectors: the on-device model's (64-d; the query's label is then the model's
     /// prediction, as on a real client) or raw pixels (784-d, true labels).
@@ -97,6 +100,42 @@ struct Args {
     /// Seeds (the first ones) that run Algorithm 1's hyper-parameter study.
     #[arg(long, default_value_t = 3)]
     study_seeds: u64,
+    /// Run the private block retrieval evaluation instead (`blocks.csv`, `blocks.svg` and
+    /// `blocks.md` in `--out`; see `blocks.rs`). Uses `--anchors`, `--seed`, `--delta`,
+    /// `--mechanism` and the `--blocks-*` flags; ignores the others.
+    #[arg(long)]
+    blocks: bool,
+    /// Block evaluation: held-out queries (training images outside the galleries and anchors).
+    #[arg(long, default_value_t = 1000)]
+    blocks_queries: usize,
+    /// Block evaluation: Monte Carlo releases per query (Recall@8, mAP@8) per Pareto point.
+    #[arg(long, default_value_t = 20)]
+    blocks_draws: usize,
+    /// Block evaluation: frame releases per query for the frame-release pools.
+    #[arg(long, default_value_t = 1)]
+    blocks_frame_draws: usize,
+    /// Block evaluation: the large gallery (the test split, then the training split, as the
+    /// server seeds it; 0 skips it).
+    #[arg(long, default_value_t = 69_000)]
+    blocks_large: usize,
+    /// Block evaluation: the levels (numbers of blocks B).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8,16,32,48,64,96,128,256"
+    )]
+    blocks_levels: Vec<u32>,
+    /// Block evaluation: the overlap variants on the 10,000 gallery.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "spill-1,spill-2,spill-3,spill-4,closure-8,closure-16,closure-24,closure-32"
+    )]
+    blocks_variants: Vec<String>,
+    /// Block evaluation: the overlap variants on the large gallery (`auto`: the best spill and
+    /// the two best closures on the 10,000 gallery).
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    blocks_large_variants: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
@@ -146,6 +185,8 @@ const CHANCE_BLOCKS: &str = "chance: random class blocks";
 const CHANCE_PAGE: &str = "chance: random proportional page";
 
 /// Projection baselines' dimension and the hash lengths.
+/// Points of the Algorithm 1 study (k: 4, α: 4, σ: 5, anchors: 3), for progress.
+const ALG1_STUDY_POINTS: u64 = 16;
 const PROJECTION_DIM: usize = 16;
 const LSH_BITS: usize = 64;
 const ITQ_BITS: usize = 32;
@@ -286,7 +327,22 @@ impl Alg1 {
 }
 
 fn main() {
+    // Progress (log lines when stderr is not a terminal) goes to stderr; the table to stdout.
+    tracing_subscriber::fmt()
+        .with_writer(privatemail_server::progress::LogWriter::Stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let args = Args::parse();
+    if args.blocks {
+        if let Err(e) = blocks::run(&args) {
+            eprintln!("eval --blocks: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
     if let Err(e) = run(args) {
         eprintln!("eval: {e}");
         std::process::exit(2);
@@ -523,6 +579,20 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut study: Vec<(String, f64, Vec<f64>)> = Vec::new();
     let mut alg1_study: Vec<(String, f64, Vec<f64>)> = Vec::new();
+    // Progress: one step for each seed's baselines, each ε, each study point (a line each).
+    let alg1_study_seeds = if args.no_study || args.skip_algorithm1 {
+        0
+    } else {
+        args.study_seeds.min(args.seeds)
+    };
+    let frame_study_points = if args.no_study { 0 } else { 10 };
+    let steps = args.seeds * (1 + args.epsilons.len() as u64 + frame_study_points)
+        + alg1_study_seeds * ALG1_STUDY_POINTS;
+    let progress = Progress::new("eval", steps, "steps");
+    let step = |msg: String| {
+        progress.inc(1);
+        progress.println(format!("{msg} ({:.0} s)", t0.elapsed().as_secs_f64()));
+    };
     for seed in args.seed..args.seed + args.seeds {
         let s = setting(&args, &model, &test, &train, seed)?;
         let k = args.k;
@@ -671,6 +741,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             push(ALG1, None, server.non_private(&s, k)?);
             Some(server)
         };
+        step(format!("seed {seed}: non-private references and baselines"));
 
         for &eps in &args.epsilons {
             let p = privacy(eps);
@@ -762,6 +833,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     })?,
                 );
             }
+            step(format!("seed {seed}: ε = {eps}"));
         }
 
         if !args.no_study && !args.skip_algorithm1 && seed < args.seed + args.study_seeds {
@@ -792,6 +864,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     let mut anchors = default_anchors;
                     set(&mut pm.smlq, &mut anchors, v);
                     if anchors > s.anchors.nrows() {
+                        step(format!(
+                            "seed {seed}: Algorithm 1 study, {what} = {v} skipped (only {} anchors)",
+                            s.anchors.nrows()
+                        ));
                         continue; // not that many anchors in this run
                     }
                     // The k, α and σ settings share one subset (its truth is a full kNN).
@@ -814,6 +890,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                         );
                         study_push(&mut alg1_study, format!("{what}|{label}|mAP"), v, t[1]);
                     }
+                    step(format!("seed {seed}: Algorithm 1 study, {what} = {v}"));
                 }
             }
         }
@@ -824,6 +901,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 for (label, m) in frame_maps(&s, &f, seed, &privacy(8.0))? {
                     study_push(&mut study, format!("kernel scale|{label}"), scale, m);
                 }
+                step(format!("seed {seed}: frame study, kernel scale = {scale}"));
             }
             for &n in &[100usize, 250, 500, 1000] {
                 let n = n.min(s.anchors.nrows());
@@ -836,10 +914,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 for (label, m) in frame_maps(&s, &f, seed, &privacy(8.0))? {
                     study_push(&mut study, format!("anchors|{label}"), n as f64, m);
                 }
+                step(format!("seed {seed}: frame study, anchors = {n}"));
             }
         }
-        eprintln!("seed {seed} done after {:.0} s", t0.elapsed().as_secs_f64());
+        progress.println(format!(
+            "seed {seed} done after {:.0} s",
+            t0.elapsed().as_secs_f64()
+        ));
     }
+    progress.finish();
 
     print_table(&rows, args.k);
     std::fs::create_dir_all(&args.out)?;

@@ -31,7 +31,7 @@ fn colour(i: usize) -> RGBColor {
     C[i % C.len()]
 }
 
-type LogChart<'a, 'b> = ChartContext<
+pub(super) type LogChart<'a, 'b> = ChartContext<
     'a,
     SVGBackend<'b>,
     Cartesian2d<
@@ -41,7 +41,7 @@ type LogChart<'a, 'b> = ChartContext<
 >;
 
 /// A chart with a log x axis spanning `xs` (with some margin), y in [0, 1], mesh drawn.
-fn log_chart<'a, 'b>(
+pub(super) fn log_chart<'a, 'b>(
     panel: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
     caption: String,
     xs: &[f64],

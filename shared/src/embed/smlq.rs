@@ -6,7 +6,7 @@
 
 use nalgebra::DMatrix;
 
-use crate::laplacian::{GraphOperator, LabelLaplacian};
+use crate::embed::laplacian::{GraphOperator, LabelLaplacian};
 
 /// One SMLQ iteration. Requires every degree to be positive (true for any Gaussian kernel
 /// over two or more points).
@@ -89,8 +89,8 @@ pub fn smlq(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::laplacian::tests::random_unit_rows;
-    use crate::laplacian::DenseKernel;
+    use crate::embed::laplacian::tests::random_unit_rows;
+    use crate::embed::laplacian::DenseKernel;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
     use rand_distr::StandardNormal;

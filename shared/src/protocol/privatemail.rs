@@ -16,14 +16,14 @@ use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use rand_distr::StandardNormal;
 
-use crate::error::{ensure_query, Error, Result};
-use crate::laplacian::{
+use crate::dp::mechanism::{release, release_zcdp, NoisyEmbedding, Receipt};
+use crate::dp::sensitivity::{sensitivity, BoundInputs, Sensitivity};
+use crate::embed::laplacian::{
     dist2, min_unit_weight, normalize_rows, weights_in_place, DenseKernel, LabelLaplacian,
 };
-use crate::mechanism::{release, release_zcdp, NoisyEmbedding, Receipt};
+use crate::embed::smlq::{renormalize, smlq, smlq_step};
+use crate::error::{ensure_query, Error, Result};
 use crate::params::{limits, Params, PostBandwidth, SmlqParams};
-use crate::sensitivity::{sensitivity, BoundInputs, Sensitivity};
-use crate::smlq::{renormalize, smlq, smlq_step};
 
 /// The public anchor set with its anchor–anchor kernel precomputed once (it is public, so the
 /// client may cache it across searches).
@@ -265,19 +265,21 @@ pub fn post_process(
 /// Median squared distance over ~20,000 row pairs taken at a fixed stride (an estimate of
 /// the bandwidth is all post-processing needs).
 pub fn median_sq_distance(z: &DMatrix<f64>) -> f64 {
-    let rows = crate::retrieve::gallery_rows(z);
+    let rows = crate::protocol::retrieve::gallery_rows(z);
     let n = rows.len();
     let pairs = n * n.saturating_sub(1) / 2;
     let stride = (pairs / 20_000).max(1);
     let mut d: Vec<f64> = Vec::with_capacity(pairs / stride + 1);
-    let mut idx = 0usize;
+    // Pairs in row-major order (i < j) whose index is a multiple of `stride`, visited directly
+    // (no test per pair: integer division is slow in WebAssembly).
+    let (mut start, mut next) = (0usize, 0usize);
     for i in 0..n {
-        for j in (i + 1)..n {
-            if idx.is_multiple_of(stride) {
-                d.push(dist2(&rows[i], &rows[j]));
-            }
-            idx += 1;
+        let len = n - i - 1;
+        while next < start + len {
+            d.push(dist2(&rows[i], &rows[i + 1 + next - start]));
+            next += stride;
         }
+        start += len;
     }
     if d.is_empty() {
         return 1.0;
@@ -351,7 +353,8 @@ pub fn privatize_multi(
         max_label: params.smlq.max_label(),
     };
     // The ρ a single discrete-Gaussian release of this (ε, δ) would spend, split T ways.
-    let sigma1 = crate::mechanism::zcdp_sigma(params.privacy.epsilon, params.privacy.delta, 1.0)?;
+    let sigma1 =
+        crate::dp::mechanism::zcdp_sigma(params.privacy.epsilon, params.privacy.delta, 1.0)?;
     let rho_step = 1.0 / (2.0 * sigma1 * sigma1) / private_iterations as f64;
     let mut x = initial_embedding(rng, rows.labels.len(), &params.smlq);
     let mut last = None;
@@ -372,7 +375,7 @@ pub fn privatize_multi(
     }
     let (noisy, mut receipt) = last.expect("at least one private iteration");
     receipt.zcdp_rho = rho;
-    receipt.proven_delta = crate::mechanism::cdp_delta(rho, params.privacy.epsilon);
+    receipt.proven_delta = crate::dp::mechanism::cdp_delta(rho, params.privacy.epsilon);
     receipt.sensitivity = worst.map_or(0.0, |w| w.value);
     let emb = post_process(&noisy, &rows.labels, params)?;
     Ok(shuffled(
@@ -468,19 +471,20 @@ pub fn embed_nystrom(
     rng: &mut impl Rng,
 ) -> Result<DMatrix<f64>> {
     smlq_params.validate()?;
-    let x = crate::laplacian::normalize_rows_owned(features, "gallery features")?;
+    let x = crate::embed::laplacian::normalize_rows_owned(features, "gallery features")?;
     let n = x.nrows();
     // Q first, so a seeded run starts from the same Q as `embed_dense`.
     let q = initial_embedding(rng, n, smlq_params);
     let mut idx: Vec<usize> = (0..n).collect();
     idx.shuffle(rng);
     idx.truncate(landmarks.clamp(1, n));
-    let gx = crate::nystrom::NystromKernel::from_unit_rows(&x, &idx, smlq_params.kernel_scale);
+    let gx =
+        crate::embed::nystrom::NystromKernel::from_unit_rows(&x, &idx, smlq_params.kernel_scale);
     embed_with(&gx, labels, smlq_params, q)
 }
 
 fn embed_with(
-    gx: &impl crate::laplacian::GraphOperator,
+    gx: &impl crate::embed::laplacian::GraphOperator,
     labels: &[u32],
     smlq_params: &SmlqParams,
     q: DMatrix<f64>,
@@ -506,7 +510,7 @@ fn embed_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::laplacian::GraphOperator;
+    use crate::embed::laplacian::GraphOperator;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 

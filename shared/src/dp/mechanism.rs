@@ -32,6 +32,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ensure_finite, Error, Result};
 use crate::params::{Mechanism, PrivacyParams};
 
+pub use super::exact::{sample_discrete_gaussian, MAX_DISCRETE_SCALE};
+
 /// Standard normal CDF.
 pub fn std_normal_cdf(x: f64) -> f64 {
     0.5 * libm::erfc(-x / std::f64::consts::SQRT_2)
@@ -126,105 +128,23 @@ fn bisect_upper(delta_of: impl Fn(f64) -> f64, target: f64) -> f64 {
     hi
 }
 
-// ---------------------------------------------------------------------------------------------
-// Exact sampling (CKS20). Only integer arithmetic on uniformly random bits.
-
-/// Uniform integer in `0..n` by rejection from the next power of two: exact.
-fn uniform_below(rng: &mut impl RngCore, n: u128) -> u128 {
-    debug_assert!(n > 0);
-    if n == 1 {
-        return 0;
-    }
-    let bits = 128 - (n - 1).leading_zeros();
-    let mask = if bits == 128 {
-        u128::MAX
-    } else {
-        (1u128 << bits) - 1
-    };
-    loop {
-        let v = ((rng.next_u64() as u128) << 64 | rng.next_u64() as u128) & mask;
-        if v < n {
-            return v;
-        }
-    }
+/// Which mechanism produced a release. The Gaussian ones share their names with [`Mechanism`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseKind {
+    ClassicGaussian,
+    AnalyticGaussian,
+    DiscreteGaussian,
+    /// Pure ε-DP choice of blocks ([`super::subset`], [`super::randomized_response`]).
+    BlockSubset,
 }
 
-/// Bernoulli(num/den), exact.
-fn bernoulli(rng: &mut impl RngCore, num: u128, den: u128) -> bool {
-    uniform_below(rng, den) < num
-}
-
-/// Bernoulli(exp(−num/den)) for `num ≤ den` (CKS20, Algorithm 1). If `den·K` would overflow
-/// (K ≥ 2²⁰ here, probability below 1/2²⁰!) the loop stops as if A = 0; the distortion is far
-/// below anything measurable and is covered by the slack noted in the module docs.
-fn bernoulli_exp_le1(rng: &mut impl RngCore, num: u128, den: u128) -> bool {
-    let mut k: u128 = 1;
-    while let Some(kden) = den.checked_mul(k) {
-        if !bernoulli(rng, num, kden) {
-            break;
-        }
-        k += 1;
-    }
-    k % 2 == 1
-}
-
-/// Bernoulli(exp(−num/den)) for any `num/den ≥ 0` (CKS20, Algorithm 1, γ > 1 branch).
-fn bernoulli_exp(rng: &mut impl RngCore, mut num: u128, den: u128) -> bool {
-    while num > den {
-        if !bernoulli_exp_le1(rng, 1, 1) {
-            return false;
-        }
-        num -= den;
-    }
-    bernoulli_exp_le1(rng, num, den)
-}
-
-/// Discrete Laplace with scale `t`: `P(x) ∝ exp(−|x|/t)` (CKS20, Algorithm 2).
-fn sample_discrete_laplace(rng: &mut impl RngCore, t: u128) -> i128 {
-    loop {
-        let u = uniform_below(rng, t);
-        if !bernoulli_exp(rng, u, t) {
-            continue;
-        }
-        let mut v: u128 = 0;
-        while bernoulli_exp_le1(rng, 1, 1) {
-            v += 1;
-        }
-        let x = u + t * v;
-        let negative = bernoulli(rng, 1, 2);
-        if negative && x == 0 {
-            continue;
-        }
-        return if negative { -(x as i128) } else { x as i128 };
-    }
-}
-
-/// Largest noise scale `N` the u128 arithmetic below supports.
-pub const MAX_DISCRETE_SCALE: u64 = 1 << 30;
-
-/// Exact sample from the discrete Gaussian `N_ℤ(0, N²)`: `P(z) ∝ exp(−z²/(2N²))`
-/// (CKS20, Algorithm 3, with σ² = N² an integer so every quantity is an exact integer ratio).
-///
-/// Candidates with `|Y| > 2³⁶` are rejected outright instead of being accepted with probability
-/// `exp(−γ)`, `γ > 2²⁰`; that changes the output law by less than `e^(−2²⁰)` in total variation.
-pub fn sample_discrete_gaussian(rng: &mut impl RngCore, scale: u64) -> i64 {
-    assert!(
-        (1..=MAX_DISCRETE_SCALE).contains(&scale),
-        "scale out of range"
-    );
-    let n = scale as u128;
-    let t = n + 1;
-    let sigma2 = n * n;
-    let den = 2 * sigma2 * t * t;
-    loop {
-        let y = sample_discrete_laplace(rng, t);
-        let ay = y.unsigned_abs();
-        if ay > (1u128 << 36) {
-            continue;
-        }
-        let diff = (ay * t).abs_diff(sigma2);
-        if bernoulli_exp(rng, diff * diff, den) {
-            return y as i64;
+impl From<Mechanism> for ReleaseKind {
+    fn from(m: Mechanism) -> Self {
+        match m {
+            Mechanism::ClassicGaussian => Self::ClassicGaussian,
+            Mechanism::AnalyticGaussian => Self::AnalyticGaussian,
+            Mechanism::DiscreteGaussian => Self::DiscreteGaussian,
         }
     }
 }
@@ -232,7 +152,7 @@ pub fn sample_discrete_gaussian(rng: &mut impl RngCore, scale: u64) -> i64 {
 /// What a release spent and proved.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Receipt {
-    pub mechanism: Mechanism,
+    pub mechanism: ReleaseKind,
     pub epsilon: f64,
     pub delta: f64,
     /// L2 sensitivity Δ of the real-valued query.
@@ -249,12 +169,30 @@ pub struct Receipt {
     pub proven_delta: f64,
 }
 
+impl Receipt {
+    /// The receipt of a pure ε-DP release (δ = 0): ρ = ε²/2 zCDP (Bun & Steinke 2016, Prop 1.4),
+    /// which is how [`super::budget::compose`] adds it to the Gaussian releases.
+    pub fn pure(epsilon: f64, mechanism: ReleaseKind) -> Self {
+        Self {
+            mechanism,
+            epsilon,
+            delta: 0.0,
+            sensitivity: 1.0,
+            grid: 0.0,
+            grid_sensitivity: 1.0,
+            noise_scale: 0.0,
+            zcdp_rho: 0.5 * epsilon * epsilon,
+            proven_delta: 0.0,
+        }
+    }
+}
+
 /// An embedding that has been through the mechanism. Only [`release`] makes one, so a function
 /// taking `&NoisyEmbedding` can only see released data:
 ///
 /// ```compile_fail
 /// let raw = nalgebra::DMatrix::<f64>::zeros(2, 2);
-/// let forged = shared::mechanism::NoisyEmbedding(raw); // private field: does not compile
+/// let forged = shared::dp::mechanism::NoisyEmbedding(raw); // private field: does not compile
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct NoisyEmbedding(DMatrix<f64>);
@@ -347,7 +285,7 @@ fn release_with(
     }
     let rho = dz * dz / (2.0 * (scale as f64) * (scale as f64));
     let receipt = Receipt {
-        mechanism: privacy.mechanism,
+        mechanism: privacy.mechanism.into(),
         epsilon: privacy.epsilon,
         delta: privacy.delta,
         sensitivity,

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
-use crate::laplacian::dist2;
+use crate::embed::laplacian::dist2;
 
 /// One result: a gallery row and its Euclidean distance.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -214,7 +214,7 @@ fn class_posterior(
     let mut available = vec![0usize; num_classes];
     for (&v, &l) in d2.iter().zip(labels) {
         if v.is_finite() {
-            mass[l as usize] += crate::laplacian::exp_neg(-(v - best) * scale);
+            mass[l as usize] += crate::embed::laplacian::exp_neg(-(v - best) * scale);
             available[l as usize] += 1;
         }
     }

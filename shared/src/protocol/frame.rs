@@ -24,9 +24,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
+use crate::dp::mechanism::{release, Receipt};
+use crate::embed::laplacian::{min_unit_weight, normalize_rows, weights_in_place};
 use crate::error::{ensure_finite, ensure_query, Error, Result};
-use crate::laplacian::{min_unit_weight, normalize_rows, weights_in_place};
-use crate::mechanism::{release, Receipt};
 use crate::params::{limits, PrivacyParams};
 
 /// Default kernel scale `s` of the placement: a local class vote. Chosen on the TRAINING split

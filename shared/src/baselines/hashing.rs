@@ -12,9 +12,9 @@ use nalgebra::DMatrix;
 use rand::{Rng, RngCore};
 use rand_distr::StandardNormal;
 
+use crate::baselines::projection::Projection;
+use crate::embed::laplacian::normalize_rows;
 use crate::error::{Error, Result};
-use crate::laplacian::normalize_rows;
-use crate::projection::Projection;
 
 /// ITQ's rounds (also the most PITQ epochs).
 pub const ITQ_ROUNDS: usize = 50;

@@ -18,9 +18,9 @@
 use nalgebra::DMatrix;
 use rand::RngCore;
 
-use crate::budget::epsilon_of_rho;
+use crate::dp::budget::epsilon_of_rho;
+use crate::dp::mechanism::{cdp_delta, release_zcdp, zcdp_sigma, Receipt};
 use crate::error::{Error, Result};
-use crate::mechanism::{cdp_delta, release_zcdp, zcdp_sigma, Receipt};
 use crate::params::PrivacyParams;
 
 /// The public reference: unit feature rows and their fixed 2-D t-SNE coordinates.
@@ -56,7 +56,7 @@ impl Reference {
     /// `features`: n × d rows (normalised to unit length here, as every query is);
     /// `embedding`: their t-SNE coordinates.
     pub fn new(features: &DMatrix<f64>, embedding: Vec<[f64; 2]>) -> Result<Self> {
-        let features = crate::laplacian::normalize_rows(features, "reference features")?;
+        let features = crate::embed::laplacian::normalize_rows(features, "reference features")?;
         if embedding.len() != features.nrows() || embedding.len() < 2 {
             return Err(Error::DimensionMismatch {
                 what: "reference embedding rows",

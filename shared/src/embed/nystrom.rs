@@ -12,7 +12,7 @@
 
 use nalgebra::DMatrix;
 
-use crate::laplacian::{min_unit_weight, weights_in_place, GraphOperator};
+use crate::embed::laplacian::{min_unit_weight, weights_in_place, GraphOperator};
 
 pub struct NystromKernel {
     /// `Fᵀ` (m×n) in f32 (half the memory and twice the SIMD width; this kernel only serves the
@@ -127,8 +127,8 @@ impl GraphOperator for NystromKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::laplacian::tests::random_unit_rows;
-    use crate::laplacian::DenseKernel;
+    use crate::embed::laplacian::tests::random_unit_rows;
+    use crate::embed::laplacian::DenseKernel;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 

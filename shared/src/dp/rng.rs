@@ -1,7 +1,7 @@
 //! Randomness for everything privacy-relevant: a ChaCha20 stream cipher keyed by the operating
 //! system's CSPRNG (`getrandom`; in the browser, `crypto.getRandomValues` through the `wasm_js`
 //! backend). ChaCha20 is a cryptographically secure generator, so outputs are computationally
-//! indistinguishable from uniform bits — the assumption every sampler in [`crate::mechanism`]
+//! indistinguishable from uniform bits — the assumption every sampler in [`crate::dp::mechanism`]
 //! makes.
 
 use rand::SeedableRng;

@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dp::mechanism::{cdp_delta, Receipt};
 use crate::error::{Error, Result};
-use crate::mechanism::{cdp_delta, Receipt};
 
 /// What a client has spent.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -63,22 +63,32 @@ pub fn epsilon_of_rho(rho: f64, delta: f64) -> Result<f64> {
 /// Guarantee: the sequence of releases is (`epsilon`, `delta`)-DP for the user's data. Proof:
 /// each release is `ρ_i`-zCDP (its receipt), adaptive composition adds ρ, and the conversion is
 /// [`epsilon_of_rho`]'s, which only ever rounds ε up.
+///
+/// Basic composition is valid too (Σε_i at Σδ_i), so when its δ fits, `epsilon` is the smaller
+/// of the two: a few pure ε-DP block releases (ρ = ε²/2 each) are better accounted by adding
+/// their ε's, many Gaussian ones by adding ρ.
 pub fn compose(receipts: &[Receipt], delta: f64) -> Result<Total> {
     let rho: f64 = receipts.iter().map(|r| r.zcdp_rho).sum();
+    let basic_epsilon: f64 = receipts.iter().map(|r| r.epsilon).sum();
+    let basic_delta: f64 = receipts.iter().map(|r| r.proven_delta).sum();
+    let mut epsilon = epsilon_of_rho(rho, delta)?;
+    if basic_delta <= delta {
+        epsilon = epsilon.min(basic_epsilon);
+    }
     Ok(Total {
         releases: receipts.len(),
         zcdp_rho: rho,
-        epsilon: epsilon_of_rho(rho, delta)?,
+        epsilon,
         delta,
-        basic_epsilon: receipts.iter().map(|r| r.epsilon).sum(),
-        basic_delta: receipts.iter().map(|r| r.proven_delta).sum(),
+        basic_epsilon,
+        basic_delta,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mechanism::release;
+    use crate::dp::mechanism::release;
     use crate::PrivacyParams;
     use nalgebra::DMatrix;
     use rand::SeedableRng;

@@ -10,7 +10,7 @@
 //!
 //! # Setting
 //! `N = n + 1` rows, unit-norm features, labels in `0..=c` with `c` a public constant, kernel
-//! `w = exp(−‖u − v‖²/s)` for features and labels alike (see [`crate::laplacian`]). Neighbouring
+//! `w = exp(−‖u − v‖²/s)` for features and labels alike (see [`crate::embed::laplacian`]). Neighbouring
 //! inputs differ in ONE row `j` (any position), features and label both: *replace-one*, the
 //! deployed case, and *add/remove* with zero-row padding (the absent record is the origin with
 //! label 0, which is at distance 1 from every unit row, so every weight bound below still holds).
@@ -40,8 +40,8 @@
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
+use crate::embed::laplacian::{kernel_weight, min_unit_weight};
 use crate::error::{Error, Result};
-use crate::laplacian::{kernel_weight, min_unit_weight};
 
 /// The public quantities the bound depends on. Nothing here is read from private data.
 #[derive(Debug, Clone, Copy, PartialEq)]

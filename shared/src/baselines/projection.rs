@@ -7,9 +7,9 @@ use nalgebra::DMatrix;
 use rand::{Rng, RngCore};
 use rand_distr::StandardNormal;
 
+use crate::dp::mechanism::{release, NoisyEmbedding, Receipt};
+use crate::embed::laplacian::normalize_rows;
 use crate::error::{Error, Result};
-use crate::laplacian::normalize_rows;
-use crate::mechanism::{release, NoisyEmbedding, Receipt};
 use crate::params::PrivacyParams;
 
 /// A public `k × d` projection `x ↦ P·(x − μ)` of unit feature vectors.

@@ -1,0 +1,87 @@
+//! The privacy budget this user has spent from this machine: every release's receipt, kept in
+//! a file under the user's state directory and composed as the page composes its own
+//! (`shared::dp::budget::compose`).
+
+use std::path::PathBuf;
+
+use shared::dp::budget::{compose, Total};
+use shared::dp::mechanism::Receipt;
+
+use crate::error::{CliError, Result};
+
+/// Where receipts are kept: `$PRIVATEMAIL_STATE_DIR`, else the platform's state directory
+/// (`$XDG_STATE_HOME` or `~/.local/state` on Linux), else its local data directory.
+pub fn path() -> Result<PathBuf> {
+    let dir = std::env::var_os("PRIVATEMAIL_STATE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| dirs::state_dir().map(|d| d.join("privatemail")))
+        .or_else(|| dirs::data_local_dir().map(|d| d.join("privatemail")))
+        .ok_or_else(|| CliError::State {
+            path: "?".into(),
+            reason: "no state directory; set PRIVATEMAIL_STATE_DIR".into(),
+        })?;
+    Ok(dir.join("receipts.json"))
+}
+
+fn state_err(path: &std::path::Path, e: impl std::fmt::Display) -> CliError {
+    CliError::State {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    }
+}
+
+pub fn load() -> Result<Vec<Receipt>> {
+    let p = path()?;
+    match std::fs::read(&p) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| state_err(&p, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(state_err(&p, e)),
+    }
+}
+
+/// Write atomically (a temporary file renamed over the old one), so a crash never loses the
+/// receipts already spent.
+fn store(receipts: &[Receipt]) -> Result<()> {
+    let p = path()?;
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
+    }
+    let tmp = p.with_extension("json.tmp");
+    let json = serde_json::to_vec_pretty(receipts).map_err(|e| state_err(&p, e))?;
+    std::fs::write(&tmp, json).map_err(|e| state_err(&tmp, e))?;
+    std::fs::rename(&tmp, &p).map_err(|e| state_err(&p, e))
+}
+
+pub fn total(receipts: &[Receipt], delta: f64) -> Result<Total> {
+    Ok(compose(receipts, delta)?)
+}
+
+/// Refuse (before anything is sent) a release that would bring the total above `max_epsilon`.
+pub fn guard(receipt: Option<&Receipt>, max_epsilon: Option<f64>, delta: f64) -> Result<()> {
+    let (Some(r), Some(max)) = (receipt, max_epsilon) else {
+        return Ok(());
+    };
+    let mut all = load()?;
+    all.push(*r);
+    let t = total(&all, delta)?;
+    if t.epsilon > max {
+        return Err(CliError::BudgetExceeded {
+            total: t.epsilon,
+            max,
+            delta,
+        });
+    }
+    Ok(())
+}
+
+/// Record a release that is about to be sent (recorded first: a crash after sending must not
+/// forget what was spent).
+pub fn record(receipt: &Receipt) -> Result<()> {
+    let mut all = load()?;
+    all.push(*receipt);
+    store(&all)
+}
+
+pub fn reset() -> Result<()> {
+    store(&[])
+}

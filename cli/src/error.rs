@@ -1,0 +1,45 @@
+//! What can go wrong, each with its own exit code so scripts can tell them apart.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error("cannot reach the server at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("the server refused the request ({status}{code}): {message}")]
+    Refused {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("bad photo {path}: {reason}")]
+    BadPhoto { path: String, reason: String },
+    #[error("privacy budget exceeded: this search would bring the total to ε = {total:.3} (δ = {delta:e}), above --max-epsilon {max}; nothing was sent")]
+    BudgetExceeded { total: f64, max: f64, delta: f64 },
+    #[error("the server's answer is unusable: {0}")]
+    Malformed(String),
+    #[error("{0}")]
+    Privacy(#[from] shared::Error),
+    #[error("budget file {path}: {reason}")]
+    State { path: String, reason: String },
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl CliError {
+    /// 3 unreachable, 4 bad photo, 5 budget exceeded, 6 refused by the server, 7 a malformed
+    /// or unverifiable answer, 8 a local state file, 9 invalid parameters (clap uses 2).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Unreachable { .. } => 3,
+            CliError::BadPhoto { .. } => 4,
+            CliError::BudgetExceeded { .. } => 5,
+            CliError::Refused { .. } => 6,
+            CliError::Malformed(_) => 7,
+            CliError::State { .. } => 8,
+            CliError::Privacy(_) | CliError::Usage(_) => 9,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, CliError>;

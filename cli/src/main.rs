@@ -1,0 +1,334 @@
+//! `privatemail`: private image search from a terminal, with the page's model, preprocessing,
+//! mechanisms and budget accounting (all from `shared`).
+//!
+//! Exit codes: 0 ok, 2 usage, 3 server unreachable, 4 bad photo, 5 budget exceeded (nothing
+//! sent), 6 server refused, 7 malformed or unverifiable answer, 8 budget file, 9 invalid
+//! parameters.
+
+mod budget;
+mod error;
+mod http;
+mod photo;
+mod search;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use shared::api::{AddItemsRequest, ChangeResponse, NewItem, PartitionDoc};
+use shared::embed::model::Model;
+use shared::protocol::plan::{candidates, pareto};
+
+use error::{CliError, Result};
+use search::{Protocol, Query};
+
+/// The model weights the server's gallery was embedded with (the same file the page loads).
+pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+
+#[derive(Parser)]
+#[command(
+    name = "privatemail",
+    version,
+    about = "Private image search: your photo stays on this machine; only a differentially private release leaves it."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct ServerArg {
+    /// The gallery server.
+    #[arg(
+        long,
+        env = "PRIVATEMAIL_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    server: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Search the gallery for images like PHOTO (PNG or JPEG, any size).
+    Search {
+        photo: PathBuf,
+        #[command(flatten)]
+        server: ServerArg,
+        /// Privacy level of this search (pure ε for blocks; (ε, δ) for frame and paper).
+        #[arg(long, default_value_t = 8.0)]
+        epsilon: f64,
+        #[arg(long, value_enum, default_value_t = Protocol::Blocks)]
+        protocol: Protocol,
+        /// Results to show.
+        #[arg(short, long, default_value_t = 8)]
+        k: usize,
+        /// Blocks: the most KiB one search may download (the plan with the best predicted
+        /// fidelity within it is used).
+        #[arg(long, default_value_t = 512.0)]
+        max_kib: f64,
+        /// Blocks: download the whole gallery (exact, no release, no privacy spent) where the
+        /// server allows it.
+        #[arg(long)]
+        whole: bool,
+        /// Refuse, before sending anything, a search that would bring this machine's total
+        /// spent privacy above this ε.
+        #[arg(long)]
+        max_epsilon: Option<f64>,
+        /// δ at which the budget is reported (and of the frame and paper releases).
+        #[arg(long, default_value_t = 1e-5)]
+        delta: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What a block search will download at ε, and its predicted fidelity (public: no photo).
+    Plan {
+        #[command(flatten)]
+        server: ServerArg,
+        #[arg(long, default_value_t = 8.0)]
+        epsilon: f64,
+        #[arg(long, default_value_t = 512.0)]
+        max_kib: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The privacy this machine has spent, composed over every search (zCDP).
+    Budget {
+        /// Forget every receipt (start a fresh budget).
+        #[arg(long)]
+        reset: bool,
+        #[arg(long, default_value_t = 1e-5)]
+        delta: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change the gallery (operators: needs the server's admin token).
+    Gallery {
+        #[command(subcommand)]
+        action: GalleryAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum GalleryAction {
+    /// Add photos with a class label.
+    Add {
+        photos: Vec<PathBuf>,
+        #[arg(long)]
+        label: u32,
+        #[command(flatten)]
+        server: ServerArg,
+        #[arg(long, env = "PM_ADMIN_TOKEN")]
+        token: String,
+    },
+    /// Remove an item by id.
+    Remove {
+        id: u64,
+        #[command(flatten)]
+        server: ServerArg,
+        #[arg(long, env = "PM_ADMIN_TOKEN")]
+        token: String,
+    },
+}
+
+fn print_json(v: &impl Serialize) -> Result<()> {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).map_err(|e| CliError::Malformed(e.to_string()))?
+    );
+    Ok(())
+}
+
+fn check_epsilon(epsilon: f64) -> Result<()> {
+    if epsilon.is_finite() && epsilon > 0.0 && epsilon <= shared::params::limits::MAX_EPSILON {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "--epsilon must be in (0, {}]",
+            shared::params::limits::MAX_EPSILON
+        )))
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Search {
+            photo,
+            server,
+            epsilon,
+            protocol,
+            k,
+            max_kib,
+            whole,
+            max_epsilon,
+            delta,
+            json,
+        } => {
+            check_epsilon(epsilon)?;
+            if !(max_kib.is_finite() && max_kib > 0.0) {
+                return Err(CliError::Usage("--max-kib must be > 0".into()));
+            }
+            if !(delta > 0.0 && delta < 1.0) {
+                return Err(CliError::Usage("--delta must be in (0, 1)".into()));
+            }
+            let pixels = photo::load(&photo)?;
+            let model = Model::from_bytes(MODEL_WEIGHTS).expect("the embedded weights are valid");
+            let server = http::Server::new(&server.server)?;
+            let q = Query {
+                protocol,
+                epsilon,
+                delta,
+                k,
+                max_bytes: max_kib * 1024.0,
+                whole,
+                max_epsilon,
+                progress: !json && std::io::stderr().is_terminal(),
+            };
+            let out = search::run(&server, &model, &pixels, &q)?;
+            if json {
+                return print_json(&out);
+            }
+            println!("photo: {} (on-device model)", out.predicted_class);
+            if let Some(p) = &out.plan {
+                println!(
+                    "downloaded {:.0} KiB: {} of {} blocks at level {}; predicted fidelity@8 {:.3} (share of the exact top 8 found)",
+                    out.bytes_downloaded as f64 / 1024.0,
+                    p.size,
+                    p.blocks,
+                    p.level,
+                    p.predicted_fidelity
+                );
+            }
+            println!(
+                "{:>4}  {:>8}  {:<12} {:>10}",
+                "rank", "id", "class", "distance"
+            );
+            for (i, h) in out.results.iter().enumerate() {
+                println!(
+                    "{:>4}  {:>8}  {:<12} {:>10.4}",
+                    i + 1,
+                    h.id,
+                    h.class_name,
+                    h.distance
+                );
+            }
+            match &out.receipt {
+                Some(r) => println!("spent ε = {} on this search", r.epsilon),
+                None => println!("spent nothing on this search (nothing was released)"),
+            }
+            println!(
+                "total spent from this machine: ε = {:.3} at δ = {:e} over {} releases",
+                out.budget.epsilon, out.budget.delta, out.budget.releases
+            );
+            Ok(())
+        }
+        Command::Plan {
+            server,
+            epsilon,
+            max_kib,
+            json,
+        } => {
+            check_epsilon(epsilon)?;
+            let server = http::Server::new(&server.server)?;
+            let doc: PartitionDoc = server.get_json("/api/v1/partition")?;
+            let q = Query {
+                protocol: Protocol::Blocks,
+                epsilon,
+                delta: 1e-5,
+                k: 8,
+                max_bytes: max_kib * 1024.0,
+                whole: false,
+                max_epsilon: None,
+                progress: false,
+            };
+            let chosen = search::choose_plan(&doc, &q)?;
+            let curve = pareto(candidates(&doc, epsilon)?);
+            if json {
+                return print_json(&serde_json::json!({ "plan": chosen, "pareto": curve }));
+            }
+            println!(
+                "at ε = {epsilon} within {max_kib} KiB: level {} (B = {}), download {} blocks ≈ {:.0} KiB, {:.1} % of the gallery; predicted fidelity@8 {:.3}; the release holds your own block with probability {:.3}",
+                chosen.level,
+                chosen.blocks,
+                chosen.size,
+                chosen.expected_bytes / 1024.0,
+                100.0 * chosen.expected_pool_fraction,
+                chosen.predicted_fidelity,
+                chosen.inclusion
+            );
+            println!(
+                "{:>8} {:>6} {:>4} {:>10} {:>8}",
+                "KiB", "B", "L", "share", "fidelity"
+            );
+            for p in curve {
+                println!(
+                    "{:>8.0} {:>6} {:>4} {:>9.1}% {:>8.3}",
+                    p.expected_bytes / 1024.0,
+                    p.blocks,
+                    p.size,
+                    100.0 * p.expected_pool_fraction,
+                    p.predicted_fidelity
+                );
+            }
+            Ok(())
+        }
+        Command::Budget { reset, delta, json } => {
+            if reset {
+                budget::reset()?;
+            }
+            let t = budget::total(&budget::load()?, delta)?;
+            if json {
+                return print_json(&t);
+            }
+            println!(
+                "{} releases: ε = {:.3} at δ = {:e} (zCDP ρ = {:.4}; adding ε's would give {:.3})",
+                t.releases, t.epsilon, t.delta, t.zcdp_rho, t.basic_epsilon
+            );
+            println!("receipts: {}", budget::path()?.display());
+            Ok(())
+        }
+        Command::Gallery { action } => match action {
+            GalleryAction::Add {
+                photos,
+                label,
+                server,
+                token,
+            } => {
+                let items = photos
+                    .iter()
+                    .map(|p| {
+                        Ok(NewItem {
+                            label,
+                            pixels: photo::load(p)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let server = http::Server::new(&server.server)?;
+                let r: ChangeResponse = server.post_json(
+                    "/api/v1/gallery",
+                    &AddItemsRequest { items },
+                    Some(&token),
+                )?;
+                print_json(&r)
+            }
+            GalleryAction::Remove { id, server, token } => {
+                let server = http::Server::new(&server.server)?;
+                let r: ChangeResponse =
+                    server.delete_json(&format!("/api/v1/gallery/{id}"), Some(&token))?;
+                print_json(&r)
+            }
+        },
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("privatemail: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

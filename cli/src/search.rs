@@ -1,0 +1,311 @@
+//! One search with each protocol. Everything private (the photo's features, its label, the
+//! true block, the real row's position) stays in this process; what is sent is only what the
+//! protocol's mechanism releases, after the budget guard has accepted its receipt.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::RngCore;
+use serde::Serialize;
+use shared::api::{
+    AnchorsResponse, ConfigResponse, PartitionDoc, Ranking, SearchRequest, SearchResponse,
+};
+use shared::dp::mechanism::Receipt;
+use shared::embed::model::Model;
+use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
+use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
+use shared::protocol::plan::{plan, whole_plan, Plan};
+use shared::protocol::privatemail::{privatize, Anchors};
+use shared::{DMatrix, Mechanism, Params, PrivacyParams};
+
+use crate::budget;
+use crate::error::{CliError, Result};
+use crate::http::Server;
+
+/// Concurrent block downloads at most.
+const FETCH_THREADS: usize = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// Private block retrieval: exact results, privacy costs bytes.
+    Blocks,
+    /// The anchor frame: one noisy 10-number row among decoys; the server ranks.
+    Frame,
+    /// The paper's Algorithm 1: one noisy SMLQ step, aligned on the server.
+    Paper,
+}
+
+/// What a search asks for.
+pub struct Query {
+    pub protocol: Protocol,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub k: usize,
+    pub max_bytes: f64,
+    pub whole: bool,
+    pub max_epsilon: Option<f64>,
+    pub progress: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Hit {
+    pub id: u64,
+    pub label: u32,
+    pub class_name: String,
+    pub distance: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Timings {
+    pub model_ms: f64,
+    pub total_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub protocol: Protocol,
+    pub predicted_class: String,
+    /// This search's release (none when the whole gallery was downloaded).
+    pub receipt: Option<Receipt>,
+    pub plan: Option<Plan>,
+    /// Bytes on the wire (the published compressed size of the fetched blocks).
+    pub bytes_downloaded: u64,
+    pub results: Vec<Hit>,
+    pub budget: shared::dp::budget::Total,
+    pub timings: Timings,
+}
+
+fn class_name(config: &ConfigResponse, label: u32) -> String {
+    config
+        .class_names
+        .get(label as usize)
+        .cloned()
+        .unwrap_or_else(|| format!("class {label}"))
+}
+
+/// Guard the budget, then record the receipt before anything leaves.
+fn spend(receipt: Option<&Receipt>, q: &Query) -> Result<()> {
+    budget::guard(receipt, q.max_epsilon, q.delta)?;
+    if let Some(r) = receipt {
+        budget::record(r)?;
+    }
+    Ok(())
+}
+
+pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<Outcome> {
+    let start = Instant::now();
+    let config: ConfigResponse = server.get_json("/api/v1/config")?;
+    let ours = shared::embed::model::weights_version(crate::MODEL_WEIGHTS);
+    if config.model_version != ours {
+        return Err(CliError::Malformed(format!(
+            "the server's gallery uses model {}, this client has {ours}: update the client",
+            config.model_version
+        )));
+    }
+    let t = Instant::now();
+    let inf = model
+        .infer(pixels)
+        .map_err(|e| CliError::Malformed(e.to_string()))?;
+    let model_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut rng = shared::dp::rng::secure_rng()?;
+    let (receipt, plan, bytes, results) = match q.protocol {
+        Protocol::Blocks => blocks(server, &config, &inf.features, q, &mut rng)?,
+        Protocol::Frame | Protocol::Paper => {
+            let (r, hits) = ranked_by_server(server, &config, &inf, q, &mut rng)?;
+            (Some(r), None, 0, hits)
+        }
+    };
+    let total = budget::total(&budget::load()?, q.delta)?;
+    Ok(Outcome {
+        protocol: q.protocol,
+        predicted_class: class_name(&config, inf.label),
+        receipt,
+        plan,
+        bytes_downloaded: bytes,
+        results,
+        budget: total,
+        timings: Timings {
+            model_ms,
+            total_ms: start.elapsed().as_secs_f64() * 1e3,
+        },
+    })
+}
+
+/// The plan for `q`: the whole gallery when asked (and allowed), else the best within the
+/// byte budget. Public: reads no feature.
+pub fn choose_plan(doc: &PartitionDoc, q: &Query) -> Result<Plan> {
+    if q.whole {
+        return whole_plan(doc).map_err(|e| CliError::Usage(e.to_string()));
+    }
+    Ok(plan(doc, q.epsilon, q.max_bytes)?)
+}
+
+type Found = (Option<Receipt>, Option<Plan>, u64, Vec<Hit>);
+
+fn blocks(
+    server: &Server,
+    config: &ConfigResponse,
+    features: &[f32],
+    q: &Query,
+    rng: &mut impl RngCore,
+) -> Result<Found> {
+    let doc: PartitionDoc = server.get_json("/api/v1/partition")?;
+    let p = choose_plan(&doc, q)?;
+    let req = release_blocks(&doc, &p, features, rng)?;
+    spend(req.receipt.as_ref(), q)?;
+    let fetched = fetch_all(server, &doc, req.level, &req.fetch, q.progress)?;
+    // On the wire: the published (gzip) size of each fetched block.
+    let bytes = req
+        .fetch
+        .iter()
+        .map(|&b| doc.levels[req.level].transfer_bytes[b as usize])
+        .sum();
+    let refs: Vec<(u32, &[u8])> = fetched.iter().map(|(b, v)| (*b, v.as_slice())).collect();
+    let (hits, blocks) = verify_and_rank(&doc, req.level, &refs, features, q.k)
+        .map_err(|e| CliError::Malformed(e.to_string()))?;
+    let results = hits
+        .iter()
+        .map(|h| Hit {
+            id: h.id,
+            label: h.label as u32,
+            class_name: class_name(config, h.label as u32),
+            distance: h.distance as f64,
+        })
+        .collect();
+    drop(blocks);
+    Ok((req.receipt, Some(p), bytes, results))
+}
+
+/// Fetch every released block at once (a few threads over the list, in its random order), by
+/// one code path; no retries (a retry could reveal which block mattered).
+fn fetch_all(
+    server: &Server,
+    doc: &PartitionDoc,
+    level: usize,
+    fetch: &[u32],
+    progress: bool,
+) -> Result<Vec<(u32, Vec<u8>)>> {
+    let total: u64 = fetch
+        .iter()
+        .map(|&b| doc.levels[level].transfer_bytes[b as usize])
+        .sum();
+    let bar = if progress {
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {elapsed}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("{} blocks", fetch.len()));
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<Result<Vec<u8>>>>> =
+        Mutex::new((0..fetch.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..FETCH_THREADS.min(fetch.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&b) = fetch.get(i) else { break };
+                let r = server.get_bytes(&block_url(doc, level, b));
+                bar.inc(doc.levels[level].transfer_bytes[b as usize]);
+                out.lock().expect("no panics while held")[i] = Some(r);
+            });
+        }
+    });
+    bar.finish_and_clear();
+    out.into_inner()
+        .expect("threads joined")
+        .into_iter()
+        .zip(fetch)
+        .map(|(r, &b)| Ok((b, r.expect("every block fetched")?)))
+        .collect()
+}
+
+fn ranked_by_server(
+    server: &Server,
+    config: &ConfigResponse,
+    inf: &shared::embed::model::Inference,
+    q: &Query,
+    rng: &mut impl RngCore,
+) -> Result<(Receipt, Vec<Hit>)> {
+    if q.k == 0 || q.k > config.limits.max_k {
+        return Err(CliError::Usage(format!(
+            "-k must be in 1..={}",
+            config.limits.max_k
+        )));
+    }
+    let anchors: AnchorsResponse = server.get_json("/api/v1/anchors")?;
+    let n = anchors.features.len();
+    if anchors
+        .features
+        .iter()
+        .any(|f| f.len() != config.feature_dim)
+        || anchors.frame_rows.len() != n
+        || anchors
+            .frame_rows
+            .iter()
+            .any(|r| r.len() != config.frame_dim)
+    {
+        return Err(CliError::Malformed(
+            "the anchors do not match the configuration".into(),
+        ));
+    }
+    let feats = DMatrix::from_row_iterator(
+        n,
+        config.feature_dim,
+        anchors.features.iter().flatten().map(|&v| v as f64),
+    );
+    let query: Vec<f64> = inf.features.iter().map(|&v| v as f64).collect();
+    let privacy = PrivacyParams {
+        epsilon: q.epsilon,
+        delta: q.delta,
+        mechanism: Mechanism::DiscreteGaussian,
+    };
+    let (req, receipt, real) = if q.protocol == Protocol::Frame {
+        let rows = DMatrix::from_row_iterator(
+            n,
+            config.frame_dim,
+            anchors.frame_rows.iter().flatten().copied(),
+        );
+        let frame = AnchorFrame::new(&feats, &rows, config.frame_kernel_scale)?;
+        let dummies = config.smlq.num_classes as usize - 1;
+        let r = privatize_in_frame(&query, &frame, dummies, &privacy, rng)?;
+        (
+            SearchRequest::from_frame(&r, q.k, Ranking::Proportional),
+            r.receipt,
+            r.real_position(),
+        )
+    } else {
+        let a = Anchors::new(&feats, &anchors.labels, &config.smlq)?;
+        let params = Params {
+            smlq: config.smlq,
+            privacy,
+            post_bandwidth: Default::default(),
+        };
+        let r = privatize(&query, inf.label, &a, &params, rng)?;
+        let req = SearchRequest::from_release(&r, q.k);
+        (req, r.receipt, r.real_position())
+    };
+    spend(Some(&receipt), q)?;
+    let resp: SearchResponse = server.post_json("/api/v1/search", &req, None)?;
+    let row = resp
+        .results
+        .get(real)
+        .filter(|_| resp.results.len() == req.query_rows.len())
+        .ok_or_else(|| CliError::Malformed("the answer has the wrong number of rows".into()))?;
+    let hits = row
+        .iter()
+        .map(|m| Hit {
+            id: m.id,
+            label: m.label,
+            class_name: class_name(config, m.label),
+            distance: m.distance,
+        })
+        .collect();
+    Ok((receipt, hits))
+}

@@ -1,0 +1,318 @@
+//! Private block retrieval through the wasm `Client` in headless Chromium: the plan is a function
+//! of public data only (two photos, one plan), a release is L distinct URLs of one level in a
+//! uniformly random order with the true block's position uniform, the ranking equals the native
+//! `shared::protocol::blocks::rank`, hashes are checked, and bad inputs are errors, not panics.
+
+#![cfg(target_arch = "wasm32")]
+
+use privatemail_client_wasm::{compose_budget, Client};
+use serde_json::Value;
+use shared::api::PartitionDoc;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_test::*;
+
+mod common;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+const FIXTURE: &str = include_str!("fixtures/parity.json");
+
+fn image(k: usize) -> Vec<u8> {
+    let cases: Vec<Value> = serde_json::from_str(FIXTURE).unwrap();
+    serde_json::from_value(cases[k]["pixels"].clone()).unwrap()
+}
+
+fn client() -> Client {
+    let (config, anchors, _, _) = common::server_json(60, 0x2545_f491_4f6c_dd1d);
+    Client::new(WEIGHTS, &config, &anchors).unwrap()
+}
+
+fn json(s: &str) -> Value {
+    serde_json::from_str(s).unwrap()
+}
+
+fn message(e: wasm_bindgen::JsError) -> String {
+    let v: JsValue = e.into();
+    v.dyn_into::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .unwrap_or_default()
+}
+
+/// A plan at ε = 8 that releases three blocks of the finest level (a Pareto plan of that level
+/// with L set to 3: `release_blocks` takes any L of a level).
+fn plan_with_three_or_more(c: &Client) -> Value {
+    let plans = json(&c.plans(8.0).unwrap());
+    let mut plan = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| !p["whole"].as_bool().unwrap())
+        .max_by_key(|p| p["blocks"].as_u64().unwrap())
+        .expect("a block plan")
+        .clone();
+    assert!(plan["blocks"].as_u64().unwrap() > 3);
+    plan["size"] = 3.into();
+    plan["epsilon"] = 8.0.into();
+    plan
+}
+
+/// Native ground truth for the test: the photo's true block at a level.
+fn true_block(doc: &PartitionDoc, level: usize, pixels: &[u8]) -> u32 {
+    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let q = model.infer(pixels).unwrap().features;
+    let flat: Vec<f32> = doc.levels[level]
+        .centroids
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &q)
+}
+
+#[wasm_bindgen_test]
+fn the_plan_is_the_same_for_two_photos_and_before_any_photo() {
+    let (doc, _) = common::partition(700, 7, true);
+    let mut c = client();
+    c.load_partition(&doc).unwrap();
+    let budgets = [64.0 * 1024.0, 256.0 * 1024.0, 4.0 * 1024.0 * 1024.0];
+    let before: Vec<String> = budgets.iter().map(|&b| c.plan(8.0, b).unwrap()).collect();
+    let curve = c.plans(8.0).unwrap();
+    let mut seen = Vec::new();
+    for k in [0, 1] {
+        let info = json(&c.load_pixels(&image(k)).unwrap());
+        seen.push(info["label"].clone());
+        for (b, want) in budgets.iter().zip(&before) {
+            assert_eq!(&c.plan(8.0, *b).unwrap(), want);
+        }
+        assert_eq!(c.plans(8.0).unwrap(), curve);
+    }
+    assert_ne!(seen[0], seen[1], "two photos of different classes");
+    // The curve is cheapest first and improves with bytes; a large budget takes the whole
+    // gallery (nothing released).
+    let curve = json(&curve);
+    let curve = curve.as_array().unwrap();
+    assert!(curve.windows(2).all(|w| {
+        w[0]["expected_bytes"].as_f64() <= w[1]["expected_bytes"].as_f64()
+            && w[0]["predicted_fidelity"].as_f64() < w[1]["predicted_fidelity"].as_f64()
+    }));
+    let big = json(&before[2]);
+    assert_eq!(big["whole"], true);
+    assert_eq!(big["epsilon"], 0.0);
+    let whole = json(&c.whole_plan().unwrap());
+    assert_eq!(whole["whole"], true);
+}
+
+#[wasm_bindgen_test]
+fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_placed() {
+    let (doc_json, _) = common::partition(700, 11, true);
+    let doc: PartitionDoc = serde_json::from_str(&doc_json).unwrap();
+    let mut c = client();
+    c.load_partition(&doc_json).unwrap();
+    c.load_pixels(&image(2)).unwrap();
+    let plan = plan_with_three_or_more(&c);
+    let (level, l) = (
+        plan["level"].as_u64().unwrap() as usize,
+        plan["size"].as_u64().unwrap() as usize,
+    );
+    let truth = true_block(&doc, level, &image(2));
+    let trials = 300 * l;
+    let mut counts = vec![0usize; l];
+    let mut missed = 0;
+    let mut first = vec![0usize; doc.levels[level].blocks as usize];
+    let plan_json = plan.to_string();
+    for _ in 0..trials {
+        let out = json(&c.release_blocks(&plan_json).unwrap());
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["epsilon", "receipt", "urls"]);
+        assert_eq!(out["epsilon"], 8.0);
+        assert_eq!(out["receipt"]["mechanism"], "block_subset");
+        assert_eq!(out["receipt"]["zcdp_rho"], 32.0);
+        let urls = out["urls"].as_array().unwrap();
+        assert_eq!(urls.len(), l);
+        let blocks: Vec<(usize, u32)> = urls
+            .iter()
+            .map(|u| common::level_block(u.as_str().unwrap()))
+            .collect();
+        assert!(urls
+            .iter()
+            .all(|u| u.as_str().unwrap().starts_with("/b/v/")));
+        assert!(blocks.iter().all(|&(lv, _)| lv == level));
+        let mut ids: Vec<u32> = blocks.iter().map(|b| b.1).collect();
+        first[ids[0] as usize] += 1;
+        match ids.iter().position(|&b| b == truth) {
+            Some(p) => counts[p] += 1,
+            None => missed += 1,
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), l, "distinct blocks");
+    }
+    // ε = 8: the true block is in almost every release; its position is uniform over 0..L.
+    assert!(missed * 50 < trials, "missed {missed} of {trials}");
+    let n: usize = counts.iter().sum();
+    let e = n as f64 / l as f64;
+    let chi2: f64 = counts.iter().map(|&o| (o as f64 - e).powi(2) / e).sum();
+    assert!(
+        chi2 < common::CHI2_999[l - 1],
+        "positions {counts:?}, chi2 {chi2}"
+    );
+    // The first URL is not always the true block: every position is used.
+    assert!(counts.iter().all(|&c| c > 0), "{counts:?}");
+    // The receipts compose with the other protocols' in the page's budget.
+    let r = json(&c.release_blocks(&plan_json).unwrap())["receipt"].clone();
+    let total = json(&compose_budget(&Value::Array(vec![r.clone(), r]).to_string(), 1e-5).unwrap());
+    assert!((total["zcdp_rho"].as_f64().unwrap() - 64.0).abs() < 1e-9);
+    assert!(total["epsilon"].as_f64().unwrap() <= 16.0 + 1e-9);
+
+    // The whole gallery and an all-blocks plan release nothing: every block, no receipt.
+    let whole = c.whole_plan().unwrap();
+    let out = json(&c.release_blocks(&whole).unwrap());
+    assert_eq!(out["urls"], serde_json::json!(["/b/v/0/0"]));
+    assert_eq!(out["receipt"], Value::Null);
+    assert_eq!(out["epsilon"], 0.0);
+    let mut all = plan.clone();
+    let b = doc.levels[level].blocks;
+    all["size"] = b.into();
+    all["epsilon"] = 0.0.into();
+    let out = json(&c.release_blocks(&all.to_string()).unwrap());
+    assert_eq!(out["urls"].as_array().unwrap().len(), b as usize);
+    assert_eq!(out["receipt"], Value::Null);
+}
+
+#[wasm_bindgen_test]
+fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() {
+    let (doc_json, files) = common::partition(700, 13, true);
+    let doc: PartitionDoc = serde_json::from_str(&doc_json).unwrap();
+    let mut c = client();
+    c.load_partition(&doc_json).unwrap();
+    assert!(c.rank_blocks(vec![], 8).is_err(), "nothing released yet");
+    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    for (k, plan) in [
+        (1, plan_with_three_or_more(&c).to_string()),
+        (4, c.whole_plan().unwrap()),
+    ] {
+        c.load_pixels(&image(k)).unwrap();
+        let out = json(&c.release_blocks(&plan).unwrap());
+        let urls = out["urls"].as_array().unwrap();
+        let got = json(&c.rank_blocks(common::fetch(urls, &files), 8).unwrap());
+        // Native: the same features, the same blocks in the same order.
+        let q = model.infer(&image(k)).unwrap().features;
+        let blocks: Vec<_> = urls
+            .iter()
+            .map(|u| {
+                let (lv, b) = common::level_block(u.as_str().unwrap());
+                shared::protocol::blocks::decode(&files[lv][b as usize], None).unwrap()
+            })
+            .collect();
+        let want = shared::protocol::blocks::rank(&q, &blocks, 8).unwrap();
+        let results = got["results"].as_array().unwrap();
+        assert_eq!(results.len(), 8);
+        for (r, h) in results.iter().zip(&want) {
+            assert_eq!(r["id"].as_u64().unwrap(), h.id);
+            assert_eq!(r["label"].as_u64().unwrap(), h.label as u64);
+            assert_eq!(r["distance"].as_f64().unwrap() as f32, h.distance);
+            let thumb: Vec<u8> = serde_json::from_value(r["thumbnail"].clone()).unwrap();
+            assert_eq!(thumb, blocks[h.block].thumbnail(h.index));
+            assert!(!r["class_name"].as_str().unwrap().is_empty());
+        }
+        assert_eq!(got["thumb_side"], 28);
+        assert_eq!(got["blocks"].as_u64().unwrap() as usize, urls.len());
+        // The whole gallery's top 8 is the non-private top 8.
+        if urls.len() == 1 {
+            assert_eq!(got["pool_items"], 700);
+        }
+        // A block whose bytes differ from the published hash is refused, in plain words.
+        let mut tampered = common::fetch(urls, &files);
+        let bytes = tampered[0].to_vec();
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        tampered[0] = js_sys::Uint8Array::from(&bad[..]);
+        let e = message(c.rank_blocks(tampered, 8).unwrap_err());
+        assert!(e.contains("fingerprint"), "{e}");
+        // Too few blocks, a truncated block, k out of range.
+        let mut few = common::fetch(urls, &files);
+        few.pop();
+        if !few.is_empty() {
+            assert!(c.rank_blocks(few, 8).is_err());
+        }
+        let mut cut = common::fetch(urls, &files);
+        cut[0] = js_sys::Uint8Array::from(&bytes[..bytes.len() / 2]);
+        assert!(c.rank_blocks(cut, 8).is_err());
+        assert!(c.rank_blocks(common::fetch(urls, &files), 0).is_err());
+        assert!(c.rank_blocks(common::fetch(urls, &files), 1000).is_err());
+    }
+    let _ = doc;
+}
+
+#[wasm_bindgen_test]
+fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
+    let (doc_json, _) = common::partition(1000, 17, false);
+    let mut c = client();
+    // Nothing loaded.
+    assert!(c.plan(8.0, 1e6).is_err());
+    assert!(c.plans(8.0).is_err());
+    assert!(c.whole_plan().is_err());
+    assert!(c.release_blocks("{}").is_err());
+    // Malformed or hostile documents.
+    assert!(c.load_partition("{").is_err());
+    assert!(c.load_partition("[]").is_err());
+    let mut doc: Value = json(&doc_json);
+    doc["levels"][1]["centroids"][0][0] = Value::Null;
+    assert!(c.load_partition(&doc.to_string()).is_err());
+    let mut doc: Value = json(&doc_json);
+    doc["levels"][1]["hashes"][0] = "zz".into();
+    assert!(c.load_partition(&doc.to_string()).is_err());
+    let mut doc: Value = json(&doc_json);
+    doc["feature_dim"] = 3.into();
+    let e = message(c.load_partition(&doc.to_string()).unwrap_err());
+    assert!(!e.is_empty());
+    c.load_partition(&doc_json).unwrap();
+    // Bad ε and byte budgets.
+    for eps in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e6] {
+        assert!(c.plan(eps, 1e6).is_err(), "{eps}");
+        assert!(c.plans(eps).is_err(), "{eps}");
+    }
+    for bytes in [0.0, -5.0, f64::NAN, f64::INFINITY, 1.0] {
+        assert!(c.plan(8.0, bytes).is_err(), "{bytes}");
+    }
+    // The operator does not allow the whole gallery here.
+    let e = message(c.whole_plan().unwrap_err());
+    assert!(e.contains("whole gallery"), "{e}");
+    let plan = json(&c.plan(8.0, 1e9).unwrap());
+    assert_eq!(plan["whole"], false);
+    // No photo yet.
+    assert!(c.release_blocks(&plan.to_string()).is_err());
+    c.load_pixels(&image(0)).unwrap();
+    c.release_blocks(&plan.to_string()).unwrap();
+    // Plans that do not match the partition, or carry a bad ε.
+    assert!(c.release_blocks("not json").is_err());
+    for (field, value) in [
+        ("level", Value::from(99)),
+        ("blocks", Value::from(3)),
+        ("size", Value::from(0)),
+        ("size", Value::from(10_000)),
+        ("whole", Value::from(true)),
+        ("epsilon", Value::from(0.0)),
+        ("epsilon", Value::from(-2.0)),
+        ("epsilon", Value::from(1e9)),
+        ("epsilon", Value::Null),
+    ] {
+        let mut p = plan.clone();
+        p[field] = value.clone();
+        if p["size"] == p["blocks"] && field == "epsilon" {
+            continue; // all blocks: nothing released, ε unused
+        }
+        assert!(
+            c.release_blocks(&p.to_string()).is_err(),
+            "{field} = {value}"
+        );
+    }
+    let mut whole = plan.clone();
+    whole["level"] = 0.into();
+    whole["blocks"] = 1.into();
+    whole["size"] = 1.into();
+    whole["whole"] = true.into();
+    assert!(c.release_blocks(&whole.to_string()).is_err());
+}

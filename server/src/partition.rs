@@ -1,0 +1,548 @@
+//! The published partition (private block retrieval, `shared/spec/blocks.md`): the gallery cut
+//! into blocks at several levels, built from a gallery snapshot with
+//! [`shared::protocol::publish`], held in memory ready to send, and swapped atomically when the
+//! gallery changes.
+//!
+//! Serving is the hot path, so everything a response needs is computed once at build time: the
+//! block files (uncompressed and gzip) as [`Bytes`] (a response clones a reference count, never
+//! the bytes), their strong ETags, and the document's JSON. Looking a version up takes a read
+//! lock for an `Arc` clone; nothing is locked while a response is written.
+//!
+//! Versions: the current one is served, and each version it replaced stays served for a grace
+//! period (clients that fetched the document just before a rebuild can finish their
+//! downloads). After that a request for it is answered 410 Gone naming the current version;
+//! a small bounded list of retired version strings tells "expired" from "never existed" (404).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::HeaderValue;
+use rayon::prelude::*;
+use shared::api::PartitionDoc;
+use shared::protocol::partition::{
+    build_level, gallery_neighbours, held_out_probes, nearest_k, InvertedFile, Overlap,
+};
+use shared::protocol::publish::{
+    default_specs, document, gzip, publish_level, publish_whole, GalleryView, PublishedLevel,
+    COVERAGE_K,
+};
+
+use crate::state::{GalleryItem, SIDE};
+
+/// Where clients fetch blocks: `{BLOCKS_PREFIX}/{version}/{level}/{block}`.
+pub const BLOCKS_PREFIX: &str = "/api/v1/blocks";
+/// Replaced versions kept in memory at most, whatever the grace: each holds every block file
+/// (about 210 MB at 10,000 items), so this bounds memory when the gallery changes often.
+pub const MAX_RETIRED: usize = 2;
+/// Expired version strings remembered (to answer 410 rather than 404).
+pub const MAX_GONE: usize = 256;
+/// Rows of the neighbour search handed to one rayon task.
+const NEIGHBOUR_CHUNK: usize = 256;
+
+/// What the operator sets (flags of the `server` binary).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartitionSettings {
+    /// The largest expected share of the gallery one search may download, in (0, 1].
+    pub max_share: f64,
+    /// Whether the whole gallery is published as one block (level 0).
+    pub allow_full_download: bool,
+    /// How long a replaced version stays served.
+    pub grace: Duration,
+}
+
+impl Default for PartitionSettings {
+    fn default() -> Self {
+        PartitionSettings {
+            max_share: 0.25,
+            allow_full_download: true,
+            grace: Duration::from_secs(600),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("partition: {0}")]
+    Shared(#[from] shared::Error),
+    #[error("partition: {0}")]
+    Invalid(String),
+}
+
+/// Why a version cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    #[error("partition version {asked} is no longer served; the current version is {current}")]
+    Gone { asked: String, current: String },
+    #[error("unknown partition version {asked}; the current version is {current}")]
+    Unknown { asked: String, current: String },
+    #[error("no partition is published (the gallery is too small to cut into blocks)")]
+    Unavailable,
+}
+
+/// One block file, ready to send.
+#[derive(Debug, Clone)]
+pub struct BlockFile {
+    pub raw: Bytes,
+    pub gzip: Bytes,
+    /// `"<sha256 hex of raw>"` (strong).
+    pub etag: HeaderValue,
+}
+
+/// A built partition: the document and every block file.
+#[derive(Debug)]
+pub struct Published {
+    pub doc: PartitionDoc,
+    pub doc_json: Bytes,
+    pub doc_gzip: Bytes,
+    /// `"<version>"`.
+    pub doc_etag: HeaderValue,
+    /// `files[level][block]`, levels as in `doc.levels`.
+    pub files: Vec<Vec<BlockFile>>,
+    /// The catalogue version the gallery snapshot had.
+    pub catalogue_version: u64,
+    pub build_secs: f64,
+}
+
+impl Published {
+    pub fn version(&self) -> &str {
+        &self.doc.version
+    }
+
+    pub fn block(&self, level: usize, block: usize) -> Option<&BlockFile> {
+        self.files.get(level)?.get(block)
+    }
+
+    /// Uncompressed and gzip bytes of all block files.
+    pub fn total_bytes(&self) -> (u64, u64) {
+        self.files.iter().flatten().fold((0, 0), |(r, g), f| {
+            (r + f.raw.len() as u64, g + f.gzip.len() as u64)
+        })
+    }
+}
+
+fn quoted(s: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{s}\"")).expect("hex digits are a valid header value")
+}
+
+/// Fewest anchors outside the gallery that coverage is measured on.
+const MIN_HELD_OUT_PROBES: usize = 100;
+
+/// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if
+/// allowed), then [`default_specs`]; coverage measured on the public anchors' features.
+/// CPU-heavy (seconds at 10k items): call off the async runtime. Levels build in parallel.
+pub fn build(
+    items: &[Arc<GalleryItem>],
+    anchor_features: &[Vec<f32>],
+    seed: u64,
+    catalogue_version: u64,
+    settings: &PartitionSettings,
+) -> Result<Published, PartitionError> {
+    let t0 = Instant::now();
+    let n = items.len();
+    let dim = items.first().map_or(0, |it| it.features.len());
+    let side = SIDE as usize;
+    if n == 0 || dim == 0 {
+        return Err(PartitionError::Invalid("the gallery is empty".into()));
+    }
+    let ids: Vec<u64> = items.iter().map(|it| it.id).collect();
+    let labels: Vec<u8> = items
+        .iter()
+        .map(|it| u8::try_from(it.label).ok().filter(|&l| l < 10))
+        .collect::<Option<_>>()
+        .ok_or_else(|| PartitionError::Invalid("a label is outside 0..10".into()))?;
+    let mut features = Vec::with_capacity(n * dim);
+    let mut thumbnails = Vec::with_capacity(n * side * side);
+    for it in items {
+        if it.features.len() != dim || it.pixels.len() != side * side {
+            return Err(PartitionError::Invalid(format!(
+                "item {} has the wrong shape",
+                it.id
+            )));
+        }
+        features.extend_from_slice(&it.features);
+        thumbnails.extend_from_slice(&it.pixels);
+    }
+    let g = GalleryView {
+        ids: &ids,
+        labels: &labels,
+        features: &features,
+        dim,
+        thumbnails: &thumbnails,
+        thumb_side: side,
+    };
+    let anchors: Vec<f32> = anchor_features
+        .iter()
+        .filter(|a| a.len() == dim)
+        .flatten()
+        .copied()
+        .collect();
+    // Coverage predicts a held-out photo's fidelity, so measure it on anchors outside the
+    // gallery; only if too few are left fall back to all of them (and say so in the document).
+    let held_out = held_out_probes(&features, dim, &anchors);
+    let (probes, coverage_probes) = if held_out.len() >= MIN_HELD_OUT_PROBES {
+        let p: Vec<f32> = held_out
+            .iter()
+            .flat_map(|&i| anchors[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        (p, held_out.len())
+    } else {
+        tracing::warn!(
+            held_out = held_out.len(),
+            "partition: too few anchors outside the gallery; coverage measured on gallery members overstates the predicted fidelity"
+        );
+        (anchors, 0)
+    };
+    let truth: Vec<Vec<u32>> = probes
+        .par_chunks(dim)
+        .map(|p| nearest_k(&features, dim, p, COVERAGE_K))
+        .collect();
+    let specs = default_specs(n);
+    if specs.is_empty() && !settings.allow_full_download {
+        return Err(PartitionError::Invalid(format!(
+            "{n} items are too few for a partition and full download is off"
+        )));
+    }
+    // Closure neighbours once, for the largest m any level needs, rows split across threads.
+    let m = specs
+        .iter()
+        .filter_map(|s| match s.overlap {
+            Overlap::Closure(m) => Some(m as usize),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .min(n - 1);
+    let neighbours: Option<Vec<Vec<u32>>> = if m > 0 {
+        let t = Instant::now();
+        let ivf = InvertedFile::for_gallery(&features, dim, seed)?;
+        let chunks: Vec<Vec<Vec<u32>>> = (0..n.div_ceil(NEIGHBOUR_CHUNK))
+            .into_par_iter()
+            .map(|c| {
+                let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
+                gallery_neighbours(&features, dim, m, rows, ivf.as_ref())
+            })
+            .collect::<Result<_, _>>()?;
+        tracing::info!(
+            items = n,
+            m,
+            exact = ivf.is_none(),
+            secs = t.elapsed().as_secs_f64(),
+            "partition: gallery neighbours"
+        );
+        Some(chunks.into_iter().flatten().collect())
+    } else {
+        None
+    };
+    let build_one = |spec| -> Result<PublishedLevel, PartitionError> {
+        let t = Instant::now();
+        let level = build_level(&features, dim, spec, seed, neighbours.as_deref())?;
+        let p = publish_level(&g, &level, &probes, &truth)?;
+        tracing::info!(
+            blocks = spec.blocks,
+            overlap = %spec.overlap.name(),
+            coverage_own = p.doc.coverage.own,
+            bytes = p.doc.bytes.iter().sum::<u64>(),
+            transfer_bytes = p.doc.transfer_bytes.iter().sum::<u64>(),
+            secs = t.elapsed().as_secs_f64(),
+            "partition: level built"
+        );
+        Ok(p)
+    };
+    let (whole, levels) = rayon::join(
+        || {
+            settings.allow_full_download.then(|| {
+                let t = Instant::now();
+                let p = publish_whole(&g)?;
+                tracing::info!(
+                    bytes = p.doc.bytes[0],
+                    transfer_bytes = p.doc.transfer_bytes[0],
+                    secs = t.elapsed().as_secs_f64(),
+                    "partition: whole-gallery level built"
+                );
+                Ok::<_, PartitionError>(p)
+            })
+        },
+        || {
+            specs
+                .par_iter()
+                .map(|&s| build_one(s))
+                .collect::<Result<Vec<_>, _>>()
+        },
+    );
+    let levels: Vec<PublishedLevel> = whole.transpose()?.into_iter().chain(levels?).collect();
+    let mut files = Vec::with_capacity(levels.len());
+    let mut docs = Vec::with_capacity(levels.len());
+    for l in levels {
+        files.push(
+            l.files
+                .into_iter()
+                .zip(l.gzipped)
+                .zip(&l.doc.hashes)
+                .map(|((raw, gz), hash)| BlockFile {
+                    raw: Bytes::from(raw),
+                    gzip: Bytes::from(gz),
+                    etag: quoted(hash),
+                })
+                .collect(),
+        );
+        docs.push(l.doc);
+    }
+    let mut doc = document(
+        docs,
+        &g,
+        String::new(),
+        settings.max_share,
+        settings.allow_full_download,
+        coverage_probes,
+    );
+    doc.blocks_url = format!("{BLOCKS_PREFIX}/{}", doc.version);
+    shared::protocol::plan::validate_doc(&doc)?;
+    let json = serde_json::to_vec(&doc).map_err(|e| PartitionError::Invalid(e.to_string()))?;
+    let published = Published {
+        doc_etag: quoted(&doc.version),
+        doc_gzip: Bytes::from(gzip(&json)),
+        doc_json: Bytes::from(json),
+        doc,
+        files,
+        catalogue_version,
+        build_secs: t0.elapsed().as_secs_f64(),
+    };
+    let (raw, gz) = published.total_bytes();
+    tracing::info!(
+        version = %published.doc.version,
+        items = n,
+        levels = published.doc.levels.len(),
+        blocks = published.files.iter().map(Vec::len).sum::<usize>(),
+        bytes = raw,
+        transfer_bytes = gz,
+        doc_bytes = published.doc_json.len(),
+        secs = published.build_secs,
+        "partition built"
+    );
+    Ok(published)
+}
+
+/// The partition part of `GET /api/v1/status`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PartitionStatus {
+    pub version: String,
+    /// The catalogue version the partition was built from.
+    pub catalogue_version: u64,
+    pub gallery_size: usize,
+    /// B of each served level, in order (1 = the whole gallery).
+    pub levels: Vec<u32>,
+    pub build_secs: f64,
+    /// All block files, uncompressed and gzip.
+    pub bytes: u64,
+    pub transfer_bytes: u64,
+    /// Replaced versions still served (grace period).
+    pub retired: usize,
+}
+
+/// The served partitions: the current one and, for their grace period, the ones it replaced.
+#[derive(Debug)]
+pub struct Partitions {
+    pub settings: PartitionSettings,
+    current: RwLock<Option<Arc<Published>>>,
+    history: Mutex<History>,
+}
+
+#[derive(Debug, Default)]
+struct History {
+    /// Replaced versions still served, oldest first, with when they expire.
+    retired: VecDeque<(Arc<Published>, Instant)>,
+    /// Versions no longer served, newest last.
+    gone: VecDeque<String>,
+}
+
+impl History {
+    fn forget(&mut self, version: String) {
+        if !self.gone.contains(&version) {
+            self.gone.push_back(version);
+            while self.gone.len() > MAX_GONE {
+                self.gone.pop_front();
+            }
+        }
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while self.retired.len() > MAX_RETIRED
+            || self.retired.front().is_some_and(|(_, exp)| *exp <= now)
+        {
+            if let Some((p, _)) = self.retired.pop_front() {
+                self.forget(p.doc.version.clone());
+            }
+        }
+    }
+}
+
+/// Version strings echoed in messages are cut to this many characters.
+const ECHO_MAX: usize = 64;
+
+impl Partitions {
+    pub fn new(settings: PartitionSettings) -> Self {
+        Partitions {
+            settings,
+            current: RwLock::new(None),
+            history: Mutex::new(History::default()),
+        }
+    }
+
+    /// The current partition, if one was built.
+    pub fn current(&self) -> Option<Arc<Published>> {
+        let cur = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .prune(Instant::now());
+        cur
+    }
+
+    /// What `/status` shows.
+    pub fn status(&self) -> Option<PartitionStatus> {
+        let p = self.current()?;
+        let (bytes, transfer_bytes) = p.total_bytes();
+        Some(PartitionStatus {
+            version: p.doc.version.clone(),
+            catalogue_version: p.catalogue_version,
+            gallery_size: p.doc.gallery_size,
+            levels: p.doc.levels.iter().map(|l| l.blocks).collect(),
+            build_secs: p.build_secs,
+            bytes,
+            transfer_bytes,
+            retired: self.retired_count(),
+        })
+    }
+
+    /// Versions still served besides the current one.
+    pub fn retired_count(&self) -> usize {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retired
+            .len()
+    }
+
+    /// Make `new` current; the replaced version (if different) is served for the grace period.
+    pub fn publish(&self, new: Published) {
+        let new = Arc::new(new);
+        // History first, then current (the only place both are held): a concurrent `get` that
+        // no longer finds the old version current finds it retired.
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(Arc::clone(&new));
+        h.retired.retain(|(p, _)| p.doc.version != new.doc.version);
+        h.gone.retain(|v| *v != new.doc.version);
+        if let Some(old) = old.filter(|o| o.doc.version != new.doc.version) {
+            let now = Instant::now();
+            h.retired.push_back((old, now + self.settings.grace));
+            h.prune(now);
+        }
+    }
+
+    /// The partition with this version, if it is still served.
+    pub fn get(&self, version: &str) -> Result<Arc<Published>, VersionError> {
+        let cur = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(VersionError::Unavailable)?;
+        if cur.doc.version == version {
+            return Ok(cur);
+        }
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        h.prune(Instant::now());
+        if let Some((p, _)) = h.retired.iter().find(|(p, _)| p.doc.version == version) {
+            return Ok(Arc::clone(p));
+        }
+        let asked: String = version.chars().take(ECHO_MAX).collect();
+        let current = cur.doc.version.clone();
+        if h.gone.iter().any(|v| v == version) {
+            Err(VersionError::Gone { asked, current })
+        } else {
+            Err(VersionError::Unknown { asked, current })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::api::LevelDoc;
+
+    fn fake(version: &str) -> Published {
+        Published {
+            doc: PartitionDoc {
+                version: version.into(),
+                gallery_size: 1,
+                feature_dim: 1,
+                thumb_side: 1,
+                blocks_url: String::new(),
+                max_share: 1.0,
+                allow_full_download: true,
+                coverage_k: 8,
+                coverage_probes: 0,
+                levels: Vec::<LevelDoc>::new(),
+            },
+            doc_json: Bytes::new(),
+            doc_gzip: Bytes::new(),
+            doc_etag: quoted(version),
+            files: Vec::new(),
+            catalogue_version: 0,
+            build_secs: 0.0,
+        }
+    }
+
+    #[test]
+    fn versions_are_served_then_gone_and_unknown_ones_are_told_apart() {
+        let p = Partitions::new(PartitionSettings {
+            grace: Duration::from_millis(200),
+            ..Default::default()
+        });
+        assert_eq!(p.get("a").unwrap_err(), VersionError::Unavailable);
+        p.publish(fake("a"));
+        assert!(p.get("a").is_ok());
+        p.publish(fake("b"));
+        // In the grace period both are served.
+        assert!(p.get("a").is_ok() && p.get("b").is_ok());
+        assert!(
+            matches!(p.get("zz"), Err(VersionError::Unknown { ref current, .. }) if current == "b")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            matches!(p.get("a"), Err(VersionError::Gone { ref current, .. }) if current == "b")
+        );
+        // Republishing the same version retires nothing.
+        p.publish(fake("b"));
+        assert_eq!(p.retired_count(), 0);
+        // A version that comes back (same gallery again) is current, not gone.
+        p.publish(fake("a"));
+        assert!(p.get("a").is_ok());
+    }
+
+    #[test]
+    fn retired_versions_are_bounded() {
+        let p = Partitions::new(PartitionSettings::default());
+        for i in 0..10 {
+            p.publish(fake(&format!("v{i}")));
+        }
+        assert_eq!(p.retired_count(), MAX_RETIRED);
+        assert!(matches!(p.get("v0"), Err(VersionError::Gone { .. })));
+        assert!(p.get("v8").is_ok());
+        let long = "x".repeat(10_000);
+        match p.get(&long) {
+            Err(VersionError::Unknown { asked, .. }) => assert_eq!(asked.len(), ECHO_MAX),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Planning a block search: which level and how many blocks, from public facts only.
+//!
+//! # Leakage rule
+//! A plan is a function of ε, the byte budget and the published [`PartitionDoc`] — never of
+//! the photo (the functions here take no features; a test gives two photos the same plan). So
+//! the number of blocks fetched, and the level they come from, reveal nothing beyond what the
+//! release itself does.
+//!
+//! # Prediction
+//! With `L` of `B` blocks released by the k-subset mechanism, the true block is in the release
+//! with `p = L·e^ε/(L·e^ε + B − L)` ([`crate::dp::subset::inclusion_probability`]). Coverage
+//! measured on the public anchors gives `own` (share of the top-k inside the true block) and
+//! `other` (inside one other block); the predicted fidelity is
+//! `p·min(1, own + (L−1)·other) + (1 − p)·min(1, L·other)` (a union bound for the other
+//! blocks). The expected pool is `Σ_c m_c·(1 − C(B−c, L)/C(B, L))` items for `m_c` items held
+//! by `c` blocks (exact for a uniformly random set of `L` blocks), and the expected bytes are `L`
+//! times the mean block size on the wire.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::PartitionDoc;
+use crate::dp::subset::inclusion_probability;
+use crate::error::{Error, Result};
+use crate::params::limits;
+
+/// What a search will do.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Index into the partition's levels.
+    pub level: usize,
+    /// B of that level.
+    pub blocks: u32,
+    /// L, the number of blocks released and downloaded.
+    pub size: u32,
+    /// ε the release spends (0 when every block of the level is downloaded: nothing is
+    /// released).
+    pub epsilon: f64,
+    /// Chance that the release holds the photo's own block.
+    pub inclusion: f64,
+    /// Predicted fidelity@k (share of the exact top-k returned).
+    pub predicted_fidelity: f64,
+    /// Expected bytes on the wire.
+    pub expected_bytes: f64,
+    /// Expected distinct items downloaded / gallery size.
+    pub expected_pool_fraction: f64,
+    /// The whole gallery (no release).
+    pub whole: bool,
+}
+
+/// Check a partition document from an untrusted server before planning with it.
+pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
+    let bad = |reason: String| Error::InvalidParameter {
+        name: "partition",
+        reason,
+    };
+    if doc.levels.is_empty() || doc.levels.len() > limits::MAX_LEVELS {
+        return Err(bad(format!("must have 1..={} levels", limits::MAX_LEVELS)));
+    }
+    if !(doc.max_share > 0.0 && doc.max_share <= 1.0) {
+        return Err(bad("max_share must be in (0, 1]".into()));
+    }
+    if doc.feature_dim == 0 || doc.feature_dim > limits::MAX_FEATURE_DIM || doc.gallery_size == 0 {
+        return Err(bad("feature_dim or gallery_size out of range".into()));
+    }
+    for (i, l) in doc.levels.iter().enumerate() {
+        let b = l.blocks as usize;
+        let lens_ok = [
+            l.sizes.len(),
+            l.bytes.len(),
+            l.transfer_bytes.len(),
+            l.hashes.len(),
+        ]
+        .iter()
+        .all(|&n| n == b)
+            && l.centroids.len() == b;
+        if b == 0 || b > limits::MAX_BLOCKS || !lens_ok {
+            return Err(bad(format!("level {i}: inconsistent block count")));
+        }
+        if l.whole && b != 1 {
+            return Err(bad(format!(
+                "level {i}: a whole-gallery level has one block"
+            )));
+        }
+        if l.centroids
+            .iter()
+            .any(|c| c.len() != doc.feature_dim || c.iter().any(|v| !v.is_finite()))
+        {
+            return Err(bad(format!("level {i}: bad centroid")));
+        }
+        if l.hashes
+            .iter()
+            .any(|h| h.len() != 64 || !h.bytes().all(|c| c.is_ascii_hexdigit()))
+        {
+            return Err(bad(format!("level {i}: bad block hash")));
+        }
+        let cov = [l.coverage.own, l.coverage.other];
+        if cov.iter().any(|c| !(0.0..=1.0).contains(c)) || l.multiplicity.len() > b + 1 {
+            return Err(bad(format!("level {i}: bad coverage or multiplicity")));
+        }
+    }
+    Ok(())
+}
+
+/// `C(B − c, L) / C(B, L)`: the chance that a uniformly random set of L of B blocks misses all
+/// of c given blocks.
+fn miss_all(b: u32, c: usize, l: u32) -> f64 {
+    let mut p = 1.0;
+    for j in 0..c as u32 {
+        if b < l + j + 1 {
+            return 0.0;
+        }
+        p *= (b - l - j) as f64 / (b - j) as f64;
+    }
+    p
+}
+
+fn check_epsilon(epsilon: f64) -> Result<()> {
+    if epsilon.is_finite() && epsilon > 0.0 && epsilon <= limits::MAX_EPSILON {
+        Ok(())
+    } else {
+        Err(Error::InvalidParameter {
+            name: "epsilon",
+            reason: format!("must be in (0, {}]", limits::MAX_EPSILON),
+        })
+    }
+}
+
+/// Every plan the operator permits at ε: each level with each `L` whose expected pool is within
+/// `max_share` (or the whole gallery where allowed).
+pub fn candidates(doc: &PartitionDoc, epsilon: f64) -> Result<Vec<Plan>> {
+    validate_doc(doc)?;
+    check_epsilon(epsilon)?;
+    let n = doc.gallery_size as f64;
+    let mut out = Vec::new();
+    for (li, l) in doc.levels.iter().enumerate() {
+        let mean_bytes = l.transfer_bytes.iter().sum::<u64>() as f64 / l.blocks as f64;
+        if l.whole {
+            if doc.allow_full_download {
+                out.push(Plan {
+                    level: li,
+                    blocks: 1,
+                    size: 1,
+                    epsilon: 0.0,
+                    inclusion: 1.0,
+                    predicted_fidelity: 1.0,
+                    expected_bytes: mean_bytes,
+                    expected_pool_fraction: 1.0,
+                    whole: true,
+                });
+            }
+            continue;
+        }
+        let (own, other) = (l.coverage.own, l.coverage.other);
+        for size in 1..=l.blocks {
+            let pool: f64 = l
+                .multiplicity
+                .iter()
+                .enumerate()
+                .map(|(c, &m)| m as f64 * (1.0 - miss_all(l.blocks, c, size)))
+                .sum();
+            let pool_fraction = (pool / n).min(1.0);
+            if pool_fraction > doc.max_share + 1e-12 {
+                break;
+            }
+            let all = size == l.blocks;
+            let p = inclusion_probability(l.blocks, size, epsilon);
+            let fid = p * (own + (size - 1) as f64 * other).min(1.0)
+                + (1.0 - p) * (size as f64 * other).min(1.0);
+            out.push(Plan {
+                level: li,
+                blocks: l.blocks,
+                size,
+                epsilon: if all { 0.0 } else { epsilon },
+                inclusion: p,
+                predicted_fidelity: fid,
+                expected_bytes: size as f64 * mean_bytes,
+                expected_pool_fraction: pool_fraction,
+                whole: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The whole-gallery plan (one block, nothing released, zero privacy cost), or a typed error
+/// when the operator does not allow it. Public, like every plan.
+pub fn whole_plan(doc: &PartitionDoc) -> Result<Plan> {
+    validate_doc(doc)?;
+    let refuse = |reason: &str| Error::InvalidParameter {
+        name: "whole",
+        reason: reason.into(),
+    };
+    if !doc.allow_full_download {
+        return Err(refuse(
+            "this server does not allow downloading the whole gallery",
+        ));
+    }
+    let level = doc
+        .levels
+        .iter()
+        .position(|l| l.whole)
+        .ok_or_else(|| refuse("this server publishes no whole-gallery download"))?;
+    let l = &doc.levels[level];
+    Ok(Plan {
+        level,
+        blocks: l.blocks,
+        size: l.blocks,
+        epsilon: 0.0,
+        inclusion: 1.0,
+        predicted_fidelity: 1.0,
+        expected_bytes: l.transfer_bytes.iter().sum::<u64>() as f64,
+        expected_pool_fraction: 1.0,
+        whole: true,
+    })
+}
+
+/// The plans no other plan beats on both fidelity and bytes, cheapest first (for the plot).
+pub fn pareto(mut plans: Vec<Plan>) -> Vec<Plan> {
+    plans.sort_by(|a, b| {
+        a.expected_bytes
+            .total_cmp(&b.expected_bytes)
+            .then(b.predicted_fidelity.total_cmp(&a.predicted_fidelity))
+    });
+    let mut out: Vec<Plan> = Vec::new();
+    for p in plans {
+        if out
+            .last()
+            .is_none_or(|q| p.predicted_fidelity > q.predicted_fidelity + 1e-12)
+        {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The plan with the best predicted fidelity whose expected bytes fit `max_bytes`; among
+/// equals, the cheapest. A typed error names the cheapest plan's bytes when none fits.
+pub fn plan(doc: &PartitionDoc, epsilon: f64, max_bytes: f64) -> Result<Plan> {
+    if !(max_bytes.is_finite() && max_bytes > 0.0) {
+        return Err(Error::InvalidParameter {
+            name: "max_bytes",
+            reason: "must be finite and > 0".into(),
+        });
+    }
+    let all = candidates(doc, epsilon)?;
+    let cheapest = all
+        .iter()
+        .map(|p| p.expected_bytes)
+        .fold(f64::INFINITY, f64::min);
+    pareto(all)
+        .into_iter()
+        .rfind(|p| p.expected_bytes <= max_bytes)
+        .ok_or(Error::InvalidParameter {
+            name: "max_bytes",
+            reason: format!(
+                "no plan fits {max_bytes:.0} bytes; the cheapest needs {cheapest:.0} bytes"
+            ),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::LevelDoc;
+    use crate::protocol::partition::{Coverage, Overlap};
+
+    pub(crate) fn doc() -> PartitionDoc {
+        let level = |b: u32, own: f64, whole: bool| LevelDoc {
+            blocks: b,
+            overlap: if whole {
+                Overlap::None
+            } else {
+                Overlap::Closure(8)
+            },
+            whole,
+            centroids: (0..b).map(|i| vec![i as f32, 0.0]).collect(),
+            sizes: vec![1000 / b * 2; b as usize],
+            bytes: vec![100_000 / b as u64; b as usize],
+            transfer_bytes: vec![50_000 / b as u64; b as usize],
+            hashes: vec!["ab".repeat(32); b as usize],
+            multiplicity: if whole {
+                vec![0, 1000]
+            } else {
+                vec![0, 0, 1000]
+            },
+            coverage: Coverage {
+                own,
+                other: (1.0 - own) / (b as f64),
+            },
+        };
+        PartitionDoc {
+            version: "v".into(),
+            gallery_size: 1000,
+            feature_dim: 2,
+            thumb_side: 2,
+            blocks_url: "/b".into(),
+            max_share: 0.5,
+            allow_full_download: true,
+            coverage_k: 8,
+            coverage_probes: 100,
+            levels: vec![
+                level(1, 1.0, true),
+                level(8, 0.9, false),
+                level(32, 0.8, false),
+            ],
+        }
+    }
+
+    #[test]
+    fn plans_respect_budget_and_share_and_improve_with_epsilon() {
+        let d = doc();
+        for eps in [1.0, 4.0, 8.0] {
+            for p in candidates(&d, eps).unwrap() {
+                assert!(p.whole || p.expected_pool_fraction <= 0.5 + 1e-12, "{p:?}");
+                assert!((0.0..=1.0).contains(&p.predicted_fidelity));
+            }
+        }
+        let lo = plan(&d, 1.0, 10_000.0).unwrap();
+        let hi = plan(&d, 8.0, 10_000.0).unwrap();
+        assert!(lo.expected_bytes <= 10_000.0 && hi.expected_bytes <= 10_000.0);
+        assert!(hi.predicted_fidelity > lo.predicted_fidelity);
+        // A budget that fits the whole gallery takes it: fidelity 1, nothing released.
+        let whole = plan(&d, 1.0, 1e9).unwrap();
+        assert!(whole.whole && whole.epsilon == 0.0 && whole.predicted_fidelity == 1.0);
+        assert!(plan(&d, 1.0, 1.0).is_err());
+        assert!(plan(&d, f64::NAN, 1e4).is_err());
+        assert!(plan(&d, 1.0, f64::INFINITY).is_err());
+        assert_eq!(whole_plan(&d).unwrap(), whole);
+        let mut no_full = d.clone();
+        no_full.allow_full_download = false;
+        assert!(!plan(&no_full, 1.0, 1e9).unwrap().whole);
+        assert!(whole_plan(&no_full).is_err());
+    }
+
+    #[test]
+    fn the_expected_pool_counts_overlap_exactly() {
+        // Every item in exactly 2 of B blocks: P(in pool) = 1 − C(B−2, L)/C(B, L).
+        let b = 8u32;
+        for l in 1..=b {
+            let want = 1.0
+                - ((b - l) as f64 * (b - l).saturating_sub(1) as f64) / (b as f64 * (b - 1) as f64);
+            assert!((1.0 - miss_all(b, 2, l) - want).abs() < 1e-12, "{l}");
+        }
+    }
+
+    #[test]
+    fn hostile_documents_are_refused() {
+        let mut d = doc();
+        d.levels[1].hashes[0] = "zz".into();
+        assert!(validate_doc(&d).is_err());
+        let mut d = doc();
+        d.levels[2].centroids[3] = vec![f32::NAN, 0.0];
+        assert!(validate_doc(&d).is_err());
+        let mut d = doc();
+        d.levels[1].sizes.pop();
+        assert!(validate_doc(&d).is_err());
+        let mut d = doc();
+        d.max_share = 2.0;
+        assert!(validate_doc(&d).is_err());
+        let mut d = doc();
+        d.levels[1].coverage.own = 1.5;
+        assert!(validate_doc(&d).is_err());
+    }
+}

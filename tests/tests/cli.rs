@@ -1,0 +1,272 @@
+//! The `privatemail` command-line client against a real server: every protocol, the budget
+//! file and its guard, the exit codes, and exactness — with the whole gallery downloaded its
+//! top 8 equals the non-private kNN top 8 on the exact features.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use privatemail_e2e::{demo_server, test_image, Server};
+use serde_json::Value;
+
+const TOKEN: &str = "cli-token";
+
+fn cli_bin() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let status = Command::new(cargo)
+        .args(["build", "-q", "-p", "privatemail-cli"])
+        .current_dir(root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the CLI failed");
+    PathBuf::from(format!("{root}/target/debug/privatemail"))
+}
+
+struct Cli {
+    bin: PathBuf,
+    state: PathBuf,
+}
+
+impl Cli {
+    fn new(tag: &str) -> Self {
+        let state = std::env::temp_dir().join(format!("pm-cli-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
+        Cli {
+            bin: cli_bin(),
+            state,
+        }
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .args(args)
+            .env("PRIVATEMAIL_STATE_DIR", &self.state)
+            .env_remove("PRIVATEMAIL_SERVER")
+            .env_remove("PM_ADMIN_TOKEN")
+            .output()
+            .expect("run privatemail")
+    }
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON output")
+    }
+}
+
+/// Test image `i` written as an RGB PNG scaled up 3× (any size must work), in `dir`.
+fn photo(dir: &Path, i: usize) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let (px, _) = test_image(i);
+    let side = 84;
+    let mut rgb = Vec::with_capacity(side * side * 3);
+    for y in 0..side {
+        for x in 0..side {
+            let v = px[(y / 3) * 28 + x / 3];
+            rgb.extend_from_slice(&[v, v, v]);
+        }
+    }
+    let path = dir.join(format!("photo-{i}.png"));
+    let file = std::fs::File::create(&path).unwrap();
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), side as u32, side as u32);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.write_header().unwrap().write_image_data(&rgb).unwrap();
+    path
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect()
+}
+
+/// The exact non-private top 8 of the demo gallery (test images 0..1000, ids = indices) for
+/// each photo, on the model's features as the CLI computes them.
+fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let dir = Path::new(privatemail_server::data::DEFAULT_DIR);
+    let test = privatemail_server::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let gallery: Vec<Vec<f32>> = (0..1000)
+        .map(|i| model.infer(test.images.image(i)).unwrap().features)
+        .collect();
+    photos
+        .iter()
+        .map(|px| {
+            let q = model.infer(px).unwrap().features;
+            let mut d: Vec<(f32, u64)> = gallery
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let dist: f32 = f.iter().zip(&q).map(|(a, b)| (a - b) * (a - b)).sum();
+                    (dist, i as u64)
+                })
+                .collect();
+            d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            d.iter().take(8).map(|x| x.1).collect()
+        })
+        .collect()
+}
+
+fn server() -> Server {
+    demo_server("cli", &["--admin-token", TOKEN])
+}
+
+#[test]
+fn whole_gallery_search_is_the_exact_top_8_and_spends_nothing() {
+    let s = server();
+    let cli = Cli::new("whole");
+    // Held-out photos (test images outside the 1,000-image gallery).
+    let held_out = [5000, 5001, 7777];
+    let pixels: Vec<Vec<u8>> = held_out.iter().map(|&i| test_image(i).0).collect();
+    let want = exact_top8(&pixels.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    for (n, &i) in held_out.iter().enumerate() {
+        let p = photo(&cli.state.join("photos"), i);
+        let out = cli.json(&[
+            "search",
+            p.to_str().unwrap(),
+            "--server",
+            &s.base,
+            "--whole",
+            "--json",
+        ]);
+        // The 84×84 PNG reduces to the same 28×28 input (exact area averaging).
+        assert_eq!(ids(&out), want[n], "photo {i}");
+        assert!(out["receipt"].is_null());
+        assert_eq!(out["plan"]["whole"], true);
+        assert_eq!(out["budget"]["releases"], 0);
+    }
+}
+
+#[test]
+fn every_protocol_searches_and_the_budget_composes_and_guards() {
+    let s = server();
+    let cli = Cli::new("protocols");
+    let p = photo(&cli.state.join("photos"), 5002);
+    let p = p.to_str().unwrap();
+    let blocks = cli.json(&["search", p, "--server", &s.base, "--epsilon", "8", "--json"]);
+    assert_eq!(ids(&blocks).len(), 8);
+    assert_eq!(blocks["receipt"]["mechanism"], "block_subset");
+    assert_eq!(blocks["receipt"]["epsilon"], 8.0);
+    assert!(blocks["bytes_downloaded"].as_u64().unwrap() > 0);
+    for proto in ["frame", "paper"] {
+        let out = cli.json(&[
+            "search",
+            p,
+            "--server",
+            &s.base,
+            "--protocol",
+            proto,
+            "--epsilon",
+            "1",
+            "-k",
+            "5",
+            "--json",
+        ]);
+        assert_eq!(ids(&out).len(), 5, "{proto}");
+        assert_eq!(out["receipt"]["mechanism"], "discrete_gaussian");
+    }
+    let total = cli.json(&["budget", "--json"]);
+    assert_eq!(total["releases"], 3);
+    let rho = total["zcdp_rho"].as_f64().unwrap();
+    assert!(rho > 32.0, "{rho}"); // ε = 8 alone is ρ = 32
+
+    // The guard refuses before sending anything and records nothing.
+    let out = cli.run(&[
+        "search",
+        p,
+        "--server",
+        &s.base,
+        "--epsilon",
+        "2",
+        "--max-epsilon",
+        "10",
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(cli.json(&["budget", "--json"])["releases"], 3);
+
+    let reset = cli.json(&["budget", "--reset", "--json"]);
+    assert_eq!(reset["releases"], 0);
+
+    let plan = cli.json(&["plan", "--server", &s.base, "--epsilon", "8", "--json"]);
+    assert!(plan["plan"]["predicted_fidelity"].as_f64().unwrap() > 0.0);
+    assert!(!plan["pareto"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn failures_have_distinct_exit_codes_and_one_line_messages() {
+    let s = server();
+    let cli = Cli::new("errors");
+    let p = photo(&cli.state.join("photos"), 3);
+    let p = p.to_str().unwrap();
+    let code = |args: &[&str]| {
+        let out = cli.run(args);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(err.starts_with("privatemail: "), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        out.status.code()
+    };
+    // Nothing listens on port 9 of loopback.
+    assert_eq!(
+        code(&["search", p, "--server", "http://127.0.0.1:9"]),
+        Some(3)
+    );
+    let not_image = cli.state.join("photos/notes.png");
+    std::fs::write(&not_image, b"not an image").unwrap();
+    assert_eq!(
+        code(&["search", not_image.to_str().unwrap(), "--server", &s.base]),
+        Some(4)
+    );
+    assert_eq!(
+        code(&["search", "/nonexistent.png", "--server", &s.base]),
+        Some(4)
+    );
+    assert_eq!(
+        code(&["gallery", "add", p, "--label", "1", "--server", &s.base, "--token", "wrong"]),
+        Some(6)
+    );
+    assert_eq!(
+        code(&["search", p, "--server", &s.base, "--epsilon", "NaN"]),
+        Some(9)
+    );
+    assert_eq!(
+        code(&["search", p, "--server", &s.base, "--epsilon", "0"]),
+        Some(9)
+    );
+    // Operators: add and remove with the token.
+    let added = cli.json(&[
+        "gallery", "add", p, "--label", "1", "--server", &s.base, "--token", TOKEN,
+    ]);
+    let id = added["ids"][0].as_u64().unwrap();
+    cli.json(&[
+        "gallery",
+        "remove",
+        &id.to_string(),
+        "--server",
+        &s.base,
+        "--token",
+        TOKEN,
+    ]);
+    // --help works on every command.
+    for args in [
+        vec!["--help"],
+        vec!["search", "--help"],
+        vec!["plan", "--help"],
+        vec!["budget", "--help"],
+        vec!["gallery", "add", "--help"],
+        vec!["gallery", "remove", "--help"],
+    ] {
+        assert!(cli.run(&args).status.success(), "{args:?}");
+    }
+}

@@ -2,8 +2,10 @@
 //! and answers private searches over a REST API (`/api/v1`). I/O lives here; the math is
 //! `shared`.
 
+pub mod blockstore;
 pub mod data;
 pub mod error;
+pub mod failpoint;
 pub mod index;
 pub mod latency;
 pub mod partition;

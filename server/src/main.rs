@@ -59,6 +59,19 @@ struct Args {
     #[arg(long, env = "PM_PARTITION_GRACE_SECS", default_value_t = 600,
           value_parser = clap::value_parser!(u64).range(0..=86_400))]
     partition_grace_secs: u64,
+    /// Block retrieval: where the partition's files are written — a directory,
+    /// `file:///dir`, or `s3://bucket/prefix` (an S3-compatible bucket, configured from the
+    /// AWS_* environment variables as the `object_store` crate reads them: AWS_ENDPOINT,
+    /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP, …). Default: a
+    /// directory beside the gallery store (`gallery.blocks`). A restart serves the version
+    /// announced there instead of rebuilding it.
+    #[arg(long, env = "PM_BLOCKS_STORE")]
+    blocks_store: Option<String>,
+    /// Block retrieval: the URL clients fetch blocks under (a bucket's public URL or a CDN in
+    /// front of it, mapping to the store's prefix); required with an `s3://` store. Default:
+    /// this server (`/api/v1/blocks`).
+    #[arg(long, env = "PM_BLOCKS_PUBLIC_URL")]
+    blocks_public_url: Option<String>,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -94,10 +107,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         max_body_bytes: 1 << 20,
     };
     let t = std::time::Instant::now();
-    let (data_dir, store, token) = (
+    let (data_dir, store, token, blocks_store, blocks_public_url) = (
         args.data_dir.clone(),
         args.store.clone(),
         args.admin_token.clone(),
+        args.blocks_store.clone(),
+        args.blocks_public_url.clone(),
     );
     let (gallery_size, anchor_count, seed) =
         (args.gallery_size as usize, args.anchors as usize, args.seed);
@@ -116,6 +131,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 seed,
                 limits,
                 admin_token: token,
+                blocks_store: blocks_store.as_deref(),
+                blocks_public_url: blocks_public_url.as_deref(),
             },
             partition,
         )
@@ -137,6 +154,16 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "partition ready"
         );
     }
+    // Expired versions leave the block store even when no request comes to prune them.
+    let gc = std::sync::Arc::clone(&state);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            let s = std::sync::Arc::clone(&gc);
+            let _ = tokio::task::spawn_blocking(move || s.partitions.collect_garbage()).await;
+        }
+    });
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let app = router(state, web);
     let listener = tokio::net::TcpListener::bind(args.bind).await?;

@@ -1,25 +1,30 @@
 //! The published partition (private block retrieval, `shared/spec/blocks.md`): the gallery cut
 //! into blocks at several levels, built from a gallery snapshot with
-//! [`shared::protocol::publish`], held in memory ready to send, and swapped atomically when the
-//! gallery changes.
+//! [`shared::protocol::publish`], written to the [`BlockStore`] before it is announced, served
+//! from memory, and swapped atomically when the gallery changes.
 //!
-//! Serving is the hot path, so everything a response needs is computed once at build time: the
-//! block files (uncompressed and gzip) as [`Bytes`] (a response clones a reference count, never
-//! the bytes), their strong ETags, and the document's JSON. Looking a version up takes a read
-//! lock for an `Arc` clone; nothing is locked while a response is written.
+//! Serving is the hot path, so everything a response needs is computed once: the block files
+//! (uncompressed and gzip) as [`Bytes`] (a response clones a reference count, never the
+//! bytes), their strong ETags, and the document's JSON. A version loaded from the store at
+//! start-up reads each block on its first request (checked against the document's SHA-256)
+//! and keeps it. Looking a version up takes a read lock for an `Arc` clone; nothing is locked
+//! while a response is written.
 //!
 //! Versions: the current one is served, and each version it replaced stays served for a grace
 //! period (clients that fetched the document just before a rebuild can finish their
 //! downloads). After that a request for it is answered 410 Gone naming the current version;
 //! a small bounded list of retired version strings tells "expired" from "never existed" (404).
+//! The store's copy of a version is deleted by [`Partitions::collect_garbage`] once it is
+//! neither current nor retired and its files are older than the grace period.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::http::HeaderValue;
 use rayon::prelude::*;
+use sha2::{Digest, Sha256};
 use shared::api::PartitionDoc;
 use shared::protocol::partition::{
     build_level, gallery_neighbours, held_out_probes, nearest_k, InvertedFile, Overlap,
@@ -29,6 +34,7 @@ use shared::protocol::publish::{
     COVERAGE_K,
 };
 
+use crate::blockstore::{BlockStore, BlockStoreError, Manifest};
 use crate::state::{GalleryItem, SIDE};
 
 /// Where clients fetch blocks: `{BLOCKS_PREFIX}/{version}/{level}/{block}`.
@@ -68,6 +74,8 @@ pub enum PartitionError {
     Shared(#[from] shared::Error),
     #[error("partition: {0}")]
     Invalid(String),
+    #[error("partition: {0}")]
+    Store(#[from] BlockStoreError),
 }
 
 /// Why a version cannot be served.
@@ -90,18 +98,24 @@ pub struct BlockFile {
     pub etag: HeaderValue,
 }
 
-/// A built partition: the document and every block file.
+/// A partition version: the document as served and every block file (held, or read from the
+/// store on first request).
 #[derive(Debug)]
 pub struct Published {
+    /// The document as served (`blocks_url` says where this server's clients fetch blocks).
     pub doc: PartitionDoc,
     pub doc_json: Bytes,
     pub doc_gzip: Bytes,
     /// `"<version>"`.
     pub doc_etag: HeaderValue,
-    /// `files[level][block]`, levels as in `doc.levels`.
-    pub files: Vec<Vec<BlockFile>>,
+    /// The document as stored: `blocks_url` empty, gzip transfer sizes (see [`served_doc`]).
+    pub canonical_json: Bytes,
+    /// `files[level][block]`, levels as in `doc.levels`; empty slots are read from the store.
+    files: Vec<Vec<OnceLock<BlockFile>>>,
     /// The catalogue version the gallery snapshot had.
     pub catalogue_version: u64,
+    /// [`fingerprint`] of what it was built from.
+    pub fingerprint: String,
     pub build_secs: f64,
 }
 
@@ -110,16 +124,136 @@ impl Published {
         &self.doc.version
     }
 
-    pub fn block(&self, level: usize, block: usize) -> Option<&BlockFile> {
-        self.files.get(level)?.get(block)
+    pub fn levels(&self) -> usize {
+        self.files.len()
     }
 
-    /// Uncompressed and gzip bytes of all block files.
+    /// Whether the block exists, and its file if already held.
+    pub fn cached(&self, level: usize, block: usize) -> Option<Option<&BlockFile>> {
+        Some(self.files.get(level)?.get(block)?.get())
+    }
+
+    /// Uncompressed and gzip bytes of all block files (from the document: the same whether
+    /// the files are held or still in the store).
     pub fn total_bytes(&self) -> (u64, u64) {
-        self.files.iter().flatten().fold((0, 0), |(r, g), f| {
-            (r + f.raw.len() as u64, g + f.gzip.len() as u64)
+        // The canonical sizes: `doc.levels[..].transfer_bytes` may count a bucket's raw bytes.
+        let canonical: PartitionDoc =
+            serde_json::from_slice(&self.canonical_json).unwrap_or_else(|_| self.doc.clone());
+        canonical.levels.iter().fold((0, 0), |(r, g), l| {
+            (
+                r + l.bytes.iter().sum::<u64>(),
+                g + l.transfer_bytes.iter().sum::<u64>(),
+            )
         })
     }
+
+    /// The version as the store holds it: the canonical document, every file's bytes.
+    fn files_for_store(&self) -> Option<Vec<Vec<(Bytes, Bytes)>>> {
+        self.files
+            .iter()
+            .map(|l| {
+                l.iter()
+                    .map(|f| f.get().map(|f| (f.raw.clone(), f.gzip.clone())))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// The document as clients of this server see it: blocks fetched from `store`'s public URL
+/// (or this server), and, when that is a bucket that sends files uncompressed, transfer sizes
+/// equal to the file sizes (so a plan counts the bytes that really cross the wire).
+pub fn served_doc(canonical: &PartitionDoc, store: Option<&BlockStore>) -> PartitionDoc {
+    let mut doc = canonical.clone();
+    doc.blocks_url = match store {
+        Some(s) => s.blocks_url(&doc.version, BLOCKS_PREFIX),
+        None => format!("{BLOCKS_PREFIX}/{}", doc.version),
+    };
+    if store.is_some_and(BlockStore::is_external) {
+        for l in &mut doc.levels {
+            l.transfer_bytes = l.bytes.clone();
+        }
+    }
+    doc
+}
+
+/// Assemble a [`Published`] from the canonical document and (optionally) the files.
+fn assemble(
+    canonical: PartitionDoc,
+    files: Option<Vec<Vec<BlockFile>>>,
+    store: Option<&BlockStore>,
+    catalogue_version: u64,
+    fingerprint: String,
+    build_secs: f64,
+) -> Result<Published, PartitionError> {
+    shared::protocol::plan::validate_doc(&canonical)?;
+    let json = |d: &PartitionDoc| {
+        serde_json::to_vec(d)
+            .map(Bytes::from)
+            .map_err(|e| PartitionError::Invalid(e.to_string()))
+    };
+    let doc = served_doc(&canonical, store);
+    let doc_json = json(&doc)?;
+    let slots: Vec<Vec<OnceLock<BlockFile>>> = match files {
+        Some(files) => files
+            .into_iter()
+            .map(|l| l.into_iter().map(OnceLock::from).collect())
+            .collect(),
+        None => canonical
+            .levels
+            .iter()
+            .map(|l| (0..l.blocks).map(|_| OnceLock::new()).collect())
+            .collect(),
+    };
+    Ok(Published {
+        doc_etag: quoted(&doc.version),
+        doc_gzip: Bytes::from(gzip(&doc_json)),
+        doc_json,
+        canonical_json: json(&canonical)?,
+        doc,
+        files: slots,
+        catalogue_version,
+        fingerprint,
+        build_secs,
+    })
+}
+
+/// Bumped whenever the partition code changes what it builds from the same gallery, so a
+/// stored version built by older code is not served as current.
+const PARTITION_FORMAT: &str = "privatemail-partition-1";
+
+/// What a partition is a function of: the gallery (ids, labels, features, thumbnails, in id
+/// order), the anchors its coverage is measured on, the seed, the operator's settings and the
+/// code's format. Equal fingerprints build byte-identical versions, so a restart whose
+/// fingerprint matches the announced version serves it without rebuilding.
+pub fn fingerprint(
+    items: &[Arc<GalleryItem>],
+    anchor_features: &[Vec<f32>],
+    seed: u64,
+    settings: &PartitionSettings,
+) -> String {
+    let mut h = Sha256::new();
+    h.update(PARTITION_FORMAT.as_bytes());
+    h.update(seed.to_le_bytes());
+    h.update(settings.max_share.to_bits().to_le_bytes());
+    h.update([u8::from(settings.allow_full_download)]);
+    h.update(format!("{:?}", default_specs(items.len())).as_bytes());
+    h.update((items.len() as u64).to_le_bytes());
+    for it in items {
+        h.update(it.id.to_le_bytes());
+        h.update(it.label.to_le_bytes());
+        for x in &it.features {
+            h.update(x.to_le_bytes());
+        }
+        h.update(&it.pixels);
+    }
+    h.update((anchor_features.len() as u64).to_le_bytes());
+    for a in anchor_features {
+        for x in a {
+            h.update(x.to_le_bytes());
+        }
+    }
+    hex::encode(h.finalize())
 }
 
 fn quoted(s: &str) -> HeaderValue {
@@ -138,8 +272,10 @@ pub fn build(
     seed: u64,
     catalogue_version: u64,
     settings: &PartitionSettings,
+    store: Option<&BlockStore>,
 ) -> Result<Published, PartitionError> {
     let t0 = Instant::now();
+    let fingerprint = fingerprint(items, anchor_features, seed, settings);
     let n = items.len();
     let dim = items.first().map_or(0, |it| it.features.len());
     let side = SIDE as usize;
@@ -289,7 +425,7 @@ pub fn build(
         );
         docs.push(l.doc);
     }
-    let mut doc = document(
+    let doc = document(
         docs,
         &g,
         String::new(),
@@ -297,24 +433,20 @@ pub fn build(
         settings.allow_full_download,
         coverage_probes,
     );
-    doc.blocks_url = format!("{BLOCKS_PREFIX}/{}", doc.version);
-    shared::protocol::plan::validate_doc(&doc)?;
-    let json = serde_json::to_vec(&doc).map_err(|e| PartitionError::Invalid(e.to_string()))?;
-    let published = Published {
-        doc_etag: quoted(&doc.version),
-        doc_gzip: Bytes::from(gzip(&json)),
-        doc_json: Bytes::from(json),
+    let published = assemble(
         doc,
-        files,
+        Some(files),
+        store,
         catalogue_version,
-        build_secs: t0.elapsed().as_secs_f64(),
-    };
+        fingerprint,
+        t0.elapsed().as_secs_f64(),
+    )?;
     let (raw, gz) = published.total_bytes();
     tracing::info!(
         version = %published.doc.version,
         items = n,
         levels = published.doc.levels.len(),
-        blocks = published.files.iter().map(Vec::len).sum::<usize>(),
+        blocks = published.doc.levels.iter().map(|l| l.blocks as usize).sum::<usize>(),
         bytes = raw,
         transfer_bytes = gz,
         doc_bytes = published.doc_json.len(),
@@ -341,12 +473,36 @@ pub struct PartitionStatus {
     pub retired: usize,
 }
 
-/// The served partitions: the current one and, for their grace period, the ones it replaced.
+/// The served partitions: the current one and, for their grace period, the ones it replaced;
+/// and the store they are written to.
 #[derive(Debug)]
 pub struct Partitions {
     pub settings: PartitionSettings,
+    store: Option<Arc<BlockStore>>,
     current: RwLock<Option<Arc<Published>>>,
     history: Mutex<History>,
+    /// Versions being written to the store (not yet announced): garbage collection must not
+    /// delete them.
+    in_flight: Mutex<Vec<String>>,
+}
+
+/// Why a block could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    #[error("partition {version} has no block {level}/{block} ({levels} levels)")]
+    Missing {
+        version: String,
+        level: usize,
+        block: usize,
+        levels: usize,
+    },
+    #[error("reading block {level}/{block} of {version}: {err}")]
+    Store {
+        version: String,
+        level: usize,
+        block: usize,
+        err: String,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -382,12 +538,219 @@ impl History {
 const ECHO_MAX: usize = 64;
 
 impl Partitions {
-    pub fn new(settings: PartitionSettings) -> Self {
+    pub fn new(settings: PartitionSettings, store: Option<Arc<BlockStore>>) -> Self {
         Partitions {
             settings,
+            store,
             current: RwLock::new(None),
             history: Mutex::new(History::default()),
+            in_flight: Mutex::new(Vec::new()),
         }
+    }
+
+    pub fn store(&self) -> Option<&BlockStore> {
+        self.store.as_deref()
+    }
+
+    /// Build the partition of a gallery snapshot (with this store's URLs).
+    pub fn build(
+        &self,
+        items: &[Arc<GalleryItem>],
+        anchor_features: &[Vec<f32>],
+        seed: u64,
+        catalogue_version: u64,
+    ) -> Result<Published, PartitionError> {
+        build(
+            items,
+            anchor_features,
+            seed,
+            catalogue_version,
+            &self.settings,
+            self.store(),
+        )
+    }
+
+    /// Write a built version to the store, then announce it there, then make it current here
+    /// (in that order: what a restart or a bucket's client sees is always a whole version).
+    /// Returns false, keeping the old version, if the store failed, or if `new` was built from
+    /// an older catalogue than the current one (a slower rebuild must not undo a newer one).
+    pub fn persist_and_publish(&self, new: Published) -> Result<bool, PartitionError> {
+        if let Some(cur) = self.current() {
+            if new.catalogue_version < cur.catalogue_version {
+                tracing::info!(
+                    built = new.catalogue_version,
+                    current = cur.catalogue_version,
+                    "partition: a newer catalogue is already published; dropping this build"
+                );
+                return Ok(false);
+            }
+        }
+        if let Some(store) = &self.store {
+            let files = new
+                .files_for_store()
+                .ok_or_else(|| PartitionError::Invalid("a built version lacks files".into()))?;
+            let canonical: PartitionDoc = serde_json::from_slice(&new.canonical_json)
+                .map_err(|e| PartitionError::Invalid(e.to_string()))?;
+            self.in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(new.doc.version.clone());
+            let t = Instant::now();
+            let written = store
+                .write_version(&canonical, &files, &new.canonical_json)
+                .and_then(|()| {
+                    // A damaged announcement is replaced (it names nothing servable).
+                    let previous = store.manifest().unwrap_or(None);
+                    let m = Manifest {
+                        version: new.doc.version.clone(),
+                        fingerprint: new.fingerprint.clone(),
+                        catalogue_version: new.catalogue_version,
+                        build_secs: new.build_secs,
+                        replaced: Vec::new(),
+                    };
+                    store.announce(&m.after(previous.as_ref()))
+                });
+            {
+                let mut f = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(i) = f.iter().position(|v| *v == new.doc.version) {
+                    f.swap_remove(i);
+                }
+            }
+            written?;
+            tracing::info!(
+                version = %new.doc.version,
+                store = store.describe(),
+                secs = t.elapsed().as_secs_f64(),
+                "partition written and announced"
+            );
+        }
+        self.publish(new);
+        Ok(true)
+    }
+
+    /// The version the store announced, ready to serve (block files are read on first
+    /// request), if there is one.
+    pub fn load_announced(&self) -> Result<Option<Published>, PartitionError> {
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        let Some((m, doc, _)) = store.load_current()? else {
+            return Ok(None);
+        };
+        let p = assemble(
+            doc,
+            None,
+            Some(store),
+            m.catalogue_version,
+            m.fingerprint,
+            m.build_secs,
+        )?;
+        Ok(Some(p))
+    }
+
+    /// One block file: held in memory, or read from the store (checked against the
+    /// document's SHA-256 — a damaged stored file is an error, never served) and then held.
+    pub async fn block(
+        &self,
+        p: &Published,
+        level: usize,
+        block: usize,
+    ) -> Result<BlockFile, BlockError> {
+        let missing = || BlockError::Missing {
+            version: p.doc.version.clone(),
+            level,
+            block,
+            levels: p.levels(),
+        };
+        match p.cached(level, block) {
+            None => return Err(missing()),
+            Some(Some(f)) => return Ok(f.clone()),
+            Some(None) => {}
+        }
+        let fail = |err: String| BlockError::Store {
+            version: p.doc.version.clone(),
+            level,
+            block,
+            err,
+        };
+        let store = self.store.as_ref().ok_or_else(|| fail("no store".into()))?;
+        let (raw, gz) = store
+            .read_block(&p.doc.version, level, block)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let want = &p.doc.levels[level].hashes[block];
+        if &shared::protocol::blocks::hash_hex(&raw) != want {
+            return Err(fail(format!("stored bytes do not match SHA-256 {want}")));
+        }
+        let f = BlockFile {
+            raw,
+            gzip: gz,
+            etag: quoted(want),
+        };
+        Ok(p.files[level][block].get_or_init(|| f).clone())
+    }
+
+    /// Delete the store's copies of versions that are neither current, retired nor being
+    /// written, and whose newest file is older than the grace period (so a client that
+    /// fetched the document of a version just replaced can still finish). Returns the
+    /// versions deleted. Safe to run at any time; errors are logged.
+    pub fn collect_garbage(&self) -> Vec<String> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let live: Vec<String> = {
+            let cur = self.current();
+            let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            cur.iter()
+                .map(|p| p.doc.version.clone())
+                .chain(h.retired.iter().map(|(p, _)| p.doc.version.clone()))
+                .chain(
+                    self.in_flight
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .iter()
+                        .cloned(),
+                )
+                .collect()
+        };
+        let versions = match store.versions() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "partition: listing the block store failed");
+                return Vec::new();
+            }
+        };
+        let cutoff = crate::blockstore::now_secs() - self.settings.grace.as_secs() as i64;
+        // When each version was replaced (also before a restart, which forgets the retired
+        // list); a version never announced counts from its newest file.
+        let replaced = match store.manifest() {
+            Ok(m) => m.map(|m| m.replaced).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "partition: reading the announcement failed");
+                return Vec::new();
+            }
+        };
+        let mut deleted = Vec::new();
+        for v in versions {
+            let since = replaced
+                .iter()
+                .rev()
+                .find(|(r, _)| *r == v.version)
+                .map_or(v.newest_secs, |&(_, t)| t.max(v.newest_secs));
+            if live.contains(&v.version) || since > cutoff {
+                continue;
+            }
+            match store.delete_version(&v.version) {
+                Ok(files) => {
+                    tracing::info!(version = %v.version, files, complete = v.complete, "partition: expired version deleted from the store");
+                    deleted.push(v.version);
+                }
+                Err(e) => {
+                    tracing::warn!(version = %v.version, error = %e, "partition: deleting an expired version failed")
+                }
+            }
+        }
+        deleted
     }
 
     /// The current partition, if one was built.
@@ -497,18 +860,23 @@ mod tests {
             doc_json: Bytes::new(),
             doc_gzip: Bytes::new(),
             doc_etag: quoted(version),
+            canonical_json: Bytes::new(),
             files: Vec::new(),
             catalogue_version: 0,
+            fingerprint: String::new(),
             build_secs: 0.0,
         }
     }
 
     #[test]
     fn versions_are_served_then_gone_and_unknown_ones_are_told_apart() {
-        let p = Partitions::new(PartitionSettings {
-            grace: Duration::from_millis(200),
-            ..Default::default()
-        });
+        let p = Partitions::new(
+            PartitionSettings {
+                grace: Duration::from_millis(200),
+                ..Default::default()
+            },
+            None,
+        );
         assert_eq!(p.get("a").unwrap_err(), VersionError::Unavailable);
         p.publish(fake("a"));
         assert!(p.get("a").is_ok());
@@ -532,7 +900,7 @@ mod tests {
 
     #[test]
     fn retired_versions_are_bounded() {
-        let p = Partitions::new(PartitionSettings::default());
+        let p = Partitions::new(PartitionSettings::default(), None);
         for i in 0..10 {
             p.publish(fake(&format!("v{i}")));
         }

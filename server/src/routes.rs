@@ -25,7 +25,7 @@ use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
 use crate::error::{plain_error, ApiError};
-use crate::partition::VersionError;
+use crate::partition::{BlockError, VersionError};
 use crate::state::{AppState, GalleryItem, ServerStatus, SIDE};
 use crate::store::StoredItem;
 
@@ -474,12 +474,17 @@ async fn block(
     })?;
     let (li, bi) = (path_index(&level, "level")?, path_index(&block, "block")?);
     let p = s.partitions.get(&version)?;
-    let file = li.zip(bi).and_then(|(l, b)| p.block(l, b)).ok_or_else(|| {
+    let missing = || {
         ApiError::Missing(format!(
             "partition {} has no block {level}/{block} ({} levels)",
             p.version(),
-            p.files.len()
+            p.levels()
         ))
+    };
+    let (l, b) = li.zip(bi).ok_or_else(missing)?;
+    let file = s.partitions.block(&p, l, b).await.map_err(|e| match e {
+        BlockError::Missing { .. } => missing(),
+        e @ BlockError::Store { .. } => ApiError::Internal(e.to_string()),
     })?;
     Ok(cached(
         &headers,

@@ -98,8 +98,13 @@ pub struct StartupReport {
     pub features_secs: f64,
     /// The embedding (stored or computed), the frame placement and the indexes.
     pub embedding_secs: f64,
-    /// The block partition.
+    /// The block partition: loaded from the block store, or built (and written there).
     pub partition_secs: f64,
+    /// The announced partition in the block store was built from this very gallery and
+    /// settings, and was served without rebuilding.
+    pub partition_reused: bool,
+    /// A stored partition of an older gallery was served at once while a new one is built.
+    pub partition_stale: bool,
     /// All of the above.
     pub total_secs: f64,
 }
@@ -192,6 +197,25 @@ pub struct Options<'a> {
     pub seed: u64,
     pub limits: ApiLimits,
     pub admin_token: Option<String>,
+    /// The block store: a directory, `file:///dir` or `s3://bucket/prefix`; `None` = the
+    /// directory beside the gallery store (`gallery.blocks` next to `gallery.redb`).
+    pub blocks_store: Option<&'a str>,
+    /// Where clients fetch blocks from (a bucket or CDN URL); `None` = this server.
+    pub blocks_public_url: Option<&'a str>,
+}
+
+impl Options<'_> {
+    /// The block store spec these options give.
+    pub fn blocks_spec(&self) -> String {
+        match self.blocks_store {
+            Some(s) => s.to_string(),
+            None => self
+                .store_path
+                .with_extension("blocks")
+                .to_string_lossy()
+                .into_owned(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,6 +230,8 @@ pub enum StateError {
     Png(#[from] png::EncodingError),
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Blocks(#[from] crate::blockstore::BlockStoreError),
 }
 
 /// The public anchors: the first `count` training images with at most ⌈count/10⌉ per class, in
@@ -334,6 +360,10 @@ impl AppState {
         let d = (SIDE * SIDE) as usize;
         let weights = model_version(crate::MODEL_WEIGHTS);
         let store = Store::open(opts.store_path)?;
+        let blocks = Arc::new(crate::blockstore::BlockStore::open(
+            &opts.blocks_spec(),
+            opts.blocks_public_url.map(str::to_string),
+        )?);
         let mut stored = store.load_items()?;
         let mut stored_features = store.load_features(&weights)?;
         let mut version = store.catalogue_version()?;
@@ -456,7 +486,7 @@ impl AppState {
             reembed: Mutex::new(Reembed::default()),
             store,
             search_latency: Default::default(),
-            partitions: Partitions::new(partition),
+            partitions: Partitions::new(partition, Some(blocks)),
             startup: StartupReport::default(),
             features_stored: Mutex::new(features_stored),
         };
@@ -475,9 +505,24 @@ impl AppState {
         report.embedding_secs = t.elapsed().as_secs_f64();
         *state.snapshot.write().unwrap() = Arc::new(snap);
         let t = std::time::Instant::now();
-        let spinner = Spinner::new(format!("partition of {} items", items.len()));
-        state.rebuild_partition(&items, version);
-        spinner.finish();
+        match state.load_partition(&items) {
+            Ok(Some(fresh)) => {
+                report.partition_reused = fresh;
+                report.partition_stale = !fresh;
+            }
+            Ok(None) => {
+                let spinner = Spinner::new(format!("partition of {} items", items.len()));
+                state.rebuild_partition(&items, version);
+                spinner.finish();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the stored partition cannot be served; rebuilding");
+                let spinner = Spinner::new(format!("partition of {} items", items.len()));
+                state.rebuild_partition(&items, version);
+                spinner.finish();
+            }
+        }
+        state.partitions.collect_garbage();
         report.partition_secs = t.elapsed().as_secs_f64();
         report.total_secs = t_total.elapsed().as_secs_f64();
         tracing::info!(
@@ -489,12 +534,59 @@ impl AppState {
             store_load_secs = report.store_load_secs,
             features_secs = report.features_secs,
             embedding_secs = report.embedding_secs,
+            partition_reused = report.partition_reused,
             partition_secs = report.partition_secs,
             total_secs = report.total_secs,
             "start-up timings"
         );
+        let stale = report.partition_stale;
         state.startup = report;
-        Ok(Arc::new(state))
+        let state = Arc::new(state);
+        if stale {
+            // Serve the stored version now; replace it once the current gallery's is built.
+            let s = Arc::clone(&state);
+            std::thread::spawn(move || {
+                let items: Vec<Arc<GalleryItem>> =
+                    s.catalogue.read().unwrap().values().cloned().collect();
+                let version = s.catalogue_version.load(Ordering::SeqCst);
+                s.rebuild_partition(&items, version);
+            });
+        }
+        Ok(state)
+    }
+
+    /// Serve the version the block store announced, if any. `Some(true)`: it was built from
+    /// exactly this gallery and these settings; `Some(false)`: from an older gallery (served
+    /// until the caller rebuilds); `None`: nothing announced.
+    fn load_partition(&self, items: &[Arc<GalleryItem>]) -> Result<Option<bool>, StateError> {
+        let Some(mut p) = self
+            .partitions
+            .load_announced()
+            .map_err(|e| StateError::Invalid(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let want = crate::partition::fingerprint(
+            items,
+            &self.anchors.features,
+            self.seed,
+            &self.partitions.settings,
+        );
+        let fresh = p.fingerprint == want;
+        if !fresh {
+            // Older than the catalogue, whatever its manifest says (the gallery store may have
+            // been replaced): the rebuild for the current catalogue must win.
+            let current = self.catalogue_version.load(Ordering::SeqCst);
+            p.catalogue_version = p.catalogue_version.min(current.saturating_sub(1));
+        }
+        tracing::info!(
+            version = %p.doc.version,
+            fresh,
+            store = self.partitions.store().map_or("", |s| s.describe()),
+            "partition loaded from the block store"
+        );
+        self.partitions.publish(p);
+        Ok(Some(fresh))
     }
 
     fn meta(&self, version: u64, gallery_len: usize) -> SnapshotMeta {
@@ -663,18 +755,19 @@ impl AppState {
     /// Build the partition of `items` and make it current; on failure the old one stays.
     /// CPU-heavy: call off the async runtime.
     pub fn rebuild_partition(&self, items: &[Arc<GalleryItem>], version: u64) {
-        match crate::partition::build(
-            items,
-            &self.anchors.features,
-            self.seed,
-            version,
-            &self.partitions.settings,
-        ) {
-            Ok(p) => {
+        let built = self
+            .partitions
+            .build(items, &self.anchors.features, self.seed, version)
+            .and_then(|p| {
                 let v = p.doc.version.clone();
-                self.partitions.publish(p);
+                self.partitions.persist_and_publish(p).map(|ok| (v, ok))
+            });
+        match built {
+            Ok((v, true)) => {
                 tracing::info!(version = %v, catalogue_version = version, "partition swapped in");
+                self.partitions.collect_garbage();
             }
+            Ok((_, false)) => {}
             Err(e) => tracing::error!(error = %e, "partition build failed; keeping the old one"),
         }
     }

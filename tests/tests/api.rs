@@ -306,6 +306,8 @@ fn transformed_server_rows_find_themselves_and_their_class() {
         seed: 1,
         limits,
         admin_token: None,
+        blocks_store: None,
+        blocks_public_url: None,
     })
     .unwrap();
     let snap = local.snapshot();

@@ -1,0 +1,499 @@
+//! Where the partition's files live: any `object_store` backend — a local directory by
+//! default, an S3-compatible bucket when configured — so that clients can fetch blocks from
+//! this server, a bucket or a CDN in front of it, and a restart serves the stored partition
+//! instead of rebuilding it.
+//!
+//! Layout under the store's prefix (one directory per content-addressed version):
+//!
+//! ```text
+//! {version}/{level}/{block}      block file (the format of shared::protocol::blocks)
+//! {version}/{level}/{block}.gz   the same, gzip (what this server sends when asked)
+//! {version}/partition.json       the partition document, written after every block
+//! CURRENT.json                   the announced version (a [`Manifest`]), written last
+//! ```
+//!
+//! Architecture invariant: a version is announced (CURRENT.json points at it) only after all
+//! its files and its document are written, and a version's files are deleted only when it is
+//! neither current nor retired and its newest file is older than the grace period. Each put
+//! is atomic (a local file is written aside and renamed; an S3 PUT is all or nothing), so a
+//! process killed at any point leaves CURRENT.json naming one complete version.
+//!
+//! All object-store I/O runs on this module's own small Tokio runtime: the store's HTTP
+//! connections stay on one runtime, and synchronous callers (the partition builder's
+//! thread, start-up) can wait on it without being inside another runtime.
+
+use std::path::Path as FsPath;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
+use shared::api::PartitionDoc;
+
+/// Concurrent puts while writing a version.
+const WRITE_CONCURRENCY: usize = 16;
+/// The announcement's object name.
+const CURRENT: &str = "CURRENT.json";
+/// The document's object name inside a version.
+const DOC: &str = "partition.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BlockStoreError {
+    #[error("block store: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("block store: {0}")]
+    Config(String),
+    #[error("block store: malformed {what}: {err}")]
+    Malformed { what: String, err: String },
+    #[error("block store: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, BlockStoreError>;
+
+/// What `CURRENT.json` holds: the announced version and what it was built from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: String,
+    /// [`crate::partition::fingerprint`] of the gallery snapshot, settings and code the
+    /// version was built from; a restart with the same fingerprint serves it as is.
+    pub fingerprint: String,
+    /// The store's catalogue version at the snapshot.
+    pub catalogue_version: u64,
+    pub build_secs: f64,
+    /// Versions announced before this one, each with when it was replaced (seconds since the
+    /// epoch), newest last, at most [`MAX_REPLACED`]: a replaced version's files stay for the
+    /// grace period from its replacement, across restarts too.
+    #[serde(default)]
+    pub replaced: Vec<(String, i64)>,
+}
+
+/// Replaced versions a manifest remembers.
+pub const MAX_REPLACED: usize = 64;
+
+impl Manifest {
+    /// The manifest announcing `version` after `previous`, now.
+    pub fn after(mut self, previous: Option<&Manifest>) -> Self {
+        let now = now_secs();
+        let mut replaced = previous.map(|p| p.replaced.clone()).unwrap_or_default();
+        if let Some(p) = previous.filter(|p| p.version != self.version) {
+            replaced.push((p.version.clone(), now));
+        }
+        replaced.retain(|(v, _)| *v != self.version);
+        let extra = replaced.len().saturating_sub(MAX_REPLACED);
+        replaced.drain(..extra);
+        self.replaced = replaced;
+        self
+    }
+}
+
+/// A stored version seen when listing the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredVersion {
+    pub version: String,
+    /// Seconds since the Unix epoch of the version's newest file.
+    pub newest_secs: i64,
+    /// Whether its document was written (a version without one was cut off mid-write).
+    pub complete: bool,
+}
+
+/// The partition's file store.
+pub struct BlockStore {
+    store: Arc<dyn ObjectStore>,
+    rt: tokio::runtime::Runtime,
+    /// Where clients fetch blocks: `{public_url}/{version}/{level}/{block}`; `None` = this
+    /// server's `/api/v1/blocks`.
+    public_url: Option<String>,
+    describe: String,
+}
+
+impl std::fmt::Debug for BlockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockStore")
+            .field("store", &self.describe)
+            .field("public_url", &self.public_url)
+            .finish()
+    }
+}
+
+impl BlockStore {
+    /// Open a store. `spec` is a local directory (a path or `file:///abs/path`, created if
+    /// missing) or `s3://bucket[/prefix]`, configured from the environment as
+    /// `object_store`'s `AmazonS3Builder::from_env` reads it (`AWS_ENDPOINT`,
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ALLOW_HTTP`,
+    /// `AWS_SKIP_SIGNATURE`, …). A bucket needs `public_url`: this server does not proxy it.
+    pub fn open(spec: &str, public_url: Option<String>) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("block-store")
+            .enable_all()
+            .build()?;
+        let public_url = public_url.map(|u| u.trim_end_matches('/').to_string());
+        if let Some(u) = &public_url {
+            if !(u.starts_with("http://") || u.starts_with("https://") || u.starts_with('/')) {
+                return Err(BlockStoreError::Config(format!(
+                    "the public blocks URL must be http(s):// or a path, got {u:?}"
+                )));
+            }
+        }
+        let (store, describe): (Arc<dyn ObjectStore>, String) = if let Some(rest) =
+            spec.strip_prefix("s3://")
+        {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(BlockStoreError::Config(format!("no bucket in {spec:?}")));
+            }
+            if public_url.is_none() {
+                return Err(BlockStoreError::Config(
+                    "a bucket needs --blocks-public-url (where clients fetch its objects)".into(),
+                ));
+            }
+            // The builder's HTTP client must be created inside the runtime it will use.
+            let s3 = {
+                let _guard = rt.enter();
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()?
+            };
+            let store: Arc<dyn ObjectStore> = if prefix.trim_matches('/').is_empty() {
+                Arc::new(s3)
+            } else {
+                Arc::new(PrefixStore::new(s3, prefix.trim_matches('/')))
+            };
+            (store, format!("s3://{bucket}/{}", prefix.trim_matches('/')))
+        } else {
+            let dir = spec.strip_prefix("file://").unwrap_or(spec);
+            if dir.is_empty() {
+                return Err(BlockStoreError::Config("empty blocks store path".into()));
+            }
+            std::fs::create_dir_all(dir)?;
+            let local =
+                LocalFileSystem::new_with_prefix(FsPath::new(dir))?.with_automatic_cleanup(true);
+            (Arc::new(local), format!("file://{dir}"))
+        };
+        Ok(BlockStore {
+            store,
+            rt,
+            public_url,
+            describe,
+        })
+    }
+
+    /// A local directory store.
+    pub fn local(dir: &FsPath) -> Result<Self> {
+        Self::open(&dir.to_string_lossy(), None)
+    }
+
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// The base URL clients fetch `version`'s blocks under, given this server's own.
+    pub fn blocks_url(&self, version: &str, own: &str) -> String {
+        match &self.public_url {
+            Some(u) => format!("{u}/{version}"),
+            None => format!("{own}/{version}"),
+        }
+    }
+
+    /// Whether clients fetch from somewhere else than this server (which then cannot
+    /// negotiate gzip for them: the plan counts uncompressed bytes).
+    pub fn is_external(&self) -> bool {
+        self.public_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("http"))
+    }
+
+    fn block_path(version: &str, level: usize, block: usize, gz: bool) -> Path {
+        let ext = if gz { ".gz" } else { "" };
+        Path::from(format!("{version}/{level}/{block}{ext}"))
+    }
+
+    /// Write every file of a version, then its document (not yet announced). Files already
+    /// there are rewritten with the same bytes (the version is a content hash).
+    pub fn write_version(
+        &self,
+        doc: &PartitionDoc,
+        files: &[Vec<(Bytes, Bytes)>],
+        doc_json: &Bytes,
+    ) -> Result<()> {
+        let version = doc.version.clone();
+        let mut puts = Vec::new();
+        for (li, level) in files.iter().enumerate() {
+            for (bi, (raw, gz)) in level.iter().enumerate() {
+                puts.push((Self::block_path(&version, li, bi, false), raw.clone()));
+                puts.push((Self::block_path(&version, li, bi, true), gz.clone()));
+            }
+        }
+        let store = Arc::clone(&self.store);
+        let doc_path = Path::from(format!("{version}/{DOC}"));
+        let doc_json = doc_json.clone();
+        self.rt.block_on(async move {
+            futures::stream::iter(puts)
+                .map(|(path, bytes)| {
+                    let store = Arc::clone(&store);
+                    async move { store.put(&path, PutPayload::from_bytes(bytes)).await }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .try_for_each(|_| async { Ok(()) })
+                .await?;
+            crate::failpoint::hit("blocks-written");
+            store
+                .put(&doc_path, PutPayload::from_bytes(doc_json))
+                .await?;
+            Ok::<_, object_store::Error>(())
+        })?;
+        crate::failpoint::hit("document-written");
+        Ok(())
+    }
+
+    /// Announce a written version: the one put that makes it what a restart serves.
+    pub fn announce(&self, manifest: &Manifest) -> Result<()> {
+        let json = serde_json::to_vec_pretty(manifest).map_err(|e| BlockStoreError::Malformed {
+            what: CURRENT.into(),
+            err: e.to_string(),
+        })?;
+        let store = Arc::clone(&self.store);
+        self.rt.block_on(async move {
+            store
+                .put(&Path::from(CURRENT), PutPayload::from(json))
+                .await
+        })?;
+        Ok(())
+    }
+
+    /// The announced version and its document, if any was announced.
+    pub fn load_current(&self) -> Result<Option<(Manifest, PartitionDoc, Bytes)>> {
+        let store = Arc::clone(&self.store);
+        let got = self.rt.block_on(async move {
+            let manifest = match store.get(&Path::from(CURRENT)).await {
+                Ok(r) => r.bytes().await?,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let m: Manifest = match serde_json::from_slice(&manifest) {
+                Ok(m) => m,
+                Err(e) => return Ok(Some(Err((CURRENT.to_string(), e.to_string())))),
+            };
+            let doc = store
+                .get(&Path::from(format!("{}/{DOC}", m.version)))
+                .await?
+                .bytes()
+                .await?;
+            Ok(Some(Ok((m, doc))))
+        })?;
+        let (m, doc_json) = match got {
+            None => return Ok(None),
+            Some(Err((what, err))) => return Err(BlockStoreError::Malformed { what, err }),
+            Some(Ok(x)) => x,
+        };
+        let doc: PartitionDoc =
+            serde_json::from_slice(&doc_json).map_err(|e| BlockStoreError::Malformed {
+                what: format!("{}/{DOC}", m.version),
+                err: e.to_string(),
+            })?;
+        if doc.version != m.version {
+            return Err(BlockStoreError::Malformed {
+                what: format!("{}/{DOC}", m.version),
+                err: format!("it holds version {}", doc.version),
+            });
+        }
+        Ok(Some((m, doc, doc_json)))
+    }
+
+    /// One block file and its gzip form (async: for request handlers; runs on the store's
+    /// runtime).
+    pub async fn read_block(
+        &self,
+        version: &str,
+        level: usize,
+        block: usize,
+    ) -> Result<(Bytes, Bytes)> {
+        let store = Arc::clone(&self.store);
+        let (raw, gz) = (
+            Self::block_path(version, level, block, false),
+            Self::block_path(version, level, block, true),
+        );
+        let task = self.rt.spawn(async move {
+            let (a, b) = futures::join!(store.get(&raw), store.get(&gz));
+            let (a, b) = futures::join!(a?.bytes(), b?.bytes());
+            Ok::<_, object_store::Error>((a?, b?))
+        });
+        task.await
+            .map_err(|e| BlockStoreError::Config(format!("read task failed: {e}")))?
+            .map_err(Into::into)
+    }
+
+    /// Every version directory in the store, with its newest file's time.
+    pub fn versions(&self) -> Result<Vec<StoredVersion>> {
+        let store = Arc::clone(&self.store);
+        self.rt.block_on(async move {
+            let top = store.list_with_delimiter(None).await?;
+            let mut out = Vec::new();
+            for dir in top.common_prefixes {
+                let version = dir.to_string();
+                let metas: Vec<_> = store.list(Some(&dir)).try_collect().await?;
+                let doc = Path::from(format!("{version}/{DOC}"));
+                out.push(StoredVersion {
+                    newest_secs: metas
+                        .iter()
+                        .map(|m| m.last_modified.timestamp())
+                        .max()
+                        .unwrap_or(0),
+                    complete: metas.iter().any(|m| m.location == doc),
+                    version,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// The current announcement, if there is one.
+    pub fn manifest(&self) -> Result<Option<Manifest>> {
+        let store = Arc::clone(&self.store);
+        let bytes = self.rt.block_on(async move {
+            match store.get(&Path::from(CURRENT)).await {
+                Ok(r) => r.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?;
+        bytes
+            .map(|b| {
+                serde_json::from_slice(&b).map_err(|e| BlockStoreError::Malformed {
+                    what: CURRENT.into(),
+                    err: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// Delete every file of a version; returns how many.
+    pub fn delete_version(&self, version: &str) -> Result<usize> {
+        let store = Arc::clone(&self.store);
+        let dir = Path::from(version);
+        self.rt.block_on(async move {
+            let paths: Vec<Path> = store
+                .list(Some(&dir))
+                .map_ok(|m| m.location)
+                .try_collect()
+                .await?;
+            let n = paths.len();
+            futures::stream::iter(paths)
+                .map(|p| {
+                    let store = Arc::clone(&store);
+                    async move { store.delete(&p).await }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .try_for_each(|_| async { Ok(()) })
+                .await?;
+            Ok(n)
+        })
+    }
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(version: &str) -> PartitionDoc {
+        PartitionDoc {
+            version: version.into(),
+            gallery_size: 1,
+            feature_dim: 1,
+            thumb_side: 1,
+            blocks_url: String::new(),
+            max_share: 1.0,
+            allow_full_download: true,
+            coverage_k: 8,
+            coverage_probes: 0,
+            levels: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_version_is_served_only_once_announced_and_deleted_whole() {
+        let dir = std::env::temp_dir().join(format!("pm-blockstore-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = BlockStore::local(&dir).unwrap();
+        assert!(s.load_current().unwrap().is_none());
+        let files = vec![vec![
+            (Bytes::from_static(b"raw0"), Bytes::from_static(b"gz0")),
+            (Bytes::from_static(b"raw1"), Bytes::from_static(b"gz1")),
+        ]];
+        let d = doc("abc");
+        let json = Bytes::from(serde_json::to_vec(&d).unwrap());
+        s.write_version(&d, &files, &json).unwrap();
+        // Written, not announced: a restart would not serve it.
+        assert!(s.load_current().unwrap().is_none());
+        let m = Manifest {
+            version: "abc".into(),
+            fingerprint: "f".into(),
+            catalogue_version: 3,
+            build_secs: 0.5,
+            replaced: Vec::new(),
+        };
+        s.announce(&m).unwrap();
+        let (m2, d2, j2) = s.load_current().unwrap().unwrap();
+        assert_eq!((m2, d2, j2), (m.clone(), d, json));
+        assert_eq!(s.manifest().unwrap(), Some(m.clone()));
+        // The next announcement remembers when this one was replaced.
+        let next = Manifest {
+            version: "def".into(),
+            ..m.clone()
+        }
+        .after(Some(&m));
+        assert_eq!(next.replaced.len(), 1);
+        assert_eq!(next.replaced[0].0, "abc");
+        assert!((next.replaced[0].1 - now_secs()).abs() < 60);
+        // Coming back to a replaced version drops it from the list.
+        assert!(Manifest { ..m.clone() }
+            .after(Some(&next))
+            .replaced
+            .iter()
+            .all(|(v, _)| v != "abc"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (raw, gz) = rt.block_on(s.read_block("abc", 0, 1)).unwrap();
+        assert_eq!((&raw[..], &gz[..]), (&b"raw1"[..], &b"gz1"[..]));
+        assert!(rt.block_on(s.read_block("abc", 0, 2)).is_err());
+        let v = s.versions().unwrap();
+        assert_eq!(v.len(), 1);
+        assert!(v[0].complete && v[0].version == "abc");
+        assert!((v[0].newest_secs - now_secs()).abs() < 60);
+        assert_eq!(s.delete_version("abc").unwrap(), 5);
+        assert!(s.versions().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_bucket_needs_a_public_url_and_urls_are_checked() {
+        let e = BlockStore::open("s3://bucket/p", None).unwrap_err();
+        assert!(e.to_string().contains("--blocks-public-url"), "{e}");
+        let e = BlockStore::open("s3:///p", Some("http://x".into())).unwrap_err();
+        assert!(e.to_string().contains("no bucket"), "{e}");
+        let dir = std::env::temp_dir().join(format!("pm-blockstore-u-{}", std::process::id()));
+        let e = BlockStore::open(dir.to_str().unwrap(), Some("ftp://x".into())).unwrap_err();
+        assert!(e.to_string().contains("http"), "{e}");
+        let s = BlockStore::open(dir.to_str().unwrap(), Some("https://cdn/x/".into())).unwrap();
+        assert_eq!(s.blocks_url("v1", "/api/v1/blocks"), "https://cdn/x/v1");
+        assert!(s.is_external());
+        let s = BlockStore::local(&dir).unwrap();
+        assert_eq!(s.blocks_url("v1", "/api/v1/blocks"), "/api/v1/blocks/v1");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

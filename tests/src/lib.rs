@@ -11,6 +11,26 @@ pub struct Server {
     pub base: String,
 }
 
+impl Server {
+    /// SIGKILL: the process dies where it is, nothing flushed or cleaned up.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Wait up to `timeout` for the process to exit on its own; its status if it did.
+    pub fn wait_exit(&mut self, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let t = std::time::Instant::now();
+        while t.elapsed() < timeout {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        None
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -34,6 +54,11 @@ pub fn temp_store(tag: &str) -> std::path::PathBuf {
 /// Build (if needed) and start `server` with the given extra arguments; waits for its
 /// "listening on" line.
 pub fn start_server(extra: &[&str]) -> Server {
+    start_server_env(extra, &[])
+}
+
+/// [`start_server`] with extra environment variables.
+pub fn start_server_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let status = Command::new(&cargo)
@@ -47,6 +72,7 @@ pub fn start_server(extra: &[&str]) -> Server {
         .args(["--bind", "127.0.0.1:0"])
         .args(extra)
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .expect("start server");

@@ -1,0 +1,257 @@
+//! The block store: partition versions are written before they are announced, a restart
+//! serves the announced version without rebuilding, a process killed anywhere in a rebuild
+//! leaves one whole version served after restart (never a mix), and a replaced version's
+//! files leave the store only after the grace period.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use privatemail_e2e::{start_server_env, status_json, temp_store, test_image, Server};
+use reqwest::blocking::Client;
+use serde_json::{json, Value};
+use shared::api::PartitionDoc;
+
+const TOKEN: &str = "t";
+
+fn args(store: &Path, grace: &str) -> Vec<String> {
+    [
+        "--gallery-size",
+        "600",
+        "--anchors",
+        "100",
+        "--store",
+        store.to_str().unwrap(),
+        "--admin-token",
+        TOKEN,
+        "--partition-grace-secs",
+        grace,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn start(store: &Path, grace: &str, env: &[(&str, &str)]) -> Server {
+    let a = args(store, grace);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    start_server_env(&a, env)
+}
+
+fn blocks_dir(store: &Path) -> PathBuf {
+    store.with_extension("blocks")
+}
+
+fn doc(http: &Client, base: &str) -> PartitionDoc {
+    http.get(format!("{base}/api/v1/partition"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+/// Fetch every block of the served document and check each against the document's hash:
+/// the server serves one whole version. Returns the document.
+fn assert_whole_version(http: &Client, base: &str) -> PartitionDoc {
+    let d = doc(http, base);
+    let mut items = 0;
+    for (li, level) in d.levels.iter().enumerate() {
+        for b in 0..level.blocks {
+            let url = format!(
+                "{base}{}",
+                shared::protocol::block_search::block_url(&d, li, b)
+            );
+            let r = http.get(&url).send().unwrap();
+            assert_eq!(r.status().as_u16(), 200, "{url}");
+            let bytes = r.bytes().unwrap();
+            let block = shared::protocol::blocks::decode(&bytes, Some(&level.hashes[b as usize]))
+                .unwrap_or_else(|e| panic!("{url}: {e}"));
+            if level.whole {
+                items = block.ids.len();
+            }
+        }
+    }
+    assert_eq!(items, d.gallery_size, "the whole level holds the gallery");
+    d
+}
+
+fn add_image(http: &Client, base: &str, i: usize) {
+    let (pixels, label) = test_image(i);
+    let r = http
+        .post(format!("{base}/api/v1/gallery"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"items": [{"label": label, "pixels": pixels}]}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+}
+
+/// Wait until the served partition has `size` items.
+fn wait_for_size(http: &Client, base: &str, size: usize) -> PartitionDoc {
+    let t = Instant::now();
+    loop {
+        let d = doc(http, base);
+        if d.gallery_size == size {
+            return d;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "no partition of {size} items: {}",
+            d.gallery_size
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn startup(http: &Client, base: &str) -> Value {
+    status_json(http, base)["startup"].clone()
+}
+
+fn version_dirs(store: &Path) -> Vec<(String, bool)> {
+    let mut v: Vec<(String, bool)> = std::fs::read_dir(blocks_dir(store))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| {
+            let complete = e.path().join("partition.json").exists();
+            (e.file_name().to_string_lossy().into_owned(), complete)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_restart_serves_the_announced_version_without_rebuilding() {
+    let store = temp_store("bs-restart");
+    let http = Client::new();
+    let first = {
+        let s = start(&store, "600", &[]);
+        let st = startup(&http, &s.base);
+        assert_eq!(st["partition_reused"], false, "{st}");
+        assert_whole_version(&http, &s.base)
+    };
+    let s = start(&store, "600", &[]);
+    let st = startup(&http, &s.base);
+    assert_eq!(st["partition_reused"], true, "{st}");
+    assert_eq!(st["partition_stale"], false, "{st}");
+    let again = assert_whole_version(&http, &s.base);
+    assert_eq!(again, first, "the same document, byte for byte in meaning");
+    // A damaged stored block is never served: the hash check turns it into a 500.
+    drop(s);
+    let v = &first.version;
+    let level = first.levels.iter().position(|l| !l.whole).unwrap();
+    let path = blocks_dir(&store).join(v).join(level.to_string()).join("0");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[40] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let s = start(&store, "600", &[]);
+    let r = http
+        .get(format!("{}/api/v1/blocks/{v}/{level}/0", s.base))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 500);
+    let e: Value = r.json().unwrap();
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("SHA-256"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(store.parent().unwrap()).ok();
+}
+
+/// A rebuild crashed (abort, as kill -9) after the new version's blocks were written, and
+/// after its document was written but before it was announced; and real SIGKILLs at
+/// several moments of a rebuild. Each time the restart serves one whole version — the old
+/// one at once (the gallery changed, so it is stale), then the rebuilt one — never a mix.
+#[test]
+fn a_crash_during_a_rebuild_leaves_one_whole_version_served() {
+    let store = temp_store("bs-crash");
+    let http = Client::new();
+    let mut size = 600;
+    let v1 = {
+        let s = start(&store, "600", &[]);
+        assert_whole_version(&http, &s.base).version
+    };
+    let mut served = v1.clone();
+    for (n, point) in ["blocks-written", "document-written"].iter().enumerate() {
+        let mut s = start(&store, "600", &[("PM_CRASH_AT", point)]);
+        add_image(&http, &s.base, 7000 + n);
+        size += 1;
+        let exit = s
+            .wait_exit(Duration::from_secs(180))
+            .expect("the rebuild reaches the crash point");
+        assert!(!exit.success(), "{point}: aborted");
+        // The new version's files are there but it was never announced.
+        let dirs = version_dirs(&store);
+        assert!(dirs.len() >= 2, "{point}: {dirs:?}");
+        let s = start(&store, "600", &[]);
+        let st = startup(&http, &s.base);
+        assert_eq!(st["partition_stale"], true, "{point}: {st}");
+        let d = assert_whole_version(&http, &s.base);
+        assert_eq!(
+            d.version, served,
+            "{point}: the announced version is served"
+        );
+        let d = wait_for_size(&http, &s.base, size);
+        served = assert_whole_version(&http, &s.base).version;
+        assert_eq!(d.version, served);
+    }
+    // SIGKILL at several moments of a rebuild (the partition of 600 items takes about a
+    // second to build and write).
+    for (n, ms) in [150u64, 500, 900, 1400].iter().enumerate() {
+        let mut s = start(&store, "600", &[]);
+        add_image(&http, &s.base, 7100 + n);
+        size += 1;
+        std::thread::sleep(Duration::from_millis(*ms));
+        s.kill9();
+        let s = start(&store, "600", &[]);
+        let d = assert_whole_version(&http, &s.base);
+        assert!(
+            d.gallery_size == size || d.gallery_size == size - 1,
+            "after kill at {ms} ms: {} items",
+            d.gallery_size
+        );
+        wait_for_size(&http, &s.base, size);
+        assert_whole_version(&http, &s.base);
+    }
+    std::fs::remove_dir_all(store.parent().unwrap()).ok();
+}
+
+/// A replaced version is served (and kept in the store) for the grace period from its
+/// replacement, then answered 410 and deleted from the store; the current one never is.
+#[test]
+fn replaced_versions_leave_the_store_after_the_grace_period() {
+    let store = temp_store("bs-gc");
+    let http = Client::new();
+    let s = start(&store, "2", &[]);
+    let v1 = assert_whole_version(&http, &s.base).version;
+    add_image(&http, &s.base, 7200);
+    let v2 = wait_for_size(&http, &s.base, 601).version;
+    assert_ne!(v1, v2);
+    // Within the grace period: both kept and served.
+    let names: Vec<String> = version_dirs(&store).into_iter().map(|(v, _)| v).collect();
+    assert!(names.contains(&v1) && names.contains(&v2), "{names:?}");
+    std::thread::sleep(Duration::from_millis(2500));
+    // The next rebuild collects the expired version.
+    add_image(&http, &s.base, 7201);
+    let v3 = wait_for_size(&http, &s.base, 602).version;
+    let t = Instant::now();
+    loop {
+        let names: Vec<String> = version_dirs(&store).into_iter().map(|(v, _)| v).collect();
+        if !names.contains(&v1) {
+            assert!(names.contains(&v2) && names.contains(&v3), "{names:?}");
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{v1} not deleted: {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = http
+        .get(format!("{}/api/v1/blocks/{v1}/1/0", s.base))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 410);
+    assert_whole_version(&http, &s.base);
+    std::fs::remove_dir_all(store.parent().unwrap()).ok();
+}

@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests: start the real server binary on an ephemeral port.
 
 pub mod browser;
+pub mod cdn;
+pub mod pageload;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -9,6 +9,11 @@
 //! `/api/v1/partition` once, then GETs uniformly random blocks of one level (the finest by
 //! default) from every thread, gzip accepted as a browser would, and reports requests/s,
 //! latency percentiles, errors (a non-200 or a body of the wrong length) and bytes/s.
+//!
+//! `--protocol page` runs the page's whole block-search flow from `--clients` concurrent
+//! clients (document revalidated by ETag, plan, release, the released blocks, hash check,
+//! rank; see `privatemail_e2e::pageload`), with `--churn-token` an operator adding and
+//! removing an image meanwhile, and reports searches/s, requests/s, p50/p99 and errors.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +47,20 @@ struct Args {
     /// Blocks only: the level to fetch from (default: the finest).
     #[arg(long)]
     level: Option<usize>,
+    /// Page flow only: concurrent clients.
+    #[arg(long, default_value_t = 100)]
+    clients: usize,
+    /// Page flow only: ε of each search and its byte budget (KiB).
+    #[arg(long, default_value_t = 8.0)]
+    epsilon: f64,
+    #[arg(long, default_value_t = 512.0)]
+    budget_kib: f64,
+    /// Page flow only: the admin token; with it an operator adds and removes an image every
+    /// `--churn-secs` during the load.
+    #[arg(long)]
+    churn_token: Option<String>,
+    #[arg(long, default_value_t = 5.0)]
+    churn_secs: f64,
     /// Blocks only: accept gzip (`true`, as browsers do) or ask for the plain bytes.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     gzip: bool,
@@ -143,6 +162,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let http = reqwest::blocking::Client::new();
     if args.protocol == "blocks" {
         return blocks(&args, &http);
+    }
+    if args.protocol == "page" {
+        let r = privatemail_e2e::pageload::run(&privatemail_e2e::pageload::LoadSettings {
+            base: args.base.clone(),
+            clients: args.clients.clamp(1, 1000),
+            duration: Duration::from_secs(args.seconds),
+            epsilon: args.epsilon,
+            max_bytes: args.budget_kib * 1024.0,
+            churn_token: args.churn_token.clone(),
+            churn_every: Duration::from_secs_f64(args.churn_secs.max(0.1)),
+        });
+        println!(
+            "page flow, ε = {}, budget {} KiB: {}",
+            args.epsilon,
+            args.budget_kib,
+            r.summary()
+        );
+        for e in &r.error_samples {
+            println!("  error: {e}");
+        }
+        return if r.errors == 0 {
+            Ok(())
+        } else {
+            Err(format!("{} errors", r.errors).into())
+        };
     }
     let threads = args.threads.unwrap_or(4);
     let (config, a) = privatemail_e2e::fetch_client(&http, &args.base)?;

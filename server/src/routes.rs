@@ -174,7 +174,7 @@ async fn search(
                         id: item.id,
                         label: item.label,
                         distance: n.distance,
-                        thumbnail_png_base64: item.thumbnail_b64.clone(),
+                        thumbnail_png_base64: item.thumbnail_b64().to_string(),
                     }
                 })
                 .collect()
@@ -218,7 +218,7 @@ async fn gallery_image(
     id: Result<Path<u64>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let item = lookup(&s, path_id(id)?)?;
-    Ok(([(header::CONTENT_TYPE, "image/png")], item.png.clone()).into_response())
+    Ok(([(header::CONTENT_TYPE, "image/png")], item.png().to_vec()).into_response())
 }
 
 /// Mutations need `Authorization: Bearer <token>`; with no token configured they are off.

@@ -37,15 +37,15 @@ pub const NYSTROM_LANDMARKS: usize = 2_000;
 /// Anchor ids live above every gallery id the demo seeds.
 pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;
 
-/// One gallery image with its pre-encoded thumbnail.
+/// One gallery image; its thumbnail is encoded on first use and kept (encoding 70,000 PNGs
+/// at start-up would cost a second of every restart).
 pub struct GalleryItem {
     pub id: u64,
     pub label: u32,
     pub pixels: Vec<u8>,
     /// The on-device model's unit-norm features of the image (what the embedding uses).
     pub features: Vec<f32>,
-    pub png: Vec<u8>,
-    pub thumbnail_b64: String,
+    thumbnail: std::sync::OnceLock<(Vec<u8>, String)>,
 }
 
 impl GalleryItem {
@@ -61,15 +61,42 @@ impl GalleryItem {
         pixels: Vec<u8>,
         features: Vec<f32>,
     ) -> Result<Self, StateError> {
-        let png = png_grey(&pixels, SIDE, SIDE)?;
+        if pixels.len() != (SIDE * SIDE) as usize {
+            return Err(StateError::Invalid(format!(
+                "item {id} has {} pixels, not {}",
+                pixels.len(),
+                SIDE * SIDE
+            )));
+        }
         Ok(GalleryItem {
             id,
             label,
-            thumbnail_b64: base64(&png),
-            png,
             pixels,
             features,
+            thumbnail: std::sync::OnceLock::new(),
         })
+    }
+
+    fn thumbnail(&self) -> &(Vec<u8>, String) {
+        self.thumbnail.get_or_init(|| {
+            // 28×28 grey pixels (checked at construction) always encode into memory.
+            let png = png_grey(&self.pixels, SIDE, SIDE).unwrap_or_else(|e| {
+                tracing::error!(id = self.id, error = %e, "thumbnail encoding failed");
+                Vec::new()
+            });
+            let b64 = base64(&png);
+            (png, b64)
+        })
+    }
+
+    /// The thumbnail as PNG bytes.
+    pub fn png(&self) -> &[u8] {
+        &self.thumbnail().0
+    }
+
+    /// The thumbnail's PNG, base64 (what search responses carry inline).
+    pub fn thumbnail_b64(&self) -> &str {
+        &self.thumbnail().1
     }
 }
 
@@ -94,7 +121,7 @@ pub struct StartupReport {
     pub data_secs: f64,
     /// Reading (or seeding) the store: items and stored features.
     pub store_load_secs: f64,
-    /// Missing features computed, thumbnails encoded, computed features written back.
+    /// Missing features computed and written back.
     pub features_secs: f64,
     /// The embedding (stored or computed), the frame placement and the indexes.
     pub embedding_secs: f64,
@@ -350,23 +377,33 @@ impl AppState {
         let t_total = std::time::Instant::now();
         let mut report = StartupReport::default();
         let t = std::time::Instant::now();
-        let train = load_split(opts.data_dir, "train")?;
+        let d = (SIDE * SIDE) as usize;
+        let weights = model_version(crate::MODEL_WEIGHTS);
+        // The training split (for the anchors) and the store load independently: overlapped.
+        type Loaded = (Store, Vec<StoredItem>, HashMap<u64, Vec<f32>>, u64, f64);
+        let (train, loaded) = rayon::join(
+            || load_split(opts.data_dir, "train"),
+            || -> Result<Loaded, StateError> {
+                let t = std::time::Instant::now();
+                let store = Store::open(opts.store_path)?;
+                let items = store.load_items()?;
+                let features = store.load_features(&weights)?;
+                let version = store.catalogue_version()?;
+                Ok((store, items, features, version, t.elapsed().as_secs_f64()))
+            },
+        );
+        let train = train?;
+        let (store, mut stored, mut stored_features, mut version, load_secs) = loaded?;
         let anchor_idx = balanced_anchors(&train, opts.anchor_count);
         if anchor_idx.len() < 10 {
             return Err(StateError::Invalid("need at least 10 anchors".into()));
         }
-        report.data_secs += t.elapsed().as_secs_f64();
+        report.data_secs += (t.elapsed().as_secs_f64() - load_secs).max(0.0);
         let t = std::time::Instant::now();
-        let d = (SIDE * SIDE) as usize;
-        let weights = model_version(crate::MODEL_WEIGHTS);
-        let store = Store::open(opts.store_path)?;
         let blocks = Arc::new(crate::blockstore::BlockStore::open(
             &opts.blocks_spec(),
             opts.blocks_public_url.map(str::to_string),
         )?);
-        let mut stored = store.load_items()?;
-        let mut stored_features = store.load_features(&weights)?;
-        let mut version = store.catalogue_version()?;
         if stored.is_empty() {
             // The test split first (ids 0..10,000), then, for bigger galleries, the training
             // split (ids 10,000 + index).
@@ -389,7 +426,7 @@ impl AppState {
             store.put_items(&stored, version)?;
             stored_features.clear();
         }
-        report.store_load_secs = t.elapsed().as_secs_f64();
+        report.store_load_secs = load_secs + t.elapsed().as_secs_f64();
         tracing::info!(
             items = stored.len(),
             stored_features = stored_features.len(),

@@ -72,6 +72,11 @@ struct Args {
     /// this server (`/api/v1/blocks`).
     #[arg(long, env = "PM_BLOCKS_PUBLIC_URL")]
     blocks_public_url: Option<String>,
+    /// Block retrieval: a partition version whose block files (plain + gzip) exceed this many
+    /// MiB is not held in memory; its blocks are read from the block store per request.
+    #[arg(long, env = "PM_BLOCKS_CACHE_MIB", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
+    blocks_cache_mib: u64,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -120,6 +125,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         max_share: args.max_share,
         allow_full_download: args.allow_full_download,
         grace: std::time::Duration::from_secs(args.partition_grace_secs),
+        cache_bytes: args.blocks_cache_mib << 20,
     };
     let state = tokio::task::spawn_blocking(move || {
         AppState::open_with(

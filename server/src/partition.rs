@@ -56,6 +56,9 @@ pub struct PartitionSettings {
     pub allow_full_download: bool,
     /// How long a replaced version stays served.
     pub grace: Duration,
+    /// A version whose block files (plain + gzip) exceed this many bytes is not held in
+    /// memory: each request reads its block from the block store (and checks its hash).
+    pub cache_bytes: u64,
 }
 
 impl Default for PartitionSettings {
@@ -64,6 +67,7 @@ impl Default for PartitionSettings {
             max_share: 0.25,
             allow_full_download: true,
             grace: Duration::from_secs(600),
+            cache_bytes: 1 << 30,
         }
     }
 }
@@ -112,6 +116,8 @@ pub struct Published {
     pub canonical_json: Bytes,
     /// `files[level][block]`, levels as in `doc.levels`; empty slots are read from the store.
     files: Vec<Vec<OnceLock<BlockFile>>>,
+    /// Whether a block read from the store is kept (the version fits the memory budget).
+    keep: bool,
     /// The catalogue version the gallery snapshot had.
     pub catalogue_version: u64,
     /// [`fingerprint`] of what it was built from.
@@ -212,6 +218,7 @@ fn assemble(
         canonical_json: json(&canonical)?,
         doc,
         files: slots,
+        keep: true,
         catalogue_version,
         fingerprint,
         build_secs,
@@ -574,7 +581,7 @@ impl Partitions {
     /// (in that order: what a restart or a bucket's client sees is always a whole version).
     /// Returns false, keeping the old version, if the store failed, or if `new` was built from
     /// an older catalogue than the current one (a slower rebuild must not undo a newer one).
-    pub fn persist_and_publish(&self, new: Published) -> Result<bool, PartitionError> {
+    pub fn persist_and_publish(&self, mut new: Published) -> Result<bool, PartitionError> {
         if let Some(cur) = self.current() {
             if new.catalogue_version < cur.catalogue_version {
                 tracing::info!(
@@ -623,6 +630,7 @@ impl Partitions {
                 secs = t.elapsed().as_secs_f64(),
                 "partition written and announced"
             );
+            self.fit_memory(&mut new);
         }
         self.publish(new);
         Ok(true)
@@ -637,7 +645,7 @@ impl Partitions {
         let Some((m, doc, _)) = store.load_current()? else {
             return Ok(None);
         };
-        let p = assemble(
+        let mut p = assemble(
             doc,
             None,
             Some(store),
@@ -645,7 +653,26 @@ impl Partitions {
             m.fingerprint,
             m.build_secs,
         )?;
+        self.fit_memory(&mut p);
         Ok(Some(p))
+    }
+
+    /// Drop a version's held files (and hold none later) if it exceeds the memory budget; its
+    /// blocks are then read from the store on each request.
+    fn fit_memory(&self, p: &mut Published) {
+        let (raw, gz) = p.total_bytes();
+        if raw + gz > self.settings.cache_bytes {
+            for slot in p.files.iter_mut().flatten() {
+                slot.take();
+            }
+            p.keep = false;
+            tracing::info!(
+                version = %p.doc.version,
+                mib = (raw + gz) >> 20,
+                budget_mib = self.settings.cache_bytes >> 20,
+                "partition: blocks are read from the store per request (over the memory budget)"
+            );
+        }
     }
 
     /// One block file: held in memory, or read from the store (checked against the
@@ -687,7 +714,11 @@ impl Partitions {
             gzip: gz,
             etag: quoted(want),
         };
-        Ok(p.files[level][block].get_or_init(|| f).clone())
+        if p.keep {
+            Ok(p.files[level][block].get_or_init(|| f).clone())
+        } else {
+            Ok(f)
+        }
     }
 
     /// Delete the store's copies of versions that are neither current, retired nor being
@@ -862,6 +893,7 @@ mod tests {
             doc_etag: quoted(version),
             canonical_json: Bytes::new(),
             files: Vec::new(),
+            keep: true,
             catalogue_version: 0,
             fingerprint: String::new(),
             build_secs: 0.0,

@@ -136,6 +136,13 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     assert_eq!(st["partition_stale"], false, "{st}");
     let again = assert_whole_version(&http, &s.base);
     assert_eq!(again, first, "the same document, byte for byte in meaning");
+    drop(s);
+    // Over the memory budget: every block is read from the store per request, same bytes.
+    let mut a = args(&store, "600");
+    a.extend(["--blocks-cache-mib".to_string(), "0".to_string()]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let s = start_server_env(&a, &[]);
+    assert_eq!(assert_whole_version(&http, &s.base), first);
     // A damaged stored block is never served: the hash check turns it into a 500.
     drop(s);
     let v = &first.version;

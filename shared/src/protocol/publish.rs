@@ -80,10 +80,21 @@ pub struct PublishedLevel {
 /// a block keeps ≥ 20 members on average. Chosen by the evaluation (`eval --blocks`,
 /// `docs/eval/blocks.md`): closure beats spill at every ε, and closure-24 with these levels is
 /// the one variant that reaches every fidelity target on the 10,000-image gallery.
+///
+/// Larger galleries add finer levels, B = 512 … 4,096, each once the gallery holds 64 items
+/// per block: block sizes grow with n at a fixed B (at 70,000 items the finest B = 256 block is
+/// 530 KB gzip, more than the page's default budget of 512 KiB), and a finer level keeps the
+/// cheapest search small. (10,000 items get none of them, so the evaluated levels are
+/// unchanged.)
 pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
+    const FINE: [u32; 4] = [512, 1024, 2048, 4096];
     [8u32, 16, 32, 64, 96, 128, 256]
         .into_iter()
         .filter(|&b| gallery_size >= 20 * b as usize)
+        .chain(
+            FINE.into_iter()
+                .filter(|&b| gallery_size >= 64 * b as usize),
+        )
         .map(|blocks| LevelSpec {
             blocks,
             overlap: Overlap::Closure(DEFAULT_CLOSURE),

@@ -406,10 +406,11 @@ pub fn now_secs() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn doc(version: &str) -> PartitionDoc {
+    /// A document with no levels (for tests of versions and storage).
+    pub(crate) fn doc(version: &str) -> PartitionDoc {
         PartitionDoc {
             version: version.into(),
             gallery_size: 1,

@@ -872,22 +872,10 @@ impl Partitions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::api::LevelDoc;
 
     fn fake(version: &str) -> Published {
         Published {
-            doc: PartitionDoc {
-                version: version.into(),
-                gallery_size: 1,
-                feature_dim: 1,
-                thumb_side: 1,
-                blocks_url: String::new(),
-                max_share: 1.0,
-                allow_full_download: true,
-                coverage_k: 8,
-                coverage_probes: 0,
-                levels: Vec::<LevelDoc>::new(),
-            },
+            doc: crate::blockstore::tests::doc(version),
             doc_json: Bytes::new(),
             doc_gzip: Bytes::new(),
             doc_etag: quoted(version),

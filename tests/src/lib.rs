@@ -89,6 +89,32 @@ pub fn start_server_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
     Server { child, base }
 }
 
+/// Add test image `i` to the gallery as the operator (bearer `token`); the server accepts it
+/// (202) and rebuilds in the background.
+pub fn add_test_image(http: &reqwest::blocking::Client, base: &str, token: &str, i: usize) {
+    let (pixels, label) = test_image(i);
+    let r = http
+        .post(format!("{base}/api/v1/gallery"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({ "items": [{ "label": label, "pixels": pixels }] }))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202, "adding image {i}");
+}
+
+/// `GET {base}{path}` as JSON.
+pub fn get_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::blocking::Client,
+    base: &str,
+    path: &str,
+) -> T {
+    http.get(format!("{base}{path}"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
 /// The server with a 1,000-image gallery and the demo's 1,000 anchors (the frame's class vote
 /// needs enough anchors near each image), on a fresh store; `extra` flags appended.
 pub fn demo_server(tag: &str, extra: &[&str]) -> Server {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use privatemail_e2e::{start_server, status_json, temp_store, test_image, Server};
+use privatemail_e2e::{start_server, status_json, temp_store, Server};
 use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -336,14 +336,7 @@ fn bad_block_requests_get_typed_errors() {
 }
 
 fn add_item(http: &Client, base: &str, image: usize) {
-    let (px, label) = test_image(image);
-    let r = http
-        .post(format!("{base}/api/v1/gallery"))
-        .bearer_auth(TOKEN)
-        .json(&json!({ "items": [{ "label": label, "pixels": px }] }))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    privatemail_e2e::add_test_image(http, base, TOKEN, image);
 }
 
 /// Polls `/status` until the partition's version differs from `old`.

@@ -6,9 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use privatemail_e2e::{start_server_env, status_json, temp_store, test_image, Server};
+use privatemail_e2e::{
+    add_test_image, get_json, start_server_env, status_json, temp_store, Server,
+};
 use reqwest::blocking::Client;
-use serde_json::{json, Value};
+use serde_json::Value;
 use shared::api::PartitionDoc;
 
 const TOKEN: &str = "t";
@@ -42,11 +44,7 @@ fn blocks_dir(store: &Path) -> PathBuf {
 }
 
 fn doc(http: &Client, base: &str) -> PartitionDoc {
-    http.get(format!("{base}/api/v1/partition"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap()
+    get_json(http, base, "/api/v1/partition")
 }
 
 /// Fetch every block of the served document and check each against the document's hash:
@@ -75,14 +73,7 @@ fn assert_whole_version(http: &Client, base: &str) -> PartitionDoc {
 }
 
 fn add_image(http: &Client, base: &str, i: usize) {
-    let (pixels, label) = test_image(i);
-    let r = http
-        .post(format!("{base}/api/v1/gallery"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"items": [{"label": label, "pixels": pixels}]}))
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 202);
+    add_test_image(http, base, TOKEN, i);
 }
 
 /// Wait until the served partition has `size` items.

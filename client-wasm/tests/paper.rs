@@ -1,6 +1,7 @@
 //! The paper's Algorithm 1 in the browser: the wasm release equals the native one for the same
-//! inputs and seed (fixture written by `shared/tests/algorithm1_fixture.rs`), the `Client`'s
-//! release has the request's shape and the calibrated noise, and bad input is an error.
+//! inputs and seed (fixture written by `shared/tests/algorithm1_fixture.rs`), the explicit
+//! SIMD128 kernels equal the scalar code, the `Client`'s release has the request's shape and
+//! the calibrated noise, and bad input is an error.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -126,4 +127,59 @@ fn bad_arguments_are_errors_not_panics() {
             "{eps} {delta} {mech} {k}"
         );
     }
+}
+
+/// The kernels' explicit SIMD (SIMD128 here, scalars natively; `shared::embed::lanes`) equals
+/// the scalar code bit for bit: the f64 weights of the private kernel and the f32 weights of
+/// the post-processing kernel, remainders included; both products equal the dense product.
+#[wasm_bindgen_test]
+fn simd_kernels_equal_the_scalar_code() {
+    use shared::embed::laplacian::{
+        exp_neg, exp_neg_f32, min_unit_weight, weights_in_place, DenseKernel, DenseKernel32,
+        GraphOperator,
+    };
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let d2: Vec<f64> = (0..1003).map(|_| 5.0 * next()).collect();
+    let (s, lo) = (0.7, min_unit_weight(0.7));
+    let mut got = d2.clone();
+    weights_in_place(&mut got, s, lo);
+    for (g, &d) in got.iter().zip(&d2) {
+        let e = exp_neg(d * (-1.0 / s));
+        let want = (if e < 1e-150 { 0.0 } else { e }).clamp(lo, 1.0);
+        assert_eq!(g.to_bits(), want.to_bits(), "f64 weight of d² = {d}");
+    }
+    let n = 37;
+    let z = DMatrix::from_fn(n, 2, |_, _| 4.0 * next() - 2.0);
+    let s = 0.9;
+    let k32 = DenseKernel32::from_points(&z, s);
+    let inv = (-1.0 / s) as f32;
+    for j in 0..n {
+        for i in j + 1..n {
+            let mut d2 = 0.0f32;
+            for c in 0..2 {
+                let d = z[(i, c)] as f32 - z[(j, c)] as f32;
+                d2 += d * d;
+            }
+            let e = exp_neg_f32(d2 * inv);
+            let w = if e < 1e-30 { 0.0 } else { e };
+            let want = if 1.0 < w { 1.0 } else { w };
+            assert_eq!(
+                (k32.weight(i, j) as f32).to_bits(),
+                want.to_bits(),
+                "w({i}, {j})"
+            );
+        }
+    }
+    let q = DMatrix::from_fn(n, 2, |_, _| next() - 0.5);
+    let want = k32.to_dense() * &q;
+    assert!((k32.weighted_sum(&q) - &want).amax() <= 1e-5 * want.amax());
+    let k64 = DenseKernel::from_points(&z, s);
+    let want = k64.to_dense() * &q;
+    assert!((k64.weighted_sum(&q) - &want).amax() <= 1e-12 * want.amax());
 }

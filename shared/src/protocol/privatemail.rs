@@ -19,7 +19,8 @@ use rand_distr::StandardNormal;
 use crate::dp::mechanism::{release, release_zcdp, NoisyEmbedding, Receipt};
 use crate::dp::sensitivity::{sensitivity, BoundInputs, Sensitivity};
 use crate::embed::laplacian::{
-    dist2, min_unit_weight, normalize_rows, weights_in_place, DenseKernel, LabelLaplacian,
+    dist2, min_unit_weight, normalize_rows, weights_in_place, DenseKernel, DenseKernel32,
+    LabelLaplacian,
 };
 use crate::embed::smlq::{renormalize, smlq, smlq_step};
 use crate::error::{ensure_query, Error, Result};
@@ -250,7 +251,8 @@ pub fn post_process(
         PostBandwidth::Fixed(s) => s,
         PostBandwidth::Median(factor) => factor * median_sq_distance(&z).max(f64::MIN_POSITIVE),
     };
-    let gx = DenseKernel::from_points(&z, s);
+    // f32: released data only, and the bulk of a browser search (see `DenseKernel32`).
+    let gx = DenseKernel32::from_points(&z, s);
     let ly = LabelLaplacian::new(labels, params.smlq.num_classes, params.smlq.kernel_scale)?;
     Ok(smlq(
         &gx,

@@ -36,6 +36,10 @@ struct Args {
     /// Disable Chromium's HTTP cache (every search downloads its blocks).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     cold: bool,
+    /// The page to serve (default: this checkout's `web/`); another build's, to compare two
+    /// wasm clients on the same server and browser.
+    #[arg(long)]
+    web_dir: Option<String>,
 }
 
 const EPSILONS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 100.0];
@@ -61,6 +65,10 @@ async fn main() {
         .iter()
         .position(|&e| e == args.epsilon)
         .expect("--epsilon must be one of the page's values");
+    let web_dir = args
+        .web_dir
+        .clone()
+        .unwrap_or_else(|| format!("{ROOT}/web"));
     let store = privatemail_e2e::temp_store("pagebench");
     let size = args.gallery_size.to_string();
     let srv = privatemail_e2e::start_server(&[
@@ -71,7 +79,7 @@ async fn main() {
         "--store",
         store.to_str().unwrap(),
         "--web-dir",
-        &format!("{ROOT}/web"),
+        &web_dir,
     ]);
     let flags: &[&str] = if args.cold {
         &[
@@ -141,7 +149,7 @@ async fn main() {
         // Keep the budget warning out of the timings.
         js(&c, "localStorage.clear(); return 0;").await;
     }
-    let wasm = std::fs::read(format!("{ROOT}/web/pkg/privatemail_client_wasm_bg.wasm")).unwrap();
+    let wasm = std::fs::read(format!("{web_dir}/pkg/privatemail_client_wasm_bg.wasm")).unwrap();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     std::io::Write::write_all(&mut gz, &wasm).unwrap();
     let gz = gz.finish().unwrap();

@@ -248,18 +248,20 @@ impl DenseKernel {
     }
 
     /// Build by filling each packed column `j` (rows `j+1..n`, zero-initialised).
+    ///
+    /// Each column is zeroed, filled and added into the degrees while it is in cache (one pass
+    /// over the triangle, not three: this runs on every browser search). Degree `i` still
+    /// receives the columns `j < i` in order and then its own column's sum.
     pub fn from_columns(n: usize, mut fill: impl FnMut(usize, &mut [f64])) -> Self {
-        let mut packed = vec![0.0; n * n.saturating_sub(1) / 2];
-        for j in 0..n {
-            let off = col_offset(n, j);
-            fill(j, &mut packed[off..off + (n - 1 - j)]);
-        }
+        let mut packed = Vec::with_capacity(n * n.saturating_sub(1) / 2);
         let mut degrees = vec![0.0; n];
         for j in 0..n {
-            let off = col_offset(n, j);
-            let col = &packed[off..off + (n - 1 - j)];
+            let off = packed.len();
+            packed.resize(off + (n - 1 - j), 0.0);
+            let col = &mut packed[off..];
+            fill(j, col);
             degrees[j] += sum(col);
-            for (d, &w) in degrees[j + 1..].iter_mut().zip(col) {
+            for (d, &w) in degrees[j + 1..].iter_mut().zip(col.iter()) {
                 *d += w;
             }
         }
@@ -322,10 +324,13 @@ impl DenseKernel32 {
         let (n, k) = z.shape();
         let zs: Vec<f32> = z.as_slice().iter().map(|&v| v as f32).collect();
         let inv = (-1.0 / kernel_scale) as f32;
-        let mut packed = vec![0.0f32; n * n.saturating_sub(1) / 2];
+        // One pass: each column is zeroed, filled and added into the degrees while in cache.
+        let mut packed = Vec::with_capacity(n * n.saturating_sub(1) / 2);
+        let mut degrees = vec![0.0; n];
         for j in 0..n {
-            let off = col_offset(n, j);
-            let col = &mut packed[off..off + (n - 1 - j)];
+            let off = packed.len();
+            packed.resize(off + (n - 1 - j), 0.0f32);
+            let col = &mut packed[off..];
             for c in 0..k {
                 let zc = &zs[c * n..(c + 1) * n];
                 let zj = zc[j];
@@ -341,13 +346,8 @@ impl DenseKernel32 {
             for v in chunks.into_remainder() {
                 *v = weight32_lanes(*v, inv);
             }
-        }
-        // Degrees in f64: every weight converts exactly, and the sums are the ones SMLQ divides
-        // by, so they should not lose what f32 keeps.
-        let mut degrees = vec![0.0; n];
-        for j in 0..n {
-            let off = col_offset(n, j);
-            let col = &packed[off..off + (n - 1 - j)];
+            // Degrees in f64: every weight converts exactly, and the sums are the ones SMLQ
+            // divides by, so they should not lose what f32 keeps.
             let mut acc = [0.0f64; 8];
             let chunks = col.chunks_exact(8);
             let tail: f64 = chunks.remainder().iter().map(|&w| f64::from(w)).sum();
@@ -357,7 +357,7 @@ impl DenseKernel32 {
                 }
             }
             degrees[j] += acc.iter().sum::<f64>() + tail;
-            for (d, &w) in degrees[j + 1..].iter_mut().zip(col) {
+            for (d, &w) in degrees[j + 1..].iter_mut().zip(col.iter()) {
                 *d += f64::from(w);
             }
         }
@@ -634,15 +634,26 @@ impl LabelLaplacian {
         let (n, k) = x.shape();
         let c = self.class_weights.nrows();
         let mut class_sums = DMatrix::<f64>::zeros(c, k);
-        for (i, &y) in self.labels.iter().enumerate() {
-            for col in 0..k {
-                class_sums[(y as usize, col)] += x[(i, col)];
+        // Column by column over slices (no per-entry index arithmetic: SMLQ calls this every
+        // iteration); the same additions in the same order as row by row.
+        for col in 0..k {
+            let xc = &x.as_slice()[col * n..(col + 1) * n];
+            let sc = &mut class_sums.as_mut_slice()[col * c..(col + 1) * c];
+            for (&y, &v) in self.labels.iter().zip(xc) {
+                sc[y as usize] += v;
             }
         }
         let mixed = &self.class_weights * class_sums;
-        DMatrix::from_fn(n, k, |i, col| {
-            (self.degrees[i] + 1.0) * x[(i, col)] - mixed[(self.labels[i] as usize, col)]
-        })
+        let mut out = DMatrix::<f64>::zeros(n, k);
+        for col in 0..k {
+            let xc = &x.as_slice()[col * n..(col + 1) * n];
+            let mc = &mixed.as_slice()[col * c..(col + 1) * c];
+            let oc = &mut out.as_mut_slice()[col * n..(col + 1) * n];
+            for (((o, &v), &d), &y) in oc.iter_mut().zip(xc).zip(&self.degrees).zip(&self.labels) {
+                *o = (d + 1.0) * v - mc[y as usize];
+            }
+        }
+        out
     }
 }
 

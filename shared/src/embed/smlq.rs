@@ -6,7 +6,7 @@
 
 use nalgebra::DMatrix;
 
-use crate::embed::laplacian::{GraphOperator, LabelLaplacian};
+use crate::embed::laplacian::{dot, GraphOperator, LabelLaplacian};
 
 /// One SMLQ iteration. Requires every degree to be positive (true for any Gaussian kernel
 /// over two or more points).
@@ -52,19 +52,57 @@ pub fn objective(
 /// Applied to released or non-private data only, so it is post-processing.
 pub fn renormalize(x: &mut DMatrix<f64>) {
     let (n, k) = x.shape();
-    for mut col in x.column_iter_mut() {
-        let mean = col.mean();
-        col.add_scalar_mut(-mean);
+    // Over plain slices: a browser search renormalises 31 times, and nalgebra's generic
+    // iterators cost more than the arithmetic in WebAssembly.
+    for col in x.as_mut_slice().chunks_exact_mut(n.max(1)) {
+        let mean = col.iter().sum::<f64>() / n as f64;
+        for v in col.iter_mut() {
+            *v -= mean;
+        }
     }
-    if n > k && x.iter().all(|v| v.is_finite()) {
+    if n > k && x.iter().all(|v| v.is_finite()) && !(k == 2 && orthonormalize_2(x)) {
         let q = x.clone().qr().q();
         // Keep each column's orientation stable (QR may flip signs).
         *x = q.columns(0, k).into_owned();
     }
-    let norm = x.norm();
+    let norm = dot(x.as_slice(), x.as_slice()).sqrt();
     if norm > 0.0 && norm.is_finite() {
-        *x *= (n as f64).sqrt() / norm;
+        let s = (n as f64).sqrt() / norm;
+        for v in x.as_mut_slice() {
+            *v *= s;
+        }
     }
+}
+
+/// The Q of the QR decomposition of an n×2 matrix in place, as nalgebra's Householder QR gives
+/// it (R's diagonal positive; tested), by Gram–Schmidt applied twice (which makes the columns
+/// as orthogonal as Householder's). k = 2 is every embedding the page computes, and a browser
+/// search renormalises 31 times: this is a few passes over the columns instead of building and
+/// applying reflections. Returns false, leaving `x` as it is, when the columns are zero or
+/// (nearly) parallel, where Householder is the safer choice.
+fn orthonormalize_2(x: &mut DMatrix<f64>) -> bool {
+    let n = x.nrows();
+    let (c0, c1) = x.as_mut_slice().split_at_mut(n);
+    let (n0, n1, p) = (dot(c0, c0).sqrt(), dot(c1, c1).sqrt(), dot(c0, c1));
+    // |cos θ| within 1e-6 of 1 (or a zero column): leave it to Householder.
+    let sin2 = 1.0 - (p / (n0 * n1)).powi(2);
+    if !(n0 > 0.0 && n1 > 0.0 && sin2 > 1e-12) {
+        return false;
+    }
+    for v in c0.iter_mut() {
+        *v /= n0;
+    }
+    for _ in 0..2 {
+        let p = dot(c0, c1);
+        for (v, &u) in c1.iter_mut().zip(c0.iter()) {
+            *v -= p * u;
+        }
+    }
+    let r = dot(c1, c1).sqrt();
+    for v in c1.iter_mut() {
+        *v /= r;
+    }
+    true
 }
 
 /// `iterations` SMLQ steps from `x0`, renormalising after each one if asked.
@@ -125,6 +163,54 @@ mod tests {
             }
         }
         assert_eq!(checked, 24 * 30);
+    }
+
+    /// The two-column fast path gives nalgebra's Q (up to rounding) on random, badly scaled
+    /// and nearly parallel columns; parallel and zero columns take the Householder path.
+    #[test]
+    fn renormalize_for_two_columns_equals_householder() {
+        let householder = |x: &DMatrix<f64>| {
+            let mut y = x.clone();
+            for mut col in y.column_iter_mut() {
+                let mean = col.mean();
+                col.add_scalar_mut(-mean);
+            }
+            let q = y.qr().q();
+            let q = q.columns(0, 2).into_owned();
+            let s = (x.nrows() as f64).sqrt() / q.norm();
+            q * s
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        for (n, tilt) in [
+            (3, 1.0),
+            (4, 1.0),
+            (17, 1e3),
+            (500, 1.0),
+            (1010, 1e-4),
+            (64, 1e-9),
+        ] {
+            let a = DMatrix::from_fn(n, 1, |_, _| rng.sample::<f64, _>(StandardNormal));
+            let b = DMatrix::from_fn(n, 1, |_, _| rng.sample::<f64, _>(StandardNormal));
+            // Second column = first + tilt·noise: nearly parallel for a small tilt.
+            let x = DMatrix::from_fn(n, 2, |i, j| if j == 0 { a[i] } else { a[i] + tilt * b[i] });
+            let mut fast = x.clone();
+            renormalize(&mut fast);
+            let err = (&fast - householder(&x)).amax();
+            assert!(err < 1e-9, "n = {n}, tilt = {tilt}: {err}");
+        }
+        for x in [
+            DMatrix::from_row_slice(3, 2, &[1.0, 2.0, 2.0, 4.0, 3.0, 6.0]),
+            DMatrix::from_row_slice(3, 2, &[1.0, 0.0, 2.0, 0.0, 4.0, 0.0]),
+        ] {
+            let mut fast = x.clone();
+            renormalize(&mut fast);
+            // Gram–Schmidt would divide by a zero norm here.
+            let err = (fast - householder(&x)).amax();
+            assert!(
+                err < 1e-12,
+                "the degenerate case must take the Householder path: {err}"
+            );
+        }
     }
 
     #[test]

@@ -427,12 +427,14 @@ async fn the_whole_gallery_is_offered_only_where_the_operator_allows_it() {
     load_photo(&c, &path).await;
     assert_eq!(search(&c).await.len(), 8);
     // The server goes away: a plain error, no retry, and the user is told a new search spends
-    // budget again.
+    // budget again. Blocks are immutable and cached, so a second release may name only blocks
+    // the first search already holds (and rightly needs no network); the counting wrapper
+    // bypasses the HTTP cache so that every request really meets the dead server.
     drop(srv);
     js(
         &c,
         "window.__n = 0; const f = window.fetch.bind(window);
-         window.fetch = (u, o) => { window.__n++; return f(u, o); }; return 0;",
+         window.fetch = (u, o) => { window.__n++; return f(u, { ...o, cache: 'no-store' }); }; return 0;",
     )
     .await;
     click(&c, "search").await;

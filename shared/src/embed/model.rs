@@ -307,6 +307,185 @@ fn dense(w: &[f32], b: &[f32], x: &[f32], out: usize) -> Vec<f32> {
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------------
+// Batched inference: eight inputs at once, one per lane.
+//
+// Every value of every lane is computed by exactly the operations of the scalar forward pass,
+// in the same order (`acc = acc + w * x`, no fused multiply-add, no reassociation; ReLU and
+// max-pool with the same `max` and comparisons), so each lane is bit-identical to
+// [`Model::forward`]; only the loop order *across* outputs differs. The lanes are plain
+// `[f32; 8]` arrays that LLVM vectorises (256-bit AVX where the CPU has it, see
+// [`Model::infer_batch`]).
+
+/// Inputs processed together by [`Model::infer_batch`].
+pub const BATCH_LANES: usize = 8;
+type L = [f32; BATCH_LANES];
+
+/// The start value of `Iterator::sum::<f32>()` (the standard library folds from it), so the
+/// dense layers' lanes sum exactly as [`dense`] does; a test checks it against `std`.
+const SUM_START: f32 = -0.0;
+
+#[inline(always)]
+fn splat(v: f32) -> L {
+    [v; BATCH_LANES]
+}
+
+/// `acc = acc + w * x` per lane (the product rounded, then the sum: never fused).
+#[inline(always)]
+fn mac(acc: &mut L, w: f32, x: &L) {
+    for (a, v) in acc.iter_mut().zip(x) {
+        *a += w * *v;
+    }
+}
+
+/// One pooled value from the four pre-activations of a 2×2 window, in the order
+/// (0,0), (0,1), (1,0), (1,1): ReLU, then the first strict maximum, as [`conv_relu_pool`].
+#[inline(always)]
+fn relu_pool(window: [&L; 4]) -> L {
+    let mut best = splat(f32::NEG_INFINITY);
+    for z in window {
+        for (b, &v) in best.iter_mut().zip(z) {
+            let v = v.max(0.0);
+            *b = if v > *b { v } else { *b };
+        }
+    }
+    best
+}
+
+/// Output columns computed together by [`conv_relu_pool8`] (in each of two rows).
+const CONV_BLOCK: usize = 4;
+
+/// [`conv_relu_pool`] without the argmax, on lanes: `input` is `[cin][side][side]`, `out`
+/// `[cout][p][p]` with `p = (side - K + 1) / 2`. Each step computes a 2×`CONV_BLOCK` block of
+/// pre-activations (two rows, so the block pools into `CONV_BLOCK / 2` outputs) in registers.
+#[inline(always)]
+fn conv_relu_pool8(
+    input: &[L],
+    cin: usize,
+    side: usize,
+    w: &[f32],
+    b: &[f32],
+    cout: usize,
+    out: &mut [L],
+) {
+    let s = side - K + 1;
+    let p = s / 2;
+    debug_assert!(s.is_multiple_of(CONV_BLOCK));
+    debug_assert_eq!(input.len(), cin * side * side);
+    debug_assert_eq!(out.len(), cout * p * p);
+    for o in 0..cout {
+        let wo = &w[o * cin * K * K..(o + 1) * cin * K * K];
+        for pi in 0..p {
+            for j0 in (0..s).step_by(CONV_BLOCK) {
+                let mut acc = [[splat(b[o]); CONV_BLOCK]; 2];
+                for c in 0..cin {
+                    let ic = &input[c * side * side..(c + 1) * side * side];
+                    for ky in 0..K {
+                        for kx in 0..K {
+                            let wv = wo[(c * K + ky) * K + kx];
+                            for (dy, row) in acc.iter_mut().enumerate() {
+                                let start = (2 * pi + dy + ky) * side + j0 + kx;
+                                let xs = &ic[start..start + CONV_BLOCK];
+                                for (a, x) in row.iter_mut().zip(xs) {
+                                    mac(a, wv, x);
+                                }
+                            }
+                        }
+                    }
+                }
+                for q in 0..CONV_BLOCK / 2 {
+                    out[o * p * p + pi * p + j0 / 2 + q] = relu_pool([
+                        &acc[0][2 * q],
+                        &acc[0][2 * q + 1],
+                        &acc[1][2 * q],
+                        &acc[1][2 * q + 1],
+                    ]);
+                }
+            }
+        }
+    }
+}
+
+/// Dense outputs computed together by [`dense8`] (one pass over the input for each block).
+const DENSE_BLOCK: usize = 8;
+
+/// [`dense`] on lanes: `out[o] = b[o] + (SUM_START + w[o][0]·x[0] + w[o][1]·x[1] + …)`.
+#[inline(always)]
+fn dense8(w: &[f32], b: &[f32], x: &[L], out: &mut [L]) {
+    let n = x.len();
+    for (o0, block) in out.chunks_mut(DENSE_BLOCK).enumerate() {
+        let o0 = o0 * DENSE_BLOCK;
+        let mut acc = [splat(SUM_START); DENSE_BLOCK];
+        for (k, xk) in x.iter().enumerate() {
+            for (d, a) in acc.iter_mut().enumerate().take(block.len()) {
+                mac(a, w[(o0 + d) * n + k], xk);
+            }
+        }
+        for (d, (h, a)) in block.iter_mut().zip(&acc).enumerate() {
+            for (v, &s) in h.iter_mut().zip(a) {
+                *v = b[o0 + d] + s;
+            }
+        }
+    }
+}
+
+/// Working memory of one batched forward pass.
+struct Lanes8 {
+    x: Vec<L>,      // [SIDE][SIDE]
+    p1: Vec<L>,     // [C1][P1][P1]
+    p2: Vec<L>,     // [C2][P2][P2] = FLAT
+    h: Vec<L>,      // [EMBED]
+    r: Vec<L>,      // [EMBED]
+    logits: Vec<L>, // [CLASSES]
+}
+
+impl Lanes8 {
+    fn new() -> Self {
+        Lanes8 {
+            x: vec![splat(0.0); PIXELS],
+            p1: vec![splat(0.0); C1 * P1 * P1],
+            p2: vec![splat(0.0); FLAT],
+            h: vec![splat(0.0); EMBED],
+            r: vec![splat(0.0); EMBED],
+            logits: vec![splat(0.0); CLASSES],
+        }
+    }
+}
+
+/// The forward pass of [`Model::forward`] (embedding and logits only) on the eight inputs in
+/// `t.x`, into `t.h` and `t.logits`.
+#[inline(always)]
+fn forward8_body(w: &Weights, t: &mut Lanes8) {
+    conv_relu_pool8(&t.x, 1, SIDE, &w.w1, &w.b1, C1, &mut t.p1);
+    conv_relu_pool8(&t.p1, C1, P1, &w.w2, &w.b2, C2, &mut t.p2);
+    dense8(&w.w3, &w.b3, &t.p2, &mut t.h);
+    for (r, h) in t.r.iter_mut().zip(&t.h) {
+        for (rv, &hv) in r.iter_mut().zip(h) {
+            *rv = hv.max(0.0);
+        }
+    }
+    dense8(&w.w4, &w.b4, &t.r, &mut t.logits);
+}
+
+/// [`forward8_body`] compiled for AVX (256-bit vectors: one register per lane array). Only AVX,
+/// never FMA: the multiplies and adds must round separately, as in the scalar code.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn forward8_avx(w: &Weights, t: &mut Lanes8) {
+    forward8_body(w, t)
+}
+
+fn forward8(w: &Weights, t: &mut Lanes8) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU supports AVX (checked at run time just above), the only target
+        // feature `forward8_avx` enables.
+        unsafe { forward8_avx(w, t) };
+        return;
+    }
+    forward8_body(w, t)
+}
+
 /// The model: weights plus the forward pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
@@ -347,26 +526,46 @@ impl Model {
         // embeddings and logits averaged — a steadier descriptor for retrieval.
         let x = preprocess(pixels)?;
         let (a, b) = (self.forward(&x), self.forward(&mirror(&x)));
-        let logits: Vec<f32> = a
-            .logits
-            .iter()
-            .zip(&b.logits)
-            .map(|(p, q)| 0.5 * (p + q))
-            .collect();
-        let h: Vec<f32> = a.h.iter().zip(&b.h).map(|(p, q)| p + q).collect();
-        let probabilities = softmax(&logits);
-        let label = argmax(&probabilities) as u32;
-        let norm = h
-            .iter()
-            .map(|v| v * v)
-            .sum::<f32>()
-            .sqrt()
-            .max(f32::MIN_POSITIVE);
-        Ok(Inference {
-            features: h.iter().map(|v| v / norm).collect(),
-            label,
-            probabilities,
-        })
+        Ok(combine(&a.h, &b.h, &a.logits, &b.logits))
+    }
+
+    /// [`Model::infer`] for many images, bit-identical to it image by image and several times
+    /// faster: the images go through the network eight at a time, one per SIMD lane (a last
+    /// partial group is padded). A wrong-sized image is an error (nothing is computed).
+    pub fn infer_batch(&self, images: &[&[u8]]) -> Result<Vec<Inference>> {
+        if let Some(bad) = images.iter().find(|px| px.len() != PIXELS) {
+            return Err(Error::DimensionMismatch {
+                what: "image pixels",
+                expected: PIXELS,
+                got: bad.len(),
+            });
+        }
+        let mut t = Lanes8::new();
+        let (mut ha, mut la) = (t.h.clone(), t.logits.clone());
+        let mut out = Vec::with_capacity(images.len());
+        for group in images.chunks(BATCH_LANES) {
+            // The images, as `preprocess` scales them, then their mirror images.
+            for (i, x) in t.x.iter_mut().enumerate() {
+                for (lane, v) in x.iter_mut().enumerate() {
+                    *v = group.get(lane).map_or(0.0, |px| px[i] as f32 / 255.0);
+                }
+            }
+            forward8(&self.w, &mut t);
+            ha.copy_from_slice(&t.h);
+            la.copy_from_slice(&t.logits);
+            t.x.chunks_exact_mut(SIDE).for_each(|row| row.reverse());
+            forward8(&self.w, &mut t);
+            let lane = |v: &[L], l: usize| -> Vec<f32> { v.iter().map(|x| x[l]).collect() };
+            out.extend((0..group.len()).map(|l| {
+                combine(
+                    &lane(&ha, l),
+                    &lane(&t.h, l),
+                    &lane(&la, l),
+                    &lane(&t.logits, l),
+                )
+            }));
+        }
+        Ok(out)
     }
 
     /// Add the cross-entropy gradient of one sample (given its trace) to `g`; returns the loss.
@@ -463,6 +662,26 @@ fn unpool_relu(dp: &[f32], arg: &[u16], z: &[f32], channels: usize, side: usize)
         }
     }
     dz
+}
+
+/// [`Inference`] from the embeddings and logits of an image (`a`) and its mirror image (`b`):
+/// the logits averaged, the embeddings summed and normalised.
+fn combine(ha: &[f32], hb: &[f32], la: &[f32], lb: &[f32]) -> Inference {
+    let logits: Vec<f32> = la.iter().zip(lb).map(|(p, q)| 0.5 * (p + q)).collect();
+    let h: Vec<f32> = ha.iter().zip(hb).map(|(p, q)| p + q).collect();
+    let probabilities = softmax(&logits);
+    let label = argmax(&probabilities) as u32;
+    let norm = h
+        .iter()
+        .map(|v| v * v)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::MIN_POSITIVE);
+    Inference {
+        features: h.iter().map(|v| v / norm).collect(),
+        label,
+        probabilities,
+    }
 }
 
 pub fn softmax(logits: &[f32]) -> Vec<f32> {
@@ -601,6 +820,140 @@ mod tests {
         assert!(from_rgba(&[0u8; 12], 2, 2).is_err());
         assert!(from_rgba(&[], 0, 5).is_err());
         assert!(from_rgba(&[0u8; 4], 1, 1).is_ok());
+    }
+
+    /// Test images: uniform noise, sparse noise (mostly background, as in the dataset), and
+    /// the constant extremes.
+    fn test_images(rng: &mut impl Rng, n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|k| match k % 4 {
+                0 => (0..PIXELS).map(|_| rng.random()).collect(),
+                1 => (0..PIXELS)
+                    .map(|_| {
+                        if rng.random::<f32>() < 0.7 {
+                            0
+                        } else {
+                            rng.random()
+                        }
+                    })
+                    .collect(),
+                2 => vec![(k % 2) as u8 * 255; PIXELS],
+                _ => (0..PIXELS).map(|i| (i * 31 + k) as u8).collect(),
+            })
+            .collect()
+    }
+
+    fn assert_bits_eq(a: &[f32], b: &[f32], what: &str) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(a), bits(b), "{what}");
+    }
+
+    fn assert_batch_equals_infer(model: &Model, images: &[Vec<u8>]) {
+        let refs: Vec<&[u8]> = images.iter().map(|v| v.as_slice()).collect();
+        let batch = model.infer_batch(&refs).unwrap();
+        assert_eq!(batch.len(), images.len());
+        for (k, (img, b)) in images.iter().zip(&batch).enumerate() {
+            let one = model.infer(img).unwrap();
+            assert_bits_eq(
+                &b.features,
+                &one.features,
+                &format!("features of image {k}"),
+            );
+            assert_bits_eq(
+                &b.probabilities,
+                &one.probabilities,
+                &format!("probabilities of image {k}"),
+            );
+            assert_eq!(b.label, one.label, "label of image {k}");
+            assert_eq!(b, &one);
+        }
+    }
+
+    /// The batched dense layers start their sums where `Iterator::sum::<f32>` does.
+    #[test]
+    fn sum_start_is_the_standard_librarys() {
+        assert_eq!(
+            std::iter::empty::<f32>().sum::<f32>().to_bits(),
+            SUM_START.to_bits()
+        );
+        assert_eq!([-0.0f32].iter().sum::<f32>().to_bits(), (-0.0f32).to_bits());
+    }
+
+    /// `infer_batch` equals `infer` bit for bit: random weights, full and partial groups.
+    #[test]
+    fn infer_batch_equals_infer_random_weights() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for (seed, n) in [(0u64, 19usize), (1, 8), (2, 1), (3, 0)] {
+            let model = random_model(&mut ChaCha8Rng::seed_from_u64(100 + seed));
+            assert_batch_equals_infer(&model, &test_images(&mut rng, n));
+        }
+    }
+
+    /// The same with the weights the server ships.
+    #[test]
+    fn infer_batch_equals_infer_shipped_weights() {
+        let model = Model::from_bytes(include_bytes!("../../../server/assets/model.bin")).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        assert_batch_equals_infer(&model, &test_images(&mut rng, 37));
+    }
+
+    /// The portable lane code (what runs without AVX, and in wasm) equals `forward` per lane.
+    #[test]
+    fn portable_lanes_equal_forward() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let model = random_model(&mut rng);
+        let xs: Vec<Vec<f32>> = (0..BATCH_LANES)
+            .map(|_| (0..PIXELS).map(|_| rng.random::<f32>()).collect())
+            .collect();
+        let mut t = Lanes8::new();
+        for (i, x) in t.x.iter_mut().enumerate() {
+            for (lane, v) in x.iter_mut().enumerate() {
+                *v = xs[lane][i];
+            }
+        }
+        forward8_body(&model.w, &mut t);
+        for (lane, x) in xs.iter().enumerate() {
+            let f = model.forward(x);
+            let h: Vec<f32> = t.h.iter().map(|v| v[lane]).collect();
+            let logits: Vec<f32> = t.logits.iter().map(|v| v[lane]).collect();
+            assert_bits_eq(&h, &f.h, "h");
+            assert_bits_eq(&logits, &f.logits, "logits");
+        }
+    }
+
+    #[test]
+    fn infer_batch_rejects_wrong_sizes() {
+        let model = random_model(&mut ChaCha8Rng::seed_from_u64(6));
+        let good = vec![9u8; PIXELS];
+        let short = vec![9u8; PIXELS - 1];
+        assert!(model.infer_batch(&[&good, &short]).is_err());
+        assert!(model.infer_batch(&[&[]]).is_err());
+        assert!(model.infer_batch(&[]).unwrap().is_empty());
+    }
+
+    /// Single-threaded throughput of `infer` and `infer_batch` (release build):
+    /// `cargo test -p privatemail-shared --release infer_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn infer_speed() {
+        use std::time::Instant;
+        let model = Model::from_bytes(include_bytes!("../../../server/assets/model.bin")).unwrap();
+        let images = test_images(&mut ChaCha8Rng::seed_from_u64(7), 4_000);
+        let refs: Vec<&[u8]> = images.iter().map(|v| v.as_slice()).collect();
+        let start = Instant::now();
+        let one: Vec<Inference> = refs.iter().map(|px| model.infer(px).unwrap()).collect();
+        let t1 = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let batch = model.infer_batch(&refs).unwrap();
+        let t2 = start.elapsed().as_secs_f64();
+        assert_eq!(one, batch);
+        let n = images.len() as f64;
+        println!(
+            "infer: {:.0} images/s; infer_batch: {:.0} images/s; {:.2}x",
+            n / t1,
+            n / t2,
+            t1 / t2
+        );
     }
 
     /// Test-time mirroring makes the descriptor exactly mirror-invariant.

@@ -110,6 +110,8 @@ pub struct BlockStore {
     /// server's `/api/v1/blocks`.
     public_url: Option<String>,
     describe: String,
+    /// The directory of a local store (empty directories left by a rename are removed).
+    local_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for BlockStore {
@@ -141,6 +143,7 @@ impl BlockStore {
                 )));
             }
         }
+        let mut local_dir = None;
         let (store, describe): (Arc<dyn ObjectStore>, String) = if let Some(rest) =
             spec.strip_prefix("s3://")
         {
@@ -172,6 +175,7 @@ impl BlockStore {
                 return Err(BlockStoreError::Config("empty blocks store path".into()));
             }
             std::fs::create_dir_all(dir)?;
+            local_dir = Some(std::path::PathBuf::from(dir));
             let local =
                 LocalFileSystem::new_with_prefix(FsPath::new(dir))?.with_automatic_cleanup(true);
             (Arc::new(local), format!("file://{dir}"))
@@ -181,6 +185,7 @@ impl BlockStore {
             rt,
             public_url,
             describe,
+            local_dir,
         })
     }
 
@@ -214,25 +219,9 @@ impl BlockStore {
         Path::from(format!("{version}/{level}/{block}{ext}"))
     }
 
-    /// Write every file of a version, then its document (not yet announced). Files already
-    /// there are rewritten with the same bytes (the version is a content hash).
-    pub fn write_version(
-        &self,
-        doc: &PartitionDoc,
-        files: &[Vec<(Bytes, Bytes)>],
-        doc_json: &Bytes,
-    ) -> Result<()> {
-        let version = doc.version.clone();
-        let mut puts = Vec::new();
-        for (li, level) in files.iter().enumerate() {
-            for (bi, (raw, gz)) in level.iter().enumerate() {
-                puts.push((Self::block_path(&version, li, bi, false), raw.clone()));
-                puts.push((Self::block_path(&version, li, bi, true), gz.clone()));
-            }
-        }
+    /// Put files concurrently (each put atomic).
+    fn put_all(&self, puts: Vec<(Path, Bytes)>) -> Result<()> {
         let store = Arc::clone(&self.store);
-        let doc_path = Path::from(format!("{version}/{DOC}"));
-        let doc_json = doc_json.clone();
         self.rt.block_on(async move {
             futures::stream::iter(puts)
                 .map(|(path, bytes)| {
@@ -241,15 +230,94 @@ impl BlockStore {
                 })
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .try_for_each(|_| async { Ok(()) })
-                .await?;
-            crate::failpoint::hit("blocks-written");
-            store
-                .put(&doc_path, PutPayload::from_bytes(doc_json))
-                .await?;
-            Ok::<_, object_store::Error>(())
+                .await
         })?;
+        Ok(())
+    }
+
+    /// Write block files `(block, plain, gzip)` of one level under `prefix` (a version, or a
+    /// staging prefix renamed to the version by [`BlockStore::rename_prefix`] once known).
+    pub fn write_blocks(
+        &self,
+        prefix: &str,
+        level: usize,
+        files: Vec<(usize, Bytes, Bytes)>,
+    ) -> Result<()> {
+        let puts = files
+            .into_iter()
+            .flat_map(|(bi, raw, gz)| {
+                [
+                    (Self::block_path(prefix, level, bi, false), raw),
+                    (Self::block_path(prefix, level, bi, true), gz),
+                ]
+            })
+            .collect();
+        self.put_all(puts)
+    }
+
+    /// Move every file under `from/` to the same name under `to/` (a local rename; copy then
+    /// delete on S3). Returns how many.
+    pub fn rename_prefix(&self, from: &str, to: &str) -> Result<usize> {
+        let store = Arc::clone(&self.store);
+        let from_dir = from.to_string();
+        let (from, to) = (from.to_string(), to.to_string());
+        let moved = self.rt.block_on(async move {
+            let paths: Vec<Path> = store
+                .list(Some(&Path::from(from.as_str())))
+                .map_ok(|m| m.location)
+                .try_collect()
+                .await?;
+            let n = paths.len();
+            futures::stream::iter(paths)
+                .map(|p| {
+                    let store = Arc::clone(&store);
+                    let rest = p.as_ref()[from.len()..].to_string();
+                    let dest = Path::from(format!("{to}{rest}"));
+                    async move { store.rename(&p, &dest).await }
+                })
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .try_for_each(|_| async { Ok(()) })
+                .await?;
+            Ok::<_, object_store::Error>(n)
+        })?;
+        if let Some(dir) = &self.local_dir {
+            // Only empty directories are left under `from` (every file was moved).
+            let left = dir.join(from_dir);
+            if left.is_dir() {
+                std::fs::remove_dir_all(left)?;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Write a version's document (after all its block files; not yet announced).
+    pub fn write_document(&self, version: &str, doc_json: &Bytes) -> Result<()> {
+        crate::failpoint::hit("blocks-written");
+        self.put_all(vec![(
+            Path::from(format!("{version}/{DOC}")),
+            doc_json.clone(),
+        )])?;
         crate::failpoint::hit("document-written");
         Ok(())
+    }
+
+    /// Write every file of a version, then its document (not yet announced). Files already
+    /// there are rewritten with the same bytes (the version is a content hash).
+    pub fn write_version(
+        &self,
+        doc: &PartitionDoc,
+        files: &[Vec<(Bytes, Bytes)>],
+        doc_json: &Bytes,
+    ) -> Result<()> {
+        for (li, level) in files.iter().enumerate() {
+            let level: Vec<(usize, Bytes, Bytes)> = level
+                .iter()
+                .enumerate()
+                .map(|(bi, (raw, gz))| (bi, raw.clone(), gz.clone()))
+                .collect();
+            self.write_blocks(&doc.version, li, level)?;
+        }
+        self.write_document(&doc.version, doc_json)
     }
 
     /// Announce a written version: the one put that makes it what a restart serves.
@@ -377,7 +445,7 @@ impl BlockStore {
     pub fn delete_version(&self, version: &str) -> Result<usize> {
         let store = Arc::clone(&self.store);
         let dir = Path::from(version);
-        self.rt.block_on(async move {
+        let n = self.rt.block_on(async move {
             let paths: Vec<Path> = store
                 .list(Some(&dir))
                 .map_ok(|m| m.location)
@@ -392,8 +460,16 @@ impl BlockStore {
                 .buffer_unordered(WRITE_CONCURRENCY)
                 .try_for_each(|_| async { Ok(()) })
                 .await?;
-            Ok(n)
-        })
+            Ok::<_, BlockStoreError>(n)
+        })?;
+        if let Some(dir) = &self.local_dir {
+            // A local store keeps empty directories (of a rename, or of an aborted write).
+            let left = dir.join(version);
+            if left.is_dir() {
+                std::fs::remove_dir_all(left)?;
+            }
+        }
+        Ok(n)
     }
 }
 

@@ -81,3 +81,76 @@ pub fn load_split(dir: &Path, prefix: &str) -> Result<Split, DataError> {
         })?;
     Ok(Split { images, labels })
 }
+
+/// Images in Fashion-MNIST (test split, then training split): gallery ids below this are the
+/// dataset's own images, ids at or above it are [`augment`]ed copies.
+pub const DATASET_IMAGES: usize = 70_000;
+
+/// The demo gallery's image `id` beyond the dataset: a deterministic variant of dataset image
+/// `id mod 70,000` (test split first, then training split), so galleries up to 1,000,000 items
+/// hold real product photos through the real model. Variant `v = id / 70,000 ≥ 1` of a base
+/// image, from a ChaCha8 stream seeded with `id`:
+/// - a horizontal flip with probability ½;
+/// - a shift by `(dx, dy)`, each uniform in −2…2 pixels, the uncovered border black (the
+///   dataset's background);
+/// - per-pixel noise: every non-background pixel moves by a uniform integer in −12…12,
+///   clamped to 0…255 (background stays 0, so objects stay on a dark field).
+///
+/// The label is the base image's. Pure: the same id always gives the same pixels.
+pub fn augment(base: &[u8], id: u64) -> Vec<u8> {
+    use rand::{Rng, SeedableRng};
+    const SIDE: i32 = 28;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(id ^ 0x6175_676d_656e_7421);
+    let flip = rng.random::<bool>();
+    let dx = rng.random_range(-2i32..=2);
+    let dy = rng.random_range(-2i32..=2);
+    let mut out = vec![0u8; base.len()];
+    for y in 0..SIDE {
+        for x in 0..SIDE {
+            let (sx, sy) = (x - dx, y - dy);
+            if !(0..SIDE).contains(&sx) || !(0..SIDE).contains(&sy) {
+                continue;
+            }
+            let sx = if flip { SIDE - 1 - sx } else { sx };
+            let p = base[(sy * SIDE + sx) as usize];
+            let noise = rng.random_range(-12i32..=12);
+            out[(y * SIDE + x) as usize] = if p == 0 {
+                0
+            } else {
+                (p as i32 + noise).clamp(0, 255) as u8
+            };
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Vec<u8> {
+        (0..784)
+            .map(|i| if i % 28 > 8 && i % 28 < 20 { 200 } else { 0 })
+            .collect()
+    }
+
+    #[test]
+    fn augmentation_is_deterministic_varied_and_keeps_the_background() {
+        let b = base();
+        assert_eq!(augment(&b, 70_001), augment(&b, 70_001));
+        let variants: std::collections::HashSet<Vec<u8>> =
+            (1..=20).map(|v| augment(&b, 70_000 * v + 5)).collect();
+        assert!(variants.len() >= 18, "{} distinct of 20", variants.len());
+        for v in &variants {
+            // Pixels change by at most the noise where the object stays; the object keeps
+            // roughly its area (a shift of ≤ 2 columns of a 11-wide band).
+            let lit = v.iter().filter(|&&p| p > 0).count();
+            let base_lit = b.iter().filter(|&&p| p > 0).count();
+            assert!(
+                lit * 10 >= base_lit * 8 && lit <= base_lit,
+                "{lit} vs {base_lit}"
+            );
+            assert!(v.iter().all(|&p| p == 0 || (188..=212).contains(&p)));
+        }
+    }
+}

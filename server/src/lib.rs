@@ -8,6 +8,7 @@ pub mod error;
 pub mod failpoint;
 pub mod index;
 pub mod latency;
+pub mod packed;
 pub mod partition;
 pub mod progress;
 pub mod quality;

@@ -21,8 +21,10 @@ struct Args {
     /// Directory with the Fashion-MNIST IDX files.
     #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
     data_dir: PathBuf,
-    /// Gallery images: the test split first, then the training split (70,000 = all).
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=70_000))]
+    /// Gallery images: the test split first, then the training split (70,000 = all), then
+    /// deterministic variants of those (shifts, flips, pixel noise; see `data::augment`) up to
+    /// 1,000,000.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
     gallery_size: u64,
     /// Public anchors (from the training split, class-balanced): 10–60,000.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
@@ -171,14 +173,39 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     let web = args.web_dir.is_dir().then_some(args.web_dir);
+    let store_owner = std::sync::Arc::clone(&state);
     let app = router(state, web);
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
     // Tests and scripts read this line to find an ephemeral port.
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(shutdown_signal())
         .await?;
+    // Background threads may still hold the state: close the store explicitly so the next
+    // start opens it without a repair.
+    store_owner.store.close();
+    tracing::info!("store closed; exiting");
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what service managers and `kill` send).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
 }

@@ -26,12 +26,14 @@ use axum::http::HeaderValue;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use shared::api::PartitionDoc;
+use shared::protocol::partition::LevelSpec;
 use shared::protocol::partition::{
     build_level, gallery_neighbours, held_out_probes, nearest_k, InvertedFile, Overlap,
+    KMEANS_SAMPLE_ABOVE,
 };
 use shared::protocol::publish::{
-    default_specs, document, gzip, publish_level, publish_whole, GalleryView, PublishedLevel,
-    COVERAGE_K,
+    default_specs, document, gzip, publish_level, publish_level_to, publish_whole, GalleryView,
+    PublishedLevel, Thumbnails, COVERAGE_K,
 };
 
 use crate::blockstore::{BlockStore, BlockStoreError, Manifest};
@@ -44,6 +46,8 @@ pub const BLOCKS_PREFIX: &str = "/api/v1/blocks";
 pub const MAX_RETIRED: usize = 2;
 /// Expired version strings remembered (to answer 410 rather than 404).
 pub const MAX_GONE: usize = 256;
+/// Numbers staging prefixes of this process's builds.
+static STAGING_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Rows of the neighbour search handed to one rayon task.
 const NEIGHBOUR_CHUNK: usize = 256;
 
@@ -118,6 +122,9 @@ pub struct Published {
     files: Vec<Vec<OnceLock<BlockFile>>>,
     /// Whether a block read from the store is kept (the version fits the memory budget).
     keep: bool,
+    /// The block files are already in the store under the version (streamed while built):
+    /// persisting writes only the document.
+    written: bool,
     /// The catalogue version the gallery snapshot had.
     pub catalogue_version: u64,
     /// [`fingerprint`] of what it was built from.
@@ -219,6 +226,7 @@ fn assemble(
         doc,
         files: slots,
         keep: true,
+        written: false,
         catalogue_version,
         fingerprint,
         build_secs,
@@ -227,7 +235,7 @@ fn assemble(
 
 /// Bumped whenever the partition code changes what it builds from the same gallery, so a
 /// stored version built by older code is not served as current.
-const PARTITION_FORMAT: &str = "privatemail-partition-1";
+const PARTITION_FORMAT: &str = "privatemail-partition-2";
 
 /// What a partition is a function of: the gallery (ids, labels, features, thumbnails, in id
 /// order), the anchors its coverage is measured on, the seed, the operator's settings and the
@@ -246,13 +254,25 @@ pub fn fingerprint(
     h.update([u8::from(settings.allow_full_download)]);
     h.update(format!("{:?}", default_specs(items.len())).as_bytes());
     h.update((items.len() as u64).to_le_bytes());
-    for it in items {
-        h.update(it.id.to_le_bytes());
-        h.update(it.label.to_le_bytes());
-        for x in &it.features {
-            h.update(x.to_le_bytes());
-        }
-        h.update(&it.pixels);
+    // Chunks hashed in parallel (1 GB of pixels and features at 1,000,000 items), then their
+    // digests in order.
+    let chunks: Vec<[u8; 32]> = items
+        .par_chunks(4_096)
+        .map(|chunk| {
+            let mut c = Sha256::new();
+            for it in chunk {
+                c.update(it.id.to_le_bytes());
+                c.update(it.label.to_le_bytes());
+                for x in &it.features {
+                    c.update(x.to_le_bytes());
+                }
+                c.update(&it.pixels);
+            }
+            c.finalize().into()
+        })
+        .collect();
+    for c in &chunks {
+        h.update(c);
     }
     h.update((anchor_features.len() as u64).to_le_bytes());
     for a in anchor_features {
@@ -265,6 +285,17 @@ pub fn fingerprint(
 
 fn quoted(s: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{s}\"")).expect("hex digits are a valid header value")
+}
+
+/// Above this many items the whole gallery is not published as one block (at 100,000 items
+/// it is already about 100 MB; at 1,000,000 a 1 GB file nobody should download per search).
+pub const WHOLE_MAX_ITEMS: usize = 100_000;
+
+/// A pessimistic size of a version's files (plain + gzip): every item in each level about
+/// 2.5 times (closure overlap), gzip about 60 % of plain.
+fn estimated_bytes(n: usize, levels: usize, dim: usize, side: usize) -> u64 {
+    let item = (8 + 1 + 4 * dim + side * side) as f64;
+    (n as f64 * levels as f64 * item * 2.5 * 1.6) as u64
 }
 
 /// Fewest anchors outside the gallery that coverage is measured on.
@@ -280,6 +311,7 @@ pub fn build(
     catalogue_version: u64,
     settings: &PartitionSettings,
     store: Option<&BlockStore>,
+    staging: Option<&str>,
 ) -> Result<Published, PartitionError> {
     let t0 = Instant::now();
     let fingerprint = fingerprint(items, anchor_features, seed, settings);
@@ -296,7 +328,7 @@ pub fn build(
         .collect::<Option<_>>()
         .ok_or_else(|| PartitionError::Invalid("a label is outside 0..10".into()))?;
     let mut features = Vec::with_capacity(n * dim);
-    let mut thumbnails = Vec::with_capacity(n * side * side);
+    let mut thumbnails: Vec<&[u8]> = Vec::with_capacity(n);
     for it in items {
         if it.features.len() != dim || it.pixels.len() != side * side {
             return Err(PartitionError::Invalid(format!(
@@ -305,14 +337,14 @@ pub fn build(
             )));
         }
         features.extend_from_slice(&it.features);
-        thumbnails.extend_from_slice(&it.pixels);
+        thumbnails.push(&it.pixels);
     }
     let g = GalleryView {
         ids: &ids,
         labels: &labels,
         features: &features,
         dim,
-        thumbnails: &thumbnails,
+        thumbnails: Thumbnails::Rows(&thumbnails),
         thumb_side: side,
     };
     let anchors: Vec<f32> = anchor_features
@@ -342,7 +374,26 @@ pub fn build(
         .map(|p| nearest_k(&features, dim, p, COVERAGE_K))
         .collect();
     let specs = default_specs(n);
-    if specs.is_empty() && !settings.allow_full_download {
+    let whole = settings.allow_full_download && n <= WHOLE_MAX_ITEMS;
+    if settings.allow_full_download && !whole {
+        tracing::warn!(
+            items = n,
+            max = WHOLE_MAX_ITEMS,
+            "partition: the gallery is too large to offer as one download; the whole-gallery level is not published"
+        );
+    }
+    // Stream the files to the store as they are encoded when the version would not fit the
+    // memory budget (a staging prefix, renamed to the version once its hash is known).
+    let stream = match (store, staging) {
+        (Some(st), Some(prefix))
+            if estimated_bytes(n, specs.len() + usize::from(whole), dim, side)
+                > settings.cache_bytes =>
+        {
+            Some((st, prefix))
+        }
+        _ => None,
+    };
+    if specs.is_empty() && !whole {
         return Err(PartitionError::Invalid(format!(
             "{n} items are too few for a partition and full download is off"
         )));
@@ -360,13 +411,19 @@ pub fn build(
     let neighbours: Option<Vec<Vec<u32>>> = if m > 0 {
         let t = Instant::now();
         let ivf = InvertedFile::for_gallery(&features, dim, seed)?;
-        let chunks: Vec<Vec<Vec<u32>>> = (0..n.div_ceil(NEIGHBOUR_CHUNK))
-            .into_par_iter()
-            .map(|c| {
-                let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
-                gallery_neighbours(&features, dim, m, rows, ivf.as_ref())
-            })
-            .collect::<Result<_, _>>()?;
+        let chunks: Vec<Vec<Vec<u32>>> = match &ivf {
+            // Large galleries: list against probed lists by matrix products.
+            Some(ivf) if n > KMEANS_SAMPLE_ABOVE => {
+                vec![ivf.neighbours_by_list(&features, dim, m)]
+            }
+            _ => (0..n.div_ceil(NEIGHBOUR_CHUNK))
+                .into_par_iter()
+                .map(|c| {
+                    let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
+                    gallery_neighbours(&features, dim, m, rows, ivf.as_ref())
+                })
+                .collect::<Result<_, _>>()?,
+        };
         tracing::info!(
             items = n,
             m,
@@ -378,10 +435,29 @@ pub fn build(
     } else {
         None
     };
-    let build_one = |spec| -> Result<PublishedLevel, PartitionError> {
+    let offset = usize::from(whole);
+    let build_one = |(li, spec): (usize, LevelSpec)| -> Result<PublishedLevel, PartitionError> {
         let t = Instant::now();
         let level = build_level(&features, dim, spec, seed, neighbours.as_deref())?;
-        let p = publish_level(&g, &level, &probes, &truth)?;
+        let p = match stream {
+            Some((st, prefix)) => {
+                let mut sink = |files: Vec<(usize, Vec<u8>, Vec<u8>)>| {
+                    let files = files
+                        .into_iter()
+                        .map(|(b, raw, gz)| (b, Bytes::from(raw), Bytes::from(gz)))
+                        .collect();
+                    st.write_blocks(prefix, li, files).map_err(|e| {
+                        shared::Error::InvalidParameter {
+                            name: "block store",
+                            reason: e.to_string(),
+                        }
+                    })
+                };
+                publish_level_to(&g, &level, &probes, &truth, Some(&mut sink))?
+            }
+            None => publish_level(&g, &level, &probes, &truth)?,
+        };
+        drop(level);
         tracing::info!(
             blocks = spec.blocks,
             overlap = %spec.overlap.name(),
@@ -393,11 +469,20 @@ pub fn build(
         );
         Ok(p)
     };
-    let (whole, levels) = rayon::join(
+    let (whole_level, levels) = rayon::join(
         || {
-            settings.allow_full_download.then(|| {
+            whole.then(|| {
                 let t = Instant::now();
-                let p = publish_whole(&g)?;
+                let mut p = publish_whole(&g)?;
+                if let Some((st, prefix)) = stream {
+                    let files = std::mem::take(&mut p.files)
+                        .into_iter()
+                        .zip(std::mem::take(&mut p.gzipped))
+                        .enumerate()
+                        .map(|(b, (raw, gz))| (b, Bytes::from(raw), Bytes::from(gz)))
+                        .collect();
+                    st.write_blocks(prefix, 0, files)?;
+                }
                 tracing::info!(
                     bytes = p.doc.bytes[0],
                     transfer_bytes = p.doc.transfer_bytes[0],
@@ -410,11 +495,52 @@ pub fn build(
         || {
             specs
                 .par_iter()
-                .map(|&s| build_one(s))
+                .enumerate()
+                .map(|(i, &s)| build_one((offset + i, s)))
                 .collect::<Result<Vec<_>, _>>()
         },
     );
-    let levels: Vec<PublishedLevel> = whole.transpose()?.into_iter().chain(levels?).collect();
+    let levels: Vec<PublishedLevel> = whole_level
+        .transpose()?
+        .into_iter()
+        .chain(levels?)
+        .collect();
+    if let Some((st, prefix)) = stream {
+        let docs: Vec<_> = levels.into_iter().map(|l| l.doc).collect();
+        let doc = document(
+            docs,
+            &g,
+            String::new(),
+            settings.max_share,
+            whole,
+            coverage_probes,
+        );
+        let t = Instant::now();
+        let files = st.rename_prefix(prefix, &doc.version)?;
+        tracing::info!(version = %doc.version, files, secs = t.elapsed().as_secs_f64(), "partition: streamed files moved to the version");
+        let mut published = assemble(
+            doc,
+            None,
+            store,
+            catalogue_version,
+            fingerprint,
+            t0.elapsed().as_secs_f64(),
+        )?;
+        published.keep = false;
+        published.written = true;
+        let (raw, gz) = published.total_bytes();
+        tracing::info!(
+            version = %published.doc.version,
+            items = n,
+            levels = published.doc.levels.len(),
+            bytes = raw,
+            transfer_bytes = gz,
+            doc_bytes = published.doc_json.len(),
+            secs = published.build_secs,
+            "partition built (streamed to the block store)"
+        );
+        return Ok(published);
+    }
     let mut files = Vec::with_capacity(levels.len());
     let mut docs = Vec::with_capacity(levels.len());
     for l in levels {
@@ -437,7 +563,7 @@ pub fn build(
         &g,
         String::new(),
         settings.max_share,
-        settings.allow_full_download,
+        whole,
         coverage_probes,
     );
     let published = assemble(
@@ -567,21 +693,60 @@ impl Partitions {
         seed: u64,
         catalogue_version: u64,
     ) -> Result<Published, PartitionError> {
-        build(
+        // A staging prefix for files streamed before the version is known; kept from garbage
+        // collection while the build runs, and its result (the version) until published.
+        let staging = format!(
+            "staging-{catalogue_version}-{}-{}",
+            std::process::id(),
+            STAGING_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        self.hold(&staging);
+        let built = build(
             items,
             anchor_features,
             seed,
             catalogue_version,
             &self.settings,
             self.store(),
-        )
+            Some(&staging),
+        );
+        if let Ok(p) = &built {
+            if p.written {
+                self.hold(&p.doc.version);
+            }
+        }
+        self.release(&staging);
+        built
+    }
+
+    /// Keep `prefix` from garbage collection (a version or staging prefix being written).
+    fn hold(&self, prefix: &str) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(prefix.to_string());
+    }
+
+    /// Undo every [`Partitions::hold`] of `prefix`.
+    fn release(&self, prefix: &str) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|v| v != prefix);
     }
 
     /// Write a built version to the store, then announce it there, then make it current here
     /// (in that order: what a restart or a bucket's client sees is always a whole version).
     /// Returns false, keeping the old version, if the store failed, or if `new` was built from
     /// an older catalogue than the current one (a slower rebuild must not undo a newer one).
-    pub fn persist_and_publish(&self, mut new: Published) -> Result<bool, PartitionError> {
+    pub fn persist_and_publish(&self, new: Published) -> Result<bool, PartitionError> {
+        let version = new.doc.version.clone();
+        let done = self.persist_and_publish_inner(new);
+        self.release(&version);
+        done
+    }
+
+    fn persist_and_publish_inner(&self, mut new: Published) -> Result<bool, PartitionError> {
         if let Some(cur) = self.current() {
             if new.catalogue_version < cur.catalogue_version {
                 tracing::info!(
@@ -593,36 +758,34 @@ impl Partitions {
             }
         }
         if let Some(store) = &self.store {
-            let files = new
-                .files_for_store()
-                .ok_or_else(|| PartitionError::Invalid("a built version lacks files".into()))?;
+            let files =
+                if new.written {
+                    None
+                } else {
+                    Some(new.files_for_store().ok_or_else(|| {
+                        PartitionError::Invalid("a built version lacks files".into())
+                    })?)
+                };
             let canonical: PartitionDoc = serde_json::from_slice(&new.canonical_json)
                 .map_err(|e| PartitionError::Invalid(e.to_string()))?;
-            self.in_flight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(new.doc.version.clone());
+            self.hold(&new.doc.version);
             let t = Instant::now();
-            let written = store
-                .write_version(&canonical, &files, &new.canonical_json)
-                .and_then(|()| {
-                    // A damaged announcement is replaced (it names nothing servable).
-                    let previous = store.manifest().unwrap_or(None);
-                    let m = Manifest {
-                        version: new.doc.version.clone(),
-                        fingerprint: new.fingerprint.clone(),
-                        catalogue_version: new.catalogue_version,
-                        build_secs: new.build_secs,
-                        replaced: Vec::new(),
-                    };
-                    store.announce(&m.after(previous.as_ref()))
-                });
-            {
-                let mut f = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(i) = f.iter().position(|v| *v == new.doc.version) {
-                    f.swap_remove(i);
-                }
+            let written = match &files {
+                Some(files) => store.write_version(&canonical, files, &new.canonical_json),
+                None => store.write_document(&canonical.version, &new.canonical_json),
             }
+            .and_then(|()| {
+                // A damaged announcement is replaced (it names nothing servable).
+                let previous = store.manifest().unwrap_or(None);
+                let m = Manifest {
+                    version: new.doc.version.clone(),
+                    fingerprint: new.fingerprint.clone(),
+                    catalogue_version: new.catalogue_version,
+                    build_secs: new.build_secs,
+                    replaced: Vec::new(),
+                };
+                store.announce(&m.after(previous.as_ref()))
+            });
             written?;
             tracing::info!(
                 version = %new.doc.version,
@@ -882,6 +1045,7 @@ mod tests {
             canonical_json: Bytes::new(),
             files: Vec::new(),
             keep: true,
+            written: false,
             catalogue_version: 0,
             fingerprint: String::new(),
             build_secs: 0.0,

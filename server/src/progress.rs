@@ -250,6 +250,19 @@ impl Drop for Spinner {
     }
 }
 
+/// Give the heap pages freed by a finished start-up phase back to the operating system. glibc
+/// keeps freed memory in its per-thread arenas; after the embedding of a 1,000,000-item gallery
+/// (a 0.8 GB factor and its temporaries, freed) that would stay counted in the server's RSS
+/// for the rest of its life.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of glibc's heap to the kernel; it touches no
+    // live allocation and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

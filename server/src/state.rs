@@ -33,6 +33,18 @@ pub const DENSE_MAX_ROWS: usize = 12_000;
 /// landmarks share only 24 % of the exact embedding's 8 nearest neighbours, 2,000 share 91 %
 /// (aligned residual 0.0003), 2,500 97 %.
 pub const NYSTROM_LANDMARKS: usize = 2_000;
+/// The Nyström factor holds rows × landmarks f32 entries; above this many (800 MB, reached past
+/// 100,000 rows) the landmarks shrink to fit, so a 1,000,000-image gallery embeds in bounded
+/// memory (200 landmarks: a coarser non-private embedding, which only the paper's protocol
+/// ranks — and that protocol returns category guesses at honest noise anyway).
+pub const NYSTROM_MAX_ENTRIES: usize = 200_000_000;
+
+/// Landmarks for a Nyström embedding of `rows` rows (see [`NYSTROM_MAX_ENTRIES`]).
+pub fn nystrom_landmarks(rows: usize) -> usize {
+    NYSTROM_LANDMARKS
+        .min(NYSTROM_MAX_ENTRIES / rows.max(1))
+        .max(100)
+}
 
 /// Anchor ids live above every gallery id the demo seeds.
 pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;
@@ -306,21 +318,56 @@ fn gallery_features(
             "images",
         )
     });
-    let items: Vec<(GalleryItem, bool)> = inputs
-        .into_par_iter()
-        .map(|(it, f)| match f {
-            Some(f) => {
-                GalleryItem::with_features(it.id, it.label, it.pixels, f).map(|g| (g, false))
-            }
+    // Missing features in batches of lanes (`Model::infer_batch`: 8 images per pass, equal bit
+    // for bit to `infer`, which the browser runs on a query).
+    const BATCH: usize = 256;
+    let mut inputs = inputs;
+    let mut pending: Vec<(usize, StoredItem)> = Vec::with_capacity(missing);
+    let mut items: Vec<Option<(GalleryItem, bool)>> = Vec::with_capacity(inputs.len());
+    for (i, (it, f)) in inputs.drain(..).enumerate() {
+        match f {
+            Some(f) => items.push(Some((
+                GalleryItem::with_features(it.id, it.label, it.pixels, f)?,
+                false,
+            ))),
             None => {
-                let g = GalleryItem::new(it.id, it.label, it.pixels, model)?;
-                if let Some(p) = &progress {
-                    p.inc(1);
-                }
-                Ok((g, true))
+                items.push(None);
+                pending.push((i, it));
             }
+        }
+    }
+    let computed_items: Vec<(usize, GalleryItem)> = pending
+        .par_chunks_mut(BATCH)
+        .map(|chunk| {
+            let images: Vec<&[u8]> = chunk.iter().map(|(_, it)| it.pixels.as_slice()).collect();
+            let inf = model.infer_batch(&images)?;
+            if let Some(p) = &progress {
+                p.inc(chunk.len() as u64);
+            }
+            chunk
+                .iter_mut()
+                .zip(inf)
+                .map(|((i, it), r)| {
+                    let pixels = std::mem::take(&mut it.pixels);
+                    Ok((
+                        *i,
+                        GalleryItem::with_features(it.id, it.label, pixels, r.features)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, StateError>>()
         })
-        .collect::<Result<_, StateError>>()?;
+        .collect::<Result<Vec<_>, StateError>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    drop(pending);
+    for (i, g) in computed_items {
+        items[i] = Some((g, true));
+    }
+    let items: Vec<(GalleryItem, bool)> = items
+        .into_iter()
+        .map(|x| x.expect("every item is loaded or computed"))
+        .collect();
     if let Some(p) = &progress {
         p.finish();
     }
@@ -380,20 +427,42 @@ impl AppState {
         let d = (SIDE * SIDE) as usize;
         let weights = model_version(crate::MODEL_WEIGHTS);
         // The training split (for the anchors) and the store load independently: overlapped.
-        type Loaded = (Store, Vec<StoredItem>, HashMap<u64, Vec<f32>>, u64, f64);
+        type Loaded = (
+            Store,
+            Vec<StoredItem>,
+            HashMap<u64, Vec<f32>>,
+            u64,
+            u64,
+            bool,
+            f64,
+        );
+        let packed_path = crate::packed::path_for(opts.store_path);
         let (train, loaded) = rayon::join(
             || load_split(opts.data_dir, "train"),
             || -> Result<Loaded, StateError> {
                 let t = std::time::Instant::now();
                 let store = Store::open(opts.store_path)?;
-                let items = store.load_items()?;
-                let features = store.load_features(&weights)?;
+                tracing::info!(secs = t.elapsed().as_secs_f64(), "store opened");
                 let version = store.catalogue_version()?;
-                Ok((store, items, features, version, t.elapsed().as_secs_f64()))
+                let instance = store.instance()?;
+                // The packed copy if it is this store's current content, else the rows (two
+                // read transactions side by side: redb readers do not block each other).
+                if let Some((items, features)) =
+                    crate::packed::read(&packed_path, instance, store.generation()?, &weights)
+                {
+                    let secs = t.elapsed().as_secs_f64();
+                    return Ok((store, items, features, version, instance, true, secs));
+                }
+                let (items, features) =
+                    rayon::join(|| store.load_items(), || store.load_features(&weights));
+                let (items, features) = (items?, features?);
+                let secs = t.elapsed().as_secs_f64();
+                Ok((store, items, features, version, instance, false, secs))
             },
         );
         let train = train?;
-        let (store, mut stored, mut stored_features, mut version, load_secs) = loaded?;
+        let (store, mut stored, mut stored_features, mut version, instance, packed_used, load_secs) =
+            loaded?;
         let anchor_idx = balanced_anchors(&train, opts.anchor_count);
         if anchor_idx.len() < 10 {
             return Err(StateError::Invalid("need at least 10 anchors".into()));
@@ -422,6 +491,22 @@ impl AppState {
                 label: train.labels[i] as u32,
                 pixels: train.images.image(i).to_vec(),
             }));
+            // Beyond the dataset: deterministic variants of its images (`data::augment`).
+            let dataset = stored.len();
+            if opts.gallery_size > dataset && dataset == crate::data::DATASET_IMAGES {
+                let more: Vec<StoredItem> = (dataset..opts.gallery_size)
+                    .into_par_iter()
+                    .map(|id| {
+                        let base = &stored[id % dataset];
+                        StoredItem {
+                            id: id as u64,
+                            label: base.label,
+                            pixels: crate::data::augment(&base.pixels, id as u64),
+                        }
+                    })
+                    .collect();
+                stored.extend(more);
+            }
             version += 1;
             store.put_items(&stored, version)?;
             stored_features.clear();
@@ -430,6 +515,7 @@ impl AppState {
         tracing::info!(
             items = stored.len(),
             stored_features = stored_features.len(),
+            packed = packed_used,
             secs = report.store_load_secs,
             "store loaded"
         );
@@ -451,8 +537,38 @@ impl AppState {
             &model,
             &mut report,
         )?;
+        crate::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
+        if !packed_used {
+            // The next start reads one file instead of the rows (written aside, renamed), if
+            // nothing is written to the store before it.
+            let generation = store.generation()?;
+            let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
+            let weights = weights.clone();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                let rows: Vec<crate::packed::Row> = items
+                    .iter()
+                    .map(|it| {
+                        (
+                            it.id,
+                            it.label,
+                            it.pixels.as_slice(),
+                            it.features.as_slice(),
+                        )
+                    })
+                    .collect();
+                match crate::packed::write(&packed_path, instance, generation, &weights, &rows) {
+                    Ok(()) => tracing::info!(
+                        items = rows.len(),
+                        secs = t.elapsed().as_secs_f64(),
+                        "packed catalogue written"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "writing the packed catalogue failed"),
+                }
+            });
+        }
         let features_stored: HashMap<u64, Arc<GalleryItem>> = catalogue
             .values()
             .filter(|it| !computed.contains_key(&it.id) || computed[&it.id])
@@ -538,6 +654,7 @@ impl AppState {
                 (s, false)
             }
         };
+        crate::progress::release_freed_memory();
         report.embedding_reused = reused;
         report.embedding_secs = t.elapsed().as_secs_f64();
         *state.snapshot.write().unwrap() = Arc::new(snap);
@@ -560,6 +677,7 @@ impl AppState {
             }
         }
         state.partitions.collect_garbage();
+        crate::progress::release_freed_memory();
         report.partition_secs = t.elapsed().as_secs_f64();
         report.total_secs = t_total.elapsed().as_secs_f64();
         tracing::info!(
@@ -658,7 +776,7 @@ impl AppState {
         }
         let g = items.len();
         let rows: Vec<Vec<f64>> = s.rows.chunks_exact(k).map(|r| r.to_vec()).collect();
-        let frame = FrameGallery::new(&self.place(items)?, items);
+        let frame = FrameGallery::new(&self.placed(items)?, items);
         Ok(Some(Snapshot {
             catalogue_version: version,
             items: items.to_vec(),
@@ -673,7 +791,40 @@ impl AppState {
         }))
     }
 
-    /// The gallery placed in the anchor frame (deterministic, so recomputed rather than stored).
+    /// The gallery placed in the anchor frame: from the store if it was placed for exactly
+    /// these items (ids and features), this frame and these weights, else computed and stored
+    /// (13 s at 1,000,000 items; loading is under a second).
+    fn placed(&self, items: &[Arc<GalleryItem>]) -> Result<Vec<Vec<f64>>, StateError> {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"frame-rows-1");
+        h.update(self.config.model_version.as_bytes());
+        h.update(self.config.frame_kernel_scale.to_le_bytes());
+        for v in self.frame.rows().iter().chain(self.anchor_features.iter()) {
+            h.update(v.to_le_bytes());
+        }
+        for it in items {
+            h.update(it.id.to_le_bytes());
+            for f in &it.features {
+                h.update(f.to_le_bytes());
+            }
+        }
+        let guard = h.finalize();
+        let width = self.frame.dim();
+        if let Some(flat) = self.store.load_frame_rows(&guard)? {
+            if flat.len() == items.len() * width && width > 0 {
+                return Ok(flat.chunks_exact(width).map(<[f64]>::to_vec).collect());
+            }
+        }
+        let rows = self.place(items)?;
+        let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+        if let Err(e) = self.store.save_frame_rows(&guard, &flat) {
+            tracing::warn!(error = %e, "storing the frame rows failed; they are placed again at the next start");
+        }
+        Ok(rows)
+    }
+
+    /// The gallery placed in the anchor frame (deterministic).
     fn place(&self, items: &[Arc<GalleryItem>]) -> Result<Vec<Vec<f64>>, StateError> {
         let d = self.frame.feature_dim();
         let t = std::time::Instant::now();
@@ -728,7 +879,7 @@ impl AppState {
                 feats,
                 &labels,
                 &self.params.smlq,
-                NYSTROM_LANDMARKS,
+                nystrom_landmarks(g + n_anchor),
                 &mut rng,
             )?
         };
@@ -737,7 +888,7 @@ impl AppState {
         let rows: Vec<Vec<f64>> = (0..g)
             .map(|i| emb.row(i).iter().copied().collect())
             .collect();
-        let frame = FrameGallery::new(&self.place(&items)?, &items);
+        let frame = FrameGallery::new(&self.placed(&items)?, &items);
         Ok(Snapshot {
             catalogue_version: version,
             frame,
@@ -807,6 +958,7 @@ impl AppState {
             Ok((_, false)) => {}
             Err(e) => tracing::error!(error = %e, "partition build failed; keeping the old one"),
         }
+        crate::progress::release_freed_memory();
     }
 
     /// Write the features of the items not yet stored (added since the last call) to the

@@ -20,6 +20,11 @@ use redb::{Database, ReadableTable, TableDefinition, TableError};
 use serde::{Deserialize, Serialize};
 use shared::SmlqParams;
 
+/// redb's page cache (its default is 1 GiB, which a 1,000,000-image gallery — 1 GB of items —
+/// would fill and keep: the store is read once at start-up and written on changes, so the
+/// operating system's file cache serves it as well).
+const CACHE_BYTES: usize = 128 << 20;
+
 const ITEMS: TableDefinition<u64, &[u8]> = TableDefinition::new("items");
 const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshot");
 const FEATURES: TableDefinition<u64, &[u8]> = TableDefinition::new("features");
@@ -105,7 +110,20 @@ pub struct StoredSnapshot {
 }
 
 pub struct Store {
-    db: Database,
+    /// `None` once closed ([`Store::close`]).
+    db: std::sync::RwLock<Option<Database>>,
+}
+
+/// The open database, borrowed for one call.
+struct Db<'a>(std::sync::RwLockReadGuard<'a, Option<Database>>);
+
+impl std::ops::Deref for Db<'_> {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        self.0
+            .as_ref()
+            .expect("checked open when the guard was made")
+    }
 }
 
 impl Store {
@@ -114,12 +132,33 @@ impl Store {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Db(e.to_string()))?;
         }
         Ok(Store {
-            db: Database::create(path)?,
+            db: std::sync::RwLock::new(Some(
+                Database::builder()
+                    .set_cache_size(CACHE_BYTES)
+                    .create(path)?,
+            )),
         })
     }
 
+    fn db(&self) -> Result<Db<'_>, StoreError> {
+        let g = self.db.read().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            return Err(StoreError::Db("the store is closed (shutting down)".into()));
+        }
+        Ok(Db(g))
+    }
+
+    /// Close the database cleanly (waiting for calls in progress). A redb file dropped without
+    /// closing — the process killed, or still held by a background thread when `main`
+    /// returns — is repaired at the next open: 4 s for a 1,000,000-image store. Later calls
+    /// fail with a typed error.
+    pub fn close(&self) {
+        let db = self.db.write().unwrap_or_else(|e| e.into_inner()).take();
+        drop(db);
+    }
+
     pub fn load_items(&self) -> Result<Vec<StoredItem>, StoreError> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let table = match tx.open_table(ITEMS) {
             Ok(t) => t,
             Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
@@ -143,7 +182,7 @@ impl Store {
 
     /// Insert items and bump the catalogue version, in one transaction.
     pub fn put_items(&self, items: &[StoredItem], version: u64) -> Result<(), StoreError> {
-        let tx = self.db.begin_write()?;
+        let tx = self.db()?.begin_write()?;
         {
             let mut t = tx.open_table(ITEMS)?;
             let mut f = tx.open_table(FEATURES)?;
@@ -155,6 +194,7 @@ impl Store {
             }
             let mut s = tx.open_table(SNAPSHOT)?;
             s.insert("catalogue_version", version.to_le_bytes().as_slice())?;
+            bump_generation(&mut s)?;
         }
         tx.commit()?;
         Ok(())
@@ -162,13 +202,14 @@ impl Store {
 
     /// Remove an item and bump the catalogue version; false if it was not there.
     pub fn delete_item(&self, id: u64, version: u64) -> Result<bool, StoreError> {
-        let tx = self.db.begin_write()?;
+        let tx = self.db()?.begin_write()?;
         let removed = {
             let mut t = tx.open_table(ITEMS)?;
             let removed = t.remove(id)?.is_some();
             tx.open_table(FEATURES)?.remove(id)?;
             let mut s = tx.open_table(SNAPSHOT)?;
             s.insert("catalogue_version", version.to_le_bytes().as_slice())?;
+            bump_generation(&mut s)?;
             removed
         };
         tx.commit()?;
@@ -178,7 +219,7 @@ impl Store {
     /// The stored features computed with weights `version`, by id (rows of other versions,
     /// malformed rows and rows of deleted items are left out).
     pub fn load_features(&self, version: &str) -> Result<HashMap<u64, Vec<f32>>, StoreError> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let table = match tx.open_table(FEATURES) {
             Ok(t) => t,
             Err(TableError::TableDoesNotExist(_)) => return Ok(HashMap::new()),
@@ -198,7 +239,7 @@ impl Store {
     /// only if its item is still stored with the same label and pixels. Returns how many
     /// were written.
     pub fn put_features(&self, version: &str, rows: &[FeatureRow]) -> Result<usize, StoreError> {
-        let tx = self.db.begin_write()?;
+        let tx = self.db()?.begin_write()?;
         let mut written = 0;
         {
             let items = tx.open_table(ITEMS)?;
@@ -213,9 +254,38 @@ impl Store {
                     written += 1;
                 }
             }
+            bump_generation(&mut tx.open_table(SNAPSHOT)?)?;
         }
         tx.commit()?;
         Ok(written)
+    }
+
+    /// This store's instance id (made when first asked): tells a store from one deleted and
+    /// seeded anew, whose catalogue versions start again.
+    pub fn instance(&self) -> Result<u64, StoreError> {
+        if let Some(b) = self.get("instance")? {
+            if let Ok(b) = <[u8; 8]>::try_from(b.as_slice()) {
+                return Ok(u64::from_le_bytes(b));
+            }
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let id = nanos ^ (u64::from(std::process::id()) << 40);
+        let tx = self.db()?.begin_write()?;
+        tx.open_table(SNAPSHOT)?
+            .insert("instance", id.to_le_bytes().as_slice())?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Bumped by every write of items or features: what a copy of them ([`crate::packed`])
+    /// must have been taken at to be current.
+    pub fn generation(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .get("generation")?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map_or(0, u64::from_le_bytes))
     }
 
     pub fn catalogue_version(&self) -> Result<u64, StoreError> {
@@ -226,7 +296,7 @@ impl Store {
     }
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         let table = match tx.open_table(SNAPSHOT) {
             Ok(t) => t,
             Err(TableError::TableDoesNotExist(_)) => return Ok(None),
@@ -239,7 +309,7 @@ impl Store {
         let meta = serde_json::to_vec(&snap.meta).map_err(|e| StoreError::Db(e.to_string()))?;
         let ids: Vec<u8> = snap.ids.iter().flat_map(|i| i.to_le_bytes()).collect();
         let rows: Vec<u8> = snap.rows.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let tx = self.db.begin_write()?;
+        let tx = self.db()?.begin_write()?;
         {
             let mut s = tx.open_table(SNAPSHOT)?;
             s.insert("meta", meta.as_slice())?;
@@ -248,6 +318,39 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Store the gallery's rows in the anchor frame (`width` f64 each), valid for `guard` (a
+    /// digest of everything they were computed from).
+    pub fn save_frame_rows(&self, guard: &[u8], rows: &[f64]) -> Result<(), StoreError> {
+        let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let tx = self.db()?.begin_write()?;
+        {
+            let mut s = tx.open_table(SNAPSHOT)?;
+            s.insert("frame_guard", guard)?;
+            s.insert("frame_rows", bytes.as_slice())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The stored frame rows if they were saved under `guard`.
+    pub fn load_frame_rows(&self, guard: &[u8]) -> Result<Option<Vec<f64>>, StoreError> {
+        if self.get("frame_guard")?.as_deref() != Some(guard) {
+            return Ok(None);
+        }
+        let Some(bytes) = self.get("frame_rows")? else {
+            return Ok(None);
+        };
+        if bytes.len() % 8 != 0 {
+            return Err(StoreError::Corrupt("frame rows length".into()));
+        }
+        Ok(Some(
+            bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ))
     }
 
     pub fn load_snapshot(&self) -> Result<Option<StoredSnapshot>, StoreError> {
@@ -273,6 +376,16 @@ impl Store {
                 .collect(),
         }))
     }
+}
+
+/// Add one to the stored generation (in the caller's transaction).
+fn bump_generation(s: &mut redb::Table<&str, &[u8]>) -> Result<(), StoreError> {
+    let g = s
+        .get("generation")?
+        .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+        .map_or(0, u64::from_le_bytes);
+    s.insert("generation", (g + 1).to_le_bytes().as_slice())?;
+    Ok(())
 }
 
 #[cfg(test)]

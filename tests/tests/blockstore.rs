@@ -156,6 +156,40 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     std::fs::remove_dir_all(store.parent().unwrap()).ok();
 }
 
+/// A version over the memory budget is streamed to the store while it is built (a staging
+/// prefix, renamed to the version once its hash is known): the same document and the same
+/// blocks as a build held in memory, nothing left under a staging prefix, and the streamed
+/// version is what a restart serves.
+#[test]
+fn a_version_over_the_memory_budget_is_streamed_to_the_store_identically() {
+    let http = Client::new();
+    let held = {
+        let store = temp_store("bs-held");
+        let s = start(&store, "600", &[]);
+        let d = assert_whole_version(&http, &s.base);
+        drop(s);
+        std::fs::remove_dir_all(store.parent().unwrap()).ok();
+        d
+    };
+    let store = temp_store("bs-stream");
+    let mut a = args(&store, "600");
+    a.extend(["--blocks-cache-mib".to_string(), "0".to_string()]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let s = start_server_env(&a, &[]);
+    assert_eq!(startup(&http, &s.base)["partition_reused"], false);
+    assert_eq!(assert_whole_version(&http, &s.base), held);
+    assert_eq!(
+        version_dirs(&store),
+        vec![(held.version.clone(), true)],
+        "one complete version, no staging prefix left"
+    );
+    drop(s);
+    let s = start_server_env(&a, &[]);
+    assert_eq!(startup(&http, &s.base)["partition_reused"], true);
+    assert_eq!(assert_whole_version(&http, &s.base), held);
+    std::fs::remove_dir_all(store.parent().unwrap()).ok();
+}
+
 /// A rebuild crashed (abort, as kill -9) after the new version's blocks were written, and
 /// after its document was written but before it was announced; and real SIGKILLs at
 /// several moments of a rebuild. Each time the restart serves one whole version — the old

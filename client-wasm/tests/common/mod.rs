@@ -49,7 +49,7 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
 pub fn partition(n: usize, seed: u64, allow_full: bool) -> (String, Vec<Vec<Vec<u8>>>) {
     use shared::protocol::partition::{build_level, gallery_neighbours, nearest_k};
     use shared::protocol::publish::{
-        default_specs, document, publish_level, publish_whole, GalleryView, COVERAGE_K,
+        default_specs, document, publish_level, publish_whole, GalleryView, Thumbnails, COVERAGE_K,
     };
     let (dim, t) = (64usize, 28usize);
     let mut x = seed | 1;
@@ -72,7 +72,7 @@ pub fn partition(n: usize, seed: u64, allow_full: bool) -> (String, Vec<Vec<Vec<
         labels: &labels,
         features: &features,
         dim,
-        thumbnails: &thumbs,
+        thumbnails: Thumbnails::Packed(&thumbs),
         thumb_side: t,
     };
     let probes = &features[..50 * dim];

@@ -81,9 +81,12 @@ impl NystromKernel {
 
 /// Run `fill` over the blocks, on every core where threads exist.
 #[cfg(not(target_arch = "wasm32"))]
-fn run_blocks(chunks: Vec<(usize, &mut [f32])>, fill: &(impl Fn(usize, &mut [f32]) + Sync)) {
+pub(crate) fn run_blocks<T: Send>(
+    chunks: Vec<(usize, &mut [T])>,
+    fill: &(impl Fn(usize, &mut [T]) + Sync),
+) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut lanes: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut lanes: Vec<Vec<(usize, &mut [T])>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, c) in chunks.into_iter().enumerate() {
         lanes[i % threads].push(c);
     }
@@ -99,7 +102,10 @@ fn run_blocks(chunks: Vec<(usize, &mut [f32])>, fill: &(impl Fn(usize, &mut [f32
 }
 
 #[cfg(target_arch = "wasm32")]
-fn run_blocks(chunks: Vec<(usize, &mut [f32])>, fill: &(impl Fn(usize, &mut [f32]) + Sync)) {
+pub(crate) fn run_blocks<T: Send>(
+    chunks: Vec<(usize, &mut [T])>,
+    fill: &(impl Fn(usize, &mut [T]) + Sync),
+) {
     for (start, out) in chunks {
         fill(start, out);
     }

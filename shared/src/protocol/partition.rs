@@ -11,10 +11,14 @@
 //! A client's *true block* is its nearest centroid ([`nearest_centroid`]); only the release
 //! mechanism ([`crate::dp::subset`]) turns that into something the server sees.
 //!
-//! Cost: k-means is O(iterations·n·B·d) time, O(n + B·d) memory; neighbours are exact blocked
-//! brute force up to [`EXACT_NEIGHBOURS_MAX`] items (O(n²·d) time, O(n·m) memory) and an
-//! inverted-file search over a coarse k-means above it (O(n·probe·n/lists·d)). Approximate
-//! neighbours only change which items a block holds — public data — never a ranking.
+//! Cost: k-means is O(iterations·n·B·d) time, O(n + B·d) memory, up to
+//! [`KMEANS_SAMPLE_ABOVE`] items; above, [`kmeans_sampled`] trains on a sample and assigns by
+//! matrix products. Neighbours are exact blocked brute force up to [`EXACT_NEIGHBOURS_MAX`]
+//! items (O(n²·d) time, O(n·m) memory) and an inverted-file search over a coarse k-means above
+//! it (O(n·probe·n/lists·d); list against list by matrix products,
+//! [`InvertedFile::neighbours_by_list`], for the largest galleries). Approximate neighbours
+//! and matrix-product distances only change which items a block holds — public data — never a
+//! ranking, and never the client's true block, which [`nearest_centroid`] computes exactly.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -157,6 +161,9 @@ pub fn kmeans(features: &[f32], dim: usize, k: usize, seed: u64) -> Result<(Vec<
             ),
         });
     }
+    if n > KMEANS_SAMPLE_ABOVE {
+        return Ok(kmeans_sampled(features, dim, k, seed));
+    }
     let row = |i: usize| &features[i * dim..(i + 1) * dim];
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k as u64).rotate_left(32));
     // k-means++.
@@ -239,6 +246,140 @@ pub fn kmeans(features: &[f32], dim: usize, k: usize, seed: u64) -> Result<(Vec<
     Ok((centroids, assign))
 }
 
+/// Above this many items [`kmeans`] trains on a seeded sample and assigns by matrix products
+/// ([`kmeans_sampled`]); up to it (every evaluated gallery) it is exact Lloyd on all items.
+pub const KMEANS_SAMPLE_ABOVE: usize = 100_000;
+/// Sample points per centroid for [`kmeans_sampled`] (at least [`KMEANS_SAMPLE_ABOVE`]).
+const SAMPLE_PER_CENTROID: usize = 40;
+/// Lloyd iterations on the sample.
+const SAMPLED_ITERATIONS: usize = 12;
+/// Rows per matrix product in [`nearest_by_products`] (bounds its scratch memory).
+const PRODUCT_ROWS: usize = 512;
+
+/// `a` (`r × dim`, row-major) times `bᵀ` (`b`: `c × dim`, row-major) into `out` (`r × c`,
+/// row-major), by `matrixmultiply`'s blocked SIMD kernels.
+fn products(a: &[f32], b: &[f32], dim: usize, out: &mut [f32]) {
+    let (r, c) = (a.len() / dim, b.len() / dim);
+    debug_assert_eq!(out.len(), r * c);
+    if r == 0 || c == 0 {
+        return;
+    }
+    // SAFETY: `a` holds r·dim, `b` c·dim and `out` r·c elements (checked above / by the
+    // callers' slicing); the strides address exactly those row-major layouts.
+    unsafe {
+        matrixmultiply::sgemm(
+            r,
+            dim,
+            c,
+            1.0,
+            a.as_ptr(),
+            dim as isize,
+            1,
+            b.as_ptr(),
+            1,
+            dim as isize,
+            0.0,
+            out.as_mut_ptr(),
+            c as isize,
+            1,
+        );
+    }
+}
+
+/// For every row of `rows` (`n × dim`), its `k` nearest rows of `centres` (`c × dim`) by
+/// squared distance computed as `‖c‖² − 2·x·c` from matrix products, nearest first: O(n·c·d)
+/// time at GEMM speed, on every core, O(threads·[`PRODUCT_ROWS`]·c) scratch. Rounding can
+/// order near-ties differently from [`sq_dist`]; callers use it only for public structure
+/// (which items a block holds), never for a ranking.
+pub fn nearest_by_products(rows: &[f32], centres: &[f32], dim: usize, k: usize) -> Vec<Vec<u32>> {
+    let n = rows.len() / dim;
+    let c = centres.len() / dim;
+    let norms: Vec<f32> = centres
+        .chunks_exact(dim)
+        .map(|r| r.iter().map(|v| v * v).sum())
+        .collect();
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let chunks: Vec<(usize, &mut [Vec<u32>])> = out
+        .chunks_mut(PRODUCT_ROWS)
+        .enumerate()
+        .map(|(i, ch)| (i * PRODUCT_ROWS, ch))
+        .collect();
+    crate::embed::nystrom::run_blocks(chunks, &|start, outs: &mut [Vec<u32>]| {
+        let r = outs.len();
+        let mut g = vec![0f32; r * c];
+        products(&rows[start * dim..(start + r) * dim], centres, dim, &mut g);
+        for (o, gr) in outs.iter_mut().zip(g.chunks_exact(c)) {
+            let mut top = TopK::new(k);
+            for (j, (&dot, &nc)) in gr.iter().zip(&norms).enumerate() {
+                top.push(nc - 2.0 * dot, j as u32);
+            }
+            *o = top.into_ids();
+        }
+    });
+    out
+}
+
+/// k-means for large galleries: Lloyd on a seeded sample of `max(40·k, 100,000)` items
+/// (initialised with `k` distinct sample points, [`SAMPLED_ITERATIONS`] rounds, empty clusters
+/// re-seeded with the sample point farthest from its centroid), then every item assigned to
+/// its nearest centroid — all distances by matrix products ([`nearest_by_products`]).
+/// O(iterations·s·k·d + n·k·d) time at GEMM speed instead of O(30·n·k·d) scalar, O(n + k·d)
+/// memory. Deterministic for a seed on a given machine (the GEMM kernel is chosen per CPU).
+pub fn kmeans_sampled(features: &[f32], dim: usize, k: usize, seed: u64) -> (Vec<f32>, Vec<u32>) {
+    let n = features.len() / dim;
+    let row = |i: usize| &features[i * dim..(i + 1) * dim];
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k as u64).rotate_left(32) ^ 0x5a);
+    let s = (SAMPLE_PER_CENTROID * k).max(KMEANS_SAMPLE_ABOVE).min(n);
+    let mut pick = rand::seq::index::sample(&mut rng, n, s).into_vec();
+    pick.sort_unstable();
+    let sample: Vec<f32> = pick.iter().flat_map(|&i| row(i).iter().copied()).collect();
+    let srow = |i: usize| &sample[i * dim..(i + 1) * dim];
+    let mut init = rand::seq::index::sample(&mut rng, s, k).into_vec();
+    init.sort_unstable();
+    let mut centroids: Vec<f32> = init.iter().flat_map(|&i| srow(i).iter().copied()).collect();
+    for _ in 0..SAMPLED_ITERATIONS {
+        let assign = nearest_by_products(&sample, &centroids, dim, 1);
+        let mut sums = vec![0f64; k * dim];
+        let mut counts = vec![0usize; k];
+        for (i, a) in assign.iter().enumerate() {
+            let c = a[0] as usize;
+            counts[c] += 1;
+            for (acc, &v) in sums[c * dim..(c + 1) * dim].iter_mut().zip(srow(i)) {
+                *acc += v as f64;
+            }
+        }
+        let mut far: Option<Vec<(f32, usize)>> = None;
+        for c in 0..k {
+            if counts[c] == 0 {
+                // Re-seed with the worst-served sample points, worst first.
+                let order = far.get_or_insert_with(|| {
+                    let mut d: Vec<(f32, usize)> = assign
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| {
+                            let c = a[0] as usize;
+                            (sq_dist(srow(i), &centroids[c * dim..(c + 1) * dim]), i)
+                        })
+                        .collect();
+                    d.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                    d
+                });
+                let (_, i) = order.remove(0);
+                centroids[c * dim..(c + 1) * dim].copy_from_slice(srow(i));
+                continue;
+            }
+            for (j, acc) in sums[c * dim..(c + 1) * dim].iter().enumerate() {
+                centroids[c * dim + j] = (*acc / counts[c] as f64) as f32;
+            }
+        }
+    }
+    let home: Vec<u32> = nearest_by_products(features, &centroids, dim, 1)
+        .into_iter()
+        .map(|a| a[0])
+        .collect();
+    (centroids, home)
+}
+
 /// Each gallery item's `m` nearest other gallery items, nearest first (for
 /// [`Overlap::Closure`]). Exact up to [`EXACT_NEIGHBOURS_MAX`] items; above, an inverted file
 /// over a seeded coarse k-means, probing each item's 8 nearest lists (approximate; see the
@@ -305,6 +446,70 @@ impl InvertedFile {
             lists,
             probe: 8,
         }))
+    }
+}
+
+impl InvertedFile {
+    /// Every item's `m` nearest other items, list by list: the members of a list are compared,
+    /// by one matrix product ([`products`]), with the members of the `probe` lists nearest its
+    /// centroid (its own included). For large galleries (above [`KMEANS_SAMPLE_ABOVE`]): the
+    /// same candidates as probing per item at list granularity, at GEMM speed, on every core;
+    /// approximate, like [`gallery_neighbours`] with an index (public structure only).
+    pub fn neighbours_by_list(&self, features: &[f32], dim: usize, m: usize) -> Vec<Vec<u32>> {
+        let n = features.len() / dim;
+        let row = |i: u32| &features[i as usize * dim..(i as usize + 1) * dim];
+        let probes = nearest_by_products(&self.centroids, &self.centroids, dim, self.probe);
+        let mut out: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let lists: Vec<usize> = (0..self.lists.len()).collect();
+        // Per list: each member with its neighbours.
+        type Found = Vec<(u32, Vec<u32>)>;
+        let mut per_list: Vec<Found> = vec![Vec::new(); lists.len()];
+        let chunks: Vec<(usize, &mut [Found])> = per_list
+            .chunks_mut(8)
+            .enumerate()
+            .map(|(i, c)| (i * 8, c))
+            .collect();
+        crate::embed::nystrom::run_blocks(chunks, &|start, outs: &mut [Found]| {
+            for (li, slot) in outs.iter_mut().enumerate() {
+                let l = start + li;
+                let members = &self.lists[l];
+                if members.is_empty() {
+                    continue;
+                }
+                let cand: Vec<u32> = probes[l]
+                    .iter()
+                    .flat_map(|&p| self.lists[p as usize].iter().copied())
+                    .collect();
+                let a: Vec<f32> = members
+                    .iter()
+                    .flat_map(|&i| row(i).iter().copied())
+                    .collect();
+                let b: Vec<f32> = cand.iter().flat_map(|&i| row(i).iter().copied()).collect();
+                let norms: Vec<f32> = b
+                    .chunks_exact(dim)
+                    .map(|r| r.iter().map(|v| v * v).sum())
+                    .collect();
+                let mut g = vec![0f32; members.len() * cand.len()];
+                products(&a, &b, dim, &mut g);
+                *slot = members
+                    .iter()
+                    .zip(g.chunks_exact(cand.len()))
+                    .map(|(&i, gr)| {
+                        let mut top = TopK::new(m);
+                        for ((&j, &dot), &nj) in cand.iter().zip(gr).zip(&norms) {
+                            if j != i {
+                                top.push(nj - 2.0 * dot, j);
+                            }
+                        }
+                        (i, top.into_ids())
+                    })
+                    .collect();
+            }
+        });
+        for (i, nb) in per_list.into_iter().flatten() {
+            out[i as usize] = nb;
+        }
+        out
     }
 }
 
@@ -551,6 +756,65 @@ mod tests {
             .map(|(a, e)| a.iter().filter(|i| e.contains(i)).count())
             .sum();
         assert!(agree as f64 >= 0.95 * 200.0, "{agree}");
+    }
+
+    #[test]
+    fn products_give_the_exact_nearest_rows() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let dim = 8;
+        let rows: Vec<f32> = (0..700 * dim).map(|_| rng.random::<f32>()).collect();
+        let centres: Vec<f32> = (0..90 * dim).map(|_| rng.random::<f32>()).collect();
+        let fast = nearest_by_products(&rows, &centres, dim, 3);
+        assert_eq!(fast.len(), 700);
+        for (r, got) in rows.chunks_exact(dim).zip(&fast) {
+            let want = nearest_k(&centres, dim, r, 3);
+            // Same distances (rounding may swap a near-tie, never pick a farther row).
+            for (g, w) in got.iter().zip(&want) {
+                let dg = sq_dist(r, &centres[*g as usize * dim..][..dim]);
+                let dw = sq_dist(r, &centres[*w as usize * dim..][..dim]);
+                assert!((dg - dw).abs() <= 1e-5 * dw.max(1.0), "{got:?} vs {want:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn sampled_kmeans_is_deterministic_finds_clusters_and_assigns_to_the_nearest() {
+        let dim = 5;
+        let x = blobs(3_000, dim, 12, 4);
+        let (c1, a1) = kmeans_sampled(&x, dim, 12, 9);
+        assert_eq!((c1.clone(), a1.clone()), kmeans_sampled(&x, dim, 12, 9));
+        // Each item sits with its nearest centroid.
+        for (r, &a) in x.chunks_exact(dim).zip(&a1) {
+            let best = nearest_centroid(&c1, dim, r);
+            let (da, db) = (
+                sq_dist(r, &c1[a as usize * dim..][..dim]),
+                sq_dist(r, &c1[best as usize * dim..][..dim]),
+            );
+            assert!(da <= db + 1e-4, "{da} vs {db}");
+        }
+        // Points generated from the same centre share a cluster, most of the time (random
+        // initialisation can split a blob when another pair shares a centroid).
+        let same = (0..3_000).filter(|&i| a1[i] == a1[i % 12]).count();
+        assert!(same >= 2_500, "{same}");
+    }
+
+    #[test]
+    fn list_neighbours_agree_with_exact_on_clustered_data() {
+        let dim = 4;
+        let x = blobs(EXACT_NEIGHBOURS_MAX + 500, dim, 50, 5);
+        let ivf = InvertedFile::for_gallery(&x, dim, 1).unwrap().unwrap();
+        let by_list = ivf.neighbours_by_list(&x, dim, 4);
+        let exact = gallery_neighbours(&x, dim, 4, 0..50, None).unwrap();
+        let agree: usize = by_list[..50]
+            .iter()
+            .zip(&exact)
+            .map(|(a, e)| a.iter().filter(|i| e.contains(i)).count())
+            .sum();
+        assert!(agree as f64 >= 0.95 * 200.0, "{agree}");
+        assert!(by_list
+            .iter()
+            .enumerate()
+            .all(|(i, nb)| nb.len() == 4 && !nb.contains(&(i as u32))));
     }
 
     #[test]

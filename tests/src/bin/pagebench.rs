@@ -186,4 +186,9 @@ async fn main() {
         println!("block responses served from the HTTP cache: {cached}");
     }
     c.close().await.unwrap();
+    // The server first (it holds the store), then its temporary directory.
+    drop(srv);
+    if let Some(dir) = store.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -43,7 +43,7 @@ use shared::protocol::partition::{
 };
 use shared::protocol::plan::candidates;
 use shared::protocol::publish::{
-    default_specs, document, publish_level, publish_whole, GalleryView, COVERAGE_K,
+    default_specs, document, publish_level, publish_whole, GalleryView, Thumbnails, COVERAGE_K,
 };
 use shared::protocol::retrieve::{full_ranking, gallery_rows, posterior_ranking, LabelledRows};
 use shared::{DMatrix, Params, PrivacyParams};
@@ -137,7 +137,7 @@ impl Gallery {
             labels: &self.labels,
             features: &self.features,
             dim: self.dim,
-            thumbnails: &self.thumbs,
+            thumbnails: Thumbnails::Packed(&self.thumbs),
             thumb_side: THUMB,
         }
     }

@@ -1,0 +1,203 @@
+//! A packed copy of the catalogue beside the store (`gallery.packed` next to `gallery.redb`):
+//! every item's id, label, pixels and features in one sequential file, so a restart of a large
+//! gallery reads one file instead of two million B-tree rows.
+//!
+//! It is a cache, never the truth: it is used only if its header names this store (its
+//! instance id: a store deleted and seeded anew starts its counters again), the store's
+//! current generation (bumped by every write of items or features, in the same transaction)
+//! and model weights version, and its CRC-32 matches; otherwise the store's rows are read and
+//! the file is rewritten (atomically: written aside, then renamed). So a stale file is never
+//! used.
+//!
+//! Layout: `PMPACK1\0`, store instance (u64 LE), store generation (u64 LE), weights version (u8 length + UTF-8), item
+//! count (u64), pixels per item (u32), features per item (u32), CRC-32 of the payload (u32),
+//! then per item: id (u64), label (u32), pixels, features (f32 LE).
+
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::store::StoredItem;
+
+const MAGIC: &[u8; 8] = b"PMPACK1\0";
+/// Larger counts or rows are a corrupt header, not an allocation to attempt.
+const MAX_ITEMS: u64 = 10_000_000;
+const MAX_ROW: u32 = 1 << 16;
+
+/// Where the packed copy of the store at `store_path` lives.
+pub fn path_for(store_path: &Path) -> PathBuf {
+    store_path.with_extension("packed")
+}
+
+/// Items and their features (by id), as the store's rows would give them.
+pub type Catalogue = (Vec<StoredItem>, HashMap<u64, Vec<f32>>);
+
+/// Read the packed catalogue if it is valid for `instance`, generation `version` and `weights`; `None` if it is
+/// missing, stale or damaged (the caller reads the store instead).
+pub fn read(path: &Path, instance: u64, version: u64, weights: &str) -> Option<Catalogue> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut r = BufReader::with_capacity(8 << 20, file);
+    let mut head = [0u8; 8];
+    r.read_exact(&mut head).ok()?;
+    if &head != MAGIC || read_u64(&mut r)? != instance || read_u64(&mut r)? != version {
+        return None;
+    }
+    let mut wlen = [0u8; 1];
+    r.read_exact(&mut wlen).ok()?;
+    let mut w = vec![0u8; wlen[0] as usize];
+    r.read_exact(&mut w).ok()?;
+    if w != weights.as_bytes() {
+        return None;
+    }
+    let count = read_u64(&mut r)?;
+    let (pixels, dim) = (read_u32(&mut r)?, read_u32(&mut r)?);
+    let crc = read_u32(&mut r)?;
+    if count > MAX_ITEMS || pixels > MAX_ROW || dim > MAX_ROW {
+        return None;
+    }
+    let row = 12 + pixels as usize + 4 * dim as usize;
+    let mut buf = vec![0u8; row];
+    let mut hasher = crc32fast::Hasher::new();
+    let mut items = Vec::with_capacity(count as usize);
+    let mut features = HashMap::with_capacity(count as usize);
+    for _ in 0..count {
+        r.read_exact(&mut buf).ok()?;
+        hasher.update(&buf);
+        let id = u64::from_le_bytes(buf[..8].try_into().ok()?);
+        let label = u32::from_le_bytes(buf[8..12].try_into().ok()?);
+        let px = buf[12..12 + pixels as usize].to_vec();
+        let f: Vec<f32> = buf[12 + pixels as usize..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        items.push(StoredItem {
+            id,
+            label,
+            pixels: px,
+        });
+        features.insert(id, f);
+    }
+    // Trailing bytes mean a different file than the header describes.
+    if hasher.finalize() != crc || r.read(&mut [0u8; 1]).ok()? != 0 {
+        return None;
+    }
+    Some((items, features))
+}
+
+/// One item to pack: `(id, label, pixels, features)`.
+pub type Row<'a> = (u64, u32, &'a [u8], &'a [f32]);
+
+/// Write the packed catalogue for `version` and `weights` (aside, then renamed over `path`).
+/// Every row must have the same pixel and feature lengths.
+pub fn write(
+    path: &Path,
+    instance: u64,
+    version: u64,
+    weights: &str,
+    rows: &[Row],
+) -> std::io::Result<()> {
+    let (pixels, dim) = rows.first().map_or((0, 0), |r| (r.2.len(), r.3.len()));
+    if rows.iter().any(|r| r.2.len() != pixels || r.3.len() != dim) || weights.len() > 255 {
+        return Err(std::io::Error::other("rows of different shapes"));
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    for r in rows {
+        hasher.update(&r.0.to_le_bytes());
+        hasher.update(&r.1.to_le_bytes());
+        hasher.update(r.2);
+        for v in r.3 {
+            hasher.update(&v.to_le_bytes());
+        }
+    }
+    let tmp = path.with_extension("packed.tmp");
+    {
+        let mut w = BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp)?);
+        w.write_all(MAGIC)?;
+        w.write_all(&instance.to_le_bytes())?;
+        w.write_all(&version.to_le_bytes())?;
+        w.write_all(&[weights.len() as u8])?;
+        w.write_all(weights.as_bytes())?;
+        w.write_all(&(rows.len() as u64).to_le_bytes())?;
+        w.write_all(&(pixels as u32).to_le_bytes())?;
+        w.write_all(&(dim as u32).to_le_bytes())?;
+        w.write_all(&hasher.finalize().to_le_bytes())?;
+        for r in rows {
+            w.write_all(&r.0.to_le_bytes())?;
+            w.write_all(&r.1.to_le_bytes())?;
+            w.write_all(r.2)?;
+            for v in r.3 {
+                w.write_all(&v.to_le_bytes())?;
+            }
+        }
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    }
+    std::fs::rename(tmp, path)
+}
+
+fn read_u64(r: &mut impl Read) -> Option<u64> {
+    let mut b = [0u8; 8];
+    r.read_exact(&mut b).ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
+fn read_u32(r: &mut impl Read) -> Option<u32> {
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b).ok()?;
+    Some(u32::from_le_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_catalogue_round_trips_and_is_refused_when_stale_or_damaged() {
+        let dir = std::env::temp_dir().join(format!("pm-packed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("g.packed");
+        let px: Vec<Vec<u8>> = (0..5).map(|i| vec![i as u8; 6]).collect();
+        let fs: Vec<Vec<f32>> = (0..5).map(|i| vec![i as f32 * 0.5, -1.0]).collect();
+        let rows: Vec<Row> = (0..5)
+            .map(|i| {
+                (
+                    10 + i as u64,
+                    i as u32 % 3,
+                    px[i].as_slice(),
+                    fs[i].as_slice(),
+                )
+            })
+            .collect();
+        write(&path, 3, 7, "w1", &rows).unwrap();
+        let (items, features) = read(&path, 3, 7, "w1").unwrap();
+        assert_eq!(items.len(), 5);
+        for (i, it) in items.iter().enumerate() {
+            assert_eq!(
+                (it.id, it.label, &it.pixels),
+                (10 + i as u64, i as u32 % 3, &px[i])
+            );
+            assert_eq!(features[&it.id], fs[i]);
+        }
+        // Another store, catalogue version or weights: not used.
+        assert!(read(&path, 4, 7, "w1").is_none());
+        assert!(read(&path, 3, 8, "w1").is_none());
+        assert!(read(&path, 3, 7, "w2").is_none());
+        // One flipped byte in the payload, a truncated file, trailing bytes: not used.
+        let good = std::fs::read(&path).unwrap();
+        let mut bad = good.clone();
+        let last = bad.len() - 3;
+        bad[last] ^= 1;
+        std::fs::write(&path, &bad).unwrap();
+        assert!(read(&path, 3, 7, "w1").is_none());
+        std::fs::write(&path, &good[..good.len() - 1]).unwrap();
+        assert!(read(&path, 3, 7, "w1").is_none());
+        let mut long = good.clone();
+        long.push(0);
+        std::fs::write(&path, &long).unwrap();
+        assert!(read(&path, 3, 7, "w1").is_none());
+        assert!(read(&dir.join("missing.packed"), 3, 7, "w1").is_none());
+        // Rows of different shapes are refused.
+        let odd: Vec<Row> = vec![(1, 0, &[1, 2], &[0.0]), (2, 0, &[1], &[0.0])];
+        assert!(write(&path, 3, 1, "w", &odd).is_err());
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

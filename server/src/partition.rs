@@ -505,42 +505,7 @@ pub fn build(
         .into_iter()
         .chain(levels?)
         .collect();
-    if let Some((st, prefix)) = stream {
-        let docs: Vec<_> = levels.into_iter().map(|l| l.doc).collect();
-        let doc = document(
-            docs,
-            &g,
-            String::new(),
-            settings.max_share,
-            whole,
-            coverage_probes,
-        );
-        let t = Instant::now();
-        let files = st.rename_prefix(prefix, &doc.version)?;
-        tracing::info!(version = %doc.version, files, secs = t.elapsed().as_secs_f64(), "partition: streamed files moved to the version");
-        let mut published = assemble(
-            doc,
-            None,
-            store,
-            catalogue_version,
-            fingerprint,
-            t0.elapsed().as_secs_f64(),
-        )?;
-        published.keep = false;
-        published.written = true;
-        let (raw, gz) = published.total_bytes();
-        tracing::info!(
-            version = %published.doc.version,
-            items = n,
-            levels = published.doc.levels.len(),
-            bytes = raw,
-            transfer_bytes = gz,
-            doc_bytes = published.doc_json.len(),
-            secs = published.build_secs,
-            "partition built (streamed to the block store)"
-        );
-        return Ok(published);
-    }
+    // Streamed levels hold no files (they are in the store); held ones become `BlockFile`s.
     let mut files = Vec::with_capacity(levels.len());
     let mut docs = Vec::with_capacity(levels.len());
     for l in levels {
@@ -566,14 +531,23 @@ pub fn build(
         whole,
         coverage_probes,
     );
-    let published = assemble(
+    if let Some((st, prefix)) = stream {
+        let t = Instant::now();
+        let files = st.rename_prefix(prefix, &doc.version)?;
+        tracing::info!(version = %doc.version, files, secs = t.elapsed().as_secs_f64(), "partition: streamed files moved to the version");
+    }
+    let mut published = assemble(
         doc,
-        Some(files),
+        stream.is_none().then_some(files),
         store,
         catalogue_version,
         fingerprint,
         t0.elapsed().as_secs_f64(),
     )?;
+    if stream.is_some() {
+        published.keep = false;
+        published.written = true;
+    }
     let (raw, gz) = published.total_bytes();
     tracing::info!(
         version = %published.doc.version,
@@ -584,6 +558,7 @@ pub fn build(
         transfer_bytes = gz,
         doc_bytes = published.doc_json.len(),
         secs = published.build_secs,
+        streamed = stream.is_some(),
         "partition built"
     );
     Ok(published)

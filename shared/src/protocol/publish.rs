@@ -384,9 +384,8 @@ pub(crate) mod tests {
         (ids, labels, features, thumbs)
     }
 
-    /// A 400-item partition (whole level + the default levels): the document, every level's
-    /// block files, and the gallery features (ids are 1000 + index).
-    pub(crate) fn small_partition() -> (PartitionDoc, Vec<Vec<Vec<u8>>>, Vec<f32>) {
+    /// [`gallery`] as a view, with probes (its first 20 items) and their true top-k.
+    fn with_gallery<R>(f: impl FnOnce(&GalleryView<'_>, &[f32], &[Vec<u32>]) -> R) -> R {
         let (ids, labels, features, thumbs) = gallery();
         let g = GalleryView {
             ids: &ids,
@@ -401,69 +400,66 @@ pub(crate) mod tests {
             .chunks(DIM)
             .map(|p| nearest_k(&features, DIM, p, COVERAGE_K))
             .collect();
-        let nb = gallery_neighbours(&features, DIM, DEFAULT_CLOSURE as usize, 0..N, None).unwrap();
-        let mut levels = vec![publish_whole(&g).unwrap()];
-        for spec in default_specs(N) {
-            let level = build_level(&features, DIM, spec, 1, Some(&nb)).unwrap();
-            levels.push(publish_level(&g, &level, probes, &truth).unwrap());
-        }
-        let files = levels.iter().map(|l| l.files.clone()).collect();
-        let docs = levels.into_iter().map(|l| l.doc).collect();
-        (
-            document(docs, &g, "/x".into(), 0.3, true, 20),
-            files,
-            features,
-        )
+        f(&g, probes, &truth)
+    }
+
+    /// A 400-item partition (whole level + the default levels): the document, every level's
+    /// block files, and the gallery features (ids are 1000 + index).
+    pub(crate) fn small_partition() -> (PartitionDoc, Vec<Vec<Vec<u8>>>, Vec<f32>) {
+        with_gallery(|g, probes, truth| {
+            let nb =
+                gallery_neighbours(g.features, DIM, DEFAULT_CLOSURE as usize, 0..N, None).unwrap();
+            let mut levels = vec![publish_whole(g).unwrap()];
+            for spec in default_specs(N) {
+                let level = build_level(g.features, DIM, spec, 1, Some(&nb)).unwrap();
+                levels.push(publish_level(g, &level, probes, truth).unwrap());
+            }
+            let files = levels.iter().map(|l| l.files.clone()).collect();
+            let docs = levels.into_iter().map(|l| l.doc).collect();
+            (
+                document(docs, g, "/x".into(), 0.3, true, 20),
+                files,
+                g.features.to_vec(),
+            )
+        })
     }
 
     #[test]
     fn a_level_published_to_a_sink_equals_the_held_one() {
-        let (ids, labels, features, thumbs) = gallery();
-        let g = GalleryView {
-            ids: &ids,
-            labels: &labels,
-            features: &features,
-            dim: DIM,
-            thumbnails: Thumbnails::Packed(&thumbs),
-            thumb_side: T,
-        };
-        let probes = &features[..20 * DIM];
-        let truth: Vec<Vec<u32>> = probes
-            .chunks(DIM)
-            .map(|p| nearest_k(&features, DIM, p, COVERAGE_K))
-            .collect();
-        let nb = gallery_neighbours(&features, DIM, 8, 0..N, None).unwrap();
-        let spec = LevelSpec {
-            blocks: 100,
-            overlap: Overlap::Closure(8),
-        };
-        let level = build_level(&features, DIM, spec, 2, Some(&nb)).unwrap();
-        let held = publish_level(&g, &level, probes, &truth).unwrap();
-        let mut got: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
-        let mut batches = 0;
-        let mut sink = |b: Vec<(usize, Vec<u8>, Vec<u8>)>| {
-            assert!(b.len() <= SINK_BATCH);
-            batches += 1;
-            got.extend(b);
-            Ok(())
-        };
-        let streamed = publish_level_to(&g, &level, probes, &truth, Some(&mut sink)).unwrap();
-        assert_eq!(batches, 13, "100 blocks in batches of {SINK_BATCH}");
-        assert_eq!(streamed.doc, held.doc);
-        assert!(streamed.files.is_empty() && streamed.gzipped.is_empty());
-        assert_eq!(got.len(), 100);
-        for (i, (b, raw, gz)) in got.into_iter().enumerate() {
-            assert_eq!(b, i);
-            assert_eq!((raw, gz), (held.files[i].clone(), held.gzipped[i].clone()));
-        }
-        // A failing sink fails the level.
-        let mut bad = |_: Vec<(usize, Vec<u8>, Vec<u8>)>| {
-            Err(Error::InvalidParameter {
-                name: "sink",
-                reason: "full".into(),
-            })
-        };
-        assert!(publish_level_to(&g, &level, probes, &truth, Some(&mut bad)).is_err());
+        with_gallery(|g, probes, truth| {
+            let nb = gallery_neighbours(g.features, DIM, 8, 0..N, None).unwrap();
+            let spec = LevelSpec {
+                blocks: 100,
+                overlap: Overlap::Closure(8),
+            };
+            let level = build_level(g.features, DIM, spec, 2, Some(&nb)).unwrap();
+            let held = publish_level(g, &level, probes, truth).unwrap();
+            let mut got: Vec<(usize, Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut batches = 0;
+            let mut sink = |b: Vec<(usize, Vec<u8>, Vec<u8>)>| {
+                assert!(b.len() <= SINK_BATCH);
+                batches += 1;
+                got.extend(b);
+                Ok(())
+            };
+            let streamed = publish_level_to(g, &level, probes, truth, Some(&mut sink)).unwrap();
+            assert_eq!(batches, 13, "100 blocks in batches of {SINK_BATCH}");
+            assert_eq!(streamed.doc, held.doc);
+            assert!(streamed.files.is_empty() && streamed.gzipped.is_empty());
+            assert_eq!(got.len(), 100);
+            for (i, (b, raw, gz)) in got.into_iter().enumerate() {
+                assert_eq!(b, i);
+                assert_eq!((raw, gz), (held.files[i].clone(), held.gzipped[i].clone()));
+            }
+            // A failing sink fails the level.
+            let mut bad = |_: Vec<(usize, Vec<u8>, Vec<u8>)>| {
+                Err(Error::InvalidParameter {
+                    name: "sink",
+                    reason: "full".into(),
+                })
+            };
+            assert!(publish_level_to(g, &level, probes, truth, Some(&mut bad)).is_err());
+        });
     }
 
     #[test]

@@ -50,25 +50,26 @@ fn exp_neg_lanes<L: Lanes<Elem = f64>>(x: L) -> L {
     let t = xc.mul(log2e).add(shifter);
     let kf = t.sub(shifter);
     let r = xc.sub(kf.mul(ln2_hi)).sub(kf.mul(ln2_lo));
-    // Horner for Σ r^i / i!, i = 0..=13.
-    let mut p = c(1.0 / 6_227_020_800.0);
-    for coef in [
-        1.0 / 479_001_600.0,
-        1.0 / 39_916_800.0,
-        1.0 / 3_628_800.0,
-        1.0 / 362_880.0,
-        1.0 / 40_320.0,
-        1.0 / 5_040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = p.mul(r).add(c(coef));
-    }
+    // Σ r^i / i!, i = 0..=13.
+    let p = horner(
+        r,
+        &[
+            1.0 / 6_227_020_800.0,
+            1.0 / 479_001_600.0,
+            1.0 / 39_916_800.0,
+            1.0 / 3_628_800.0,
+            1.0 / 362_880.0,
+            1.0 / 40_320.0,
+            1.0 / 5_040.0,
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ],
+    );
     // t's low mantissa bits hold 2^51 + k; adding the bias and shifting drops everything
     // but the 11 exponent bits k + 1023 (integer ops only, so this vectorises).
     let v = p.mul(t.exponent_bits());
@@ -105,6 +106,17 @@ fn weight_lanes<L: Lanes<Elem = f64>>(d2: L, inv: L, lo: L) -> L {
     e.pmax(lo).pmin(L::splat(1.0))
 }
 
+/// Horner's rule, highest coefficient first: `((c₀·r + c₁)·r + c₂)…` — the same operations in
+/// the same order for both exponentials and every lane type.
+#[inline(always)]
+fn horner<L: Lanes>(r: L, coefs: &[L::Elem]) -> L {
+    let mut p = L::splat(coefs[0]);
+    for &coef in &coefs[1..] {
+        p = p.mul(r).add(L::splat(coef));
+    }
+    p
+}
+
 /// `exp(x)` for `x ≤ 0` in f32, for the post-processing kernel ([`DenseKernel32`]): as
 /// [`exp_neg`] with f32 constants (Cody–Waite split of ln 2 whose high part has 9 bits, so
 /// `k·ln2_hi` is exact) and a degree-7 polynomial (truncation below 1e-8 relative, under one
@@ -126,18 +138,19 @@ fn exp_neg_f32_lanes<L: Lanes<Elem = f32>>(x: L) -> L {
     let r = xc
         .sub(kf.mul(c(f32::from_bits(0x3f31_8000)))) // 0.693359375
         .sub(kf.mul(c(-2.121_944_4e-4)));
-    let mut p = c(1.0 / 5_040.0);
-    for coef in [
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = p.mul(r).add(c(coef));
-    }
+    let p = horner(
+        r,
+        &[
+            1.0 / 5_040.0,
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ],
+    );
     let v = p.mul(t.exponent_bits());
     x.lt_select(floor, c(0.0), v)
 }

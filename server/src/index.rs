@@ -15,8 +15,10 @@ pub enum Index {
     Brute(Vec<Vec<f64>>),
 }
 
-fn tree<const K: usize>(rows: &[Vec<f64>]) -> Box<ImmutableKdTree<f64, u64, K, 32>> {
-    let pts: Vec<[f64; K]> = rows.iter().map(|r| std::array::from_fn(|j| r[j])).collect();
+fn tree<'a, const K: usize>(
+    rows: impl Iterator<Item = &'a [f64]>,
+) -> Box<ImmutableKdTree<f64, u64, K, 32>> {
+    let pts: Vec<[f64; K]> = rows.map(|r| std::array::from_fn(|j| r[j])).collect();
     Box::new(ImmutableKdTree::new_from_slice(&pts))
 }
 
@@ -42,9 +44,19 @@ impl Index {
     /// Build over row-major rows of equal length.
     pub fn build(rows: &[Vec<f64>]) -> Self {
         match rows.first().map(Vec::len) {
-            Some(2) => Index::Kd2(tree(rows)),
-            Some(10) => Index::Kd10(tree(rows)),
+            Some(2) => Index::Kd2(tree(rows.iter().map(Vec::as_slice))),
+            Some(10) => Index::Kd10(tree(rows.iter().map(Vec::as_slice))),
             _ => Index::Brute(rows.to_vec()),
+        }
+    }
+
+    /// [`Index::build`] over rows of `dim` values stored one after another.
+    pub fn build_flat(flat: &[f64], dim: usize) -> Self {
+        match dim {
+            _ if flat.is_empty() || dim == 0 => Index::Brute(Vec::new()),
+            2 => Index::Kd2(tree(flat.chunks_exact(2))),
+            10 => Index::Kd10(tree(flat.chunks_exact(10))),
+            _ => Index::Brute(flat.chunks_exact(dim).map(<[f64]>::to_vec).collect()),
         }
     }
 
@@ -106,12 +118,20 @@ mod tests {
             .collect();
         let idx = Index::build(&rows);
         assert!(matches!(idx, Index::Kd10(_)));
+        let flat = Index::build_flat(&rows.concat(), 10);
+        assert!(matches!(flat, Index::Kd10(_)));
+        assert!(matches!(Index::build_flat(&[], 10), Index::Brute(ref r) if r.is_empty()));
+        let three = Index::build_flat(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3);
+        assert!(
+            matches!(three, Index::Brute(ref r) if r == &vec![vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]])
+        );
         for q in [vec![0.1; 10], rows[3].clone(), rows[100].clone()] {
-            let a = idx.knn(&q, 8);
             let b = knn_rows(&rows, &q, 8, None);
-            assert_eq!(a.len(), 8);
-            for (x, y) in a.iter().zip(&b) {
-                assert!((x.distance - y.distance).abs() < 1e-12);
+            for a in [idx.knn(&q, 8), flat.knn(&q, 8)] {
+                assert_eq!(a.len(), 8);
+                for (x, y) in a.iter().zip(&b) {
+                    assert!((x.distance - y.distance).abs() < 1e-12);
+                }
             }
         }
     }

@@ -7,7 +7,8 @@
 //! (uncompressed and gzip) as [`Bytes`] (a response clones a reference count, never the
 //! bytes), their strong ETags, and the document's JSON. A version loaded from the store at
 //! start-up reads each block on its first request (checked against the document's SHA-256)
-//! and keeps it. Looking a version up takes a read lock for an `Arc` clone; nothing is locked
+//! and keeps it; a version over the memory budget reads the one file a request needs (plain
+//! or gzip) per request, checked against the version's stored CRC-32 ([`Checksums`]). Looking a version up takes a read lock for an `Arc` clone; nothing is locked
 //! while a response is written.
 //!
 //! Versions: the current one is served, and each version it replaced stays served for a grace
@@ -18,6 +19,7 @@
 //! neither current nor retired and its files are older than the grace period.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -32,11 +34,11 @@ use shared::protocol::partition::{
     KMEANS_SAMPLE_ABOVE,
 };
 use shared::protocol::publish::{
-    default_specs, document, gzip, publish_level, publish_level_to, publish_whole, GalleryView,
-    PublishedLevel, Thumbnails, COVERAGE_K,
+    default_specs, document, gzip, gzip_at, publish_level, publish_level_to, publish_whole,
+    GalleryView, PublishedLevel, Thumbnails, COVERAGE_K, FAST_GZIP_ABOVE,
 };
 
-use crate::blockstore::{BlockStore, BlockStoreError, Manifest};
+use crate::blockstore::{BlockStore, BlockStoreError, Checksums, Manifest};
 use crate::state::{GalleryItem, SIDE};
 
 /// Where clients fetch blocks: `{BLOCKS_PREFIX}/{version}/{level}/{block}`.
@@ -102,8 +104,6 @@ pub enum VersionError {
 pub struct BlockFile {
     pub raw: Bytes,
     pub gzip: Bytes,
-    /// `"<sha256 hex of raw>"` (strong).
-    pub etag: HeaderValue,
 }
 
 /// A partition version: the document as served and every block file (held, or read from the
@@ -122,6 +122,12 @@ pub struct Published {
     files: Vec<Vec<OnceLock<BlockFile>>>,
     /// Whether a block read from the store is kept (the version fits the memory budget).
     keep: bool,
+    /// CRC-32 of every stored file (computed when built, or read with the version); `None`
+    /// for a stored version written without them (its blocks are SHA-256-checked per read).
+    checksums: Option<Checksums>,
+    /// `[level][block][plain, gzip]`: the length of a stored file once this process has
+    /// checked it against its CRC-32 (0: not yet).
+    checked: Vec<Vec<[AtomicU64; 2]>>,
     /// The block files are already in the store under the version (streamed while built):
     /// persisting writes only the document.
     written: bool,
@@ -144,6 +150,11 @@ impl Published {
     /// Whether the block exists, and its file if already held.
     pub fn cached(&self, level: usize, block: usize) -> Option<Option<&BlockFile>> {
         Some(self.files.get(level)?.get(block)?.get())
+    }
+
+    /// A block's strong ETag (`"<sha256 of its plain file>"`), if the block exists.
+    pub fn etag(&self, level: usize, block: usize) -> Option<HeaderValue> {
+        Some(quoted(self.doc.levels.get(level)?.hashes.get(block)?))
     }
 
     /// Uncompressed and gzip bytes of all block files (from the document: the same whether
@@ -194,6 +205,7 @@ pub fn served_doc(canonical: &PartitionDoc, store: Option<&BlockStore>) -> Parti
 fn assemble(
     canonical: PartitionDoc,
     files: Option<Vec<Vec<BlockFile>>>,
+    checksums: Option<Checksums>,
     store: Option<&BlockStore>,
     catalogue_version: u64,
     fingerprint: String,
@@ -207,6 +219,15 @@ fn assemble(
     };
     let doc = served_doc(&canonical, store);
     let doc_json = json(&doc)?;
+    let checksums = match &files {
+        Some(files) => Some(Checksums::of(
+            &files
+                .iter()
+                .map(|l| l.iter().map(|f| (&f.raw[..], &f.gzip[..])).collect())
+                .collect::<Vec<Vec<_>>>(),
+        )),
+        None => checksums,
+    };
     let slots: Vec<Vec<OnceLock<BlockFile>>> = match files {
         Some(files) => files
             .into_iter()
@@ -220,12 +241,24 @@ fn assemble(
     };
     Ok(Published {
         doc_etag: quoted(&doc.version),
-        doc_gzip: Bytes::from(gzip(&doc_json)),
+        // Level 1 for large galleries, as their blocks (the 6.8 MB document of 1,000,000
+        // items: 0.1 s instead of 0.9 s at every start).
+        doc_gzip: Bytes::from(if doc.gallery_size > FAST_GZIP_ABOVE {
+            gzip_at(&doc_json, 1)
+        } else {
+            gzip(&doc_json)
+        }),
         doc_json,
         canonical_json: json(&canonical)?,
         doc,
         files: slots,
         keep: true,
+        checked: canonical
+            .levels
+            .iter()
+            .map(|l| (0..l.blocks).map(|_| Default::default()).collect())
+            .collect(),
+        checksums,
         written: false,
         catalogue_version,
         fingerprint,
@@ -259,14 +292,16 @@ pub fn fingerprint(
     let chunks: Vec<[u8; 32]> = items
         .par_chunks(4_096)
         .map(|chunk| {
+            // One update per item (the same bytes as a field at a time, 30 times faster).
             let mut c = Sha256::new();
+            let mut buf = Vec::new();
             for it in chunk {
-                c.update(it.id.to_le_bytes());
-                c.update(it.label.to_le_bytes());
-                for x in &it.features {
-                    c.update(x.to_le_bytes());
-                }
-                c.update(&it.pixels);
+                buf.clear();
+                buf.extend_from_slice(&it.id.to_le_bytes());
+                buf.extend_from_slice(&it.label.to_le_bytes());
+                buf.extend(it.features.iter().flat_map(|x| x.to_le_bytes()));
+                buf.extend_from_slice(&it.pixels);
+                c.update(&buf);
             }
             c.finalize().into()
         })
@@ -436,17 +471,35 @@ pub fn build(
         None
     };
     let offset = usize::from(whole);
+    // Checksums of streamed files, `(level, block, [plain, gzip])`, as they are written.
+    let streamed_sums: Mutex<Vec<(usize, usize, [u32; 2])>> = Mutex::new(Vec::new());
+    let write_streamed = |st: &BlockStore,
+                          prefix: &str,
+                          li: usize,
+                          files: Vec<(usize, Vec<u8>, Vec<u8>)>|
+     -> Result<(), BlockStoreError> {
+        let sums: Vec<_> = files
+            .par_iter()
+            .map(|(b, raw, gz)| (li, *b, [crc32fast::hash(raw), crc32fast::hash(gz)]))
+            .collect();
+        let files = files
+            .into_iter()
+            .map(|(b, raw, gz)| (b, Bytes::from(raw), Bytes::from(gz)))
+            .collect();
+        st.write_blocks(prefix, li, files)?;
+        streamed_sums
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(sums);
+        Ok(())
+    };
     let build_one = |(li, spec): (usize, LevelSpec)| -> Result<PublishedLevel, PartitionError> {
         let t = Instant::now();
         let level = build_level(&features, dim, spec, seed, neighbours.as_deref())?;
         let p = match stream {
             Some((st, prefix)) => {
                 let mut sink = |files: Vec<(usize, Vec<u8>, Vec<u8>)>| {
-                    let files = files
-                        .into_iter()
-                        .map(|(b, raw, gz)| (b, Bytes::from(raw), Bytes::from(gz)))
-                        .collect();
-                    st.write_blocks(prefix, li, files).map_err(|e| {
+                    write_streamed(st, prefix, li, files).map_err(|e| {
                         shared::Error::InvalidParameter {
                             name: "block store",
                             reason: e.to_string(),
@@ -479,9 +532,9 @@ pub fn build(
                         .into_iter()
                         .zip(std::mem::take(&mut p.gzipped))
                         .enumerate()
-                        .map(|(b, (raw, gz))| (b, Bytes::from(raw), Bytes::from(gz)))
+                        .map(|(b, (raw, gz))| (b, raw, gz))
                         .collect();
-                    st.write_blocks(prefix, 0, files)?;
+                    write_streamed(st, prefix, 0, files)?;
                 }
                 tracing::info!(
                     bytes = p.doc.bytes[0],
@@ -513,11 +566,9 @@ pub fn build(
             l.files
                 .into_iter()
                 .zip(l.gzipped)
-                .zip(&l.doc.hashes)
-                .map(|((raw, gz), hash)| BlockFile {
+                .map(|(raw, gz)| BlockFile {
                     raw: Bytes::from(raw),
                     gzip: Bytes::from(gz),
-                    etag: quoted(hash),
                 })
                 .collect(),
         );
@@ -536,9 +587,24 @@ pub fn build(
         let files = st.rename_prefix(prefix, &doc.version)?;
         tracing::info!(version = %doc.version, files, secs = t.elapsed().as_secs_f64(), "partition: streamed files moved to the version");
     }
+    let checksums = stream.is_some().then(|| {
+        let mut crc32: Vec<Vec<[u32; 2]>> = doc
+            .levels
+            .iter()
+            .map(|l| vec![[0; 2]; l.blocks as usize])
+            .collect();
+        for (li, b, sum) in streamed_sums
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            crc32[li][b] = sum;
+        }
+        Checksums { crc32 }
+    });
     let mut published = assemble(
         doc,
         stream.is_none().then_some(files),
+        checksums,
         store,
         catalogue_version,
         fingerprint,
@@ -745,9 +811,13 @@ impl Partitions {
                 .map_err(|e| PartitionError::Invalid(e.to_string()))?;
             self.hold(&new.doc.version);
             let t = Instant::now();
+            let sums = new
+                .checksums
+                .as_ref()
+                .ok_or_else(|| PartitionError::Invalid("a built version lacks checksums".into()))?;
             let written = match &files {
-                Some(files) => store.write_version(&canonical, files, &new.canonical_json),
-                None => store.write_document(&canonical.version, &new.canonical_json),
+                Some(files) => store.write_version(&canonical, files, sums, &new.canonical_json),
+                None => store.write_document(&canonical.version, sums, &new.canonical_json),
             }
             .and_then(|()| {
                 // A damaged announcement is replaced (it names nothing servable).
@@ -783,9 +853,23 @@ impl Partitions {
         let Some((m, doc, _)) = store.load_current()? else {
             return Ok(None);
         };
+        // Without usable checksums every block read is SHA-256-checked instead.
+        let checksums = match store.load_checksums(&m.version) {
+            Ok(Some(c)) if c.fits(&doc) => Some(c),
+            Ok(Some(_)) => {
+                tracing::warn!(version = %m.version, "partition: stored checksums do not fit the document; ignored");
+                None
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(version = %m.version, error = %e, "partition: stored checksums unreadable; ignored");
+                None
+            }
+        };
         let mut p = assemble(
             doc,
             None,
+            checksums,
             Some(store),
             m.catalogue_version,
             m.fingerprint,
@@ -813,23 +897,35 @@ impl Partitions {
         }
     }
 
-    /// One block file: held in memory, or read from the store (checked against the
-    /// document's SHA-256 — a damaged stored file is an error, never served) and then held.
+    /// One block file, plain or gzip (`gz`): held in memory; else, for a version held once
+    /// read, both files read from the store, checked against the document's SHA-256 and
+    /// kept; else the one file read from the store per request (SHA-256-checked each time
+    /// when the version has no checksums).
+    ///
+    /// With checksums, a file is checked against its CRC-32 the first time this process
+    /// sends it, and again whenever its length differs from the length checked; between,
+    /// the stored files are immutable (the block store's invariant), so the bytes sent are
+    /// the bytes checked. A damaged stored file is an error, never knowingly served; and
+    /// whatever is sent, every client checks each block against the document's SHA-256
+    /// (held in this server's memory) before using it. Checking once rather than per
+    /// request is a fifth of the cost of a 0.8 MB block GET at 1,000,000 items.
     pub async fn block(
         &self,
         p: &Published,
         level: usize,
         block: usize,
-    ) -> Result<BlockFile, BlockError> {
+        gz: bool,
+    ) -> Result<Bytes, BlockError> {
         let missing = || BlockError::Missing {
             version: p.doc.version.clone(),
             level,
             block,
             levels: p.levels(),
         };
+        let pick = |f: &BlockFile| if gz { f.gzip.clone() } else { f.raw.clone() };
         match p.cached(level, block) {
             None => return Err(missing()),
-            Some(Some(f)) => return Ok(f.clone()),
+            Some(Some(f)) => return Ok(pick(f)),
             Some(None) => {}
         }
         let fail = |err: String| BlockError::Store {
@@ -839,23 +935,35 @@ impl Partitions {
             err,
         };
         let store = self.store.as_ref().ok_or_else(|| fail("no store".into()))?;
-        let (raw, gz) = store
-            .read_block(&p.doc.version, level, block)
+        let version = &p.doc.version;
+        if let (false, Some(sums)) = (p.keep, &p.checksums) {
+            let want = sums.get(level, block, gz).ok_or_else(missing)?;
+            let bytes = store
+                .read_file(version, level, block, gz)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            let checked = &p.checked[level][block][usize::from(gz)];
+            if checked.load(Ordering::Relaxed) != bytes.len() as u64 {
+                if crc32fast::hash(&bytes) != want {
+                    return Err(fail(format!("stored bytes do not match CRC-32 {want:08x}")));
+                }
+                checked.store(bytes.len() as u64, Ordering::Relaxed);
+            }
+            return Ok(bytes);
+        }
+        let (raw, gzip) = store
+            .read_block(version, level, block)
             .await
             .map_err(|e| fail(e.to_string()))?;
         let want = &p.doc.levels[level].hashes[block];
         if &shared::protocol::blocks::hash_hex(&raw) != want {
             return Err(fail(format!("stored bytes do not match SHA-256 {want}")));
         }
-        let f = BlockFile {
-            raw,
-            gzip: gz,
-            etag: quoted(want),
-        };
+        let f = BlockFile { raw, gzip };
         if p.keep {
-            Ok(p.files[level][block].get_or_init(|| f).clone())
+            Ok(pick(p.files[level][block].get_or_init(|| f)))
         } else {
-            Ok(f)
+            Ok(pick(&f))
         }
     }
 
@@ -1020,6 +1128,8 @@ mod tests {
             canonical_json: Bytes::new(),
             files: Vec::new(),
             keep: true,
+            checksums: None,
+            checked: Vec::new(),
             written: false,
             catalogue_version: 0,
             fingerprint: String::new(),

@@ -400,33 +400,56 @@ fn etag_matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
     })
 }
 
-/// A cacheable body: 304 without a body when the client has it, else the gzip bytes if the
-/// client takes them, else the plain ones. No copy: `Bytes` clones are reference counts.
-fn cached(
-    headers: &HeaderMap,
-    etag: &HeaderValue,
+/// How a cacheable body is answered: 304 without a body when the client has it, else the gzip
+/// bytes if the client takes them, else the plain ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    NotModified,
+    Gzip,
+    Plain,
+}
+
+impl Reply {
+    fn to(headers: &HeaderMap, etag: &HeaderValue) -> Self {
+        if etag_matches(headers, etag) {
+            Reply::NotModified
+        } else if accepts_gzip(headers) {
+            Reply::Gzip
+        } else {
+            Reply::Plain
+        }
+    }
+}
+
+/// A cacheable response of kind `reply` (`body`: the bytes that kind sends, empty for 304).
+fn cacheable(
+    reply: Reply,
+    etag: HeaderValue,
     cache: HeaderValue,
     content_type: HeaderValue,
-    plain: &Bytes,
-    gzip: &Bytes,
+    body: Bytes,
 ) -> Response {
-    let mut resp = if etag_matches(headers, etag) {
-        let mut r = Response::new(Body::empty());
-        *r.status_mut() = StatusCode::NOT_MODIFIED;
-        r
-    } else if accepts_gzip(headers) {
-        let mut r = Response::new(Body::from(gzip.clone()));
-        r.headers_mut()
-            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        r.headers_mut().insert(header::CONTENT_TYPE, content_type);
-        r
-    } else {
-        let mut r = Response::new(Body::from(plain.clone()));
-        r.headers_mut().insert(header::CONTENT_TYPE, content_type);
-        r
+    let mut resp = match reply {
+        Reply::NotModified => {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r
+        }
+        Reply::Gzip => {
+            let mut r = Response::new(Body::from(body));
+            r.headers_mut()
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            r.headers_mut().insert(header::CONTENT_TYPE, content_type);
+            r
+        }
+        Reply::Plain => {
+            let mut r = Response::new(Body::from(body));
+            r.headers_mut().insert(header::CONTENT_TYPE, content_type);
+            r
+        }
     };
     let h = resp.headers_mut();
-    h.insert(header::ETAG, etag.clone());
+    h.insert(header::ETAG, etag);
     h.insert(header::CACHE_CONTROL, cache);
     h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     // Range requests are answered with the whole file (200); say so up front.
@@ -438,13 +461,18 @@ fn cached(
 /// version, so a revalidation costs a 304).
 async fn partition(State(s): Shared, headers: HeaderMap) -> Result<Response, ApiError> {
     let p = s.partitions.current().ok_or(VersionError::Unavailable)?;
-    Ok(cached(
-        &headers,
-        &p.doc_etag,
+    let reply = Reply::to(&headers, &p.doc_etag);
+    let body = match reply {
+        Reply::NotModified => Bytes::new(),
+        Reply::Gzip => p.doc_gzip.clone(),
+        Reply::Plain => p.doc_json.clone(),
+    };
+    Ok(cacheable(
+        reply,
+        p.doc_etag.clone(),
         NO_CACHE,
         HeaderValue::from_static("application/json"),
-        &p.doc_json,
-        &p.doc_gzip,
+        body,
     ))
 }
 
@@ -482,16 +510,25 @@ async fn block(
         ))
     };
     let (l, b) = li.zip(bi).ok_or_else(missing)?;
-    let file = s.partitions.block(&p, l, b).await.map_err(|e| match e {
-        BlockError::Missing { .. } => missing(),
-        e @ BlockError::Store { .. } => ApiError::Internal(e.to_string()),
-    })?;
-    Ok(cached(
-        &headers,
-        &file.etag,
+    let etag = p.etag(l, b).ok_or_else(missing)?;
+    // A revalidation is answered from the document alone: no file is read.
+    let reply = Reply::to(&headers, &etag);
+    let body = match reply {
+        Reply::NotModified => Bytes::new(),
+        _ => s
+            .partitions
+            .block(&p, l, b, reply == Reply::Gzip)
+            .await
+            .map_err(|e| match e {
+                BlockError::Missing { .. } => missing(),
+                e @ BlockError::Store { .. } => ApiError::Internal(e.to_string()),
+            })?,
+    };
+    Ok(cacheable(
+        reply,
+        etag,
         IMMUTABLE,
         HeaderValue::from_static("application/octet-stream"),
-        &file.raw,
-        &file.gzip,
+        body,
     ))
 }

@@ -137,14 +137,15 @@ pub struct StartupReport {
     pub features_secs: f64,
     /// The embedding (stored or computed), the frame placement and the indexes.
     pub embedding_secs: f64,
-    /// The block partition: loaded from the block store, or built (and written there).
+    /// The block partition: loaded from the block store (side by side with the embedding, so
+    /// the two overlap), or built (and written there) after it.
     pub partition_secs: f64,
     /// The announced partition in the block store was built from this very gallery and
     /// settings, and was served without rebuilding.
     pub partition_reused: bool,
     /// A stored partition of an older gallery was served at once while a new one is built.
     pub partition_stale: bool,
-    /// All of the above.
+    /// From the start to serving (less than the sum when stages overlap).
     pub total_secs: f64,
 }
 
@@ -170,12 +171,13 @@ pub struct FrameGallery {
 }
 
 impl FrameGallery {
-    fn new(rows: &[Vec<f64>], items: &[Arc<GalleryItem>]) -> Self {
+    /// The rows of `items`, `dim` values each, one after another.
+    fn new(flat: Vec<f64>, dim: usize, items: &[Arc<GalleryItem>]) -> Self {
         FrameGallery {
-            flat: rows.concat(),
-            dim: rows.first().map_or(0, Vec::len),
+            index: Index::build_flat(&flat, dim),
+            flat,
+            dim,
             labels: items.iter().map(|it| it.label).collect(),
-            index: Index::build(rows),
         }
     }
 
@@ -294,22 +296,19 @@ pub fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
 fn gallery_features(
     store: &Store,
     weights: &str,
-    stored: Vec<StoredItem>,
-    mut stored_features: HashMap<u64, Vec<f32>>,
+    mut inputs: Vec<(StoredItem, Option<Vec<f32>>)>,
     model: &Model,
     report: &mut StartupReport,
 ) -> Result<(Vec<GalleryItem>, HashMap<u64, bool>), StateError> {
     let t = std::time::Instant::now();
-    let inputs: Vec<(StoredItem, Option<Vec<f32>>)> = stored
-        .into_iter()
-        .map(|it| {
-            // A row of the wrong width or with non-finite values is recomputed.
-            let f = stored_features.remove(&it.id).filter(|f| {
-                f.len() == shared::embed::model::EMBED && f.iter().all(|v| v.is_finite())
-            });
-            (it, f)
-        })
-        .collect();
+    // A stored row of the wrong width or with non-finite values is recomputed.
+    inputs.par_iter_mut().for_each(|(_, f)| {
+        if f.as_ref().is_some_and(|f| {
+            f.len() != shared::embed::model::EMBED || !f.iter().all(|v| v.is_finite())
+        }) {
+            *f = None;
+        }
+    });
     let missing = inputs.iter().filter(|(_, f)| f.is_none()).count();
     let progress = (missing > 0).then(|| {
         Progress::new(
@@ -321,7 +320,6 @@ fn gallery_features(
     // Missing features in batches of lanes (`Model::infer_batch`: 8 images per pass, equal bit
     // for bit to `infer`, which the browser runs on a query).
     const BATCH: usize = 256;
-    let mut inputs = inputs;
     let mut pending: Vec<(usize, StoredItem)> = Vec::with_capacity(missing);
     let mut items: Vec<Option<(GalleryItem, bool)>> = Vec::with_capacity(inputs.len());
     for (i, (it, f)) in inputs.drain(..).enumerate() {
@@ -427,10 +425,10 @@ impl AppState {
         let d = (SIDE * SIDE) as usize;
         let weights = model_version(crate::MODEL_WEIGHTS);
         // The training split (for the anchors) and the store load independently: overlapped.
+        // Each stored item with its stored features, if any.
         type Loaded = (
             Store,
-            Vec<StoredItem>,
-            HashMap<u64, Vec<f32>>,
+            Vec<(StoredItem, Option<Vec<f32>>)>,
             u64,
             u64,
             bool,
@@ -447,22 +445,29 @@ impl AppState {
                 let instance = store.instance()?;
                 // The packed copy if it is this store's current content, else the rows (two
                 // read transactions side by side: redb readers do not block each other).
-                if let Some((items, features)) =
+                if let Some(rows) =
                     crate::packed::read(&packed_path, instance, store.generation()?, &weights)
                 {
+                    let rows = rows.into_iter().map(|(it, f)| (it, Some(f))).collect();
                     let secs = t.elapsed().as_secs_f64();
-                    return Ok((store, items, features, version, instance, true, secs));
+                    return Ok((store, rows, version, instance, true, secs));
                 }
                 let (items, features) =
                     rayon::join(|| store.load_items(), || store.load_features(&weights));
-                let (items, features) = (items?, features?);
+                let (items, mut features) = (items?, features?);
+                let rows = items
+                    .into_iter()
+                    .map(|it| {
+                        let f = features.remove(&it.id);
+                        (it, f)
+                    })
+                    .collect();
                 let secs = t.elapsed().as_secs_f64();
-                Ok((store, items, features, version, instance, false, secs))
+                Ok((store, rows, version, instance, false, secs))
             },
         );
         let train = train?;
-        let (store, mut stored, mut stored_features, mut version, instance, packed_used, load_secs) =
-            loaded?;
+        let (store, mut stored, mut version, instance, packed_used, load_secs) = loaded?;
         let anchor_idx = balanced_anchors(&train, opts.anchor_count);
         if anchor_idx.len() < 10 {
             return Err(StateError::Invalid("need at least 10 anchors".into()));
@@ -478,7 +483,7 @@ impl AppState {
             // split (ids 10,000 + index).
             let test = load_split(opts.data_dir, "t10k")?;
             let g = opts.gallery_size.min(test.labels.len());
-            stored = (0..g)
+            let mut seeded: Vec<StoredItem> = (0..g)
                 .map(|i| StoredItem {
                     id: i as u64,
                     label: test.labels[i] as u32,
@@ -486,18 +491,18 @@ impl AppState {
                 })
                 .collect();
             let extra = opts.gallery_size.saturating_sub(g).min(train.labels.len());
-            stored.extend((0..extra).map(|i| StoredItem {
+            seeded.extend((0..extra).map(|i| StoredItem {
                 id: (test.labels.len() + i) as u64,
                 label: train.labels[i] as u32,
                 pixels: train.images.image(i).to_vec(),
             }));
             // Beyond the dataset: deterministic variants of its images (`data::augment`).
-            let dataset = stored.len();
+            let dataset = seeded.len();
             if opts.gallery_size > dataset && dataset == crate::data::DATASET_IMAGES {
                 let more: Vec<StoredItem> = (dataset..opts.gallery_size)
                     .into_par_iter()
                     .map(|id| {
-                        let base = &stored[id % dataset];
+                        let base = &seeded[id % dataset];
                         StoredItem {
                             id: id as u64,
                             label: base.label,
@@ -505,38 +510,31 @@ impl AppState {
                         }
                     })
                     .collect();
-                stored.extend(more);
+                seeded.extend(more);
             }
             version += 1;
-            store.put_items(&stored, version)?;
-            stored_features.clear();
+            store.put_items(&seeded, version)?;
+            stored = seeded.into_iter().map(|it| (it, None)).collect();
         }
         report.store_load_secs = load_secs + t.elapsed().as_secs_f64();
         tracing::info!(
             items = stored.len(),
-            stored_features = stored_features.len(),
+            stored_features = stored.iter().filter(|(_, f)| f.is_some()).count(),
             packed = packed_used,
             secs = report.store_load_secs,
             "store loaded"
         );
         let model = Model::from_bytes(crate::MODEL_WEIGHTS)?;
-        if let Some(bad) = stored
+        if let Some((bad, _)) = stored
             .iter()
-            .find(|it| it.pixels.len() != d || it.label >= 10)
+            .find(|(it, _)| it.pixels.len() != d || it.label >= 10)
         {
             return Err(StateError::Invalid(format!(
                 "stored item {} is malformed",
                 bad.id
             )));
         }
-        let (items, computed) = gallery_features(
-            &store,
-            &weights,
-            stored,
-            stored_features,
-            &model,
-            &mut report,
-        )?;
+        let (items, computed) = gallery_features(&store, &weights, stored, &model, &mut report)?;
         crate::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
@@ -585,10 +583,19 @@ impl AppState {
             features: Vec::new(),
             frame_rows: Vec::new(),
         };
+        // Eight images per SIMD pass (`infer_batch`, bit-identical to `infer`), chunks in
+        // parallel.
         let anchor_inf: Vec<Vec<f32>> = anchor_idx
-            .par_iter()
-            .map(|&i| model.infer(train.images.image(i)).map(|r| r.features))
-            .collect::<Result<_, _>>()?;
+            .par_chunks(64)
+            .map(|chunk| {
+                let images: Vec<&[u8]> = chunk.iter().map(|&i| train.images.image(i)).collect();
+                model.infer_batch(&images)
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .map(|r| r.features)
+            .collect();
         let fd = anchor_inf[0].len();
         let anchor_features =
             DMatrix::from_fn(anchor_idx.len(), fd, |r, j| anchor_inf[r][j] as f64);
@@ -622,7 +629,7 @@ impl AppState {
             gallery_rows: Vec::new(),
             index: Index::build(&[]),
             anchor_rows: DMatrix::zeros(0, 0),
-            frame: FrameGallery::new(&[], &[]),
+            frame: FrameGallery::new(Vec::new(), 0, &[]),
         };
         let mut state = AppState {
             config,
@@ -643,23 +650,35 @@ impl AppState {
             startup: StartupReport::default(),
             features_stored: Mutex::new(features_stored),
         };
-        let t = std::time::Instant::now();
-        let (snap, reused) = match state.stored_snapshot(&items, version)? {
-            Some(s) => (s, true),
-            None => {
-                let spinner = Spinner::new(format!("embedding {} items", items.len()));
-                let s = state.embed(items.clone(), version)?;
-                spinner.finish();
-                state.persist(&s)?;
-                (s, false)
-            }
-        };
+        // The embedding (stored or computed) and the stored partition are independent: loaded
+        // side by side. A partition that must be rebuilt is built after both.
+        let (embedded, (loaded, partition_load_secs)) = rayon::join(
+            || -> Result<(Snapshot, bool, f64), StateError> {
+                let t = std::time::Instant::now();
+                let (snap, reused) = match state.stored_snapshot(&items, version)? {
+                    Some(s) => (s, true),
+                    None => {
+                        let spinner = Spinner::new(format!("embedding {} items", items.len()));
+                        let s = state.embed(items.clone(), version)?;
+                        spinner.finish();
+                        state.persist(&s)?;
+                        (s, false)
+                    }
+                };
+                Ok((snap, reused, t.elapsed().as_secs_f64()))
+            },
+            || {
+                let t = std::time::Instant::now();
+                (state.load_partition(&items), t.elapsed().as_secs_f64())
+            },
+        );
+        let (snap, reused, embedding_secs) = embedded?;
         crate::progress::release_freed_memory();
         report.embedding_reused = reused;
-        report.embedding_secs = t.elapsed().as_secs_f64();
+        report.embedding_secs = embedding_secs;
         *state.snapshot.write().unwrap() = Arc::new(snap);
         let t = std::time::Instant::now();
-        match state.load_partition(&items) {
+        match loaded {
             Ok(Some(fresh)) => {
                 report.partition_reused = fresh;
                 report.partition_stale = !fresh;
@@ -678,7 +697,7 @@ impl AppState {
         }
         state.partitions.collect_garbage();
         crate::progress::release_freed_memory();
-        report.partition_secs = t.elapsed().as_secs_f64();
+        report.partition_secs = partition_load_secs + t.elapsed().as_secs_f64();
         report.total_secs = t_total.elapsed().as_secs_f64();
         tracing::info!(
             features_reused = report.features_reused,
@@ -774,27 +793,29 @@ impl AppState {
         {
             return Ok(None);
         }
-        let g = items.len();
-        let rows: Vec<Vec<f64>> = s.rows.chunks_exact(k).map(|r| r.to_vec()).collect();
-        let frame = FrameGallery::new(&self.placed(items)?, items);
+        let (gallery, anchors) = s.rows.split_at(items.len() * k);
+        // The two indexes are independent: built side by side.
+        let (frame, (index, gallery_rows)) = rayon::join(
+            || self.placed(items),
+            || {
+                let rows: Vec<Vec<f64>> = gallery.chunks_exact(k).map(<[f64]>::to_vec).collect();
+                (Index::build_flat(gallery, k), rows)
+            },
+        );
         Ok(Some(Snapshot {
             catalogue_version: version,
             items: items.to_vec(),
-            index: Index::build(&rows[..g]),
-            frame,
-            anchor_rows: DMatrix::from_row_iterator(
-                n_anchor,
-                k,
-                rows[g..].iter().flatten().copied(),
-            ),
-            gallery_rows: rows[..g].to_vec(),
+            index,
+            frame: frame?,
+            anchor_rows: DMatrix::from_row_slice(n_anchor, k, anchors),
+            gallery_rows,
         }))
     }
 
-    /// The gallery placed in the anchor frame: from the store if it was placed for exactly
-    /// these items (ids and features), this frame and these weights, else computed and stored
-    /// (13 s at 1,000,000 items; loading is under a second).
-    fn placed(&self, items: &[Arc<GalleryItem>]) -> Result<Vec<Vec<f64>>, StateError> {
+    /// The gallery placed in the anchor frame, with its index: rows from the store if they
+    /// were placed for exactly these items (ids and features), this frame and these weights,
+    /// else computed and stored (13 s at 1,000,000 items; loading is under a second).
+    fn placed(&self, items: &[Arc<GalleryItem>]) -> Result<FrameGallery, StateError> {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         h.update(b"frame-rows-1");
@@ -803,25 +824,26 @@ impl AppState {
         for v in self.frame.rows().iter().chain(self.anchor_features.iter()) {
             h.update(v.to_le_bytes());
         }
+        // One update per item (the same bytes as a value at a time, much faster).
+        let mut buf = Vec::new();
         for it in items {
-            h.update(it.id.to_le_bytes());
-            for f in &it.features {
-                h.update(f.to_le_bytes());
-            }
+            buf.clear();
+            buf.extend_from_slice(&it.id.to_le_bytes());
+            buf.extend(it.features.iter().flat_map(|f| f.to_le_bytes()));
+            h.update(&buf);
         }
         let guard = h.finalize();
         let width = self.frame.dim();
         if let Some(flat) = self.store.load_frame_rows(&guard)? {
             if flat.len() == items.len() * width && width > 0 {
-                return Ok(flat.chunks_exact(width).map(<[f64]>::to_vec).collect());
+                return Ok(FrameGallery::new(flat, width, items));
             }
         }
-        let rows = self.place(items)?;
-        let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+        let flat: Vec<f64> = self.place(items)?.concat();
         if let Err(e) = self.store.save_frame_rows(&guard, &flat) {
             tracing::warn!(error = %e, "storing the frame rows failed; they are placed again at the next start");
         }
-        Ok(rows)
+        Ok(FrameGallery::new(flat, width, items))
     }
 
     /// The gallery placed in the anchor frame (deterministic).
@@ -888,12 +910,12 @@ impl AppState {
         let rows: Vec<Vec<f64>> = (0..g)
             .map(|i| emb.row(i).iter().copied().collect())
             .collect();
-        let frame = FrameGallery::new(&self.placed(&items)?, &items);
+        let (frame, index) = rayon::join(|| self.placed(&items), || Index::build(&rows));
         Ok(Snapshot {
             catalogue_version: version,
-            frame,
+            frame: frame?,
             items,
-            index: Index::build(&rows),
+            index,
             gallery_rows: rows,
             anchor_rows: emb.rows(g, n_anchor).into_owned(),
         })

@@ -41,6 +41,16 @@ impl Drop for Server {
 }
 
 /// A fresh store path under the system temp directory, unique per call.
+/// The bytes of a gzip body (panics on a malformed one: tests only).
+pub fn gunzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(b)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
 pub fn temp_store(tag: &str) -> std::path::PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);

@@ -4,10 +4,9 @@
 //! exactness of ranking over released blocks.
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::time::{Duration, Instant};
 
-use privatemail_e2e::{start_server, status_json, temp_store, Server};
+use privatemail_e2e::{gunzip, start_server, status_json, temp_store, Server};
 use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -47,14 +46,6 @@ fn doc(http: &Client, base: &str) -> PartitionDoc {
 
 fn block_url(base: &str, d: &PartitionDoc, level: usize, block: usize) -> String {
     format!("{base}{}/{level}/{block}", d.blocks_url)
-}
-
-fn gunzip(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(b)
-        .read_to_end(&mut out)
-        .unwrap();
-    out
 }
 
 /// GET a block with gzip accepted; returns the uncompressed bytes and the wire length.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use privatemail_e2e::{
-    add_test_image, get_json, start_server_env, status_json, temp_store, Server,
+    add_test_image, get_json, gunzip, start_server_env, status_json, temp_store, Server,
 };
 use reqwest::blocking::Client;
 use serde_json::Value;
@@ -128,31 +128,76 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     let again = assert_whole_version(&http, &s.base);
     assert_eq!(again, first, "the same document, byte for byte in meaning");
     drop(s);
-    // Over the memory budget: every block is read from the store per request, same bytes.
-    let mut a = args(&store, "600");
-    a.extend(["--blocks-cache-mib".to_string(), "0".to_string()]);
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let s = start_server_env(&a, &[]);
+    // Over the memory budget: every block is read from the store per request (only the file
+    // asked for, checked against the version's CRC-32), the same bytes plain and gzip.
+    let over = {
+        let mut a = args(&store, "600");
+        a.extend(["--blocks-cache-mib".to_string(), "0".to_string()]);
+        a
+    };
+    let over: Vec<&str> = over.iter().map(String::as_str).collect();
+    let s = start_server_env(&over, &[]);
     assert_eq!(assert_whole_version(&http, &s.base), first);
-    // A damaged stored block is never served: the hash check turns it into a 500.
-    drop(s);
     let v = &first.version;
     let level = first.levels.iter().position(|l| !l.whole).unwrap();
-    let path = blocks_dir(&store).join(v).join(level.to_string()).join("0");
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[40] ^= 0xff;
-    std::fs::write(&path, bytes).unwrap();
+    let get = |base: &str, block: usize, gzip: bool, etag: Option<&str>| {
+        let mut r = http.get(format!("{base}/api/v1/blocks/{v}/{level}/{block}"));
+        if gzip {
+            r = r.header("accept-encoding", "gzip");
+        }
+        if let Some(e) = etag {
+            r = r.header("if-none-match", e);
+        }
+        r.send().unwrap()
+    };
+    let gz = get(&s.base, 0, true, None);
+    assert_eq!(gz.status().as_u16(), 200);
+    assert_eq!(gz.headers()["content-encoding"], "gzip");
+    let plain = gunzip(&gz.bytes().unwrap());
+    shared::protocol::blocks::decode(&plain, Some(&first.levels[level].hashes[0])).unwrap();
+    drop(s);
+    // A damaged stored file is never served. Block 0's plain file and block 1's gzip file
+    // are damaged; each request is checked on exactly the file it sends.
+    let dir = blocks_dir(&store).join(v).join(level.to_string());
+    for name in ["0", "1.gz"] {
+        let mut bytes = std::fs::read(dir.join(name)).unwrap();
+        bytes[40] ^= 0xff;
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    let refused = |r: reqwest::blocking::Response, check: &str| {
+        assert_eq!(r.status().as_u16(), 500);
+        let e: Value = r.json().unwrap();
+        let msg = e["error"]["message"].as_str().unwrap().to_string();
+        assert!(msg.contains(check), "{e}");
+    };
+    let s = start_server_env(&over, &[]);
+    refused(get(&s.base, 0, false, None), "CRC-32");
+    assert_eq!(get(&s.base, 0, true, None).status().as_u16(), 200);
+    refused(get(&s.base, 1, true, None), "CRC-32");
+    assert_eq!(get(&s.base, 1, false, None).status().as_u16(), 200);
+    // Checked the first time it is sent, then again whenever its length changes.
+    assert_eq!(get(&s.base, 3, true, None).status().as_u16(), 200);
+    let mut bytes = std::fs::read(dir.join("3.gz")).unwrap();
+    bytes.push(0);
+    std::fs::write(dir.join("3.gz"), bytes).unwrap();
+    refused(get(&s.base, 3, true, None), "CRC-32");
+    // A revalidation is answered from the document: 304, no file read.
+    let etag = format!("\"{}\"", first.levels[level].hashes[0]);
+    assert_eq!(get(&s.base, 0, false, Some(&etag)).status().as_u16(), 304);
+    drop(s);
+    // Held in memory once read: both files read and the plain one SHA-256-checked.
     let s = start(&store, "600", &[]);
-    let r = http
-        .get(format!("{}/api/v1/blocks/{v}/{level}/0", s.base))
-        .send()
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 500);
-    let e: Value = r.json().unwrap();
-    assert!(
-        e["error"]["message"].as_str().unwrap().contains("SHA-256"),
-        "{e}"
-    );
+    refused(get(&s.base, 0, true, None), "SHA-256");
+    drop(s);
+    // A version stored without checksums (older code): SHA-256 per read, still refused.
+    std::fs::remove_file(blocks_dir(&store).join(v).join("checksums.json")).unwrap();
+    let s = start_server_env(&over, &[]);
+    assert_eq!(startup(&http, &s.base)["partition_reused"], true);
+    refused(get(&s.base, 0, true, None), "SHA-256");
+    let ok = get(&s.base, 2, true, None);
+    assert_eq!(ok.status().as_u16(), 200);
+    let plain = gunzip(&ok.bytes().unwrap());
+    shared::protocol::blocks::decode(&plain, Some(&first.levels[level].hashes[2])).unwrap();
     std::fs::remove_dir_all(store.parent().unwrap()).ok();
 }
 

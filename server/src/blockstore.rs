@@ -252,6 +252,12 @@ impl BlockStore {
         }
     }
 
+    /// Whether [`BlockStore::read_file`] maps files (a local directory) rather than copying
+    /// them into memory.
+    pub fn is_mapped(&self) -> bool {
+        self.local_dir.is_some()
+    }
+
     /// Whether clients fetch from somewhere else than this server (which then cannot
     /// negotiate gzip for them: the plan counts uncompressed bytes).
     pub fn is_external(&self) -> bool {
@@ -582,14 +588,17 @@ impl BlockStore {
 }
 
 /// A stored block file, mapped into memory (the bytes are the page cache's; dropping the last
-/// clone unmaps it).
+/// clone unmaps it). The partition keeps checked mappings while their version is served, so
+/// the process's resident size counts those pages (as file pages the kernel can reclaim and
+/// read again).
 ///
 /// Architecture invariant: stored files are immutable. Every put writes a new file aside and
 /// renames it into place, and a version's files are removed only by unlinking them; nothing
 /// truncates or rewrites a file in place. A mapping therefore always sees the bytes it
-/// mapped, even while the file is replaced or deleted (the mapping keeps its inode). Only a
-/// process outside this server truncating a file under it could fault the mapping — the same
-/// class of fault as rewriting the gallery store under a running server.
+/// mapped, even while the file is replaced or deleted (the mapping keeps its inode, so a
+/// deleted version's disk space is freed when its last mapping goes). Only a process outside
+/// this server truncating a file under it could fault the mapping — the same class of fault
+/// as rewriting the gallery store under a running server.
 fn map_file(path: &FsPath) -> Result<Bytes> {
     let file = std::fs::File::open(path)?;
     // SAFETY: the file is never modified in place while mapped (the invariant above); the

@@ -75,7 +75,8 @@ struct Args {
     #[arg(long, env = "PM_BLOCKS_PUBLIC_URL")]
     blocks_public_url: Option<String>,
     /// Block retrieval: a partition version whose block files (plain + gzip) exceed this many
-    /// MiB is not held in memory; its blocks are read from the block store per request.
+    /// MiB is not held in memory; each block file is read from the block store on request (a
+    /// local store's file is mapped on its first request, checked and kept mapped).
     #[arg(long, env = "PM_BLOCKS_CACHE_MIB", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     blocks_cache_mib: u64,

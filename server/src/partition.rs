@@ -7,8 +7,9 @@
 //! (uncompressed and gzip) as [`Bytes`] (a response clones a reference count, never the
 //! bytes), their strong ETags, and the document's JSON. A version loaded from the store at
 //! start-up reads each block on its first request (checked against the document's SHA-256)
-//! and keeps it; a version over the memory budget reads the one file a request needs (plain
-//! or gzip) per request, checked against the version's stored CRC-32 ([`Checksums`]). Looking a version up takes a read lock for an `Arc` clone; nothing is locked
+//! and keeps it; a version over the memory budget maps the one file a request needs (plain or
+//! gzip) from a local store, checks it against the version's stored CRC-32 ([`Checksums`])
+//! and keeps the mapping (the page cache's bytes, sent without a copy). Looking a version up takes a read lock for an `Arc` clone; nothing is locked
 //! while a response is written.
 //!
 //! Versions: the current one is served, and each version it replaced stays served for a grace
@@ -19,7 +20,7 @@
 //! neither current nor retired and its files are older than the grace period.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,12 @@ pub const MAX_RETIRED: usize = 2;
 pub const MAX_GONE: usize = 256;
 /// Numbers staging prefixes of this process's builds.
 static STAGING_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Mapped block files kept at most, over all versions: each is one memory map, and the kernel
+/// allows a process 65,530 (`vm.max_map_count`). Both files of every block of a 1,000,000-item
+/// version are 15,872. Beyond this, a file is mapped per request.
+pub const MAX_KEPT_MAPS: usize = 16_384;
+/// Mapped block files kept now.
+static KEPT_MAPS: AtomicUsize = AtomicUsize::new(0);
 /// Rows of the neighbour search handed to one rayon task.
 const NEIGHBOUR_CHUNK: usize = 256;
 
@@ -63,7 +70,7 @@ pub struct PartitionSettings {
     /// How long a replaced version stays served.
     pub grace: Duration,
     /// A version whose block files (plain + gzip) exceed this many bytes is not held in
-    /// memory: each request reads its block from the block store (and checks its hash).
+    /// memory: a request's block file is read from the block store (and checked).
     pub cache_bytes: u64,
 }
 
@@ -125,9 +132,9 @@ pub struct Published {
     /// CRC-32 of every stored file (computed when built, or read with the version); `None`
     /// for a stored version written without them (its blocks are SHA-256-checked per read).
     checksums: Option<Checksums>,
-    /// `[level][block][plain, gzip]`: the length of a stored file once this process has
-    /// checked it against its CRC-32 (0: not yet).
-    checked: Vec<Vec<[AtomicU64; 2]>>,
+    /// `[level][block][plain, gzip]`: a stored file of a local store, mapped and checked
+    /// against its CRC-32 the first time it was sent (a response clones a reference count).
+    mapped: Vec<Vec<[OnceLock<Bytes>; 2]>>,
     /// The block files are already in the store under the version (streamed while built):
     /// persisting writes only the document.
     written: bool,
@@ -136,6 +143,16 @@ pub struct Published {
     /// [`fingerprint`] of what it was built from.
     pub fingerprint: String,
     pub build_secs: f64,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        let kept = self.mapped.iter().flatten().flatten();
+        KEPT_MAPS.fetch_sub(
+            kept.filter(|m| m.get().is_some()).count(),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 impl Published {
@@ -253,7 +270,7 @@ fn assemble(
         doc,
         files: slots,
         keep: true,
-        checked: canonical
+        mapped: canonical
             .levels
             .iter()
             .map(|l| (0..l.blocks).map(|_| Default::default()).collect())
@@ -899,16 +916,16 @@ impl Partitions {
 
     /// One block file, plain or gzip (`gz`): held in memory; else, for a version held once
     /// read, both files read from the store, checked against the document's SHA-256 and
-    /// kept; else the one file read from the store per request (SHA-256-checked each time
-    /// when the version has no checksums).
+    /// kept; else the one file read from the store (SHA-256-checked on every read when the
+    /// version has no checksums).
     ///
-    /// With checksums, a file is checked against its CRC-32 the first time this process
-    /// sends it, and again whenever its length differs from the length checked; between,
-    /// the stored files are immutable (the block store's invariant), so the bytes sent are
-    /// the bytes checked. A damaged stored file is an error, never knowingly served; and
-    /// whatever is sent, every client checks each block against the document's SHA-256
-    /// (held in this server's memory) before using it. Checking once rather than per
-    /// request is a fifth of the cost of a 0.8 MB block GET at 1,000,000 items.
+    /// With checksums, the file is checked against its CRC-32 when first read; a local
+    /// store's file is read by mapping it, and the checked mapping is kept and sent from
+    /// then on (the bytes are the page cache's: no copy, no per-request system call). Stored
+    /// files are immutable (the block store's invariant), so a kept mapping always holds the
+    /// bytes checked. A damaged stored file is an error, never served; and whatever is sent,
+    /// every client checks each block against the document's SHA-256 (held in this server's
+    /// memory) before using it.
     pub async fn block(
         &self,
         p: &Published,
@@ -937,19 +954,36 @@ impl Partitions {
         let store = self.store.as_ref().ok_or_else(|| fail("no store".into()))?;
         let version = &p.doc.version;
         if let (false, Some(sums)) = (p.keep, &p.checksums) {
+            if let Some(kept) = p.mapped[level][block][usize::from(gz)].get() {
+                return Ok(kept.clone());
+            }
             let want = sums.get(level, block, gz).ok_or_else(missing)?;
             let bytes = store
                 .read_file(version, level, block, gz)
                 .await
                 .map_err(|e| fail(e.to_string()))?;
-            let checked = &p.checked[level][block][usize::from(gz)];
-            if checked.load(Ordering::Relaxed) != bytes.len() as u64 {
-                if crc32fast::hash(&bytes) != want {
-                    return Err(fail(format!("stored bytes do not match CRC-32 {want:08x}")));
-                }
-                checked.store(bytes.len() as u64, Ordering::Relaxed);
+            if crc32fast::hash(&bytes) != want {
+                return Err(fail(format!("stored bytes do not match CRC-32 {want:08x}")));
             }
-            return Ok(bytes);
+            // A bucket's bytes are a copy in this process's memory: not kept. Nor is a mapping
+            // past the bound (sent, then unmapped).
+            if !store.is_mapped() || KEPT_MAPS.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_MAPS {
+                if store.is_mapped() {
+                    KEPT_MAPS.fetch_sub(1, Ordering::Relaxed);
+                }
+                return Ok(bytes);
+            }
+            let mut kept = false;
+            let sent = p.mapped[level][block][usize::from(gz)]
+                .get_or_init(|| {
+                    kept = true;
+                    bytes
+                })
+                .clone();
+            if !kept {
+                KEPT_MAPS.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Ok(sent);
         }
         let (raw, gzip) = store
             .read_block(version, level, block)
@@ -958,6 +992,15 @@ impl Partitions {
         let want = &p.doc.levels[level].hashes[block];
         if &shared::protocol::blocks::hash_hex(&raw) != want {
             return Err(fail(format!("stored bytes do not match SHA-256 {want}")));
+        }
+        // The gzip file too, where the version has checksums (else the client's SHA-256 check
+        // of the inflated bytes is its only check).
+        if let Some(sum) = p.checksums.as_ref().and_then(|c| c.get(level, block, true)) {
+            if crc32fast::hash(&gzip) != sum {
+                return Err(fail(format!(
+                    "stored gzip bytes do not match CRC-32 {sum:08x}"
+                )));
+            }
         }
         let f = BlockFile { raw, gzip };
         if p.keep {
@@ -1129,7 +1172,7 @@ mod tests {
             files: Vec::new(),
             keep: true,
             checksums: None,
-            checked: Vec::new(),
+            mapped: Vec::new(),
             written: false,
             catalogue_version: 0,
             fingerprint: String::new(),

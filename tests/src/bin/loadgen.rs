@@ -102,7 +102,12 @@ fn blocks(args: &Args, http: &reqwest::blocking::Client) -> Result<(), Box<dyn s
             .map(|t| {
                 let prefix = &prefix;
                 s.spawn(move || {
-                    let http = reqwest::blocking::Client::new();
+                    // The bytes as sent (no automatic gzip decoding, which the workspace's
+                    // reqwest has for the CLI).
+                    let http = reqwest::blocking::Client::builder()
+                        .no_gzip()
+                        .build()
+                        .expect("client");
                     let mut rng = ChaCha20Rng::seed_from_u64(t as u64);
                     let (mut lat, mut errors, mut bytes) = (Vec::new(), 0usize, 0u64);
                     while Instant::now() < deadline && lat.len() < args.max_requests {

@@ -95,6 +95,36 @@ impl Server {
         Ok(bytes.to_vec())
     }
 
+    /// `POST` raw bytes; the answer must be exactly `expect` bytes (a PIR answer's size is
+    /// fixed by the query, so anything else is refused without reading past it).
+    pub fn post_bytes(&self, path: &str, body: Vec<u8>, expect: usize) -> Result<Vec<u8>> {
+        let url = self.url(path);
+        let req = self
+            .http
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body);
+        let resp = self.check(&url, req.send())?;
+        if resp.content_length().is_some_and(|n| n != expect as u64) {
+            return Err(CliError::Malformed(format!(
+                "{url}: answer of {:?} bytes, expected {expect}",
+                resp.content_length()
+            )));
+        }
+        use std::io::Read;
+        let mut out = Vec::with_capacity(expect);
+        resp.take(expect as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| CliError::Malformed(format!("{url}: {e}")))?;
+        if out.len() != expect {
+            return Err(CliError::Malformed(format!(
+                "{url}: answer of {} bytes, expected {expect}",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+
     pub fn post_json<B: serde::Serialize, T: DeserializeOwned>(
         &self,
         path: &str,

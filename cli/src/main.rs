@@ -9,6 +9,7 @@ mod budget;
 mod error;
 mod http;
 mod photo;
+mod pir;
 mod search;
 
 use std::io::IsTerminal;
@@ -141,6 +142,10 @@ fn print_json(v: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
+fn kib(bytes: u64) -> String {
+    format!("{:.0} KiB", bytes as f64 / 1024.0)
+}
+
 fn check_epsilon(epsilon: f64) -> Result<()> {
     if epsilon.is_finite() && epsilon > 0.0 && epsilon <= shared::params::limits::MAX_EPSILON {
         Ok(())
@@ -191,6 +196,16 @@ fn run(cli: Cli) -> Result<()> {
                 return print_json(&out);
             }
             println!("photo: {} (on-device model)", out.predicted_class);
+            if let Some(c) = &out.pir {
+                println!(
+                    "PIR (the server learns nothing about the photo; ε = 0): {} up, {} down; {} of public files downloaded once per version; predicted fidelity@{} {:.3}",
+                    kib(c.bytes_up),
+                    kib(c.bytes_down),
+                    kib(c.one_time_bytes_downloaded),
+                    c.plan.k,
+                    c.plan.predicted_fidelity
+                );
+            }
             if let Some(p) = &out.plan {
                 println!(
                     "downloaded {:.0} KiB: {} of {} blocks at level {}; predicted fidelity@8 {:.3} (share of the exact top 8 found)",

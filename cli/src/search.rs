@@ -36,6 +36,9 @@ pub enum Protocol {
     Frame,
     /// The paper's Algorithm 1: one noisy SMLQ step, aligned on the server.
     Paper,
+    /// Private information retrieval: the server learns nothing about the photo (LWE); exact
+    /// results; no ε spent.
+    Pir,
 }
 
 /// What a search asks for.
@@ -71,6 +74,9 @@ pub struct Outcome {
     /// This search's release (none when the whole gallery was downloaded).
     pub receipt: Option<Receipt>,
     pub plan: Option<Plan>,
+    /// A PIR search's plan and bytes up, down and one-time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pir: Option<crate::pir::PirCosts>,
     /// Bytes on the wire (the published compressed size of the fetched blocks).
     pub bytes_downloaded: u64,
     pub results: Vec<Hit>,
@@ -111,8 +117,26 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut rng = shared::dp::rng::secure_rng()?;
+    let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {
         Protocol::Blocks => blocks(server, &config, &inf.features, q, &mut rng)?,
+        Protocol::Pir => {
+            let (ranked, costs) =
+                crate::pir::search(server, &inf.features, q.k, q.max_bytes, &mut rng)?;
+            let hits = ranked
+                .hits
+                .iter()
+                .map(|h| Hit {
+                    id: h.id,
+                    label: h.label as u32,
+                    class_name: class_name(&config, h.label as u32),
+                    distance: h.distance as f64,
+                })
+                .collect();
+            let bytes = costs.bytes_down + costs.one_time_bytes_downloaded;
+            pir = Some(costs);
+            (None, None, bytes, hits)
+        }
         Protocol::Frame | Protocol::Paper => {
             let (r, hits) = ranked_by_server(server, &config, &inf, q, &mut rng)?;
             (Some(r), None, 0, hits)
@@ -124,6 +148,7 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         predicted_class: class_name(&config, inf.label),
         receipt,
         plan,
+        pir,
         bytes_downloaded: bytes,
         results,
         budget: total,

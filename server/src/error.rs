@@ -36,6 +36,12 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{0}")]
     Conflict(String),
+    /// Not ready yet: 503 `unavailable`.
+    #[error("{0}")]
+    Unavailable(String),
+    /// At the operator's cap of concurrent work: 503 `busy`.
+    #[error("{0}")]
+    Busy(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -94,6 +100,14 @@ impl ApiError {
             ApiError::Conflict(msg) => (
                 StatusCode::CONFLICT,
                 ErrorResponse::new(ErrorCode::Conflict, msg.clone()),
+            ),
+            ApiError::Unavailable(msg) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorResponse::new(ErrorCode::Unavailable, msg.clone()),
+            ),
+            ApiError::Busy(msg) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorResponse::new(ErrorCode::Busy, msg.clone()),
             ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

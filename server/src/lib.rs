@@ -10,6 +10,8 @@ pub mod index;
 pub mod latency;
 pub mod packed;
 pub mod partition;
+pub mod pir;
+pub mod pir_http;
 pub mod progress;
 pub mod quality;
 pub mod routes;

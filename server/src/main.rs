@@ -80,6 +80,11 @@ struct Args {
     #[arg(long, env = "PM_BLOCKS_CACHE_MIB", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     blocks_cache_mib: u64,
+    /// PIR: answers computed at once at most (each spreads over every core); further requests
+    /// wait up to a second, then get 503 `busy`.
+    #[arg(long, env = "PM_PIR_CONCURRENCY", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    pir_concurrency: u64,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -122,8 +127,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.blocks_store.clone(),
         args.blocks_public_url.clone(),
     );
-    let (gallery_size, anchor_count, seed) =
-        (args.gallery_size as usize, args.anchors as usize, args.seed);
+    let (gallery_size, anchor_count, seed, pir_concurrency) = (
+        args.gallery_size as usize,
+        args.anchors as usize,
+        args.seed,
+        args.pir_concurrency,
+    );
     let partition = PartitionSettings {
         max_share: args.max_share,
         allow_full_download: args.allow_full_download,
@@ -142,6 +151,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 admin_token: token,
                 blocks_store: blocks_store.as_deref(),
                 blocks_public_url: blocks_public_url.as_deref(),
+                pir_concurrency: pir_concurrency as usize,
             },
             partition,
         )

@@ -138,6 +138,8 @@ pub struct Published {
     /// The block files are already in the store under the version (streamed while built):
     /// persisting writes only the document.
     written: bool,
+    /// The version's PIR databases, once built (they live and expire with the version).
+    pub pir: OnceLock<Arc<crate::pir::PirServe>>,
     /// The catalogue version the gallery snapshot had.
     pub catalogue_version: u64,
     /// [`fingerprint`] of what it was built from.
@@ -277,6 +279,7 @@ fn assemble(
             .collect(),
         checksums,
         written: false,
+        pir: OnceLock::new(),
         catalogue_version,
         fingerprint,
         build_secs,
@@ -1174,6 +1177,7 @@ mod tests {
             checksums: None,
             mapped: Vec::new(),
             written: false,
+            pir: OnceLock::new(),
             catalogue_version: 0,
             fingerprint: String::new(),
             build_secs: 0.0,

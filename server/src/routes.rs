@@ -53,6 +53,7 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
         .route("/status", get(status))
         .route("/partition", get(partition))
         .route("/blocks/{version}/{level}/{block}", get(block))
+        .merge(crate::pir_http::routes())
         .route("/gallery-map", get(gallery_map))
         .route("/openapi.json", get(openapi))
         .route("/gallery", post(add_items))
@@ -359,9 +360,10 @@ async fn delete_item(
 }
 
 /// Block files never change under a URL (the version is a content hash): cache forever.
-const IMMUTABLE: HeaderValue = HeaderValue::from_static("public, max-age=31536000, immutable");
+pub(crate) const IMMUTABLE: HeaderValue =
+    HeaderValue::from_static("public, max-age=31536000, immutable");
 /// The document does change (new version after a gallery change): revalidate every time.
-const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+pub(crate) const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
 
 /// Whether `Accept-Encoding` allows gzip (`gzip`/`x-gzip`, else `*`, with q > 0).
 fn accepts_gzip(headers: &HeaderMap) -> bool {
@@ -403,14 +405,14 @@ fn etag_matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
 /// How a cacheable body is answered: 304 without a body when the client has it, else the gzip
 /// bytes if the client takes them, else the plain ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
+pub(crate) enum Reply {
     NotModified,
     Gzip,
     Plain,
 }
 
 impl Reply {
-    fn to(headers: &HeaderMap, etag: &HeaderValue) -> Self {
+    pub(crate) fn to(headers: &HeaderMap, etag: &HeaderValue) -> Self {
         if etag_matches(headers, etag) {
             Reply::NotModified
         } else if accepts_gzip(headers) {
@@ -422,7 +424,7 @@ impl Reply {
 }
 
 /// A cacheable response of kind `reply` (`body`: the bytes that kind sends, empty for 304).
-fn cacheable(
+pub(crate) fn cacheable(
     reply: Reply,
     etag: HeaderValue,
     cache: HeaderValue,

@@ -195,6 +195,9 @@ pub struct ServerStatus {
     pub base: StatusResponse,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<crate::partition::PartitionStatus>,
+    /// The current version's PIR databases and the work their answers took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pir: Option<crate::pir::PirStatus>,
     /// How the last start went (what was reused, where the time went).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupReport>,
@@ -220,6 +223,9 @@ pub struct AppState {
     pub partitions: Partitions,
     /// How the last start went.
     pub startup: StartupReport,
+    /// PIR work done (for `/status`) and the cap on concurrent PIR answers.
+    pub pir_counters: crate::pir::PirCounters,
+    pub pir_slots: Arc<tokio::sync::Semaphore>,
     /// Items whose features are in the store (by identity: a re-added id is a new item).
     features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
 }
@@ -243,6 +249,9 @@ pub struct Options<'a> {
     pub blocks_store: Option<&'a str>,
     /// Where clients fetch blocks from (a bucket or CDN URL); `None` = this server.
     pub blocks_public_url: Option<&'a str>,
+    /// PIR answers computed at once at most (each uses every core through rayon); more wait
+    /// up to a second, then get 503 `busy`.
+    pub pir_concurrency: usize,
 }
 
 impl Options<'_> {
@@ -649,6 +658,8 @@ impl AppState {
             partitions: Partitions::new(partition, Some(blocks)),
             startup: StartupReport::default(),
             features_stored: Mutex::new(features_stored),
+            pir_counters: Default::default(),
+            pir_slots: Arc::new(tokio::sync::Semaphore::new(opts.pir_concurrency.max(1))),
         };
         // The embedding (stored or computed) and the stored partition are independent: loaded
         // side by side. A partition that must be rebuilt is built after both.
@@ -716,6 +727,18 @@ impl AppState {
         let stale = report.partition_stale;
         state.startup = report;
         let state = Arc::new(state);
+        if let Some(p) = state.partitions.current().filter(|p| p.pir.get().is_none()) {
+            // A version loaded from the store: its PIR databases are built beside serving
+            // (their endpoints answer 503 until then).
+            let s = Arc::clone(&state);
+            std::thread::spawn(move || {
+                let items: Vec<Arc<GalleryItem>> =
+                    s.catalogue.read().unwrap().values().cloned().collect();
+                if items.len() == p.doc.gallery_size {
+                    crate::pir::attach(&p, &s.partitions, &items);
+                }
+            });
+        }
         if stale {
             // Serve the stored version now; replace it once the current gallery's is built.
             let s = Arc::clone(&state);
@@ -969,6 +992,9 @@ impl AppState {
             .partitions
             .build(items, &self.anchors.features, self.seed, version)
             .and_then(|p| {
+                // PIR databases are built before the version is announced: a client that sees
+                // the version can query them.
+                crate::pir::attach(&p, &self.partitions, items);
                 let v = p.doc.version.clone();
                 self.partitions.persist_and_publish(p).map(|ok| (v, ok))
             });
@@ -1029,6 +1055,11 @@ impl AppState {
         ServerStatus {
             base: self.status(),
             partition: self.partitions.status(),
+            pir: self
+                .partitions
+                .current()
+                .and_then(|p| p.pir.get().cloned())
+                .map(|pir| crate::pir::status(&pir, &self.pir_counters)),
             startup: Some(self.startup.clone()),
         }
     }

@@ -230,6 +230,10 @@ pub enum ErrorCode {
     Unauthorized,
     Forbidden,
     Conflict,
+    /// Not ready yet (e.g. PIR databases still being built); retry later.
+    Unavailable,
+    /// The server is at its limit of concurrent work; retry later.
+    Busy,
     Internal,
 }
 

@@ -13,6 +13,7 @@ pub mod error;
 pub mod idx;
 pub mod metrics;
 pub mod params;
+pub mod pir;
 
 /// Privacy mechanisms and their accounting: every function here that touches a private value
 /// states its guarantee and proof.
@@ -42,6 +43,7 @@ pub mod protocol {
     pub mod blocks;
     pub mod frame;
     pub mod partition;
+    pub mod pir_search;
     pub mod plan;
     pub mod privatemail;
     pub mod publish;

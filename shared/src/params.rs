@@ -31,6 +31,13 @@ pub mod limits {
     pub const MAX_BLOCK_ITEMS: usize = 1_048_576;
     /// Items a client ranks at once, and the `k` of a block ranking.
     pub const MAX_RANK_K: usize = 100;
+    /// PIR query vectors in one request (a ranking record of many columns plus the
+    /// thumbnails of one search).
+    pub const MAX_PIR_QUERIES: usize = 128;
+    /// Bytes of one PIR hint a client accepts (a 4,096-row database has 16 MiB).
+    pub const MAX_PIR_HINT_BYTES: usize = 32 << 20;
+    /// Bytes of the whole ranking table a client accepts.
+    pub const MAX_PIR_TABLE_BYTES: usize = 64 << 20;
 }
 
 /// How the noise scale is calibrated. All three add exact discrete Gaussian noise on a fine

@@ -308,6 +308,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
         admin_token: None,
         blocks_store: None,
         blocks_public_url: None,
+        pir_concurrency: 2,
     })
     .unwrap();
     let snap = local.snapshot();

@@ -1,0 +1,192 @@
+//! The PIR endpoints (`/api/v1/pir…`): the document, the immutable hint and table files, and
+//! the answers. Answers run on the blocking pool (rayon inside), at most `pir_concurrency` at
+//! once; a request that waits longer than [`QUEUE_WAIT`] for a slot is a 503 `busy`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use shared::api::{ErrorCode, ErrorResponse};
+
+use crate::error::ApiError;
+use crate::partition::Published;
+use crate::pir::{PirServe, QueryError};
+use crate::routes::{cacheable, Reply, IMMUTABLE, NO_CACHE};
+use crate::state::AppState;
+
+type Shared = State<Arc<AppState>>;
+
+/// Largest query body: `MAX_PIR_QUERIES` vectors of a database's width (a level database's
+/// upload is bounded by `pir::MAX_LEVEL_UPLOAD` per search when it is built).
+pub const MAX_BODY: usize = 16 << 20;
+/// How long an answer waits for a free slot.
+pub const QUEUE_WAIT: Duration = Duration::from_secs(1);
+/// Path segments echoed in messages are cut to this many characters.
+const ECHO_MAX: usize = 64;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/pir", get(document))
+        .route("/pir/{version}/rank", get(table))
+        .route("/pir/{version}/{db}/hint", get(hint))
+        .route(
+            "/pir/{version}/{db}",
+            post(answer).layer(DefaultBodyLimit::max(MAX_BODY)),
+        )
+}
+
+fn quoted(s: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{s}\"")).unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+fn not_built() -> ApiError {
+    ApiError::Unavailable("the PIR databases of this version are being built or not offered".into())
+}
+
+/// The version (current or in its grace period) and its PIR databases.
+fn served(s: &AppState, version: &str) -> Result<(Arc<Published>, Arc<PirServe>), ApiError> {
+    let p = s.partitions.get(version)?;
+    let pir = p.pir.get().cloned().ok_or_else(not_built)?;
+    Ok((p, pir))
+}
+
+fn bad_path(e: PathRejection) -> ApiError {
+    ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
+}
+
+fn no_db(pir: &PirServe, db: &str) -> ApiError {
+    let db: String = db.chars().take(ECHO_MAX).collect();
+    ApiError::Missing(format!(
+        "PIR version {} has no database {db:?} (thumbs, or a level offered in its document)",
+        pir.doc.version
+    ))
+}
+
+/// `GET /pir`: the current version's PIR document (no-cache; ETag = the version).
+async fn document(State(s): Shared, headers: HeaderMap) -> Result<Response, ApiError> {
+    let p = s
+        .partitions
+        .current()
+        .ok_or(crate::partition::VersionError::Unavailable)?;
+    let pir = p.pir.get().ok_or_else(not_built)?;
+    let etag = quoted(&pir.doc.version);
+    let reply = match Reply::to(&headers, &etag) {
+        Reply::Gzip => Reply::Plain,
+        r => r,
+    };
+    let body = if reply == Reply::NotModified {
+        Bytes::new()
+    } else {
+        pir.doc_json.clone()
+    };
+    Ok(cacheable(
+        reply,
+        etag,
+        NO_CACHE,
+        HeaderValue::from_static("application/json"),
+        body,
+    ))
+}
+
+/// `GET /pir/{version}/{db}/hint`: a database's hint, immutable.
+async fn hint(
+    State(s): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path((version, db)) = path.map_err(bad_path)?;
+    let (_, pir) = served(&s, &version)?;
+    let d = pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
+    let etag = quoted(&d.doc.hint_sha256);
+    let reply = match Reply::to(&headers, &etag) {
+        Reply::Gzip => Reply::Plain, // random-looking words: gzip would not help
+        r => r,
+    };
+    let body = if reply == Reply::NotModified {
+        Bytes::new()
+    } else {
+        d.hint.clone()
+    };
+    Ok(cacheable(
+        reply,
+        etag,
+        IMMUTABLE,
+        HeaderValue::from_static("application/octet-stream"),
+        body,
+    ))
+}
+
+/// `GET /pir/{version}/rank`: the whole ranking table, immutable (gzip when accepted).
+async fn table(
+    State(s): Shared,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(version) = path.map_err(bad_path)?;
+    let (_, pir) = served(&s, &version)?;
+    let (raw, gz) = pir.table.as_ref().ok_or_else(|| no_db(&pir, "rank"))?;
+    let sha = pir
+        .doc
+        .rank_table
+        .as_ref()
+        .map_or("", |t| t.sha256.as_str());
+    let etag = quoted(sha);
+    let reply = Reply::to(&headers, &etag);
+    let body = match reply {
+        Reply::NotModified => Bytes::new(),
+        Reply::Gzip => gz.clone(),
+        Reply::Plain => raw.clone(),
+    };
+    Ok(cacheable(
+        reply,
+        etag,
+        IMMUTABLE,
+        HeaderValue::from_static("application/octet-stream"),
+        body,
+    ))
+}
+
+/// `POST /pir/{version}/{db}`: answers the query vectors in the body (`application/
+/// octet-stream`, little-endian u32). The answer reveals nothing the queries did not already:
+/// the server computes the same function of every query.
+async fn answer(
+    State(s): Shared,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Path((version, db)) = path.map_err(bad_path)?;
+    let (_, pir) = served(&s, &version)?;
+    pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
+    let slots = Arc::clone(&s.pir_slots);
+    let permit = tokio::time::timeout(QUEUE_WAIT, slots.acquire_owned())
+        .await
+        .map_err(|_| ApiError::Busy("too many PIR answers in progress; retry later".into()))?
+        .map_err(|_| ApiError::Internal("PIR slots closed".into()))?;
+    let state = Arc::clone(&s);
+    let out = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let d = pir.db(&db).expect("checked above");
+        crate::pir::answer(d, &body, &state.pir_counters)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?
+    .map_err(|e: QueryError| {
+        ApiError::Invalid(ErrorResponse::new(ErrorCode::InvalidInput, e.to_string()))
+    })?;
+    let mut resp = Response::new(axum::body::Body::from(out));
+    resp.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    resp.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    Ok(resp)
+}

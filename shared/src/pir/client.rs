@@ -1,0 +1,215 @@
+//! The client's side of the scheme: queries for records, and the decoding of answers.
+//!
+//! # Guarantee (query privacy)
+//! A query for column `j` of a database with `n` columns is `A·s + e + Δ·u_j ∈ Z_q^n`, with `A`
+//! the public matrix, `s` a fresh uniform secret and `e` fresh Gaussian errors from the
+//! caller's CSPRNG, `u_j` the j-th unit vector. Under decision-LWE with the parameters of
+//! [`super::lwe`] (128-bit), `A·s + e` is indistinguishable from uniform, so the query is too,
+//! whatever `j` is: the server's view of a query — and of a batch of them, each with its own
+//! secret — is computationally independent of the columns asked for. Its size is
+//! `4·n` bytes for every `j`. Secrets are never reused (a reused secret would let the server
+//! subtract two queries and see `Δ·(u_j − u_j')`), and never leave [`Pending`].
+//!
+//! # What is not hidden
+//! How many queries, against which database, and when — callers make these public (fixed
+//! counts from the plan). Answers are verified after decoding (the record formats carry
+//! SHA-256); a hostile server can make decoding fail on purpose for chosen columns, and learns
+//! one bit if the client's next requests depend on that failure: callers send the same
+//! requests whether or not a record checks out (see `protocol::pir_search`).
+
+use rand::RngCore;
+
+use crate::error::{Error, Result};
+use crate::params::limits;
+use crate::pir::layout::Shape;
+use crate::pir::lwe::{self, DELTA, LWE_N};
+
+/// Why a PIR answer or hint was refused. Never a wrong record: every path ends in a check.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PirError {
+    #[error("PIR answer has {got} bytes, expected {expected}")]
+    AnswerSize { expected: usize, got: usize },
+    #[error("PIR hint has {got} bytes, expected {expected}")]
+    HintSize { expected: usize, got: usize },
+    #[error("PIR {what} does not match its published SHA-256 (expected {expected}, got {got})")]
+    HashMismatch {
+        what: &'static str,
+        expected: String,
+        got: String,
+    },
+    #[error("PIR record is malformed: {0}")]
+    Malformed(String),
+}
+
+impl From<PirError> for Error {
+    fn from(e: PirError) -> Self {
+        Error::InvalidParameter {
+            name: "pir",
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// A hint as the client holds it: `rows × N` u32, checked against its published hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hint {
+    pub rows: usize,
+    pub values: Vec<u32>,
+}
+
+impl Hint {
+    /// Parses the hint file (`rows × N` little-endian u32) after checking its SHA-256.
+    pub fn from_bytes(shape: &Shape, bytes: &[u8], sha256_hex: &str) -> Result<Hint> {
+        shape.validate()?;
+        if bytes.len() != shape.hint_bytes() {
+            return Err(PirError::HintSize {
+                expected: shape.hint_bytes(),
+                got: bytes.len(),
+            }
+            .into());
+        }
+        let got = crate::protocol::blocks::hash_hex(bytes);
+        if !got.eq_ignore_ascii_case(sha256_hex) {
+            return Err(PirError::HashMismatch {
+                what: "hint",
+                expected: sha256_hex.to_string(),
+                got,
+            }
+            .into());
+        }
+        Ok(Hint {
+            rows: shape.rows,
+            values: bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        })
+    }
+}
+
+/// Little-endian bytes of u32 values (hints, queries and answers on the wire).
+pub fn u32s_to_bytes(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A batch of queries sent, waiting for its answer. Holds the secrets.
+pub struct Pending {
+    shape: Shape,
+    secrets: Vec<Vec<u32>>,
+    records: Vec<usize>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secrets or which records were asked for.
+        f.debug_struct("Pending")
+            .field("queries", &self.secrets.len())
+            .finish()
+    }
+}
+
+/// Queries for `records` (each spans `shape.queries_per_record()` columns): the request body
+/// (the query vectors, little-endian u32, in the order of `records`) and the state that
+/// decodes its answer. `rng` must be a CSPRNG ([`crate::dp::rng::secure_rng`]).
+pub fn query(
+    shape: &Shape,
+    a_seed: &[u8; 32],
+    records: &[usize],
+    rng: &mut impl RngCore,
+) -> Result<(Vec<u8>, Pending)> {
+    shape.validate()?;
+    let per = shape.queries_per_record();
+    let c = records.len() * per;
+    if records.is_empty() || c > limits::MAX_PIR_QUERIES {
+        return Err(Error::TooLarge {
+            what: "PIR queries in one request",
+            count: c,
+            limit: limits::MAX_PIR_QUERIES,
+        });
+    }
+    if let Some(&r) = records.iter().find(|&&r| r >= shape.records) {
+        return Err(Error::InvalidParameter {
+            name: "pir record",
+            reason: format!("{r} is not below {}", shape.records),
+        });
+    }
+    let columns: Vec<usize> = records
+        .iter()
+        .flat_map(|&r| (0..per).map(move |k| shape.first_column(r) + k))
+        .collect();
+    let secrets: Vec<Vec<u32>> = (0..c).map(|_| lwe::sample_secret(rng)).collect();
+    let n = shape.cols;
+    let mut out = vec![0u32; c * n];
+    lwe::for_each_row_of_a(a_seed, n, |j, a_j| {
+        for (q, s) in secrets.iter().enumerate() {
+            // Branch-free: the selected column gets Δ.
+            let sel = DELTA.wrapping_mul(u32::from(columns[q] == j));
+            out[q * n + j] = lwe::dot(a_j, s)
+                .wrapping_add(lwe::sample_error(rng))
+                .wrapping_add(sel);
+        }
+    });
+    Ok((
+        u32s_to_bytes(&out),
+        Pending {
+            shape: *shape,
+            secrets,
+            records: records.to_vec(),
+        },
+    ))
+}
+
+impl Pending {
+    /// The records asked for, in order (client-local: never sent).
+    pub fn records(&self) -> &[usize] {
+        &self.records
+    }
+
+    /// Bytes the answer must have.
+    pub fn answer_bytes(&self) -> usize {
+        self.secrets.len() * self.shape.answer_bytes()
+    }
+
+    /// Decodes the answer into the records asked for, in order (padded to `record_len`).
+    /// A wrong size is refused here; wrong contents (a damaged answer, a wrong hint or key)
+    /// decode to bytes that the record's hash check refuses.
+    pub fn decode(&self, hint: &Hint, answer: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if answer.len() != self.answer_bytes() {
+            return Err(PirError::AnswerSize {
+                expected: self.answer_bytes(),
+                got: answer.len(),
+            }
+            .into());
+        }
+        let m = self.shape.rows;
+        if hint.rows != m || hint.values.len() != m * LWE_N {
+            return Err(PirError::HintSize {
+                expected: m * LWE_N * 4,
+                got: hint.values.len() * 4,
+            }
+            .into());
+        }
+        let per = self.shape.queries_per_record();
+        let mut columns = vec![0u8; m * per];
+        let mut out = Vec::with_capacity(self.records.len());
+        for (ri, &r) in self.records.iter().enumerate() {
+            for k in 0..per {
+                let q = ri * per + k;
+                let s = &self.secrets[q];
+                let ans = &answer[q * 4 * m..(q + 1) * 4 * m];
+                for (i, (a, h)) in ans
+                    .chunks_exact(4)
+                    .zip(hint.values.chunks_exact(LWE_N))
+                    .enumerate()
+                {
+                    let v =
+                        u32::from_le_bytes([a[0], a[1], a[2], a[3]]).wrapping_sub(lwe::dot(h, s));
+                    // Round to the nearest multiple of Δ; the plaintext is centered (d − 128).
+                    columns[k * m + i] = (v.wrapping_add(DELTA / 2) >> 24) as u8 ^ 0x80;
+                }
+            }
+            out.push(self.shape.extract(r, &columns)?.to_vec());
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,188 @@
+//! The published PIR document (`GET /api/v1/pir`), its validation by a client that does not
+//! trust the server, and the geometry rules the server builds with.
+//!
+//! Everything here is public: the same document for every client, and the plan chosen from it
+//! reads neither the photo nor anything derived from it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::params::limits;
+use crate::pir::layout::Shape;
+use crate::pir::lwe;
+
+/// The scheme's name and constants, so a client refuses parameters it was not built for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchemeDoc {
+    pub name: String,
+    pub lwe_n: usize,
+    pub log_q: u32,
+    pub sigma: f64,
+    pub plaintext_bits: u32,
+    pub security_bits: u32,
+}
+
+/// The only scheme this code speaks.
+pub const SCHEME: &str = "simplepir-lwe-v1";
+
+impl SchemeDoc {
+    pub fn ours() -> SchemeDoc {
+        SchemeDoc {
+            name: SCHEME.into(),
+            lwe_n: lwe::LWE_N,
+            log_q: lwe::LOG_Q,
+            sigma: lwe::SIGMA,
+            plaintext_bits: lwe::PLAINTEXT_BITS,
+            security_bits: lwe::SECURITY_BITS,
+        }
+    }
+}
+
+/// One PIR database: its shape, the seed of its public matrix, its hint file and (for ranking
+/// databases) each record's hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PirDbDoc {
+    pub shape: Shape,
+    /// 32 bytes, hex: the seed of `A` (see [`lwe::matrix_a`]).
+    pub a_seed: String,
+    /// SHA-256 (hex) of the hint file; the file is `{answer_url}/{db}/hint`.
+    pub hint_sha256: String,
+    /// SHA-256 (hex) of each record without padding (ranking databases; empty for thumbnails,
+    /// whose digests are inside the ranking records).
+    pub record_hashes: Vec<String>,
+    /// log2 of the probability that one query decodes wrongly.
+    pub failure_log2: f64,
+}
+
+impl PirDbDoc {
+    /// The decoded seed.
+    pub fn seed(&self) -> Result<[u8; 32]> {
+        let v = hex::decode(&self.a_seed).ok().filter(|v| v.len() == 32);
+        v.map(|v| v.try_into().expect("32 bytes"))
+            .ok_or_else(|| Error::InvalidParameter {
+                name: "pir a_seed",
+                reason: "must be 32 bytes of hex".into(),
+            })
+    }
+}
+
+/// A public file fetched once per version (the whole ranking table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileDoc {
+    /// Uncompressed bytes.
+    pub bytes: u64,
+    /// Bytes on the wire (gzip).
+    pub transfer_bytes: u64,
+    /// SHA-256 (hex) of the uncompressed bytes.
+    pub sha256: String,
+}
+
+/// `GET /api/v1/pir`: the PIR databases of a partition version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PirDoc {
+    /// The partition version these databases were built from.
+    pub version: String,
+    pub scheme: SchemeDoc,
+    /// `POST {answer_url}/thumbs` and `POST {answer_url}/{level}` answer queries;
+    /// `GET {answer_url}/{db}/hint` and `GET {answer_url}/rank` are immutable files.
+    pub answer_url: String,
+    /// Thumbnail records, one per gallery item, in gallery order.
+    pub thumbs: PirDbDoc,
+    /// The whole ranking table (one ranking record of every item) as a public file, where it
+    /// is small enough to fetch once: exact ranking with no query at all.
+    pub rank_table: Option<FileDoc>,
+    /// Per partition level: a database whose records are its blocks' ranking records (`None`
+    /// where the level's shape is too costly to offer).
+    pub levels: Vec<Option<PirDbDoc>>,
+}
+
+fn check_db(db: &PirDbDoc, what: &'static str, with_hashes: bool) -> Result<()> {
+    db.shape.validate()?;
+    db.seed()?;
+    let hex64 = |h: &str| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex64(&db.hint_sha256) {
+        return Err(Error::InvalidParameter {
+            name: what,
+            reason: "hint hash is not SHA-256 hex".into(),
+        });
+    }
+    if with_hashes
+        && (db.record_hashes.len() != db.shape.records
+            || !db.record_hashes.iter().all(|h| hex64(h)))
+    {
+        return Err(Error::InvalidParameter {
+            name: what,
+            reason: "one SHA-256 per record is required".into(),
+        });
+    }
+    if db.shape.hint_bytes() > limits::MAX_PIR_HINT_BYTES {
+        return Err(Error::TooLarge {
+            what: "PIR hint bytes",
+            count: db.shape.hint_bytes(),
+            limit: limits::MAX_PIR_HINT_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a document from an untrusted server before anything is allocated from it.
+pub fn validate(doc: &PirDoc, gallery_size: usize, levels: usize) -> Result<()> {
+    if doc.scheme != SchemeDoc::ours() {
+        return Err(Error::InvalidParameter {
+            name: "pir scheme",
+            reason: format!("unsupported: {}", doc.scheme.name),
+        });
+    }
+    check_db(&doc.thumbs, "pir thumbnails", false)?;
+    if doc.thumbs.shape.records != gallery_size {
+        return Err(Error::DimensionMismatch {
+            what: "PIR thumbnail records",
+            expected: gallery_size,
+            got: doc.thumbs.shape.records,
+        });
+    }
+    if doc.levels.len() != levels {
+        return Err(Error::DimensionMismatch {
+            what: "PIR levels",
+            expected: levels,
+            got: doc.levels.len(),
+        });
+    }
+    for db in doc.levels.iter().flatten() {
+        check_db(db, "pir level", true)?;
+    }
+    if let Some(t) = &doc.rank_table {
+        if t.bytes as usize > limits::MAX_PIR_TABLE_BYTES || t.transfer_bytes > t.bytes * 2 + 1024 {
+            return Err(Error::TooLarge {
+                what: "PIR ranking table bytes",
+                count: t.bytes as usize,
+                limit: limits::MAX_PIR_TABLE_BYTES,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Most thumbnail queries the server answers in one request (and the largest `k` of a PIR
+/// search).
+pub const MAX_THUMB_QUERIES: usize = 32;
+
+/// Thumbnail records stacked per column: the least power of two whose upload for
+/// [`crate::protocol::publish::COVERAGE_K`] thumbnails is at most 192 KiB, while the hint stays
+/// within 32 MiB.
+pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
+    let k = crate::protocol::publish::COVERAGE_K;
+    let mut g = 1usize;
+    while k * 4 * items.div_ceil(g) > 192 * 1024 && 4 * lwe::LWE_N * thumb_bytes * g * 2 <= 32 << 20
+    {
+        g *= 2;
+    }
+    Shape::new(thumb_bytes, items, thumb_bytes * g)
+}
+
+/// Columns of 4,096 bytes (a 16 MiB hint) for ranking records longer than that; shorter records
+/// get one column each, of their length rounded up to a power of two.
+pub fn level_shape(blocks: usize, longest_record: usize) -> Result<Shape> {
+    let rows = longest_record.max(1).next_power_of_two().min(4096);
+    Shape::new(longest_record.max(1).next_multiple_of(rows), blocks, rows)
+}

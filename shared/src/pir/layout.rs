@@ -1,0 +1,355 @@
+//! How fixed-size records become a byte matrix, and the server's side of the scheme (hint and
+//! answers), as pure functions over plain data.
+//!
+//! A database is `rows × cols` bytes (row-major). A query retrieves one whole column. Records
+//! of `record_len` bytes are laid out column-major:
+//! - `record_len ≤ rows`: `rows / record_len` records stacked in each column (one query each);
+//! - `record_len > rows`: each record spans `record_len / rows` consecutive columns (that many
+//!   queries, a public number).
+//!
+//! Records shorter than `record_len` are zero-padded; the record formats say their own length.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::pir::lwe::{self, LWE_N};
+
+/// The public geometry of one PIR database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    /// Bytes of every record (after padding).
+    pub record_len: usize,
+    /// Number of records.
+    pub records: usize,
+    /// Bytes per column (`m`).
+    pub rows: usize,
+    /// Columns (`n`, the LWE samples per secret).
+    pub cols: usize,
+}
+
+fn invalid(reason: String) -> Error {
+    Error::InvalidParameter {
+        name: "pir shape",
+        reason,
+    }
+}
+
+impl Shape {
+    /// The shape for `records` records of `record_len` bytes in columns of `rows` bytes.
+    /// Refuses a layout that does not tile, or whose decryption failure bound per query is
+    /// above 2⁻⁴⁰.
+    pub fn new(record_len: usize, records: usize, rows: usize) -> Result<Shape> {
+        if record_len == 0 || records == 0 || rows == 0 {
+            return Err(invalid(
+                "record length, record count and rows must be > 0".into(),
+            ));
+        }
+        let cols = if record_len <= rows {
+            if rows % record_len != 0 {
+                return Err(invalid(format!(
+                    "{rows} rows do not hold a whole number of {record_len}-byte records"
+                )));
+            }
+            records.div_ceil(rows / record_len)
+        } else {
+            if record_len % rows != 0 {
+                return Err(invalid(format!(
+                    "{record_len}-byte records do not span a whole number of {rows}-byte columns"
+                )));
+            }
+            records
+                .checked_mul(record_len / rows)
+                .ok_or_else(|| invalid("too many columns".into()))?
+        };
+        let s = Shape {
+            record_len,
+            records,
+            rows,
+            cols,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Checks an untrusted shape (e.g. from a server's document) before anything is
+    /// allocated from it.
+    pub fn validate(&self) -> Result<()> {
+        let again = |r: usize, l: usize, m: usize| {
+            if l == 0 || m == 0 || r == 0 {
+                return None;
+            }
+            if l <= m {
+                (m % l == 0).then(|| r.div_ceil(m / l))
+            } else {
+                (l % m == 0).then(|| r.checked_mul(l / m)).flatten()
+            }
+        };
+        if again(self.records, self.record_len, self.rows) != Some(self.cols) {
+            return Err(invalid(
+                "record length, rows and columns do not tile".into(),
+            ));
+        }
+        if self.rows > lwe::MAX_ROWS || self.cols > lwe::MAX_COLS {
+            return Err(Error::TooLarge {
+                what: "pir database side",
+                count: self.rows.max(self.cols),
+                limit: lwe::MAX_COLS,
+            });
+        }
+        if self.failure_log2() > lwe::MAX_FAILURE_LOG2 {
+            return Err(invalid(format!(
+                "decryption failure 2^{:.1} per query exceeds 2^{}",
+                self.failure_log2(),
+                lwe::MAX_FAILURE_LOG2
+            )));
+        }
+        Ok(())
+    }
+
+    /// log2 of the probability that one query decodes wrongly.
+    pub fn failure_log2(&self) -> f64 {
+        lwe::failure_log2(self.rows, self.cols)
+    }
+
+    /// Queries (columns) needed for one record.
+    pub fn queries_per_record(&self) -> usize {
+        if self.record_len <= self.rows {
+            1
+        } else {
+            self.record_len / self.rows
+        }
+    }
+
+    /// The first column of record `r` (it spans [`Self::queries_per_record`] columns).
+    pub fn first_column(&self, r: usize) -> usize {
+        if self.record_len <= self.rows {
+            r / (self.rows / self.record_len)
+        } else {
+            r * (self.record_len / self.rows)
+        }
+    }
+
+    /// Bytes of one query vector on the wire.
+    pub fn query_bytes(&self) -> usize {
+        4 * self.cols
+    }
+
+    /// Bytes of one answer on the wire.
+    pub fn answer_bytes(&self) -> usize {
+        4 * self.rows
+    }
+
+    /// Bytes of the hint (`rows × N` u32).
+    pub fn hint_bytes(&self) -> usize {
+        4 * self.rows * LWE_N
+    }
+
+    /// Record `r`'s bytes out of its decoded column(s) (`columns` = the
+    /// [`Self::queries_per_record`] columns from [`Self::first_column`], concatenated).
+    pub fn extract<'a>(&self, r: usize, columns: &'a [u8]) -> Result<&'a [u8]> {
+        if r >= self.records || columns.len() != self.queries_per_record() * self.rows {
+            return Err(invalid(format!(
+                "record {r} of {} from {} column bytes",
+                self.records,
+                columns.len()
+            )));
+        }
+        if self.record_len <= self.rows {
+            let at = (r % (self.rows / self.record_len)) * self.record_len;
+            Ok(&columns[at..at + self.record_len])
+        } else {
+            Ok(columns)
+        }
+    }
+}
+
+/// A database: the shape and its `rows × cols` bytes, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Database {
+    pub shape: Shape,
+    pub data: Vec<u8>,
+}
+
+impl Database {
+    /// Lays out `records` (each at most `shape.record_len` bytes, zero-padded).
+    pub fn build<'a>(shape: Shape, records: impl IntoIterator<Item = &'a [u8]>) -> Result<Self> {
+        let Shape {
+            record_len,
+            rows,
+            cols,
+            ..
+        } = shape;
+        let mut data = vec![0u8; rows * cols];
+        let mut count = 0;
+        for (r, rec) in records.into_iter().enumerate() {
+            if r >= shape.records || rec.len() > record_len {
+                return Err(invalid(format!(
+                    "record {r} ({} bytes) does not fit {} records of {record_len} bytes",
+                    rec.len(),
+                    shape.records
+                )));
+            }
+            // Byte b of record r sits at linear column-major offset r·record_len + b.
+            let base = r * record_len;
+            for (b, &v) in rec.iter().enumerate() {
+                let at = base + b;
+                data[(at % rows) * cols + at / rows] = v;
+            }
+            count += 1;
+        }
+        if count != shape.records {
+            return Err(invalid(format!(
+                "{count} records given for a shape of {}",
+                shape.records
+            )));
+        }
+        Ok(Database { shape, data })
+    }
+
+    /// Rows `range` of the hint `H = (D − 128)·A` (`A` from [`lwe::matrix_a`]), row-major
+    /// `len × N`. Servers split the rows over threads.
+    pub fn hint_rows(&self, a: &[u32], range: std::ops::Range<usize>) -> Vec<u32> {
+        let cols = self.shape.cols;
+        debug_assert_eq!(a.len(), cols * LWE_N);
+        let mut out = vec![0u32; range.len() * LWE_N];
+        // Tiles of A rows that stay in cache while every output row of the range passes.
+        const TILE: usize = 64;
+        for j0 in (0..cols).step_by(TILE) {
+            let j1 = (j0 + TILE).min(cols);
+            for (h, i) in out.chunks_exact_mut(LWE_N).zip(range.clone()) {
+                let row = &self.data[i * cols..(i + 1) * cols];
+                for j in j0..j1 {
+                    let d = (row[j] as u32).wrapping_sub(128);
+                    if d != 0 {
+                        axpy(h, d, &a[j * LWE_N..(j + 1) * LWE_N]);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Rows `range` of the answers to `queries` (`c` query vectors of `cols` u32 each,
+    /// concatenated): `out[q·len + (i − start)] = Σ_j (D_ij − 128)·query_q[j]`.
+    pub fn answer_rows(&self, queries: &[u32], range: std::ops::Range<usize>) -> Vec<u32> {
+        let cols = self.shape.cols;
+        let c = queries.len() / cols;
+        let len = range.len();
+        let offsets: Vec<u32> = queries
+            .chunks_exact(cols)
+            .map(|q| {
+                q.iter()
+                    .fold(0u32, |s, &v| s.wrapping_add(v))
+                    .wrapping_mul(128)
+            })
+            .collect();
+        let mut out = vec![0u32; c * len];
+        for (k, i) in range.enumerate() {
+            let row = &self.data[i * cols..(i + 1) * cols];
+            for (q, qv) in queries.chunks_exact(cols).enumerate() {
+                out[q * len + k] = dot_u8(row, qv).wrapping_sub(offsets[q]);
+            }
+        }
+        out
+    }
+}
+
+/// `h += d·a` mod 2³².
+#[inline]
+fn axpy(h: &mut [u32], d: u32, a: &[u32]) {
+    for (x, &y) in h.iter_mut().zip(a) {
+        *x = x.wrapping_add(d.wrapping_mul(y));
+    }
+}
+
+/// `Σ row_j·q_j` mod 2³², bytes widened. Dispatches to an AVX2 build of the same loop where
+/// the CPU has it (32-bit lane multiplies; plain x86-64 lacks them).
+#[inline]
+fn dot_u8(row: &[u8], q: &[u32]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { dot_u8_avx2(row, q) };
+        }
+    }
+    dot_u8_portable(row, q)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_u8_avx2(row: &[u8], q: &[u32]) -> u32 {
+    dot_u8_portable(row, q)
+}
+
+#[inline(always)]
+fn dot_u8_portable(row: &[u8], q: &[u32]) -> u32 {
+    let mut acc = [0u32; 8];
+    let n = row.len() / 8 * 8;
+    for (r, v) in row[..n].chunks_exact(8).zip(q[..n].chunks_exact(8)) {
+        for k in 0..8 {
+            acc[k] = acc[k].wrapping_add((r[k] as u32).wrapping_mul(v[k]));
+        }
+    }
+    let mut s = acc.iter().fold(0u32, |s, &v| s.wrapping_add(v));
+    for (r, v) in row[n..].iter().zip(&q[n..]) {
+        s = s.wrapping_add((*r as u32).wrapping_mul(*v));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_tile_or_are_refused() {
+        let s = Shape::new(784, 10_000, 1568).unwrap();
+        assert_eq!((s.cols, s.queries_per_record()), (5000, 1));
+        assert_eq!(s.first_column(9_999), 4_999);
+        let s = Shape::new(4096, 10, 1024).unwrap();
+        assert_eq!(
+            (s.cols, s.queries_per_record(), s.first_column(3)),
+            (40, 4, 12)
+        );
+        assert!(Shape::new(784, 10, 1000).is_err());
+        assert!(Shape::new(1000, 10, 784).is_err());
+        assert!(Shape::new(0, 10, 784).is_err());
+        let mut bad = s;
+        bad.cols += 1;
+        assert!(bad.validate().is_err());
+        let huge = Shape {
+            record_len: 1,
+            records: usize::MAX,
+            rows: 1,
+            cols: usize::MAX,
+        };
+        assert!(huge.validate().is_err());
+    }
+
+    #[test]
+    fn records_land_where_extract_reads_them() {
+        for (len, rows) in [(3usize, 12usize), (12, 4), (5, 5)] {
+            let shape = Shape::new(len, 7, rows).unwrap();
+            let recs: Vec<Vec<u8>> = (0..7).map(|r| vec![r as u8 + 1; len]).collect();
+            let db = Database::build(shape, recs.iter().map(|r| r.as_slice())).unwrap();
+            for r in 0..7 {
+                let mut cols = Vec::new();
+                for c in 0..shape.queries_per_record() {
+                    let j = shape.first_column(r) + c;
+                    cols.extend((0..rows).map(|i| db.data[i * shape.cols + j]));
+                }
+                assert_eq!(shape.extract(r, &cols).unwrap(), &recs[r][..]);
+            }
+        }
+    }
+
+    #[test]
+    fn portable_and_dispatched_kernels_agree() {
+        let row: Vec<u8> = (0..1001).map(|i| (i * 37 % 256) as u8).collect();
+        let q: Vec<u32> = (0..1001u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        assert_eq!(dot_u8(&row, &q), dot_u8_portable(&row, &q));
+    }
+}

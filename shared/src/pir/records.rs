@@ -1,0 +1,203 @@
+//! What PIR databases hold: ranking records (a block's items without thumbnails) and
+//! thumbnail records, and how a client checks each.
+//!
+//! # Ranking record (version 1, little-endian)
+//! ```text
+//! offset  size      field
+//! 0       4         magic "PMRK"
+//! 4       2         format version (1)
+//! 6       2         reserved, 0
+//! 8       4         b, bytes of the embedded block file
+//! 12      b         a block file (`protocol::blocks`, thumbnail side 0): ids, labels, features
+//! ..      4·n       each item's gallery index = its thumbnail record
+//! ..      16·n      each item's thumbnail digest (see `thumb_digest`)
+//! ```
+//! then zero padding up to the database's record length. The published hash is the SHA-256 of
+//! the record without padding.
+//!
+//! # Thumbnail record
+//! The `t×t` grey bytes of gallery item `i` (record `i`). Its 128-bit digest,
+//! `SHA-256("PMTH" ‖ i as u32 ‖ pixels)[..16]`, sits in every ranking record that holds the
+//! item, so a verified ranking record vouches for the thumbnails it points to (binding `i`
+//! stops a server from answering with another item's picture).
+
+use sha2::{Digest, Sha256};
+
+use crate::pir::client::PirError;
+use crate::protocol::blocks::{self, Block, BlockItem};
+
+const MAGIC: &[u8; 4] = b"PMRK";
+const VERSION: u16 = 1;
+const HEADER: usize = 12;
+/// Bytes of a thumbnail digest.
+pub const DIGEST: usize = 16;
+
+/// One item of a ranking record.
+#[derive(Debug, Clone)]
+pub struct RankItem<'a> {
+    pub id: u64,
+    pub label: u8,
+    pub features: &'a [f32],
+    /// Gallery index (its thumbnail record).
+    pub index: u32,
+    pub thumbnail: &'a [u8],
+}
+
+/// A verified, decoded ranking record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankRecord {
+    /// Ids, labels and dequantised features (no thumbnails).
+    pub block: Block,
+    pub indices: Vec<u32>,
+    pub digests: Vec<[u8; DIGEST]>,
+}
+
+/// The digest of item `index`'s thumbnail.
+pub fn thumb_digest(index: u32, pixels: &[u8]) -> [u8; DIGEST] {
+    let mut h = Sha256::new();
+    h.update(b"PMTH");
+    h.update(index.to_le_bytes());
+    h.update(pixels);
+    h.finalize()[..DIGEST].try_into().expect("16 bytes")
+}
+
+/// Encodes a ranking record (unpadded).
+pub fn encode_rank_record(items: &[RankItem<'_>], dim: usize) -> crate::error::Result<Vec<u8>> {
+    let block_items: Vec<BlockItem<'_>> = items
+        .iter()
+        .map(|it| BlockItem {
+            id: it.id,
+            label: it.label,
+            features: it.features,
+            thumbnail: &[],
+        })
+        .collect();
+    let block = blocks::encode(&block_items, dim, 0)?;
+    let mut out = Vec::with_capacity(HEADER + block.len() + items.len() * (4 + DIGEST));
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&(block.len() as u32).to_le_bytes());
+    out.extend_from_slice(&block);
+    for it in items {
+        out.extend_from_slice(&it.index.to_le_bytes());
+    }
+    for it in items {
+        out.extend_from_slice(&thumb_digest(it.index, it.thumbnail));
+    }
+    Ok(out)
+}
+
+/// Decodes a ranking record that may carry zero padding, after checking the unpadded bytes
+/// against `expected_hash` (SHA-256, hex). Never trusts a length it has not bounded.
+pub fn decode_rank_record(padded: &[u8], expected_hash: &str) -> Result<RankRecord, PirError> {
+    let bad = |m: String| PirError::Malformed(m);
+    if padded.len() < HEADER || &padded[..4] != MAGIC {
+        return Err(bad("missing the PMRK header".into()));
+    }
+    if u16::from_le_bytes([padded[4], padded[5]]) != VERSION {
+        return Err(bad("unknown ranking record version".into()));
+    }
+    let block_len = u32::from_le_bytes(padded[8..12].try_into().expect("4 bytes")) as usize;
+    // The item count is in the embedded block's header (offset 12 of the block).
+    let n_at = HEADER + 12;
+    if block_len < 16 || padded.len() < n_at + 4 || HEADER + block_len > padded.len() {
+        return Err(bad("embedded block does not fit the record".into()));
+    }
+    let n = u32::from_le_bytes(padded[n_at..n_at + 4].try_into().expect("4 bytes")) as usize;
+    let len = n
+        .checked_mul(4 + DIGEST)
+        .and_then(|t| t.checked_add(HEADER + block_len))
+        .filter(|&l| l <= padded.len())
+        .ok_or_else(|| bad(format!("{n} items do not fit {} bytes", padded.len())))?;
+    let (record, padding) = padded.split_at(len);
+    let got = blocks::hash_hex(record);
+    if !got.eq_ignore_ascii_case(expected_hash) {
+        return Err(PirError::HashMismatch {
+            what: "ranking record",
+            expected: expected_hash.to_string(),
+            got,
+        });
+    }
+    if padding.iter().any(|&b| b != 0) {
+        return Err(bad("non-zero padding".into()));
+    }
+    let block = blocks::decode(&record[HEADER..HEADER + block_len], None)
+        .map_err(|e| bad(e.to_string()))?;
+    if block.len() != n || block.thumb_side != 0 {
+        return Err(bad("embedded block disagrees with the record".into()));
+    }
+    let mut at = HEADER + block_len;
+    let indices = record[at..at + 4 * n]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    at += 4 * n;
+    let digests = record[at..]
+        .chunks_exact(DIGEST)
+        .map(|c| c.try_into().expect("16 bytes"))
+        .collect();
+    Ok(RankRecord {
+        block,
+        indices,
+        digests,
+    })
+}
+
+/// Checks a decoded thumbnail record against the digest a verified ranking record gave.
+pub fn check_thumbnail(index: u32, pixels: &[u8], digest: &[u8; DIGEST]) -> Result<(), PirError> {
+    let got = thumb_digest(index, pixels);
+    if &got != digest {
+        return Err(PirError::HashMismatch {
+            what: "thumbnail",
+            expected: hex::encode(digest),
+            got: hex::encode(got),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranking_records_round_trip_with_padding_and_refuse_tampering() {
+        let f = [[0.6f32, 0.8], [1.0, 0.0]];
+        let px = [vec![1u8; 4], vec![2u8; 4]];
+        let items: Vec<RankItem> = (0..2)
+            .map(|i| RankItem {
+                id: 100 + i as u64,
+                label: i as u8,
+                features: &f[i],
+                index: 7 + i as u32,
+                thumbnail: &px[i],
+            })
+            .collect();
+        let rec = encode_rank_record(&items, 2).unwrap();
+        let h = blocks::hash_hex(&rec);
+        let mut padded = rec.clone();
+        padded.resize(rec.len() + 13, 0);
+        let d = decode_rank_record(&padded, &h).unwrap();
+        assert_eq!(d.block.ids, vec![100, 101]);
+        assert_eq!(d.indices, vec![7, 8]);
+        check_thumbnail(8, &px[1], &d.digests[1]).unwrap();
+        assert!(check_thumbnail(7, &px[1], &d.digests[1]).is_err());
+        assert!(check_thumbnail(8, &px[0], &d.digests[1]).is_err());
+        let mut bad = padded.clone();
+        bad[20] ^= 1;
+        assert!(matches!(
+            decode_rank_record(&bad, &h),
+            Err(PirError::HashMismatch { .. })
+        ));
+        let mut bad = padded.clone();
+        *bad.last_mut().unwrap() = 1;
+        assert!(decode_rank_record(&bad, &h).is_err());
+        assert!(decode_rank_record(&padded[..rec.len() - 1], &h).is_err());
+        assert!(decode_rank_record(&[0u8; 40], &h).is_err());
+        // A huge declared count is refused before any allocation.
+        let mut huge = padded.clone();
+        huge[HEADER + 12..HEADER + 16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_rank_record(&huge, &h).is_err());
+    }
+}

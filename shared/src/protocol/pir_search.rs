@@ -1,0 +1,254 @@
+//! The client's side of a PIR search, for every client (browser and command line): plan,
+//! queries, verification and ranking. The server learns nothing about the photo (computational,
+//! under LWE — see [`crate::pir::client`]) and the results are the exact top k of what was
+//! retrieved. No ε is spent.
+//!
+//! # What leaves the client, and why it reveals nothing
+//! A search makes, for every photo, the same requests of the same sizes in the same order:
+//! 1. the ranking payload: with the plan's `Table`, the public ranking table (`GET`, fetched
+//!    once per version and cached — identical for every client); with `Level`, one `POST` of
+//!    `queries_per_record` query vectors to the level's database, for the record of the photo's
+//!    nearest block (the only photo-dependent choice, hidden by the queries);
+//! 2. one `POST` of exactly `k` query vectors to the thumbnail database, for the top k items.
+//!
+//! Hints are `GET`s of public files, the same for everyone. If step 1 fails its checks (a
+//! hostile server can do that on purpose for chosen records), step 2 is still sent — for
+//! uniformly random records — before the error is shown, so the server cannot tell a failed
+//! search from a good one by what follows ([`thumbs_query`] with `None`). The counts (`k`,
+//! `queries_per_record`) are public: from the user's `k` and the published shapes.
+
+use rand::RngCore;
+
+use crate::api::PartitionDoc;
+use crate::dp::exact::uniform_below;
+use crate::error::{Error, Result};
+use crate::pir::client::{query, Hint, Pending};
+use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
+use crate::pir::records::{check_thumbnail, decode_rank_record, RankRecord, DIGEST};
+use crate::protocol::blocks::{rank, Hit};
+use crate::protocol::partition::nearest_centroid;
+use crate::protocol::plan::validate_doc;
+
+/// Where a PIR search's ranking payload comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum PirRanking {
+    /// The whole ranking table, a public file: exact over the whole gallery.
+    Table,
+    /// The photo's nearest block at a partition level, by PIR.
+    Level { level: usize },
+}
+
+/// A PIR search's plan and costs (public: from the documents, `k` and the budget only).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PirPlan {
+    pub ranking: PirRanking,
+    pub k: usize,
+    /// Predicted fidelity@k: 1 with the table (up to quantisation), the level's published
+    /// own-block coverage otherwise.
+    pub predicted_fidelity: f64,
+    /// Bytes sent and received per search (query and answer bodies).
+    pub up_bytes: u64,
+    pub down_bytes: u64,
+    /// Bytes fetched once per version and cached (hints, the table on the wire).
+    pub one_time_bytes: u64,
+}
+
+/// The plan for a PIR search of `k` results whose per-search bytes stay within `max_bytes`:
+/// the table where offered (exact), else the offered level with the highest predicted
+/// fidelity that fits (fewer bytes on ties).
+pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Result<PirPlan> {
+    validate_doc(part)?;
+    validate(pir, part.gallery_size, part.levels.len())?;
+    if pir.version != part.version {
+        return Err(Error::InvalidParameter {
+            name: "pir document",
+            reason: "its version is not the partition's".into(),
+        });
+    }
+    if k == 0 || k > MAX_THUMB_QUERIES || k > part.gallery_size {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={MAX_THUMB_QUERIES} and at most the gallery size"),
+        });
+    }
+    let t = pir.thumbs.shape;
+    let (thumb_up, thumb_down) = ((k * t.query_bytes()) as u64, (k * t.answer_bytes()) as u64);
+    if let Some(table) = &pir.rank_table {
+        return Ok(PirPlan {
+            ranking: PirRanking::Table,
+            k,
+            predicted_fidelity: 1.0,
+            up_bytes: thumb_up,
+            down_bytes: thumb_down,
+            one_time_bytes: table.transfer_bytes + t.hint_bytes() as u64,
+        });
+    }
+    let mut best: Option<PirPlan> = None;
+    for (level, db) in pir.levels.iter().enumerate() {
+        let Some(db) = db else { continue };
+        let s = db.shape;
+        let q = s.queries_per_record() as u64;
+        let p = PirPlan {
+            ranking: PirRanking::Level { level },
+            k,
+            predicted_fidelity: part.levels[level].coverage.own,
+            up_bytes: q * s.query_bytes() as u64 + thumb_up,
+            down_bytes: q * s.answer_bytes() as u64 + thumb_down,
+            one_time_bytes: (s.hint_bytes() + t.hint_bytes()) as u64,
+        };
+        if (p.up_bytes + p.down_bytes) as f64 > max_bytes {
+            continue;
+        }
+        let better = best.as_ref().is_none_or(|b| {
+            p.predicted_fidelity > b.predicted_fidelity
+                || (p.predicted_fidelity == b.predicted_fidelity
+                    && p.up_bytes + p.down_bytes < b.up_bytes + b.down_bytes)
+        });
+        if better {
+            best = Some(p);
+        }
+    }
+    best.ok_or(Error::InvalidParameter {
+        name: "budget",
+        reason: "no PIR plan fits this many bytes per search".into(),
+    })
+}
+
+/// The ranking query of a `Level` plan: the record of the photo's nearest block. Returns the
+/// body to `POST` to `{answer_url}/{level}` and its pending state.
+pub fn rank_query(
+    part: &PartitionDoc,
+    pir: &PirDoc,
+    level: usize,
+    features: &[f32],
+    rng: &mut impl RngCore,
+) -> Result<(Vec<u8>, Pending)> {
+    crate::error::ensure_query_f32(features, part.feature_dim)?;
+    let (ld, db) = part
+        .levels
+        .get(level)
+        .zip(pir.levels.get(level).and_then(Option::as_ref))
+        .ok_or(Error::InvalidParameter {
+            name: "level",
+            reason: format!("{level} has no PIR database"),
+        })?;
+    let flat: Vec<f32> = ld.centroids.iter().flatten().copied().collect();
+    let x = nearest_centroid(&flat, part.feature_dim, features) as usize;
+    query(&db.shape, &db.seed()?, &[x], rng)
+}
+
+/// The ranked top k with what fetching their thumbnails needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    pub hits: Vec<Hit>,
+    /// Each hit's gallery index (its thumbnail record) and thumbnail digest.
+    pub indices: Vec<u32>,
+    pub digests: Vec<[u8; DIGEST]>,
+}
+
+fn ranked(record: &RankRecord, features: &[f32], k: usize) -> Result<Ranked> {
+    let hits = rank(features, std::slice::from_ref(&record.block), k)?;
+    Ok(Ranked {
+        indices: hits.iter().map(|h| record.indices[h.index]).collect(),
+        digests: hits.iter().map(|h| record.digests[h.index]).collect(),
+        hits,
+    })
+}
+
+/// Exact top k from the ranking table (checked against its published hash).
+pub fn rank_table(pir: &PirDoc, table: &[u8], features: &[f32], k: usize) -> Result<Ranked> {
+    let doc = pir.rank_table.as_ref().ok_or(Error::InvalidParameter {
+        name: "pir",
+        reason: "no ranking table is offered".into(),
+    })?;
+    let record = decode_rank_record(table, &doc.sha256)?;
+    check_indices(&record, pir.thumbs.shape.records)?;
+    ranked(&record, features, k)
+}
+
+/// Exact top k from a `Level` plan's answer (decoded, checked against the record's hash).
+pub fn rank_level(
+    pir: &PirDoc,
+    level: usize,
+    pending: &Pending,
+    hint: &Hint,
+    answer: &[u8],
+    features: &[f32],
+    k: usize,
+) -> Result<Ranked> {
+    let db = pir
+        .levels
+        .get(level)
+        .and_then(Option::as_ref)
+        .ok_or(Error::InvalidParameter {
+            name: "level",
+            reason: format!("{level} has no PIR database"),
+        })?;
+    let padded = pending
+        .decode(hint, answer)?
+        .pop()
+        .ok_or(Error::InvalidParameter {
+            name: "pir",
+            reason: "empty answer".into(),
+        })?;
+    // The record asked for is the photo's block; its hash is in the document. Check against
+    // every hash would leak nothing either, but the pending state knows which one it asked.
+    let record = pending
+        .records()
+        .first()
+        .and_then(|&r| db.record_hashes.get(r))
+        .ok_or(Error::InvalidParameter {
+            name: "pir",
+            reason: "record out of range".into(),
+        })
+        .and_then(|h| Ok(decode_rank_record(&padded, h)?))?;
+    check_indices(&record, pir.thumbs.shape.records)?;
+    ranked(&record, features, k)
+}
+
+fn check_indices(record: &RankRecord, items: usize) -> Result<()> {
+    if record.indices.iter().any(|&i| i as usize >= items) {
+        return Err(Error::InvalidParameter {
+            name: "pir ranking record",
+            reason: "an item index is outside the gallery".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Exactly `k` thumbnail queries: for the ranked hits (padded with uniformly random records
+/// if fewer), or — after a failed ranking, `None` — for `k` uniformly random records, so the
+/// request looks the same either way.
+pub fn thumbs_query(
+    pir: &PirDoc,
+    ranked: Option<&Ranked>,
+    k: usize,
+    rng: &mut impl RngCore,
+) -> Result<(Vec<u8>, Pending)> {
+    let t = &pir.thumbs;
+    let mut records: Vec<usize> = ranked
+        .map(|r| r.indices.iter().take(k).map(|&i| i as usize).collect())
+        .unwrap_or_default();
+    while records.len() < k {
+        records.push(uniform_below(rng, t.shape.records as u128) as usize);
+    }
+    query(&t.shape, &t.seed()?, &records, rng)
+}
+
+/// The thumbnails of the ranked hits, each checked against its digest.
+pub fn thumbs_decode(
+    pending: &Pending,
+    hint: &Hint,
+    answer: &[u8],
+    ranked: &Ranked,
+) -> Result<Vec<Vec<u8>>> {
+    let all = pending.decode(hint, answer)?;
+    all.into_iter()
+        .zip(ranked.indices.iter().zip(&ranked.digests))
+        .map(|(px, (&i, d))| {
+            check_thumbnail(i, &px, d)?;
+            Ok(px)
+        })
+        .collect()
+}

@@ -25,7 +25,9 @@ use shared::protocol::privatemail::{privatize as privatize_paper, Anchors};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 use wasm_bindgen::prelude::*;
 
-fn js_err(e: impl std::fmt::Display) -> JsError {
+mod pir;
+
+pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }
 
@@ -112,6 +114,8 @@ pub struct Client {
     /// The on-device model's label of the loaded photo (Algorithm 1's query label; it never
     /// leaves the `Client` except hidden among one decoy row per other class).
     query_label: Option<u32>,
+    /// Private information retrieval (`pir.rs`).
+    pir: pir::PirSession,
 }
 
 #[wasm_bindgen]
@@ -165,6 +169,7 @@ impl Client {
             anchor_labels: anchors.labels,
             paper: None,
             query_label: None,
+            pir: Default::default(),
         })
     }
 
@@ -336,7 +341,7 @@ struct BlockRelease {
 
 /// One ranked result, for the user's screen.
 #[derive(serde::Serialize)]
-struct BlockHit {
+pub(crate) struct BlockHit {
     id: u64,
     label: u8,
     class_name: String,
@@ -565,13 +570,13 @@ impl Client {
         serde_json::to_string(&out).map_err(js_err)
     }
 
-    fn partition(&self) -> Result<&PartitionDoc, JsError> {
+    pub(crate) fn partition(&self) -> Result<&PartitionDoc, JsError> {
         self.partition
             .as_ref()
             .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))
     }
 
-    fn class_name(&self, label: u32) -> String {
+    pub(crate) fn class_name(&self, label: u32) -> String {
         self.config
             .class_names
             .get(label as usize)

@@ -1,0 +1,254 @@
+//! Private information retrieval against the real server binary: the document, the hint and
+//! table files, answers that decode to exactly the published records, the exact top 8 with
+//! verified thumbnails, requests that do not depend on the photo, and typed errors.
+
+use privatemail_e2e::{client_query, start_server, status_json, temp_store, Server};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use reqwest::blocking::Client;
+use reqwest::StatusCode;
+use shared::api::{ErrorResponse, PartitionDoc};
+use shared::pir::client::Hint;
+use shared::pir::doc::PirDoc;
+use shared::protocol::blocks::{decode, rank};
+use shared::protocol::pir_search::{
+    plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirRanking, Ranked,
+};
+
+fn server(tag: &str) -> Server {
+    let store = temp_store(tag);
+    start_server(&[
+        "--gallery-size",
+        "1000",
+        "--anchors",
+        "200",
+        "--store",
+        store.to_str().unwrap(),
+    ])
+}
+
+fn docs(http: &Client, base: &str) -> (PartitionDoc, PirDoc) {
+    let part: PartitionDoc = http
+        .get(format!("{base}/api/v1/partition"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let r = http.get(format!("{base}/api/v1/pir")).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    (part, r.json().unwrap())
+}
+
+fn get(http: &Client, url: &str) -> Vec<u8> {
+    let r = http.get(url).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{url}");
+    r.bytes().unwrap().to_vec()
+}
+
+fn post(http: &Client, url: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+    let r = http
+        .post(url)
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .send()
+        .unwrap();
+    (r.status(), r.bytes().unwrap().to_vec())
+}
+
+fn hint(http: &Client, base: &str, pir: &PirDoc, db: &str) -> Hint {
+    let d = if db == "thumbs" {
+        &pir.thumbs
+    } else {
+        pir.levels[db.parse::<usize>().unwrap()].as_ref().unwrap()
+    };
+    let bytes = get(http, &format!("{base}{}/{db}/hint", pir.answer_url));
+    Hint::from_bytes(&d.shape, &bytes, &d.hint_sha256).unwrap()
+}
+
+fn features(i: usize) -> Vec<f32> {
+    client_query(i).0.iter().map(|&v| v as f32).collect()
+}
+
+/// The whole gallery as one block (the partition's whole level), checked.
+fn whole(http: &Client, base: &str, part: &PartitionDoc) -> shared::protocol::blocks::Block {
+    let l = part
+        .levels
+        .iter()
+        .position(|l| l.whole)
+        .expect("a whole level");
+    let bytes = get(http, &format!("{base}{}/{l}/0", part.blocks_url));
+    decode(&bytes, Some(&part.levels[l].hashes[0])).unwrap()
+}
+
+/// One thumbnail round: exactly 8 queries; returns the request body size and the answer.
+fn thumbs(
+    http: &Client,
+    base: &str,
+    pir: &PirDoc,
+    h: &Hint,
+    ranked: &Ranked,
+    rng: &mut ChaCha20Rng,
+) -> (usize, Vec<Vec<u8>>) {
+    let (body, pending) = thumbs_query(pir, Some(ranked), 8, rng).unwrap();
+    let n = body.len();
+    let (st, answer) = post(http, &format!("{base}{}/thumbs", pir.answer_url), body);
+    assert_eq!(st, StatusCode::OK);
+    (n, thumbs_decode(&pending, h, &answer, ranked).unwrap())
+}
+
+#[test]
+fn table_and_level_searches_are_exact_and_verified() {
+    let srv = server("pir-exact");
+    let (base, http) = (&srv.base, Client::new());
+    let (part, pir) = docs(&http, base);
+    shared::pir::doc::validate(&pir, part.gallery_size, part.levels.len()).unwrap();
+    assert_eq!(pir.version, part.version);
+    let th = hint(&http, base, &pir, "thumbs");
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+
+    // Table plan: exact over the whole gallery; thumbnails are the gallery's pixels.
+    let p = plan(&part, &pir, 8, 1e9).unwrap();
+    assert_eq!(p.ranking, PirRanking::Table);
+    let table = get(&http, &format!("{base}{}/rank", pir.answer_url));
+    let all = whole(&http, base, &part);
+    let mut sizes = Vec::new();
+    for i in [3usize, 77, 512] {
+        let q = features(i);
+        let r = rank_table(&pir, &table, &q, 8).unwrap();
+        let want = rank(&q, std::slice::from_ref(&all), 8).unwrap();
+        let ids = |h: &[shared::protocol::blocks::Hit]| h.iter().map(|h| h.id).collect::<Vec<_>>();
+        assert_eq!(ids(&r.hits), ids(&want), "photo {i}");
+        let (n, px) = thumbs(&http, base, &pir, &th, &r, &mut rng);
+        sizes.push(n);
+        for (h, p) in want.iter().zip(&px) {
+            assert_eq!(
+                p.as_slice(),
+                all.thumbnail(h.index),
+                "thumbnail of {}",
+                h.id
+            );
+        }
+    }
+    assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{sizes:?}");
+
+    // Every offered level: the decoded record holds exactly the ids of the photo's block file.
+    let offered: Vec<usize> = (0..pir.levels.len())
+        .filter(|&l| pir.levels[l].is_some())
+        .collect();
+    assert!(!offered.is_empty(), "no level database offered");
+    let mut bodies = Vec::new();
+    for &l in &offered {
+        let lh = hint(&http, base, &pir, &l.to_string());
+        for i in [3usize, 600] {
+            let q = features(i);
+            let (body, pending) = rank_query(&part, &pir, l, &q, &mut rng).unwrap();
+            bodies.push((l, body.len()));
+            let (st, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
+            assert_eq!(st, StatusCode::OK);
+            let r = rank_level(&pir, l, &pending, &lh, &answer, &q, 8).unwrap();
+            let ld = &part.levels[l];
+            let flat: Vec<f32> = ld.centroids.iter().flatten().copied().collect();
+            let x = shared::protocol::partition::nearest_centroid(&flat, part.feature_dim, &q);
+            let bytes = get(&http, &format!("{base}{}/{l}/{x}", part.blocks_url));
+            let block = decode(&bytes, Some(&ld.hashes[x as usize])).unwrap();
+            let want: Vec<u64> = rank(&q, &[block], 8)
+                .unwrap()
+                .iter()
+                .map(|h| h.id)
+                .collect();
+            let got: Vec<u64> = r.hits.iter().map(|h| h.id).collect();
+            assert_eq!(got, want, "level {l}, photo {i}");
+            thumbs(&http, base, &pir, &th, &r, &mut rng);
+        }
+    }
+    // Two photos, one level: the same request size.
+    for w in bodies.chunks(2) {
+        assert_eq!(w[0], w[1]);
+    }
+
+    // The server counted the work.
+    let st = status_json(&http, base);
+    assert!(st["pir"]["requests"].as_u64().unwrap() >= 3 + 4 * offered.len() as u64);
+    assert!(st["pir"]["core_ms_per_request"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn damaged_answers_and_bad_requests_are_typed_errors() {
+    let srv = server("pir-errors");
+    let (base, http) = (&srv.base, Client::new());
+    let (part, pir) = docs(&http, base);
+    let th = hint(&http, base, &pir, "thumbs");
+    let table = get(&http, &format!("{base}{}/rank", pir.answer_url));
+    let q = features(9);
+    let r = rank_table(&pir, &table, &q, 8).unwrap();
+    let mut rng = ChaCha20Rng::seed_from_u64(6);
+
+    // A damaged answer never yields a thumbnail: the digest check refuses it.
+    let (body, pending) = thumbs_query(&pir, Some(&r), 8, &mut rng).unwrap();
+    let (_, mut answer) = post(&http, &format!("{base}{}/thumbs", pir.answer_url), body);
+    let at = answer.len() / 2;
+    answer[at] ^= 0x80;
+    answer[at + 1] ^= 0x80;
+    answer[at + 2] ^= 0x80;
+    answer[at + 3] ^= 0x80;
+    let e = thumbs_decode(&pending, &th, &answer, &r).unwrap_err();
+    assert!(e.to_string().contains("thumbnail"), "{e}");
+    // A truncated answer: a size error.
+    let e = thumbs_decode(&pending, &th, &answer[..answer.len() - 4], &r).unwrap_err();
+    assert!(e.to_string().contains("PIR answer has"), "{e}");
+    // A damaged table is refused by its hash.
+    let mut t = table.clone();
+    let at = t.len() / 2;
+    t[at] ^= 1;
+    assert!(rank_table(&pir, &t, &q, 8).is_err());
+    // A damaged level answer: refused by the record hash.
+    if let Some(l) = (0..pir.levels.len()).find(|&l| pir.levels[l].is_some()) {
+        let lh = hint(&http, base, &pir, &l.to_string());
+        let (body, pending) = rank_query(&part, &pir, l, &q, &mut rng).unwrap();
+        let (_, mut answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
+        answer[40] ^= 0x80;
+        answer[41] ^= 0x80;
+        let e = rank_level(&pir, l, &pending, &lh, &answer, &q, 8).unwrap_err();
+        assert!(e.to_string().contains("ranking record"), "{e}");
+    }
+
+    // Bad requests: typed JSON errors with 4xx statuses; long input is not echoed in full.
+    let url = format!("{base}{}/thumbs", pir.answer_url);
+    for body in [
+        Vec::new(),
+        vec![0u8; 3],
+        vec![0u8; pir.thumbs.shape.query_bytes() + 4],
+    ] {
+        let (st, b) = post(&http, &url, body);
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
+        let e: ErrorResponse = serde_json::from_slice(&b).unwrap();
+        assert!(
+            e.error.message.contains("query vectors"),
+            "{}",
+            e.error.message
+        );
+    }
+    let long = "x".repeat(5000);
+    for path in [
+        format!("{}/{long}", pir.answer_url),
+        format!("/api/v1/pir/{long}/thumbs"),
+        format!("{}/99", pir.answer_url),
+    ] {
+        let (st, b) = post(&http, &format!("{base}{path}"), vec![0u8; 16]);
+        assert_eq!(st, StatusCode::NOT_FOUND, "{path}");
+        let e: ErrorResponse = serde_json::from_slice(&b).unwrap();
+        assert!(e.error.message.len() < 400, "{}", e.error.message.len());
+    }
+    let too_big = vec![0u8; 17 << 20];
+    let (st, _) = post(&http, &url, too_big);
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
+    let r = http
+        .get(format!("{base}{}/thumbs/hint", pir.answer_url))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("immutable"));
+}

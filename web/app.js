@@ -9,6 +9,7 @@
 // from the blocks; it never retries a block and requests nothing after ranking.
 import init, { Client, compose_budget } from "./pkg/privatemail_client_wasm.js";
 import { SAMPLES } from "./samples.js";
+import { loadPir, pirSearch } from "./pir.js";
 
 const EPSILONS = [0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 30, 100];
 const K = 8;
@@ -27,6 +28,8 @@ let image = null; // what the model said about the loaded photo
 let map = null; // gallery sample in the frame, for the plot
 let partition = null; // the public partition document (block retrieval), or null
 let currentPlan = null; // the plan the next block search uses (public)
+let pirDoc = null; // the public PIR document, or null where the server offers none
+let pirPlan = null; // the plan the next PIR search uses (public)
 
 function status(text) { $("status").textContent = text; }
 function showError(text) {
@@ -67,6 +70,7 @@ async function start() {
     return;
   }
   await loadPartition();
+  await loadPirDoc();
   $("delta").textContent = config.privacy_defaults.delta.toExponential(0);
   renderSamples();
   renderLegend();
@@ -167,6 +171,7 @@ function showImage() {
 function epsilon() { return EPSILONS[Number($("epsilon").value)]; }
 
 function hint(eps) {
+  if (protocol() === "pir") return "Private information retrieval spends no ε at all: this slider applies only to the other ways to search.";
   const frame = protocol() === "frame" || protocol() === "paper";
   if (eps <= 0.5) return "Strong privacy: the server learns practically nothing about your photo" + (frame ? " — and the matches are essentially random." : ".");
   if (eps <= 4) return "Good privacy: the server cannot tell your photo's category much better than by guessing" + (frame ? "; matches are still mostly random." : ".");
@@ -219,6 +224,7 @@ async function onSearch() {
   showError("");
   $("warning").hidden = true;
   if (!image) return;
+  if (protocol() === "pir") return onPirSearch();
   if (protocol() === "blocks" || protocol() === "whole") return onBlockSearch();
   let out;
   try {
@@ -353,15 +359,26 @@ async function loadPartition() {
   else if (!allowed && protocol() === "whole") $("protocol").value = "blocks";
 }
 
+// The PIR document: public, the same for everyone. Where the server offers PIR it is the default.
+async function loadPirDoc() {
+  pirDoc = partition ? await loadPir(client) : null;
+  const opt = $("protocol").querySelector("option[value='pir']");
+  opt.hidden = !pirDoc;
+  opt.disabled = !pirDoc;
+  if (pirDoc && !$("protocol").dataset.chosen) $("protocol").value = "pir";
+  else if (!pirDoc && protocol() === "pir") $("protocol").value = partition ? "blocks" : "frame";
+}
+
 async function updateProtocol() {
   // A partition that was unavailable (e.g. still being built) is fetched again, whole.
   const p = protocol();
-  const blocks = p === "blocks" || p === "whole";
+  const blocks = p === "blocks" || p === "whole" || p === "pir";
   if (client && !partition && blocks) await loadPartition();
+  document.querySelectorAll(".eps-only").forEach((e) => { e.hidden = p === "pir"; });
   document.querySelectorAll(".frame-only").forEach((e) => { e.hidden = p !== "frame"; });
   document.querySelectorAll(".paper-only").forEach((e) => { e.hidden = p !== "paper"; });
   document.querySelectorAll(".gaussian-only").forEach((e) => { e.hidden = blocks; });
-  document.querySelectorAll(".blocks-only").forEach((e) => { e.hidden = p !== "blocks"; });
+  document.querySelectorAll(".blocks-only").forEach((e) => { e.hidden = p !== "blocks" && p !== "pir"; });
   $("frame-figure").hidden = p !== "frame";
   $("paper-figure").hidden = p !== "paper";
   $("plan-figure").hidden = !blocks;
@@ -379,6 +396,7 @@ function updatePlan() {
     return;
   }
   if (!partition) return;
+  if (p === "pir") return updatePirPlan();
   let curve = [];
   try {
     if (p === "whole") {
@@ -399,6 +417,72 @@ function updatePlan() {
     return li;
   }));
   drawPlanPlot(curve, currentPlan);
+}
+
+// The PIR plan is public too: from the documents, K and the byte budget.
+function updatePirPlan() {
+  pirPlan = null;
+  let curve = [];
+  try { curve = JSON.parse(client.plans(epsilon())); } catch { curve = []; }
+  try {
+    pirPlan = JSON.parse(client.pir_plan(K, Number($("budget").value)));
+  } catch (e) {
+    $("plan").textContent = `No private-retrieval search fits these settings: ${e.message || e}. Choose a larger data budget.`;
+    drawPlanPlot(curve, null, null);
+    return;
+  }
+  const how = pirPlan.ranking.kind === "table"
+    ? "ranks the whole gallery in your browser from a public list of every image's numbers"
+    : `asks for your photo's part of the gallery (level ${pirPlan.ranking.level}) without revealing which`;
+  const lines = [
+    "The server learns nothing about your photo: every request looks the same whatever the photo (lattice-based private information retrieval). Privacy spent: ε = 0.",
+    `This search ${how}, then fetches the ${K} pictures the same way: ${fmtKiB(pirPlan.up_bytes)} up and ${fmtKiB(pirPlan.down_bytes)} down per search, plus ${fmtKiB(pirPlan.one_time_bytes)} of public files once per gallery version (kept by your browser).`,
+    pirPlan.predicted_fidelity >= 0.9995
+      ? "Results: your exact 8 nearest images in the whole gallery."
+      : `Predicted: ${pct(pirPlan.predicted_fidelity)}% of your 8 exact nearest matches will be found.`,
+  ];
+  $("plan").replaceChildren(...lines.map((t) => {
+    const li = document.createElement("p");
+    li.textContent = t;
+    return li;
+  }));
+  drawPlanPlot(curve, null, pirPlan);
+}
+
+async function onPirSearch() {
+  if (!pirPlan) {
+    showError("No private-retrieval plan fits these settings. Choose a larger data budget or another way to search.");
+    return;
+  }
+  $("progress").hidden = false;
+  $("progress").value = 2;
+  let out;
+  try {
+    out = await pirSearch(client, pirDoc, pirPlan, K, status);
+  } catch (e) {
+    $("progress").hidden = true;
+    showError(`The private search failed: ${e.message || e}. Nothing was retried; nothing about your photo was revealed.`);
+    status("Search failed.");
+    if (e.status === 404 || e.status === 410 || e.status === 503) { await loadPartition(); await loadPirDoc(); updatePlan(); }
+    return;
+  }
+  $("progress").value = 3;
+  $("progress").hidden = true;
+  Object.assign(timings, { pir_client_ms: out.timings.client_ms, pir_search_ms: out.timings.total_ms });
+  showPirResults(out);
+  status(`Done in ${Math.round(out.timings.total_ms)} ms: ${fmtKiB(out.bytes.up)} up, ${fmtKiB(out.bytes.down)} down` +
+    (out.bytes.once ? `, ${fmtKiB(out.bytes.once)} of public files read once` : "") +
+    `; queries and checks took ${Math.round(out.timings.client_ms)} ms here. The server learned nothing about your photo.`);
+}
+
+function showPirResults(out) {
+  const same = out.ranked.results.filter((m) => m.label === image.label).length;
+  const exact = pirPlan.predicted_fidelity >= 0.9995;
+  $("results-summary").textContent =
+    `The ${out.ranked.results.length} nearest images ${exact ? "in the whole gallery" : "in your photo's part of the gallery"}, ` +
+    "ranked exactly in your browser; the server computed its answers without learning which images you asked for. " +
+    `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${image.class_name}).`;
+  renderResults(out.ranked);
 }
 
 function planLines(plan) {
@@ -492,16 +576,7 @@ async function fetchBlocks(out) {
     `${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
 }
 
-function showBlockResults(ranked, out) {
-  const plan = currentPlan;
-  const same = ranked.results.filter((m) => m.label === image.label).length;
-  $("results-summary").textContent =
-    `The ${ranked.results.length} nearest of the ${ranked.pool_items} gallery images downloaded ` +
-    `(${out.urls.length} block${out.urls.length === 1 ? "" : "s"}), ranked exactly in your browser; ` +
-    `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${image.class_name}). ` +
-    (plan && plan.predicted_fidelity < 1
-      ? `Predicted before the search: ${pct(plan.predicted_fidelity)}% of these are your exact 8 nearest in the whole gallery.`
-      : "These are your exact 8 nearest in the whole gallery.");
+function renderResults(ranked) {
   const side = ranked.thumb_side;
   $("results").replaceChildren(...ranked.results.map((m) => {
     const li = document.createElement("li");
@@ -524,16 +599,31 @@ function showBlockResults(ranked, out) {
   }));
 }
 
+function showBlockResults(ranked, out) {
+  const plan = currentPlan;
+  const same = ranked.results.filter((m) => m.label === image.label).length;
+  $("results-summary").textContent =
+    `The ${ranked.results.length} nearest of the ${ranked.pool_items} gallery images downloaded ` +
+    `(${out.urls.length} block${out.urls.length === 1 ? "" : "s"}), ranked exactly in your browser; ` +
+    `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${image.class_name}). ` +
+    (plan && plan.predicted_fidelity < 1
+      ? `Predicted before the search: ${pct(plan.predicted_fidelity)}% of these are your exact 8 nearest in the whole gallery.`
+      : "These are your exact 8 nearest in the whole gallery.");
+  renderResults(ranked);
+}
+
 // ---- plot: predicted fidelity against KiB downloaded (the public Pareto curve) ---------------
 
-function drawPlanPlot(curve, chosen) {
+function drawPlanPlot(curve, chosen, pir) {
   const svg = $("plan-plot");
   const W = 400, H = 260, L = 48, R = 12, T = 12, B = 40;
   const pts = [...curve];
+  // PIR's point: its bytes per search (up and down), at ε = 0.
+  const pirPoint = pir ? { expected_bytes: pir.up_bytes + pir.down_bytes, predicted_fidelity: pir.predicted_fidelity } : null;
   if (chosen && !pts.some((p) => p.level === chosen.level && p.size === chosen.size)) pts.push(chosen);
   const nodes = [];
-  if (!pts.length) { svg.replaceChildren(); return; }
-  const xs = pts.map((p) => Math.max(1, kib(p.expected_bytes)));
+  if (!pts.length && !pirPoint) { svg.replaceChildren(); return; }
+  const xs = [...pts, ...(pirPoint ? [pirPoint] : [])].map((p) => Math.max(1, kib(p.expected_bytes)));
   let lo = Math.log10(Math.min(...xs)), hi = Math.log10(Math.max(...xs));
   if (hi - lo < 0.5) { lo -= 0.25; hi += 0.25; }
   const x = (bytes) => L + ((Math.log10(Math.max(1, kib(bytes))) - lo) / (hi - lo)) * (W - L - R);
@@ -568,6 +658,13 @@ function drawPlanPlot(curve, chosen) {
     const label = p.whole ? "the whole gallery" : `${p.size} of ${p.blocks} blocks`;
     nodes.push(el("circle", { cx: x(p.expected_bytes), cy: y(p.predicted_fidelity), r: 3, fill: p.whole ? COLOURS[4] : COLOURS[0] },
       `${label}: ${fmtKiB(p.expected_bytes)}, predicted ${pct(p.predicted_fidelity)}%, ε = ${p.epsilon}`));
+  }
+  if (pirPoint) {
+    const px = x(pirPoint.expected_bytes), py = y(pirPoint.predicted_fidelity);
+    nodes.push(el("rect", { x: px - 5, y: py - 5, width: 10, height: 10, fill: COLOURS[2], class: "pir-point" },
+      `Private information retrieval: ${fmtKiB(pirPoint.expected_bytes)} per search, predicted ${pct(pirPoint.predicted_fidelity)}%, ε = 0`));
+    nodes.push(el("circle", { cx: px, cy: py, r: 9, fill: "none", stroke: "#111", "stroke-width": 2, class: "chosen" },
+      "The plan this search uses"));
   }
   if (chosen) {
     nodes.push(el("circle", { cx: x(chosen.expected_bytes), cy: y(chosen.predicted_fidelity), r: 8, fill: "none",
@@ -678,7 +775,7 @@ $("cancel").addEventListener("click", () => {
   $("warning").hidden = true;
   status("Search cancelled; nothing was sent.");
 });
-$("protocol").addEventListener("change", updateProtocol);
+$("protocol").addEventListener("change", () => { $("protocol").dataset.chosen = "1"; updateProtocol(); });
 $("budget").addEventListener("change", updatePlan);
 $("limit").addEventListener("change", () => localStorage.setItem(LIMIT_KEY, $("limit").value));
 $("reset").addEventListener("click", () => {

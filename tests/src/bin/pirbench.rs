@@ -1,0 +1,265 @@
+//! `pirbench`: PIR, DP block retrieval and the whole gallery, measured side by side on held-out
+//! photos against a running server (loopback): fidelity@8 against the exact top 8 of the whole
+//! gallery, bytes up and down per search, one-time bytes, the server's core-ms per search
+//! (from `/api/v1/status`) and the client's ms (native: query generation, decoding, checks,
+//! ranking). Prints CSV rows (`--header` for the header line) and a summary on stderr.
+//!
+//! Held-out photos: Fashion-MNIST training images that are neither gallery items nor public
+//! anchors where the gallery leaves any (galleries under 10,000 + 60,000 items), else
+//! deterministic variants of training images (`data::augment`) under ids no gallery uses.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use clap::Parser;
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use reqwest::blocking::Client;
+use shared::api::{AnchorsResponse, PartitionDoc};
+use shared::embed::model::Model;
+use shared::pir::client::Hint;
+use shared::pir::doc::PirDoc;
+use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
+use shared::protocol::blocks::{decode, rank, Block};
+use shared::protocol::pir_search::{
+    rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, Ranked,
+};
+use shared::protocol::plan::plan;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    base: String,
+    /// Held-out photos.
+    #[arg(long, default_value_t = 200)]
+    queries: usize,
+    /// DP blocks: the byte budget per search (KiB) and the ε values.
+    #[arg(long, default_value_t = 4096.0)]
+    budget_kib: f64,
+    #[arg(long, value_delimiter = ',', default_value = "8,4,2,1")]
+    epsilons: Vec<f64>,
+    /// Print the CSV header first.
+    #[arg(long)]
+    header: bool,
+}
+
+#[derive(Default)]
+struct Acc {
+    fidelity: f64,
+    up: f64,
+    down: f64,
+    client_ms: f64,
+    server_ms: f64,
+    n: usize,
+}
+
+fn get(http: &Client, url: &str) -> Vec<u8> {
+    let r = http.get(url).send().expect("GET");
+    assert!(r.status().is_success(), "{url}: {}", r.status());
+    r.bytes().expect("body").to_vec()
+}
+
+fn post(http: &Client, url: &str, body: Vec<u8>) -> Vec<u8> {
+    let r = http
+        .post(url)
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .send()
+        .expect("POST");
+    assert!(r.status().is_success(), "{url}: {}", r.status());
+    r.bytes().expect("body").to_vec()
+}
+
+fn server_core_ms(http: &Client, base: &str) -> f64 {
+    let s: serde_json::Value = http
+        .get(format!("{base}/api/v1/status"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let p = &s["pir"];
+    p["core_ms_per_request"].as_f64().unwrap_or(0.0) * p["requests"].as_f64().unwrap_or(0.0)
+}
+
+fn share(got: &[u64], truth: &[u64]) -> f64 {
+    let t: HashSet<u64> = truth.iter().copied().collect();
+    got.iter().filter(|i| t.contains(i)).count() as f64 / truth.len().max(1) as f64
+}
+
+fn main() {
+    let a = Args::parse();
+    let http = Client::builder().no_gzip().build().unwrap();
+    let base = a.base.trim_end_matches('/');
+    let part: PartitionDoc = http
+        .get(format!("{base}/api/v1/partition"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let pir: PirDoc = http
+        .get(format!("{base}/api/v1/pir"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let anchors: AnchorsResponse = http
+        .get(format!("{base}/api/v1/anchors"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let n = part.gallery_size;
+    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);
+    let train = privatemail_server::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let anchor_ids: HashSet<u64> = anchors.ids.iter().copied().collect();
+    // Training image i has gallery id 10,000 + i (when the gallery reaches it).
+    let photos: Vec<Vec<u8>> = if n < 60_000 {
+        (0..train.labels.len())
+            .filter(|&i| !anchor_ids.contains(&(10_000 + i as u64)) && 10_000 + i >= n)
+            .take(a.queries)
+            .map(|i| train.images.image(i).to_vec())
+            .collect()
+    } else {
+        (0..a.queries)
+            .map(|i| {
+                privatemail_server::data::augment(train.images.image(i * 37 % 60_000), 3_000_000 + i as u64)
+            })
+            .collect()
+    };
+    let feats: Vec<Vec<f32>> = photos
+        .iter()
+        .map(|p| model.infer(p).unwrap().features)
+        .collect();
+
+    // The exact top 8: the whole gallery's block (the same i16 features every client ranks).
+    let whole_l = part.levels.iter().position(|l| l.whole).expect("a whole level");
+    let t = Instant::now();
+    let whole_raw = get(&http, &format!("{base}{}", block_url(&part, whole_l, 0)));
+    let whole: Block = decode(&whole_raw, Some(&part.levels[whole_l].hashes[0])).unwrap();
+    eprintln!("pirbench: {} items, {} held-out photos, whole gallery {:.1} MB in {:.1} s", n, feats.len(), whole_raw.len() as f64 / 1e6, t.elapsed().as_secs_f64());
+    let truth: Vec<Vec<u64>> = feats
+        .iter()
+        .map(|q| rank(q, std::slice::from_ref(&whole), 8).unwrap().iter().map(|h| h.id).collect())
+        .collect();
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    let mut rows: Vec<(String, Acc, f64)> = Vec::new();
+
+    // Hints (one-time bytes).
+    let hint_of = |db: &str, d: &shared::pir::doc::PirDbDoc| {
+        let b = get(&http, &format!("{base}{}/{db}/hint", pir.answer_url));
+        Hint::from_bytes(&d.shape, &b, &d.hint_sha256).unwrap()
+    };
+    let th = hint_of("thumbs", &pir.thumbs);
+    let thumbs_round = |r: &Ranked, rng: &mut ChaCha20Rng, acc: &mut Acc| {
+        let t = Instant::now();
+        let (body, pending) = thumbs_query(&pir, Some(r), 8, rng).unwrap();
+        acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+        acc.up += body.len() as f64;
+        let ans = post(&http, &format!("{base}{}/thumbs", pir.answer_url), body);
+        acc.down += ans.len() as f64;
+        let t = Instant::now();
+        thumbs_decode(&pending, &th, &ans, r).unwrap();
+        acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+    };
+
+    // PIR with the ranking table.
+    if let Some(tdoc) = &pir.rank_table {
+        let table = get(&http, &format!("{base}{}/rank", pir.answer_url));
+        let mut acc = Acc::default();
+        let s0 = server_core_ms(&http, base);
+        for (q, tr) in feats.iter().zip(&truth) {
+            let t = Instant::now();
+            let r = rank_table(&pir, &table, q, 8).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            thumbs_round(&r, &mut rng, &mut acc);
+            acc.n += 1;
+        }
+        acc.server_ms = server_core_ms(&http, base) - s0;
+        let once = (tdoc.transfer_bytes + pir.thumbs.shape.hint_bytes() as u64) as f64;
+        rows.push(("pir-table".into(), acc, once));
+    }
+    // PIR with each offered level's database.
+    for (l, db) in pir.levels.iter().enumerate() {
+        let Some(db) = db else { continue };
+        let lh = hint_of(&l.to_string(), db);
+        let mut acc = Acc::default();
+        let s0 = server_core_ms(&http, base);
+        for (q, tr) in feats.iter().zip(&truth) {
+            let t = Instant::now();
+            let (body, pending) = rank_query(&part, &pir, l, q, &mut rng).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.up += body.len() as f64;
+            let ans = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
+            acc.down += ans.len() as f64;
+            let t = Instant::now();
+            let r = rank_level(&pir, l, &pending, &lh, &ans, q, 8).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            thumbs_round(&r, &mut rng, &mut acc);
+            acc.n += 1;
+        }
+        acc.server_ms = server_core_ms(&http, base) - s0;
+        let once = (db.shape.hint_bytes() + pir.thumbs.shape.hint_bytes()) as f64;
+        rows.push((format!("pir-level-B{}", part.levels[l].blocks), acc, once));
+    }
+    // DP blocks at each ε within the budget (bytes: the blocks' gzip sizes on the wire).
+    for &eps in &a.epsilons {
+        let Ok(p) = plan(&part, eps, a.budget_kib * 1024.0) else {
+            eprintln!("pirbench: no block plan at ε = {eps} within {} KiB", a.budget_kib);
+            continue;
+        };
+        let mut acc = Acc::default();
+        for (q, tr) in feats.iter().zip(&truth) {
+            let t = Instant::now();
+            let req = release_blocks(&part, &p, q, &mut rng).unwrap();
+            let mut ms = t.elapsed().as_secs_f64() * 1e3;
+            let fetched: Vec<(u32, Vec<u8>)> = req
+                .fetch
+                .iter()
+                .map(|&b| {
+                    acc.down += part.levels[req.level].transfer_bytes[b as usize] as f64;
+                    (b, get(&http, &format!("{base}{}", block_url(&part, req.level, b))))
+                })
+                .collect();
+            let refs: Vec<(u32, &[u8])> = fetched.iter().map(|(b, v)| (*b, v.as_slice())).collect();
+            let t = Instant::now();
+            let (hits, _) = verify_and_rank(&part, req.level, &refs, q, 8).unwrap();
+            ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.client_ms += ms;
+            acc.fidelity += share(&hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            acc.n += 1;
+        }
+        rows.push((format!("blocks-eps{eps}"), acc, 0.0));
+    }
+    // The whole gallery, fetched once and kept: per search nothing.
+    {
+        let mut acc = Acc::default();
+        for (q, tr) in feats.iter().zip(&truth) {
+            let t = Instant::now();
+            let hits = rank(q, std::slice::from_ref(&whole), 8).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.fidelity += share(&hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            acc.n += 1;
+        }
+        let once = part.levels[whole_l].transfer_bytes[0] as f64;
+        rows.push(("whole-gallery".into(), acc, once));
+    }
+    if a.header {
+        println!("gallery,method,queries,fidelity_at_8,kib_up,kib_down,one_time_kib,server_core_ms,client_ms");
+    }
+    for (name, acc, once) in &rows {
+        let k = acc.n.max(1) as f64;
+        println!(
+            "{n},{name},{},{:.4},{:.1},{:.1},{:.0},{:.1},{:.2}",
+            acc.n,
+            acc.fidelity / k,
+            acc.up / k / 1024.0,
+            acc.down / k / 1024.0,
+            once / 1024.0,
+            acc.server_ms / k,
+            acc.client_ms / k
+        );
+    }
+}

@@ -370,6 +370,34 @@ fn a_gallery_change_publishes_a_new_version_and_keeps_the_old_one_for_the_grace_
     let s: Value = status_json(&http, base);
     assert_eq!(s["partition"]["retired"], 1);
     assert_eq!(s["partition"]["version"], new.version);
+    // PIR databases live and expire with their version: the new document names the new
+    // version, and the old version still answers queries during the grace period.
+    let pir: shared::pir::doc::PirDoc = http
+        .get(format!("{base}/api/v1/pir"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(pir.version, new.version);
+    assert_eq!(pir.thumbs.shape.records, 1001);
+    let old_answer = format!("{base}/api/v1/pir/{}/thumbs", old.version);
+    let width = http
+        .get(format!("{old_answer}/hint"))
+        .send()
+        .unwrap()
+        .bytes()
+        .unwrap()
+        .len()
+        / (4 * shared::pir::lwe::LWE_N);
+    assert!(width > 0, "the old version's hint is served");
+    let r = http
+        .post(&old_answer)
+        .header("content-type", "application/octet-stream")
+        .body(vec![0u8; 4 * (1000usize).div_ceil(width / 784)])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the old version still answers");
+    assert_eq!(r.bytes().unwrap().len(), 4 * width);
 }
 
 #[test]

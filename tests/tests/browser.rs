@@ -215,10 +215,12 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
     let srv = server();
     let (_driver, c) = browser().await;
     open_page(&c, &srv.base).await;
+    // PIR is the default where the server offers it; DP blocks are a choice.
     assert_eq!(
         js(&c, "return document.getElementById('protocol').value;").await,
-        json!("blocks")
+        json!("pir")
     );
+    choose(&c, "protocol", "blocks").await;
     let i = 5003;
     let (path, _) = image_file(i);
     load_photo(&c, &path).await;
@@ -325,6 +327,7 @@ async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_plac
     let l = plan.size as usize;
     let (_driver, c) = browser().await;
     open_page(&c, &srv.base).await;
+    choose(&c, "protocol", "blocks").await;
     choose(&c, "budget", &budget.to_string()).await;
     choose(&c, "epsilon", &slider.to_string()).await;
     assert_eq!(
@@ -423,6 +426,7 @@ async fn the_whole_gallery_is_offered_only_where_the_operator_allows_it() {
     )
     .await;
     assert_eq!(offered, json!(false));
+    choose(&c, "protocol", "blocks").await;
     let (path, _) = image_file(5010);
     load_photo(&c, &path).await;
     assert_eq!(search(&c).await.len(), 8);
@@ -517,5 +521,146 @@ async fn paper_protocol_searches_and_draws_the_aligned_embedding() {
     .await;
     assert_eq!(receipts, json!(["discrete_gaussian"]));
     let _ = std::fs::remove_file(path);
+    c.close().await.unwrap();
+}
+
+/// Private information retrieval, the page's default: the plan says the server learns nothing
+/// (ε = 0) and gives bytes up, down and once; the plot has the PIR point; a search shows the
+/// exact top 8 (computed natively against the whole gallery) with thumbnails and spends no
+/// budget. Every request of a search is recorded (method, path, body size, in order): after
+/// the first search (which fetches the public files), searches for two different photos make
+/// exactly the same requests, and nothing else is loaded (Resource Timing).
+#[tokio::test(flavor = "multi_thread")]
+async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
+    let srv = server();
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    assert_eq!(
+        js(&c, "return document.getElementById('protocol').value;").await,
+        json!("pir")
+    );
+    let plan = js(&c, "return document.getElementById('plan').textContent;").await;
+    let plan = plan.as_str().unwrap().to_string();
+    for want in [
+        "learns nothing",
+        "ε = 0",
+        "up",
+        "down",
+        "once per gallery version",
+    ] {
+        assert!(plan.contains(want), "plan text lacks {want:?}: {plan}");
+    }
+    assert_eq!(
+        js(
+            &c,
+            "return document.querySelectorAll('#plan-plot rect.pir-point').length;"
+        )
+        .await,
+        json!(1)
+    );
+    // Record every request the page makes: method, path and body size, in order.
+    js(
+        &c,
+        "window.__log = []; const f = window.fetch.bind(window);
+         window.fetch = (u, o) => {
+           const body = o && o.body ? o.body.length ?? o.body.byteLength : 0;
+           window.__log.push(`${(o && o.method) || 'GET'} ${new URL(u, location.href).pathname} ${body}`);
+           return f(u, o);
+         }; return 0;",
+    )
+    .await;
+    let mut logs = Vec::new();
+    let doc = partition(&srv.base).await;
+    let whole_level = doc
+        .levels
+        .iter()
+        .position(|l| l.whole)
+        .expect("whole level");
+    let bytes = privatemail_e2e::browser::get_bytes(
+        &srv.base,
+        &shared::protocol::block_search::block_url(&doc, whole_level, 0),
+    )
+    .await;
+    let whole =
+        shared::protocol::blocks::decode(&bytes, Some(&doc.levels[whole_level].hashes[0])).unwrap();
+    for (round, i) in [5003usize, 5003, 5100, 5003, 5100].into_iter().enumerate() {
+        let (path, _) = image_file(i);
+        load_photo(&c, &path).await;
+        js(
+            &c,
+            "window.__log = []; performance.clearResourceTimings(); return 0;",
+        )
+        .await;
+        let labels = search(&c).await;
+        assert_eq!(labels.len(), 8);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let log: Vec<String> =
+            serde_json::from_value(js(&c, "return window.__log;").await).unwrap();
+        let resources: Vec<String> = serde_json::from_value(
+            js(
+                &c,
+                "return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname);",
+            )
+            .await,
+        )
+        .unwrap();
+        let fetched: Vec<String> = log
+            .iter()
+            .map(|l| l.split(' ').nth(1).unwrap().to_string())
+            .collect();
+        assert_eq!(resources, fetched, "only the recorded requests were made");
+        let ids: Vec<u64> = serde_json::from_value(
+            js(
+                &c,
+                "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
+            )
+            .await,
+        )
+        .unwrap();
+        let want: Vec<u64> =
+            shared::protocol::blocks::rank(&native_features(i), std::slice::from_ref(&whole), 8)
+                .unwrap()
+                .iter()
+                .map(|h| h.id)
+                .collect();
+        assert_eq!(ids, want, "photo {i}: the exact top 8");
+        let canvases = js(
+            &c,
+            "return document.querySelectorAll('#results li canvas').length;",
+        )
+        .await;
+        assert_eq!(canvases, json!(8));
+        if round > 0 {
+            logs.push(log);
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    assert!(
+        logs.iter().all(|l| l == &logs[0]),
+        "requests differ between photos: {logs:?}"
+    );
+    // The thumbnail request carries exactly 8 query vectors of the published width.
+    let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
+        &privatemail_e2e::browser::get_bytes(&srv.base, "/api/v1/pir").await,
+    )
+    .unwrap();
+    let thumbs = format!(
+        "POST {}/thumbs {}",
+        pir.answer_url,
+        8 * pir.thumbs.shape.query_bytes()
+    );
+    assert!(logs[0].contains(&thumbs), "{thumbs} not in {:?}", logs[0]);
+    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
+    assert!(
+        spent.as_str().unwrap().contains("over 0 searches"),
+        "nothing spent: {spent}"
+    );
+    let dir = format!("{ROOT}/target/e2e-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        format!("{dir}/browser-pir.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
     c.close().await.unwrap();
 }

@@ -143,6 +143,44 @@ fn whole_gallery_search_is_the_exact_top_8_and_spends_nothing() {
     }
 }
 
+/// `--protocol pir`: the exact top 8 (f32 features; the i16 table swaps near-ties at most),
+/// nothing spent, bytes up, down and one-time in the JSON; the public files are cached, so the
+/// second search downloads none.
+#[test]
+fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
+    let s = server();
+    let cli = Cli::new("pir");
+    let held_out = [5000, 7777];
+    let pixels: Vec<Vec<u8>> = held_out.iter().map(|&i| test_image(i).0).collect();
+    let want = exact_top8(&pixels.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    for (n, &i) in held_out.iter().enumerate() {
+        let p = photo(&cli.state.join("photos"), i);
+        let out = cli.json(&[
+            "search",
+            p.to_str().unwrap(),
+            "--server",
+            &s.base,
+            "--protocol",
+            "pir",
+            "--json",
+        ]);
+        assert_eq!(ids(&out), want[n], "photo {i}");
+        assert!(out["receipt"].is_null());
+        assert_eq!(out["budget"]["releases"], 0);
+        let pir = &out["pir"];
+        assert_eq!(pir["plan"]["ranking"]["kind"], "table");
+        assert!(pir["bytes_up"].as_u64().unwrap() > 0);
+        assert_eq!(pir["bytes_up"], pir["plan"]["up_bytes"]);
+        assert_eq!(pir["bytes_down"], pir["plan"]["down_bytes"]);
+        let once = pir["one_time_bytes_downloaded"].as_u64().unwrap();
+        if n == 0 {
+            assert!(once > 0);
+        } else {
+            assert_eq!(once, 0, "hints and table come from the cache");
+        }
+    }
+}
+
 #[test]
 fn every_protocol_searches_and_the_budget_composes_and_guards() {
     let s = server();

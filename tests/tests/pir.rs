@@ -205,11 +205,17 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
     if let Some(l) = (0..pir.levels.len()).find(|&l| pir.levels[l].is_some()) {
         let lh = hint(&http, base, &pir, &l.to_string());
         let (body, pending) = rank_query(&part, &pir, l, &q, &mut rng).unwrap();
-        let (_, mut answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
-        answer[40] ^= 0x80;
-        answer[41] ^= 0x80;
-        let e = rank_level(&pir, l, &pending, &lh, &answer, &q, 8).unwrap_err();
-        assert!(e.to_string().contains("ranking record"), "{e}");
+        let (_, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
+        // The top byte of a row's word: a change the rounding cannot absorb (changes in the
+        // low bits within Δ/2 decode to the right byte, as they should). Row 10 is in the
+        // record's header (malformed), row 2,000 in its features (hash mismatch).
+        for (row, want) in [(10usize, "malformed"), (2000, "ranking record")] {
+            let mut bad = answer.clone();
+            bad[4 * row + 3] ^= 0x80;
+            let e = rank_level(&pir, l, &pending, &lh, &bad, &q, 8).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        assert!(rank_level(&pir, l, &pending, &lh, &answer, &q, 8).is_ok());
     }
 
     // Bad requests: typed JSON errors with 4xx statuses; long input is not echoed in full.

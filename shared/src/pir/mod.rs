@@ -22,6 +22,49 @@ pub mod layout;
 pub mod lwe;
 pub mod records;
 
+/// A deterministic run of the whole scheme for cross-target checks: the wasm tests compare its
+/// digest with the native one (same records, seeds and RNG ⇒ the same query bytes, answers and
+/// decoded records on every target).
+#[doc(hidden)]
+pub mod selftest {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha20Rng;
+
+    use super::client::{query, u32s_to_bytes, Hint};
+    use super::layout::{Database, Shape};
+    use super::lwe::matrix_a;
+    use crate::protocol::blocks::hash_hex;
+
+    /// SHA-256 over the query body, the answer and the decoded records of a fixed database
+    /// (stacked and split records) queried with a ChaCha20 stream seeded by `seed`.
+    pub fn transcript(seed: u64) -> String {
+        let mut out = Vec::new();
+        for (len, count, rows) in [(24usize, 50usize, 96usize), (200, 6, 40)] {
+            let shape = Shape::new(len, count, rows).expect("valid shape");
+            let recs: Vec<Vec<u8>> = (0..count)
+                .map(|r| (0..len).map(|b| (r * 31 + b * 7) as u8).collect())
+                .collect();
+            let db = Database::build(shape, recs.iter().map(|r| r.as_slice())).expect("fits");
+            let a_seed = [seed as u8; 32];
+            let hint = u32s_to_bytes(&db.hint_rows(&matrix_a(&a_seed, shape.cols), 0..rows));
+            let h = Hint::from_bytes(&shape, &hint, &hash_hex(&hint)).expect("hint");
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            let (body, pending) = query(&shape, &a_seed, &[count - 1, 1], &mut rng).expect("query");
+            let q: Vec<u32> = body
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let answer = u32s_to_bytes(&db.answer_rows(&q, 0..rows));
+            let decoded = pending.decode(&h, &answer).expect("decode");
+            assert_eq!(decoded[0], recs[count - 1], "the scheme decodes");
+            out.extend_from_slice(&body);
+            out.extend_from_slice(&answer);
+            decoded.iter().for_each(|d| out.extend_from_slice(d));
+        }
+        hash_hex(&out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rand::SeedableRng;
@@ -170,6 +213,15 @@ mod tests {
             .collect();
         let mean = words.iter().map(|w| (w >> 24) as f64).sum::<f64>() / words.len() as f64;
         assert!((mean - 127.5).abs() < 3.0, "mean top byte {mean}");
+    }
+
+    /// The digest the wasm test (`client-wasm/tests/pir.rs`) compares against.
+    pub const TRANSCRIPT_7: &str =
+        "b673833e0fd360640bd7716f99e5d3d47b0245376847f37bae847881369a746c";
+
+    #[test]
+    fn the_transcript_is_stable() {
+        assert_eq!(super::selftest::transcript(7), TRANSCRIPT_7);
     }
 
     #[test]

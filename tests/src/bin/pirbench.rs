@@ -123,7 +123,10 @@ fn main() {
     } else {
         (0..a.queries)
             .map(|i| {
-                privatemail_server::data::augment(train.images.image(i * 37 % 60_000), 3_000_000 + i as u64)
+                privatemail_server::data::augment(
+                    train.images.image(i * 37 % 60_000),
+                    3_000_000 + i as u64,
+                )
             })
             .collect()
     };
@@ -133,14 +136,30 @@ fn main() {
         .collect();
 
     // The exact top 8: the whole gallery's block (the same i16 features every client ranks).
-    let whole_l = part.levels.iter().position(|l| l.whole).expect("a whole level");
+    let whole_l = part
+        .levels
+        .iter()
+        .position(|l| l.whole)
+        .expect("a whole level");
     let t = Instant::now();
     let whole_raw = get(&http, &format!("{base}{}", block_url(&part, whole_l, 0)));
     let whole: Block = decode(&whole_raw, Some(&part.levels[whole_l].hashes[0])).unwrap();
-    eprintln!("pirbench: {} items, {} held-out photos, whole gallery {:.1} MB in {:.1} s", n, feats.len(), whole_raw.len() as f64 / 1e6, t.elapsed().as_secs_f64());
+    eprintln!(
+        "pirbench: {} items, {} held-out photos, whole gallery {:.1} MB in {:.1} s",
+        n,
+        feats.len(),
+        whole_raw.len() as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
     let truth: Vec<Vec<u64>> = feats
         .iter()
-        .map(|q| rank(q, std::slice::from_ref(&whole), 8).unwrap().iter().map(|h| h.id).collect())
+        .map(|q| {
+            rank(q, std::slice::from_ref(&whole), 8)
+                .unwrap()
+                .iter()
+                .map(|h| h.id)
+                .collect()
+        })
         .collect();
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let mut rows: Vec<(String, Acc, f64)> = Vec::new();
@@ -207,7 +226,10 @@ fn main() {
     // DP blocks at each ε within the budget (bytes: the blocks' gzip sizes on the wire).
     for &eps in &a.epsilons {
         let Ok(p) = plan(&part, eps, a.budget_kib * 1024.0) else {
-            eprintln!("pirbench: no block plan at ε = {eps} within {} KiB", a.budget_kib);
+            eprintln!(
+                "pirbench: no block plan at ε = {eps} within {} KiB",
+                a.budget_kib
+            );
             continue;
         };
         let mut acc = Acc::default();
@@ -220,7 +242,10 @@ fn main() {
                 .iter()
                 .map(|&b| {
                     acc.down += part.levels[req.level].transfer_bytes[b as usize] as f64;
-                    (b, get(&http, &format!("{base}{}", block_url(&part, req.level, b))))
+                    (
+                        b,
+                        get(&http, &format!("{base}{}", block_url(&part, req.level, b))),
+                    )
                 })
                 .collect();
             let refs: Vec<(u32, &[u8])> = fetched.iter().map(|(b, v)| (*b, v.as_slice())).collect();

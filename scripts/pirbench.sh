@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# PIR, DP blocks and the whole gallery side by side (docs/eval/pir.csv): starts the release
+# server at each gallery size on a temporary store, runs `pirbench` against it, stops it.
+# Usage: bash scripts/pirbench.sh [sizes…]   (default: 10000 70000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PM_SETUP_WASM=0 bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release -q -p privatemail-server --bin server -p privatemail-e2e --bin pirbench
+sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 70000)
+out=docs/eval/pir.csv
+header=--header
+: > "$out.tmp"
+for n in "${sizes[@]}"; do
+  dir=$(mktemp -d)
+  port=$((18000 + RANDOM % 1000))
+  target/release/server --bind "127.0.0.1:$port" --gallery-size "$n" --store "$dir/gallery.redb" \
+    > "$dir/server.log" 2>&1 &
+  pid=$!
+  echo "pirbench: building the $n-image server (log: $dir/server.log)…"
+  until grep -q "listening on" "$dir/server.log"; do
+    kill -0 "$pid" || { cat "$dir/server.log"; exit 1; }
+    sleep 5; tail -n 1 "$dir/server.log" | cut -c1-160
+  done
+  target/release/pirbench --base "http://127.0.0.1:$port" --queries 200 $header >> "$out.tmp"
+  header=
+  kill "$pid"; wait "$pid" || true
+  rm -rf "$dir"
+done
+mv "$out.tmp" "$out"
+echo "pirbench: wrote $out"

@@ -352,7 +352,7 @@ pub fn answer(db: &PirDb, body: &[u8], counters: &PirCounters) -> Result<Vec<u8>
     let shape = db.db.shape;
     let per = shape.query_bytes();
     let max = shared::params::limits::MAX_PIR_QUERIES;
-    if body.is_empty() || body.len() % per != 0 || body.len() / per > max {
+    if body.is_empty() || !body.len().is_multiple_of(per) || body.len() / per > max {
         return Err(QueryError::Size {
             per,
             max,

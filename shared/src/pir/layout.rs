@@ -45,14 +45,14 @@ impl Shape {
             ));
         }
         let cols = if record_len <= rows {
-            if rows % record_len != 0 {
+            if !rows.is_multiple_of(record_len) {
                 return Err(invalid(format!(
                     "{rows} rows do not hold a whole number of {record_len}-byte records"
                 )));
             }
             records.div_ceil(rows / record_len)
         } else {
-            if record_len % rows != 0 {
+            if !record_len.is_multiple_of(rows) {
                 return Err(invalid(format!(
                     "{record_len}-byte records do not span a whole number of {rows}-byte columns"
                 )));
@@ -79,9 +79,9 @@ impl Shape {
                 return None;
             }
             if l <= m {
-                (m % l == 0).then(|| r.div_ceil(m / l))
+                m.is_multiple_of(l).then(|| r.div_ceil(m / l))
             } else {
-                (l % m == 0).then(|| r.checked_mul(l / m)).flatten()
+                l.is_multiple_of(m).then(|| r.checked_mul(l / m)).flatten()
             }
         };
         if again(self.records, self.record_len, self.rows) != Some(self.cols) {
@@ -333,13 +333,13 @@ mod tests {
             let shape = Shape::new(len, 7, rows).unwrap();
             let recs: Vec<Vec<u8>> = (0..7).map(|r| vec![r as u8 + 1; len]).collect();
             let db = Database::build(shape, recs.iter().map(|r| r.as_slice())).unwrap();
-            for r in 0..7 {
+            for (r, rec) in recs.iter().enumerate() {
                 let mut cols = Vec::new();
                 for c in 0..shape.queries_per_record() {
                     let j = shape.first_column(r) + c;
                     cols.extend((0..rows).map(|i| db.data[i * shape.cols + j]));
                 }
-                assert_eq!(shape.extract(r, &cols).unwrap(), &recs[r][..]);
+                assert_eq!(shape.extract(r, &cols).unwrap(), &rec[..]);
             }
         }
     }

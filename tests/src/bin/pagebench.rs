@@ -185,8 +185,16 @@ async fn main() {
         stats("privatization (wasm)", &mut private, "ms");
         stats("search round trip", &mut round, "ms");
     } else if pir {
-        stats("PIR search after the first (click → results checked)", &mut pir_total, "ms");
-        stats("  query generation + decoding + checks + ranking (wasm)", &mut pir_client, "ms");
+        stats(
+            "PIR search after the first (click → results checked)",
+            &mut pir_total,
+            "ms",
+        );
+        stats(
+            "  query generation + decoding + checks + ranking (wasm)",
+            &mut pir_client,
+            "ms",
+        );
     } else {
         stats("whole block search (click → drawn)", &mut whole, "ms");
         stats("  release (wasm)", &mut release, "ms");

@@ -466,6 +466,26 @@ mod tests {
     }
 
     #[test]
+    fn the_incremental_pool_equals_the_direct_sum() {
+        for b in 1..=60u32 {
+            let mult: Vec<u64> = (0..=b as u64).map(|c| (c * 7919 + b as u64) % 13).collect();
+            let mut tail = vec![0.0; mult.len() + 1];
+            for c in (0..mult.len()).rev() {
+                tail[c] = tail[c + 1] + mult[c] as f64;
+            }
+            for l in 1..=b {
+                let direct: f64 = mult
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &m)| m as f64 * (1.0 - miss_all(b, c, l)))
+                    .sum();
+                let fast = expected_pool(&mult, &tail, b, l);
+                assert!((fast - direct).abs() <= 1e-9 * direct.max(1.0), "{b} {l}");
+            }
+        }
+    }
+
+    #[test]
     fn hostile_documents_are_refused() {
         let mut d = doc();
         d.levels[1].hashes[0] = "zz".into();

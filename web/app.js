@@ -80,9 +80,12 @@ async function readBounded(resp, maxBytes, maxWire = maxBytes) {
 }
 
 // `fetch` held to what this page accepts: an answer of at most `maxBytes`, by the deadline's
-// signal, from the origin asked (a redirect elsewhere is refused), with credentials only for
-// this page's own origin. Returns {resp, bytes}; the caller checks resp.ok.
-async function fetchBounded(url, { maxBytes, maxWire, signal, init: extra = {} }) {
+// signal, from the origin asked, with credentials only for this page's own origin. Redirects:
+// none when `follow` is false (blocks: a browser cannot keep a redirect within an origin or
+// bound their number, so a redirected block is a failed download) or for another origin;
+// otherwise the browser's (at most 20), and an answer that ends on another origin is refused.
+// Returns {resp, bytes}; the caller checks resp.ok.
+async function fetchBounded(url, { maxBytes, maxWire, signal, follow = true, init: extra = {} }) {
   const L = await LIMITS;
   const target = new URL(url, location.href);
   const own = target.origin === location.origin;
@@ -90,8 +93,7 @@ async function fetchBounded(url, { maxBytes, maxWire, signal, init: extra = {} }
     ...extra,
     signal,
     credentials: own ? "same-origin" : "omit",
-    // Another origin (a CDN) gets no redirects at all; this origin's answers must stay on it.
-    redirect: own ? "follow" : "error",
+    redirect: own && follow ? "follow" : "error",
   });
   if (new URL(resp.url).origin !== target.origin) {
     resp.body?.cancel();
@@ -547,6 +549,7 @@ async function fetchBlocks(out) {
         maxBytes: out.max_bytes[i],
         maxWire: out.max_wire_bytes[i],
         signal: d.signal,
+        follow: false,
       });
       if (!resp.ok) {
         const err = new Error(`the server answered HTTP ${resp.status}`);

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use shared::api::{AddItemsRequest, ChangeResponse, NewItem, PartitionDoc};
+use shared::api::{AddItemsRequest, ChangeResponse, NewItem};
 use shared::embed::model::Model;
 use shared::params::limits;
 use shared::protocol::plan::{candidates, pareto};
@@ -266,8 +266,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             check_epsilon(epsilon)?;
             let server = server.connect()?;
-            let doc: PartitionDoc =
-                server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
+            let doc = search::partition(&server)?;
             let q = Query {
                 protocol: Protocol::Blocks,
                 epsilon,

@@ -17,7 +17,7 @@ use shared::embed::model::Model;
 use shared::params::limits;
 use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
 use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
-use shared::protocol::plan::{plan, whole_plan, Plan};
+use shared::protocol::plan::{plan, validate_doc, whole_plan, Plan};
 use shared::protocol::privatemail::{privatize, Anchors};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 
@@ -136,6 +136,15 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
     })
 }
 
+/// The partition document, read within its limit and checked before anything is planned
+/// from it: an invalid one is an unusable answer (exit 7).
+pub fn partition(server: &Server) -> Result<PartitionDoc> {
+    let doc: PartitionDoc =
+        server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
+    validate_doc(&doc).map_err(|e| CliError::Malformed(e.to_string()))?;
+    Ok(doc)
+}
+
 /// The plan for `q`: the whole gallery when asked (and allowed), else the best within the
 /// byte budget. Public: reads no feature.
 pub fn choose_plan(doc: &PartitionDoc, q: &Query) -> Result<Plan> {
@@ -154,8 +163,7 @@ fn blocks(
     q: &Query,
     rng: &mut impl RngCore,
 ) -> Result<Found> {
-    let doc: PartitionDoc =
-        server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
+    let doc = partition(server)?;
     let p = choose_plan(&doc, q)?;
     let req = release_blocks(&doc, &p, features, rng)?;
     // Sizes are validated per block; the search as a whole is bounded too (before any release).

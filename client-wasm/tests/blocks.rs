@@ -264,6 +264,17 @@ fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
     let mut doc: Value = json(&doc_json);
     doc["levels"][1]["hashes"][0] = "zz".into();
     assert!(c.load_partition(&doc.to_string()).is_err());
+    // Declared sizes that disagree with the block format, and a document past the size limit.
+    let mut doc: Value = json(&doc_json);
+    doc["levels"][1]["bytes"][0] = 1.into();
+    let e = message(c.load_partition(&doc.to_string()).unwrap_err());
+    assert!(e.contains("declares"), "{e}");
+    let limits = json(&privatemail_client_wasm::limits());
+    let max = limits["max_partition_doc_bytes"].as_u64().unwrap();
+    assert_eq!(max, shared::params::limits::MAX_PARTITION_DOC_BYTES);
+    let huge = format!("{doc_json}{}", " ".repeat(max as usize));
+    let e = message(c.load_partition(&huge).unwrap_err());
+    assert!(e.contains("larger than"), "{e}");
     let mut doc: Value = json(&doc_json);
     doc["feature_dim"] = 3.into();
     let e = message(c.load_partition(&doc.to_string()).unwrap_err());

@@ -94,7 +94,7 @@ impl Case {
         match self {
             Case::Honest => 0,
             Case::StalledBlock | Case::SlowDrip | Case::SlowDripShortTimeout => 3,
-            Case::HugeError | Case::SlowPlanning => 6,
+            Case::HugeError => 6,
             _ => 7,
         }
     }
@@ -200,18 +200,14 @@ impl Hostile {
                 json_reply(&d)
             }
             Case::StalledBlock if block => {
-                let Body::Bytes(bytes) = fake::forward(&self.http, &self.real, path, &Request {
-                    headers: vec![],
-                    ..req.clone()
-                })
-                .await
-                .body
-                else {
+                // The block as the real server sends it (gzip when asked), cut and held open.
+                let r = fake::forward(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
                     unreachable!("forward answers with bytes")
                 };
                 Reply {
-                    status: 200,
-                    headers: vec![("content-type".into(), "application/octet-stream".into())],
+                    status: r.status,
+                    headers: r.headers,
                     body: Body::HalfThenStall(bytes),
                 }
             }

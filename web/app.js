@@ -27,6 +27,7 @@ let image = null; // what the model said about the loaded photo
 let map = null; // gallery sample in the frame, for the plot
 let partition = null; // the public partition document (block retrieval), or null
 let currentPlan = null; // the plan the next block search uses (public)
+let partitionProblem = ""; // why block download is unavailable, shown while it is
 
 function status(text) { $("status").textContent = text; }
 function showError(text) {
@@ -432,7 +433,8 @@ async function loadPartition() {
     partition = JSON.parse(text);
   } catch (e) {
     partition = null;
-    $("plan").textContent = `Block download is unavailable: ${e.message || e} The noisy-numbers search still works.`;
+    partitionProblem = `Block download is unavailable: ${e.message || e} The noisy-numbers search still works.`;
+    $("plan").textContent = partitionProblem;
   }
   const whole = $("protocol").querySelector("option[value='whole']");
   const allowed = !!partition && partition.allow_full_download && partition.levels.some((l) => l.whole);
@@ -464,7 +466,7 @@ function updatePlan() {
   currentPlan = null;
   const p = protocol();
   if (p === "frame" || p === "paper") {
-    $("plan").textContent = "";
+    $("plan").textContent = partition ? "" : partitionProblem;
     return;
   }
   if (!partition) return;

@@ -55,6 +55,7 @@ impl BodyLimit {
 }
 
 /// An answer's bytes (decoded) and how many came over the wire.
+#[derive(Debug)]
 pub struct Body {
     pub bytes: Vec<u8>,
     pub wire: u64,

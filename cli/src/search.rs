@@ -196,6 +196,9 @@ fn blocks(
     Ok((req.receipt, Some(p), bytes, results))
 }
 
+/// The fetched blocks `(id, bytes)` in request order, and the bytes counted on the wire.
+type Fetched = (Vec<(u32, Vec<u8>)>, u64);
+
 /// Fetch every released block at once (a few threads over the list, in its random order), by
 /// one code path; no retries (a retry could reveal which block mattered). Each block is read
 /// within the sizes the document declares for it (on the wire and decompressed) and by the
@@ -208,7 +211,7 @@ fn fetch_all(
     level: usize,
     fetch: &[u32],
     progress: bool,
-) -> Result<(Vec<(u32, Vec<u8>)>, u64)> {
+) -> Result<Fetched> {
     let total: u64 = fetch
         .iter()
         .map(|&b| doc.levels[level].transfer_bytes[b as usize])

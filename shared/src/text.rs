@@ -7,14 +7,12 @@
 /// marks a cut.
 pub fn excerpt(s: &str, max_chars: usize) -> String {
     let mut out = String::with_capacity(s.len().min(4 * max_chars + 3));
-    let mut kept = 0;
-    for c in s.chars().filter(|&c| !hidden(c)) {
+    for (kept, c) in s.chars().filter(|&c| !hidden(c)).enumerate() {
         if kept == max_chars {
             out.push('…');
             return out;
         }
         out.push(c);
-        kept += 1;
     }
     out
 }

@@ -95,10 +95,12 @@ fn the_fixture_is_valid_and_plans() {
     whole_plan(&d).unwrap();
 }
 
+type Mutation = Box<dyn Fn(&mut PartitionDoc)>;
+
 #[test]
 fn inconsistent_declared_sizes_are_refused() {
     let base = doc();
-    let cases: Vec<(&str, Box<dyn Fn(&mut PartitionDoc)>)> = vec![
+    let cases: Vec<(&str, Mutation)> = vec![
         ("bytes of 1", Box::new(|d| d.levels[1].bytes[0] = 1)),
         (
             "wire bytes of 0",

@@ -197,7 +197,12 @@ pub async fn forward(http: &reqwest::Client, base: &str, path: &str, req: &Reque
         reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::GET),
         format!("{base}{path}"),
     );
-    for name in ["accept-encoding", "if-none-match", "content-type", "authorization"] {
+    for name in [
+        "accept-encoding",
+        "if-none-match",
+        "content-type",
+        "authorization",
+    ] {
         if let Some(v) = req.header(name) {
             r = r.header(name, v);
         }

@@ -165,8 +165,10 @@ impl Hostile {
         let partition = path == "/api/v1/partition";
         let block = path.starts_with("/api/v1/blocks/");
         match case {
-            Case::GzipBomb if block => Reply::bytes(200, "application/octet-stream", self.bomb.clone())
-                .header("content-encoding", "gzip"),
+            Case::GzipBomb if block => {
+                Reply::bytes(200, "application/octet-stream", self.bomb.clone())
+                    .header("content-encoding", "gzip")
+            }
             Case::HugeDocument if partition => {
                 let head = format!(
                     r#"{{"version":"v","gallery_size":1000,"feature_dim":64,"thumb_side":28,"blocks_url":"/b","max_share":1,"allow_full_download":true,"coverage_k":8,"levels":[{{"blocks":1,"overlap":"none","centroids":["#
@@ -417,9 +419,8 @@ fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() 
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let mut table = String::from(
-        "| case | exit (expected) | peak RSS | time |\n|---|---|---|---|\n",
-    );
+    let mut table =
+        String::from("| case | exit (expected) | peak RSS | time |\n|---|---|---|---|\n");
     let mut failures = Vec::new();
     for (case, r) in &runs {
         table.push_str(&format!(
@@ -443,7 +444,10 @@ fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() 
             why.push(format!("peak RSS {:.0} MB", r.rss_mb));
         }
         if r.stderr.len() > 4_000 || r.stderr.iter().any(|&b| b == 0x1b || b == 0x07) {
-            why.push(format!("{} bytes on stderr, or control characters", r.stderr.len()));
+            why.push(format!(
+                "{} bytes on stderr, or control characters",
+                r.stderr.len()
+            ));
         }
         if !why.is_empty() {
             failures.push(format!(
@@ -545,7 +549,10 @@ async fn the_page_shows_a_plain_error_for_hostile_answers_and_stays_alive() {
         assert!(text.contains(expect), "{case:?}: {text}");
         assert!(secs < LIMIT_SECS, "{case:?}: {secs:.1} s");
         // Alive: scripts run and the page still answers.
-        assert_eq!(js(&c, "return document.body.dataset.ready;").await, json!("true"));
+        assert_eq!(
+            js(&c, "return document.body.dataset.ready;").await,
+            json!("true")
+        );
         table.push_str(&format!("| {} | {text} | {secs:.1} s |\n", case.describe()));
     }
     assert_eq!(hostile.other_hits.load(Ordering::SeqCst), 0);

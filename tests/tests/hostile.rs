@@ -170,15 +170,13 @@ impl Hostile {
                     .header("content-encoding", "gzip")
             }
             Case::HugeDocument if partition => {
-                let head = format!(
-                    r#"{{"version":"v","gallery_size":1000,"feature_dim":64,"thumb_side":28,"blocks_url":"/b","max_share":1,"allow_full_download":true,"coverage_k":8,"levels":[{{"blocks":1,"overlap":"none","centroids":["#
-                );
+                let head = r#"{"version":"v","gallery_size":1000,"feature_dim":64,"thumb_side":28,"blocks_url":"/b","max_share":1,"allow_full_download":true,"coverage_k":8,"levels":[{"blocks":1,"overlap":"none","centroids":["#;
                 let unit = format!("[{}],", vec!["0.123456"; 64].join(","));
                 Reply {
                     status: 200,
                     headers: vec![("content-type".into(), "application/json".into())],
                     body: Body::Generated {
-                        head: head.into_bytes(),
+                        head: head.as_bytes().to_vec(),
                         unit: unit.into_bytes(),
                         total: 400 << 20,
                     },
@@ -323,6 +321,8 @@ struct Run {
 
 /// Run `bin args…` to its end, or kill it past 75 s or 1 GiB resident (so a failing client
 /// cannot take the machine down); peak RSS from `wait4`'s rusage.
+// The child is reaped by `wait4` (which also gives its rusage), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn run_measured(bin: &Path, args: &[String], state: &Path, tag: &str) -> Run {
     let out = std::env::temp_dir().join(format!("pm-hostile-{}-{tag}", std::process::id()));
     let (o, e) = (out.with_extension("out"), out.with_extension("err"));

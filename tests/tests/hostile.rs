@@ -38,11 +38,12 @@ enum Case {
     SlowDrip,
     SlowDripShortTimeout,
     OtherPort,
+    RedirectLoop,
     HugeError,
     SlowPlanning,
 }
 
-const CASES: [Case; 11] = [
+const CASES: [Case; 12] = [
     Case::Honest,
     Case::GzipBomb,
     Case::HugeDocument,
@@ -52,6 +53,7 @@ const CASES: [Case; 11] = [
     Case::SlowDrip,
     Case::SlowDripShortTimeout,
     Case::OtherPort,
+    Case::RedirectLoop,
     Case::HugeError,
     Case::SlowPlanning,
 ];
@@ -68,6 +70,7 @@ impl Case {
             Case::SlowDrip => "slow-drip",
             Case::SlowDripShortTimeout => "slow-drip-timeout-5",
             Case::OtherPort => "other-port",
+            Case::RedirectLoop => "redirect-loop",
             Case::HugeError => "huge-error",
             Case::SlowPlanning => "slow-planning",
         }
@@ -84,6 +87,7 @@ impl Case {
             Case::SlowDrip => "the partition sent one byte a second (default deadline)",
             Case::SlowDripShortTimeout => "the same with --timeout 5",
             Case::OtherPort => "blocks redirected to another port",
+            Case::RedirectLoop => "blocks redirected to themselves, endlessly (same origin)",
             Case::HugeError => "a 10 MB error message with terminal escapes",
             Case::SlowPlanning => "16 levels × 4,096 blocks, 4,097 multiplicities (O(B³) planning)",
         }
@@ -221,6 +225,8 @@ impl Hostile {
             },
             Case::OtherPort if block => Reply::bytes(302, "text/plain", Vec::new())
                 .header("location", &format!("{}{path}", self.other)),
+            Case::RedirectLoop if block => Reply::bytes(302, "text/plain", Vec::new())
+                .header("location", &format!("/case/redirect-loop{path}")),
             Case::HugeError if partition => {
                 let message = format!("\u{1b}[2J\u{1b}]0;pwned\u{7}{}", "A".repeat(10 << 20));
                 let body = json!({"error": {"code": "internal", "message": message}});

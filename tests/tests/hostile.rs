@@ -98,7 +98,7 @@ impl Case {
         match self {
             Case::Honest => 0,
             Case::StalledBlock | Case::SlowDrip | Case::SlowDripShortTimeout => 3,
-            Case::HugeError => 6,
+            Case::HugeError | Case::SlowPlanning => 6,
             _ => 7,
         }
     }
@@ -233,6 +233,11 @@ impl Hostile {
                 Reply::bytes(500, "application/json", serde_json::to_vec(&body).unwrap())
             }
             Case::SlowPlanning if partition => json_reply(&slow_planning_doc(&self.doc)),
+            // Its blocks do not exist: the search ends on a refusal once planned.
+            Case::SlowPlanning if block => {
+                let body = json!({"error": {"code": "not_found", "message": "no such block"}});
+                Reply::bytes(404, "application/json", serde_json::to_vec(&body).unwrap())
+            }
             _ => fake::forward(&self.http, &self.real, path, req).await,
         }
     }

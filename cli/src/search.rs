@@ -166,7 +166,7 @@ fn blocks(
     let doc = partition(server)?;
     let p = choose_plan(&doc, q)?;
     let req = release_blocks(&doc, &p, features, rng)?;
-    // Sizes are validated per block; the search as a whole is bounded too (before any release).
+    // Sizes are validated per block; the search as a whole is bounded too (nothing sent yet).
     let declared: u64 = req
         .fetch
         .iter()

@@ -94,7 +94,9 @@ impl<R: Read> Read for Wire<R> {
             return Err(std::io::Error::other(Abort::Deadline));
         }
         // Never ask for more than one byte past the limit.
-        let room = (self.limit + 1)
+        let room = self
+            .limit
+            .saturating_add(1)
             .saturating_sub(self.read)
             .min(buf.len() as u64) as usize;
         let n = self.inner.read(&mut buf[..room.max(1)])?;

@@ -38,12 +38,13 @@ enum Case {
     SlowDrip,
     SlowDripShortTimeout,
     OtherPort,
+    RedirectOnce,
     RedirectLoop,
     HugeError,
     SlowPlanning,
 }
 
-const CASES: [Case; 12] = [
+const CASES: [Case; 13] = [
     Case::Honest,
     Case::GzipBomb,
     Case::HugeDocument,
@@ -53,6 +54,7 @@ const CASES: [Case; 12] = [
     Case::SlowDrip,
     Case::SlowDripShortTimeout,
     Case::OtherPort,
+    Case::RedirectOnce,
     Case::RedirectLoop,
     Case::HugeError,
     Case::SlowPlanning,
@@ -70,6 +72,7 @@ impl Case {
             Case::SlowDrip => "slow-drip",
             Case::SlowDripShortTimeout => "slow-drip-timeout-5",
             Case::OtherPort => "other-port",
+            Case::RedirectOnce => "redirect-once",
             Case::RedirectLoop => "redirect-loop",
             Case::HugeError => "huge-error",
             Case::SlowPlanning => "slow-planning",
@@ -87,6 +90,7 @@ impl Case {
             Case::SlowDrip => "the partition sent one byte a second (default deadline)",
             Case::SlowDripShortTimeout => "the same with --timeout 5",
             Case::OtherPort => "blocks redirected to another port",
+            Case::RedirectOnce => "blocks redirected once within the origin (allowed)",
             Case::RedirectLoop => "blocks redirected to themselves, endlessly (same origin)",
             Case::HugeError => "a 10 MB error message with terminal escapes",
             Case::SlowPlanning => "16 levels × 4,096 blocks, 4,097 multiplicities (O(B³) planning)",
@@ -96,7 +100,7 @@ impl Case {
     /// The documented exit code (`cli/src/main.rs`).
     fn exit_code(self) -> i32 {
         match self {
-            Case::Honest => 0,
+            Case::Honest | Case::RedirectOnce => 0,
             Case::StalledBlock | Case::SlowDrip | Case::SlowDripShortTimeout => 3,
             Case::HugeError | Case::SlowPlanning => 6,
             _ => 7,
@@ -225,6 +229,8 @@ impl Hostile {
             },
             Case::OtherPort if block => Reply::bytes(302, "text/plain", Vec::new())
                 .header("location", &format!("{}{path}", self.other)),
+            Case::RedirectOnce if block => Reply::bytes(302, "text/plain", Vec::new())
+                .header("location", &format!("/case/honest{path}")),
             Case::RedirectLoop if block => Reply::bytes(302, "text/plain", Vec::new())
                 .header("location", &format!("/case/redirect-loop{path}")),
             Case::HugeError if partition => {

@@ -7,7 +7,7 @@
 // the release alone. It fetches exactly the released URLs, all at once, in the order the wasm
 // client gave (a fresh random order), by one code path whatever block it is; thumbnails come
 // from the blocks; it never retries a block and requests nothing after ranking.
-import init, { Client, compose_budget } from "./pkg/privatemail_client_wasm.js";
+import init, { Client, compose_budget, limits } from "./pkg/privatemail_client_wasm.js";
 import { SAMPLES } from "./samples.js";
 import { loadPir, pirSearch } from "./pir.js";
 
@@ -30,6 +30,7 @@ let partition = null; // the public partition document (block retrieval), or nul
 let currentPlan = null; // the plan the next block search uses (public)
 let pirDoc = null; // the public PIR document, or null where the server offers none
 let pirPlan = null; // the plan the next PIR search uses (public)
+let partitionProblem = ""; // why block download is unavailable, shown while it is
 
 function status(text) { $("status").textContent = text; }
 function showError(text) {
@@ -38,21 +39,105 @@ function showError(text) {
   e.hidden = !text;
 }
 
-async function getJson(path) {
-  let resp;
-  try {
-    resp = await fetch(path);
-  } catch {
-    throw new Error("Cannot reach the search server. Check that it is running and try again.");
+// ---- what a server may send: bounded sizes, a deadline, one origin -------------------------
+// The limits are the CLI's (`shared::params::limits`), read from the wasm client once it is up.
+const wasmReady = init();
+const LIMITS = wasmReady.then(() => JSON.parse(limits()));
+
+class HostileAnswer extends Error {}
+
+// A deadline for one task: `signal` aborts every fetch given it when the time is up (or when
+// `abort()` is called, e.g. after another download of the same search failed).
+function deadline(secs) {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(new DOMException("deadline", "TimeoutError")), secs * 1000);
+  return { signal: ctl.signal, abort: () => ctl.abort(), done: () => clearTimeout(timer) };
+}
+
+// Read a response body as bytes, stopping the moment it passes `maxBytes` (after the browser's
+// decompression) or its Content-Length passes `maxWire`. Generic: JSON answers, blocks and
+// (later) PIR answers all go through it, each with its own published or fixed size.
+async function readBounded(resp, maxBytes, maxWire = maxBytes) {
+  const wire = Number(resp.headers.get("content-length"));
+  if (wire > maxWire) {
+    resp.body?.cancel();
+    throw new HostileAnswer(`the answer is larger than ${maxWire} bytes`);
   }
-  if (!resp.ok) throw new Error(`The server could not provide ${path} (HTTP ${resp.status}).`);
-  return resp.text();
+  if (!resp.body) return new Uint8Array(0);
+  const reader = resp.body.getReader();
+  const chunks = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.byteLength;
+    if (n > maxBytes) {
+      reader.cancel();
+      throw new HostileAnswer(`the answer is larger than ${maxBytes} bytes`);
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const c of chunks) { out.set(c, at); at += c.byteLength; }
+  return out;
+}
+
+// `fetch` held to what this page accepts: an answer of at most `maxBytes`, by the deadline's
+// signal, from the origin asked, with credentials only for this page's own origin. Redirects:
+// none when `follow` is false (blocks: a browser cannot keep a redirect within an origin or
+// bound their number, so a redirected block is a failed download) or for another origin;
+// otherwise the browser's (at most 20), and an answer that ends on another origin is refused.
+// Returns {resp, bytes}; the caller checks resp.ok.
+async function fetchBounded(url, { maxBytes, maxWire, signal, follow = true, init: extra = {} }) {
+  const L = await LIMITS;
+  const target = new URL(url, location.href);
+  const own = target.origin === location.origin;
+  const resp = await fetch(target, {
+    ...extra,
+    signal,
+    credentials: own ? "same-origin" : "omit",
+    redirect: own && follow ? "follow" : "error",
+  });
+  if (new URL(resp.url).origin !== target.origin) {
+    resp.body?.cancel();
+    throw new HostileAnswer("the server redirected to another origin");
+  }
+  const limit = resp.ok ? maxBytes : L.max_error_body_bytes;
+  const bytes = await readBounded(resp, limit, resp.ok ? (maxWire ?? maxBytes) : limit);
+  return { resp, bytes };
+}
+
+// A server's error message for the page: short, one line, no control characters.
+function serverMessage(bytes, fallback, L) {
+  let msg = fallback;
+  try { msg = String(JSON.parse(new TextDecoder().decode(bytes)).error.message); } catch {}
+  return msg.replace(/[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u2069]/g, "")
+    .slice(0, L.max_error_message_chars);
+}
+
+// A JSON answer from this page's server, as text, within its limit and the deadline.
+async function getJson(path, maxBytes) {
+  const L = await LIMITS;
+  const d = deadline(L.total_timeout_secs);
+  let got;
+  try {
+    got = await fetchBounded(path, { maxBytes: maxBytes ?? L.max_json_bytes, signal: d.signal });
+  } catch (e) {
+    if (e instanceof HostileAnswer) throw new Error(`The server's answer for ${path} was refused: ${e.message}.`);
+    if (e?.name === "TimeoutError" || d.signal.aborted) throw new Error(`The server did not answer ${path} in time.`);
+    throw new Error("Cannot reach the search server. Check that it is running and try again.");
+  } finally {
+    d.done();
+  }
+  if (!got.resp.ok) throw new Error(`The server could not provide ${path} (HTTP ${got.resp.status}).`);
+  return new TextDecoder().decode(got.bytes);
 }
 
 async function start() {
   try {
     const [, weights, configText, anchorsText, mapText] = await Promise.all([
-      init(),
+      wasmReady,
       fetch("pkg/model.bin").then((r) => {
         if (!r.ok) throw new Error("The on-device model is missing from this page.");
         return r.arrayBuffer();
@@ -266,25 +351,30 @@ async function send(out) {
   $("progress").value = 2;
   status("Searching the gallery…");
   const t = performance.now();
-  let resp;
+  const L = await LIMITS;
+  const d = deadline(L.total_timeout_secs);
+  let resp, text, bytes;
   try {
-    resp = await fetch("/api/v1/search", {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: out.request,
-    });
-  } catch {
+    ({ resp, bytes } = await fetchBounded("/api/v1/search", {
+      maxBytes: L.max_json_bytes,
+      signal: d.signal,
+      init: { method: "POST", headers: { "content-type": "application/json" }, body: out.request },
+    }));
+    text = new TextDecoder().decode(bytes);
+  } catch (e) {
     $("progress").hidden = true;
-    showError("Cannot reach the search server. Check that it is running and try again.");
+    showError(e instanceof HostileAnswer ? `The server's answer was refused: ${e.message}.`
+      : d.signal.aborted ? "The search server did not answer in time."
+      : "Cannot reach the search server. Check that it is running and try again.");
     status("Search failed.");
     return;
+  } finally {
+    d.done();
   }
-  const text = await resp.text();
   timings.roundtrip_ms = performance.now() - t;
   if (!resp.ok) {
     $("progress").hidden = true;
-    let msg = `HTTP ${resp.status}`;
-    try { msg = JSON.parse(text).error.message; } catch {}
+    const msg = serverMessage(bytes, `HTTP ${resp.status}`, L);
     showError(`The server refused the search: ${msg}`);
     status("Search failed.");
     return;
@@ -344,12 +434,13 @@ const pct = (x) => (x >= 0.995 && x < 1 ? "over 99" : x < 0.01 && x > 0 ? "under
 async function loadPartition() {
   partition = null;
   try {
-    const text = await getJson("/api/v1/partition");
+    const text = await getJson("/api/v1/partition", (await LIMITS).max_partition_doc_bytes);
     client.load_partition(text);
     partition = JSON.parse(text);
   } catch (e) {
     partition = null;
-    $("plan").textContent = `Block download is unavailable: ${e.message || e} The noisy-numbers search still works.`;
+    partitionProblem = `Block download is unavailable: ${e.message || e} The noisy-numbers search still works.`;
+    $("plan").textContent = partitionProblem;
   }
   const whole = $("protocol").querySelector("option[value='whole']");
   const allowed = !!partition && partition.allow_full_download && partition.levels.some((l) => l.whole);
@@ -392,7 +483,7 @@ function updatePlan() {
   currentPlan = null;
   const p = protocol();
   if (p === "frame" || p === "paper") {
-    $("plan").textContent = "";
+    $("plan").textContent = partition ? "" : partitionProblem;
     return;
   }
   if (!partition) return;
@@ -535,18 +626,31 @@ async function fetchBlocks(out) {
     updateBudget();
   }
   let buffers;
+  // One deadline for the whole search; the first failure stops every other download.
+  const L = await LIMITS;
+  const d = deadline(L.total_timeout_secs);
   try {
-    const responses = await Promise.all(out.urls.map((u) => fetch(u)));
-    const bad = responses.find((r) => !r.ok);
-    if (bad) {
-      const err = new Error(`the server answered HTTP ${bad.status}`);
-      err.status = bad.status;
-      throw err;
-    }
-    buffers = await Promise.all(responses.map((r) => r.arrayBuffer()));
+    buffers = await Promise.all(out.urls.map(async (u, i) => {
+      const { resp, bytes } = await fetchBounded(u, {
+        maxBytes: out.max_bytes[i],
+        maxWire: out.max_wire_bytes[i],
+        signal: d.signal,
+        follow: false,
+      });
+      if (!resp.ok) {
+        const err = new Error(`the server answered HTTP ${resp.status}`);
+        err.status = resp.status;
+        throw err;
+      }
+      return bytes;
+    }).map((p) => p.catch((e) => { d.abort(); throw e; })));
   } catch (e) {
     $("progress").hidden = true;
-    const reason = e.status ? e.message : "cannot reach the search server";
+    const reason = e.status ? e.message
+      : e instanceof HostileAnswer ? `${e.message}; refused`
+      : e?.name === "TimeoutError" || d.signal.reason?.name === "TimeoutError"
+        ? `no complete answer within ${L.total_timeout_secs} s`
+        : "cannot reach the search server";
     showError(
       `Downloading the gallery blocks failed (${reason}). Nothing was retried: retrying only some ` +
       "blocks could reveal which one you need. Search again to make a new private choice of blocks — " +
@@ -555,12 +659,14 @@ async function fetchBlocks(out) {
     // A replaced gallery version: fetch the (public, identical for everyone) partition anew.
     if (e.status === 404 || e.status === 410) { await loadPartition(); updatePlan(); }
     return;
+  } finally {
+    d.done();
   }
   timings.fetch_ms = performance.now() - t;
   const r0 = performance.now();
   let ranked;
   try {
-    ranked = JSON.parse(client.rank_blocks(buffers.map((b) => new Uint8Array(b)), K));
+    ranked = JSON.parse(client.rank_blocks(buffers, K));
   } catch (e) {
     $("progress").hidden = true;
     showError(`The downloaded blocks could not be used: ${e.message || e}`);

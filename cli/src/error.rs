@@ -6,6 +6,9 @@ use thiserror::Error;
 pub enum CliError {
     #[error("cannot reach the server at {url}: {reason}")]
     Unreachable { url: String, reason: String },
+    /// The server stopped answering in time; the search was abandoned whole (nothing retried).
+    #[error("gave up on {url}: {reason}; nothing was retried")]
+    TimedOut { url: String, reason: String },
     #[error("the server refused the request ({status}{code}): {message}")]
     Refused {
         status: u16,
@@ -27,11 +30,11 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// 3 unreachable, 4 bad photo, 5 budget exceeded, 6 refused by the server, 7 a malformed
+    /// 3 unreachable or too slow, 4 bad photo, 5 budget exceeded, 6 refused by the server, 7 a malformed
     /// or unverifiable answer, 8 a local state file, 9 invalid parameters (clap uses 2).
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Unreachable { .. } => 3,
+            CliError::Unreachable { .. } | CliError::TimedOut { .. } => 3,
             CliError::BadPhoto { .. } => 4,
             CliError::BudgetExceeded { .. } => 5,
             CliError::Refused { .. } => 6,

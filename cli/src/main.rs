@@ -1,9 +1,10 @@
 //! `privatemail`: private image search from a terminal, with the page's model, preprocessing,
 //! mechanisms and budget accounting (all from `shared`).
 //!
-//! Exit codes: 0 ok, 2 usage, 3 server unreachable, 4 bad photo, 5 budget exceeded (nothing
-//! sent), 6 server refused, 7 malformed or unverifiable answer, 8 budget file, 9 invalid
-//! parameters.
+//! Exit codes: 0 ok, 2 usage, 3 server unreachable or too slow (connect, first-byte and total
+//! timeouts), 4 bad photo, 5 budget exceeded (nothing sent), 6 server refused, 7 malformed,
+//! oversized or unverifiable answer (or a redirect to another origin, or too many), 8 budget
+//! file, 9 invalid parameters.
 
 mod budget;
 mod error;
@@ -15,11 +16,13 @@ mod search;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use shared::api::{AddItemsRequest, ChangeResponse, NewItem, PartitionDoc};
+use shared::api::{AddItemsRequest, ChangeResponse, NewItem};
 use shared::embed::model::Model;
+use shared::params::limits;
 use shared::protocol::plan::{candidates, pareto};
 
 use error::{CliError, Result};
@@ -48,6 +51,37 @@ struct ServerArg {
         default_value = "http://127.0.0.1:8080"
     )]
     server: String,
+    /// Seconds to connect to a server.
+    #[arg(long, default_value_t = limits::CONNECT_TIMEOUT_SECS as f64)]
+    connect_timeout: f64,
+    /// Seconds to wait for an answer to start, and for any later pause inside one.
+    #[arg(long, default_value_t = limits::FIRST_BYTE_TIMEOUT_SECS as f64)]
+    first_byte_timeout: f64,
+    /// Seconds for the whole command, every request included: past it the search is
+    /// abandoned whole (nothing is retried).
+    #[arg(long, default_value_t = limits::TOTAL_TIMEOUT_SECS as f64)]
+    timeout: f64,
+}
+
+impl ServerArg {
+    /// The server with these timeouts (each in (0, 1 day]).
+    fn connect(&self) -> Result<http::Server> {
+        let secs = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(CliError::Usage(format!(
+                    "--{name} must be in (0, 86400] seconds"
+                )))
+            }
+        };
+        let t = http::Timeouts {
+            connect: secs("connect-timeout", self.connect_timeout)?,
+            first_byte: secs("first-byte-timeout", self.first_byte_timeout)?,
+            total: secs("timeout", self.timeout)?,
+        };
+        http::Server::new(&self.server, t)
+    }
 }
 
 #[derive(Subcommand)]
@@ -147,12 +181,12 @@ fn kib(bytes: u64) -> String {
 }
 
 fn check_epsilon(epsilon: f64) -> Result<()> {
-    if epsilon.is_finite() && epsilon > 0.0 && epsilon <= shared::params::limits::MAX_EPSILON {
+    if epsilon.is_finite() && epsilon > 0.0 && epsilon <= limits::MAX_EPSILON {
         Ok(())
     } else {
         Err(CliError::Usage(format!(
             "--epsilon must be in (0, {}]",
-            shared::params::limits::MAX_EPSILON
+            limits::MAX_EPSILON
         )))
     }
 }
@@ -180,7 +214,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let pixels = photo::load(&photo)?;
             let model = Model::from_bytes(MODEL_WEIGHTS).expect("the embedded weights are valid");
-            let server = http::Server::new(&server.server)?;
+            let server = server.connect()?;
             let q = Query {
                 protocol,
                 epsilon,
@@ -246,8 +280,8 @@ fn run(cli: Cli) -> Result<()> {
             json,
         } => {
             check_epsilon(epsilon)?;
-            let server = http::Server::new(&server.server)?;
-            let doc: PartitionDoc = server.get_json("/api/v1/partition")?;
+            let server = server.connect()?;
+            let doc = search::partition(&server)?;
             let q = Query {
                 protocol: Protocol::Blocks,
                 epsilon,
@@ -320,7 +354,7 @@ fn run(cli: Cli) -> Result<()> {
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let server = http::Server::new(&server.server)?;
+                let server = server.connect()?;
                 let r: ChangeResponse = server.post_json(
                     "/api/v1/gallery",
                     &AddItemsRequest { items },
@@ -329,7 +363,7 @@ fn run(cli: Cli) -> Result<()> {
                 print_json(&r)
             }
             GalleryAction::Remove { id, server, token } => {
-                let server = http::Server::new(&server.server)?;
+                let server = server.connect()?;
                 let r: ChangeResponse =
                     server.delete_json(&format!("/api/v1/gallery/{id}"), Some(&token))?;
                 print_json(&r)
@@ -342,7 +376,11 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("privatemail: {e}");
+            // Messages can quote a server: one line, bounded, no control characters.
+            eprintln!(
+                "privatemail: {}",
+                shared::text::excerpt(&e.to_string(), 2_000)
+            );
             ExitCode::from(e.exit_code())
         }
     }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use rand::RngCore;
 use serde::Serialize;
 use shared::api::PartitionDoc;
+use shared::params::limits;
 use shared::pir::client::Hint;
 use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::protocol::pir_search::{
@@ -17,7 +18,7 @@ use shared::protocol::pir_search::{
 };
 
 use crate::error::{CliError, Result};
-use crate::http::Server;
+use crate::http::{BodyLimit, Server};
 
 /// What a PIR search cost.
 #[derive(Debug, Clone, Serialize)]
@@ -40,15 +41,15 @@ fn cache_dir() -> Option<PathBuf> {
 
 /// A public file by its SHA-256: from the cache, else fetched (and cached). Returns the bytes
 /// and how many were downloaded. The caller checks the hash.
-fn public_file(server: &Server, url: &str, sha256: &str) -> Result<(Vec<u8>, u64)> {
+fn public_file(server: &Server, url: &str, sha256: &str, max: u64) -> Result<(Vec<u8>, u64)> {
     let cached = cache_dir().map(|d| d.join(sha256.to_ascii_lowercase()));
     if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
         if shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
             return Ok((bytes, 0));
         }
     }
-    let bytes = server.get_bytes(url)?;
-    let n = bytes.len() as u64;
+    let got = server.get_bounded(url, BodyLimit::both(max))?;
+    let (bytes, n) = (got.bytes, got.wire);
     if let Some(p) = cached {
         if shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
             let _ = std::fs::create_dir_all(p.parent().expect("a file in a directory"));
@@ -66,6 +67,7 @@ fn hint(server: &Server, doc: &PirDoc, name: &str, db: &PirDbDoc) -> Result<(Hin
         server,
         &format!("{}/{name}/hint", doc.answer_url),
         &db.hint_sha256,
+        db.shape.hint_bytes() as u64,
     )?;
     let h = Hint::from_bytes(&db.shape, &bytes, &db.hint_sha256)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
@@ -80,7 +82,8 @@ pub fn search(
     max_bytes: f64,
     rng: &mut impl RngCore,
 ) -> Result<(Ranked, PirCosts)> {
-    let part: PartitionDoc = server.get_json("/api/v1/partition")?;
+    let part: PartitionDoc =
+        server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
     let doc: PirDoc = server.get_json("/api/v1/pir")?;
     let p = plan(&part, &doc, k, max_bytes).map_err(|e| CliError::Malformed(e.to_string()))?;
     let (mut up, mut down, mut once, mut client_ms) = (0u64, 0u64, 0u64, 0.0);
@@ -95,7 +98,12 @@ pub fn search(
                 .rank_table
                 .as_ref()
                 .expect("the plan chose an offered table");
-            let (bytes, n) = public_file(server, &format!("{}/rank", doc.answer_url), &t.sha256)?;
+            let (bytes, n) = public_file(
+                server,
+                &format!("{}/rank", doc.answer_url),
+                &t.sha256,
+                t.bytes,
+            )?;
             once += n;
             let t0 = Instant::now();
             let r = rank_table(&doc, &bytes, features, k).map_err(mal);

@@ -2,7 +2,7 @@
 //! true block, the real row's position) stays in this process; what is sent is only what the
 //! protocol's mechanism releases, after the budget guard has accepted its receipt.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -14,15 +14,16 @@ use shared::api::{
 };
 use shared::dp::mechanism::Receipt;
 use shared::embed::model::Model;
+use shared::params::limits;
 use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
 use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
-use shared::protocol::plan::{plan, whole_plan, Plan};
+use shared::protocol::plan::{plan, validate_doc, whole_plan, Plan};
 use shared::protocol::privatemail::{privatize, Anchors};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 
 use crate::budget;
 use crate::error::{CliError, Result};
-use crate::http::Server;
+use crate::http::{BodyLimit, Server};
 
 /// Concurrent block downloads at most.
 const FETCH_THREADS: usize = 8;
@@ -77,18 +78,19 @@ pub struct Outcome {
     /// A PIR search's plan and bytes up, down and one-time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pir: Option<crate::pir::PirCosts>,
-    /// Bytes on the wire (the published compressed size of the fetched blocks).
+    /// Bytes on the wire, counted as they arrived (not as the server declared them).
     pub bytes_downloaded: u64,
     pub results: Vec<Hit>,
     pub budget: shared::dp::budget::Total,
     pub timings: Timings,
 }
 
+/// A class name for the terminal: the server's text, cut and without control characters.
 fn class_name(config: &ConfigResponse, label: u32) -> String {
     config
         .class_names
         .get(label as usize)
-        .cloned()
+        .map(|n| shared::text::excerpt(n, 64))
         .unwrap_or_else(|| format!("class {label}"))
 }
 
@@ -159,6 +161,15 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
     })
 }
 
+/// The partition document, read within its limit and checked before anything is planned
+/// from it: an invalid one is an unusable answer (exit 7).
+pub fn partition(server: &Server) -> Result<PartitionDoc> {
+    let doc: PartitionDoc =
+        server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
+    validate_doc(&doc).map_err(|e| CliError::Malformed(e.to_string()))?;
+    Ok(doc)
+}
+
 /// The plan for `q`: the whole gallery when asked (and allowed), else the best within the
 /// byte budget. Public: reads no feature.
 pub fn choose_plan(doc: &PartitionDoc, q: &Query) -> Result<Plan> {
@@ -177,17 +188,23 @@ fn blocks(
     q: &Query,
     rng: &mut impl RngCore,
 ) -> Result<Found> {
-    let doc: PartitionDoc = server.get_json("/api/v1/partition")?;
+    let doc = partition(server)?;
     let p = choose_plan(&doc, q)?;
     let req = release_blocks(&doc, &p, features, rng)?;
-    spend(req.receipt.as_ref(), q)?;
-    let fetched = fetch_all(server, &doc, req.level, &req.fetch, q.progress)?;
-    // On the wire: the published (gzip) size of each fetched block.
-    let bytes = req
+    // Sizes are validated per block; the search as a whole is bounded too (nothing sent yet).
+    let declared: u64 = req
         .fetch
         .iter()
-        .map(|&b| doc.levels[req.level].transfer_bytes[b as usize])
+        .map(|&b| doc.levels[req.level].bytes[b as usize])
         .sum();
+    if declared > limits::MAX_SEARCH_BYTES {
+        return Err(CliError::Malformed(format!(
+            "the plan would download {declared} bytes, more than {}",
+            limits::MAX_SEARCH_BYTES
+        )));
+    }
+    spend(req.receipt.as_ref(), q)?;
+    let (fetched, bytes) = fetch_all(server, &doc, req.level, &req.fetch, q.progress)?;
     let refs: Vec<(u32, &[u8])> = fetched.iter().map(|(b, v)| (*b, v.as_slice())).collect();
     let (hits, blocks) = verify_and_rank(&doc, req.level, &refs, features, q.k)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
@@ -204,15 +221,22 @@ fn blocks(
     Ok((req.receipt, Some(p), bytes, results))
 }
 
+/// The fetched blocks `(id, bytes)` in request order, and the bytes counted on the wire.
+type Fetched = (Vec<(u32, Vec<u8>)>, u64);
+
 /// Fetch every released block at once (a few threads over the list, in its random order), by
-/// one code path; no retries (a retry could reveal which block mattered).
+/// one code path; no retries (a retry could reveal which block mattered). Each block is read
+/// within the sizes the document declares for it (on the wire and decompressed) and by the
+/// command's deadline; the first failure abandons the whole search (requests not yet sent are
+/// dropped, whichever block failed: the order is random and public). Returns the blocks and
+/// the bytes counted on the wire.
 fn fetch_all(
     server: &Server,
     doc: &PartitionDoc,
     level: usize,
     fetch: &[u32],
     progress: bool,
-) -> Result<Vec<(u32, Vec<u8>)>> {
+) -> Result<Fetched> {
     let total: u64 = fetch
         .iter()
         .map(|&b| doc.levels[level].transfer_bytes[b as usize])
@@ -229,26 +253,60 @@ fn fetch_all(
     );
     bar.set_message(format!("{} blocks", fetch.len()));
     let next = AtomicUsize::new(0);
-    let out: Mutex<Vec<Option<Result<Vec<u8>>>>> =
+    let failed = AtomicBool::new(false);
+    let l = &doc.levels[level];
+    let out: Mutex<Vec<Option<Result<crate::http::Body>>>> =
         Mutex::new((0..fetch.len()).map(|_| None).collect());
     std::thread::scope(|s| {
         for _ in 0..FETCH_THREADS.min(fetch.len()) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&b) = fetch.get(i) else { break };
-                let r = server.get_bytes(&block_url(doc, level, b));
-                bar.inc(doc.levels[level].transfer_bytes[b as usize]);
+                if failed.load(Ordering::SeqCst) {
+                    break;
+                }
+                let limit = BodyLimit {
+                    wire: l.transfer_bytes[b as usize],
+                    decoded: l.bytes[b as usize],
+                };
+                let r = server.get_bounded(&block_url(doc, level, b), limit);
+                match &r {
+                    Ok(body) => bar.inc(body.wire),
+                    Err(_) => failed.store(true, Ordering::SeqCst),
+                }
                 out.lock().expect("no panics while held")[i] = Some(r);
             });
         }
     });
     bar.finish_and_clear();
-    out.into_inner()
+    let mut wire = 0;
+    let mut blocks = Vec::with_capacity(fetch.len());
+    let mut first_error = None;
+    for (r, &b) in out
+        .into_inner()
         .expect("threads joined")
         .into_iter()
         .zip(fetch)
-        .map(|(r, &b)| Ok((b, r.expect("every block fetched")?)))
-        .collect()
+    {
+        match r {
+            Some(Ok(body)) => {
+                wire += body.wire;
+                blocks.push((b, body.bytes));
+            }
+            Some(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            // Not requested: an earlier failure abandoned the search.
+            None => {}
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None if blocks.len() == fetch.len() => Ok((blocks, wire)),
+        None => Err(CliError::Malformed(
+            "the block downloads were abandoned".into(),
+        )),
+    }
 }
 
 fn ranked_by_server(

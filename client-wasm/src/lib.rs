@@ -337,6 +337,10 @@ struct BlockRelease {
     receipt: Option<Receipt>,
     /// ε spent (0 when nothing is released).
     epsilon: f64,
+    /// For each URL, the bytes the partition declares for the block uncompressed and on the
+    /// wire: the page stops reading past them.
+    max_bytes: Vec<u64>,
+    max_wire_bytes: Vec<u64>,
 }
 
 /// One ranked result, for the user's screen.
@@ -376,6 +380,12 @@ impl Client {
     /// untrusted server's document) and checked against the model's feature dimension.
     /// Replaces any earlier partition and forgets a pending block release. Sends nothing.
     pub fn load_partition(&mut self, partition_json: &str) -> Result<(), JsError> {
+        let max = shared::params::limits::MAX_PARTITION_DOC_BYTES;
+        if partition_json.len() as u64 > max {
+            return Err(js_err(format!(
+                "the server's partition is larger than {max} bytes"
+            )));
+        }
         let doc: PartitionDoc = serde_json::from_str(partition_json)
             .map_err(|e| js_err(format!("the server's partition is malformed: {e}")))?;
         shared::protocol::plan::validate_doc(&doc).map_err(js_err)?;
@@ -385,7 +395,7 @@ impl Client {
                 doc.feature_dim, self.config.feature_dim
             )));
         }
-        if doc.thumb_side == 0 || doc.thumb_side > 256 {
+        if doc.thumb_side == 0 || doc.thumb_side > shared::params::limits::MAX_THUMB_SIDE {
             return Err(js_err("the server's partition has a bad thumbnail size"));
         }
         self.partition = Some(doc);
@@ -463,10 +473,17 @@ impl Client {
             .iter()
             .map(|&b| block_search::block_url(p, req.level, b))
             .collect();
+        let l = &p.levels[req.level];
         let out = BlockRelease {
             urls,
             epsilon: req.receipt.map_or(0.0, |r| r.epsilon),
             receipt: req.receipt,
+            max_bytes: req.fetch.iter().map(|&b| l.bytes[b as usize]).collect(),
+            max_wire_bytes: req
+                .fetch
+                .iter()
+                .map(|&b| l.transfer_bytes[b as usize])
+                .collect(),
         };
         self.pending_blocks = Some(PendingBlocks {
             level: req.level,
@@ -583,6 +600,13 @@ impl Client {
             .cloned()
             .unwrap_or_else(|| format!("class {label}"))
     }
+}
+
+/// What the page accepts from a server (JSON `shared::params::limits::ClientLimits`): the one
+/// limits table the CLI uses too — answer sizes, redirects and timeouts.
+#[wasm_bindgen]
+pub fn limits() -> String {
+    serde_json::to_string(&shared::params::limits::CLIENT).unwrap_or_default()
 }
 
 /// The budget spent by a list of receipts (a JSON array, as `privatize` returned them), composed

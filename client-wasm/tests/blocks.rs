@@ -124,12 +124,23 @@ fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_place
     for _ in 0..trials {
         let out = json(&c.release_blocks(&plan_json).unwrap());
         let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["epsilon", "receipt", "urls"]);
+        assert_eq!(
+            keys,
+            ["epsilon", "max_bytes", "max_wire_bytes", "receipt", "urls"]
+        );
         assert_eq!(out["epsilon"], 8.0);
         assert_eq!(out["receipt"]["mechanism"], "block_subset");
         assert_eq!(out["receipt"]["zcdp_rho"], 32.0);
         let urls = out["urls"].as_array().unwrap();
         assert_eq!(urls.len(), l);
+        // Each URL's published sizes (public: read from the document for that block), which
+        // the page holds the download to.
+        for (i, u) in urls.iter().enumerate() {
+            let (lv, b) = common::level_block(u.as_str().unwrap());
+            let d = &doc.levels[lv];
+            assert_eq!(out["max_bytes"][i], d.bytes[b as usize]);
+            assert_eq!(out["max_wire_bytes"][i], d.transfer_bytes[b as usize]);
+        }
         let blocks: Vec<(usize, u32)> = urls
             .iter()
             .map(|u| common::level_block(u.as_str().unwrap()))
@@ -264,6 +275,17 @@ fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
     let mut doc: Value = json(&doc_json);
     doc["levels"][1]["hashes"][0] = "zz".into();
     assert!(c.load_partition(&doc.to_string()).is_err());
+    // Declared sizes that disagree with the block format, and a document past the size limit.
+    let mut doc: Value = json(&doc_json);
+    doc["levels"][1]["bytes"][0] = 1.into();
+    let e = message(c.load_partition(&doc.to_string()).unwrap_err());
+    assert!(e.contains("declares"), "{e}");
+    let limits = json(&privatemail_client_wasm::limits());
+    let max = limits["max_partition_doc_bytes"].as_u64().unwrap();
+    assert_eq!(max, shared::params::limits::MAX_PARTITION_DOC_BYTES);
+    let huge = format!("{doc_json}{}", " ".repeat(max as usize));
+    let e = message(c.load_partition(&huge).unwrap_err());
+    assert!(e.contains("larger than"), "{e}");
     let mut doc: Value = json(&doc_json);
     doc["feature_dim"] = 3.into();
     let e = message(c.load_partition(&doc.to_string()).unwrap_err());

@@ -729,7 +729,7 @@ impl History {
 }
 
 /// Version strings echoed in messages are cut to this many characters.
-const ECHO_MAX: usize = 64;
+const ECHO_MAX: usize = shared::params::limits::MAX_ECHO_CHARS;
 
 impl Partitions {
     pub fn new(settings: PartitionSettings, store: Option<Arc<BlockStore>>) -> Self {

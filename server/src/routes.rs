@@ -505,9 +505,13 @@ async fn block(
     let (li, bi) = (path_index(&level, "level")?, path_index(&block, "block")?);
     let p = s.partitions.get(&version)?;
     let missing = || {
+        // The path is the client's input: quoted cut, like every echo.
+        let cut = |s: &str| shared::text::excerpt(s, shared::params::limits::MAX_ECHO_CHARS);
         ApiError::Missing(format!(
-            "partition {} has no block {level}/{block} ({} levels)",
+            "partition {} has no block {}/{} ({} levels)",
             p.version(),
+            cut(&level),
+            cut(&block),
             p.levels()
         ))
     };

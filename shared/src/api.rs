@@ -166,12 +166,14 @@ pub struct LatencySummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionDoc {
     /// Content hash of the partition (its parameters and every block's hash).
+    #[serde(deserialize_with = "doc_bounds::version")]
     pub version: String,
     pub gallery_size: usize,
     pub feature_dim: usize,
     /// Side of the t×t thumbnails inside the blocks.
     pub thumb_side: usize,
     /// Where blocks are fetched: `{blocks_url}/{level}/{block}`.
+    #[serde(deserialize_with = "doc_bounds::url")]
     pub blocks_url: String,
     /// The largest expected share of the gallery one search may download (set by the operator).
     pub max_share: f64,
@@ -184,6 +186,7 @@ pub struct PartitionDoc {
     /// had to be measured on anchors that are gallery members, which overstates it.
     #[serde(default)]
     pub coverage_probes: usize,
+    #[serde(deserialize_with = "doc_bounds::levels")]
     pub levels: Vec<LevelDoc>,
 }
 
@@ -197,19 +200,62 @@ pub struct LevelDoc {
     #[serde(default)]
     pub whole: bool,
     /// B rows of `feature_dim`: a client's true block is its nearest centroid.
+    #[serde(deserialize_with = "doc_bounds::centroids")]
     pub centroids: Vec<Vec<f32>>,
     /// Items in each block.
+    #[serde(deserialize_with = "doc_bounds::per_block")]
     pub sizes: Vec<u32>,
     /// Uncompressed bytes of each block file.
+    #[serde(deserialize_with = "doc_bounds::per_block")]
     pub bytes: Vec<u64>,
     /// Bytes on the wire (gzip) of each block file.
+    #[serde(deserialize_with = "doc_bounds::per_block")]
     pub transfer_bytes: Vec<u64>,
     /// SHA-256 (hex) of each block file's uncompressed bytes.
+    #[serde(deserialize_with = "doc_bounds::hashes")]
     pub hashes: Vec<String>,
     /// `multiplicity[c]`: gallery items held by exactly `c` blocks (predicts the pool size).
+    #[serde(deserialize_with = "doc_bounds::multiplicity")]
     pub multiplicity: Vec<u64>,
     /// Coverage measured on the public anchors.
     pub coverage: crate::protocol::partition::Coverage,
+}
+
+/// The partition document decodes into bounded structures (`params::limits`): a hostile
+/// server's oversized lists fail while they are read, before they are allocated.
+mod doc_bounds {
+    use serde::{Deserialize, Deserializer};
+
+    use crate::bounded;
+    use crate::params::limits::{
+        MAX_BLOCKS, MAX_FEATURE_DIM, MAX_LEVELS, MAX_URL_CHARS, MAX_VERSION_CHARS,
+    };
+
+    pub fn version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        bounded::string(d, MAX_VERSION_CHARS, "version")
+    }
+    pub fn url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        bounded::string(d, MAX_URL_CHARS, "blocks_url")
+    }
+    pub fn levels<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Vec<T>, D::Error> {
+        bounded::seq(d, MAX_LEVELS, "levels")
+    }
+    pub fn centroids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f32>>, D::Error> {
+        bounded::rows(d, MAX_BLOCKS, MAX_FEATURE_DIM, "centroids")
+    }
+    pub fn per_block<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Vec<T>, D::Error> {
+        bounded::seq(d, MAX_BLOCKS, "blocks")
+    }
+    pub fn hashes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        bounded::strings(d, MAX_BLOCKS, 64, "block hashes")
+    }
+    pub fn multiplicity<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        bounded::seq(d, MAX_BLOCKS + 1, "multiplicities")
+    }
 }
 
 /// Machine-readable error codes.
@@ -250,11 +296,16 @@ pub struct ErrorBody {
 }
 
 impl ErrorResponse {
+    /// An error body; the message is cut to `limits::MAX_SERVER_MESSAGE_CHARS` characters
+    /// without control characters, whatever input it quotes.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ErrorResponse {
             error: ErrorBody {
                 code,
-                message: message.into(),
+                message: crate::text::excerpt(
+                    &message.into(),
+                    crate::params::limits::MAX_SERVER_MESSAGE_CHARS,
+                ),
             },
         }
     }

@@ -9,11 +9,13 @@
 //! `s = kernel_scale` (see [`embed::laplacian::kernel_weight`]).
 
 pub mod api;
+pub mod bounded;
 pub mod error;
 pub mod idx;
 pub mod metrics;
 pub mod params;
 pub mod pir;
+pub mod text;
 
 /// Privacy mechanisms and their accounting: every function here that touches a private value
 /// states its guarantee and proof.

@@ -38,6 +38,70 @@ pub mod limits {
     pub const MAX_PIR_HINT_BYTES: usize = 32 << 20;
     /// Bytes of the whole ranking table a client accepts.
     pub const MAX_PIR_TABLE_BYTES: usize = 64 << 20;
+    /// Side of a block's square thumbnails.
+    pub const MAX_THUMB_SIDE: usize = 256;
+
+    // What a client accepts from a server, a hostile one included: every answer is read as a
+    // stream and abandoned past its limit, every wait has a deadline. The CLI and the page
+    // (through the wasm client's `limits()`) read them from here.
+
+    /// Bytes of a partition document (the 1,000,000-image gallery's is 6.8 MB).
+    pub const MAX_PARTITION_DOC_BYTES: u64 = 32 << 20;
+    /// Bytes of any other JSON answer: configuration, anchors, gallery map, search results.
+    pub const MAX_JSON_BYTES: u64 = 16 << 20;
+    /// Bytes of an error answer a client reads.
+    pub const MAX_ERROR_BODY_BYTES: u64 = 64 << 10;
+    /// Characters of a server's error message a client shows.
+    pub const MAX_ERROR_MESSAGE_CHARS: usize = 300;
+    /// Characters of a client's input a server's error message quotes.
+    pub const MAX_ECHO_CHARS: usize = 64;
+    /// Characters of any error message a server sends.
+    pub const MAX_SERVER_MESSAGE_CHARS: usize = 512;
+    /// Bytes of one block file, uncompressed (the whole-gallery block of 100,000 images is 92 MB).
+    pub const MAX_BLOCK_BYTES: u64 = 512 << 20;
+    /// Bytes of all the blocks of one search, uncompressed.
+    pub const MAX_SEARCH_BYTES: u64 = 512 << 20;
+    /// Redirects a client follows for one request, each within the origin it asked.
+    pub const MAX_REDIRECTS: usize = 5;
+    /// Characters of the document's `version` and `blocks_url`.
+    pub const MAX_VERSION_CHARS: usize = 128;
+    pub const MAX_URL_CHARS: usize = 2_048;
+    /// Default seconds to connect to a server.
+    pub const CONNECT_TIMEOUT_SECS: u64 = 5;
+    /// Default seconds to wait for an answer to start, and for each later piece of it.
+    pub const FIRST_BYTE_TIMEOUT_SECS: u64 = 10;
+    /// Default seconds for a whole search, every request included (the CLI overshoots by at
+    /// most one first-byte wait: a hostile server is given up within 60 s).
+    pub const TOTAL_TIMEOUT_SECS: u64 = 45;
+
+    /// The limits a client applies to what a server sends, as one value (the page gets it as
+    /// JSON from the wasm client).
+    #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+    pub struct ClientLimits {
+        pub max_partition_doc_bytes: u64,
+        pub max_json_bytes: u64,
+        pub max_error_body_bytes: u64,
+        pub max_error_message_chars: usize,
+        pub max_block_bytes: u64,
+        pub max_search_bytes: u64,
+        pub max_redirects: usize,
+        pub connect_timeout_secs: u64,
+        pub first_byte_timeout_secs: u64,
+        pub total_timeout_secs: u64,
+    }
+
+    pub const CLIENT: ClientLimits = ClientLimits {
+        max_partition_doc_bytes: MAX_PARTITION_DOC_BYTES,
+        max_json_bytes: MAX_JSON_BYTES,
+        max_error_body_bytes: MAX_ERROR_BODY_BYTES,
+        max_error_message_chars: MAX_ERROR_MESSAGE_CHARS,
+        max_block_bytes: MAX_BLOCK_BYTES,
+        max_search_bytes: MAX_SEARCH_BYTES,
+        max_redirects: MAX_REDIRECTS,
+        connect_timeout_secs: CONNECT_TIMEOUT_SECS,
+        first_byte_timeout_secs: FIRST_BYTE_TIMEOUT_SECS,
+        total_timeout_secs: TOTAL_TIMEOUT_SECS,
+    };
 }
 
 /// How the noise scale is calibrated. All three add exact discrete Gaussian noise on a fine

@@ -2,6 +2,7 @@
 
 pub mod browser;
 pub mod cdn;
+pub mod fake;
 pub mod pageload;
 
 use std::io::{BufRead, BufReader};

@@ -113,12 +113,24 @@ pub fn verify_and_rank(
                 name: "block",
                 reason: format!("{b} is not a block of level {level}"),
             })?;
+            let declared = l.bytes.get(b as usize).copied().unwrap_or(0);
+            if bytes.len() as u64 != declared {
+                return Err(Error::InvalidParameter {
+                    name: "block",
+                    reason: format!(
+                        "block {b} has {} bytes, the partition declares {declared}",
+                        bytes.len()
+                    ),
+                });
+            }
             let block = decode(bytes, Some(hash))?;
-            if block.dim != doc.feature_dim {
-                return Err(Error::DimensionMismatch {
-                    what: "block features",
-                    expected: doc.feature_dim,
-                    got: block.dim,
+            if block.dim != doc.feature_dim
+                || block.thumb_side != doc.thumb_side
+                || l.sizes.get(b as usize) != Some(&(block.len() as u32))
+            {
+                return Err(Error::InvalidParameter {
+                    name: "block",
+                    reason: format!("block {b} does not have the shape the partition declares"),
                 });
             }
             Ok(block)

@@ -98,7 +98,7 @@ pub fn quantise(v: f32) -> i16 {
 
 /// Encode items into a block file.
 pub fn encode(items: &[BlockItem<'_>], dim: usize, thumb_side: usize) -> Result<Vec<u8>> {
-    if dim == 0 || dim > limits::MAX_FEATURE_DIM || thumb_side > 256 {
+    if dim == 0 || dim > limits::MAX_FEATURE_DIM || thumb_side > limits::MAX_THUMB_SIDE {
         return Err(Error::InvalidParameter {
             name: "block",
             reason: format!("dimension {dim} or thumbnail side {thumb_side} out of range"),
@@ -152,6 +152,21 @@ pub fn hash_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Bytes of a block file of `n` items of dimension `dim` with `t`×`t` thumbnails (`None` if it
+/// does not fit a `u64`): a partition document's declared sizes must agree with it.
+pub fn file_len(n: u64, dim: u64, t: u64) -> Option<u64> {
+    let per_item = 9u64
+        .checked_add(dim.checked_mul(2)?)?
+        .checked_add(t.checked_mul(t)?)?;
+    n.checked_mul(per_item)?.checked_add(HEADER as u64)
+}
+
+/// The most bytes a gzip stream of `bytes` uncompressed bytes can take (stored blocks: 5 bytes
+/// per 16 KiB, plus the header and trailer), with room to spare.
+pub fn max_transfer_len(bytes: u64) -> u64 {
+    bytes.saturating_add(bytes / 1_024).saturating_add(1_024)
+}
+
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
@@ -177,12 +192,17 @@ pub fn decode(bytes: &[u8], expected_hash: Option<&str>) -> std::result::Result<
     let dim = u16_at(bytes, 6) as usize;
     let thumb_side = u16_at(bytes, 8) as usize;
     let n = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
-    if dim == 0 || dim > limits::MAX_FEATURE_DIM || n > limits::MAX_BLOCK_ITEMS {
-        return Err(bad("dimension or item count out of range"));
+    if dim == 0
+        || dim > limits::MAX_FEATURE_DIM
+        || n > limits::MAX_BLOCK_ITEMS
+        || thumb_side > limits::MAX_THUMB_SIDE
+    {
+        return Err(bad("dimension, thumbnail side or item count out of range"));
     }
     let t2 = thumb_side * thumb_side;
-    let need = HEADER + n * (8 + 1 + 2 * dim + t2);
-    if bytes.len() != need {
+    // Checked first: nothing is allocated for a count the bytes do not hold.
+    let need = file_len(n as u64, dim as u64, thumb_side as u64).unwrap_or(u64::MAX);
+    if bytes.len() as u64 != need {
         return Err(BlockError::Malformed(format!(
             "length {} does not match {n} items of dimension {dim} (expected {need})",
             bytes.len()

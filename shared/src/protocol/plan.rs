@@ -18,10 +18,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::PartitionDoc;
+use crate::api::{LevelDoc, PartitionDoc};
 use crate::dp::subset::inclusion_probability;
 use crate::error::{Error, Result};
 use crate::params::limits;
+use crate::protocol::blocks::{file_len, max_transfer_len};
 
 /// What a search will do.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -47,7 +48,11 @@ pub struct Plan {
     pub whole: bool,
 }
 
-/// Check a partition document from an untrusted server before planning with it.
+/// Check a partition document from an untrusted server before planning with it: shapes, finite
+/// values, and sizes that agree with each other — every block's declared bytes are those of
+/// its declared item count in the block format, its bytes on the wire at most what gzip can
+/// take for them, and the multiplicities count the gallery exactly once — so a client can
+/// hold the server to them while it downloads (`limits::MAX_BLOCK_BYTES` bounds each).
 pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
     let bad = |reason: String| Error::InvalidParameter {
         name: "partition",
@@ -62,6 +67,10 @@ pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
     if doc.feature_dim == 0 || doc.feature_dim > limits::MAX_FEATURE_DIM || doc.gallery_size == 0 {
         return Err(bad("feature_dim or gallery_size out of range".into()));
     }
+    if doc.thumb_side > limits::MAX_THUMB_SIDE {
+        return Err(bad("thumb_side out of range".into()));
+    }
+    check_names(doc).map_err(|r| bad(r.into()))?;
     for (i, l) in doc.levels.iter().enumerate() {
         let b = l.blocks as usize;
         let lens_ok = [
@@ -97,12 +106,88 @@ pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
         if cov.iter().any(|c| !(0.0..=1.0).contains(c)) || l.multiplicity.len() > b + 1 {
             return Err(bad(format!("level {i}: bad coverage or multiplicity")));
         }
+        check_sizes(doc, l).map_err(|r| bad(format!("level {i}: {r}")))?;
+    }
+    Ok(())
+}
+
+/// The version goes into block URLs and `blocks_url` says where they are fetched: a URL-safe
+/// version, and a path on the server or an absolute `http(s)` URL without user info, query
+/// or fragment.
+fn check_names(doc: &PartitionDoc) -> std::result::Result<(), &'static str> {
+    let v = &doc.version;
+    if v.is_empty()
+        || v.len() > limits::MAX_VERSION_CHARS
+        || !v
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c))
+    {
+        return Err("bad version");
+    }
+    let u = &doc.blocks_url;
+    let host = u
+        .strip_prefix("https://")
+        .or_else(|| u.strip_prefix("http://"))
+        .map(|r| r.split('/').next().unwrap_or(""));
+    let path_ok = u.is_empty() || (u.starts_with('/') && !u.starts_with("//"));
+    let ok = u.len() <= limits::MAX_URL_CHARS
+        && (path_ok || host.is_some_and(|h| !h.is_empty() && !h.contains('@')))
+        && !u
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '?' | '#' | '\\'));
+    if ok {
+        Ok(())
+    } else {
+        Err("bad blocks_url")
+    }
+}
+
+/// Declared sizes agree with each other and with the block format.
+fn check_sizes(doc: &PartitionDoc, l: &LevelDoc) -> std::result::Result<(), String> {
+    let (dim, t) = (doc.feature_dim as u64, doc.thumb_side as u64);
+    let mut items: u64 = 0;
+    for (b, (&n, (&bytes, &wire))) in l
+        .sizes
+        .iter()
+        .zip(l.bytes.iter().zip(&l.transfer_bytes))
+        .enumerate()
+    {
+        if n as usize > limits::MAX_BLOCK_ITEMS || n as usize > doc.gallery_size {
+            return Err(format!("block {b} declares {n} items"));
+        }
+        let need = file_len(n as u64, dim, t);
+        if need != Some(bytes) || bytes > limits::MAX_BLOCK_BYTES {
+            return Err(format!(
+                "block {b} declares {bytes} bytes for {n} items (the format needs {})",
+                need.unwrap_or(u64::MAX)
+            ));
+        }
+        if wire == 0 || wire > max_transfer_len(bytes) {
+            return Err(format!(
+                "block {b} declares {wire} bytes on the wire for {bytes} bytes"
+            ));
+        }
+        items += n as u64;
+    }
+    let mut held: u64 = 0;
+    let mut memberships: u128 = 0;
+    for (c, &m) in l.multiplicity.iter().enumerate() {
+        held = held.checked_add(m).ok_or("multiplicities overflow")?;
+        memberships += c as u128 * m as u128;
+    }
+    if held != doc.gallery_size as u64 || memberships != items as u128 {
+        return Err(format!(
+            "multiplicities count {held} items in {memberships} places; the gallery has {} \
+             and the blocks hold {items}",
+            doc.gallery_size
+        ));
     }
     Ok(())
 }
 
 /// `C(B − c, L) / C(B, L)`: the chance that a uniformly random set of L of B blocks misses all
-/// of c given blocks.
+/// of c given blocks (the direct product; [`expected_pool`] builds it up instead).
+#[cfg(test)]
 fn miss_all(b: u32, c: usize, l: u32) -> f64 {
     let mut p = 1.0;
     for j in 0..c as u32 {
@@ -112,6 +197,29 @@ fn miss_all(b: u32, c: usize, l: u32) -> f64 {
         p *= (b - l - j) as f64 / (b - j) as f64;
     }
     p
+}
+
+/// The expected number of distinct items in a uniformly random set of `l` of `b` blocks,
+/// `Σ_c m_c·(1 − C(b − c, l)/C(b, l))`, with the ratio built up over `c` (one product a step,
+/// not `c`). Once it is below 2⁻⁵⁴ every later `1 − ratio` rounds to 1 in f64, so the rest of
+/// the sum is taken whole from `tail` (`tail[c] = Σ_{c' ≥ c} m_c'`): O(b/l) steps for each
+/// `l`, O(b log b) for a level, so a hostile document cannot make planning slow.
+fn expected_pool(multiplicity: &[u64], tail: &[f64], b: u32, l: u32) -> f64 {
+    let mut miss = 1.0f64;
+    let mut pool = 0.0;
+    for (c, &m) in multiplicity.iter().enumerate() {
+        if miss < f64::EPSILON / 4.0 {
+            return pool + tail[c];
+        }
+        pool += m as f64 * (1.0 - miss);
+        let c = c as u32;
+        miss = if b < l + c + 1 {
+            0.0
+        } else {
+            miss * (b - l - c) as f64 / (b - c) as f64
+        };
+    }
+    pool
 }
 
 fn check_epsilon(epsilon: f64) -> Result<()> {
@@ -151,13 +259,12 @@ pub fn candidates(doc: &PartitionDoc, epsilon: f64) -> Result<Vec<Plan>> {
             continue;
         }
         let (own, other) = (l.coverage.own, l.coverage.other);
+        let mut tail = vec![0.0; l.multiplicity.len() + 1];
+        for c in (0..l.multiplicity.len()).rev() {
+            tail[c] = tail[c + 1] + l.multiplicity[c] as f64;
+        }
         for size in 1..=l.blocks {
-            let pool: f64 = l
-                .multiplicity
-                .iter()
-                .enumerate()
-                .map(|(c, &m)| m as f64 * (1.0 - miss_all(l.blocks, c, size)))
-                .sum();
+            let pool = expected_pool(&l.multiplicity, &tail, l.blocks, size);
             let pool_fraction = (pool / n).min(1.0);
             if pool_fraction > doc.max_share + 1e-12 {
                 break;
@@ -261,7 +368,6 @@ pub fn plan(doc: &PartitionDoc, epsilon: f64, max_bytes: f64) -> Result<Plan> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::LevelDoc;
     use crate::protocol::partition::{Coverage, Overlap};
 
     pub(crate) fn doc() -> PartitionDoc {
@@ -274,9 +380,15 @@ mod tests {
             },
             whole,
             centroids: (0..b).map(|i| vec![i as f32, 0.0]).collect(),
-            sizes: vec![1000 / b * 2; b as usize],
-            bytes: vec![100_000 / b as u64; b as usize],
-            transfer_bytes: vec![50_000 / b as u64; b as usize],
+            // 1,000 items, each in one block (whole) or two: sizes add up to 1,000 or 2,000.
+            sizes: (0..b)
+                .map(|i| {
+                    let total = if whole { 1000 } else { 2000 };
+                    total / b + u32::from(i < total % b)
+                })
+                .collect(),
+            bytes: vec![],
+            transfer_bytes: vec![],
             hashes: vec!["ab".repeat(32); b as usize],
             multiplicity: if whole {
                 vec![0, 1000]
@@ -288,6 +400,20 @@ mod tests {
                 other: (1.0 - own) / (b as f64),
             },
         };
+        let mut levels = vec![
+            level(1, 1.0, true),
+            level(8, 0.9, false),
+            level(32, 0.8, false),
+        ];
+        for l in &mut levels {
+            // Block files of dimension 2 with 2×2 thumbnails, sent uncompressed.
+            l.bytes = l
+                .sizes
+                .iter()
+                .map(|&n| file_len(n as u64, 2, 2).unwrap())
+                .collect();
+            l.transfer_bytes = l.bytes.clone();
+        }
         PartitionDoc {
             version: "v".into(),
             gallery_size: 1000,
@@ -298,11 +424,7 @@ mod tests {
             allow_full_download: true,
             coverage_k: 8,
             coverage_probes: 100,
-            levels: vec![
-                level(1, 1.0, true),
-                level(8, 0.9, false),
-                level(32, 0.8, false),
-            ],
+            levels,
         }
     }
 
@@ -340,6 +462,26 @@ mod tests {
             let want = 1.0
                 - ((b - l) as f64 * (b - l).saturating_sub(1) as f64) / (b as f64 * (b - 1) as f64);
             assert!((1.0 - miss_all(b, 2, l) - want).abs() < 1e-12, "{l}");
+        }
+    }
+
+    #[test]
+    fn the_incremental_pool_equals_the_direct_sum() {
+        for b in 1..=60u32 {
+            let mult: Vec<u64> = (0..=b as u64).map(|c| (c * 7919 + b as u64) % 13).collect();
+            let mut tail = vec![0.0; mult.len() + 1];
+            for c in (0..mult.len()).rev() {
+                tail[c] = tail[c + 1] + mult[c] as f64;
+            }
+            for l in 1..=b {
+                let direct: f64 = mult
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &m)| m as f64 * (1.0 - miss_all(b, c, l)))
+                    .sum();
+                let fast = expected_pool(&mult, &tail, b, l);
+                assert!((fast - direct).abs() <= 1e-9 * direct.max(1.0), "{b} {l}");
+            }
         }
     }
 

@@ -1,0 +1,608 @@
+//! Clients that a hostile server cannot hurt. A fake server in this process (`fake`) forwards
+//! to the real server binary but answers, per case, with what a hostile server would send: a
+//! gzip bomb, oversized or inconsistent partition documents, a huge declared item count, a
+//! block cut short and then held open, a partition dripped a byte at a time, a redirect to
+//! another port, a 10 MB error message with terminal escapes, and a document whose planning
+//! used to take minutes. The `privatemail` CLI must exit with its documented code, on its own,
+//! within 60 s and with a peak RSS ≤ 256 MB in every case (measured with `wait4`); the page
+//! must show a plain error in headless Chromium and stay alive.
+//!
+//! `PM_HOSTILE_CLI=/path/to/privatemail` runs the CLI cases against another binary (e.g. an
+//! older one, to see them fail); a watchdog kills a run past 1 GiB or 75 s.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use privatemail_e2e::browser::{self, js, load_photo, wait_for, ROOT};
+use privatemail_e2e::fake::{self, Body, Reply, Request};
+use privatemail_e2e::{demo_server, test_image};
+use serde_json::{json, Value};
+use shared::api::PartitionDoc;
+use shared::protocol::blocks::file_len;
+
+const LIMIT_SECS: f64 = 60.0;
+const LIMIT_RSS_MB: f64 = 256.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    Honest,
+    GzipBomb,
+    HugeDocument,
+    InconsistentSizes,
+    HugeItemCount,
+    StalledBlock,
+    SlowDrip,
+    SlowDripShortTimeout,
+    OtherPort,
+    RedirectOnce,
+    RedirectLoop,
+    HugeError,
+    SlowPlanning,
+}
+
+const CASES: [Case; 13] = [
+    Case::Honest,
+    Case::GzipBomb,
+    Case::HugeDocument,
+    Case::InconsistentSizes,
+    Case::HugeItemCount,
+    Case::StalledBlock,
+    Case::SlowDrip,
+    Case::SlowDripShortTimeout,
+    Case::OtherPort,
+    Case::RedirectOnce,
+    Case::RedirectLoop,
+    Case::HugeError,
+    Case::SlowPlanning,
+];
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::Honest => "honest",
+            Case::GzipBomb => "gzip-bomb",
+            Case::HugeDocument => "huge-document",
+            Case::InconsistentSizes => "inconsistent-sizes",
+            Case::HugeItemCount => "huge-item-count",
+            Case::StalledBlock => "stalled-block",
+            Case::SlowDrip => "slow-drip",
+            Case::SlowDripShortTimeout => "slow-drip-timeout-5",
+            Case::OtherPort => "other-port",
+            Case::RedirectOnce => "redirect-once",
+            Case::RedirectLoop => "redirect-loop",
+            Case::HugeError => "huge-error",
+            Case::SlowPlanning => "slow-planning",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Case::Honest => "honest answers, forwarded",
+            Case::GzipBomb => "every block a gzip bomb (1 GiB of zeros, ~1 MB on the wire)",
+            Case::HugeDocument => "a 400 MB partition document (chunked, no length)",
+            Case::InconsistentSizes => "every block declared as 1 byte (would bypass --max-kib)",
+            Case::HugeItemCount => "blocks declaring 4·10⁹ items and 2⁶³ bytes",
+            Case::StalledBlock => "blocks cut at half their Content-Length, connection held open",
+            Case::SlowDrip => "the partition sent one byte a second (default deadline)",
+            Case::SlowDripShortTimeout => "the same with --timeout 5",
+            Case::OtherPort => "blocks redirected to another port",
+            Case::RedirectOnce => "blocks redirected once within the origin (allowed)",
+            Case::RedirectLoop => "blocks redirected to themselves, endlessly (same origin)",
+            Case::HugeError => "a 10 MB error message with terminal escapes",
+            Case::SlowPlanning => "16 levels × 4,096 blocks, 4,097 multiplicities (O(B³) planning)",
+        }
+    }
+
+    /// The documented exit code (`cli/src/main.rs`).
+    fn exit_code(self) -> i32 {
+        match self {
+            Case::Honest | Case::RedirectOnce => 0,
+            Case::StalledBlock | Case::SlowDrip | Case::SlowDripShortTimeout => 3,
+            Case::HugeError | Case::SlowPlanning => 6,
+            _ => 7,
+        }
+    }
+
+    fn from_name(n: &str) -> Option<Case> {
+        CASES.iter().copied().find(|c| c.name() == n)
+    }
+}
+
+/// What the fake server needs: where the real one is, and the answers prepared from it.
+struct Hostile {
+    real: String,
+    other: String,
+    http: reqwest::Client,
+    doc: PartitionDoc,
+    bomb: Vec<u8>,
+    other_hits: Arc<AtomicUsize>,
+    /// The case for requests without a `/case/{name}` prefix (the page's).
+    page_case: Mutex<Case>,
+}
+
+/// 1 GiB of zeros, gzip: about 1 MB.
+fn gzip_bomb() -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..1024 {
+        e.write_all(&zeros).unwrap();
+    }
+    e.finish().unwrap()
+}
+
+/// A document whose levels each have 4,096 one-item blocks and 4,097 multiplicities (one item
+/// in every block, the rest in none): valid, and O(B³) for the planner this replaced.
+fn slow_planning_doc(real: &PartitionDoc) -> PartitionDoc {
+    let b = shared::params::limits::MAX_BLOCKS;
+    let dim = real.feature_dim;
+    let bytes = file_len(1, dim as u64, real.thumb_side as u64).unwrap();
+    let mut multiplicity = vec![0; b + 1];
+    multiplicity[0] = real.gallery_size as u64 - 1;
+    multiplicity[b] = 1;
+    let level = shared::api::LevelDoc {
+        blocks: b as u32,
+        overlap: real.levels[1].overlap,
+        whole: false,
+        centroids: vec![vec![0.0; dim]; b],
+        sizes: vec![1; b],
+        bytes: vec![bytes; b],
+        transfer_bytes: vec![bytes; b],
+        hashes: vec!["ab".repeat(32); b],
+        multiplicity,
+        coverage: real.levels[1].coverage,
+    };
+    PartitionDoc {
+        version: "slow".into(),
+        max_share: 1.0,
+        allow_full_download: false,
+        levels: vec![level; shared::params::limits::MAX_LEVELS],
+        ..real.clone()
+    }
+}
+
+fn json_reply(v: &impl serde::Serialize) -> Reply {
+    Reply::bytes(200, "application/json", serde_json::to_vec(v).unwrap())
+}
+
+impl Hostile {
+    async fn answer(&self, case: Case, path: &str, req: &Request) -> Reply {
+        let partition = path == "/api/v1/partition";
+        let block = path.starts_with("/api/v1/blocks/");
+        match case {
+            Case::GzipBomb if block => {
+                Reply::bytes(200, "application/octet-stream", self.bomb.clone())
+                    .header("content-encoding", "gzip")
+            }
+            Case::HugeDocument if partition => {
+                let head = r#"{"version":"v","gallery_size":1000,"feature_dim":64,"thumb_side":28,"blocks_url":"/b","max_share":1,"allow_full_download":true,"coverage_k":8,"levels":[{"blocks":1,"overlap":"none","centroids":["#;
+                let unit = format!("[{}],", vec!["0.123456"; 64].join(","));
+                Reply {
+                    status: 200,
+                    headers: vec![("content-type".into(), "application/json".into())],
+                    body: Body::Generated {
+                        head: head.as_bytes().to_vec(),
+                        unit: unit.into_bytes(),
+                        total: 400 << 20,
+                    },
+                }
+            }
+            Case::InconsistentSizes if partition => {
+                let mut d = self.doc.clone();
+                for l in &mut d.levels {
+                    l.bytes.iter_mut().for_each(|b| *b = 1);
+                    l.transfer_bytes.iter_mut().for_each(|b| *b = 1);
+                }
+                json_reply(&d)
+            }
+            Case::HugeItemCount if partition => {
+                let mut d = self.doc.clone();
+                for l in &mut d.levels {
+                    l.sizes.iter_mut().for_each(|n| *n = 4_000_000_000);
+                    l.bytes.iter_mut().for_each(|b| *b = u64::MAX / 2);
+                    l.transfer_bytes.iter_mut().for_each(|b| *b = u64::MAX / 2);
+                }
+                json_reply(&d)
+            }
+            Case::StalledBlock if block => {
+                // The block as the real server sends it (gzip when asked), cut and held open.
+                let r = fake::forward(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                Reply {
+                    status: r.status,
+                    headers: r.headers,
+                    body: Body::HalfThenStall(bytes),
+                }
+            }
+            Case::SlowDrip | Case::SlowDripShortTimeout if partition => Reply {
+                status: 200,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: Body::Drip {
+                    bytes: serde_json::to_vec(&self.doc).unwrap(),
+                    every: Duration::from_secs(1),
+                },
+            },
+            Case::OtherPort if block => Reply::bytes(302, "text/plain", Vec::new())
+                .header("location", &format!("{}{path}", self.other)),
+            Case::RedirectOnce if block => Reply::bytes(302, "text/plain", Vec::new())
+                .header("location", &format!("/case/honest{path}")),
+            Case::RedirectLoop if block => Reply::bytes(302, "text/plain", Vec::new())
+                .header("location", &format!("/case/redirect-loop{path}")),
+            Case::HugeError if partition => {
+                let message = format!("\u{1b}[2J\u{1b}]0;pwned\u{7}{}", "A".repeat(10 << 20));
+                let body = json!({"error": {"code": "internal", "message": message}});
+                Reply::bytes(500, "application/json", serde_json::to_vec(&body).unwrap())
+            }
+            Case::SlowPlanning if partition => json_reply(&slow_planning_doc(&self.doc)),
+            // Its blocks do not exist: the search ends on a refusal once planned.
+            Case::SlowPlanning if block => {
+                let body = json!({"error": {"code": "not_found", "message": "no such block"}});
+                Reply::bytes(404, "application/json", serde_json::to_vec(&body).unwrap())
+            }
+            _ => fake::forward(&self.http, &self.real, path, req).await,
+        }
+    }
+}
+
+/// The fake server (and the other port it redirects to) in front of `real`.
+async fn hostile(real: &str) -> (String, Arc<Hostile>) {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let doc: PartitionDoc = http
+        .get(format!("{real}/api/v1/partition"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    shared::protocol::plan::validate_doc(&doc).expect("the real document is valid");
+    let other_hits = Arc::new(AtomicUsize::new(0));
+    let (hits, fwd_http, fwd_real) = (other_hits.clone(), http.clone(), real.to_string());
+    let other = fake::start(fake::handler(move |req: Request| {
+        hits.fetch_add(1, Ordering::SeqCst);
+        let (http, real) = (fwd_http.clone(), fwd_real.clone());
+        async move { fake::forward(&http, &real, &req.path.clone(), &req).await }
+    }))
+    .await;
+    let bomb = tokio::task::spawn_blocking(gzip_bomb).await.unwrap();
+    let state = Arc::new(Hostile {
+        real: real.to_string(),
+        other,
+        http,
+        doc,
+        bomb,
+        other_hits,
+        page_case: Mutex::new(Case::Honest),
+    });
+    let s = state.clone();
+    let base = fake::start(fake::handler(move |req: Request| {
+        let s = s.clone();
+        async move {
+            // `/case/{name}/…` picks the case; anything else is the page's current case.
+            let (case, path) = match req.path.strip_prefix("/case/") {
+                Some(rest) => {
+                    let (name, path) = rest.split_once('/').unwrap_or((rest, ""));
+                    (
+                        Case::from_name(name).unwrap_or(Case::Honest),
+                        format!("/{path}"),
+                    )
+                }
+                None => (*s.page_case.lock().unwrap(), req.path.clone()),
+            };
+            s.answer(case, &path, &req).await
+        }
+    }))
+    .await;
+    (base, state)
+}
+
+fn cli_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("PM_HOSTILE_CLI") {
+        return PathBuf::from(p);
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-q", "-p", "privatemail-cli"])
+        .current_dir(ROOT)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the CLI failed");
+    PathBuf::from(format!("{ROOT}/target/debug/privatemail"))
+}
+
+/// Test image `i` as a PNG file in `dir`.
+fn photo(dir: &Path, i: usize) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let (px, _) = test_image(i);
+    let png = privatemail_server::thumbnail::png_grey(&px, 28, 28).unwrap();
+    let path = dir.join(format!("photo-{i}.png"));
+    std::fs::write(&path, png).unwrap();
+    path
+}
+
+/// One CLI run: how it ended, its peak RSS (`wait4`), its time and what it printed.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    rss_mb: f64,
+    secs: f64,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    killed: Option<&'static str>,
+}
+
+/// Run `bin args…` to its end, or kill it past 75 s or 1 GiB resident (so a failing client
+/// cannot take the machine down); peak RSS from `wait4`'s rusage.
+// The child is reaped by `wait4` (which also gives its rusage), not `Child::wait`.
+#[allow(clippy::zombie_processes)]
+fn run_measured(bin: &Path, args: &[String], state: &Path, tag: &str) -> Run {
+    let out = std::env::temp_dir().join(format!("pm-hostile-{}-{tag}", std::process::id()));
+    let (o, e) = (out.with_extension("out"), out.with_extension("err"));
+    let t = Instant::now();
+    let child = Command::new(bin)
+        .args(args)
+        .env("PRIVATEMAIL_STATE_DIR", state)
+        .env_remove("PRIVATEMAIL_SERVER")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .spawn()
+        .expect("run privatemail");
+    let pid = child.id() as libc::pid_t;
+    let mut killed = None;
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: pid is our child, not yet reaped; both pointers are valid for the call.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break (status, usage);
+        }
+        let rss_kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        if killed.is_none() && (t.elapsed() > Duration::from_secs(75) || rss_kb > 1 << 20) {
+            killed = Some(if rss_kb > 1 << 20 {
+                "killed at 1 GiB"
+            } else {
+                "killed at 75 s"
+            });
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    let run = Run {
+        code,
+        rss_mb: usage.ru_maxrss as f64 / 1024.0,
+        secs: t.elapsed().as_secs_f64(),
+        stdout: std::fs::read(&o).unwrap_or_default(),
+        stderr: std::fs::read(&e).unwrap_or_default(),
+        killed,
+    };
+    let _ = std::fs::remove_file(&o);
+    let _ = std::fs::remove_file(&e);
+    run
+}
+
+#[test]
+fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() {
+    let real = demo_server("hostile-cli", &[]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (base, state) = rt.block_on(hostile(&real.base));
+    let bin = cli_bin();
+    let dir = std::env::temp_dir().join(format!("pm-hostile-{}", std::process::id()));
+    let photo = photo(&dir, 0);
+    let runs: Vec<(Case, Run)> = std::thread::scope(|s| {
+        let handles: Vec<_> = CASES
+            .iter()
+            .map(|&case| {
+                let (bin, dir, photo, base) = (&bin, &dir, &photo, &base);
+                s.spawn(move || {
+                    let mut args: Vec<String> = vec![
+                        "search".into(),
+                        photo.to_str().unwrap().into(),
+                        "--server".into(),
+                        format!("{base}/case/{}", case.name()),
+                        "--json".into(),
+                    ];
+                    if case == Case::SlowDripShortTimeout {
+                        args.extend(["--timeout".into(), "5".into()]);
+                    }
+                    let state = dir.join(case.name());
+                    (case, run_measured(bin, &args, &state, case.name()))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut table =
+        String::from("| case | exit (expected) | peak RSS | time |\n|---|---|---|---|\n");
+    let mut failures = Vec::new();
+    for (case, r) in &runs {
+        table.push_str(&format!(
+            "| {} | {} ({}) | {:.0} MB | {:.1} s{} |\n",
+            case.describe(),
+            r.code,
+            case.exit_code(),
+            r.rss_mb,
+            r.secs,
+            r.killed.map(|k| format!(", {k}")).unwrap_or_default()
+        ));
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        let mut why = Vec::new();
+        if r.code != case.exit_code() {
+            why.push(format!("exit {} (expected {})", r.code, case.exit_code()));
+        }
+        if r.secs > LIMIT_SECS || r.killed.is_some() {
+            why.push(format!("{:.1} s {:?}", r.secs, r.killed));
+        }
+        if r.rss_mb > LIMIT_RSS_MB {
+            why.push(format!("peak RSS {:.0} MB", r.rss_mb));
+        }
+        if r.stderr.len() > 4_000 || r.stderr.iter().any(|&b| b == 0x1b || b == 0x07) {
+            why.push(format!(
+                "{} bytes on stderr, or control characters",
+                r.stderr.len()
+            ));
+        }
+        if !why.is_empty() {
+            failures.push(format!(
+                "{}: {}; stderr: {}",
+                case.name(),
+                why.join(", "),
+                shared::text::excerpt(&stderr, 300)
+            ));
+        }
+        if *case == Case::Honest && r.code == 0 {
+            // Bytes on the wire are counted, not taken from the document.
+            let v: Value = serde_json::from_slice(&r.stdout).unwrap();
+            let got = v["bytes_downloaded"].as_u64().unwrap();
+            assert!(got > 1_000, "{v}");
+        }
+    }
+    println!("{table}");
+    let artifacts = format!("{ROOT}/target/e2e-artifacts");
+    let _ = std::fs::create_dir_all(&artifacts);
+    let _ = std::fs::write(format!("{artifacts}/hostile-cli.md"), &table);
+    assert_eq!(
+        state.other_hits.load(Ordering::SeqCst),
+        0,
+        "a request reached the other port"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_server_quotes_a_bounded_prefix_of_bad_input() {
+    let real = demo_server("hostile-echo", &[]);
+    let http = reqwest::blocking::Client::new();
+    let long = "7".repeat(5_000);
+    for path in [
+        format!("/api/v1/blocks/{}/0/0", "v".repeat(5_000)),
+        format!("/api/v1/blocks/x/{long}/0"),
+        format!("/api/v1/blocks/x/0/{long}"),
+    ] {
+        let r = http.get(format!("{}{path}", real.base)).send().unwrap();
+        assert!(r.status().is_client_error(), "{path}: {}", r.status());
+        let v: Value = r.json().unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.chars().count() <= shared::params::limits::MAX_SERVER_MESSAGE_CHARS
+                && !message.contains(&"7".repeat(100))
+                && !message.contains(&"v".repeat(100)),
+            "{} characters: {}",
+            message.len(),
+            shared::text::excerpt(message, 200)
+        );
+    }
+}
+
+/// Search from the page with the fake server in `case`; the plain error it shows.
+async fn page_error(c: &fantoccini::Client, hostile: &Hostile, case: Case) -> (String, f64) {
+    *hostile.page_case.lock().unwrap() = case;
+    js(
+        c,
+        "document.getElementById('error').hidden = true; localStorage.removeItem('privatemail.receipts'); return 0;",
+    )
+    .await;
+    let t = Instant::now();
+    browser::click(c, "search").await;
+    let deadline = Instant::now() + Duration::from_secs(70);
+    loop {
+        let v = js(
+            c,
+            "const e = document.getElementById('error'); return e.hidden ? null : e.textContent;",
+        )
+        .await;
+        if let Some(text) = v.as_str() {
+            return (text.to_string(), t.elapsed().as_secs_f64());
+        }
+        browser::confirm_warning(c).await;
+        assert!(
+            Instant::now() < deadline,
+            "{case:?}: the page showed no error"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_shows_a_plain_error_for_hostile_answers_and_stays_alive() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let (_driver, c) = browser::browser().await;
+    browser::open_page(&c, &base).await;
+    let (file, _) = browser::image_file(0);
+    load_photo(&c, &file).await;
+    let mut table = String::from("| case | what the page showed | time |\n|---|---|---|\n");
+    for (case, expect) in [
+        (Case::GzipBomb, "larger than"),
+        (Case::StalledBlock, "no complete answer within"),
+        (Case::OtherPort, "cannot reach"),
+    ] {
+        let (text, secs) = page_error(&c, &hostile, case).await;
+        assert!(text.contains(expect), "{case:?}: {text}");
+        assert!(secs < LIMIT_SECS, "{case:?}: {secs:.1} s");
+        // Alive: scripts run and the page still answers.
+        assert_eq!(
+            js(&c, "return document.body.dataset.ready;").await,
+            json!("true")
+        );
+        table.push_str(&format!("| {} | {text} | {secs:.1} s |\n", case.describe()));
+    }
+    assert_eq!(hostile.other_hits.load(Ordering::SeqCst), 0);
+    // Documents: refused at load, the page still starts (the frame search remains).
+    for (case, expect) in [
+        (Case::HugeDocument, "larger than"),
+        (Case::InconsistentSizes, "declares"),
+        (Case::HugeItemCount, "declares"),
+    ] {
+        *hostile.page_case.lock().unwrap() = case;
+        let t = Instant::now();
+        browser::open_page(&c, &base).await;
+        wait_for(
+            &c,
+            "document.getElementById('plan').textContent.includes('unavailable')",
+            "the partition refused",
+        )
+        .await;
+        let text = js(&c, "return document.getElementById('plan').textContent;").await;
+        let text = text.as_str().unwrap().to_string();
+        assert!(text.contains(expect), "{case:?}: {text}");
+        let secs = t.elapsed().as_secs_f64();
+        assert!(secs < LIMIT_SECS, "{case:?}: {secs:.1} s");
+        table.push_str(&format!(
+            "| {} | {} | {secs:.1} s |\n",
+            case.describe(),
+            shared::text::excerpt(&text, 160)
+        ));
+    }
+    println!("{table}");
+    let artifacts = format!("{ROOT}/target/e2e-artifacts");
+    let _ = std::fs::create_dir_all(&artifacts);
+    let _ = std::fs::write(format!("{artifacts}/hostile-page.md"), &table);
+    let _ = std::fs::remove_file(&file);
+    c.close().await.unwrap();
+}

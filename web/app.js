@@ -10,6 +10,7 @@
 import init, { Client, compose_budget, limits } from "./pkg/privatemail_client_wasm.js";
 import { SAMPLES } from "./samples.js";
 import { loadPir, pirSearch } from "./pir.js";
+import { HostileAnswer, deadline, fetchBounded, serverMessage, setLimits } from "./net.js";
 
 const EPSILONS = [0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 30, 100];
 const K = 8;
@@ -43,78 +44,7 @@ function showError(text) {
 // The limits are the CLI's (`shared::params::limits`), read from the wasm client once it is up.
 const wasmReady = init();
 const LIMITS = wasmReady.then(() => JSON.parse(limits()));
-
-class HostileAnswer extends Error {}
-
-// A deadline for one task: `signal` aborts every fetch given it when the time is up (or when
-// `abort()` is called, e.g. after another download of the same search failed).
-function deadline(secs) {
-  const ctl = new AbortController();
-  const timer = setTimeout(() => ctl.abort(new DOMException("deadline", "TimeoutError")), secs * 1000);
-  return { signal: ctl.signal, abort: () => ctl.abort(), done: () => clearTimeout(timer) };
-}
-
-// Read a response body as bytes, stopping the moment it passes `maxBytes` (after the browser's
-// decompression) or its Content-Length passes `maxWire`. Generic: JSON answers, blocks and
-// (later) PIR answers all go through it, each with its own published or fixed size.
-async function readBounded(resp, maxBytes, maxWire = maxBytes) {
-  const wire = Number(resp.headers.get("content-length"));
-  if (wire > maxWire) {
-    resp.body?.cancel();
-    throw new HostileAnswer(`the answer is larger than ${maxWire} bytes`);
-  }
-  if (!resp.body) return new Uint8Array(0);
-  const reader = resp.body.getReader();
-  const chunks = [];
-  let n = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    n += value.byteLength;
-    if (n > maxBytes) {
-      reader.cancel();
-      throw new HostileAnswer(`the answer is larger than ${maxBytes} bytes`);
-    }
-    chunks.push(value);
-  }
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const c of chunks) { out.set(c, at); at += c.byteLength; }
-  return out;
-}
-
-// `fetch` held to what this page accepts: an answer of at most `maxBytes`, by the deadline's
-// signal, from the origin asked, with credentials only for this page's own origin. Redirects:
-// none when `follow` is false (blocks: a browser cannot keep a redirect within an origin or
-// bound their number, so a redirected block is a failed download) or for another origin;
-// otherwise the browser's (at most 20), and an answer that ends on another origin is refused.
-// Returns {resp, bytes}; the caller checks resp.ok.
-async function fetchBounded(url, { maxBytes, maxWire, signal, follow = true, init: extra = {} }) {
-  const L = await LIMITS;
-  const target = new URL(url, location.href);
-  const own = target.origin === location.origin;
-  const resp = await fetch(target, {
-    ...extra,
-    signal,
-    credentials: own ? "same-origin" : "omit",
-    redirect: own && follow ? "follow" : "error",
-  });
-  if (new URL(resp.url).origin !== target.origin) {
-    resp.body?.cancel();
-    throw new HostileAnswer("the server redirected to another origin");
-  }
-  const limit = resp.ok ? maxBytes : L.max_error_body_bytes;
-  const bytes = await readBounded(resp, limit, resp.ok ? (maxWire ?? maxBytes) : limit);
-  return { resp, bytes };
-}
-
-// A server's error message for the page: short, one line, no control characters.
-function serverMessage(bytes, fallback, L) {
-  let msg = fallback;
-  try { msg = String(JSON.parse(new TextDecoder().decode(bytes)).error.message); } catch {}
-  return msg.replace(/[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u2069]/g, "")
-    .slice(0, L.max_error_message_chars);
-}
+setLimits(LIMITS);
 
 // A JSON answer from this page's server, as text, within its limit and the deadline.
 async function getJson(path, maxBytes) {

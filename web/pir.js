@@ -8,14 +8,9 @@
 // thumbnail queries. The ranking step never throws on a bad answer (the wasm client keeps the
 // error), so the thumbnail request goes out either way; nothing is ever retried.
 
-const ANSWER_TYPE = { "content-type": "application/octet-stream" };
+import { clientLimits, deadline, fetchBounded } from "./net.js";
 
-// Bytes of a public file (a hint or the table), from the browser's cache when it has them.
-async function publicFile(url) {
-  const r = await fetch(url, { credentials: "same-origin" });
-  if (!r.ok) throw httpError(r, url);
-  return new Uint8Array(await r.arrayBuffer());
-}
+const ANSWER_TYPE = { "content-type": "application/octet-stream" };
 
 function httpError(r, what) {
   const e = new Error(`the server answered HTTP ${r.status} for ${what}`);
@@ -23,63 +18,86 @@ function httpError(r, what) {
   return e;
 }
 
-async function post(url, body, expect) {
-  const r = await fetch(url, { method: "POST", headers: ANSWER_TYPE, body, credentials: "same-origin" });
-  if (!r.ok) throw httpError(r, "a PIR query");
-  const bytes = new Uint8Array(await r.arrayBuffer());
-  if (expect !== undefined && bytes.length !== expect) {
-    throw new Error(`the server's PIR answer has ${bytes.length} bytes, expected ${expect}`);
-  }
-  return bytes;
+// A public file (a hint or the table) of exactly the published size, from the browser's cache
+// when it has it; a PIR answer of exactly the size its query fixes. Never more is read.
+async function exact(url, bytes, signal, init) {
+  const { resp, bytes: got } = await fetchBounded(url, { maxBytes: bytes, signal, init });
+  if (!resp.ok) throw httpError(resp, init ? "a PIR query" : url);
+  if (got.length !== bytes) throw new Error(`the server sent ${got.length} bytes for ${url}, expected ${bytes}`);
+  return got;
 }
 
 // The PIR document (public, the same for everyone), loaded into the wasm client; null when the
 // server offers none (yet).
 export async function loadPir(client) {
+  const d = deadline((await clientLimits()).total_timeout_secs);
   try {
-    const r = await fetch("/api/v1/pir");
-    if (!r.ok) return null;
-    const text = await r.text();
+    const { resp, bytes } = await fetchBounded("/api/v1/pir", {
+      maxBytes: (await clientLimits()).max_json_bytes,
+      signal: d.signal,
+    });
+    if (!resp.ok) return null;
+    const text = new TextDecoder().decode(bytes);
     client.load_pir(text);
     return JSON.parse(text);
   } catch {
     return null;
+  } finally {
+    d.done();
   }
 }
 
 // One PIR search for the loaded photo under `plan` (from `client.pir_plan`). Returns the
 // results (checked) and what crossed the wire.
 export async function pirSearch(client, doc, plan, k, onStep) {
+  const d = deadline((await clientLimits()).total_timeout_secs);
+  try {
+    return await search(client, doc, plan, k, onStep, d.signal);
+  } finally {
+    d.done();
+  }
+}
+
+// Hint bytes of a database (rows × N u32).
+const hintBytes = (db) => 4 * db.shape.rows * 1024;
+// Answer bytes of `n` query vectors.
+const answerBytes = (db, n) => 4 * db.shape.rows * n;
+const perRecord = (db) => Math.max(1, Math.floor(db.shape.record_len / db.shape.rows));
+
+async function search(client, doc, plan, k, onStep, signal) {
   const t = { started: performance.now(), client_ms: 0 };
   const bytes = { up: 0, down: 0, once: 0 };
   const timed = (f) => { const s = performance.now(); const v = f(); t.client_ms += performance.now() - s; return v; };
-  const hint = async (db, sha) => {
-    if (client.pir_has_hint(sha)) return;
-    const b = await publicFile(`${doc.answer_url}/${db}/hint`);
+  const hint = async (name, db) => {
+    if (client.pir_has_hint(db.hint_sha256)) return;
+    const b = await exact(`${doc.answer_url}/${name}/hint`, hintBytes(db), signal);
     bytes.once += b.length;
-    timed(() => client.pir_set_hint(db, b));
+    timed(() => client.pir_set_hint(name, b));
   };
+  const post = (name, body, expect) =>
+    exact(`${doc.answer_url}/${name}`, expect, signal, { method: "POST", headers: ANSWER_TYPE, body });
   onStep("Fetching the public search files (once per gallery version)…");
-  await hint("thumbs", doc.thumbs.hint_sha256);
+  await hint("thumbs", doc.thumbs);
   const r = plan.ranking;
   if (r.kind === "table") {
-    const table = await publicFile(`${doc.answer_url}/rank`);
+    const table = await exact(`${doc.answer_url}/rank`, doc.rank_table.bytes, signal);
     bytes.once += table.length;
     onStep("Ranking the whole gallery in your browser…");
     timed(() => client.pir_rank_table(table, k));
   } else {
-    await hint(String(r.level), doc.levels[r.level].hint_sha256);
+    const db = doc.levels[r.level];
+    await hint(String(r.level), db);
     onStep("Asking for your photo's part of the gallery without revealing which…");
     const body = timed(() => client.pir_rank_query(r.level));
     bytes.up += body.length;
-    const answer = await post(`${doc.answer_url}/${r.level}`, body);
+    const answer = await post(String(r.level), body, answerBytes(db, perRecord(db)));
     bytes.down += answer.length;
     timed(() => client.pir_rank_answer(answer, k));
   }
   onStep("Fetching the pictures of the matches without revealing which…");
   const body = timed(() => client.pir_thumbs_query(k));
   bytes.up += body.length;
-  const answer = await post(`${doc.answer_url}/thumbs`, body);
+  const answer = await post("thumbs", body, answerBytes(doc.thumbs, k));
   bytes.down += answer.length;
   const ranked = JSON.parse(timed(() => client.pir_thumbs_answer(answer)));
   t.total_ms = performance.now() - t.started;

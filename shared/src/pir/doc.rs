@@ -152,7 +152,9 @@ pub fn validate(doc: &PirDoc, gallery_size: usize, levels: usize) -> Result<()> 
         check_db(db, "pir level", true)?;
     }
     if let Some(t) = &doc.rank_table {
-        if t.bytes as usize > limits::MAX_PIR_TABLE_BYTES || t.transfer_bytes > t.bytes * 2 + 1024 {
+        if t.bytes > limits::MAX_PIR_TABLE_BYTES as u64
+            || t.transfer_bytes > t.bytes.saturating_mul(2).saturating_add(1024)
+        {
             return Err(Error::TooLarge {
                 what: "PIR ranking table bytes",
                 count: t.bytes as usize,

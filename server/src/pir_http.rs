@@ -17,7 +17,7 @@ use shared::api::{ErrorCode, ErrorResponse};
 use crate::error::ApiError;
 use crate::partition::Published;
 use crate::pir::{PirServe, QueryError};
-use crate::routes::{cacheable, Reply, IMMUTABLE, NO_CACHE};
+use crate::routes::{send_held, IMMUTABLE, NO_CACHE};
 use crate::state::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -75,22 +75,13 @@ async fn document(State(s): Shared, headers: HeaderMap) -> Result<Response, ApiE
         .current()
         .ok_or(crate::partition::VersionError::Unavailable)?;
     let pir = p.pir.get().ok_or_else(not_built)?;
-    let etag = quoted(&pir.doc.version);
-    let reply = match Reply::to(&headers, &etag) {
-        Reply::Gzip => Reply::Plain,
-        r => r,
-    };
-    let body = if reply == Reply::NotModified {
-        Bytes::new()
-    } else {
-        pir.doc_json.clone()
-    };
-    Ok(cacheable(
-        reply,
-        etag,
+    Ok(send_held(
+        &headers,
+        quoted(&pir.doc.version),
         NO_CACHE,
-        HeaderValue::from_static("application/json"),
-        body,
+        "application/json",
+        &pir.doc_json,
+        None,
     ))
 }
 
@@ -103,22 +94,14 @@ async fn hint(
     let Path((version, db)) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
     let d = pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
-    let etag = quoted(&d.doc.hint_sha256);
-    let reply = match Reply::to(&headers, &etag) {
-        Reply::Gzip => Reply::Plain, // random-looking words: gzip would not help
-        r => r,
-    };
-    let body = if reply == Reply::NotModified {
-        Bytes::new()
-    } else {
-        d.hint.clone()
-    };
-    Ok(cacheable(
-        reply,
-        etag,
+    // Random-looking words: gzip would not help.
+    Ok(send_held(
+        &headers,
+        quoted(&d.doc.hint_sha256),
         IMMUTABLE,
-        HeaderValue::from_static("application/octet-stream"),
-        body,
+        "application/octet-stream",
+        &d.hint,
+        None,
     ))
 }
 
@@ -136,19 +119,13 @@ async fn table(
         .rank_table
         .as_ref()
         .map_or("", |t| t.sha256.as_str());
-    let etag = quoted(sha);
-    let reply = Reply::to(&headers, &etag);
-    let body = match reply {
-        Reply::NotModified => Bytes::new(),
-        Reply::Gzip => gz.clone(),
-        Reply::Plain => raw.clone(),
-    };
-    Ok(cacheable(
-        reply,
-        etag,
+    Ok(send_held(
+        &headers,
+        quoted(sha),
         IMMUTABLE,
-        HeaderValue::from_static("application/octet-stream"),
-        body,
+        "application/octet-stream",
+        raw,
+        Some(gz),
     ))
 }
 

@@ -405,14 +405,14 @@ fn etag_matches(headers: &HeaderMap, etag: &HeaderValue) -> bool {
 /// How a cacheable body is answered: 304 without a body when the client has it, else the gzip
 /// bytes if the client takes them, else the plain ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reply {
+enum Reply {
     NotModified,
     Gzip,
     Plain,
 }
 
 impl Reply {
-    pub(crate) fn to(headers: &HeaderMap, etag: &HeaderValue) -> Self {
+    fn to(headers: &HeaderMap, etag: &HeaderValue) -> Self {
         if etag_matches(headers, etag) {
             Reply::NotModified
         } else if accepts_gzip(headers) {
@@ -424,7 +424,7 @@ impl Reply {
 }
 
 /// A cacheable response of kind `reply` (`body`: the bytes that kind sends, empty for 304).
-pub(crate) fn cacheable(
+fn cacheable(
     reply: Reply,
     etag: HeaderValue,
     cache: HeaderValue,
@@ -463,19 +463,38 @@ pub(crate) fn cacheable(
 /// version, so a revalidation costs a 304).
 async fn partition(State(s): Shared, headers: HeaderMap) -> Result<Response, ApiError> {
     let p = s.partitions.current().ok_or(VersionError::Unavailable)?;
-    let reply = Reply::to(&headers, &p.doc_etag);
-    let body = match reply {
-        Reply::NotModified => Bytes::new(),
-        Reply::Gzip => p.doc_gzip.clone(),
-        Reply::Plain => p.doc_json.clone(),
-    };
-    Ok(cacheable(
-        reply,
+    Ok(send_held(
+        &headers,
         p.doc_etag.clone(),
         NO_CACHE,
-        HeaderValue::from_static("application/json"),
-        body,
+        "application/json",
+        &p.doc_json,
+        Some(&p.doc_gzip),
     ))
+}
+
+/// A body held in memory, sent cacheable: 304 when the client has it, the gzip form when
+/// there is one and the client takes it, else the plain bytes.
+pub(crate) fn send_held(
+    headers: &HeaderMap,
+    etag: HeaderValue,
+    cache: HeaderValue,
+    content_type: &'static str,
+    plain: &Bytes,
+    gzip: Option<&Bytes>,
+) -> Response {
+    let (reply, body) = match (Reply::to(headers, &etag), gzip) {
+        (Reply::NotModified, _) => (Reply::NotModified, Bytes::new()),
+        (Reply::Gzip, Some(gz)) => (Reply::Gzip, gz.clone()),
+        _ => (Reply::Plain, plain.clone()),
+    };
+    cacheable(
+        reply,
+        etag,
+        cache,
+        HeaderValue::from_static(content_type),
+        body,
+    )
 }
 
 /// A level or block index from the path: not a decimal number → 400 `invalid_input`; a

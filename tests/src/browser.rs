@@ -218,6 +218,32 @@ pub async fn get_bytes(base: &str, path: &str) -> Vec<u8> {
     .unwrap()
 }
 
+/// The whole gallery as the partition publishes it (its whole-gallery block), hash-checked:
+/// the ground truth of the exact top 8.
+pub async fn whole_gallery(base: &str) -> shared::protocol::blocks::Block {
+    let doc = partition(base).await;
+    let level = doc
+        .levels
+        .iter()
+        .position(|l| l.whole)
+        .expect("whole level");
+    let bytes = get_bytes(
+        base,
+        &shared::protocol::block_search::block_url(&doc, level, 0),
+    )
+    .await;
+    shared::protocol::blocks::decode(&bytes, Some(&doc.levels[level].hashes[0])).unwrap()
+}
+
+/// The ids of the exact top 8 of `whole` for `features`.
+pub fn top8(whole: &shared::protocol::blocks::Block, features: &[f32]) -> Vec<u64> {
+    shared::protocol::blocks::rank(features, std::slice::from_ref(whole), 8)
+        .unwrap()
+        .iter()
+        .map(|h| h.id)
+        .collect()
+}
+
 /// The server's partition document.
 pub async fn partition(base: &str) -> shared::api::PartitionDoc {
     serde_json::from_slice(&get_bytes(base, "/api/v1/partition").await).unwrap()

@@ -126,6 +126,22 @@ pub fn get_json<T: serde::de::DeserializeOwned>(
         .unwrap()
 }
 
+/// The server with a 1,000-image gallery and 200 anchors on a fresh store (the API tests'
+/// gallery); `extra` flags appended.
+pub fn small_server(tag: &str, extra: &[&str]) -> Server {
+    let store = temp_store(tag);
+    let mut args = vec![
+        "--gallery-size",
+        "1000",
+        "--anchors",
+        "200",
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    start_server(&args)
+}
+
 /// The server with a 1,000-image gallery and the demo's 1,000 anchors (the frame's class vote
 /// needs enough anchors near each image), on a fresh store; `extra` flags appended.
 pub fn demo_server(tag: &str, extra: &[&str]) -> Server {

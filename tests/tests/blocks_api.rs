@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use privatemail_e2e::{gunzip, start_server, status_json, temp_store, Server};
+use privatemail_e2e::{gunzip, status_json, Server};
 use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -19,17 +19,7 @@ const TOKEN: &str = "blocks-token";
 
 /// A 1,000-image gallery (levels B = 1, 8, 16, 32), 200 anchors, fresh store.
 fn server(tag: &str, extra: &[&str]) -> Server {
-    let store = temp_store(tag);
-    let mut args = vec![
-        "--gallery-size",
-        "1000",
-        "--anchors",
-        "200",
-        "--store",
-        store.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    start_server(&args)
+    privatemail_e2e::small_server(tag, extra)
 }
 
 /// A client that shows the response as sent: no automatic gzip decoding (the workspace's
@@ -137,7 +127,14 @@ fn partition_is_valid_and_every_block_verifies_and_covers_the_gallery() {
         .unwrap()
         .json()
         .unwrap();
-    for p in ["/partition", "/blocks/{version}/{level}/{block}"] {
+    for p in [
+        "/partition",
+        "/blocks/{version}/{level}/{block}",
+        "/pir",
+        "/pir/{version}/rank",
+        "/pir/{version}/{db}/hint",
+        "/pir/{version}/{db}",
+    ] {
         assert!(api["paths"].get(p).is_some(), "{p} undocumented");
     }
     let raw: Value = http
@@ -147,7 +144,15 @@ fn partition_is_valid_and_every_block_verifies_and_covers_the_gallery() {
         .json()
         .unwrap();
     assert_valid(&api, "Partition", &raw);
+    let pir: Value = http
+        .get(format!("{base}/api/v1/pir"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_valid(&api, "PirDoc", &pir);
     let status: Value = status_json(&http, base);
+    assert!(status["pir"].is_object(), "{status}");
     assert_valid(&api, "Status", &status);
     assert_eq!(status["partition"]["version"], d.version);
     assert_eq!(status["partition"]["levels"], json!([1, 8, 16, 32]));

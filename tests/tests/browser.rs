@@ -9,7 +9,8 @@ use fantoccini::key::Key;
 use fantoccini::Locator;
 use privatemail_e2e::browser::{
     block_searches, browser, choose, click, confirm_warning, image_file, js, load_photo,
-    native_features, open_page, partition, search, server, server_with, upload, wait_for,
+    native_features, open_page, partition, search, server, server_with, top8, upload, wait_for,
+    whole_gallery,
 };
 use privatemail_e2e::test_image;
 use serde_json::{json, Value};
@@ -270,24 +271,7 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
         .await,
     )
     .unwrap();
-    let doc = partition(&srv.base).await;
-    let level = doc
-        .levels
-        .iter()
-        .position(|l| l.whole)
-        .expect("whole level");
-    let bytes = privatemail_e2e::browser::get_bytes(
-        &srv.base,
-        &shared::protocol::block_search::block_url(&doc, level, 0),
-    )
-    .await;
-    let whole =
-        shared::protocol::blocks::decode(&bytes, Some(&doc.levels[level].hashes[0])).unwrap();
-    let want: Vec<u64> = shared::protocol::blocks::rank(&native_features(i), &[whole], 8)
-        .unwrap()
-        .iter()
-        .map(|h| h.id)
-        .collect();
+    let want = top8(&whole_gallery(&srv.base).await, &native_features(i));
     assert_eq!(
         ids, want,
         "the whole gallery's top 8 is the non-private top 8"
@@ -570,19 +554,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
     )
     .await;
     let mut logs = Vec::new();
-    let doc = partition(&srv.base).await;
-    let whole_level = doc
-        .levels
-        .iter()
-        .position(|l| l.whole)
-        .expect("whole level");
-    let bytes = privatemail_e2e::browser::get_bytes(
-        &srv.base,
-        &shared::protocol::block_search::block_url(&doc, whole_level, 0),
-    )
-    .await;
-    let whole =
-        shared::protocol::blocks::decode(&bytes, Some(&doc.levels[whole_level].hashes[0])).unwrap();
+    let whole = whole_gallery(&srv.base).await;
     for (round, i) in [5003usize, 5003, 5100, 5003, 5100].into_iter().enumerate() {
         let (path, _) = image_file(i);
         load_photo(&c, &path).await;
@@ -617,12 +589,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
             .await,
         )
         .unwrap();
-        let want: Vec<u64> =
-            shared::protocol::blocks::rank(&native_features(i), std::slice::from_ref(&whole), 8)
-                .unwrap()
-                .iter()
-                .map(|h| h.id)
-                .collect();
+        let want = top8(&whole, &native_features(i));
         assert_eq!(ids, want, "photo {i}: the exact top 8");
         let canvases = js(
             &c,

@@ -2,7 +2,7 @@
 //! table files, answers that decode to exactly the published records, the exact top 8 with
 //! verified thumbnails, requests that do not depend on the photo, and typed errors.
 
-use privatemail_e2e::{client_query, start_server, status_json, temp_store, Server};
+use privatemail_e2e::{client_query, get_json, small_server, status_json, Server};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
@@ -16,27 +16,13 @@ use shared::protocol::pir_search::{
 };
 
 fn server(tag: &str) -> Server {
-    let store = temp_store(tag);
-    start_server(&[
-        "--gallery-size",
-        "1000",
-        "--anchors",
-        "200",
-        "--store",
-        store.to_str().unwrap(),
-    ])
+    small_server(tag, &[])
 }
 
 fn docs(http: &Client, base: &str) -> (PartitionDoc, PirDoc) {
-    let part: PartitionDoc = http
-        .get(format!("{base}/api/v1/partition"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
     let r = http.get(format!("{base}/api/v1/pir")).send().unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    (part, r.json().unwrap())
+    (get_json(http, base, "/api/v1/partition"), r.json().unwrap())
 }
 
 fn get(http: &Client, url: &str) -> Vec<u8> {

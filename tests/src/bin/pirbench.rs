@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use clap::Parser;
+use privatemail_e2e::get_json;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
@@ -90,24 +91,9 @@ fn main() {
     let a = Args::parse();
     let http = Client::builder().no_gzip().build().unwrap();
     let base = a.base.trim_end_matches('/');
-    let part: PartitionDoc = http
-        .get(format!("{base}/api/v1/partition"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let pir: PirDoc = http
-        .get(format!("{base}/api/v1/pir"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let anchors: AnchorsResponse = http
-        .get(format!("{base}/api/v1/anchors"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let part: PartitionDoc = get_json(&http, base, "/api/v1/partition");
+    let pir: PirDoc = get_json(&http, base, "/api/v1/pir");
+    let anchors: AnchorsResponse = get_json(&http, base, "/api/v1/anchors");
     let n = part.gallery_size;
     let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
     let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);

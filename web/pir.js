@@ -80,10 +80,13 @@ async function search(client, doc, plan, k, onStep, signal) {
   await hint("thumbs", doc.thumbs);
   const r = plan.ranking;
   if (r.kind === "table") {
-    const table = await exact(`${doc.answer_url}/rank`, doc.rank_table.bytes, signal);
-    bytes.once += table.length;
+    if (!client.pir_has_table(doc.rank_table.sha256)) {
+      const table = await exact(`${doc.answer_url}/rank`, doc.rank_table.bytes, signal);
+      bytes.once += table.length;
+      timed(() => client.pir_set_table(table));
+    }
     onStep("Ranking the whole gallery in your browser…");
-    timed(() => client.pir_rank_table(table, k));
+    timed(() => client.pir_rank_table(k));
   } else {
     const db = doc.levels[r.level];
     await hint(String(r.level), db);

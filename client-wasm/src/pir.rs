@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use shared::pir::client::{Hint, Pending};
 use shared::pir::doc::PirDoc;
+use shared::pir::records::RankRecord;
 use shared::protocol::pir_search::{self, Ranked};
 use wasm_bindgen::prelude::*;
 
@@ -27,6 +28,8 @@ pub(crate) struct PirSession {
     doc: Option<PirDoc>,
     /// Checked hints by their SHA-256.
     hints: HashMap<String, Hint>,
+    /// The checked, decoded ranking table, by its SHA-256 (kept for the version's searches).
+    table: Option<(String, RankRecord)>,
     rank_pending: Option<(usize, Pending)>,
     ranked: Option<Result<Ranked, String>>,
     thumbs_pending: Option<Pending>,
@@ -83,12 +86,36 @@ impl Client {
         Ok(())
     }
 
-    /// Rank with the public ranking table (a `Table` plan). Keeps the ranking, or the error
+    /// Whether the ranking table with this SHA-256 is already checked and held.
+    pub fn pir_has_table(&self, sha256: &str) -> bool {
+        self.pir
+            .table
+            .as_ref()
+            .is_some_and(|(h, _)| h.eq_ignore_ascii_case(sha256))
+    }
+
+    /// Give the ranking table file: checked against its SHA-256, decoded and kept for this
+    /// version's searches. Sends nothing.
+    pub fn pir_set_table(&mut self, bytes: &[u8]) -> Result<(), JsError> {
+        let doc = self.pir_doc()?;
+        let record = pir_search::load_table(doc, bytes).map_err(js_err)?;
+        let sha = doc
+            .rank_table
+            .as_ref()
+            .map(|t| t.sha256.to_ascii_lowercase())
+            .unwrap_or_default();
+        self.pir.table = Some((sha, record));
+        Ok(())
+    }
+
+    /// Rank with the held ranking table (a `Table` plan). Keeps the ranking, or the error
     /// (thrown later by [`Client::pir_thumbs_answer`]). Sends nothing.
-    pub fn pir_rank_table(&mut self, table: &[u8], k: usize) -> Result<(), JsError> {
+    pub fn pir_rank_table(&mut self, k: usize) -> Result<(), JsError> {
         let query = self.query_features()?;
-        let r =
-            pir_search::rank_table(self.pir_doc()?, table, &query, k).map_err(|e| e.to_string());
+        let r = match &self.pir.table {
+            Some((_, record)) => pir_search::ranked(record, &query, k).map_err(|e| e.to_string()),
+            None => Err("the ranking table is not loaded".to_string()),
+        };
         self.pir.ranked = Some(r);
         Ok(())
     }

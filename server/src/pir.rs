@@ -65,6 +65,8 @@ pub struct PirServe {
 #[derive(Debug, Default)]
 pub struct PirCounters {
     pub requests: AtomicU64,
+    /// Searches: every search sends exactly one thumbnail request.
+    pub searches: AtomicU64,
     pub queries: AtomicU64,
     /// Summed time of the answer tasks (≈ CPU time: the work is compute-bound), µs.
     pub core_us: AtomicU64,
@@ -78,8 +80,11 @@ pub struct PirStatus {
     /// Requests answered since start, and query vectors in them.
     pub requests: u64,
     pub queries: u64,
-    /// Mean core-milliseconds per request.
+    /// Mean core-milliseconds per request, and per search (all its requests: one thumbnail
+    /// request per search, plus a level query for level plans).
     pub core_ms_per_request: f64,
+    pub searches: u64,
+    pub core_ms_per_search: f64,
     /// Bytes of the databases and hints held.
     pub database_bytes: u64,
     pub hint_bytes: u64,
@@ -348,7 +353,12 @@ pub enum QueryError {
 
 /// Answers a request body of query vectors (CPU-bound: call on the blocking pool). Rows are
 /// split over rayon tasks; the answer is `c × rows` little-endian u32, query by query.
-pub fn answer(db: &PirDb, body: &[u8], counters: &PirCounters) -> Result<Vec<u8>, QueryError> {
+pub fn answer(
+    db: &PirDb,
+    thumbs: bool,
+    body: &[u8],
+    counters: &PirCounters,
+) -> Result<Vec<u8>, QueryError> {
     let shape = db.db.shape;
     let per = shape.query_bytes();
     let max = shared::params::limits::MAX_PIR_QUERIES;
@@ -384,6 +394,9 @@ pub fn answer(db: &PirDb, body: &[u8], counters: &PirCounters) -> Result<Vec<u8>
         }
     }
     counters.requests.fetch_add(1, Ordering::Relaxed);
+    counters
+        .searches
+        .fetch_add(u64::from(thumbs), Ordering::Relaxed);
     counters.queries.fetch_add(c as u64, Ordering::Relaxed);
     counters
         .core_us
@@ -394,15 +407,17 @@ pub fn answer(db: &PirDb, body: &[u8], counters: &PirCounters) -> Result<Vec<u8>
 /// What `/status` shows for the current version.
 pub fn status(pir: &PirServe, counters: &PirCounters) -> PirStatus {
     let requests = counters.requests.load(Ordering::Relaxed);
+    let searches = counters.searches.load(Ordering::Relaxed);
+    let core_ms = counters.core_us.load(Ordering::Relaxed) as f64 / 1000.0;
     let (database_bytes, hint_bytes) = pir.bytes();
     PirStatus {
         version: pir.doc.version.clone(),
         build_secs: pir.build_secs,
         requests,
         queries: counters.queries.load(Ordering::Relaxed),
-        core_ms_per_request: counters.core_us.load(Ordering::Relaxed) as f64
-            / 1000.0
-            / requests.max(1) as f64,
+        core_ms_per_request: core_ms / requests.max(1) as f64,
+        searches,
+        core_ms_per_search: core_ms / searches.max(1) as f64,
         database_bytes,
         hint_bytes,
     }

@@ -149,7 +149,7 @@ async fn answer(
     let out = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let d = pir.db(&db).expect("checked above");
-        crate::pir::answer(d, &body, &state.pir_counters)
+        crate::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?

@@ -156,6 +156,12 @@ fn table_and_level_searches_are_exact_and_verified() {
     let st = status_json(&http, base);
     assert!(st["pir"]["requests"].as_u64().unwrap() >= 3 + 4 * offered.len() as u64);
     assert!(st["pir"]["core_ms_per_request"].as_f64().unwrap() > 0.0);
+    // One thumbnail request per search: 3 table searches and 2 per offered level.
+    assert_eq!(
+        st["pir"]["searches"].as_u64().unwrap(),
+        3 + 2 * offered.len() as u64
+    );
+    assert!(st["pir"]["core_ms_per_search"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -147,7 +147,8 @@ pub struct Ranked {
     pub digests: Vec<[u8; DIGEST]>,
 }
 
-fn ranked(record: &RankRecord, features: &[f32], k: usize) -> Result<Ranked> {
+/// The exact top k of a verified ranking record (the table, or a level's record).
+pub fn ranked(record: &RankRecord, features: &[f32], k: usize) -> Result<Ranked> {
     let hits = rank(features, std::slice::from_ref(&record.block), k)?;
     Ok(Ranked {
         indices: hits.iter().map(|h| record.indices[h.index]).collect(),
@@ -156,15 +157,21 @@ fn ranked(record: &RankRecord, features: &[f32], k: usize) -> Result<Ranked> {
     })
 }
 
-/// Exact top k from the ranking table (checked against its published hash).
-pub fn rank_table(pir: &PirDoc, table: &[u8], features: &[f32], k: usize) -> Result<Ranked> {
+/// The ranking table, checked against its published hash and decoded (a client may keep it
+/// for every search of the version).
+pub fn load_table(pir: &PirDoc, table: &[u8]) -> Result<RankRecord> {
     let doc = pir.rank_table.as_ref().ok_or(Error::InvalidParameter {
         name: "pir",
         reason: "no ranking table is offered".into(),
     })?;
     let record = decode_rank_record(table, &doc.sha256)?;
     check_indices(&record, pir.thumbs.shape.records)?;
-    ranked(&record, features, k)
+    Ok(record)
+}
+
+/// Exact top k from the ranking table (checked against its published hash).
+pub fn rank_table(pir: &PirDoc, table: &[u8], features: &[f32], k: usize) -> Result<Ranked> {
+    ranked(&load_table(pir, table)?, features, k)
 }
 
 /// Exact top k from a `Level` plan's answer (decoded, checked against the record's hash).

@@ -142,6 +142,31 @@ proptest! {
 }
 
 #[test]
+fn answers_are_asked_only_of_the_server_itself() {
+    let shape = Shape::new(784, 10, 784).unwrap();
+    let doc = |url: &str| PirDoc {
+        version: "v".into(),
+        scheme: SchemeDoc::ours(),
+        answer_url: url.into(),
+        thumbs: db_doc(shape),
+        rank_table: None,
+        levels: vec![],
+    };
+    assert!(validate(&doc("/api/v1/pir/v1"), 10, 0).is_ok());
+    for bad in [
+        "https://evil.example/pir",
+        "//evil.example/pir",
+        "api/v1/pir",
+        "/api/../../x",
+        "/api/v1/pir?x=1",
+        "/api v1",
+        "",
+    ] {
+        assert!(validate(&doc(bad), 10, 0).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn a_document_for_another_scheme_is_refused() {
     let shape = Shape::new(784, 10, 784).unwrap();
     let mut scheme = SchemeDoc::ours();

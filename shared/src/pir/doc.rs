@@ -125,8 +125,24 @@ fn check_db(db: &PirDbDoc, what: &'static str, with_hashes: bool) -> Result<()> 
     Ok(())
 }
 
-/// Checks a document from an untrusted server before anything is allocated from it.
+/// Checks a document from an untrusted server before anything is allocated from it. Its
+/// `answer_url` must be a path on the server that sent it (queries go nowhere else), of
+/// URL-safe characters.
 pub fn validate(doc: &PirDoc, gallery_size: usize, levels: usize) -> Result<()> {
+    let u = &doc.answer_url;
+    if !u.starts_with('/')
+        || u.starts_with("//")
+        || u.len() > limits::MAX_URL_CHARS
+        || u.contains("..")
+        || !u
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_./".contains(&c))
+    {
+        return Err(Error::InvalidParameter {
+            name: "pir answer_url",
+            reason: "must be a path on this server".into(),
+        });
+    }
     if doc.scheme != SchemeDoc::ours() {
         return Err(Error::InvalidParameter {
             name: "pir scheme",

@@ -554,6 +554,9 @@ async fn the_page_shows_a_plain_error_for_hostile_answers_and_stays_alive() {
     let (base, hostile) = hostile(&real.base).await;
     let (_driver, c) = browser::browser().await;
     browser::open_page(&c, &base).await;
+    // The hostile answers are block answers: search with DP blocks (PIR, the default, has its
+    // own bounds and checks, tested in shared/tests/hostile_pir.rs and tests/tests/pir.rs).
+    browser::choose(&c, "protocol", "blocks").await;
     let (file, _) = browser::image_file(0);
     load_photo(&c, &file).await;
     let mut table = String::from("| case | what the page showed | time |\n|---|---|---|\n");

@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use privatemail_e2e::browser::{
-    browser, click, free_port, image_file, js, load_photo, open_page, partition, wait_for, ROOT,
+    browser, choose, click, free_port, image_file, js, load_photo, open_page, partition, wait_for,
+    ROOT,
 };
 use privatemail_e2e::{start_server_env, temp_store};
 use serde_json::json;
@@ -105,6 +106,8 @@ async fn a_page_search_downloads_its_blocks_from_the_bucket() {
 
     let (_driver, c) = browser().await;
     open_page(&c, &srv.base).await;
+    // Blocks come from the bucket: search with DP blocks (PIR, the default, asks the server).
+    choose(&c, "protocol", "blocks").await;
     let (path, _) = image_file(5003);
     load_photo(&c, &path).await;
     let before = cdn.hits.load(std::sync::atomic::Ordering::SeqCst);

@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use privatemail_e2e::{
-    client_query, fetch_client, post_search, search_request, start_server, temp_store, Server,
+    client_query, fetch_client, post_search, search_request, temp_store, Server,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -16,15 +16,7 @@ use shared::protocol::privatemail::privatize;
 use shared::Params;
 
 fn server() -> Server {
-    let store = temp_store("api");
-    start_server(&[
-        "--gallery-size",
-        "1000",
-        "--anchors",
-        "200",
-        "--store",
-        store.to_str().unwrap(),
-    ])
+    privatemail_e2e::small_server("api", &[])
 }
 
 fn client_release(

@@ -12,4 +12,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-exec cargo run --release -p privatemail-server --bin eval -- "$@"
+exec cargo run --release -p privatemail-eval --bin eval -- "$@"

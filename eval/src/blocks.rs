@@ -48,7 +48,7 @@ use shared::protocol::publish::{
 use shared::protocol::retrieve::{full_ranking, gallery_rows, posterior_ranking, LabelledRows};
 use shared::{DMatrix, Params, PrivacyParams};
 
-use privatemail_server::data::{load_split, Split};
+use privatemail_server::gallery::data::{load_split, Split};
 use privatemail_server::state::balanced_anchors;
 use privatemail_server::MODEL_WEIGHTS;
 

@@ -33,12 +33,12 @@ use shared::protocol::retrieve::{
 };
 use shared::{DMatrix, Mechanism, Params, PrivacyParams, SmlqParams};
 
-use privatemail_server::data::{load_split, Split, DEFAULT_DIR};
+use privatemail_server::gallery::data::{load_split, Split, DEFAULT_DIR};
 
 mod blocks;
 mod blocks_plot;
 mod plot;
-use privatemail_server::progress::Progress;
+use privatemail_server::ops::progress::Progress;
 use privatemail_server::MODEL_WEIGHTS;
 use shared::embed::model::Model;
 
@@ -329,7 +329,7 @@ impl Alg1 {
 fn main() {
     // Progress (log lines when stderr is not a terminal) goes to stderr; the table to stdout.
     tracing_subscriber::fmt()
-        .with_writer(privatemail_server::progress::LogWriter::Stderr)
+        .with_writer(privatemail_server::ops::progress::LogWriter::Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

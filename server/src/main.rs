@@ -7,9 +7,9 @@ use clap::Parser;
 use shared::api::ApiLimits;
 use tracing_subscriber::EnvFilter;
 
-use privatemail_server::data::DEFAULT_DIR;
+use privatemail_server::gallery::data::DEFAULT_DIR;
+use privatemail_server::http::router;
 use privatemail_server::partition::PartitionSettings;
-use privatemail_server::routes::router;
 use privatemail_server::state::{AppState, Options};
 
 #[derive(Parser, Debug)]
@@ -101,7 +101,7 @@ async fn main() {
     // Colours only on a terminal, so service logs stay plain text.
     tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_writer(privatemail_server::progress::LogWriter::Stdout)
+        .with_writer(privatemail_server::ops::progress::LogWriter::Stdout)
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=info".into()),
         )

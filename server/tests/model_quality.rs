@@ -1,8 +1,8 @@
 //! The committed on-device model: quality floors on a fixed subset (the first 2,000 test
 //! images), so a regression cannot pass silently. Full-split figures are in the README.
 
-use privatemail_server::data::{load_split, DEFAULT_DIR};
-use privatemail_server::quality::model_quality;
+use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
+use privatemail_server::gallery::quality::model_quality;
 use privatemail_server::MODEL_WEIGHTS;
 use shared::embed::model::Model;
 

@@ -12,8 +12,8 @@ use shared::{DMatrix, Params};
 
 #[test]
 fn nystrom_matches_dense_on_3000_images() {
-    let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);
-    let test = privatemail_server::data::load_split(dir, "t10k").unwrap();
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
     let n = 3000;
     // The server's features: the on-device model's.
     let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();

@@ -3,7 +3,7 @@
 //! (re)writes the file; otherwise it fails if the file does not match the current weights, so
 //! the fixture cannot go stale silently.
 
-use privatemail_server::data::{load_split, DEFAULT_DIR};
+use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
 use privatemail_server::MODEL_WEIGHTS;
 use shared::embed::model::Model;
 
@@ -59,8 +59,9 @@ fn web_samples_are_the_documented_images() {
             .rev()
             .find(|&i| train.labels[i] == class)
             .unwrap();
-        let png = privatemail_server::thumbnail::png_grey(train.images.image(i), 28, 28).unwrap();
-        let b64 = privatemail_server::thumbnail::base64(&png);
+        let png =
+            privatemail_server::item::thumbnail::png_grey(train.images.image(i), 28, 28).unwrap();
+        let b64 = privatemail_server::item::thumbnail::base64(&png);
         js.push_str(&format!(
             "  {{ label: {class}, index: {i}, png: \"data:image/png;base64,{b64}\" }},\n"
         ));

@@ -202,8 +202,8 @@ pub fn status_json(http: &reqwest::blocking::Client, base: &str) -> serde_json::
 
 /// Test image `i` of Fashion-MNIST (pixels, label).
 pub fn test_image(i: usize) -> (Vec<u8>, u32) {
-    let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);
-    let test = privatemail_server::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let test = privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
     (test.images.image(i).to_vec(), test.labels[i] as u32)
 }
 

@@ -90,8 +90,8 @@ fn ids(v: &Value) -> Vec<u64> {
 /// each photo, on the model's features as the CLI computes them.
 fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
     let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let dir = Path::new(privatemail_server::data::DEFAULT_DIR);
-    let test = privatemail_server::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let dir = Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let test = privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
     let gallery: Vec<Vec<f32>> = (0..1000)
         .map(|i| model.infer(test.images.image(i)).unwrap().features)
         .collect();

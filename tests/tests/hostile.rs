@@ -319,7 +319,7 @@ fn cli_bin() -> PathBuf {
 fn photo(dir: &Path, i: usize) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let (px, _) = test_image(i);
-    let png = privatemail_server::thumbnail::png_grey(&px, 28, 28).unwrap();
+    let png = privatemail_server::item::thumbnail::png_grey(&px, 28, 28).unwrap();
     let path = dir.join(format!("photo-{i}.png"));
     std::fs::write(&path, png).unwrap();
     path

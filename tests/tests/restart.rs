@@ -4,7 +4,7 @@
 //! recomputed once and written back.
 
 use privatemail_e2e::{start_server, status_json, temp_store, Server};
-use privatemail_server::store::{FeatureRow, Store, StoredItem};
+use privatemail_server::gallery::store::{FeatureRow, Store, StoredItem};
 use reqwest::blocking::Client;
 use serde_json::{json, Value};
 use shared::api::{AnchorsResponse, SearchRequest, SearchResponse};
@@ -209,8 +209,9 @@ fn a_store_without_features_opens_and_is_completed_once() {
     let store = temp_store("restart-old");
     {
         let db = Store::open(&store).unwrap();
-        let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);
-        let test = privatemail_server::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+        let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+        let test =
+            privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
         let items: Vec<StoredItem> = (0..GALLERY)
             .map(|i| StoredItem {
                 id: i as u64,

@@ -1,6 +1,6 @@
 //! `train`: fits the on-device model (`shared::embed::model`) on the 60,000 Fashion-MNIST training
 //! images and writes the weights file the repository commits (`server/assets/model.bin`).
-//! Deterministic for a given seed (see `privatemail_server::training`).
+//! Deterministic for a given seed (see `privatemail_server::gallery::training`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -8,9 +8,9 @@ use std::time::Instant;
 use clap::Parser;
 use shared::embed::model::preprocess;
 
-use privatemail_server::data::{load_split, DEFAULT_DIR};
-use privatemail_server::quality::model_quality;
-use privatemail_server::training::{train, TrainConfig};
+use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
+use privatemail_server::gallery::quality::model_quality;
+use privatemail_server::gallery::training::{train, TrainConfig};
 
 #[derive(Parser)]
 #[command(about = "Train the on-device feature model on Fashion-MNIST")]
@@ -38,7 +38,7 @@ struct Args {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Progress (log lines when stderr is not a terminal) goes to stderr; results to stdout.
     tracing_subscriber::fmt()
-        .with_writer(privatemail_server::progress::LogWriter::Stderr)
+        .with_writer(privatemail_server::ops::progress::LogWriter::Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn report(model: &shared::embed::model::Model, test: &privatemail_server::data::Split) {
+fn report(model: &shared::embed::model::Model, test: &privatemail_server::gallery::data::Split) {
     let q = model_quality(model, test, test.labels.len());
     println!(
         "test split (10,000): accuracy {:.4}, leave-one-out Recall@1 {:.4}, Recall@8 {:.4}",

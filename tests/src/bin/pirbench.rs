@@ -96,8 +96,8 @@ fn main() {
     let anchors: AnchorsResponse = get_json(&http, base, "/api/v1/anchors");
     let n = part.gallery_size;
     let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let dir = std::path::Path::new(privatemail_server::data::DEFAULT_DIR);
-    let train = privatemail_server::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
     let anchor_ids: HashSet<u64> = anchors.ids.iter().copied().collect();
     // Training image i has gallery id 10,000 + i (when the gallery reaches it).
     let photos: Vec<Vec<u8>> = if n < 60_000 {
@@ -109,7 +109,7 @@ fn main() {
     } else {
         (0..a.queries)
             .map(|i| {
-                privatemail_server::data::augment(
+                privatemail_server::gallery::data::augment(
                     train.images.image(i * 37 % 60_000),
                     3_000_000 + i as u64,
                 )

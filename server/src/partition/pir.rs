@@ -24,8 +24,8 @@ use shared::pir::records::{encode_rank_record, RankItem};
 use shared::protocol::blocks::{decode, hash_hex};
 use shared::protocol::publish::gzip;
 
+use crate::item::GalleryItem;
 use crate::partition::{Partitions, Published};
-use crate::state::GalleryItem;
 
 /// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}`.
 pub const PIR_PREFIX: &str = "/api/v1/pir";

@@ -1,5 +1,8 @@
 //! The REST API, `/api/v1`. Handlers are small: extract, validate, call `shared`, respond.
 
+pub mod error;
+pub mod pir;
+
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,10 +27,11 @@ use shared::DMatrix;
 use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
-use crate::error::{plain_error, ApiError};
+use crate::gallery::store::StoredItem;
+use crate::http::error::{plain_error, ApiError};
+use crate::item::{GalleryItem, SIDE};
 use crate::partition::{BlockError, VersionError};
-use crate::state::{AppState, GalleryItem, ServerStatus, SIDE};
-use crate::store::StoredItem;
+use crate::state::{AppState, ServerStatus};
 
 type Shared = State<Arc<AppState>>;
 
@@ -53,7 +57,7 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
         .route("/status", get(status))
         .route("/partition", get(partition))
         .route("/blocks/{version}/{level}/{block}", get(block))
-        .merge(crate::pir_http::routes())
+        .merge(crate::http::pir::routes())
         .route("/gallery-map", get(gallery_map))
         .route("/openapi.json", get(openapi))
         .route("/gallery", post(add_items))

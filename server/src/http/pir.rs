@@ -14,10 +14,10 @@ use axum::routing::{get, post};
 use axum::Router;
 use shared::api::{ErrorCode, ErrorResponse};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::http::{send_held, IMMUTABLE, NO_CACHE};
+use crate::partition::pir::{PirServe, QueryError};
 use crate::partition::Published;
-use crate::pir::{PirServe, QueryError};
-use crate::routes::{send_held, IMMUTABLE, NO_CACHE};
 use crate::state::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -149,7 +149,7 @@ async fn answer(
     let out = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let d = pir.db(&db).expect("checked above");
-        crate::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
+        crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?

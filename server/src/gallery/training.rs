@@ -85,7 +85,7 @@ fn add(acc: &mut Weights, g: &Weights) {
 
 /// Train on preprocessed images `xs` with `labels`; `after_epoch(epoch, model, mean_loss)` is
 /// called after each epoch (for progress reports). Shows each epoch's batches and running loss
-/// (`crate::progress`: a bar on a terminal, log lines otherwise).
+/// (`crate::ops::progress`: a bar on a terminal, log lines otherwise).
 pub fn train(
     xs: &[Vec<f32>],
     labels: &[u8],
@@ -105,7 +105,7 @@ pub fn train(
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
         let mut seen = 0usize;
-        let bar = crate::progress::Progress::new(
+        let bar = crate::ops::progress::Progress::new(
             format!("epoch {}/{}", epoch + 1, cfg.epochs),
             batches as u64,
             "batches",

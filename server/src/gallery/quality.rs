@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use shared::embed::model::Model;
 
-use crate::data::Split;
+use crate::gallery::data::Split;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Quality {

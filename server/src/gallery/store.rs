@@ -279,7 +279,7 @@ impl Store {
         Ok(id)
     }
 
-    /// Bumped by every write of items or features: what a copy of them ([`crate::packed`])
+    /// Bumped by every write of items or features: what a copy of them ([`crate::gallery::packed`])
     /// must have been taken at to be current.
     pub fn generation(&self) -> Result<u64, StoreError> {
         Ok(self

@@ -19,6 +19,9 @@
 //! The store's copy of a version is deleted by [`Partitions::collect_garbage`] once it is
 //! neither current nor retired and its files are older than the grace period.
 
+pub mod blockstore;
+pub mod pir;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -39,8 +42,8 @@ use shared::protocol::publish::{
     GalleryView, PublishedLevel, Thumbnails, COVERAGE_K, FAST_GZIP_ABOVE,
 };
 
-use crate::blockstore::{BlockStore, BlockStoreError, Checksums, Manifest};
-use crate::state::{GalleryItem, SIDE};
+use crate::item::{GalleryItem, SIDE};
+use crate::partition::blockstore::{BlockStore, BlockStoreError, Checksums, Manifest};
 
 /// Where clients fetch blocks: `{BLOCKS_PREFIX}/{version}/{level}/{block}`.
 pub const BLOCKS_PREFIX: &str = "/api/v1/blocks";
@@ -139,7 +142,7 @@ pub struct Published {
     /// persisting writes only the document.
     written: bool,
     /// The version's PIR databases, once built (they live and expire with the version).
-    pub pir: OnceLock<Arc<crate::pir::PirServe>>,
+    pub pir: OnceLock<Arc<crate::partition::pir::PirServe>>,
     /// The catalogue version the gallery snapshot had.
     pub catalogue_version: u64,
     /// [`fingerprint`] of what it was built from.
@@ -1043,7 +1046,8 @@ impl Partitions {
                 return Vec::new();
             }
         };
-        let cutoff = crate::blockstore::now_secs() - self.settings.grace.as_secs() as i64;
+        let cutoff =
+            crate::partition::blockstore::now_secs() - self.settings.grace.as_secs() as i64;
         // When each version was replaced (also before a restart, which forgets the retired
         // list); a version never announced counts from its newest file.
         let replaced = match store.manifest() {
@@ -1167,7 +1171,7 @@ mod tests {
 
     fn fake(version: &str) -> Published {
         Published {
-            doc: crate::blockstore::tests::doc(version),
+            doc: crate::partition::blockstore::tests::doc(version),
             doc_json: Bytes::new(),
             doc_gzip: Bytes::new(),
             doc_etag: quoted(version),

@@ -15,17 +15,17 @@ use shared::protocol::privatemail::{embed_dense, embed_nystrom};
 use shared::protocol::retrieve::gallery_rows;
 use shared::{DMatrix, Params};
 
-use crate::data::{load_split, DataError, Split, CLASS_NAMES};
-use crate::index::Index;
+use crate::gallery::data::{load_split, DataError, Split, CLASS_NAMES};
+use crate::gallery::index::Index;
+use crate::gallery::store::{
+    FeatureRow, SnapshotMeta, Store, StoreError, StoredItem, StoredSnapshot,
+};
+use crate::item::{GalleryItem, SIDE};
+use crate::ops::progress::{Progress, Spinner};
 use crate::partition::{PartitionSettings, Partitions};
-use crate::progress::{Progress, Spinner};
-use crate::store::{FeatureRow, SnapshotMeta, Store, StoreError, StoredItem, StoredSnapshot};
-use crate::thumbnail::{base64, png_grey};
 use rayon::prelude::*;
 use shared::embed::model::Model;
 
-/// Image side (Fashion-MNIST).
-pub const SIDE: u32 = 28;
 /// Up to this many rows (gallery + anchors) the exact dense kernel is used (≤ 0.6 GB); above
 /// it, the Nyström approximation with [`NYSTROM_LANDMARKS`] landmarks (O(N·m) memory).
 pub const DENSE_MAX_ROWS: usize = 12_000;
@@ -48,69 +48,6 @@ pub fn nystrom_landmarks(rows: usize) -> usize {
 
 /// Anchor ids live above every gallery id the demo seeds.
 pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;
-
-/// One gallery image; its thumbnail is encoded on first use and kept (encoding 70,000 PNGs
-/// at start-up would cost a second of every restart).
-pub struct GalleryItem {
-    pub id: u64,
-    pub label: u32,
-    pub pixels: Vec<u8>,
-    /// The on-device model's unit-norm features of the image (what the embedding uses).
-    pub features: Vec<f32>,
-    thumbnail: std::sync::OnceLock<(Vec<u8>, String)>,
-}
-
-impl GalleryItem {
-    pub fn new(id: u64, label: u32, pixels: Vec<u8>, model: &Model) -> Result<Self, StateError> {
-        let features = model.infer(&pixels)?.features;
-        Self::with_features(id, label, pixels, features)
-    }
-
-    /// An item whose features are already known (stored with the same weights version).
-    pub fn with_features(
-        id: u64,
-        label: u32,
-        pixels: Vec<u8>,
-        features: Vec<f32>,
-    ) -> Result<Self, StateError> {
-        if pixels.len() != (SIDE * SIDE) as usize {
-            return Err(StateError::Invalid(format!(
-                "item {id} has {} pixels, not {}",
-                pixels.len(),
-                SIDE * SIDE
-            )));
-        }
-        Ok(GalleryItem {
-            id,
-            label,
-            pixels,
-            features,
-            thumbnail: std::sync::OnceLock::new(),
-        })
-    }
-
-    fn thumbnail(&self) -> &(Vec<u8>, String) {
-        self.thumbnail.get_or_init(|| {
-            // 28×28 grey pixels (checked at construction) always encode into memory.
-            let png = png_grey(&self.pixels, SIDE, SIDE).unwrap_or_else(|e| {
-                tracing::error!(id = self.id, error = %e, "thumbnail encoding failed");
-                Vec::new()
-            });
-            let b64 = base64(&png);
-            (png, b64)
-        })
-    }
-
-    /// The thumbnail as PNG bytes.
-    pub fn png(&self) -> &[u8] {
-        &self.thumbnail().0
-    }
-
-    /// The thumbnail's PNG, base64 (what search responses carry inline).
-    pub fn thumbnail_b64(&self) -> &str {
-        &self.thumbnail().1
-    }
-}
 
 /// A short, stable version string for the model weights (FNV-1a of the bytes).
 pub fn model_version(weights: &[u8]) -> String {
@@ -197,7 +134,7 @@ pub struct ServerStatus {
     pub partition: Option<crate::partition::PartitionStatus>,
     /// The current version's PIR databases and the work their answers took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pir: Option<crate::pir::PirStatus>,
+    pub pir: Option<crate::partition::pir::PirStatus>,
     /// How the last start went (what was reused, where the time went).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupReport>,
@@ -218,13 +155,13 @@ pub struct AppState {
     snapshot: RwLock<Arc<Snapshot>>,
     reembed: Mutex<Reembed>,
     pub store: Store,
-    pub search_latency: crate::latency::Histogram,
+    pub search_latency: crate::ops::latency::Histogram,
     /// The published partition for private block retrieval (rebuilt with the snapshot).
     pub partitions: Partitions,
     /// How the last start went.
     pub startup: StartupReport,
     /// PIR work done (for `/status`) and the cap on concurrent PIR answers.
-    pub pir_counters: crate::pir::PirCounters,
+    pub pir_counters: crate::partition::pir::PirCounters,
     pub pir_slots: Arc<tokio::sync::Semaphore>,
     /// Items whose features are in the store (by identity: a re-added id is a new item).
     features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
@@ -281,7 +218,9 @@ pub enum StateError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Blocks(#[from] crate::blockstore::BlockStoreError),
+    Item(#[from] crate::item::ItemError),
+    #[error(transparent)]
+    Blocks(#[from] crate::partition::blockstore::BlockStoreError),
 }
 
 /// The public anchors: the first `count` training images with at most ⌈count/10⌉ per class, in
@@ -443,7 +382,7 @@ impl AppState {
             bool,
             f64,
         );
-        let packed_path = crate::packed::path_for(opts.store_path);
+        let packed_path = crate::gallery::packed::path_for(opts.store_path);
         let (train, loaded) = rayon::join(
             || load_split(opts.data_dir, "train"),
             || -> Result<Loaded, StateError> {
@@ -454,9 +393,12 @@ impl AppState {
                 let instance = store.instance()?;
                 // The packed copy if it is this store's current content, else the rows (two
                 // read transactions side by side: redb readers do not block each other).
-                if let Some(rows) =
-                    crate::packed::read(&packed_path, instance, store.generation()?, &weights)
-                {
+                if let Some(rows) = crate::gallery::packed::read(
+                    &packed_path,
+                    instance,
+                    store.generation()?,
+                    &weights,
+                ) {
                     let rows = rows.into_iter().map(|(it, f)| (it, Some(f))).collect();
                     let secs = t.elapsed().as_secs_f64();
                     return Ok((store, rows, version, instance, true, secs));
@@ -483,7 +425,7 @@ impl AppState {
         }
         report.data_secs += (t.elapsed().as_secs_f64() - load_secs).max(0.0);
         let t = std::time::Instant::now();
-        let blocks = Arc::new(crate::blockstore::BlockStore::open(
+        let blocks = Arc::new(crate::partition::blockstore::BlockStore::open(
             &opts.blocks_spec(),
             opts.blocks_public_url.map(str::to_string),
         )?);
@@ -507,7 +449,7 @@ impl AppState {
             }));
             // Beyond the dataset: deterministic variants of its images (`data::augment`).
             let dataset = seeded.len();
-            if opts.gallery_size > dataset && dataset == crate::data::DATASET_IMAGES {
+            if opts.gallery_size > dataset && dataset == crate::gallery::data::DATASET_IMAGES {
                 let more: Vec<StoredItem> = (dataset..opts.gallery_size)
                     .into_par_iter()
                     .map(|id| {
@@ -515,7 +457,7 @@ impl AppState {
                         StoredItem {
                             id: id as u64,
                             label: base.label,
-                            pixels: crate::data::augment(&base.pixels, id as u64),
+                            pixels: crate::gallery::data::augment(&base.pixels, id as u64),
                         }
                     })
                     .collect();
@@ -544,7 +486,7 @@ impl AppState {
             )));
         }
         let (items, computed) = gallery_features(&store, &weights, stored, &model, &mut report)?;
-        crate::progress::release_freed_memory();
+        crate::ops::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
         if !packed_used {
@@ -555,7 +497,7 @@ impl AppState {
             let weights = weights.clone();
             std::thread::spawn(move || {
                 let t = std::time::Instant::now();
-                let rows: Vec<crate::packed::Row> = items
+                let rows: Vec<crate::gallery::packed::Row> = items
                     .iter()
                     .map(|it| {
                         (
@@ -566,7 +508,13 @@ impl AppState {
                         )
                     })
                     .collect();
-                match crate::packed::write(&packed_path, instance, generation, &weights, &rows) {
+                match crate::gallery::packed::write(
+                    &packed_path,
+                    instance,
+                    generation,
+                    &weights,
+                    &rows,
+                ) {
                     Ok(()) => tracing::info!(
                         items = rows.len(),
                         secs = t.elapsed().as_secs_f64(),
@@ -684,7 +632,7 @@ impl AppState {
             },
         );
         let (snap, reused, embedding_secs) = embedded?;
-        crate::progress::release_freed_memory();
+        crate::ops::progress::release_freed_memory();
         report.embedding_reused = reused;
         report.embedding_secs = embedding_secs;
         *state.snapshot.write().unwrap() = Arc::new(snap);
@@ -707,7 +655,7 @@ impl AppState {
             }
         }
         state.partitions.collect_garbage();
-        crate::progress::release_freed_memory();
+        crate::ops::progress::release_freed_memory();
         report.partition_secs = partition_load_secs + t.elapsed().as_secs_f64();
         report.total_secs = t_total.elapsed().as_secs_f64();
         tracing::info!(
@@ -735,7 +683,7 @@ impl AppState {
                 let items: Vec<Arc<GalleryItem>> =
                     s.catalogue.read().unwrap().values().cloned().collect();
                 if items.len() == p.doc.gallery_size {
-                    crate::pir::attach(&p, &s.partitions, &items);
+                    crate::partition::pir::attach(&p, &s.partitions, &items);
                 }
             });
         }
@@ -994,7 +942,7 @@ impl AppState {
             .and_then(|p| {
                 // PIR databases are built before the version is announced: a client that sees
                 // the version can query them.
-                crate::pir::attach(&p, &self.partitions, items);
+                crate::partition::pir::attach(&p, &self.partitions, items);
                 let v = p.doc.version.clone();
                 self.partitions.persist_and_publish(p).map(|ok| (v, ok))
             });
@@ -1006,7 +954,7 @@ impl AppState {
             Ok((_, false)) => {}
             Err(e) => tracing::error!(error = %e, "partition build failed; keeping the old one"),
         }
-        crate::progress::release_freed_memory();
+        crate::ops::progress::release_freed_memory();
     }
 
     /// Write the features of the items not yet stored (added since the last call) to the
@@ -1059,7 +1007,7 @@ impl AppState {
                 .partitions
                 .current()
                 .and_then(|p| p.pir.get().cloned())
-                .map(|pir| crate::pir::status(&pir, &self.pir_counters)),
+                .map(|pir| crate::partition::pir::status(&pir, &self.pir_counters)),
             startup: Some(self.startup.clone()),
         }
     }

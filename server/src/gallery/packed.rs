@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::store::StoredItem;
+use crate::gallery::store::StoredItem;
 
 const MAGIC: &[u8; 8] = b"PMPACK1\0";
 /// Larger counts or rows are a corrupt header, not an allocation to attempt.

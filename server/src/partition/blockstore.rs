@@ -350,7 +350,7 @@ impl BlockStore {
         checksums: &Checksums,
         doc_json: &Bytes,
     ) -> Result<()> {
-        crate::failpoint::hit("blocks-written");
+        crate::ops::failpoint::hit("blocks-written");
         let sums = serde_json::to_vec(checksums).map_err(|e| BlockStoreError::Malformed {
             what: CHECKSUMS.into(),
             err: e.to_string(),
@@ -363,7 +363,7 @@ impl BlockStore {
             Path::from(format!("{version}/{DOC}")),
             doc_json.clone(),
         )])?;
-        crate::failpoint::hit("document-written");
+        crate::ops::failpoint::hit("document-written");
         Ok(())
     }
 

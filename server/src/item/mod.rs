@@ -1,0 +1,83 @@
+//! One gallery image (pixels, label, the model's features, a thumbnail made on first use):
+//! the type the catalogue holds and the partition publishes, below both.
+
+pub mod thumbnail;
+
+use shared::embed::model::Model;
+
+use thumbnail::{base64, png_grey};
+
+/// Image side (Fashion-MNIST).
+pub const SIDE: u32 = 28;
+
+/// One gallery image; its thumbnail is encoded on first use and kept (encoding 70,000 PNGs
+/// at start-up would cost a second of every restart).
+pub struct GalleryItem {
+    pub id: u64,
+    pub label: u32,
+    pub pixels: Vec<u8>,
+    /// The on-device model's unit-norm features of the image (what the embedding uses).
+    pub features: Vec<f32>,
+    thumbnail: std::sync::OnceLock<(Vec<u8>, String)>,
+}
+
+impl GalleryItem {
+    pub fn new(id: u64, label: u32, pixels: Vec<u8>, model: &Model) -> Result<Self, ItemError> {
+        let features = model.infer(&pixels)?.features;
+        Self::with_features(id, label, pixels, features)
+    }
+
+    /// An item whose features are already known (stored with the same weights version).
+    pub fn with_features(
+        id: u64,
+        label: u32,
+        pixels: Vec<u8>,
+        features: Vec<f32>,
+    ) -> Result<Self, ItemError> {
+        if pixels.len() != (SIDE * SIDE) as usize {
+            return Err(ItemError::Pixels(format!(
+                "item {id} has {} pixels, not {}",
+                pixels.len(),
+                SIDE * SIDE
+            )));
+        }
+        Ok(GalleryItem {
+            id,
+            label,
+            pixels,
+            features,
+            thumbnail: std::sync::OnceLock::new(),
+        })
+    }
+
+    fn thumbnail(&self) -> &(Vec<u8>, String) {
+        self.thumbnail.get_or_init(|| {
+            // 28×28 grey pixels (checked at construction) always encode into memory.
+            let png = png_grey(&self.pixels, SIDE, SIDE).unwrap_or_else(|e| {
+                tracing::error!(id = self.id, error = %e, "thumbnail encoding failed");
+                Vec::new()
+            });
+            let b64 = base64(&png);
+            (png, b64)
+        })
+    }
+
+    /// The thumbnail as PNG bytes.
+    pub fn png(&self) -> &[u8] {
+        &self.thumbnail().0
+    }
+
+    /// The thumbnail's PNG, base64 (what search responses carry inline).
+    pub fn thumbnail_b64(&self) -> &str {
+        &self.thumbnail().1
+    }
+}
+
+/// Why an item cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error("{0}")]
+    Pixels(String),
+    #[error("embedding failed: {0}")]
+    Model(#[from] shared::Error),
+}

@@ -1,0 +1,385 @@
+//! Building a partition version from a gallery snapshot: its fingerprint, the levels (in
+//! parallel), the files written to the block store before the version is announced.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use shared::protocol::partition::LevelSpec;
+use shared::protocol::partition::{
+    build_level, gallery_neighbours, held_out_probes, nearest_k, InvertedFile, Overlap,
+    KMEANS_SAMPLE_ABOVE,
+};
+use shared::protocol::publish::{
+    default_specs, document, publish_level, publish_level_to, publish_whole, GalleryView,
+    PublishedLevel, Thumbnails, COVERAGE_K,
+};
+
+use super::blockstore::{BlockStore, BlockStoreError, Checksums};
+use super::published::*;
+use crate::item::{GalleryItem, SIDE};
+
+/// Rows of the neighbour search handed to one rayon task.
+const NEIGHBOUR_CHUNK: usize = 256;
+
+/// Bumped whenever the partition code changes what it builds from the same gallery, so a
+/// stored version built by older code is not served as current.
+const PARTITION_FORMAT: &str = "privatemail-partition-2";
+
+/// What a partition is a function of: the gallery (ids, labels, features, thumbnails, in id
+/// order), the anchors its coverage is measured on, the seed, the operator's settings and the
+/// code's format. Equal fingerprints build byte-identical versions, so a restart whose
+/// fingerprint matches the announced version serves it without rebuilding.
+pub fn fingerprint(
+    items: &[Arc<GalleryItem>],
+    anchor_features: &[Vec<f32>],
+    seed: u64,
+    settings: &PartitionSettings,
+) -> String {
+    let mut h = Sha256::new();
+    h.update(PARTITION_FORMAT.as_bytes());
+    h.update(seed.to_le_bytes());
+    h.update(settings.max_share.to_bits().to_le_bytes());
+    h.update([u8::from(settings.allow_full_download)]);
+    h.update(format!("{:?}", default_specs(items.len())).as_bytes());
+    h.update((items.len() as u64).to_le_bytes());
+    // Chunks hashed in parallel (1 GB of pixels and features at 1,000,000 items), then their
+    // digests in order.
+    let chunks: Vec<[u8; 32]> = items
+        .par_chunks(4_096)
+        .map(|chunk| {
+            // One update per item (the same bytes as a field at a time, 30 times faster).
+            let mut c = Sha256::new();
+            let mut buf = Vec::new();
+            for it in chunk {
+                buf.clear();
+                buf.extend_from_slice(&it.id.to_le_bytes());
+                buf.extend_from_slice(&it.label.to_le_bytes());
+                buf.extend(it.features.iter().flat_map(|x| x.to_le_bytes()));
+                buf.extend_from_slice(&it.pixels);
+                c.update(&buf);
+            }
+            c.finalize().into()
+        })
+        .collect();
+    for c in &chunks {
+        h.update(c);
+    }
+    h.update((anchor_features.len() as u64).to_le_bytes());
+    for a in anchor_features {
+        for x in a {
+            h.update(x.to_le_bytes());
+        }
+    }
+    hex::encode(h.finalize())
+}
+
+/// Above this many items the whole gallery is not published as one block (at 100,000 items
+/// it is already about 100 MB; at 1,000,000 a 1 GB file nobody should download per search).
+pub const WHOLE_MAX_ITEMS: usize = 100_000;
+
+/// A pessimistic size of a version's files (plain + gzip): every item in each level about
+/// 2.5 times (closure overlap), gzip about 60 % of plain.
+fn estimated_bytes(n: usize, levels: usize, dim: usize, side: usize) -> u64 {
+    let item = (8 + 1 + 4 * dim + side * side) as f64;
+    (n as f64 * levels as f64 * item * 2.5 * 1.6) as u64
+}
+
+/// Fewest anchors outside the gallery that coverage is measured on.
+const MIN_HELD_OUT_PROBES: usize = 100;
+
+/// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if
+/// allowed), then [`default_specs`]; coverage measured on the public anchors' features.
+/// CPU-heavy (seconds at 10k items): call off the async runtime. Levels build in parallel.
+pub fn build(
+    items: &[Arc<GalleryItem>],
+    anchor_features: &[Vec<f32>],
+    seed: u64,
+    catalogue_version: u64,
+    settings: &PartitionSettings,
+    store: Option<&BlockStore>,
+    staging: Option<&str>,
+) -> Result<Published, PartitionError> {
+    let t0 = Instant::now();
+    let fingerprint = fingerprint(items, anchor_features, seed, settings);
+    let n = items.len();
+    let dim = items.first().map_or(0, |it| it.features.len());
+    let side = SIDE as usize;
+    if n == 0 || dim == 0 {
+        return Err(PartitionError::Invalid("the gallery is empty".into()));
+    }
+    let ids: Vec<u64> = items.iter().map(|it| it.id).collect();
+    let labels: Vec<u8> = items
+        .iter()
+        .map(|it| u8::try_from(it.label).ok().filter(|&l| l < 10))
+        .collect::<Option<_>>()
+        .ok_or_else(|| PartitionError::Invalid("a label is outside 0..10".into()))?;
+    let mut features = Vec::with_capacity(n * dim);
+    let mut thumbnails: Vec<&[u8]> = Vec::with_capacity(n);
+    for it in items {
+        if it.features.len() != dim || it.pixels.len() != side * side {
+            return Err(PartitionError::Invalid(format!(
+                "item {} has the wrong shape",
+                it.id
+            )));
+        }
+        features.extend_from_slice(&it.features);
+        thumbnails.push(&it.pixels);
+    }
+    let g = GalleryView {
+        ids: &ids,
+        labels: &labels,
+        features: &features,
+        dim,
+        thumbnails: Thumbnails::Rows(&thumbnails),
+        thumb_side: side,
+    };
+    let anchors: Vec<f32> = anchor_features
+        .iter()
+        .filter(|a| a.len() == dim)
+        .flatten()
+        .copied()
+        .collect();
+    // Coverage predicts a held-out photo's fidelity, so measure it on anchors outside the
+    // gallery; only if too few are left fall back to all of them (and say so in the document).
+    let held_out = held_out_probes(&features, dim, &anchors);
+    let (probes, coverage_probes) = if held_out.len() >= MIN_HELD_OUT_PROBES {
+        let p: Vec<f32> = held_out
+            .iter()
+            .flat_map(|&i| anchors[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        (p, held_out.len())
+    } else {
+        tracing::warn!(
+            held_out = held_out.len(),
+            "partition: too few anchors outside the gallery; coverage measured on gallery members overstates the predicted fidelity"
+        );
+        (anchors, 0)
+    };
+    let truth: Vec<Vec<u32>> = probes
+        .par_chunks(dim)
+        .map(|p| nearest_k(&features, dim, p, COVERAGE_K))
+        .collect();
+    let specs = default_specs(n);
+    let whole = settings.allow_full_download && n <= WHOLE_MAX_ITEMS;
+    if settings.allow_full_download && !whole {
+        tracing::warn!(
+            items = n,
+            max = WHOLE_MAX_ITEMS,
+            "partition: the gallery is too large to offer as one download; the whole-gallery level is not published"
+        );
+    }
+    // Stream the files to the store as they are encoded when the version would not fit the
+    // memory budget (a staging prefix, renamed to the version once its hash is known).
+    let stream = match (store, staging) {
+        (Some(st), Some(prefix))
+            if estimated_bytes(n, specs.len() + usize::from(whole), dim, side)
+                > settings.cache_bytes =>
+        {
+            Some((st, prefix))
+        }
+        _ => None,
+    };
+    if specs.is_empty() && !whole {
+        return Err(PartitionError::Invalid(format!(
+            "{n} items are too few for a partition and full download is off"
+        )));
+    }
+    // Closure neighbours once, for the largest m any level needs, rows split across threads.
+    let m = specs
+        .iter()
+        .filter_map(|s| match s.overlap {
+            Overlap::Closure(m) => Some(m as usize),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .min(n - 1);
+    let neighbours: Option<Vec<Vec<u32>>> = if m > 0 {
+        let t = Instant::now();
+        let ivf = InvertedFile::for_gallery(&features, dim, seed)?;
+        let chunks: Vec<Vec<Vec<u32>>> = match &ivf {
+            // Large galleries: list against probed lists by matrix products.
+            Some(ivf) if n > KMEANS_SAMPLE_ABOVE => {
+                vec![ivf.neighbours_by_list(&features, dim, m)]
+            }
+            _ => (0..n.div_ceil(NEIGHBOUR_CHUNK))
+                .into_par_iter()
+                .map(|c| {
+                    let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
+                    gallery_neighbours(&features, dim, m, rows, ivf.as_ref())
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        tracing::info!(
+            items = n,
+            m,
+            exact = ivf.is_none(),
+            secs = t.elapsed().as_secs_f64(),
+            "partition: gallery neighbours"
+        );
+        Some(chunks.into_iter().flatten().collect())
+    } else {
+        None
+    };
+    let offset = usize::from(whole);
+    // Checksums of streamed files, `(level, block, [plain, gzip])`, as they are written.
+    let streamed_sums: Mutex<Vec<(usize, usize, [u32; 2])>> = Mutex::new(Vec::new());
+    let write_streamed = |st: &BlockStore,
+                          prefix: &str,
+                          li: usize,
+                          files: Vec<(usize, Vec<u8>, Vec<u8>)>|
+     -> Result<(), BlockStoreError> {
+        let sums: Vec<_> = files
+            .par_iter()
+            .map(|(b, raw, gz)| (li, *b, [crc32fast::hash(raw), crc32fast::hash(gz)]))
+            .collect();
+        let files = files
+            .into_iter()
+            .map(|(b, raw, gz)| (b, Bytes::from(raw), Bytes::from(gz)))
+            .collect();
+        st.write_blocks(prefix, li, files)?;
+        streamed_sums
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(sums);
+        Ok(())
+    };
+    let build_one = |(li, spec): (usize, LevelSpec)| -> Result<PublishedLevel, PartitionError> {
+        let t = Instant::now();
+        let level = build_level(&features, dim, spec, seed, neighbours.as_deref())?;
+        let p = match stream {
+            Some((st, prefix)) => {
+                let mut sink = |files: Vec<(usize, Vec<u8>, Vec<u8>)>| {
+                    write_streamed(st, prefix, li, files).map_err(|e| {
+                        shared::Error::InvalidParameter {
+                            name: "block store",
+                            reason: e.to_string(),
+                        }
+                    })
+                };
+                publish_level_to(&g, &level, &probes, &truth, Some(&mut sink))?
+            }
+            None => publish_level(&g, &level, &probes, &truth)?,
+        };
+        drop(level);
+        tracing::info!(
+            blocks = spec.blocks,
+            overlap = %spec.overlap.name(),
+            coverage_own = p.doc.coverage.own,
+            bytes = p.doc.bytes.iter().sum::<u64>(),
+            transfer_bytes = p.doc.transfer_bytes.iter().sum::<u64>(),
+            secs = t.elapsed().as_secs_f64(),
+            "partition: level built"
+        );
+        Ok(p)
+    };
+    let (whole_level, levels) = rayon::join(
+        || {
+            whole.then(|| {
+                let t = Instant::now();
+                let mut p = publish_whole(&g)?;
+                if let Some((st, prefix)) = stream {
+                    let files = std::mem::take(&mut p.files)
+                        .into_iter()
+                        .zip(std::mem::take(&mut p.gzipped))
+                        .enumerate()
+                        .map(|(b, (raw, gz))| (b, raw, gz))
+                        .collect();
+                    write_streamed(st, prefix, 0, files)?;
+                }
+                tracing::info!(
+                    bytes = p.doc.bytes[0],
+                    transfer_bytes = p.doc.transfer_bytes[0],
+                    secs = t.elapsed().as_secs_f64(),
+                    "partition: whole-gallery level built"
+                );
+                Ok::<_, PartitionError>(p)
+            })
+        },
+        || {
+            specs
+                .par_iter()
+                .enumerate()
+                .map(|(i, &s)| build_one((offset + i, s)))
+                .collect::<Result<Vec<_>, _>>()
+        },
+    );
+    let levels: Vec<PublishedLevel> = whole_level
+        .transpose()?
+        .into_iter()
+        .chain(levels?)
+        .collect();
+    // Streamed levels hold no files (they are in the store); held ones become `BlockFile`s.
+    let mut files = Vec::with_capacity(levels.len());
+    let mut docs = Vec::with_capacity(levels.len());
+    for l in levels {
+        files.push(
+            l.files
+                .into_iter()
+                .zip(l.gzipped)
+                .map(|(raw, gz)| BlockFile {
+                    raw: Bytes::from(raw),
+                    gzip: Bytes::from(gz),
+                })
+                .collect(),
+        );
+        docs.push(l.doc);
+    }
+    let doc = document(
+        docs,
+        &g,
+        String::new(),
+        settings.max_share,
+        whole,
+        coverage_probes,
+    );
+    if let Some((st, prefix)) = stream {
+        let t = Instant::now();
+        let files = st.rename_prefix(prefix, &doc.version)?;
+        tracing::info!(version = %doc.version, files, secs = t.elapsed().as_secs_f64(), "partition: streamed files moved to the version");
+    }
+    let checksums = stream.is_some().then(|| {
+        let mut crc32: Vec<Vec<[u32; 2]>> = doc
+            .levels
+            .iter()
+            .map(|l| vec![[0; 2]; l.blocks as usize])
+            .collect();
+        for (li, b, sum) in streamed_sums
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            crc32[li][b] = sum;
+        }
+        Checksums { crc32 }
+    });
+    let mut published = assemble(
+        doc,
+        stream.is_none().then_some(files),
+        checksums,
+        store,
+        catalogue_version,
+        fingerprint,
+        t0.elapsed().as_secs_f64(),
+    )?;
+    if stream.is_some() {
+        published.keep = false;
+        published.written = true;
+    }
+    let (raw, gz) = published.total_bytes();
+    tracing::info!(
+        version = %published.doc.version,
+        items = n,
+        levels = published.doc.levels.len(),
+        blocks = published.doc.levels.iter().map(|l| l.blocks as usize).sum::<usize>(),
+        bytes = raw,
+        transfer_bytes = gz,
+        doc_bytes = published.doc_json.len(),
+        secs = published.build_secs,
+        streamed = stream.is_some(),
+        "partition built"
+    );
+    Ok(published)
+}

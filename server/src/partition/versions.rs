@@ -1,0 +1,604 @@
+//! The served versions: the current one, the ones it replaced for their grace period, the
+//! expired ones remembered (410, not 404), and the store's garbage collection.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use shared::api::PartitionDoc;
+
+use super::blockstore::{BlockStore, Manifest};
+use super::build::*;
+use super::published::*;
+use crate::item::GalleryItem;
+
+/// Numbers staging prefixes of this process's builds.
+static STAGING_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The partition part of `GET /api/v1/status`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PartitionStatus {
+    pub version: String,
+    /// The catalogue version the partition was built from.
+    pub catalogue_version: u64,
+    pub gallery_size: usize,
+    /// B of each served level, in order (1 = the whole gallery).
+    pub levels: Vec<u32>,
+    pub build_secs: f64,
+    /// All block files, uncompressed and gzip.
+    pub bytes: u64,
+    pub transfer_bytes: u64,
+    /// Replaced versions still served (grace period).
+    pub retired: usize,
+}
+
+/// The served partitions: the current one and, for their grace period, the ones it replaced;
+/// and the store they are written to.
+#[derive(Debug)]
+pub struct Partitions {
+    pub settings: PartitionSettings,
+    store: Option<Arc<BlockStore>>,
+    current: RwLock<Option<Arc<Published>>>,
+    history: Mutex<History>,
+    /// Versions being written to the store (not yet announced): garbage collection must not
+    /// delete them.
+    in_flight: Mutex<Vec<String>>,
+}
+
+/// Why a block could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    #[error("partition {version} has no block {level}/{block} ({levels} levels)")]
+    Missing {
+        version: String,
+        level: usize,
+        block: usize,
+        levels: usize,
+    },
+    #[error("reading block {level}/{block} of {version}: {err}")]
+    Store {
+        version: String,
+        level: usize,
+        block: usize,
+        err: String,
+    },
+}
+
+#[derive(Debug, Default)]
+struct History {
+    /// Replaced versions still served, oldest first, with when they expire.
+    retired: VecDeque<(Arc<Published>, Instant)>,
+    /// Versions no longer served, newest last.
+    gone: VecDeque<String>,
+}
+
+impl History {
+    fn forget(&mut self, version: String) {
+        if !self.gone.contains(&version) {
+            self.gone.push_back(version);
+            while self.gone.len() > MAX_GONE {
+                self.gone.pop_front();
+            }
+        }
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while self.retired.len() > MAX_RETIRED
+            || self.retired.front().is_some_and(|(_, exp)| *exp <= now)
+        {
+            if let Some((p, _)) = self.retired.pop_front() {
+                self.forget(p.doc.version.clone());
+            }
+        }
+    }
+}
+
+/// Version strings echoed in messages are cut to this many characters.
+const ECHO_MAX: usize = shared::params::limits::MAX_ECHO_CHARS;
+
+impl Partitions {
+    pub fn new(settings: PartitionSettings, store: Option<Arc<BlockStore>>) -> Self {
+        Partitions {
+            settings,
+            store,
+            current: RwLock::new(None),
+            history: Mutex::new(History::default()),
+            in_flight: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn store(&self) -> Option<&BlockStore> {
+        self.store.as_deref()
+    }
+
+    /// Build the partition of a gallery snapshot (with this store's URLs).
+    pub fn build(
+        &self,
+        items: &[Arc<GalleryItem>],
+        anchor_features: &[Vec<f32>],
+        seed: u64,
+        catalogue_version: u64,
+    ) -> Result<Published, PartitionError> {
+        // A staging prefix for files streamed before the version is known; kept from garbage
+        // collection while the build runs, and its result (the version) until published.
+        let staging = format!(
+            "staging-{catalogue_version}-{}-{}",
+            std::process::id(),
+            STAGING_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        self.hold(&staging);
+        let built = build(
+            items,
+            anchor_features,
+            seed,
+            catalogue_version,
+            &self.settings,
+            self.store(),
+            Some(&staging),
+        );
+        if let Ok(p) = &built {
+            if p.written {
+                self.hold(&p.doc.version);
+            }
+        }
+        self.release(&staging);
+        built
+    }
+
+    /// Keep `prefix` from garbage collection (a version or staging prefix being written).
+    fn hold(&self, prefix: &str) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(prefix.to_string());
+    }
+
+    /// Undo every [`Partitions::hold`] of `prefix`.
+    fn release(&self, prefix: &str) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|v| v != prefix);
+    }
+
+    /// Write a built version to the store, then announce it there, then make it current here
+    /// (in that order: what a restart or a bucket's client sees is always a whole version).
+    /// Returns false, keeping the old version, if the store failed, or if `new` was built from
+    /// an older catalogue than the current one (a slower rebuild must not undo a newer one).
+    pub fn persist_and_publish(&self, new: Published) -> Result<bool, PartitionError> {
+        let version = new.doc.version.clone();
+        let done = self.persist_and_publish_inner(new);
+        self.release(&version);
+        done
+    }
+
+    fn persist_and_publish_inner(&self, mut new: Published) -> Result<bool, PartitionError> {
+        if let Some(cur) = self.current() {
+            if new.catalogue_version < cur.catalogue_version {
+                tracing::info!(
+                    built = new.catalogue_version,
+                    current = cur.catalogue_version,
+                    "partition: a newer catalogue is already published; dropping this build"
+                );
+                return Ok(false);
+            }
+        }
+        if let Some(store) = &self.store {
+            let files =
+                if new.written {
+                    None
+                } else {
+                    Some(new.files_for_store().ok_or_else(|| {
+                        PartitionError::Invalid("a built version lacks files".into())
+                    })?)
+                };
+            let canonical: PartitionDoc = serde_json::from_slice(&new.canonical_json)
+                .map_err(|e| PartitionError::Invalid(e.to_string()))?;
+            self.hold(&new.doc.version);
+            let t = Instant::now();
+            let sums = new
+                .checksums
+                .as_ref()
+                .ok_or_else(|| PartitionError::Invalid("a built version lacks checksums".into()))?;
+            let written = match &files {
+                Some(files) => store.write_version(&canonical, files, sums, &new.canonical_json),
+                None => store.write_document(&canonical.version, sums, &new.canonical_json),
+            }
+            .and_then(|()| {
+                // A damaged announcement is replaced (it names nothing servable).
+                let previous = store.manifest().unwrap_or(None);
+                let m = Manifest {
+                    version: new.doc.version.clone(),
+                    fingerprint: new.fingerprint.clone(),
+                    catalogue_version: new.catalogue_version,
+                    build_secs: new.build_secs,
+                    replaced: Vec::new(),
+                };
+                store.announce(&m.after(previous.as_ref()))
+            });
+            written?;
+            tracing::info!(
+                version = %new.doc.version,
+                store = store.describe(),
+                secs = t.elapsed().as_secs_f64(),
+                "partition written and announced"
+            );
+            self.fit_memory(&mut new);
+        }
+        self.publish(new);
+        Ok(true)
+    }
+
+    /// The version the store announced, ready to serve (block files are read on first
+    /// request), if there is one.
+    pub fn load_announced(&self) -> Result<Option<Published>, PartitionError> {
+        let Some(store) = &self.store else {
+            return Ok(None);
+        };
+        let Some((m, doc, _)) = store.load_current()? else {
+            return Ok(None);
+        };
+        // Without usable checksums every block read is SHA-256-checked instead.
+        let checksums = match store.load_checksums(&m.version) {
+            Ok(Some(c)) if c.fits(&doc) => Some(c),
+            Ok(Some(_)) => {
+                tracing::warn!(version = %m.version, "partition: stored checksums do not fit the document; ignored");
+                None
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(version = %m.version, error = %e, "partition: stored checksums unreadable; ignored");
+                None
+            }
+        };
+        let mut p = assemble(
+            doc,
+            None,
+            checksums,
+            Some(store),
+            m.catalogue_version,
+            m.fingerprint,
+            m.build_secs,
+        )?;
+        self.fit_memory(&mut p);
+        Ok(Some(p))
+    }
+
+    /// Drop a version's held files (and hold none later) if it exceeds the memory budget; its
+    /// blocks are then read from the store on each request.
+    fn fit_memory(&self, p: &mut Published) {
+        let (raw, gz) = p.total_bytes();
+        if raw + gz > self.settings.cache_bytes {
+            for slot in p.files.iter_mut().flatten() {
+                slot.take();
+            }
+            p.keep = false;
+            tracing::info!(
+                version = %p.doc.version,
+                mib = (raw + gz) >> 20,
+                budget_mib = self.settings.cache_bytes >> 20,
+                "partition: blocks are read from the store per request (over the memory budget)"
+            );
+        }
+    }
+
+    /// One block file, plain or gzip (`gz`): held in memory; else, for a version held once
+    /// read, both files read from the store, checked against the document's SHA-256 and
+    /// kept; else the one file read from the store (SHA-256-checked on every read when the
+    /// version has no checksums).
+    ///
+    /// With checksums, the file is checked against its CRC-32 when first read; a local
+    /// store's file is read by mapping it, and the checked mapping is kept and sent from
+    /// then on (the bytes are the page cache's: no copy, no per-request system call). Stored
+    /// files are immutable (the block store's invariant), so a kept mapping always holds the
+    /// bytes checked. A damaged stored file is an error, never served; and whatever is sent,
+    /// every client checks each block against the document's SHA-256 (held in this server's
+    /// memory) before using it.
+    pub async fn block(
+        &self,
+        p: &Published,
+        level: usize,
+        block: usize,
+        gz: bool,
+    ) -> Result<Bytes, BlockError> {
+        let missing = || BlockError::Missing {
+            version: p.doc.version.clone(),
+            level,
+            block,
+            levels: p.levels(),
+        };
+        let pick = |f: &BlockFile| if gz { f.gzip.clone() } else { f.raw.clone() };
+        match p.cached(level, block) {
+            None => return Err(missing()),
+            Some(Some(f)) => return Ok(pick(f)),
+            Some(None) => {}
+        }
+        let fail = |err: String| BlockError::Store {
+            version: p.doc.version.clone(),
+            level,
+            block,
+            err,
+        };
+        let store = self.store.as_ref().ok_or_else(|| fail("no store".into()))?;
+        let version = &p.doc.version;
+        if let (false, Some(sums)) = (p.keep, &p.checksums) {
+            if let Some(kept) = p.mapped[level][block][usize::from(gz)].get() {
+                return Ok(kept.clone());
+            }
+            let want = sums.get(level, block, gz).ok_or_else(missing)?;
+            let bytes = store
+                .read_file(version, level, block, gz)
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+            if crc32fast::hash(&bytes) != want {
+                return Err(fail(format!("stored bytes do not match CRC-32 {want:08x}")));
+            }
+            // A bucket's bytes are a copy in this process's memory: not kept. Nor is a mapping
+            // past the bound (sent, then unmapped).
+            if !store.is_mapped() || KEPT_MAPS.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_MAPS {
+                if store.is_mapped() {
+                    KEPT_MAPS.fetch_sub(1, Ordering::Relaxed);
+                }
+                return Ok(bytes);
+            }
+            let mut kept = false;
+            let sent = p.mapped[level][block][usize::from(gz)]
+                .get_or_init(|| {
+                    kept = true;
+                    bytes
+                })
+                .clone();
+            if !kept {
+                KEPT_MAPS.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Ok(sent);
+        }
+        let (raw, gzip) = store
+            .read_block(version, level, block)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let want = &p.doc.levels[level].hashes[block];
+        if &shared::protocol::blocks::hash_hex(&raw) != want {
+            return Err(fail(format!("stored bytes do not match SHA-256 {want}")));
+        }
+        // The gzip file too, where the version has checksums (else the client's SHA-256 check
+        // of the inflated bytes is its only check).
+        if let Some(sum) = p.checksums.as_ref().and_then(|c| c.get(level, block, true)) {
+            if crc32fast::hash(&gzip) != sum {
+                return Err(fail(format!(
+                    "stored gzip bytes do not match CRC-32 {sum:08x}"
+                )));
+            }
+        }
+        let f = BlockFile { raw, gzip };
+        if p.keep {
+            Ok(pick(p.files[level][block].get_or_init(|| f)))
+        } else {
+            Ok(pick(&f))
+        }
+    }
+
+    /// Delete the store's copies of versions that are neither current, retired nor being
+    /// written, and whose newest file is older than the grace period (so a client that
+    /// fetched the document of a version just replaced can still finish). Returns the
+    /// versions deleted. Safe to run at any time; errors are logged.
+    pub fn collect_garbage(&self) -> Vec<String> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let live: Vec<String> = {
+            let cur = self.current();
+            let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            cur.iter()
+                .map(|p| p.doc.version.clone())
+                .chain(h.retired.iter().map(|(p, _)| p.doc.version.clone()))
+                .chain(
+                    self.in_flight
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .iter()
+                        .cloned(),
+                )
+                .collect()
+        };
+        let versions = match store.versions() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "partition: listing the block store failed");
+                return Vec::new();
+            }
+        };
+        let cutoff =
+            crate::partition::blockstore::now_secs() - self.settings.grace.as_secs() as i64;
+        // When each version was replaced (also before a restart, which forgets the retired
+        // list); a version never announced counts from its newest file.
+        let replaced = match store.manifest() {
+            Ok(m) => m.map(|m| m.replaced).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "partition: reading the announcement failed");
+                return Vec::new();
+            }
+        };
+        let mut deleted = Vec::new();
+        for v in versions {
+            let since = replaced
+                .iter()
+                .rev()
+                .find(|(r, _)| *r == v.version)
+                .map_or(v.newest_secs, |&(_, t)| t.max(v.newest_secs));
+            if live.contains(&v.version) || since > cutoff {
+                continue;
+            }
+            match store.delete_version(&v.version) {
+                Ok(files) => {
+                    tracing::info!(version = %v.version, files, complete = v.complete, "partition: expired version deleted from the store");
+                    deleted.push(v.version);
+                }
+                Err(e) => {
+                    tracing::warn!(version = %v.version, error = %e, "partition: deleting an expired version failed")
+                }
+            }
+        }
+        deleted
+    }
+
+    /// The current partition, if one was built.
+    pub fn current(&self) -> Option<Arc<Published>> {
+        let cur = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .prune(Instant::now());
+        cur
+    }
+
+    /// What `/status` shows.
+    pub fn status(&self) -> Option<PartitionStatus> {
+        let p = self.current()?;
+        let (bytes, transfer_bytes) = p.total_bytes();
+        Some(PartitionStatus {
+            version: p.doc.version.clone(),
+            catalogue_version: p.catalogue_version,
+            gallery_size: p.doc.gallery_size,
+            levels: p.doc.levels.iter().map(|l| l.blocks).collect(),
+            build_secs: p.build_secs,
+            bytes,
+            transfer_bytes,
+            retired: self.retired_count(),
+        })
+    }
+
+    /// Versions still served besides the current one.
+    pub fn retired_count(&self) -> usize {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retired
+            .len()
+    }
+
+    /// Make `new` current; the replaced version (if different) is served for the grace period.
+    pub fn publish(&self, new: Published) {
+        let new = Arc::new(new);
+        // History first, then current (the only place both are held): a concurrent `get` that
+        // no longer finds the old version current finds it retired.
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(Arc::clone(&new));
+        h.retired.retain(|(p, _)| p.doc.version != new.doc.version);
+        h.gone.retain(|v| *v != new.doc.version);
+        if let Some(old) = old.filter(|o| o.doc.version != new.doc.version) {
+            let now = Instant::now();
+            h.retired.push_back((old, now + self.settings.grace));
+            h.prune(now);
+        }
+    }
+
+    /// The partition with this version, if it is still served.
+    pub fn get(&self, version: &str) -> Result<Arc<Published>, VersionError> {
+        let cur = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(VersionError::Unavailable)?;
+        if cur.doc.version == version {
+            return Ok(cur);
+        }
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        h.prune(Instant::now());
+        if let Some((p, _)) = h.retired.iter().find(|(p, _)| p.doc.version == version) {
+            return Ok(Arc::clone(p));
+        }
+        let asked: String = version.chars().take(ECHO_MAX).collect();
+        let current = cur.doc.version.clone();
+        if h.gone.iter().any(|v| v == version) {
+            Err(VersionError::Gone { asked, current })
+        } else {
+            Err(VersionError::Unknown { asked, current })
+        }
+    }
+}
+
+#[cfg(test)]
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn fake(version: &str) -> Published {
+        Published {
+            doc: crate::partition::blockstore::tests::doc(version),
+            doc_json: Bytes::new(),
+            doc_gzip: Bytes::new(),
+            doc_etag: quoted(version),
+            canonical_json: Bytes::new(),
+            files: Vec::new(),
+            keep: true,
+            checksums: None,
+            mapped: Vec::new(),
+            written: false,
+            pir: OnceLock::new(),
+            catalogue_version: 0,
+            fingerprint: String::new(),
+            build_secs: 0.0,
+        }
+    }
+
+    #[test]
+    fn versions_are_served_then_gone_and_unknown_ones_are_told_apart() {
+        let p = Partitions::new(
+            PartitionSettings {
+                grace: Duration::from_millis(200),
+                ..Default::default()
+            },
+            None,
+        );
+        assert_eq!(p.get("a").unwrap_err(), VersionError::Unavailable);
+        p.publish(fake("a"));
+        assert!(p.get("a").is_ok());
+        p.publish(fake("b"));
+        // In the grace period both are served.
+        assert!(p.get("a").is_ok() && p.get("b").is_ok());
+        assert!(
+            matches!(p.get("zz"), Err(VersionError::Unknown { ref current, .. }) if current == "b")
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            matches!(p.get("a"), Err(VersionError::Gone { ref current, .. }) if current == "b")
+        );
+        // Republishing the same version retires nothing.
+        p.publish(fake("b"));
+        assert_eq!(p.retired_count(), 0);
+        // A version that comes back (same gallery again) is current, not gone.
+        p.publish(fake("a"));
+        assert!(p.get("a").is_ok());
+    }
+
+    #[test]
+    fn retired_versions_are_bounded() {
+        let p = Partitions::new(PartitionSettings::default(), None);
+        for i in 0..10 {
+            p.publish(fake(&format!("v{i}")));
+        }
+        assert_eq!(p.retired_count(), MAX_RETIRED);
+        assert!(matches!(p.get("v0"), Err(VersionError::Gone { .. })));
+        assert!(p.get("v8").is_ok());
+        let long = "x".repeat(10_000);
+        match p.get(&long) {
+            Err(VersionError::Unknown { asked, .. }) => assert_eq!(asked.len(), ECHO_MAX),
+            other => panic!("{other:?}"),
+        }
+    }
+}

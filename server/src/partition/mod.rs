@@ -22,8 +22,8 @@
 pub mod blockstore;
 mod build;
 pub mod pir;
-mod published;
-mod versions;
+pub(crate) mod published;
+pub(crate) mod versions;
 
 pub use build::{build, fingerprint, WHOLE_MAX_ITEMS};
 pub use published::*;

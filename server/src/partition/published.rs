@@ -105,7 +105,7 @@ pub struct Published {
     /// persisting writes only the document.
     pub(super) written: bool,
     /// The version's PIR databases, once built (they live and expire with the version).
-    pub pir: OnceLock<Arc<crate::partition::pir::PirServe>>,
+    pub pir: OnceLock<Arc<super::pir::PirServe>>,
     /// The catalogue version the gallery snapshot had.
     pub catalogue_version: u64,
     /// [`fingerprint`] of what it was built from.

@@ -1,15 +1,6 @@
-//! PIR databases of a partition version (`shared::pir`): built from the version's blocks and
-//! the gallery, held with the version (so they live and expire with it), and answered on the
-//! blocking pool with rayon.
-//!
-//! Per version: the thumbnail database (one record per gallery item, in gallery order), the
-//! whole ranking table as a public file where it is small, and one database per level whose
-//! records are its blocks' ranking records, where the level's shape is affordable
-//! ([`MAX_LEVEL_UPLOAD`], [`MAX_LEVEL_DB_BYTES`]). Hints and the table are immutable files
-//! (content-addressed by the version, cacheable).
+//! Building a version's PIR databases from its blocks and the gallery.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,71 +15,10 @@ use shared::pir::records::{encode_rank_record, RankItem};
 use shared::protocol::blocks::{decode, hash_hex};
 use shared::protocol::publish::gzip;
 
+use super::serve::*;
 use crate::item::GalleryItem;
-use crate::partition::{Partitions, Published};
-
-/// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}`.
-pub const PIR_PREFIX: &str = "/api/v1/pir";
-/// A level database is offered only if one search's upload stays within this.
-pub const MAX_LEVEL_UPLOAD: usize = 1 << 20;
-/// … and its matrix within this many bytes (bounds the build: hint work is bytes × 1,024).
-pub const MAX_LEVEL_DB_BYTES: usize = 64 << 20;
-/// The ranking table is published as a file up to this size.
-pub const MAX_TABLE_BYTES: usize = 16 << 20;
-/// Galleries above this many items get no PIR databases yet (the thumbnail hint alone would
-/// take minutes to compute at 1,000,000 items; see ARCHITECTURE.md).
-pub const MAX_PIR_ITEMS: usize = 200_000;
-/// Rows of a hint or an answer given to one rayon task.
-const ROW_CHUNK: usize = 64;
-
-/// One database, ready to answer.
-#[derive(Debug)]
-pub struct PirDb {
-    pub doc: PirDbDoc,
-    pub db: Database,
-    pub hint: Bytes,
-}
-
-/// The PIR side of one partition version.
-#[derive(Debug)]
-pub struct PirServe {
-    pub doc: PirDoc,
-    pub doc_json: Bytes,
-    pub thumbs: PirDb,
-    pub levels: Vec<Option<PirDb>>,
-    /// The ranking table, plain and gzip.
-    pub table: Option<(Bytes, Bytes)>,
-    pub build_secs: f64,
-}
-
-/// Work done answering queries (for `/status`).
-#[derive(Debug, Default)]
-pub struct PirCounters {
-    pub requests: AtomicU64,
-    /// Searches: every search sends exactly one thumbnail request.
-    pub searches: AtomicU64,
-    pub queries: AtomicU64,
-    /// Summed time of the answer tasks (≈ CPU time: the work is compute-bound), µs.
-    pub core_us: AtomicU64,
-}
-
-/// The PIR part of `GET /api/v1/status`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PirStatus {
-    pub version: String,
-    pub build_secs: f64,
-    /// Requests answered since start, and query vectors in them.
-    pub requests: u64,
-    pub queries: u64,
-    /// Mean core-milliseconds per request, and per search (all its requests: one thumbnail
-    /// request per search, plus a level query for level plans).
-    pub core_ms_per_request: f64,
-    pub searches: u64,
-    pub core_ms_per_search: f64,
-    /// Bytes of the databases and hints held.
-    pub database_bytes: u64,
-    pub hint_bytes: u64,
-}
+use crate::partition::published::Published;
+use crate::partition::versions::Partitions;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PirBuildError {
@@ -324,101 +254,4 @@ fn build_level(
         hashes,
     )
     .map(Some)
-}
-
-impl PirServe {
-    /// The database named by a path segment: `thumbs` or a level index.
-    pub fn db(&self, name: &str) -> Option<&PirDb> {
-        if name == "thumbs" {
-            return Some(&self.thumbs);
-        }
-        let l: usize = name.parse().ok()?;
-        self.levels.get(l)?.as_ref()
-    }
-
-    pub fn bytes(&self) -> (u64, u64) {
-        let dbs = std::iter::once(&self.thumbs).chain(self.levels.iter().flatten());
-        dbs.fold((0, 0), |(d, h), x| {
-            (d + x.db.data.len() as u64, h + x.hint.len() as u64)
-        })
-    }
-}
-
-/// Why a query body was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    #[error("the body must be 1..={max} query vectors of {per} bytes each; got {got} bytes")]
-    Size { per: usize, max: usize, got: usize },
-}
-
-/// Answers a request body of query vectors (CPU-bound: call on the blocking pool). Rows are
-/// split over rayon tasks; the answer is `c × rows` little-endian u32, query by query.
-pub fn answer(
-    db: &PirDb,
-    thumbs: bool,
-    body: &[u8],
-    counters: &PirCounters,
-) -> Result<Vec<u8>, QueryError> {
-    let shape = db.db.shape;
-    let per = shape.query_bytes();
-    let max = shared::params::limits::MAX_PIR_QUERIES;
-    if body.is_empty() || !body.len().is_multiple_of(per) || body.len() / per > max {
-        return Err(QueryError::Size {
-            per,
-            max,
-            got: body.len(),
-        });
-    }
-    let c = body.len() / per;
-    let queries: Vec<u32> = body
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    let starts: Vec<usize> = (0..shape.rows).step_by(ROW_CHUNK * 4).collect();
-    let parts: Vec<(Vec<u32>, u64)> = starts
-        .par_iter()
-        .map(|&s| {
-            let t = Instant::now();
-            let rows = db
-                .db
-                .answer_rows(&queries, s..(s + ROW_CHUNK * 4).min(shape.rows));
-            (rows, t.elapsed().as_micros() as u64)
-        })
-        .collect();
-    let mut out = vec![0u32; c * shape.rows];
-    for (&s, (part, _)) in starts.iter().zip(&parts) {
-        let len = part.len() / c;
-        for q in 0..c {
-            out[q * shape.rows + s..q * shape.rows + s + len]
-                .copy_from_slice(&part[q * len..(q + 1) * len]);
-        }
-    }
-    counters.requests.fetch_add(1, Ordering::Relaxed);
-    counters
-        .searches
-        .fetch_add(u64::from(thumbs), Ordering::Relaxed);
-    counters.queries.fetch_add(c as u64, Ordering::Relaxed);
-    counters
-        .core_us
-        .fetch_add(parts.iter().map(|p| p.1).sum(), Ordering::Relaxed);
-    Ok(u32s_to_bytes(&out))
-}
-
-/// What `/status` shows for the current version.
-pub fn status(pir: &PirServe, counters: &PirCounters) -> PirStatus {
-    let requests = counters.requests.load(Ordering::Relaxed);
-    let searches = counters.searches.load(Ordering::Relaxed);
-    let core_ms = counters.core_us.load(Ordering::Relaxed) as f64 / 1000.0;
-    let (database_bytes, hint_bytes) = pir.bytes();
-    PirStatus {
-        version: pir.doc.version.clone(),
-        build_secs: pir.build_secs,
-        requests,
-        queries: counters.queries.load(Ordering::Relaxed),
-        core_ms_per_request: core_ms / requests.max(1) as f64,
-        searches,
-        core_ms_per_search: core_ms / searches.max(1) as f64,
-        database_bytes,
-        hint_bytes,
-    }
 }

@@ -14,8 +14,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use shared::api::{ErrorCode, ErrorResponse};
 
-use crate::http::error::ApiError;
-use crate::http::{send_held, IMMUTABLE, NO_CACHE};
+use super::cache::{send_held, IMMUTABLE, NO_CACHE};
+use super::error::ApiError;
 use crate::partition::pir::{PirServe, QueryError};
 use crate::partition::Published;
 use crate::state::AppState;

@@ -1,0 +1,533 @@
+//! Start-up: the store and the dataset loaded side by side, features reused or computed,
+//! the embedding and the partition reused when they match, else rebuilt.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use shared::api::{AnchorsResponse, ConfigResponse};
+use shared::protocol::frame::AnchorFrame;
+use shared::protocol::retrieve::gallery_rows;
+use shared::{DMatrix, Params};
+
+use super::*;
+use crate::gallery::data::{load_split, Split, CLASS_NAMES};
+use crate::gallery::index::Index;
+use crate::gallery::store::{FeatureRow, Store, StoredItem};
+use crate::item::{GalleryItem, SIDE};
+use crate::ops::progress::{Progress, Spinner};
+use crate::partition::{PartitionSettings, Partitions};
+use rayon::prelude::*;
+use shared::embed::model::Model;
+
+/// The public anchors: the first `count` training images with at most ⌈count/10⌉ per class, in
+/// index order (the evaluation uses the same ones).
+pub fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
+    let per_class = count.div_ceil(10);
+    let mut taken = [0usize; 10];
+    (0..train.labels.len())
+        .filter(|&i| {
+            let c = train.labels[i] as usize;
+            taken[c] += 1;
+            taken[c] <= per_class
+        })
+        .take(count)
+        .collect()
+}
+
+/// The gallery items with their features: stored ones (same weights version) reused, the
+/// others computed in parallel with progress and written back. Also returns, for each
+/// computed id, whether writing it back succeeded.
+fn gallery_features(
+    store: &Store,
+    weights: &str,
+    mut inputs: Vec<(StoredItem, Option<Vec<f32>>)>,
+    model: &Model,
+    report: &mut StartupReport,
+) -> Result<(Vec<GalleryItem>, HashMap<u64, bool>), StateError> {
+    let t = std::time::Instant::now();
+    // A stored row of the wrong width or with non-finite values is recomputed.
+    inputs.par_iter_mut().for_each(|(_, f)| {
+        if f.as_ref().is_some_and(|f| {
+            f.len() != shared::embed::model::EMBED || !f.iter().all(|v| v.is_finite())
+        }) {
+            *f = None;
+        }
+    });
+    let missing = inputs.iter().filter(|(_, f)| f.is_none()).count();
+    let progress = (missing > 0).then(|| {
+        Progress::new(
+            format!("gallery features ({missing} of {})", inputs.len()),
+            missing as u64,
+            "images",
+        )
+    });
+    // Missing features in batches of lanes (`Model::infer_batch`: 8 images per pass, equal bit
+    // for bit to `infer`, which the browser runs on a query).
+    const BATCH: usize = 256;
+    let mut pending: Vec<(usize, StoredItem)> = Vec::with_capacity(missing);
+    let mut items: Vec<Option<(GalleryItem, bool)>> = Vec::with_capacity(inputs.len());
+    for (i, (it, f)) in inputs.drain(..).enumerate() {
+        match f {
+            Some(f) => items.push(Some((
+                GalleryItem::with_features(it.id, it.label, it.pixels, f)?,
+                false,
+            ))),
+            None => {
+                items.push(None);
+                pending.push((i, it));
+            }
+        }
+    }
+    let computed_items: Vec<(usize, GalleryItem)> = pending
+        .par_chunks_mut(BATCH)
+        .map(|chunk| {
+            let images: Vec<&[u8]> = chunk.iter().map(|(_, it)| it.pixels.as_slice()).collect();
+            let inf = model.infer_batch(&images)?;
+            if let Some(p) = &progress {
+                p.inc(chunk.len() as u64);
+            }
+            chunk
+                .iter_mut()
+                .zip(inf)
+                .map(|((i, it), r)| {
+                    let pixels = std::mem::take(&mut it.pixels);
+                    Ok((
+                        *i,
+                        GalleryItem::with_features(it.id, it.label, pixels, r.features)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, StateError>>()
+        })
+        .collect::<Result<Vec<_>, StateError>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    drop(pending);
+    for (i, g) in computed_items {
+        items[i] = Some((g, true));
+    }
+    let items: Vec<(GalleryItem, bool)> = items
+        .into_iter()
+        .map(|x| x.expect("every item is loaded or computed"))
+        .collect();
+    if let Some(p) = &progress {
+        p.finish();
+    }
+    let computed_rows: Vec<FeatureRow> = items
+        .iter()
+        .filter(|(_, c)| *c)
+        .map(|(it, _)| FeatureRow {
+            id: it.id,
+            label: it.label,
+            pixels: &it.pixels,
+            features: &it.features,
+        })
+        .collect();
+    let written = if computed_rows.is_empty() {
+        true
+    } else {
+        match store.put_features(weights, &computed_rows) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "storing gallery features failed");
+                false
+            }
+        }
+    };
+    let computed: HashMap<u64, bool> = computed_rows.iter().map(|r| (r.id, written)).collect();
+    drop(computed_rows);
+    report.features_computed = computed.len();
+    report.features_loaded = items.len() - computed.len();
+    report.features_reused = computed.is_empty();
+    report.features_secs = t.elapsed().as_secs_f64();
+    tracing::info!(
+        loaded = report.features_loaded,
+        computed = report.features_computed,
+        secs = report.features_secs,
+        "gallery features ready"
+    );
+    Ok((items.into_iter().map(|(it, _)| it).collect(), computed))
+}
+
+impl AppState {
+    /// Open the store (seeding it with the first `gallery_size` test images if empty), take
+    /// the anchors from the training split, and reuse the stored embedding if it matches the
+    /// catalogue, the parameters and the anchors — otherwise embed now.
+    pub fn open(opts: &Options) -> Result<Arc<Self>, StateError> {
+        Self::open_with(opts, PartitionSettings::default())
+    }
+
+    /// [`AppState::open`] with the operator's partition settings; the partition is built
+    /// before this returns, so the server never listens without one.
+    pub fn open_with(
+        opts: &Options,
+        partition: PartitionSettings,
+    ) -> Result<Arc<Self>, StateError> {
+        let t_total = std::time::Instant::now();
+        let mut report = StartupReport::default();
+        let t = std::time::Instant::now();
+        let d = (SIDE * SIDE) as usize;
+        let weights = model_version(crate::MODEL_WEIGHTS);
+        // The training split (for the anchors) and the store load independently: overlapped.
+        // Each stored item with its stored features, if any.
+        type Loaded = (
+            Store,
+            Vec<(StoredItem, Option<Vec<f32>>)>,
+            u64,
+            u64,
+            bool,
+            f64,
+        );
+        let packed_path = crate::gallery::packed::path_for(opts.store_path);
+        let (train, loaded) = rayon::join(
+            || load_split(opts.data_dir, "train"),
+            || -> Result<Loaded, StateError> {
+                let t = std::time::Instant::now();
+                let store = Store::open(opts.store_path)?;
+                tracing::info!(secs = t.elapsed().as_secs_f64(), "store opened");
+                let version = store.catalogue_version()?;
+                let instance = store.instance()?;
+                // The packed copy if it is this store's current content, else the rows (two
+                // read transactions side by side: redb readers do not block each other).
+                if let Some(rows) = crate::gallery::packed::read(
+                    &packed_path,
+                    instance,
+                    store.generation()?,
+                    &weights,
+                ) {
+                    let rows = rows.into_iter().map(|(it, f)| (it, Some(f))).collect();
+                    let secs = t.elapsed().as_secs_f64();
+                    return Ok((store, rows, version, instance, true, secs));
+                }
+                let (items, features) =
+                    rayon::join(|| store.load_items(), || store.load_features(&weights));
+                let (items, mut features) = (items?, features?);
+                let rows = items
+                    .into_iter()
+                    .map(|it| {
+                        let f = features.remove(&it.id);
+                        (it, f)
+                    })
+                    .collect();
+                let secs = t.elapsed().as_secs_f64();
+                Ok((store, rows, version, instance, false, secs))
+            },
+        );
+        let train = train?;
+        let (store, mut stored, mut version, instance, packed_used, load_secs) = loaded?;
+        let anchor_idx = balanced_anchors(&train, opts.anchor_count);
+        if anchor_idx.len() < 10 {
+            return Err(StateError::Invalid("need at least 10 anchors".into()));
+        }
+        report.data_secs += (t.elapsed().as_secs_f64() - load_secs).max(0.0);
+        let t = std::time::Instant::now();
+        let blocks = Arc::new(crate::partition::blockstore::BlockStore::open(
+            &opts.blocks_spec(),
+            opts.blocks_public_url.map(str::to_string),
+        )?);
+        if stored.is_empty() {
+            // The test split first (ids 0..10,000), then, for bigger galleries, the training
+            // split (ids 10,000 + index).
+            let test = load_split(opts.data_dir, "t10k")?;
+            let g = opts.gallery_size.min(test.labels.len());
+            let mut seeded: Vec<StoredItem> = (0..g)
+                .map(|i| StoredItem {
+                    id: i as u64,
+                    label: test.labels[i] as u32,
+                    pixels: test.images.image(i).to_vec(),
+                })
+                .collect();
+            let extra = opts.gallery_size.saturating_sub(g).min(train.labels.len());
+            seeded.extend((0..extra).map(|i| StoredItem {
+                id: (test.labels.len() + i) as u64,
+                label: train.labels[i] as u32,
+                pixels: train.images.image(i).to_vec(),
+            }));
+            // Beyond the dataset: deterministic variants of its images (`data::augment`).
+            let dataset = seeded.len();
+            if opts.gallery_size > dataset && dataset == crate::gallery::data::DATASET_IMAGES {
+                let more: Vec<StoredItem> = (dataset..opts.gallery_size)
+                    .into_par_iter()
+                    .map(|id| {
+                        let base = &seeded[id % dataset];
+                        StoredItem {
+                            id: id as u64,
+                            label: base.label,
+                            pixels: crate::gallery::data::augment(&base.pixels, id as u64),
+                        }
+                    })
+                    .collect();
+                seeded.extend(more);
+            }
+            version += 1;
+            store.put_items(&seeded, version)?;
+            stored = seeded.into_iter().map(|it| (it, None)).collect();
+        }
+        report.store_load_secs = load_secs + t.elapsed().as_secs_f64();
+        tracing::info!(
+            items = stored.len(),
+            stored_features = stored.iter().filter(|(_, f)| f.is_some()).count(),
+            packed = packed_used,
+            secs = report.store_load_secs,
+            "store loaded"
+        );
+        let model = Model::from_bytes(crate::MODEL_WEIGHTS)?;
+        if let Some((bad, _)) = stored
+            .iter()
+            .find(|(it, _)| it.pixels.len() != d || it.label >= 10)
+        {
+            return Err(StateError::Invalid(format!(
+                "stored item {} is malformed",
+                bad.id
+            )));
+        }
+        let (items, computed) = gallery_features(&store, &weights, stored, &model, &mut report)?;
+        crate::ops::progress::release_freed_memory();
+        let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
+            items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
+        if !packed_used {
+            // The next start reads one file instead of the rows (written aside, renamed), if
+            // nothing is written to the store before it.
+            let generation = store.generation()?;
+            let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
+            let weights = weights.clone();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                let rows: Vec<crate::gallery::packed::Row> = items
+                    .iter()
+                    .map(|it| {
+                        (
+                            it.id,
+                            it.label,
+                            it.pixels.as_slice(),
+                            it.features.as_slice(),
+                        )
+                    })
+                    .collect();
+                match crate::gallery::packed::write(
+                    &packed_path,
+                    instance,
+                    generation,
+                    &weights,
+                    &rows,
+                ) {
+                    Ok(()) => tracing::info!(
+                        items = rows.len(),
+                        secs = t.elapsed().as_secs_f64(),
+                        "packed catalogue written"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "writing the packed catalogue failed"),
+                }
+            });
+        }
+        let features_stored: HashMap<u64, Arc<GalleryItem>> = catalogue
+            .values()
+            .filter(|it| !computed.contains_key(&it.id) || computed[&it.id])
+            .map(|it| (it.id, Arc::clone(it)))
+            .collect();
+        let t = std::time::Instant::now();
+        let params = Params::default();
+        let anchors = AnchorsResponse {
+            ids: anchor_idx
+                .iter()
+                .map(|&i| ANCHOR_ID_BASE + i as u64)
+                .collect(),
+            labels: anchor_idx.iter().map(|&i| train.labels[i] as u32).collect(),
+            features: Vec::new(),
+            frame_rows: Vec::new(),
+        };
+        // Eight images per SIMD pass (`infer_batch`, bit-identical to `infer`), chunks in
+        // parallel.
+        let anchor_inf: Vec<Vec<f32>> = anchor_idx
+            .par_chunks(64)
+            .map(|chunk| {
+                let images: Vec<&[u8]> = chunk.iter().map(|&i| train.images.image(i)).collect();
+                model.infer_batch(&images)
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .map(|r| r.features)
+            .collect();
+        let fd = anchor_inf[0].len();
+        let anchor_features =
+            DMatrix::from_fn(anchor_idx.len(), fd, |r, j| anchor_inf[r][j] as f64);
+        let frame = AnchorFrame::class_simplex(
+            &anchor_features,
+            &anchors.labels,
+            params.smlq.num_classes,
+            shared::protocol::frame::DEFAULT_KERNEL_SCALE,
+        )?;
+        report.data_secs += t.elapsed().as_secs_f64();
+        let anchors = AnchorsResponse {
+            features: anchor_inf,
+            frame_rows: gallery_rows(frame.rows()),
+            ..anchors
+        };
+        let config = ConfigResponse {
+            smlq: params.smlq,
+            privacy_defaults: params.privacy,
+            class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
+            feature_dim: fd,
+            frame_dim: frame.dim(),
+            frame_kernel_scale: shared::protocol::frame::DEFAULT_KERNEL_SCALE,
+            anchor_count: anchor_idx.len(),
+            model_version: weights,
+            limits: opts.limits,
+        };
+        let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
+        let placeholder = Snapshot {
+            catalogue_version: 0,
+            items: Vec::new(),
+            gallery_rows: Vec::new(),
+            index: Index::build(&[]),
+            anchor_rows: DMatrix::zeros(0, 0),
+            frame: FrameGallery::new(Vec::new(), 0, &[]),
+        };
+        let mut state = AppState {
+            config,
+            anchors,
+            anchor_features,
+            frame,
+            model,
+            params,
+            seed: opts.seed,
+            admin_token: opts.admin_token.clone(),
+            catalogue: RwLock::new(catalogue),
+            catalogue_version: AtomicU64::new(version),
+            snapshot: RwLock::new(Arc::new(placeholder)),
+            reembed: Mutex::new(Reembed::default()),
+            store,
+            search_latency: Default::default(),
+            partitions: Partitions::new(partition, Some(blocks)),
+            startup: StartupReport::default(),
+            features_stored: Mutex::new(features_stored),
+            pir_counters: Default::default(),
+            pir_slots: Arc::new(tokio::sync::Semaphore::new(opts.pir_concurrency.max(1))),
+        };
+        // The embedding (stored or computed) and the stored partition are independent: loaded
+        // side by side. A partition that must be rebuilt is built after both.
+        let (embedded, (loaded, partition_load_secs)) = rayon::join(
+            || -> Result<(Snapshot, bool, f64), StateError> {
+                let t = std::time::Instant::now();
+                let (snap, reused) = match state.stored_snapshot(&items, version)? {
+                    Some(s) => (s, true),
+                    None => {
+                        let spinner = Spinner::new(format!("embedding {} items", items.len()));
+                        let s = state.embed(items.clone(), version)?;
+                        spinner.finish();
+                        state.persist(&s)?;
+                        (s, false)
+                    }
+                };
+                Ok((snap, reused, t.elapsed().as_secs_f64()))
+            },
+            || {
+                let t = std::time::Instant::now();
+                (state.load_partition(&items), t.elapsed().as_secs_f64())
+            },
+        );
+        let (snap, reused, embedding_secs) = embedded?;
+        crate::ops::progress::release_freed_memory();
+        report.embedding_reused = reused;
+        report.embedding_secs = embedding_secs;
+        *state.snapshot.write().unwrap() = Arc::new(snap);
+        let t = std::time::Instant::now();
+        match loaded {
+            Ok(Some(fresh)) => {
+                report.partition_reused = fresh;
+                report.partition_stale = !fresh;
+            }
+            Ok(None) => {
+                let spinner = Spinner::new(format!("partition of {} items", items.len()));
+                state.rebuild_partition(&items, version);
+                spinner.finish();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the stored partition cannot be served; rebuilding");
+                let spinner = Spinner::new(format!("partition of {} items", items.len()));
+                state.rebuild_partition(&items, version);
+                spinner.finish();
+            }
+        }
+        state.partitions.collect_garbage();
+        crate::ops::progress::release_freed_memory();
+        report.partition_secs = partition_load_secs + t.elapsed().as_secs_f64();
+        report.total_secs = t_total.elapsed().as_secs_f64();
+        tracing::info!(
+            features_reused = report.features_reused,
+            features_loaded = report.features_loaded,
+            features_computed = report.features_computed,
+            embedding_reused = report.embedding_reused,
+            data_secs = report.data_secs,
+            store_load_secs = report.store_load_secs,
+            features_secs = report.features_secs,
+            embedding_secs = report.embedding_secs,
+            partition_reused = report.partition_reused,
+            partition_secs = report.partition_secs,
+            total_secs = report.total_secs,
+            "start-up timings"
+        );
+        let stale = report.partition_stale;
+        state.startup = report;
+        let state = Arc::new(state);
+        if let Some(p) = state.partitions.current().filter(|p| p.pir.get().is_none()) {
+            // A version loaded from the store: its PIR databases are built beside serving
+            // (their endpoints answer 503 until then).
+            let s = Arc::clone(&state);
+            std::thread::spawn(move || {
+                let items: Vec<Arc<GalleryItem>> =
+                    s.catalogue.read().unwrap().values().cloned().collect();
+                if items.len() == p.doc.gallery_size {
+                    crate::partition::pir::attach(&p, &s.partitions, &items);
+                }
+            });
+        }
+        if stale {
+            // Serve the stored version now; replace it once the current gallery's is built.
+            let s = Arc::clone(&state);
+            std::thread::spawn(move || {
+                let items: Vec<Arc<GalleryItem>> =
+                    s.catalogue.read().unwrap().values().cloned().collect();
+                let version = s.catalogue_version.load(Ordering::SeqCst);
+                s.rebuild_partition(&items, version);
+            });
+        }
+        Ok(state)
+    }
+
+    /// Serve the version the block store announced, if any. `Some(true)`: it was built from
+    /// exactly this gallery and these settings; `Some(false)`: from an older gallery (served
+    /// until the caller rebuilds); `None`: nothing announced.
+    fn load_partition(&self, items: &[Arc<GalleryItem>]) -> Result<Option<bool>, StateError> {
+        let Some(mut p) = self
+            .partitions
+            .load_announced()
+            .map_err(|e| StateError::Invalid(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let want = crate::partition::fingerprint(
+            items,
+            &self.anchors.features,
+            self.seed,
+            &self.partitions.settings,
+        );
+        let fresh = p.fingerprint == want;
+        if !fresh {
+            // Older than the catalogue, whatever its manifest says (the gallery store may have
+            // been replaced): the rebuild for the current catalogue must win.
+            let current = self.catalogue_version.load(Ordering::SeqCst);
+            p.catalogue_version = p.catalogue_version.min(current.saturating_sub(1));
+        }
+        tracing::info!(
+            version = %p.doc.version,
+            fresh,
+            store = self.partitions.store().map_or("", |s| s.describe()),
+            "partition loaded from the block store"
+        );
+        self.partitions.publish(p);
+        Ok(Some(fresh))
+    }
+}

@@ -13,17 +13,17 @@
 //! answer for the user's screen only. Everything is JSON strings across the boundary (one wire
 //! format, `shared::api`); errors are JS exceptions with plain messages, never panics.
 
-use shared::api::{
-    AnchorsResponse, ConfigResponse, PartitionDoc, Ranking, SearchRequest, SearchResponse,
-};
+use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc};
 use shared::dp::mechanism::Receipt;
 use shared::embed::model::{from_rgba, Model};
-use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
-use shared::protocol::privatemail::{privatize as privatize_paper, Anchors};
-use shared::{DMatrix, Mechanism, Params, PrivacyParams};
+use shared::protocol::frame::AnchorFrame;
+use shared::protocol::privatemail::Anchors;
+use shared::DMatrix;
 use wasm_bindgen::prelude::*;
 
 mod blocks;
+mod frame;
+mod paper;
 mod pir;
 
 pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
@@ -68,28 +68,6 @@ struct ImageInfo {
     probabilities: Vec<f32>,
 }
 
-/// What the page learns from one privatization (never the position of the real row).
-#[derive(serde::Serialize)]
-struct Privatized {
-    /// The body of `POST /api/v1/search`.
-    request: String,
-    receipt: Receipt,
-    sensitivity: f64,
-}
-
-/// The real row's answer, for the user's screen only.
-#[derive(serde::Serialize)]
-struct Picked {
-    matches: Vec<shared::api::Match>,
-    real_row: Vec<f64>,
-    rows: Vec<Vec<f64>>,
-}
-
-struct Pending {
-    real_position: usize,
-    rows: usize,
-}
-
 /// One browser session: the model, the server's public frame and partition, the current image's
 /// features, the position of the real row of the last frame release and the blocks (in URL
 /// order) of the last block release.
@@ -101,7 +79,7 @@ pub struct Client {
     query: Option<Vec<f64>>,
     /// The same features in f32, as the model computed them (the block ranking's query).
     query_f32: Option<Vec<f32>>,
-    pending: Option<Pending>,
+    pending: Option<frame::Pending>,
     /// The validated partition document (`GET /api/v1/partition`).
     partition: Option<PartitionDoc>,
     pending_blocks: Option<blocks::PendingBlocks>,
@@ -198,149 +176,9 @@ impl Client {
         self.pending_blocks = None;
         serde_json::to_string(&info).map_err(js_err)
     }
-
-    /// Privatize the loaded image: place it in the frame with one dummy row per other class,
-    /// release with (ε, δ) and the named mechanism (`discrete_gaussian`, `analytic_gaussian`,
-    /// `classic_gaussian`), and return JSON `{request, receipt, sensitivity}` where
-    /// `request` is the body to POST, asking for the named `ranking` of the `k` results
-    /// (`proportional`: shared among the likely categories; `posterior`: the most likely
-    /// category only). Noise comes from the browser's crypto RNG.
-    pub fn privatize(
-        &mut self,
-        epsilon: f64,
-        delta: f64,
-        mechanism: &str,
-        k: usize,
-        ranking: &str,
-    ) -> Result<String, JsError> {
-        let query = self
-            .query
-            .as_ref()
-            .ok_or_else(|| js_err("load an image before searching"))?;
-        let mechanism: Mechanism = named(mechanism, "mechanism")?;
-        let ranking: Ranking = named(ranking, "ranking")?;
-        if k == 0 || k > self.config.limits.max_k {
-            return Err(js_err(format!(
-                "k must be in 1..={}",
-                self.config.limits.max_k
-            )));
-        }
-        let privacy = PrivacyParams {
-            epsilon,
-            delta,
-            mechanism,
-        };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let dummies = self.config.smlq.num_classes as usize - 1;
-        let r =
-            privatize_in_frame(query, &self.frame, dummies, &privacy, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_frame(&r, k, ranking);
-        self.hold(req, r.real_position(), r.receipt, r.sensitivity.value)
-    }
-
-    /// Privatize the loaded image with the paper's Algorithm 1 (`shared::protocol::privatemail`):
-    /// the photo's features, one public anchor of every other class as decoys, and every
-    /// anchor, one SMLQ step released with discrete Gaussian noise calibrated to the proven
-    /// sensitivity bound (ε, δ, the named mechanism), then post-processing from the noisy rows
-    /// only. Returns JSON `{request, receipt, sensitivity}`; `request` asks the server to align
-    /// the anchor rows and return `k` matches for every query row. Guarantee: (ε, δ)-DP for the
-    /// features given the predicted label; the label is hidden only among the decoys (its rows
-    /// are shuffled with the crypto RNG, and the real position stays here). Noise comes from
-    /// the browser's crypto RNG.
-    pub fn privatize_paper(
-        &mut self,
-        epsilon: f64,
-        delta: f64,
-        mechanism: &str,
-        k: usize,
-    ) -> Result<String, JsError> {
-        let (Some(query), Some(label)) = (self.query.as_ref(), self.query_label) else {
-            return Err(js_err("load an image before searching"));
-        };
-        let mechanism: Mechanism = named(mechanism, "mechanism")?;
-        if k == 0 || k > self.config.limits.max_k {
-            return Err(js_err(format!(
-                "k must be in 1..={}",
-                self.config.limits.max_k
-            )));
-        }
-        if self.paper.is_none() {
-            let a = Anchors::new(
-                &self.anchor_features,
-                &self.anchor_labels,
-                &self.config.smlq,
-            )
-            .map_err(js_err)?;
-            self.paper = Some(a);
-        }
-        let anchors = self.paper.as_ref().expect("built above");
-        let params = Params {
-            smlq: self.config.smlq,
-            privacy: PrivacyParams {
-                epsilon,
-                delta,
-                mechanism,
-            },
-            post_bandwidth: Default::default(),
-        };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let r = privatize_paper(query, label, anchors, &params, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_release(&r, k);
-        self.hold(req, r.real_position(), r.receipt, r.sensitivity.value)
-    }
-
-    /// Pick the real row's matches out of the server's answer to the last privatized request.
-    /// Returns JSON `{matches, real_row, rows}` (rows: every submitted row in the frame).
-    pub fn pick(&self, response_json: &str) -> Result<String, JsError> {
-        let p = self
-            .pending
-            .as_ref()
-            .ok_or_else(|| js_err("no search is pending"))?;
-        let resp: SearchResponse = serde_json::from_str(response_json)
-            .map_err(|e| js_err(format!("the server's answer is malformed: {e}")))?;
-        if resp.results.len() != p.rows || resp.rows_in_frame.len() != p.rows {
-            return Err(js_err(format!(
-                "the server answered {} rows, but {} were sent",
-                resp.results.len(),
-                p.rows
-            )));
-        }
-        let picked = Picked {
-            matches: resp.results[p.real_position].clone(),
-            real_row: resp.rows_in_frame[p.real_position].clone(),
-            rows: resp.rows_in_frame,
-        };
-        serde_json::to_string(&picked).map_err(js_err)
-    }
-
-    /// The L2 sensitivity of the placement, computed from the frame the server sent.
-    pub fn sensitivity(&self) -> f64 {
-        self.frame.sensitivity().value
-    }
 }
 
 impl Client {
-    /// Remember where the real row of a request is (it stays here) and return what the page
-    /// may see: the request body, the receipt and the sensitivity.
-    fn hold(
-        &mut self,
-        req: SearchRequest,
-        real_position: usize,
-        receipt: Receipt,
-        sensitivity: f64,
-    ) -> Result<String, JsError> {
-        self.pending = Some(Pending {
-            real_position,
-            rows: req.query_rows.len(),
-        });
-        let out = Privatized {
-            request: serde_json::to_string(&req).map_err(js_err)?,
-            receipt,
-            sensitivity,
-        };
-        serde_json::to_string(&out).map_err(js_err)
-    }
-
     pub(crate) fn class_name(&self, label: u32) -> String {
         self.config
             .class_names

@@ -12,60 +12,32 @@
 //! inside the `Client`; [`Client::pick`] and [`Client::rank_blocks`] use them to compute the
 //! answer for the user's screen only. Everything is JSON strings across the boundary (one wire
 //! format, `shared::api`); errors are JS exceptions with plain messages, never panics.
+//!
+//! Layout: one [`Client`] (this file: the session's state, its constructor and shared helpers)
+//! with one `#[wasm_bindgen] impl Client` block per protocol, so JavaScript sees a single class:
+//! `model.rs` (the on-device model, loading the photo), `frame.rs` (the anchor frame and the
+//! `POST /api/v1/search` round trip), `paper.rs` (Algorithm 1), `blocks.rs` (private block
+//! retrieval), `pir.rs` (private information retrieval) and `budget.rs` (composing receipts).
 
 use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc};
-use shared::dp::mechanism::Receipt;
-use shared::embed::model::{from_rgba, Model};
+use shared::embed::model::Model;
 use shared::protocol::frame::AnchorFrame;
 use shared::protocol::privatemail::Anchors;
 use shared::DMatrix;
 use wasm_bindgen::prelude::*;
 
 mod blocks;
+mod budget;
 mod frame;
+mod model;
 mod paper;
 mod pir;
 
+pub use budget::compose_budget;
+pub use model::OnDeviceModel;
+
 pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
-}
-
-/// The on-device model, loaded from its weights file.
-#[wasm_bindgen]
-pub struct OnDeviceModel {
-    model: Model,
-}
-
-#[wasm_bindgen]
-impl OnDeviceModel {
-    /// Load weights (the bytes of `model.bin`); a clear error for anything else.
-    #[wasm_bindgen(constructor)]
-    pub fn new(weights: &[u8]) -> Result<OnDeviceModel, JsError> {
-        Ok(OnDeviceModel {
-            model: Model::from_bytes(weights).map_err(js_err)?,
-        })
-    }
-
-    /// Unit-norm features of a 28×28 greyscale image (784 bytes, row-major).
-    pub fn features(&self, pixels: &[u8]) -> Result<Vec<f32>, JsError> {
-        Ok(self.model.infer(pixels).map_err(js_err)?.features)
-    }
-
-    /// The predicted class of the image.
-    pub fn label(&self, pixels: &[u8]) -> Result<u32, JsError> {
-        Ok(self.model.infer(pixels).map_err(js_err)?.label)
-    }
-}
-
-/// What the page shows about the loaded image (`Client::load_image`).
-#[derive(serde::Serialize)]
-struct ImageInfo {
-    /// The model's 28×28 input, for the page to show.
-    pixels: Vec<u8>,
-    label: u32,
-    class_name: String,
-    probability: f32,
-    probabilities: Vec<f32>,
 }
 
 /// One browser session: the model, the server's public frame and partition, the current image's
@@ -149,33 +121,6 @@ impl Client {
             pir: Default::default(),
         })
     }
-
-    /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
-    /// (`shared::embed::model::from_rgba`), run the model, keep the features. Returns JSON
-    /// `{pixels, label, class_name, probability, probabilities}`.
-    pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
-        let pixels = from_rgba(rgba, width as usize, height as usize).map_err(js_err)?;
-        self.load_pixels(&pixels)
-    }
-
-    /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
-    pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
-        let inf = self.model.infer(pixels).map_err(js_err)?;
-        let class_name = self.class_name(inf.label);
-        let info = ImageInfo {
-            pixels: pixels.to_vec(),
-            label: inf.label,
-            class_name,
-            probability: inf.probabilities[inf.label as usize],
-            probabilities: inf.probabilities,
-        };
-        self.query = Some(inf.features.iter().map(|&v| v as f64).collect());
-        self.query_f32 = Some(inf.features);
-        self.query_label = Some(inf.label);
-        self.pending = None;
-        self.pending_blocks = None;
-        serde_json::to_string(&info).map_err(js_err)
-    }
 }
 
 impl Client {
@@ -193,16 +138,6 @@ impl Client {
 #[wasm_bindgen]
 pub fn limits() -> String {
     serde_json::to_string(&shared::params::limits::CLIENT).unwrap_or_default()
-}
-
-/// The budget spent by a list of receipts (a JSON array, as `privatize` returned them), composed
-/// by zCDP and reported at `delta` (see `shared::dp::budget`). Returns JSON `shared::dp::budget::Total`.
-#[wasm_bindgen]
-pub fn compose_budget(receipts_json: &str, delta: f64) -> Result<String, JsError> {
-    let receipts: Vec<Receipt> = serde_json::from_str(receipts_json)
-        .map_err(|e| js_err(format!("stored receipts are malformed: {e}")))?;
-    let total = shared::dp::budget::compose(&receipts, delta).map_err(js_err)?;
-    serde_json::to_string(&total).map_err(js_err)
 }
 
 /// A wire enum from its JSON name (`discrete_gaussian`, `proportional`, …).

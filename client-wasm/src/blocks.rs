@@ -134,14 +134,8 @@ impl Client {
     pub fn release_blocks(&mut self, plan_json: &str) -> Result<String, JsError> {
         let plan: Plan = serde_json::from_str(plan_json)
             .map_err(|e| js_err(format!("the search plan is malformed: {e}")))?;
-        let query = self
-            .query_f32
-            .as_ref()
-            .ok_or_else(|| js_err("load an image before searching"))?;
-        let p = self
-            .partition
-            .as_ref()
-            .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))?;
+        let query = self.block_query()?;
+        let p = self.partition()?;
         let level = p
             .levels
             .get(plan.level)
@@ -199,10 +193,7 @@ impl Client {
             .pending_blocks
             .as_ref()
             .ok_or_else(|| js_err("no block search is pending"))?;
-        let query = self
-            .query_f32
-            .as_ref()
-            .ok_or_else(|| js_err("load an image before searching"))?;
+        let query = self.block_query()?;
         let p = self.partition()?;
         if blocks.len() != pending.order.len() {
             return Err(js_err(format!(
@@ -262,5 +253,12 @@ impl Client {
         self.partition
             .as_ref()
             .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))
+    }
+
+    /// The loaded photo's features as the model computed them (f32), the blocks' query.
+    fn block_query(&self) -> Result<&[f32], JsError> {
+        self.query_f32
+            .as_deref()
+            .ok_or_else(|| js_err("load an image before searching"))
     }
 }

@@ -12,83 +12,32 @@
 //! inside the `Client`; [`Client::pick`] and [`Client::rank_blocks`] use them to compute the
 //! answer for the user's screen only. Everything is JSON strings across the boundary (one wire
 //! format, `shared::api`); errors are JS exceptions with plain messages, never panics.
+//!
+//! Layout: one [`Client`] (this file: the session's state, its constructor and shared helpers)
+//! with one `#[wasm_bindgen] impl Client` block per protocol, so JavaScript sees a single class:
+//! `model.rs` (the on-device model, loading the photo), `frame.rs` (the anchor frame and the
+//! `POST /api/v1/search` round trip), `paper.rs` (Algorithm 1), `blocks.rs` (private block
+//! retrieval), `pir.rs` (private information retrieval) and `budget.rs` (composing receipts).
 
-use shared::api::{
-    AnchorsResponse, ConfigResponse, PartitionDoc, Ranking, SearchRequest, SearchResponse,
-};
-use shared::dp::mechanism::Receipt;
-use shared::embed::model::{from_rgba, Model};
-use shared::protocol::block_search;
-use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
-use shared::protocol::plan::Plan;
-use shared::protocol::privatemail::{privatize as privatize_paper, Anchors};
-use shared::{DMatrix, Mechanism, Params, PrivacyParams};
+use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc};
+use shared::embed::model::Model;
+use shared::protocol::frame::AnchorFrame;
+use shared::protocol::privatemail::Anchors;
+use shared::DMatrix;
 use wasm_bindgen::prelude::*;
 
+mod blocks;
+mod budget;
+mod frame;
+mod model;
+mod paper;
 mod pir;
+
+pub use budget::compose_budget;
+pub use model::OnDeviceModel;
 
 pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
-}
-
-/// The on-device model, loaded from its weights file.
-#[wasm_bindgen]
-pub struct OnDeviceModel {
-    model: Model,
-}
-
-#[wasm_bindgen]
-impl OnDeviceModel {
-    /// Load weights (the bytes of `model.bin`); a clear error for anything else.
-    #[wasm_bindgen(constructor)]
-    pub fn new(weights: &[u8]) -> Result<OnDeviceModel, JsError> {
-        Ok(OnDeviceModel {
-            model: Model::from_bytes(weights).map_err(js_err)?,
-        })
-    }
-
-    /// Unit-norm features of a 28×28 greyscale image (784 bytes, row-major).
-    pub fn features(&self, pixels: &[u8]) -> Result<Vec<f32>, JsError> {
-        Ok(self.model.infer(pixels).map_err(js_err)?.features)
-    }
-
-    /// The predicted class of the image.
-    pub fn label(&self, pixels: &[u8]) -> Result<u32, JsError> {
-        Ok(self.model.infer(pixels).map_err(js_err)?.label)
-    }
-}
-
-/// What the page shows about the loaded image (`Client::load_image`).
-#[derive(serde::Serialize)]
-struct ImageInfo {
-    /// The model's 28×28 input, for the page to show.
-    pixels: Vec<u8>,
-    label: u32,
-    class_name: String,
-    probability: f32,
-    probabilities: Vec<f32>,
-}
-
-/// What the page learns from one privatization (never the position of the real row).
-#[derive(serde::Serialize)]
-struct Privatized {
-    /// The body of `POST /api/v1/search`.
-    request: String,
-    receipt: Receipt,
-    sensitivity: f64,
-}
-
-/// The real row's answer, for the user's screen only.
-#[derive(serde::Serialize)]
-struct Picked {
-    matches: Vec<shared::api::Match>,
-    real_row: Vec<f64>,
-    rows: Vec<Vec<f64>>,
-}
-
-struct Pending {
-    real_position: usize,
-    rows: usize,
 }
 
 /// One browser session: the model, the server's public frame and partition, the current image's
@@ -102,10 +51,10 @@ pub struct Client {
     query: Option<Vec<f64>>,
     /// The same features in f32, as the model computed them (the block ranking's query).
     query_f32: Option<Vec<f32>>,
-    pending: Option<Pending>,
+    pending: Option<frame::Pending>,
     /// The validated partition document (`GET /api/v1/partition`).
     partition: Option<PartitionDoc>,
-    pending_blocks: Option<PendingBlocks>,
+    pending_blocks: Option<blocks::PendingBlocks>,
     /// The public anchors' features and labels, for Algorithm 1 (its kernel cache is built on
     /// the first Algorithm 1 search, so page load does not pay for it).
     anchor_features: DMatrix<f64>,
@@ -172,427 +121,9 @@ impl Client {
             pir: Default::default(),
         })
     }
-
-    /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
-    /// (`shared::embed::model::from_rgba`), run the model, keep the features. Returns JSON
-    /// `{pixels, label, class_name, probability, probabilities}`.
-    pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
-        let pixels = from_rgba(rgba, width as usize, height as usize).map_err(js_err)?;
-        self.load_pixels(&pixels)
-    }
-
-    /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
-    pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
-        let inf = self.model.infer(pixels).map_err(js_err)?;
-        let class_name = self.class_name(inf.label);
-        let info = ImageInfo {
-            pixels: pixels.to_vec(),
-            label: inf.label,
-            class_name,
-            probability: inf.probabilities[inf.label as usize],
-            probabilities: inf.probabilities,
-        };
-        self.query = Some(inf.features.iter().map(|&v| v as f64).collect());
-        self.query_f32 = Some(inf.features);
-        self.query_label = Some(inf.label);
-        self.pending = None;
-        self.pending_blocks = None;
-        serde_json::to_string(&info).map_err(js_err)
-    }
-
-    /// Privatize the loaded image: place it in the frame with one dummy row per other class,
-    /// release with (ε, δ) and the named mechanism (`discrete_gaussian`, `analytic_gaussian`,
-    /// `classic_gaussian`), and return JSON `{request, receipt, sensitivity}` where
-    /// `request` is the body to POST, asking for the named `ranking` of the `k` results
-    /// (`proportional`: shared among the likely categories; `posterior`: the most likely
-    /// category only). Noise comes from the browser's crypto RNG.
-    pub fn privatize(
-        &mut self,
-        epsilon: f64,
-        delta: f64,
-        mechanism: &str,
-        k: usize,
-        ranking: &str,
-    ) -> Result<String, JsError> {
-        let query = self
-            .query
-            .as_ref()
-            .ok_or_else(|| js_err("load an image before searching"))?;
-        let mechanism: Mechanism = named(mechanism, "mechanism")?;
-        let ranking: Ranking = named(ranking, "ranking")?;
-        if k == 0 || k > self.config.limits.max_k {
-            return Err(js_err(format!(
-                "k must be in 1..={}",
-                self.config.limits.max_k
-            )));
-        }
-        let privacy = PrivacyParams {
-            epsilon,
-            delta,
-            mechanism,
-        };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let dummies = self.config.smlq.num_classes as usize - 1;
-        let r =
-            privatize_in_frame(query, &self.frame, dummies, &privacy, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_frame(&r, k, ranking);
-        self.hold(req, r.real_position(), r.receipt, r.sensitivity.value)
-    }
-
-    /// Privatize the loaded image with the paper's Algorithm 1 (`shared::protocol::privatemail`):
-    /// the photo's features, one public anchor of every other class as decoys, and every
-    /// anchor, one SMLQ step released with discrete Gaussian noise calibrated to the proven
-    /// sensitivity bound (ε, δ, the named mechanism), then post-processing from the noisy rows
-    /// only. Returns JSON `{request, receipt, sensitivity}`; `request` asks the server to align
-    /// the anchor rows and return `k` matches for every query row. Guarantee: (ε, δ)-DP for the
-    /// features given the predicted label; the label is hidden only among the decoys (its rows
-    /// are shuffled with the crypto RNG, and the real position stays here). Noise comes from
-    /// the browser's crypto RNG.
-    pub fn privatize_paper(
-        &mut self,
-        epsilon: f64,
-        delta: f64,
-        mechanism: &str,
-        k: usize,
-    ) -> Result<String, JsError> {
-        let (Some(query), Some(label)) = (self.query.as_ref(), self.query_label) else {
-            return Err(js_err("load an image before searching"));
-        };
-        let mechanism: Mechanism = named(mechanism, "mechanism")?;
-        if k == 0 || k > self.config.limits.max_k {
-            return Err(js_err(format!(
-                "k must be in 1..={}",
-                self.config.limits.max_k
-            )));
-        }
-        if self.paper.is_none() {
-            let a = Anchors::new(
-                &self.anchor_features,
-                &self.anchor_labels,
-                &self.config.smlq,
-            )
-            .map_err(js_err)?;
-            self.paper = Some(a);
-        }
-        let anchors = self.paper.as_ref().expect("built above");
-        let params = Params {
-            smlq: self.config.smlq,
-            privacy: PrivacyParams {
-                epsilon,
-                delta,
-                mechanism,
-            },
-            post_bandwidth: Default::default(),
-        };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let r = privatize_paper(query, label, anchors, &params, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_release(&r, k);
-        self.hold(req, r.real_position(), r.receipt, r.sensitivity.value)
-    }
-
-    /// Pick the real row's matches out of the server's answer to the last privatized request.
-    /// Returns JSON `{matches, real_row, rows}` (rows: every submitted row in the frame).
-    pub fn pick(&self, response_json: &str) -> Result<String, JsError> {
-        let p = self
-            .pending
-            .as_ref()
-            .ok_or_else(|| js_err("no search is pending"))?;
-        let resp: SearchResponse = serde_json::from_str(response_json)
-            .map_err(|e| js_err(format!("the server's answer is malformed: {e}")))?;
-        if resp.results.len() != p.rows || resp.rows_in_frame.len() != p.rows {
-            return Err(js_err(format!(
-                "the server answered {} rows, but {} were sent",
-                resp.results.len(),
-                p.rows
-            )));
-        }
-        let picked = Picked {
-            matches: resp.results[p.real_position].clone(),
-            real_row: resp.rows_in_frame[p.real_position].clone(),
-            rows: resp.rows_in_frame,
-        };
-        serde_json::to_string(&picked).map_err(js_err)
-    }
-
-    /// The L2 sensitivity of the placement, computed from the frame the server sent.
-    pub fn sensitivity(&self) -> f64 {
-        self.frame.sensitivity().value
-    }
-}
-
-/// The last block release: its level and the released blocks in the order of the URLs handed
-/// to JavaScript (the true block is not kept).
-struct PendingBlocks {
-    level: usize,
-    order: Vec<u32>,
-}
-
-/// What JavaScript receives from a block release.
-#[derive(serde::Serialize)]
-struct BlockRelease {
-    /// The URLs to fetch, all at once, in this order.
-    urls: Vec<String>,
-    /// The receipt to add to the spent budget; `null` when every block of the level (or the
-    /// whole gallery) is downloaded, which releases nothing.
-    receipt: Option<Receipt>,
-    /// ε spent (0 when nothing is released).
-    epsilon: f64,
-    /// For each URL, the bytes the partition declares for the block uncompressed and on the
-    /// wire: the page stops reading past them.
-    max_bytes: Vec<u64>,
-    max_wire_bytes: Vec<u64>,
-}
-
-/// One ranked result, for the user's screen.
-#[derive(serde::Serialize)]
-pub(crate) struct BlockHit {
-    id: u64,
-    label: u8,
-    class_name: String,
-    /// Squared L2 distance between the photo's features and the item's (dequantised) features.
-    distance: f32,
-    /// `thumb_side × thumb_side` grey bytes, row-major (light object on dark).
-    thumbnail: Vec<u8>,
-}
-
-/// The ranking of the downloaded blocks.
-#[derive(serde::Serialize)]
-struct BlockRanking {
-    results: Vec<BlockHit>,
-    thumb_side: usize,
-    /// Distinct gallery items in the downloaded pool.
-    pool_items: usize,
-    /// Blocks ranked.
-    blocks: usize,
-}
-
-/// Private block retrieval (design: `shared/spec/blocks.md`, leakage rules there).
-///
-/// What leaves the browser: the partition request (identical for every client) and, per
-/// search, the URLs [`Client::release_blocks`] returns — the set the k-subset mechanism
-/// released, in a fresh uniformly random order, at the level the (public) plan names. Every
-/// request is therefore a function of the release alone (post-processing of an ε-DP output).
-/// The page fetches them all at once by one code path, never retries one, and fetches nothing
-/// after [`Client::rank_blocks`] (thumbnails come from the blocks).
-#[wasm_bindgen]
-impl Client {
-    /// Load the body of `GET /api/v1/partition`: validated with `plan::validate_doc` (an
-    /// untrusted server's document) and checked against the model's feature dimension.
-    /// Replaces any earlier partition and forgets a pending block release. Sends nothing.
-    pub fn load_partition(&mut self, partition_json: &str) -> Result<(), JsError> {
-        let max = shared::params::limits::MAX_PARTITION_DOC_BYTES;
-        if partition_json.len() as u64 > max {
-            return Err(js_err(format!(
-                "the server's partition is larger than {max} bytes"
-            )));
-        }
-        let doc: PartitionDoc = serde_json::from_str(partition_json)
-            .map_err(|e| js_err(format!("the server's partition is malformed: {e}")))?;
-        shared::protocol::plan::validate_doc(&doc).map_err(js_err)?;
-        if doc.feature_dim != self.config.feature_dim {
-            return Err(js_err(format!(
-                "the server's partition has {}-dimensional features, but the model computes {}",
-                doc.feature_dim, self.config.feature_dim
-            )));
-        }
-        if doc.thumb_side == 0 || doc.thumb_side > shared::params::limits::MAX_THUMB_SIDE {
-            return Err(js_err("the server's partition has a bad thumbnail size"));
-        }
-        self.partition = Some(doc);
-        self.pending_blocks = None;
-        Ok(())
-    }
-
-    /// The plan for a search at `epsilon` within `max_bytes` expected bytes on the wire (JSON
-    /// `shared::protocol::plan::Plan`). Public: a function of ε, the byte budget and the
-    /// partition only — it reads no photo, so the number of blocks and their level reveal
-    /// nothing. Sends nothing.
-    pub fn plan(&self, epsilon: f64, max_bytes: f64) -> Result<String, JsError> {
-        let p = self.partition()?;
-        let plan = shared::protocol::plan::plan(p, epsilon, max_bytes).map_err(js_err)?;
-        serde_json::to_string(&plan).map_err(js_err)
-    }
-
-    /// Every plan on the fidelity-vs-bytes Pareto curve at `epsilon`, cheapest first (JSON
-    /// array of `Plan`), for the plot. Public, like [`Client::plan`]. Sends nothing.
-    pub fn plans(&self, epsilon: f64) -> Result<String, JsError> {
-        let p = self.partition()?;
-        let all = shared::protocol::plan::candidates(p, epsilon).map_err(js_err)?;
-        serde_json::to_string(&shared::protocol::plan::pareto(all)).map_err(js_err)
-    }
-
-    /// The whole-gallery plan (one block, nothing released, zero privacy cost), or an error
-    /// when the operator does not allow it. Public. Sends nothing.
-    pub fn whole_plan(&self) -> Result<String, JsError> {
-        let plan = shared::protocol::plan::whole_plan(self.partition()?).map_err(js_err)?;
-        serde_json::to_string(&plan).map_err(js_err)
-    }
-
-    /// Release the blocks to download for the loaded photo under `plan_json` (a `Plan` as
-    /// [`Client::plan`] or [`Client::whole_plan`] returned it). Returns JSON
-    /// `{urls, receipt, epsilon}`.
-    ///
-    /// The photo's true block (its nearest centroid at the plan's level) is computed here and
-    /// never leaves wasm. `shared::protocol::block_search::release_blocks` draws `L` of the
-    /// level's `B` blocks with the k-subset mechanism (`shared::dp::subset`: pure ε-DP, δ = 0,
-    /// ρ = ε²/2 — the receipt) from the crypto RNG, then puts the set in a fresh uniformly random
-    /// order (the same RNG), so neither the set nor the order depends on the photo beyond the
-    /// mechanism's output. When the plan downloads every block of its
-    /// level (`L = B`, or the whole gallery), nothing is released: all blocks, random order, no
-    /// receipt. The client remembers which (level, block) each URL is, for the hash check.
-    pub fn release_blocks(&mut self, plan_json: &str) -> Result<String, JsError> {
-        let plan: Plan = serde_json::from_str(plan_json)
-            .map_err(|e| js_err(format!("the search plan is malformed: {e}")))?;
-        let query = self
-            .query_f32
-            .as_ref()
-            .ok_or_else(|| js_err("load an image before searching"))?;
-        let p = self
-            .partition
-            .as_ref()
-            .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))?;
-        let level = p
-            .levels
-            .get(plan.level)
-            .ok_or_else(|| js_err("the search plan names a level the partition does not have"))?;
-        if plan.blocks != level.blocks || plan.size == 0 || plan.size > level.blocks {
-            return Err(js_err(
-                "the search plan does not match the partition's blocks",
-            ));
-        }
-        if plan.whole != level.whole || (level.whole && !p.allow_full_download) {
-            return Err(js_err(
-                "this server does not allow downloading the whole gallery",
-            ));
-        }
-        // The release and the fresh fetch order (shared with every client: one implementation).
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let req = block_search::release_blocks(p, &plan, query, &mut rng).map_err(js_err)?;
-        let urls = req
-            .fetch
-            .iter()
-            .map(|&b| block_search::block_url(p, req.level, b))
-            .collect();
-        let l = &p.levels[req.level];
-        let out = BlockRelease {
-            urls,
-            epsilon: req.receipt.map_or(0.0, |r| r.epsilon),
-            receipt: req.receipt,
-            max_bytes: req.fetch.iter().map(|&b| l.bytes[b as usize]).collect(),
-            max_wire_bytes: req
-                .fetch
-                .iter()
-                .map(|&b| l.transfer_bytes[b as usize])
-                .collect(),
-        };
-        self.pending_blocks = Some(PendingBlocks {
-            level: req.level,
-            order: req.fetch,
-        });
-        serde_json::to_string(&out).map_err(js_err)
-    }
-
-    /// Rank the downloaded blocks (their uncompressed bytes, in the order of the URLs
-    /// [`Client::release_blocks`] returned) for the loaded photo and return the exact top `k`
-    /// of their union as JSON `{results: [{id, label, class_name, distance, thumbnail}],
-    /// thumb_side, pool_items, blocks}` — thumbnails come from the blocks, so nothing more is
-    /// fetched. Each block is checked against the SHA-256 the partition lists for its
-    /// (level, block) first; a mismatch, a malformed block or a wrong count is an error.
-    /// Nothing leaves the browser: this is for the user's screen only.
-    pub fn rank_blocks(
-        &self,
-        blocks: Vec<js_sys::Uint8Array>,
-        k: usize,
-    ) -> Result<String, JsError> {
-        let pending = self
-            .pending_blocks
-            .as_ref()
-            .ok_or_else(|| js_err("no block search is pending"))?;
-        let query = self
-            .query_f32
-            .as_ref()
-            .ok_or_else(|| js_err("load an image before searching"))?;
-        let p = self.partition()?;
-        if blocks.len() != pending.order.len() {
-            return Err(js_err(format!(
-                "{} blocks were released but {} were given",
-                pending.order.len(),
-                blocks.len()
-            )));
-        }
-        let bytes: Vec<Vec<u8>> = blocks.iter().map(js_sys::Uint8Array::to_vec).collect();
-        let fetched: Vec<(u32, &[u8])> = pending
-            .order
-            .iter()
-            .zip(&bytes)
-            .map(|(&b, bytes)| (b, bytes.as_slice()))
-            .collect();
-        let (hits, decoded) = block_search::verify_and_rank(p, pending.level, &fetched, query, k)
-            .map_err(|e| match e {
-            shared::Error::InvalidParameter { name: "block", .. } => js_err(format!(
-                "a downloaded block does not match the fingerprint the gallery \
-                         published (the server sent different data, or the gallery changed), \
-                         so nothing is shown: {e}"
-            )),
-            other => js_err(other),
-        })?;
-        let n = decoded.len();
-        if decoded.iter().any(|b| b.thumb_side != p.thumb_side) {
-            return Err(js_err(
-                "a downloaded block does not have the partition's thumbnail size",
-            ));
-        }
-        let mut ids: Vec<u64> = decoded.iter().flat_map(|b| b.ids.iter().copied()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let results = hits
-            .iter()
-            .map(|h| BlockHit {
-                id: h.id,
-                label: h.label,
-                class_name: self.class_name(h.label as u32),
-                distance: h.distance,
-                thumbnail: decoded[h.block].thumbnail(h.index).to_vec(),
-            })
-            .collect();
-        let out = BlockRanking {
-            results,
-            thumb_side: p.thumb_side,
-            pool_items: ids.len(),
-            blocks: n,
-        };
-        serde_json::to_string(&out).map_err(js_err)
-    }
 }
 
 impl Client {
-    /// Remember where the real row of a request is (it stays here) and return what the page
-    /// may see: the request body, the receipt and the sensitivity.
-    fn hold(
-        &mut self,
-        req: SearchRequest,
-        real_position: usize,
-        receipt: Receipt,
-        sensitivity: f64,
-    ) -> Result<String, JsError> {
-        self.pending = Some(Pending {
-            real_position,
-            rows: req.query_rows.len(),
-        });
-        let out = Privatized {
-            request: serde_json::to_string(&req).map_err(js_err)?,
-            receipt,
-            sensitivity,
-        };
-        serde_json::to_string(&out).map_err(js_err)
-    }
-
-    pub(crate) fn partition(&self) -> Result<&PartitionDoc, JsError> {
-        self.partition
-            .as_ref()
-            .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))
-    }
-
     pub(crate) fn class_name(&self, label: u32) -> String {
         self.config
             .class_names
@@ -607,16 +138,6 @@ impl Client {
 #[wasm_bindgen]
 pub fn limits() -> String {
     serde_json::to_string(&shared::params::limits::CLIENT).unwrap_or_default()
-}
-
-/// The budget spent by a list of receipts (a JSON array, as `privatize` returned them), composed
-/// by zCDP and reported at `delta` (see `shared::dp::budget`). Returns JSON `shared::dp::budget::Total`.
-#[wasm_bindgen]
-pub fn compose_budget(receipts_json: &str, delta: f64) -> Result<String, JsError> {
-    let receipts: Vec<Receipt> = serde_json::from_str(receipts_json)
-        .map_err(|e| js_err(format!("stored receipts are malformed: {e}")))?;
-    let total = shared::dp::budget::compose(&receipts, delta).map_err(js_err)?;
-    serde_json::to_string(&total).map_err(js_err)
 }
 
 /// A wire enum from its JSON name (`discrete_gaussian`, `proportional`, …).

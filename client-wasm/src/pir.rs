@@ -17,7 +17,8 @@ use shared::pir::records::RankRecord;
 use shared::protocol::pir_search::{self, Ranked};
 use wasm_bindgen::prelude::*;
 
-use crate::{js_err, BlockHit, Client};
+use crate::blocks::BlockHit;
+use crate::{js_err, Client};
 
 /// Parsed hints kept at most (one version's thumbnail and level hints).
 const MAX_HINTS: usize = 4;

@@ -1,0 +1,264 @@
+//! Private block retrieval in the browser (`shared::protocol::{plan, blocks}`,
+//! `shared::dp::subset`): load the public partition, plan, release the blocks to download with
+//! the k-subset mechanism, and rank what was downloaded. Design and leakage rules:
+//! `shared/spec/blocks.md`.
+
+use shared::api::PartitionDoc;
+use shared::dp::mechanism::Receipt;
+use shared::protocol::block_search;
+use shared::protocol::plan::Plan;
+use wasm_bindgen::prelude::*;
+
+use crate::{js_err, Client};
+
+/// The last block release: its level and the released blocks in the order of the URLs handed
+/// to JavaScript (the true block is not kept).
+pub(crate) struct PendingBlocks {
+    level: usize,
+    order: Vec<u32>,
+}
+
+/// What JavaScript receives from a block release.
+#[derive(serde::Serialize)]
+struct BlockRelease {
+    /// The URLs to fetch, all at once, in this order.
+    urls: Vec<String>,
+    /// The receipt to add to the spent budget; `null` when every block of the level (or the
+    /// whole gallery) is downloaded, which releases nothing.
+    receipt: Option<Receipt>,
+    /// ε spent (0 when nothing is released).
+    epsilon: f64,
+    /// For each URL, the bytes the partition declares for the block uncompressed and on the
+    /// wire: the page stops reading past them.
+    max_bytes: Vec<u64>,
+    max_wire_bytes: Vec<u64>,
+}
+
+/// One ranked result, for the user's screen.
+#[derive(serde::Serialize)]
+pub(crate) struct BlockHit {
+    pub(crate) id: u64,
+    pub(crate) label: u8,
+    pub(crate) class_name: String,
+    /// Squared L2 distance between the photo's features and the item's (dequantised) features.
+    pub(crate) distance: f32,
+    /// `thumb_side × thumb_side` grey bytes, row-major (light object on dark).
+    pub(crate) thumbnail: Vec<u8>,
+}
+
+/// The ranking of the downloaded blocks.
+#[derive(serde::Serialize)]
+struct BlockRanking {
+    results: Vec<BlockHit>,
+    thumb_side: usize,
+    /// Distinct gallery items in the downloaded pool.
+    pool_items: usize,
+    /// Blocks ranked.
+    blocks: usize,
+}
+
+/// Private block retrieval (design: `shared/spec/blocks.md`, leakage rules there).
+///
+/// What leaves the browser: the partition request (identical for every client) and, per
+/// search, the URLs [`Client::release_blocks`] returns — the set the k-subset mechanism
+/// released, in a fresh uniformly random order, at the level the (public) plan names. Every
+/// request is therefore a function of the release alone (post-processing of an ε-DP output).
+/// The page fetches them all at once by one code path, never retries one, and fetches nothing
+/// after [`Client::rank_blocks`] (thumbnails come from the blocks).
+#[wasm_bindgen]
+impl Client {
+    /// Load the body of `GET /api/v1/partition`: validated with `plan::validate_doc` (an
+    /// untrusted server's document) and checked against the model's feature dimension.
+    /// Replaces any earlier partition and forgets a pending block release. Sends nothing.
+    pub fn load_partition(&mut self, partition_json: &str) -> Result<(), JsError> {
+        let max = shared::params::limits::MAX_PARTITION_DOC_BYTES;
+        if partition_json.len() as u64 > max {
+            return Err(js_err(format!(
+                "the server's partition is larger than {max} bytes"
+            )));
+        }
+        let doc: PartitionDoc = serde_json::from_str(partition_json)
+            .map_err(|e| js_err(format!("the server's partition is malformed: {e}")))?;
+        shared::protocol::plan::validate_doc(&doc).map_err(js_err)?;
+        if doc.feature_dim != self.config.feature_dim {
+            return Err(js_err(format!(
+                "the server's partition has {}-dimensional features, but the model computes {}",
+                doc.feature_dim, self.config.feature_dim
+            )));
+        }
+        if doc.thumb_side == 0 || doc.thumb_side > shared::params::limits::MAX_THUMB_SIDE {
+            return Err(js_err("the server's partition has a bad thumbnail size"));
+        }
+        self.partition = Some(doc);
+        self.pending_blocks = None;
+        Ok(())
+    }
+
+    /// The plan for a search at `epsilon` within `max_bytes` expected bytes on the wire (JSON
+    /// `shared::protocol::plan::Plan`). Public: a function of ε, the byte budget and the
+    /// partition only — it reads no photo, so the number of blocks and their level reveal
+    /// nothing. Sends nothing.
+    pub fn plan(&self, epsilon: f64, max_bytes: f64) -> Result<String, JsError> {
+        let p = self.partition()?;
+        let plan = shared::protocol::plan::plan(p, epsilon, max_bytes).map_err(js_err)?;
+        serde_json::to_string(&plan).map_err(js_err)
+    }
+
+    /// Every plan on the fidelity-vs-bytes Pareto curve at `epsilon`, cheapest first (JSON
+    /// array of `Plan`), for the plot. Public, like [`Client::plan`]. Sends nothing.
+    pub fn plans(&self, epsilon: f64) -> Result<String, JsError> {
+        let p = self.partition()?;
+        let all = shared::protocol::plan::candidates(p, epsilon).map_err(js_err)?;
+        serde_json::to_string(&shared::protocol::plan::pareto(all)).map_err(js_err)
+    }
+
+    /// The whole-gallery plan (one block, nothing released, zero privacy cost), or an error
+    /// when the operator does not allow it. Public. Sends nothing.
+    pub fn whole_plan(&self) -> Result<String, JsError> {
+        let plan = shared::protocol::plan::whole_plan(self.partition()?).map_err(js_err)?;
+        serde_json::to_string(&plan).map_err(js_err)
+    }
+
+    /// Release the blocks to download for the loaded photo under `plan_json` (a `Plan` as
+    /// [`Client::plan`] or [`Client::whole_plan`] returned it). Returns JSON
+    /// `{urls, receipt, epsilon}`.
+    ///
+    /// The photo's true block (its nearest centroid at the plan's level) is computed here and
+    /// never leaves wasm. `shared::protocol::block_search::release_blocks` draws `L` of the
+    /// level's `B` blocks with the k-subset mechanism (`shared::dp::subset`: pure ε-DP, δ = 0,
+    /// ρ = ε²/2 — the receipt) from the crypto RNG, then puts the set in a fresh uniformly random
+    /// order (the same RNG), so neither the set nor the order depends on the photo beyond the
+    /// mechanism's output. When the plan downloads every block of its
+    /// level (`L = B`, or the whole gallery), nothing is released: all blocks, random order, no
+    /// receipt. The client remembers which (level, block) each URL is, for the hash check.
+    pub fn release_blocks(&mut self, plan_json: &str) -> Result<String, JsError> {
+        let plan: Plan = serde_json::from_str(plan_json)
+            .map_err(|e| js_err(format!("the search plan is malformed: {e}")))?;
+        let query = self.block_query()?;
+        let p = self.partition()?;
+        let level = p
+            .levels
+            .get(plan.level)
+            .ok_or_else(|| js_err("the search plan names a level the partition does not have"))?;
+        if plan.blocks != level.blocks || plan.size == 0 || plan.size > level.blocks {
+            return Err(js_err(
+                "the search plan does not match the partition's blocks",
+            ));
+        }
+        if plan.whole != level.whole || (level.whole && !p.allow_full_download) {
+            return Err(js_err(
+                "this server does not allow downloading the whole gallery",
+            ));
+        }
+        // The release and the fresh fetch order (shared with every client: one implementation).
+        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let req = block_search::release_blocks(p, &plan, query, &mut rng).map_err(js_err)?;
+        let urls = req
+            .fetch
+            .iter()
+            .map(|&b| block_search::block_url(p, req.level, b))
+            .collect();
+        let l = &p.levels[req.level];
+        let out = BlockRelease {
+            urls,
+            epsilon: req.receipt.map_or(0.0, |r| r.epsilon),
+            receipt: req.receipt,
+            max_bytes: req.fetch.iter().map(|&b| l.bytes[b as usize]).collect(),
+            max_wire_bytes: req
+                .fetch
+                .iter()
+                .map(|&b| l.transfer_bytes[b as usize])
+                .collect(),
+        };
+        self.pending_blocks = Some(PendingBlocks {
+            level: req.level,
+            order: req.fetch,
+        });
+        serde_json::to_string(&out).map_err(js_err)
+    }
+
+    /// Rank the downloaded blocks (their uncompressed bytes, in the order of the URLs
+    /// [`Client::release_blocks`] returned) for the loaded photo and return the exact top `k`
+    /// of their union as JSON `{results: [{id, label, class_name, distance, thumbnail}],
+    /// thumb_side, pool_items, blocks}` — thumbnails come from the blocks, so nothing more is
+    /// fetched. Each block is checked against the SHA-256 the partition lists for its
+    /// (level, block) first; a mismatch, a malformed block or a wrong count is an error.
+    /// Nothing leaves the browser: this is for the user's screen only.
+    pub fn rank_blocks(
+        &self,
+        blocks: Vec<js_sys::Uint8Array>,
+        k: usize,
+    ) -> Result<String, JsError> {
+        let pending = self
+            .pending_blocks
+            .as_ref()
+            .ok_or_else(|| js_err("no block search is pending"))?;
+        let query = self.block_query()?;
+        let p = self.partition()?;
+        if blocks.len() != pending.order.len() {
+            return Err(js_err(format!(
+                "{} blocks were released but {} were given",
+                pending.order.len(),
+                blocks.len()
+            )));
+        }
+        let bytes: Vec<Vec<u8>> = blocks.iter().map(js_sys::Uint8Array::to_vec).collect();
+        let fetched: Vec<(u32, &[u8])> = pending
+            .order
+            .iter()
+            .zip(&bytes)
+            .map(|(&b, bytes)| (b, bytes.as_slice()))
+            .collect();
+        let (hits, decoded) = block_search::verify_and_rank(p, pending.level, &fetched, query, k)
+            .map_err(|e| match e {
+            shared::Error::InvalidParameter { name: "block", .. } => js_err(format!(
+                "a downloaded block does not match the fingerprint the gallery \
+                         published (the server sent different data, or the gallery changed), \
+                         so nothing is shown: {e}"
+            )),
+            other => js_err(other),
+        })?;
+        let n = decoded.len();
+        if decoded.iter().any(|b| b.thumb_side != p.thumb_side) {
+            return Err(js_err(
+                "a downloaded block does not have the partition's thumbnail size",
+            ));
+        }
+        let mut ids: Vec<u64> = decoded.iter().flat_map(|b| b.ids.iter().copied()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let results = hits
+            .iter()
+            .map(|h| BlockHit {
+                id: h.id,
+                label: h.label,
+                class_name: self.class_name(h.label as u32),
+                distance: h.distance,
+                thumbnail: decoded[h.block].thumbnail(h.index).to_vec(),
+            })
+            .collect();
+        let out = BlockRanking {
+            results,
+            thumb_side: p.thumb_side,
+            pool_items: ids.len(),
+            blocks: n,
+        };
+        serde_json::to_string(&out).map_err(js_err)
+    }
+}
+
+impl Client {
+    /// The loaded partition, or an error when there is none yet.
+    pub(crate) fn partition(&self) -> Result<&PartitionDoc, JsError> {
+        self.partition
+            .as_ref()
+            .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))
+    }
+
+    /// The loaded photo's features as the model computed them (f32), the blocks' query.
+    fn block_query(&self) -> Result<&[f32], JsError> {
+        self.query_f32
+            .as_deref()
+            .ok_or_else(|| js_err("load an image before searching"))
+    }
+}

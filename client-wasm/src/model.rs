@@ -1,0 +1,76 @@
+//! The on-device model: [`OnDeviceModel`] on its own (for tests and benchmarks), and loading the
+//! user's photo into the [`Client`] (preprocess, run the model, keep the features). Nothing here
+//! sends anything: the features and the predicted label stay in the `Client`.
+
+use shared::embed::model::{from_rgba, Model};
+use wasm_bindgen::prelude::*;
+
+use crate::{js_err, Client};
+
+/// The on-device model, loaded from its weights file.
+#[wasm_bindgen]
+pub struct OnDeviceModel {
+    model: Model,
+}
+
+#[wasm_bindgen]
+impl OnDeviceModel {
+    /// Load weights (the bytes of `model.bin`); a clear error for anything else.
+    #[wasm_bindgen(constructor)]
+    pub fn new(weights: &[u8]) -> Result<OnDeviceModel, JsError> {
+        Ok(OnDeviceModel {
+            model: Model::from_bytes(weights).map_err(js_err)?,
+        })
+    }
+
+    /// Unit-norm features of a 28×28 greyscale image (784 bytes, row-major).
+    pub fn features(&self, pixels: &[u8]) -> Result<Vec<f32>, JsError> {
+        Ok(self.model.infer(pixels).map_err(js_err)?.features)
+    }
+
+    /// The predicted class of the image.
+    pub fn label(&self, pixels: &[u8]) -> Result<u32, JsError> {
+        Ok(self.model.infer(pixels).map_err(js_err)?.label)
+    }
+}
+
+/// What the page shows about the loaded image (`Client::load_image`).
+#[derive(serde::Serialize)]
+struct ImageInfo {
+    /// The model's 28×28 input, for the page to show.
+    pixels: Vec<u8>,
+    label: u32,
+    class_name: String,
+    probability: f32,
+    probabilities: Vec<f32>,
+}
+
+#[wasm_bindgen]
+impl Client {
+    /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
+    /// (`shared::embed::model::from_rgba`), run the model, keep the features. Returns JSON
+    /// `{pixels, label, class_name, probability, probabilities}`.
+    pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
+        let pixels = from_rgba(rgba, width as usize, height as usize).map_err(js_err)?;
+        self.load_pixels(&pixels)
+    }
+
+    /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
+    pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
+        let inf = self.model.infer(pixels).map_err(js_err)?;
+        let class_name = self.class_name(inf.label);
+        let info = ImageInfo {
+            pixels: pixels.to_vec(),
+            label: inf.label,
+            class_name,
+            probability: inf.probabilities[inf.label as usize],
+            probabilities: inf.probabilities,
+        };
+        self.query = Some(inf.features.iter().map(|&v| v as f64).collect());
+        self.query_f32 = Some(inf.features);
+        self.query_label = Some(inf.label);
+        self.pending = None;
+        self.pending_blocks = None;
+        serde_json::to_string(&info).map_err(js_err)
+    }
+}

@@ -1,0 +1,112 @@
+// Block download (the blocks the wasm client released, or the whole gallery): everything this
+// flow requests after a release is a function of the release alone.
+import { $, K, showError, state, status, timings } from "../page.js";
+import { LIMITS } from "../api.js";
+import { HostileAnswer, deadline, fetchBounded } from "../net.js";
+import { holdOverBudget, spend } from "../budget.js";
+import { pct } from "../format.js";
+import { loadPartition } from "../protocol.js";
+import { updatePlan } from "../plan.js";
+import { renderResults } from "../results.js";
+
+export async function onBlockSearch() {
+  const t = performance.now();
+  if (!state.currentPlan) {
+    showError("No search plan fits these settings. Choose a larger data budget or another way to search.");
+    return;
+  }
+  let out;
+  try {
+    out = JSON.parse(state.client.release_blocks(JSON.stringify(state.currentPlan)));
+  } catch (e) {
+    showError(`Could not prepare the search: ${e.message || e}`);
+    return;
+  }
+  timings.release_ms = performance.now() - t;
+  out.started = t;
+  if (out.receipt) {
+    if (holdOverBudget(out)) return;
+  }
+  await fetchBlocks(out);
+}
+
+// One code path for every block: all requests at once, in the given (random) order, no retry.
+export async function fetchBlocks(out) {
+  $("warning").hidden = true;
+  showError("");
+  const t = performance.now();
+  out.started = out.started ?? t;
+  $("progress").hidden = false;
+  $("progress").value = 2;
+  status(`Downloading ${out.urls.length} block${out.urls.length === 1 ? "" : "s"}…`);
+  // The requests leave now: the release is spent whatever happens next.
+  if (out.receipt) spend(out.receipt);
+  let buffers;
+  // One deadline for the whole search; the first failure stops every other download.
+  const L = await LIMITS;
+  const d = deadline(L.total_timeout_secs);
+  try {
+    buffers = await Promise.all(out.urls.map(async (u, i) => {
+      const { resp, bytes } = await fetchBounded(u, {
+        maxBytes: out.max_bytes[i],
+        maxWire: out.max_wire_bytes[i],
+        signal: d.signal,
+        follow: false,
+      });
+      if (!resp.ok) {
+        const err = new Error(`the server answered HTTP ${resp.status}`);
+        err.status = resp.status;
+        throw err;
+      }
+      return bytes;
+    }).map((p) => p.catch((e) => { d.abort(); throw e; })));
+  } catch (e) {
+    $("progress").hidden = true;
+    const reason = e.status ? e.message
+      : e instanceof HostileAnswer ? `${e.message}; refused`
+      : e?.name === "TimeoutError" || d.signal.reason?.name === "TimeoutError"
+        ? `no complete answer within ${L.total_timeout_secs} s`
+        : "cannot reach the search server";
+    showError(
+      `Downloading the gallery blocks failed (${reason}). Nothing was retried: retrying only some ` +
+      "blocks could reveal which one you need. Search again to make a new private choice of blocks — " +
+      "that spends privacy budget again.");
+    status("Search failed.");
+    // A replaced gallery version: fetch the (public, identical for everyone) partition anew.
+    if (e.status === 404 || e.status === 410) { await loadPartition(); updatePlan(); }
+    return;
+  } finally {
+    d.done();
+  }
+  timings.fetch_ms = performance.now() - t;
+  const r0 = performance.now();
+  let ranked;
+  try {
+    ranked = JSON.parse(state.client.rank_blocks(buffers, K));
+  } catch (e) {
+    $("progress").hidden = true;
+    showError(`The downloaded blocks could not be used: ${e.message || e}`);
+    status("Search failed.");
+    return;
+  }
+  timings.rank_ms = performance.now() - r0;
+  $("progress").value = 3;
+  $("progress").hidden = true;
+  showBlockResults(ranked, out);
+  timings.block_search_ms = performance.now() - out.started;
+  status(`Done: ${out.urls.length} block${out.urls.length === 1 ? "" : "s"} downloaded in ` +
+    `${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
+}
+
+function showBlockResults(ranked, out) {
+  const plan = state.currentPlan;
+  const same = ranked.results.filter((m) => m.label === state.image.label).length;
+  $("results-summary").textContent =
+    `The ${ranked.results.length} nearest of the ${ranked.pool_items} gallery images downloaded ` +
+    `(${out.urls.length} block${out.urls.length === 1 ? "" : "s"}), ranked exactly in your browser; ` +
+    `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${state.image.class_name}). ` +
+    (plan && plan.predicted_fidelity < 1
+      ? `Predicted before the search: ${pct(plan.predicted_fidelity)}% of these are your exact 8 nearest in the whole gallery.`
+      : "These are your exact 8 nearest in the whole gallery.");
+  renderResults(ranked);
+}

@@ -1,0 +1,44 @@
+// The private information retrieval search on the page: `../pir.js` moves the bytes, the wasm
+// client makes the queries, checks the answers and ranks; this shows progress and the matches.
+import { $, K, showError, state, status, timings } from "../page.js";
+import { pirSearch } from "../pir.js";
+import { fmtKiB } from "../format.js";
+import { loadPartition, loadPirDoc } from "../protocol.js";
+import { updatePlan } from "../plan.js";
+import { renderResults } from "../results.js";
+
+export async function onPirSearch() {
+  if (!state.pirPlan) {
+    showError("No private-retrieval plan fits these settings. Choose a larger data budget or another way to search.");
+    return;
+  }
+  $("progress").hidden = false;
+  $("progress").value = 2;
+  let out;
+  try {
+    out = await pirSearch(state.client, state.pirDoc, state.pirPlan, K, status);
+  } catch (e) {
+    $("progress").hidden = true;
+    showError(`The private search failed: ${e.message || e}. Nothing was retried; nothing about your photo was revealed.`);
+    status("Search failed.");
+    if (e.status === 404 || e.status === 410 || e.status === 503) { await loadPartition(); await loadPirDoc(); updatePlan(); }
+    return;
+  }
+  $("progress").value = 3;
+  $("progress").hidden = true;
+  Object.assign(timings, { pir_client_ms: out.timings.client_ms, pir_search_ms: out.timings.total_ms });
+  showPirResults(out);
+  status(`Done in ${Math.round(out.timings.total_ms)} ms: ${fmtKiB(out.bytes.up)} up, ${fmtKiB(out.bytes.down)} down` +
+    (out.bytes.once ? `, ${fmtKiB(out.bytes.once)} of public files read once` : "") +
+    `; queries and checks took ${Math.round(out.timings.client_ms)} ms here. The server learned nothing about your photo.`);
+}
+
+function showPirResults(out) {
+  const same = out.ranked.results.filter((m) => m.label === state.image.label).length;
+  const exact = state.pirPlan.predicted_fidelity >= 0.9995;
+  $("results-summary").textContent =
+    `The ${out.ranked.results.length} nearest images ${exact ? "in the whole gallery" : "in your photo's part of the gallery"}, ` +
+    "ranked exactly in your browser; the server computed its answers without learning which images you asked for. " +
+    `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${state.image.class_name}).`;
+  renderResults(out.ranked);
+}

@@ -1,0 +1,158 @@
+// The page's plots (SVG): the plan curve (predicted fidelity against data downloaded), the
+// anchor frame drawn flat with the rows a frame search sent, Algorithm 1's aligned embedding,
+// and the frame plot's legend.
+import { $, state } from "./page.js";
+import { fmtKiB, kib, pct } from "./format.js";
+
+// Tableau 10: distinguishable, and readable on white.
+const COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                 "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#5b5b5b"];
+
+export function renderLegend() {
+  $("legend").replaceChildren(...state.config.class_names.map((name, c) => {
+    const li = document.createElement("li");
+    const dot = document.createElement("span");
+    dot.style.background = COLOURS[c % COLOURS.length];
+    li.append(dot, name);
+    return li;
+  }));
+}
+
+// ---- plot: predicted fidelity against KiB downloaded (the public Pareto curve) ---------------
+
+export function drawPlanPlot(curve, chosen, pir) {
+  const svg = $("plan-plot");
+  const W = 400, H = 260, L = 48, R = 12, T = 12, B = 40;
+  const pts = [...curve];
+  // PIR's point: its bytes per search (up and down), at ε = 0.
+  const pirPoint = pir ? { expected_bytes: pir.up_bytes + pir.down_bytes, predicted_fidelity: pir.predicted_fidelity } : null;
+  if (chosen && !pts.some((p) => p.level === chosen.level && p.size === chosen.size)) pts.push(chosen);
+  const nodes = [];
+  if (!pts.length && !pirPoint) { svg.replaceChildren(); return; }
+  const xs = [...pts, ...(pirPoint ? [pirPoint] : [])].map((p) => Math.max(1, kib(p.expected_bytes)));
+  let lo = Math.log10(Math.min(...xs)), hi = Math.log10(Math.max(...xs));
+  if (hi - lo < 0.5) { lo -= 0.25; hi += 0.25; }
+  const x = (bytes) => L + ((Math.log10(Math.max(1, kib(bytes))) - lo) / (hi - lo)) * (W - L - R);
+  const y = (f) => T + (1 - f) * (H - T - B);
+  // Axes, ticks and labels.
+  nodes.push(el("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#444" }));
+  nodes.push(el("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#444" }));
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+    nodes.push(el("line", { x1: L - 4, y1: y(f), x2: W - R, y2: y(f), stroke: "#ddd" }));
+    const t = el("text", { x: L - 6, y: y(f) + 4, "font-size": 10, "text-anchor": "end", fill: "#333" });
+    t.textContent = `${Math.round(100 * f)}%`;
+    nodes.push(t);
+  }
+  for (let e = Math.ceil(lo); e <= Math.floor(hi); e++) {
+    const b = 1024 * 10 ** e;
+    nodes.push(el("line", { x1: x(b), y1: H - B, x2: x(b), y2: H - B + 4, stroke: "#444" }));
+    const t = el("text", { x: x(b), y: H - B + 15, "font-size": 10, "text-anchor": "middle", fill: "#333" });
+    t.textContent = fmtKiB(b);
+    nodes.push(t);
+  }
+  const xl = el("text", { x: (L + W - R) / 2, y: H - 6, "font-size": 11, "text-anchor": "middle", fill: "#222" });
+  xl.textContent = "data downloaded per search (log scale)";
+  const yl = el("text", { x: 12, y: (T + H - B) / 2, "font-size": 11, "text-anchor": "middle", fill: "#222",
+    transform: `rotate(-90 12 ${(T + H - B) / 2})` });
+  yl.textContent = "predicted share of exact top 8";
+  nodes.push(xl, yl);
+  if (curve.length) {
+    nodes.push(el("polyline", { points: curve.map((p) => `${x(p.expected_bytes)},${y(p.predicted_fidelity)}`).join(" "),
+      fill: "none", stroke: COLOURS[0], "stroke-width": 1.5 }));
+  }
+  for (const p of pts) {
+    const label = p.whole ? "the whole gallery" : `${p.size} of ${p.blocks} blocks`;
+    nodes.push(el("circle", { cx: x(p.expected_bytes), cy: y(p.predicted_fidelity), r: 3, fill: p.whole ? COLOURS[4] : COLOURS[0] },
+      `${label}: ${fmtKiB(p.expected_bytes)}, predicted ${pct(p.predicted_fidelity)}%, ε = ${p.epsilon}`));
+  }
+  if (pirPoint) {
+    const px = x(pirPoint.expected_bytes), py = y(pirPoint.predicted_fidelity);
+    nodes.push(el("rect", { x: px - 5, y: py - 5, width: 10, height: 10, fill: COLOURS[2], class: "pir-point" },
+      `Private information retrieval: ${fmtKiB(pirPoint.expected_bytes)} per search, predicted ${pct(pirPoint.predicted_fidelity)}%, ε = 0`));
+    nodes.push(el("circle", { cx: px, cy: py, r: 9, fill: "none", stroke: "#111", "stroke-width": 2, class: "chosen" },
+      "The plan this search uses"));
+  }
+  if (chosen) {
+    nodes.push(el("circle", { cx: x(chosen.expected_bytes), cy: y(chosen.predicted_fidelity), r: 8, fill: "none",
+      stroke: "#111", "stroke-width": 2, class: "chosen" }, "The plan this search uses"));
+  }
+  svg.replaceChildren(...nodes);
+}
+
+// ---- plot: the 10-d frame drawn flat, each class at a corner of a regular polygon -------------
+
+function project(row) {
+  const c = row.length;
+  let x = 0, y = 0;
+  row.forEach((v, i) => {
+    const a = Math.PI / 2 - (2 * Math.PI * i) / c;
+    x += v * Math.cos(a);
+    y += v * Math.sin(a);
+  });
+  const clamp = (v) => Math.max(-1.2, Math.min(1.2, v));
+  return [clamp(x), clamp(-y)];
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function el(name, attrs, title) {
+  const e = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (title) {
+    const t = document.createElementNS(SVG, "title");
+    t.textContent = title;
+    e.append(t);
+  }
+  return e;
+}
+
+// The real row: a filled star at (x, y).
+function star(x, y) {
+  const pts = Array.from({ length: 10 }, (_, i) => {
+    const a = -Math.PI / 2 + (Math.PI * i) / 5;
+    const rad = i % 2 ? 0.035 : 0.08;
+    return `${x + rad * Math.cos(a)},${y + rad * Math.sin(a)}`;
+  }).join(" ");
+  return el("polygon", { points: pts, fill: "#ffd400", stroke: "#111", "stroke-width": 0.01 }, "Your real row");
+}
+
+export function drawPlot(picked) {
+  const svg = $("plot");
+  const nodes = [];
+  state.map.rows.forEach((r, i) => {
+    const [x, y] = project(r);
+    nodes.push(el("circle", { cx: x, cy: y, r: 0.012, fill: COLOURS[state.map.labels[i] % 10], "fill-opacity": 0.3 }));
+  });
+  const c = state.config.frame_dim;
+  for (let i = 0; i < c; i++) {
+    const v = Array.from({ length: c }, (_, j) => (j === i ? 1 : 0));
+    const [x, y] = project(v);
+    const name = state.config.class_names[i] ?? `class ${i}`;
+    nodes.push(el("circle", { cx: x, cy: y, r: 0.05, fill: COLOURS[i % 10], stroke: "#222", "stroke-width": 0.008 },
+      `Anchors of class ${name}`));
+    nodes.push(el("text", { x: x * 1.14, y: y * 1.14 + 0.025, "font-size": 0.07, "text-anchor": "middle", fill: "#222" }, null));
+    nodes[nodes.length - 1].textContent = name;
+  }
+  if (picked) {
+    for (const r of picked.rows) {
+      const [x, y] = project(r);
+      nodes.push(el("circle", { cx: x, cy: y, r: 0.035, fill: "none", stroke: "#111", "stroke-width": 0.012 }, "A row sent to the server"));
+    }
+    nodes.push(star(...project(picked.real_row)));
+  }
+  svg.replaceChildren(...nodes);
+}
+
+// ---- plot: Algorithm 1's aligned 2-d embedding ----------------------------------------------
+
+export function drawPaperPlot(picked) {
+  const scale = Math.max(1e-9, ...picked.rows.flat().map((v) => Math.abs(v)));
+  const at = (r) => [r[0] / scale, -r[1] / scale];
+  const nodes = [el("line", { x1: -1.2, y1: 0, x2: 1.2, y2: 0, stroke: "#ccc", "stroke-width": 0.006 }),
+    el("line", { x1: 0, y1: -1.2, x2: 0, y2: 1.2, stroke: "#ccc", "stroke-width": 0.006 })];
+  for (const r of picked.rows) {
+    const [x, y] = at(r);
+    nodes.push(el("circle", { cx: x, cy: y, r: 0.035, fill: "none", stroke: "#111", "stroke-width": 0.012 }, "A row sent to the server"));
+  }
+  nodes.push(star(...at(picked.real_row)));
+  $("paper-plot").replaceChildren(...nodes);
+}

@@ -1,0 +1,54 @@
+// The ways to search the page offers and shows: which the server's public documents allow
+// (the partition for block download, the PIR document for private retrieval) and the parts of
+// the page for the chosen one.
+import { $, protocol, state } from "./page.js";
+import { LIMITS, getJson } from "./api.js";
+import { loadPir } from "./pir.js";
+import { updateEpsilon } from "./budget.js";
+
+// The partition document is public and the same for everyone; a stale one is refetched whole.
+export async function loadPartition() {
+  state.partition = null;
+  try {
+    const text = await getJson("/api/v1/partition", (await LIMITS).max_partition_doc_bytes);
+    state.client.load_partition(text);
+    state.partition = JSON.parse(text);
+  } catch (e) {
+    state.partition = null;
+    state.partitionProblem = `Block download is unavailable: ${e.message || e} The noisy-numbers search still works.`;
+    $("plan").textContent = state.partitionProblem;
+  }
+  const whole = $("protocol").querySelector("option[value='whole']");
+  const allowed = !!state.partition && state.partition.allow_full_download && state.partition.levels.some((l) => l.whole);
+  whole.hidden = !allowed;
+  whole.disabled = !allowed;
+  if (!state.partition) $("protocol").value = "frame";
+  else if (!allowed && protocol() === "whole") $("protocol").value = "blocks";
+}
+
+// The PIR document: public, the same for everyone. Where the server offers PIR it is the default.
+export async function loadPirDoc() {
+  state.pirDoc = state.partition ? await loadPir(state.client) : null;
+  const opt = $("protocol").querySelector("option[value='pir']");
+  opt.hidden = !state.pirDoc;
+  opt.disabled = !state.pirDoc;
+  if (state.pirDoc && !$("protocol").dataset.chosen) $("protocol").value = "pir";
+  else if (!state.pirDoc && protocol() === "pir") $("protocol").value = state.partition ? "blocks" : "frame";
+}
+
+export async function updateProtocol() {
+  // A partition that was unavailable (e.g. still being built) is fetched again, whole.
+  const p = protocol();
+  const blocks = p === "blocks" || p === "whole" || p === "pir";
+  if (state.client && !state.partition && blocks) await loadPartition();
+  document.querySelectorAll(".eps-only").forEach((e) => { e.hidden = p === "pir"; });
+  document.querySelectorAll(".frame-only").forEach((e) => { e.hidden = p !== "frame"; });
+  document.querySelectorAll(".paper-only").forEach((e) => { e.hidden = p !== "paper"; });
+  document.querySelectorAll(".gaussian-only").forEach((e) => { e.hidden = blocks; });
+  document.querySelectorAll(".blocks-only").forEach((e) => { e.hidden = p !== "blocks" && p !== "pir"; });
+  $("frame-figure").hidden = p !== "frame";
+  $("paper-figure").hidden = p !== "paper";
+  $("plan-figure").hidden = !blocks;
+  $("search").textContent = p === "whole" ? "Download and search" : "Search privately";
+  updateEpsilon(); // the hint and the plan
+}

@@ -3,10 +3,9 @@
 //! background re-embedding while searches keep being answered from the old one.
 
 mod catalogue;
-mod embed;
+pub mod embed;
 mod open;
 
-pub use embed::{nystrom_landmarks, DENSE_MAX_ROWS, NYSTROM_LANDMARKS, NYSTROM_MAX_ENTRIES};
 pub use open::balanced_anchors;
 
 use std::collections::{BTreeMap, HashMap};

@@ -146,7 +146,7 @@ pub fn search(
     down += answer.len() as u64;
     let ranked = ranked?;
     let t0 = Instant::now();
-    thumbs_decode(&pending, &thumb_hint, &answer, &ranked).map_err(mal)?;
+    thumbs_decode(&pending, &thumb_hint, &answer, &ranked, part.thumb_side).map_err(mal)?;
     client_ms += t0.elapsed().as_secs_f64() * 1e3;
     Ok((
         ranked,

@@ -191,11 +191,13 @@ impl Client {
             .hints
             .get(&doc.thumbs.hint_sha256.to_ascii_lowercase())
             .ok_or_else(|| js_err("the thumbnail hint is not loaded"))?;
-        let thumbs = pir_search::thumbs_decode(&pending, hint, answer, &ranked).map_err(|e| {
-            js_err(format!(
-                "a thumbnail did not match the fingerprint the gallery published: {e}"
-            ))
-        })?;
+        let side = self.partition()?.thumb_side;
+        let thumbs =
+            pir_search::thumbs_decode(&pending, hint, answer, &ranked, side).map_err(|e| {
+                js_err(format!(
+                    "a thumbnail did not match the fingerprint the gallery published: {e}"
+                ))
+            })?;
         let results = ranked
             .hits
             .iter()

@@ -50,6 +50,7 @@ pub mod protocol {
     pub mod privatemail;
     pub mod publish;
     pub mod retrieve;
+    pub mod thumbs;
 }
 
 /// The evaluation's private baselines (no server route or page uses them).

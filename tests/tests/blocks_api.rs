@@ -398,7 +398,12 @@ fn a_gallery_change_publishes_a_new_version_and_keeps_the_old_one_for_the_grace_
     let r = http
         .post(&old_answer)
         .header("content-type", "application/octet-stream")
-        .body(vec![0u8; 4 * (1000usize).div_ceil(width / 784)])
+        .body(vec![
+            0u8;
+            4 * (1000usize).div_ceil(
+                width / shared::protocol::thumbs::packed_len(28)
+            )
+        ])
         .send()
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK, "the old version still answers");

@@ -79,7 +79,7 @@ fn thumbs(
     let n = body.len();
     let (st, answer) = post(http, &format!("{base}{}/thumbs", pir.answer_url), body);
     assert_eq!(st, StatusCode::OK);
-    (n, thumbs_decode(&pending, h, &answer, ranked).unwrap())
+    (n, thumbs_decode(&pending, h, &answer, ranked, 28).unwrap())
 }
 
 #[test]
@@ -183,10 +183,10 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
     answer[at + 1] ^= 0x80;
     answer[at + 2] ^= 0x80;
     answer[at + 3] ^= 0x80;
-    let e = thumbs_decode(&pending, &th, &answer, &r).unwrap_err();
+    let e = thumbs_decode(&pending, &th, &answer, &r, 28).unwrap_err();
     assert!(e.to_string().contains("thumbnail"), "{e}");
     // A truncated answer: a size error.
-    let e = thumbs_decode(&pending, &th, &answer[..answer.len() - 4], &r).unwrap_err();
+    let e = thumbs_decode(&pending, &th, &answer[..answer.len() - 4], &r, 28).unwrap_err();
     assert!(e.to_string().contains("PIR answer has"), "{e}");
     // A damaged table is refused by its hash.
     let mut t = table.clone();

@@ -26,7 +26,7 @@ const NEIGHBOUR_CHUNK: usize = 256;
 
 /// Bumped whenever the partition code changes what it builds from the same gallery, so a
 /// stored version built by older code is not served as current.
-const PARTITION_FORMAT: &str = "privatemail-partition-2";
+const PARTITION_FORMAT: &str = "privatemail-partition-3";
 
 /// What a partition is a function of: the gallery (ids, labels, features, thumbnails, in id
 /// order), the anchors its coverage is measured on, the seed, the operator's settings and the
@@ -83,7 +83,7 @@ pub const WHOLE_MAX_ITEMS: usize = 100_000;
 /// A pessimistic size of a version's files (plain + gzip): every item in each level about
 /// 2.5 times (closure overlap), gzip about 60 % of plain.
 fn estimated_bytes(n: usize, levels: usize, dim: usize, side: usize) -> u64 {
-    let item = (8 + 1 + 4 * dim + side * side) as f64;
+    let item = (8 + 1 + 4 * dim + shared::protocol::thumbs::packed_len(side)) as f64;
     (n as f64 * levels as f64 * item * 2.5 * 1.6) as u64
 }
 

@@ -16,8 +16,8 @@
 //! the record without padding.
 //!
 //! # Thumbnail record
-//! The `t×t` grey bytes of gallery item `i` (record `i`). Its 128-bit digest,
-//! `SHA-256("PMTH" ‖ i as u32 ‖ pixels)[..16]`, sits in every ranking record that holds the
+//! The packed `t×t` thumbnail of gallery item `i` (record `i`; 3 bits a pixel, 294 bytes at
+//! `t = 28`, `protocol::thumbs`). Its 128-bit digest, `SHA-256("PMTH" ‖ i as u32 ‖ packed)[..16]`, sits in every ranking record that holds the
 //! item, so a verified ranking record vouches for the thumbnails it points to (binding `i`
 //! stops a server from answering with another item's picture).
 
@@ -40,6 +40,7 @@ pub struct RankItem<'a> {
     pub features: &'a [f32],
     /// Gallery index (its thumbnail record).
     pub index: u32,
+    /// The packed thumbnail (the record's bytes, `protocol::thumbs::pack`).
     pub thumbnail: &'a [u8],
 }
 
@@ -52,7 +53,7 @@ pub struct RankRecord {
     pub digests: Vec<[u8; DIGEST]>,
 }
 
-/// The digest of item `index`'s thumbnail.
+/// The digest of item `index`'s packed thumbnail.
 pub fn thumb_digest(index: u32, pixels: &[u8]) -> [u8; DIGEST] {
     let mut h = Sha256::new();
     h.update(b"PMTH");

@@ -1,19 +1,20 @@
 //! The block file: what a client downloads, identical for every client, and the client's exact
 //! ranking over the blocks it downloaded.
 //!
-//! # Format (version 1, little-endian, columnar so it compresses well)
+//! # Format (version 2, little-endian, columnar so it compresses well)
 //! ```text
 //! offset  size        field
 //! 0       4           magic "PMBK"
-//! 4       2           format version (1)
+//! 4       2           format version (2)
 //! 6       2           d, feature dimension (≤ 4,096)
-//! 8       2           t, thumbnail side (thumbnails are t×t grey bytes)
+//! 8       2           t, thumbnail side (t×t grey pixels)
 //! 10      2           reserved, 0
 //! 12      4           n, item count (≤ 2^20)
 //! 16      8·n         item ids (u64)
 //! ..      n           labels (u8)
 //! ..      2·d·n       features, i16, value = q / 32767 (unit-norm features, |v| ≤ 1)
-//! ..      t·t·n       thumbnails, row-major grey (light object on dark, as the model sees it)
+//! ..      p·n         thumbnails, p = ⌈3·t²/8⌉ bytes each: 3 bits a pixel (`protocol::thumbs`;
+//!                     light object on dark, as the model sees it)
 //! ```
 //! Nothing follows. A block's hash is the SHA-256 of these bytes (hex); the partition document
 //! lists it, and the client refuses a block whose bytes do not match. Servers may send the
@@ -30,9 +31,10 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::params::limits;
 use crate::protocol::partition::TopK;
+use crate::protocol::thumbs;
 
 const MAGIC: &[u8; 4] = b"PMBK";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 const HEADER: usize = 16;
 /// Quantisation scale of the features.
 pub const FEATURE_SCALE: f32 = 32767.0;
@@ -73,7 +75,7 @@ pub struct Block {
     pub labels: Vec<u8>,
     /// `n × d`, dequantised.
     pub features: Vec<f32>,
-    /// `n × t·t`.
+    /// `n × t·t` grey bytes, as drawn (decoded from the file's 3-bit form).
     pub thumbnails: Vec<u8>,
 }
 
@@ -113,7 +115,7 @@ pub fn encode(items: &[BlockItem<'_>], dim: usize, thumb_side: usize) -> Result<
     }
     let t2 = thumb_side * thumb_side;
     let n = items.len();
-    let mut out = Vec::with_capacity(HEADER + n * (9 + 2 * dim + t2));
+    let mut out = Vec::with_capacity(HEADER + n * (9 + 2 * dim + thumbs::packed_len(thumb_side)));
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&(dim as u16).to_le_bytes());
@@ -142,7 +144,7 @@ pub fn encode(items: &[BlockItem<'_>], dim: usize, thumb_side: usize) -> Result<
         }
     }
     for it in items {
-        out.extend_from_slice(it.thumbnail);
+        thumbs::pack_into(it.thumbnail, thumb_side, &mut out)?;
     }
     Ok(out)
 }
@@ -155,9 +157,11 @@ pub fn hash_hex(bytes: &[u8]) -> String {
 /// Bytes of a block file of `n` items of dimension `dim` with `t`×`t` thumbnails (`None` if it
 /// does not fit a `u64`): a partition document's declared sizes must agree with it.
 pub fn file_len(n: u64, dim: u64, t: u64) -> Option<u64> {
-    let per_item = 9u64
-        .checked_add(dim.checked_mul(2)?)?
-        .checked_add(t.checked_mul(t)?)?;
+    let thumb = t
+        .checked_mul(t)?
+        .checked_mul(thumbs::BITS as u64)?
+        .div_ceil(8);
+    let per_item = 9u64.checked_add(dim.checked_mul(2)?)?.checked_add(thumb)?;
     n.checked_mul(per_item)?.checked_add(HEADER as u64)
 }
 
@@ -221,7 +225,16 @@ pub fn decode(bytes: &[u8], expected_hash: Option<&str>) -> std::result::Result<
         .map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / FEATURE_SCALE)
         .collect();
     at += 2 * dim * n;
-    let thumbnails = bytes[at..at + t2 * n].to_vec();
+    let p = thumbs::packed_len(thumb_side);
+    let mut thumbnails = Vec::with_capacity(t2 * n);
+    for i in 0..n {
+        thumbs::unpack_into(
+            &bytes[at + i * p..at + (i + 1) * p],
+            thumb_side,
+            &mut thumbnails,
+        )
+        .map_err(|e| BlockError::Malformed(format!("item {i}: {e}")))?;
+    }
     Ok(Block {
         dim,
         thumb_side,
@@ -320,7 +333,10 @@ mod tests {
                 v
             })
             .collect();
-        let thumbs = (0..n).map(|i| vec![i as u8; 4]).collect();
+        // Grey values the 3-bit thumbnails hold exactly.
+        let thumbs = (0..n)
+            .map(|i| vec![thumbs::grey((i % 8) as u8); 4])
+            .collect();
         (feats, thumbs)
     }
 
@@ -345,7 +361,7 @@ mod tests {
         let b = decode(&bytes, Some(&h)).unwrap();
         assert_eq!(b.ids, vec![3, 1, 7]);
         assert_eq!(b.labels, vec![3, 1, 7]);
-        assert_eq!(b.thumbnail(2), &[7u8; 4]);
+        assert_eq!(b.thumbnail(2), &[thumbs::grey(7); 4]);
         for (q, x) in b.features[..8].iter().zip(&f[3]) {
             assert!((q - x).abs() <= 0.5 / FEATURE_SCALE + 1e-7);
         }

@@ -22,12 +22,13 @@ use rand::RngCore;
 use crate::api::PartitionDoc;
 use crate::dp::exact::uniform_below;
 use crate::error::{Error, Result};
-use crate::pir::client::{query, Hint, Pending};
+use crate::pir::client::{query, Hint, Pending, PirError};
 use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 use crate::pir::records::{check_thumbnail, decode_rank_record, RankRecord, DIGEST};
 use crate::protocol::blocks::{rank, Hit};
 use crate::protocol::partition::nearest_centroid;
 use crate::protocol::plan::validate_doc;
+use crate::protocol::thumbs;
 
 /// Where a PIR search's ranking payload comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -243,19 +244,26 @@ pub fn thumbs_query(
     query(&t.shape, &t.seed()?, &records, rng)
 }
 
-/// The thumbnails of the ranked hits, each checked against its digest.
+/// The thumbnails of the ranked hits (`thumb_side²` grey bytes each), each record checked
+/// against its digest before it is unpacked.
 pub fn thumbs_decode(
     pending: &Pending,
     hint: &Hint,
     answer: &[u8],
     ranked: &Ranked,
+    thumb_side: usize,
 ) -> Result<Vec<Vec<u8>>> {
     let all = pending.decode(hint, answer)?;
     all.into_iter()
         .zip(ranked.indices.iter().zip(&ranked.digests))
-        .map(|(px, (&i, d))| {
-            check_thumbnail(i, &px, d)?;
-            Ok(px)
+        .map(|(packed, (&i, d))| {
+            // Records are padded to the database's record length; the digest covers the
+            // packed thumbnail alone.
+            let packed = packed
+                .get(..thumbs::packed_len(thumb_side))
+                .ok_or_else(|| PirError::Malformed("record shorter than a thumbnail".into()))?;
+            check_thumbnail(i, packed, d)?;
+            thumbs::unpack(packed, thumb_side)
         })
         .collect()
 }

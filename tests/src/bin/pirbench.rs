@@ -164,7 +164,7 @@ fn main() {
         let ans = post(&http, &format!("{base}{}/thumbs", pir.answer_url), body);
         acc.down += ans.len() as f64;
         let t = Instant::now();
-        thumbs_decode(&pending, &th, &ans, r).unwrap();
+        thumbs_decode(&pending, &th, &ans, r, 28).unwrap();
         acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
     };
 

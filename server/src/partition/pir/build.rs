@@ -14,6 +14,7 @@ use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::records::{encode_rank_record, RankItem};
 use shared::protocol::blocks::{decode, hash_hex};
 use shared::protocol::publish::gzip;
+use shared::protocol::thumbs;
 
 use super::serve::*;
 use crate::item::GalleryItem;
@@ -108,20 +109,23 @@ pub fn build(
             "the gallery does not match the partition".into(),
         ));
     }
+    // Thumbnails as the blocks hold them (3 bits a pixel): one record per item.
+    let side = p.doc.thumb_side;
+    let packed: Vec<Vec<u8>> = items
+        .par_iter()
+        .map(|it| thumbs::pack(&it.pixels, side))
+        .collect::<Result<_, _>>()?;
     let rank_item = |i: usize| RankItem {
         id: items[i].id,
         label: items[i].label as u8,
         features: &items[i].features,
         index: i as u32,
-        thumbnail: &items[i].pixels,
+        thumbnail: &packed[i],
     };
-
-    // Thumbnails: one record per item.
-    let thumb_bytes = p.doc.thumb_side * p.doc.thumb_side;
     let thumbs = build_db(
-        thumbs_shape(items.len(), thumb_bytes)?,
+        thumbs_shape(items.len(), thumbs::packed_len(side))?,
         a_seed(&version, "thumbs"),
-        items.iter().map(|it| it.pixels.as_slice()),
+        packed.iter().map(Vec::as_slice),
         Vec::new(),
     )?;
 

@@ -52,7 +52,9 @@ use privatemail_server::gallery::data::{load_split, Split};
 use privatemail_server::state::balanced_anchors;
 use privatemail_server::MODEL_WEIGHTS;
 
-use super::{blocks_plot, query_rng, Args};
+use super::blocks_plot;
+use crate::args::Args;
+use crate::rng::query_rng;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::blocks::{rank_variants, reference_pool, GalleryResult};
-use super::plot::log_chart;
+use crate::chart::log_chart;
 
 type Res = Result<(), Box<dyn std::error::Error>>;
 

@@ -1,4 +1,4 @@
-//! The log-x chart both evaluations' plots draw on (`table::plot`, `blocks_plot`).
+//! The log-x chart both evaluations' plots draw on (`table::plot`, `blocks::plot`).
 
 use plotters::prelude::*;
 

@@ -5,7 +5,6 @@
 
 mod args;
 mod blocks;
-mod blocks_plot;
 mod chart;
 mod rng;
 mod table;

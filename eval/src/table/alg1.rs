@@ -8,6 +8,7 @@ use shared::{DMatrix, Params, PrivacyParams};
 
 use super::report::Triple;
 use super::setting::{score, Setting};
+use crate::args::Args;
 use crate::rng::query_rng;
 
 /// Algorithm 1 for one parameter set: the server's SMLQ embedding of `[gallery ; anchors]`
@@ -81,4 +82,21 @@ impl Alg1 {
             Ok(full_ranking(&self.gallery, &row, Some(q)))
         })
     }
+}
+
+/// Algorithm 1's parameters: the defaults with the flags' δ, mechanism and SMLQ overrides.
+pub(super) fn alg1_params(args: &Args) -> Params {
+    let mut params = Params::default();
+    params.privacy.delta = args.delta;
+    params.privacy.mechanism = args.mechanism;
+    if let Some(s) = args.kernel_scale {
+        params.smlq.kernel_scale = s;
+    }
+    if let Some(a) = args.alpha {
+        params.smlq.alpha = a;
+    }
+    if let Some(t) = args.iterations {
+        params.smlq.iterations = t;
+    }
+    params
 }

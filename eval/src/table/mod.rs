@@ -21,7 +21,6 @@ mod study;
 
 use std::time::Instant;
 
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
@@ -34,7 +33,7 @@ use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
 use shared::protocol::retrieve::{
     full_ranking, gallery_rows, posterior_ranking, proportional_ranking, LabelledRows,
 };
-use shared::{Params, PrivacyParams};
+use shared::PrivacyParams;
 
 use privatemail_server::gallery::data::load_split;
 use privatemail_server::ops::progress::Progress;
@@ -42,37 +41,22 @@ use privatemail_server::MODEL_WEIGHTS;
 
 use crate::args::Args;
 use crate::rng::query_rng;
-use alg1::Alg1;
+use alg1::{alg1_params, Alg1};
 use methods::{
-    ClassRanker, ALG1, CHANCE_BLOCKS, CHANCE_ORDER, CHANCE_PAGE, DSNE, EXTENDED, FRAME,
-    FRAME_ONE_PER_CLASS, FRAME_PR, FRAME_PROP, ITQ, ITQ_BITS, JL, KNN, LSH, LSH_BITS, PCA, PITQ,
-    PITQ_EPOCHS, PROJECTION_DIM, TSNE,
+    ClassRanker, ALG1, DSNE, EXTENDED, FRAME, FRAME_ONE_PER_CLASS, FRAME_PR, FRAME_PROP, ITQ,
+    ITQ_BITS, JL, KNN, LSH, LSH_BITS, PCA, PITQ, PITQ_EPOCHS, PROJECTION_DIM, TSNE,
 };
-use rankings::{class_blocks, hamming_ranking, one_per_class_first, tsne};
+use rankings::{chance_levels, hamming_ranking, one_per_class_first, tsne};
 use report::{print_table, write_csv, write_study_csv, Row, Triple};
 use setting::{score, setting};
-use study::{
-    frame_maps, study_push, StudyAxis, ALG1_STUDY_POINTS, STUDY_ANCHORS, STUDY_GALLERY,
-    STUDY_QUERIES,
-};
+use study::{study_alg1, study_frame, ALG1_STUDY_POINTS};
 
 pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let t0 = Instant::now();
     let test = load_split(&args.data_dir, "t10k")?;
     let train = load_split(&args.data_dir, "train")?;
     let model = Model::from_bytes(MODEL_WEIGHTS)?;
-    let mut params = Params::default();
-    params.privacy.delta = args.delta;
-    params.privacy.mechanism = args.mechanism;
-    if let Some(s) = args.kernel_scale {
-        params.smlq.kernel_scale = s;
-    }
-    if let Some(a) = args.alpha {
-        params.smlq.alpha = a;
-    }
-    if let Some(t) = args.iterations {
-        params.smlq.iterations = t;
-    }
+    let params = alg1_params(&args);
     let privacy = |eps: f64| PrivacyParams {
         epsilon: eps,
         ..params.privacy
@@ -120,42 +104,7 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0x5eed);
 
         // Chance levels.
-        push(
-            CHANCE_ORDER,
-            None,
-            score(&s, k, |q| {
-                let mut order: Vec<usize> = (0..g).filter(|&i| i != q).collect();
-                order.shuffle(&mut query_rng(seed, q, 97, 0.0));
-                Ok(order)
-            })?,
-        );
-        push(
-            CHANCE_BLOCKS,
-            None,
-            score(&s, k, |q| {
-                Ok(class_blocks(&s.labels, q, &mut query_rng(seed, q, 98, 0.0)).1)
-            })?,
-        );
-        push(
-            CHANCE_PAGE,
-            None,
-            score(&s, k, |q| {
-                let (classes, mut order) =
-                    class_blocks(&s.labels, q, &mut query_rng(seed, q, 96, 0.0));
-                // The first item of each of the first k classes moves to the front.
-                let mut firsts: Vec<usize> = classes
-                    .iter()
-                    .take(k)
-                    .filter_map(|&c| order.iter().position(|&i| s.labels[i] == c))
-                    .collect();
-                firsts.sort_unstable();
-                let page: Vec<usize> = firsts.iter().map(|&p| order[p]).collect();
-                for p in firsts.into_iter().rev() {
-                    order.remove(p);
-                }
-                Ok(page.into_iter().chain(order).collect())
-            })?,
-        );
+        chance_levels(&s, k, seed, &mut push)?;
         // Non-private references.
         push(
             KNN,
@@ -357,85 +306,26 @@ pub(crate) fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
 
         if !args.no_study && !args.skip_algorithm1 && seed < args.seed + args.study_seeds {
-            // Algorithm 1 (the paper's Figure 5): embedding dimension k, label weight α, kernel
-            // scale s (the paper's σ) and the number of anchors, one at a time around the
-            // defaults, non-private and at ε = 8, on a smaller setting (each point is a full
-            // server embedding).
-            let base = params.smlq;
-            let (default_anchors, nq_study) = (
-                STUDY_ANCHORS.min(s.anchors.nrows()),
-                STUDY_QUERIES.min(s.truth.len()),
-            );
-            let default_small = s.subset(STUDY_GALLERY, default_anchors, nq_study, k);
-            let grid: [StudyAxis; 4] = [
-                ("k", &[2.0, 4.0, 8.0, 16.0], |p, _, v| {
-                    p.embed_dim = v as usize
-                }),
-                ("alpha", &[0.05, 0.5, 2.0, 8.0], |p, _, v| p.alpha = v),
-                ("sigma", &[0.03, 0.1, 0.3, 1.0, 3.0], |p, _, v| {
-                    p.kernel_scale = v
-                }),
-                ("anchors", &[100.0, 250.0, 500.0], |_, n, v| *n = v as usize),
-            ];
-            for (what, values, set) in grid {
-                for &v in values {
-                    let mut pm = params;
-                    pm.smlq = base;
-                    let mut anchors = default_anchors;
-                    set(&mut pm.smlq, &mut anchors, v);
-                    if anchors > s.anchors.nrows() {
-                        step(format!(
-                            "seed {seed}: Algorithm 1 study, {what} = {v} skipped (only {} anchors)",
-                            s.anchors.nrows()
-                        ));
-                        continue; // not that many anchors in this run
-                    }
-                    // The k, α and σ settings share one subset (its truth is a full kNN).
-                    let other;
-                    let small = if anchors == default_anchors {
-                        &default_small
-                    } else {
-                        other = s.subset(STUDY_GALLERY, anchors, nq_study, k);
-                        &other
-                    };
-                    let server = Alg1::new(small, &pm, &mut rng)?;
-                    let np = server.non_private(small, k)?;
-                    let pr = server.private(small, &privacy(8.0), 1, seed, 12, k)?;
-                    for (label, t) in [("SMLQ non-private", np), ("PrivateMail ε = 8", pr)] {
-                        study_push(
-                            &mut alg1_study,
-                            format!("{what}|{label}|Recall@{k}"),
-                            v,
-                            t[0],
-                        );
-                        study_push(&mut alg1_study, format!("{what}|{label}|mAP"), v, t[1]);
-                    }
-                    step(format!("seed {seed}: Algorithm 1 study, {what} = {v}"));
-                }
-            }
+            study_alg1(
+                &s,
+                params,
+                &privacy,
+                seed,
+                k,
+                &mut rng,
+                &mut alg1_study,
+                &step,
+            )?;
         }
         if !args.no_study {
-            // Frame protocol: kernel scale and number of anchors, non-private and at ε = 8.
-            for &scale in &[0.005, 0.01, 0.02, 0.05, 0.1, 0.3] {
-                let f = AnchorFrame::class_simplex(&s.anchors, &s.anchor_labels, 10, scale)?;
-                for (label, m) in frame_maps(&s, &f, seed, &privacy(8.0))? {
-                    study_push(&mut study, format!("kernel scale|{label}"), scale, m);
-                }
-                step(format!("seed {seed}: frame study, kernel scale = {scale}"));
-            }
-            for &n in &[100usize, 250, 500, 1000] {
-                let n = n.min(s.anchors.nrows());
-                let f = AnchorFrame::class_simplex(
-                    &s.anchors.rows(0, n).into_owned(),
-                    &s.anchor_labels[..n],
-                    10,
-                    args.frame_kernel_scale,
-                )?;
-                for (label, m) in frame_maps(&s, &f, seed, &privacy(8.0))? {
-                    study_push(&mut study, format!("anchors|{label}"), n as f64, m);
-                }
-                step(format!("seed {seed}: frame study, anchors = {n}"));
-            }
+            study_frame(
+                &s,
+                args.frame_kernel_scale,
+                &privacy,
+                seed,
+                &mut study,
+                &step,
+            )?;
         }
         progress.println(format!(
             "seed {seed} done after {:.0} s",

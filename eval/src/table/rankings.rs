@@ -6,6 +6,11 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use shared::baselines::hashing::hamming;
 
+use super::methods::{CHANCE_BLOCKS, CHANCE_ORDER, CHANCE_PAGE};
+use super::report::Triple;
+use super::setting::{score, Setting};
+use crate::rng::query_rng;
+
 /// The first item of each class in `ranking`, up to `k` of them, moved to the front (in the
 /// ranking's order); the rest keep their order.
 pub(super) fn one_per_class_first(ranking: Vec<usize>, labels: &[u32], k: usize) -> Vec<usize> {
@@ -84,6 +89,52 @@ pub(super) fn hamming_ranking(
     order.shuffle(rng);
     order.sort_by_key(|&i| hamming(&codes[i], query));
     order
+}
+
+/// The chance levels of one seed's setting (see `methods`), each pushed as a non-private row.
+pub(super) fn chance_levels(
+    s: &Setting,
+    k: usize,
+    seed: u64,
+    push: &mut impl FnMut(&'static str, Option<f64>, Triple),
+) -> Result<(), shared::Error> {
+    let g = s.gallery.nrows();
+    push(
+        CHANCE_ORDER,
+        None,
+        score(s, k, |q| {
+            let mut order: Vec<usize> = (0..g).filter(|&i| i != q).collect();
+            order.shuffle(&mut query_rng(seed, q, 97, 0.0));
+            Ok(order)
+        })?,
+    );
+    push(
+        CHANCE_BLOCKS,
+        None,
+        score(s, k, |q| {
+            Ok(class_blocks(&s.labels, q, &mut query_rng(seed, q, 98, 0.0)).1)
+        })?,
+    );
+    push(
+        CHANCE_PAGE,
+        None,
+        score(s, k, |q| {
+            let (classes, mut order) = class_blocks(&s.labels, q, &mut query_rng(seed, q, 96, 0.0));
+            // The first item of each of the first k classes moves to the front.
+            let mut firsts: Vec<usize> = classes
+                .iter()
+                .take(k)
+                .filter_map(|&c| order.iter().position(|&i| s.labels[i] == c))
+                .collect();
+            firsts.sort_unstable();
+            let page: Vec<usize> = firsts.iter().map(|&p| order[p]).collect();
+            for p in firsts.into_iter().rev() {
+                order.remove(p);
+            }
+            Ok(page.into_iter().chain(order).collect())
+        })?,
+    );
+    Ok(())
 }
 
 #[cfg(test)]

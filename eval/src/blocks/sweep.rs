@@ -14,7 +14,7 @@ use shared::protocol::plan::candidates;
 use shared::protocol::publish::{default_specs, document, publish_level, publish_whole};
 
 use super::frame::frame_pools;
-use super::level::{miss_probs, Coef, LevelEval};
+use super::level::{evaluate_level, LevelEval};
 use super::page::{add3, monte_carlo, page_metrics, quantised};
 use super::reference::TARGETS;
 use super::result::{GalleryResult, Point};
@@ -215,96 +215,15 @@ pub(super) fn eval_gallery(
             let published = publish_level(&view, &level, &probe_features, &anchor_truth)?;
             let doc = published.doc;
             let members = level.members;
-            // Blocks of every item.
-            let mut mult = vec![0u32; n];
-            for block in &members {
-                for &i in block {
-                    mult[i as usize] += 1;
-                }
-            }
-            let mut offsets = vec![0u32; n + 1];
-            for i in 0..n {
-                offsets[i + 1] = offsets[i] + mult[i];
-            }
-            let mut lists = vec![0u32; offsets[n] as usize];
-            let mut fill = offsets.clone();
-            for (bx, block) in members.iter().enumerate() {
-                for &i in block {
-                    lists[fill[i as usize] as usize] = bx as u32;
-                    fill[i as usize] += 1;
-                }
-            }
-            // Query weight of each true block.
-            let mut w = vec![0f64; b];
-            for &x in &true_block[bi] {
-                w[x as usize] += 1.0 / nq as f64;
-            }
-            // Items by multiplicity, and weighted by the true block holding them.
-            let mut h = vec![0f64; b + 1];
-            for &m in &mult {
-                h[m as usize] += 1.0;
-            }
-            let mut gw = vec![0f64; b + 1];
-            for (x, block) in members.iter().enumerate() {
-                if w[x] > 0.0 {
-                    for &i in block {
-                        gw[mult[i as usize] as usize] += w[x];
-                    }
-                }
-            }
-            // Items in x with c others (w1[c]), not in x with c holders (w0[c]).
-            let w1: Vec<f64> = (0..=b)
-                .map(|c| if c < b { gw[c + 1] } else { 0.0 })
-                .collect();
-            let w0: Vec<f64> = (0..=b).map(|c| h[c] - gw[c]).collect();
-            // Truth pairs.
-            let (mut t1, mut t0) = (vec![0f64; b + 1], vec![0f64; b + 1]);
-            for (q, tr) in truth.iter().enumerate() {
-                let x = true_block[bi][q];
-                for &i in tr.iter() {
-                    let bl = &lists[offsets[i as usize] as usize..offsets[i as usize + 1] as usize];
-                    if bl.binary_search(&x).is_ok() {
-                        t1[bl.len() - 1] += 1.0;
-                    } else {
-                        t0[bl.len()] += 1.0;
-                    }
-                }
-            }
-            let pairs = (nq * K) as f64;
-            let tb: Vec<f64> = doc.transfer_bytes.iter().map(|&v| v as f64).collect();
-            let total: f64 = tb.iter().sum();
-            let wb: f64 = (0..b).map(|x| w[x] * tb[x]).sum();
-            let coef = (1..=b)
-                .map(|l| {
-                    let qin = miss_probs(b, l - 1);
-                    let qout = miss_probs(b, l);
-                    let (mut f_in, mut f_out, mut a_in, mut a_out) = (0.0, 0.0, 0.0, 0.0);
-                    for c in 0..=b {
-                        f_in += t1[c] + t0[c] * (1.0 - qin[c]);
-                        f_out += (t1[c] + t0[c]) * (1.0 - qout[c]);
-                        a_in += w1[c] + w0[c] * (1.0 - qin[c]);
-                        a_out += (w1[c] + w0[c]) * (1.0 - qout[c]);
-                    }
-                    let others = (total - wb) / (b - 1) as f64;
-                    Coef {
-                        f_in: f_in / pairs,
-                        f_out: f_out / pairs,
-                        a_in: a_in / n as f64,
-                        a_out: a_out / n as f64,
-                        b_in: wb + (l - 1) as f64 * others,
-                        b_out: l as f64 * others,
-                    }
-                })
-                .collect();
-            Ok(LevelEval {
+            Ok(evaluate_level(
                 spec,
                 members,
-                offsets,
-                lists,
-                coef,
                 doc,
-                true_block: true_block[bi].clone(),
-            })
+                n,
+                nq,
+                &true_block[bi],
+                &truth,
+            ))
         })
         .collect::<Result<_, _>>()?;
     drop(spill);

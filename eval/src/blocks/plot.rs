@@ -6,8 +6,10 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::blocks::{rank_variants, reference_pool, GalleryResult};
-use super::plot::log_chart;
+use super::reference::reference_pool;
+use super::result::GalleryResult;
+use super::select::rank_variants;
+use crate::chart::log_chart;
 
 type Res = Result<(), Box<dyn std::error::Error>>;
 

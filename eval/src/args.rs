@@ -1,0 +1,121 @@
+//! The command line: the table's flags and the `--blocks-*` flags of the block evaluation.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use shared::Mechanism;
+
+use privatemail_server::gallery::data::DEFAULT_DIR;
+
+#[derive(Parser, Debug)]
+#[command(about = "Privacy–utility table and plots of PrivateMail and baselines on Fashion-MNIST")]
+pub(crate) struct Args {
+    /// Directory with the Fashion-MNIST IDX files.
+    #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
+    pub(crate) data_dir: PathBuf,
+    /// Which split the gallery and queries come from (`train`: for tuning, anchors excluded).
+    #[arg(long, value_enum, default_value_t = EvalSplit::Test)]
+    pub(crate) split: EvalSplit,
+    /// Gallery size.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) gallery: usize,
+    /// Public anchors (from the training split, class-balanced).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) anchors: usize,
+    /// Queries (gallery images, leave-one-out).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) queries: usize,
+    /// First seed; seeds `seed .. seed + seeds` are run.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    #[arg(long, default_value_t = 5)]
+    pub(crate) seeds: u64,
+    /// k of Recall@k and of the fidelity.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) k: usize,
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.25,0.5,1,2,4,8")]
+    pub(crate) epsilons: Vec<f64>,
+    #[arg(long, default_value_t = 1e-5)]
+    pub(crate) delta: f64,
+    #[arg(long, value_parser = parse_mechanism, default_value = "discrete_gaussian")]
+    pub(crate) mechanism: Mechanism,
+    /// Algorithm 1's kernel scale.
+    #[arg(long)]
+    pub(crate) kernel_scale: Option<f64>,
+    #[arg(long)]
+    pub(crate) alpha: Option<f64>,
+    #[arg(long)]
+    pub(crate) iterations: Option<usize>,
+    /// Kernel scale of the anchor-frame placement.
+    #[arg(long, default_value_t = shared::protocol::frame::DEFAULT_KERNEL_SCALE)]
+    pub(crate) frame_kernel_scale: f64,
+    /// Feature vectors: the on-device model's (64-d; the query's label is then the model's
+    /// prediction, as on a real client) or raw pixels (784-d, true labels).
+    #[arg(long, value_enum, default_value_t = Features::Model)]
+    pub(crate) features: Features,
+    /// Where the CSV and SVG files go.
+    #[arg(long, default_value = "docs/eval")]
+    pub(crate) out: PathBuf,
+    /// Skip Algorithm 1 (the slowest method).
+    #[arg(long)]
+    pub(crate) skip_algorithm1: bool,
+    /// Skip the hyper-parameter studies.
+    #[arg(long)]
+    pub(crate) no_study: bool,
+    /// Seeds (the first ones) that run Algorithm 1's hyper-parameter study.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) study_seeds: u64,
+    /// Run the private block retrieval evaluation instead (`blocks.csv`, `blocks.svg` and
+    /// `blocks.md` in `--out`; see `blocks.rs`). Uses `--anchors`, `--seed`, `--delta`,
+    /// `--mechanism` and the `--blocks-*` flags; ignores the others.
+    #[arg(long)]
+    pub(crate) blocks: bool,
+    /// Block evaluation: held-out queries (training images outside the galleries and anchors).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) blocks_queries: usize,
+    /// Block evaluation: Monte Carlo releases per query (Recall@8, mAP@8) per Pareto point.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) blocks_draws: usize,
+    /// Block evaluation: frame releases per query for the frame-release pools.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) blocks_frame_draws: usize,
+    /// Block evaluation: the large gallery (the test split, then the training split, as the
+    /// server seeds it; 0 skips it).
+    #[arg(long, default_value_t = 69_000)]
+    pub(crate) blocks_large: usize,
+    /// Block evaluation: the levels (numbers of blocks B).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8,16,32,48,64,96,128,256"
+    )]
+    pub(crate) blocks_levels: Vec<u32>,
+    /// Block evaluation: the overlap variants on the 10,000 gallery.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "spill-1,spill-2,spill-3,spill-4,closure-8,closure-16,closure-24,closure-32"
+    )]
+    pub(crate) blocks_variants: Vec<String>,
+    /// Block evaluation: the overlap variants on the large gallery (`auto`: the best spill and
+    /// the two best closures on the 10,000 gallery).
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    pub(crate) blocks_large_variants: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+pub(crate) enum Features {
+    Model,
+    Pixels,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+pub(crate) enum EvalSplit {
+    Test,
+    Train,
+}
+
+fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|_| "one of classic_gaussian, analytic_gaussian, discrete_gaussian".into())
+}

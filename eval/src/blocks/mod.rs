@@ -1,0 +1,173 @@
+//! `eval --blocks`: private block retrieval (`shared/spec/blocks.md`, issue #12 point 7).
+//!
+//! Gallery: the first 10,000 test images (the server's demo gallery), and — for the large run —
+//! the test split then the first 59,000 training images (69,000, as the server seeds it).
+//! Queries: held-out training images, outside every gallery and outside the public anchors
+//! (the server's: the first `--anchors` class-balanced training images), the same queries for
+//! both galleries. Features: the on-device model's, as the server computes them.
+//!
+//! Levels are the same k-means levels the server publishes (`partition::kmeans` with the
+//! server's seed), made to overlap by spill (each item in its `r` nearest centroids' blocks) or
+//! closure (each block also holds each member's `m` nearest gallery items); one k-means per B
+//! is shared by every variant (the membership rules are `partition::build_level`'s, checked
+//! against it on one level). Each level is published with `publish::publish_level` (block
+//! files, gzip sizes, coverage on the public anchors), so the predicted fidelity is what a real
+//! client reads from `plan::candidates`.
+//!
+//! Exact expectations over the k-subset mechanism (no simulation) for fidelity@8, pool and
+//! bytes: with `p = L·e^ε/(L·e^ε + B − L)`, given `x ∈ S` the other `L − 1` released blocks are
+//! uniform among the `B − 1` others, given `x ∉ S` all `L` are; an item held by `c` blocks other
+//! than `x` is then downloaded with probability `1 − C(B−1−c, L−1)/C(B−1, L−1)` (or 1 if `x`
+//! holds it) resp. `1 − C(B−1−c, L)/C(B−1, L)`. Ranking over the pool is exact, so fidelity@8
+//! is the expected share of the true 8-NN in the pool. Recall@8 and mAP@8 of the returned page
+//! are Monte Carlo with the real release (`dp::subset::release`, seeded ChaCha20) and each
+//! query's exact ranking restricted to the pool; a subset is re-ranked with `blocks::rank` over
+//! encoded and decoded block files to measure the i16 quantisation.
+
+mod csv;
+mod frame;
+mod level;
+mod page;
+mod plot;
+mod reference;
+mod report;
+mod result;
+mod select;
+mod setup;
+mod sweep;
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use shared::embed::model::Model;
+use shared::protocol::partition::Overlap;
+
+use privatemail_server::gallery::data::load_split;
+use privatemail_server::state::balanced_anchors;
+use privatemail_server::MODEL_WEIGHTS;
+
+use crate::args::Args;
+use csv::write_csv;
+use plot::plot;
+use reference::{EPSILONS, LARGE_EPSILONS};
+use report::report;
+use result::GalleryResult;
+use select::rank_variants;
+use setup::{infer, parse_overlap, Ctx, Gallery, Res, SMALL};
+use sweep::eval_gallery;
+
+pub(crate) fn run(args: &Args) -> Res<()> {
+    let t0 = Instant::now();
+    let test = load_split(&args.data_dir, "t10k")?;
+    let train = load_split(&args.data_dir, "train")?;
+    let model = Model::from_bytes(MODEL_WEIGHTS)?;
+    let anchor_idx = balanced_anchors(&train, args.anchors);
+    let anchor_set: HashSet<usize> = anchor_idx.iter().copied().collect();
+    let small_n = SMALL.min(test.labels.len());
+    let extra = args
+        .blocks_large
+        .saturating_sub(small_n)
+        .min(train.labels.len());
+    let query_idx: Vec<usize> = (extra..train.labels.len())
+        .filter(|i| !anchor_set.contains(i))
+        .take(args.blocks_queries)
+        .collect();
+    if query_idx.len() < args.blocks_queries {
+        eprintln!(
+            "eval --blocks: only {} held-out training images remain outside the galleries and anchors",
+            query_idx.len()
+        );
+    }
+    if query_idx.is_empty() {
+        return Err("no held-out queries".into());
+    }
+    let variants: Vec<Overlap> = args
+        .blocks_variants
+        .iter()
+        .map(|s| parse_overlap(s))
+        .collect::<Res<_>>()?;
+    eprintln!(
+        "eval --blocks: gallery {small_n} (test split){}, {} held-out queries (training images {}..{}), {} anchors, {} Monte Carlo releases per query, seed {}",
+        if extra > 0 { format!(" and {} (test + training 0..{extra})", small_n + extra) } else { String::new() },
+        query_idx.len(),
+        query_idx[0],
+        query_idx[query_idx.len() - 1] + 1,
+        anchor_idx.len(),
+        args.blocks_draws,
+        args.seed
+    );
+    let log = |m: &str| eprintln!("[blocks {:>6.1} s] {m}", t0.elapsed().as_secs_f64());
+    log("model features: test split, queries, anchors");
+    let test_idx: Vec<usize> = (0..small_n).collect();
+    let test_feats = infer(&model, &test, &test_idx)?;
+    let q_features = infer(&model, &train, &query_idx)?;
+    let a_features = infer(&model, &train, &anchor_idx)?;
+    let dim = q_features.len() / query_idx.len();
+    let ctx = Ctx {
+        args,
+        dim,
+        q_features,
+        q_labels: query_idx.iter().map(|&i| train.labels[i]).collect(),
+        a_features,
+        a_labels: anchor_idx.iter().map(|&i| train.labels[i] as u32).collect(),
+        t0,
+    };
+    let small = Gallery {
+        ids: (0..small_n as u64).collect(),
+        labels: test.labels[..small_n].to_vec(),
+        features: test_feats,
+        thumbs: (0..small_n)
+            .flat_map(|i| test.images.image(i).to_vec())
+            .collect(),
+        dim,
+    };
+    let small_res = eval_gallery(&ctx, &small, &EPSILONS, &variants, "")?;
+    let large_variants: Vec<Overlap> = if args.blocks_large_variants == ["auto"] {
+        let ranked = rank_variants(&small_res);
+        let spill = ranked.iter().filter(|v| v.0.starts_with("spill")).take(1);
+        let closure = ranked.iter().filter(|v| v.0.starts_with("closure")).take(2);
+        spill
+            .chain(closure)
+            .map(|v| parse_overlap(&v.0))
+            .collect::<Res<_>>()?
+    } else {
+        args.blocks_large_variants
+            .iter()
+            .map(|s| parse_overlap(s))
+            .collect::<Res<_>>()?
+    };
+    let large_res = if extra > 0 {
+        log(&format!("model features: training 0..{extra}"));
+        let train_idx: Vec<usize> = (0..extra).collect();
+        let train_feats = infer(&model, &train, &train_idx)?;
+        let mut g = small;
+        g.ids = (0..(small_n + extra) as u64).collect();
+        g.labels.extend_from_slice(&train.labels[..extra]);
+        g.features.extend_from_slice(&train_feats);
+        drop(train_feats);
+        for i in 0..extra {
+            g.thumbs.extend_from_slice(train.images.image(i));
+        }
+        let suffix = format!("-{}k", (small_n + extra) / 1000);
+        let mut r = eval_gallery(&ctx, &g, &LARGE_EPSILONS, &large_variants, &suffix)?;
+        r.anchors_in_gallery = anchor_idx.iter().filter(|&&i| i < extra).count();
+        Some(r)
+    } else {
+        None
+    };
+    let results: Vec<&GalleryResult> = std::iter::once(&small_res)
+        .chain(large_res.as_ref())
+        .collect();
+    std::fs::create_dir_all(&args.out)?;
+    write_csv(&args.out.join("blocks.csv"), &results)?;
+    plot(&args.out.join("blocks.svg"), &results)?;
+    let report = report(&results, args, t0.elapsed().as_secs_f64());
+    print!("{report}");
+    std::fs::write(args.out.join("blocks.md"), &report)?;
+    println!(
+        "wrote {0}/blocks.csv, {0}/blocks.svg, {0}/blocks.md; total {1:.1} s",
+        args.out.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -66,7 +66,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 3)]
     pub(crate) study_seeds: u64,
     /// Run the private block retrieval evaluation instead (`blocks.csv`, `blocks.svg` and
-    /// `blocks.md` in `--out`; see `blocks.rs`). Uses `--anchors`, `--seed`, `--delta`,
+    /// `blocks.md` in `--out`; see `eval/src/blocks/`). Uses `--anchors`, `--seed`, `--delta`,
     /// `--mechanism` and the `--blocks-*` flags; ignores the others.
     #[arg(long)]
     pub(crate) blocks: bool,

@@ -42,8 +42,8 @@ use std::time::Instant;
 use shared::embed::model::Model;
 use shared::protocol::partition::Overlap;
 
+use privatemail_server::gallery::data::balanced_anchors;
 use privatemail_server::gallery::data::load_split;
-use privatemail_server::state::balanced_anchors;
 use privatemail_server::MODEL_WEIGHTS;
 
 use crate::args::Args;

@@ -124,6 +124,21 @@ pub fn augment(base: &[u8], id: u64) -> Vec<u8> {
     out
 }
 
+/// The public anchors: the first `count` training images with at most ⌈count/10⌉ per class, in
+/// index order (the evaluation uses the same ones).
+pub fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
+    let per_class = count.div_ceil(10);
+    let mut taken = [0usize; 10];
+    (0..train.labels.len())
+        .filter(|&i| {
+            let c = train.labels[i] as usize;
+            taken[c] += 1;
+            taken[c] <= per_class
+        })
+        .take(count)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

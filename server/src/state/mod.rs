@@ -6,8 +6,6 @@ mod catalogue;
 pub mod embed;
 mod open;
 
-pub use open::balanced_anchors;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

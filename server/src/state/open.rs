@@ -11,7 +11,7 @@ use shared::protocol::retrieve::gallery_rows;
 use shared::{DMatrix, Params};
 
 use super::*;
-use crate::gallery::data::{load_split, Split, CLASS_NAMES};
+use crate::gallery::data::{balanced_anchors, load_split, CLASS_NAMES};
 use crate::gallery::index::Index;
 use crate::gallery::store::{FeatureRow, Store, StoredItem};
 use crate::item::{GalleryItem, SIDE};
@@ -19,21 +19,6 @@ use crate::ops::progress::{Progress, Spinner};
 use crate::partition::{PartitionSettings, Partitions};
 use rayon::prelude::*;
 use shared::embed::model::Model;
-
-/// The public anchors: the first `count` training images with at most ⌈count/10⌉ per class, in
-/// index order (the evaluation uses the same ones).
-pub fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
-    let per_class = count.div_ceil(10);
-    let mut taken = [0usize; 10];
-    (0..train.labels.len())
-        .filter(|&i| {
-            let c = train.labels[i] as usize;
-            taken[c] += 1;
-            taken[c] <= per_class
-        })
-        .take(count)
-        .collect()
-}
 
 /// The gallery items with their features: stored ones (same weights version) reused, the
 /// others computed in parallel with progress and written back. Also returns, for each

@@ -222,6 +222,9 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
         json!("pir")
     );
     choose(&c, "protocol", "blocks").await;
+    // The whole 1,000-image test gallery (about 300 KB) fits the default 512 KiB, and there the
+    // plan is to download it all and release nothing; a smaller budget makes a release.
+    choose(&c, "budget", "131072").await;
     let i = 5003;
     let (path, _) = image_file(i);
     load_photo(&c, &path).await;

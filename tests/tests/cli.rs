@@ -187,7 +187,18 @@ fn every_protocol_searches_and_the_budget_composes_and_guards() {
     let cli = Cli::new("protocols");
     let p = photo(&cli.state.join("photos"), 5002);
     let p = p.to_str().unwrap();
-    let blocks = cli.json(&["search", p, "--server", &s.base, "--epsilon", "8", "--json"]);
+    // Below the whole test gallery's size (about 300 KB), so the plan releases blocks.
+    let blocks = cli.json(&[
+        "search",
+        p,
+        "--server",
+        &s.base,
+        "--epsilon",
+        "8",
+        "--max-kib",
+        "128",
+        "--json",
+    ]);
     assert_eq!(ids(&blocks).len(), 8);
     assert_eq!(blocks["receipt"]["mechanism"], "block_subset");
     assert_eq!(blocks["receipt"]["epsilon"], 8.0);
@@ -224,6 +235,8 @@ fn every_protocol_searches_and_the_budget_composes_and_guards() {
         "2",
         "--max-epsilon",
         "10",
+        "--max-kib",
+        "128",
         "--json",
     ]);
     assert_eq!(

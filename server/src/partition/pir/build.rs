@@ -142,11 +142,13 @@ pub fn build(
     let mut levels = Vec::with_capacity(p.doc.levels.len());
     for (l, ld) in p.doc.levels.iter().enumerate() {
         let blocks = ld.blocks as usize;
-        let built = build_level(p, partitions, l, blocks, &version, dim, &index, items)
-            .unwrap_or_else(|e| {
-                tracing::warn!(level = l, error = %e, "pir: level not offered");
-                None
-            });
+        let built = build_level(
+            p, partitions, l, blocks, &version, dim, &index, items, &packed,
+        )
+        .unwrap_or_else(|e| {
+            tracing::warn!(level = l, error = %e, "pir: level not offered");
+            None
+        });
         levels.push(built);
     }
 
@@ -197,6 +199,7 @@ fn build_level(
     dim: usize,
     index: &HashMap<u64, u32>,
     items: &[Arc<GalleryItem>],
+    packed: &[Vec<u8>],
 ) -> Result<Option<PirDb>, PirBuildError> {
     if blocks < 2 {
         return Ok(None); // the whole gallery: the ranking table serves it
@@ -237,7 +240,7 @@ fn build_level(
                     label: it.label as u8,
                     features: &it.features,
                     index: i,
-                    thumbnail: &it.pixels,
+                    thumbnail: &packed[i as usize],
                 })
             })
             .collect::<Result<_, PirBuildError>>()?;

@@ -175,17 +175,9 @@ fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
-/// Decode a block file, after checking its hash against `expected_hash` (hex) when given.
-pub fn decode(bytes: &[u8], expected_hash: Option<&str>) -> std::result::Result<Block, BlockError> {
-    if let Some(expected) = expected_hash {
-        let got = hash_hex(bytes);
-        if !got.eq_ignore_ascii_case(expected) {
-            return Err(BlockError::HashMismatch {
-                expected: expected.to_string(),
-                got,
-            });
-        }
-    }
+/// The header's dimension, thumbnail side and item count, once the file's length agrees with
+/// them (checked before anything is allocated for a count the bytes do not hold).
+fn shape(bytes: &[u8]) -> std::result::Result<(usize, usize, usize), BlockError> {
     let bad = |m: &str| BlockError::Malformed(m.to_string());
     if bytes.len() < HEADER || &bytes[..4] != MAGIC {
         return Err(bad("missing the PMBK header"));
@@ -203,8 +195,6 @@ pub fn decode(bytes: &[u8], expected_hash: Option<&str>) -> std::result::Result<
     {
         return Err(bad("dimension, thumbnail side or item count out of range"));
     }
-    let t2 = thumb_side * thumb_side;
-    // Checked first: nothing is allocated for a count the bytes do not hold.
     let need = file_len(n as u64, dim as u64, thumb_side as u64).unwrap_or(u64::MAX);
     if bytes.len() as u64 != need {
         return Err(BlockError::Malformed(format!(
@@ -212,12 +202,40 @@ pub fn decode(bytes: &[u8], expected_hash: Option<&str>) -> std::result::Result<
             bytes.len()
         )));
     }
-    let mut at = HEADER;
-    let ids = bytes[at..at + 8 * n]
+    Ok((dim, thumb_side, n))
+}
+
+/// The item ids of a block file whose shape is checked as [`decode`] checks it, without
+/// decoding its features or thumbnails (for a server reading its own files, which needs only
+/// the ids: it neither checks a hash nor the thumbnails' padding).
+pub fn decode_ids(bytes: &[u8]) -> std::result::Result<Vec<u64>, BlockError> {
+    let (_, _, n) = shape(bytes)?;
+    Ok(read_ids(bytes, n))
+}
+
+/// The `n` ids after the header (the caller has checked the length with [`shape`]).
+fn read_ids(bytes: &[u8], n: usize) -> Vec<u64> {
+    bytes[HEADER..HEADER + 8 * n]
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
-    at += 8 * n;
+        .collect()
+}
+
+/// Decode a block file, after checking its hash against `expected_hash` (hex) when given.
+pub fn decode(bytes: &[u8], expected_hash: Option<&str>) -> std::result::Result<Block, BlockError> {
+    if let Some(expected) = expected_hash {
+        let got = hash_hex(bytes);
+        if !got.eq_ignore_ascii_case(expected) {
+            return Err(BlockError::HashMismatch {
+                expected: expected.to_string(),
+                got,
+            });
+        }
+    }
+    let (dim, thumb_side, n) = shape(bytes)?;
+    let t2 = thumb_side * thumb_side;
+    let ids = read_ids(bytes, n);
+    let mut at = HEADER + 8 * n;
     let labels = bytes[at..at + n].to_vec();
     at += n;
     let features = bytes[at..at + 2 * dim * n]
@@ -351,6 +369,18 @@ mod tests {
             })
             .collect();
         encode(&its, feats[0].len(), 2).unwrap()
+    }
+
+    #[test]
+    fn ids_alone_agree_with_the_full_decode() {
+        let (f, t) = items(20, 8);
+        let bytes = block_of(&[3, 1, 7], &f, &t);
+        assert_eq!(decode_ids(&bytes).unwrap(), vec![3, 1, 7]);
+        assert_eq!(
+            decode_ids(&bytes).unwrap(),
+            decode(&bytes, None).unwrap().ids
+        );
+        assert!(decode_ids(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use shared::pir::doc::{level_shape, thumbs_shape, FileDoc, PirDbDoc, PirDoc, Sch
 use shared::pir::layout::{Database, Shape};
 use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::records::{encode_rank_record, RankItem};
-use shared::protocol::blocks::{decode, hash_hex};
+use shared::protocol::blocks::{decode_ids, hash_hex};
 use shared::protocol::publish::gzip;
 use shared::protocol::thumbs;
 
@@ -226,9 +226,10 @@ fn build_level(
                     .map_err(|e| PirBuildError::Invalid(e.to_string()))?
             }
         };
-        let block = decode(&raw, None).map_err(|e| PirBuildError::Invalid(e.to_string()))?;
-        let its: Vec<RankItem> = block
-            .ids
+        // Only the ids are read: unpacking every level's thumbnails too took the PIR build
+        // at 10,000 items from 4.8 s to 9.0 s.
+        let ids = decode_ids(&raw).map_err(|e| PirBuildError::Invalid(e.to_string()))?;
+        let its: Vec<RankItem> = ids
             .iter()
             .map(|id| {
                 let i = *index.get(id).ok_or_else(|| {

@@ -3,7 +3,7 @@
 #
 #   bash scripts/eval.sh                 # docs/eval/results.csv, privacy-utility.svg, studies
 #   bash scripts/eval.sh --blocks        # private block retrieval: docs/eval/blocks.csv,
-#                                        # blocks.svg and blocks.md (10,000 and 69,000 galleries,
+#                                        # blocks.svg and blocks.md (10,000 and 70,000 galleries,
 #                                        # 1,000 held-out queries; about 10 minutes on 2 cores)
 #   bash scripts/eval.sh --blocks --blocks-large 0   # the 10,000 gallery only
 #

@@ -79,9 +79,9 @@ pub(crate) struct Args {
     /// Block evaluation: frame releases per query for the frame-release pools.
     #[arg(long, default_value_t = 1)]
     pub(crate) blocks_frame_draws: usize,
-    /// Block evaluation: the large gallery (the test split, then the training split, as the
-    /// server seeds it; 0 skips it).
-    #[arg(long, default_value_t = 69_000)]
+    /// Block evaluation: the large gallery, the server's demo gallery of this size
+    /// (`data::demo_gallery`: the anchors and the held-out queries stay out; 0 skips it).
+    #[arg(long, default_value_t = 70_000)]
     pub(crate) blocks_large: usize,
     /// Block evaluation: the levels (numbers of blocks B).
     #[arg(

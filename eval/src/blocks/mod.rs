@@ -1,10 +1,12 @@
 //! `eval --blocks`: private block retrieval (`shared/spec/blocks.md`, issue #12 point 7).
 //!
 //! Gallery: the first 10,000 test images (the server's demo gallery), and — for the large run —
-//! the test split then the first 59,000 training images (69,000, as the server seeds it).
-//! Queries: held-out training images, outside every gallery and outside the public anchors
-//! (the server's: the first `--anchors` class-balanced training images), the same queries for
-//! both galleries. Features: the on-device model's, as the server computes them.
+//! the server's demo gallery of `--blocks-large` images (`data::demo_gallery`: the test split,
+//! the training split without the public anchors and the reserved queries, then variants).
+//! Queries: the reserved training images (`data::RESERVED_TRAIN`), outside every gallery and
+//! the public anchors (the first `--anchors` class-balanced training images), the same queries
+//! for both galleries; the anchors are held out too, so coverage is measured on held-out
+//! probes at both sizes. Features: the on-device model's, as the server computes them.
 //!
 //! Levels are the same k-means levels the server publishes (`partition::kmeans` with the
 //! server's seed), made to overlap by spill (each item in its `r` nearest centroids' blocks) or
@@ -42,8 +44,7 @@ use std::time::Instant;
 use shared::embed::model::Model;
 use shared::protocol::partition::Overlap;
 
-use privatemail_server::gallery::data::balanced_anchors;
-use privatemail_server::gallery::data::load_split;
+use privatemail_server::gallery::data::{balanced_anchors, demo_gallery, load_split, RESERVED_TRAIN};
 use privatemail_server::MODEL_WEIGHTS;
 
 use crate::args::Args;
@@ -53,7 +54,7 @@ use reference::{EPSILONS, LARGE_EPSILONS};
 use report::report;
 use result::GalleryResult;
 use select::rank_variants;
-use setup::{infer, parse_overlap, Ctx, Gallery, Res, SMALL};
+use setup::{infer, infer_rows, parse_overlap, Ctx, Gallery, Res, SMALL};
 use sweep::eval_gallery;
 
 pub(crate) fn run(args: &Args) -> Res<()> {
@@ -62,19 +63,15 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let train = load_split(&args.data_dir, "train")?;
     let model = Model::from_bytes(MODEL_WEIGHTS)?;
     let anchor_idx = balanced_anchors(&train, args.anchors);
-    let anchor_set: HashSet<usize> = anchor_idx.iter().copied().collect();
     let small_n = SMALL.min(test.labels.len());
-    let extra = args
-        .blocks_large
-        .saturating_sub(small_n)
-        .min(train.labels.len());
-    let query_idx: Vec<usize> = (extra..train.labels.len())
-        .filter(|i| !anchor_set.contains(i))
+    // Held out at every size: the demo gallery never holds these (`data::RESERVED_TRAIN`).
+    let query_idx: Vec<usize> = RESERVED_TRAIN
+        .filter(|i| *i < train.labels.len())
         .take(args.blocks_queries)
         .collect();
     if query_idx.len() < args.blocks_queries {
         eprintln!(
-            "eval --blocks: only {} held-out training images remain outside the galleries and anchors",
+            "eval --blocks: only {} reserved training images are held out",
             query_idx.len()
         );
     }
@@ -88,7 +85,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         .collect::<Res<_>>()?;
     eprintln!(
         "eval --blocks: gallery {small_n} (test split){}, {} held-out queries (training images {}..{}), {} anchors, {} Monte Carlo releases per query, seed {}",
-        if extra > 0 { format!(" and {} (test + training 0..{extra})", small_n + extra) } else { String::new() },
+        if args.blocks_large > small_n { format!(" and the server's demo gallery of {}", args.blocks_large) } else { String::new() },
         query_idx.len(),
         query_idx[0],
         query_idx[query_idx.len() - 1] + 1,
@@ -136,21 +133,26 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             .map(|s| parse_overlap(s))
             .collect::<Res<_>>()?
     };
-    let large_res = if extra > 0 {
-        log(&format!("model features: training 0..{extra}"));
-        let train_idx: Vec<usize> = (0..extra).collect();
-        let train_feats = infer(&model, &train, &train_idx)?;
-        let mut g = small;
-        g.ids = (0..(small_n + extra) as u64).collect();
-        g.labels.extend_from_slice(&train.labels[..extra]);
-        g.features.extend_from_slice(&train_feats);
-        drop(train_feats);
-        for i in 0..extra {
-            g.thumbs.extend_from_slice(train.images.image(i));
-        }
-        let suffix = format!("-{}k", (small_n + extra) / 1000);
+    let large_res = if args.blocks_large > small_n {
+        let n = args.blocks_large;
+        log(&format!("the server's demo gallery of {n}: images and model features"));
+        let demo = demo_gallery(&test, &train, &anchor_idx, n);
+        let mut g = Gallery {
+            ids: demo.iter().map(|d| d.id).collect(),
+            labels: demo.iter().map(|d| d.label).collect(),
+            features: Vec::new(),
+            thumbs: demo.iter().flat_map(|d| d.pixels.iter().copied()).collect(),
+            dim,
+        };
+        drop(demo);
+        g.features = infer_rows(&model, &g.thumbs)?;
+        let suffix = format!("-{}k", n / 1000);
         let mut r = eval_gallery(&ctx, &g, &LARGE_EPSILONS, &large_variants, &suffix)?;
-        r.anchors_in_gallery = anchor_idx.iter().filter(|&&i| i < extra).count();
+        let held: HashSet<u64> = g.ids.iter().copied().collect();
+        r.anchors_in_gallery = anchor_idx
+            .iter()
+            .filter(|&&i| held.contains(&((test.labels.len() + i) as u64)))
+            .count();
         Some(r)
     } else {
         None

@@ -51,6 +51,21 @@ pub(super) fn infer(model: &Model, split: &Split, idx: &[usize]) -> Res<Vec<f32>
     Ok(rows.concat())
 }
 
+/// Model features of flat 28×28 images, 8 to a pass (`Model::infer_batch`, equal bit for bit to
+/// `infer`), flat unit rows.
+pub(super) fn infer_rows(model: &Model, pixels: &[u8]) -> Res<Vec<f32>> {
+    let rows: Vec<Vec<f32>> = pixels
+        .par_chunks(784 * 8)
+        .map(|group| {
+            let imgs: Vec<&[u8]> = group.chunks_exact(784).collect();
+            model
+                .infer_batch(&imgs)
+                .map(|rs| rs.into_iter().flat_map(|r| r.features).collect::<Vec<f32>>())
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(rows.concat())
+}
+
 /// One gallery: ids (= index, as the server numbers the demo gallery), labels, features,
 /// thumbnails.
 pub struct Gallery {

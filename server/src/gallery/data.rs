@@ -124,6 +124,72 @@ pub fn augment(base: &[u8], id: u64) -> Vec<u8> {
     out
 }
 
+/// Training images the demo gallery never holds, at any size: held-out photos for evaluation
+/// (the block evaluation's queries and `pirbench`'s photos), so measured fidelity is always on
+/// photos outside the gallery. The last 1,000 of the training split.
+pub const RESERVED_TRAIN: std::ops::Range<usize> = 59_000..60_000;
+
+/// One image of the demo gallery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoImage {
+    pub id: u64,
+    pub label: u8,
+    pub pixels: Vec<u8>,
+}
+
+/// The demo gallery of `size` images, in id order: the test split (ids `0..10,000`), then the
+/// training split (ids `10,000 + index`) without the public `anchors` and
+/// [`RESERVED_TRAIN`], then — past those 68,000 or so — deterministic variants of them
+/// ([`augment`], ids from [`DATASET_IMAGES`] up, variant `id` of member
+/// `(id − 70,000) mod members`).
+///
+/// Why the anchors stay out: the server measures the coverage that every predicted fidelity
+/// rests on with the anchors as probes, and a probe that is a gallery member (or has variants
+/// in it) finds itself in its own block, which overstates what a new photo gets. Leaving them
+/// and their variants out makes the probes held out at every size (`coverage_probes` in the
+/// partition document is then the anchor count).
+pub fn demo_gallery(test: &Split, train: &Split, anchors: &[usize], size: usize) -> Vec<DemoImage> {
+    use rayon::prelude::*;
+    let skip: std::collections::HashSet<usize> = anchors.iter().copied().collect();
+    let tests = (0..test.labels.len()).map(|i| (i as u64, test.labels[i], test.images.image(i)));
+    let trains = (0..train.labels.len())
+        .filter(|i| !skip.contains(i) && !RESERVED_TRAIN.contains(i))
+        .map(|i| {
+            (
+                (test.labels.len() + i) as u64,
+                train.labels[i],
+                train.images.image(i),
+            )
+        });
+    let mut out: Vec<DemoImage> = tests
+        .chain(trains)
+        .take(size)
+        .map(|(id, label, px)| DemoImage {
+            id,
+            label,
+            pixels: px.to_vec(),
+        })
+        .collect();
+    let members = out.len();
+    // Variants only once the whole dataset (as loaded) is in: a partial split makes no ids clash.
+    if size > members && test.labels.len() + train.labels.len() == DATASET_IMAGES {
+        let more: Vec<DemoImage> = (0..size - members)
+            .into_par_iter()
+            .map(|v| {
+                let id = (DATASET_IMAGES + v) as u64;
+                let base = &out[v % members];
+                DemoImage {
+                    id,
+                    label: base.label,
+                    pixels: augment(&base.pixels, id),
+                }
+            })
+            .collect();
+        out.extend(more);
+    }
+    out
+}
+
 /// The public anchors: the first `count` training images with at most ⌈count/10⌉ per class, in
 /// index order (the evaluation uses the same ones).
 pub fn balanced_anchors(train: &Split, count: usize) -> Vec<usize> {
@@ -147,6 +213,55 @@ mod tests {
         (0..784)
             .map(|i| if i % 28 > 8 && i % 28 < 20 { 200 } else { 0 })
             .collect()
+    }
+
+    fn split(n: usize, seed: u8) -> Split {
+        let mut bytes = vec![0u8, 0, 8, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28];
+        bytes[4..8].copy_from_slice(&(n as u32).to_be_bytes());
+        bytes.extend((0..n * 784).map(|i| (i as u8).wrapping_mul(seed)));
+        let mut labels = vec![0u8, 0, 8, 1];
+        labels.extend_from_slice(&(n as u32).to_be_bytes());
+        labels.extend((0..n).map(|i| (i % 10) as u8));
+        let (images, labels) = shared::idx::parse_pair(&bytes, &labels).unwrap();
+        Split { images, labels }
+    }
+
+    #[test]
+    fn demo_gallery_leaves_out_anchors_and_reserved_images_at_every_size() {
+        let test = split(10_000, 3);
+        let train = split(60_000, 7);
+        let anchors = balanced_anchors(&train, 1000);
+        let members = 10_000 + 60_000 - 1000 - RESERVED_TRAIN.len();
+        let small = demo_gallery(&test, &train, &anchors, 10_000);
+        assert_eq!(small.len(), 10_000);
+        assert!(small.iter().enumerate().all(|(i, d)| d.id == i as u64));
+        let big = demo_gallery(&test, &train, &anchors, members + 2_500);
+        assert_eq!(big.len(), members + 2_500);
+        let ids: std::collections::HashSet<u64> = big.iter().map(|d| d.id).collect();
+        assert_eq!(ids.len(), big.len(), "ids are unique");
+        for &a in &anchors {
+            assert!(
+                !ids.contains(&(10_000 + a as u64)),
+                "anchor {a} is held out"
+            );
+        }
+        for r in RESERVED_TRAIN {
+            assert!(
+                !ids.contains(&(10_000 + r as u64)),
+                "reserved {r} is held out"
+            );
+        }
+        // Variants are of members only: each equals `augment` of the member it names.
+        for d in &big[members..] {
+            let v = d.id as usize - DATASET_IMAGES;
+            assert_eq!(d.pixels, augment(&big[v % members].pixels, d.id));
+            assert_eq!(d.label, big[v % members].label);
+        }
+        // The same gallery every time.
+        assert_eq!(
+            demo_gallery(&test, &train, &anchors, members + 10)[members..],
+            big[members..members + 10]
+        );
     }
 
     #[test]

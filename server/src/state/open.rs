@@ -11,7 +11,7 @@ use shared::protocol::retrieve::gallery_rows;
 use shared::{DMatrix, Params};
 
 use super::*;
-use crate::gallery::data::{balanced_anchors, load_split, CLASS_NAMES};
+use crate::gallery::data::{balanced_anchors, demo_gallery, load_split, CLASS_NAMES};
 use crate::gallery::index::Index;
 use crate::gallery::store::{FeatureRow, Store, StoredItem};
 use crate::item::{GalleryItem, SIDE};
@@ -212,39 +212,18 @@ impl AppState {
             opts.blocks_public_url.map(str::to_string),
         )?);
         if stored.is_empty() {
-            // The test split first (ids 0..10,000), then, for bigger galleries, the training
-            // split (ids 10,000 + index).
+            // The demo gallery: the test split, the training split without the anchors and the
+            // reserved evaluation photos, then variants (`data::demo_gallery`).
             let test = load_split(opts.data_dir, "t10k")?;
-            let g = opts.gallery_size.min(test.labels.len());
-            let mut seeded: Vec<StoredItem> = (0..g)
-                .map(|i| StoredItem {
-                    id: i as u64,
-                    label: test.labels[i] as u32,
-                    pixels: test.images.image(i).to_vec(),
-                })
-                .collect();
-            let extra = opts.gallery_size.saturating_sub(g).min(train.labels.len());
-            seeded.extend((0..extra).map(|i| StoredItem {
-                id: (test.labels.len() + i) as u64,
-                label: train.labels[i] as u32,
-                pixels: train.images.image(i).to_vec(),
-            }));
-            // Beyond the dataset: deterministic variants of its images (`data::augment`).
-            let dataset = seeded.len();
-            if opts.gallery_size > dataset && dataset == crate::gallery::data::DATASET_IMAGES {
-                let more: Vec<StoredItem> = (dataset..opts.gallery_size)
-                    .into_par_iter()
-                    .map(|id| {
-                        let base = &seeded[id % dataset];
-                        StoredItem {
-                            id: id as u64,
-                            label: base.label,
-                            pixels: crate::gallery::data::augment(&base.pixels, id as u64),
-                        }
+            let seeded: Vec<StoredItem> =
+                demo_gallery(&test, &train, &anchor_idx, opts.gallery_size)
+                    .into_iter()
+                    .map(|d| StoredItem {
+                        id: d.id,
+                        label: d.label as u32,
+                        pixels: d.pixels,
                     })
                     .collect();
-                seeded.extend(more);
-            }
             version += 1;
             store.put_items(&seeded, version)?;
             stored = seeded.into_iter().map(|it| (it, None)).collect();

@@ -4,9 +4,8 @@
 //! (from `/api/v1/status`) and the client's ms (native: query generation, decoding, checks,
 //! ranking). Prints CSV rows (`--header` for the header line) and a summary on stderr.
 //!
-//! Held-out photos: Fashion-MNIST training images that are neither gallery items nor public
-//! anchors where the gallery leaves any (galleries under 10,000 + 60,000 items), else
-//! deterministic variants of training images (`data::augment`) under ids no gallery uses.
+//! Held-out photos: the Fashion-MNIST training images the demo gallery never holds, at any size
+//! (`data::RESERVED_TRAIN`).
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -16,7 +15,7 @@ use privatemail_e2e::get_json;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
-use shared::api::{AnchorsResponse, PartitionDoc};
+use shared::api::PartitionDoc;
 use shared::embed::model::Model;
 use shared::pir::client::Hint;
 use shared::pir::doc::PirDoc;
@@ -93,29 +92,15 @@ fn main() {
     let base = a.base.trim_end_matches('/');
     let part: PartitionDoc = get_json(&http, base, "/api/v1/partition");
     let pir: PirDoc = get_json(&http, base, "/api/v1/pir");
-    let anchors: AnchorsResponse = get_json(&http, base, "/api/v1/anchors");
     let n = part.gallery_size;
     let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
     let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
     let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
-    let anchor_ids: HashSet<u64> = anchors.ids.iter().copied().collect();
-    // Training image i has gallery id 10,000 + i (when the gallery reaches it).
-    let photos: Vec<Vec<u8>> = if n < 60_000 {
-        (0..train.labels.len())
-            .filter(|&i| !anchor_ids.contains(&(10_000 + i as u64)) && 10_000 + i >= n)
-            .take(a.queries)
-            .map(|i| train.images.image(i).to_vec())
-            .collect()
-    } else {
-        (0..a.queries)
-            .map(|i| {
-                privatemail_server::gallery::data::augment(
-                    train.images.image(i * 37 % 60_000),
-                    3_000_000 + i as u64,
-                )
-            })
-            .collect()
-    };
+    // Held out at every size: the demo gallery never holds these training images.
+    let photos: Vec<Vec<u8>> = privatemail_server::gallery::data::RESERVED_TRAIN
+        .take(a.queries)
+        .map(|i| train.images.image(i).to_vec())
+        .collect();
     let feats: Vec<Vec<f32>> = photos
         .iter()
         .map(|p| model.infer(p).unwrap().features)

@@ -24,7 +24,7 @@ pub mod limits {
     /// what the pipeline returns when the noise is small.
     pub const MAX_EPSILON: f64 = 100.0;
     /// Blocks in one partition level (the k-subset release draws over them).
-    pub const MAX_BLOCKS: usize = 4_096;
+    pub const MAX_BLOCKS: usize = 8_192;
     /// Levels in one partition.
     pub const MAX_LEVELS: usize = 16;
     /// Items in one block file (the whole-gallery block of a million images included).

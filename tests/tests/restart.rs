@@ -339,7 +339,8 @@ fn documented_numeric_bounds_are_enforced() {
     let level = param("/blocks/{version}/{level}/{block}", "level");
     let block = param("/blocks/{version}/{level}/{block}", "block");
     assert!(level.is_valid(&json!(15)) && !level.is_valid(&json!(16)));
-    assert!(block.is_valid(&json!(4095)) && !block.is_valid(&json!(4096)));
+    let max = shared::params::limits::MAX_BLOCKS;
+    assert!(block.is_valid(&json!(max - 1)) && !block.is_valid(&json!(max)));
     let version = {
         let d: Value = http
             .get(format!("{}/api/v1/partition", s.base))
@@ -352,7 +353,7 @@ fn documented_numeric_bounds_are_enforced() {
     assert_eq!(get(&format!("/api/v1/blocks/{version}/0/0")), 200);
     assert_eq!(get(&format!("/api/v1/blocks/{version}/16/0")), 404);
     assert_eq!(get(&format!("/api/v1/blocks/{version}/x/0")), 400);
-    assert_eq!(get(&format!("/api/v1/blocks/{version}/0/4096")), 404);
+    assert_eq!(get(&format!("/api/v1/blocks/{version}/0/{max}")), 404);
     drop(s);
     std::fs::remove_dir_all(store.parent().unwrap()).ok();
 }

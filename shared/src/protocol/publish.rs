@@ -106,17 +106,17 @@ pub struct PublishedLevel {
 /// `docs/eval/blocks.md`): closure beats spill at every ε, and closure-24 with these levels is
 /// the one variant that reaches every fidelity target on the 10,000-image gallery.
 ///
-/// Larger galleries add finer levels, B = 512 … 4,096, each once the gallery holds 64 items
+/// Larger galleries add finer levels, B = 512 … 8,192, each once the gallery holds 64 items
 /// per block: block sizes grow with n at a fixed B (at 70,000 items the finest B = 256 block is
 /// 530 KB gzip, more than the page's default budget of 512 KiB), and a finer level keeps the
 /// cheapest search small. (10,000 items get none of them, so the evaluated levels are
 /// unchanged.)
 ///
-/// Levels whose blocks would average more than [`MAX_BLOCK_ITEMS`] members are left out (from
-/// 36,001 items on: at 70,000 the B = 8 level): one such block costs more than the page's
-/// largest budget. At 1,000,000 items the levels are B = 256 … 4,096.
+/// Levels whose blocks would average more than [`MAX_BLOCK_ITEMS`] members are left out: one
+/// such block costs more than the page's largest budget on its own. At 70,000 items the levels
+/// are B = 8 … 1,024; at 1,000,000, B = 64 … 8,192.
 pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
-    const FINE: [u32; 4] = [512, 1024, 2048, 4096];
+    const FINE: [u32; 5] = [512, 1024, 2048, 4096, 8192];
     [8u32, 16, 32, 64, 96, 128, 256]
         .into_iter()
         .filter(|&b| gallery_size >= 20 * b as usize)
@@ -133,8 +133,9 @@ pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
 }
 
 /// Mean members per block above which a default level is not built: such a block (about
-/// 4.7 MB plain, more with its closure) exceeds the page's largest budget, 4 MiB, on its own.
-pub const MAX_BLOCK_ITEMS: usize = 4_500;
+/// 16,000 items of 263 bytes on the wire, about 4.2 MB, and its closure adds about a tenth at
+/// these coarse levels) is then a large part of the page's largest budget, 16 MiB, on its own.
+pub const MAX_BLOCK_ITEMS: usize = 16_000;
 
 /// Neighbours each member brings into its block in the default levels.
 pub const DEFAULT_CLOSURE: u32 = 24;
@@ -471,8 +472,15 @@ pub(crate) mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(bs(10_000), vec![8, 16, 32, 64, 96, 128, 256]);
-        assert_eq!(bs(70_000), vec![16, 32, 64, 96, 128, 256, 512, 1024]);
-        assert_eq!(bs(1_000_000), vec![256, 512, 1024, 2048, 4096]);
+        assert_eq!(bs(70_000), vec![8, 16, 32, 64, 96, 128, 256, 512, 1024]);
+        assert_eq!(
+            bs(1_000_000),
+            vec![64, 96, 128, 256, 512, 1024, 2048, 4096, 8192]
+        );
+        // No default level averages more than MAX_BLOCK_ITEMS members.
+        for n in [10_000, 70_000, 200_000, 1_000_000] {
+            assert!(bs(n).iter().all(|&b| n <= MAX_BLOCK_ITEMS * b as usize));
+        }
     }
 
     #[test]

@@ -70,6 +70,11 @@ pub(crate) struct Args {
     /// `--mechanism` and the `--blocks-*` flags; ignores the others.
     #[arg(long)]
     pub(crate) blocks: bool,
+    /// Run the evaluation of the plans the server serves instead, on its demo gallery at each
+    /// of these sizes (`blocks-served.md` and `.csv` in `--out`; `eval/src/blocks/served.rs`).
+    /// Uses `--anchors`, `--seed` and `--blocks-queries`.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) blocks_served: Vec<usize>,
     /// Block evaluation: held-out queries (training images outside the galleries and anchors).
     #[arg(long, default_value_t = 1000)]
     pub(crate) blocks_queries: usize,

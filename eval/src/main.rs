@@ -23,6 +23,13 @@ fn main() {
         )
         .init();
     let args = Args::parse();
+    if !args.blocks_served.is_empty() {
+        if let Err(e) = blocks::served::run(&args) {
+            eprintln!("eval --blocks-served: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
     if args.blocks {
         if let Err(e) = blocks::run(&args) {
             eprintln!("eval --blocks: {e}");

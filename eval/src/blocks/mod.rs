@@ -35,6 +35,7 @@ mod reference;
 mod report;
 mod result;
 mod select;
+pub(crate) mod served;
 mod setup;
 mod sweep;
 
@@ -44,7 +45,9 @@ use std::time::Instant;
 use shared::embed::model::Model;
 use shared::protocol::partition::Overlap;
 
-use privatemail_server::gallery::data::{balanced_anchors, demo_gallery, load_split, RESERVED_TRAIN};
+use privatemail_server::gallery::data::{
+    balanced_anchors, demo_gallery, load_split, RESERVED_TRAIN,
+};
 use privatemail_server::MODEL_WEIGHTS;
 
 use crate::args::Args;
@@ -135,7 +138,9 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     };
     let large_res = if args.blocks_large > small_n {
         let n = args.blocks_large;
-        log(&format!("the server's demo gallery of {n}: images and model features"));
+        log(&format!(
+            "the server's demo gallery of {n}: images and model features"
+        ));
         let demo = demo_gallery(&test, &train, &anchor_idx, n);
         let mut g = Gallery {
             ids: demo.iter().map(|d| d.id).collect(),

@@ -58,9 +58,11 @@ pub(super) fn infer_rows(model: &Model, pixels: &[u8]) -> Res<Vec<f32>> {
         .par_chunks(784 * 8)
         .map(|group| {
             let imgs: Vec<&[u8]> = group.chunks_exact(784).collect();
-            model
-                .infer_batch(&imgs)
-                .map(|rs| rs.into_iter().flat_map(|r| r.features).collect::<Vec<f32>>())
+            model.infer_batch(&imgs).map(|rs| {
+                rs.into_iter()
+                    .flat_map(|r| r.features)
+                    .collect::<Vec<f32>>()
+            })
         })
         .collect::<Result<_, _>>()?;
     Ok(rows.concat())

@@ -3,12 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use privatemail_server::partition::{closure_neighbours, coverage_probes};
 use rayon::prelude::*;
 use shared::dp::subset::inclusion_probability;
 use shared::protocol::blocks::{decode, rank};
 use shared::protocol::partition::{
-    build_level, gallery_neighbours, held_out_probes, kmeans, nearest_centroid, nearest_k,
-    InvertedFile, Level, LevelSpec, Overlap,
+    build_level, kmeans, nearest_centroid, nearest_k, Level, LevelSpec, Overlap,
 };
 use shared::protocol::plan::candidates;
 use shared::protocol::publish::{default_specs, document, publish_level, publish_whole};
@@ -44,18 +44,8 @@ pub(super) fn eval_gallery(
         .map(|q| exact_top(&g.features, dim, ctx.query(q), NEAR_M))
         .collect();
     let truth: Vec<&[u32]> = near.iter().map(|r| &r[..K]).collect();
-    // Coverage probes as the server picks them: the anchors outside this gallery when at least
-    // 100 are (else all of them, flagged with coverage_probes = 0 in the document).
-    let held = held_out_probes(&g.features, dim, &ctx.a_features);
-    let (probe_features, coverage_probes): (Vec<f32>, usize) = if held.len() >= 100 {
-        let p = held
-            .iter()
-            .flat_map(|&i| ctx.a_features[i * dim..(i + 1) * dim].iter().copied())
-            .collect();
-        (p, held.len())
-    } else {
-        (ctx.a_features.clone(), 0)
-    };
+    // Coverage probes as the server picks them.
+    let (probe_features, coverage_probes) = coverage_probes(&g.features, dim, &ctx.a_features);
     let anchor_truth: Vec<Vec<u32>> = probe_features
         .par_chunks(dim)
         .map(|a| nearest_k(&g.features, dim, a, K))
@@ -75,22 +65,15 @@ pub(super) fn eval_gallery(
         .max();
     let neighbours: Option<Vec<Vec<u32>>> = match m_max {
         Some(m) => {
-            let ivf = InvertedFile::for_gallery(&g.features, dim, seed)?;
             ctx.log(format!(
-                "gallery {n}: {m} nearest gallery items of every item ({})",
-                if ivf.is_some() {
-                    "inverted file"
-                } else {
-                    "exact"
-                }
+                "gallery {n}: {m} nearest gallery items of every item"
             ));
-            let chunks: Vec<std::ops::Range<usize>> =
-                (0..n).step_by(256).map(|s| s..(s + 256).min(n)).collect();
-            let parts: Vec<Vec<Vec<u32>>> = chunks
-                .into_par_iter()
-                .map(|r| gallery_neighbours(&g.features, dim, m, r, ivf.as_ref()))
-                .collect::<Result<_, _>>()?;
-            Some(parts.concat())
+            let (nb, exact) = closure_neighbours(&g.features, dim, m, seed)?;
+            ctx.log(format!(
+                "gallery {n}: neighbours {}",
+                if exact { "exact" } else { "by inverted file" }
+            ));
+            Some(nb)
         }
         None => None,
     };

@@ -90,6 +90,57 @@ fn estimated_bytes(n: usize, levels: usize, dim: usize, side: usize) -> u64 {
 /// Fewest anchors outside the gallery that coverage is measured on.
 const MIN_HELD_OUT_PROBES: usize = 100;
 
+/// The probes coverage is measured on, and how many there are: the public anchors outside the
+/// gallery (coverage predicts a held-out photo's fidelity), or — when fewer than
+/// [`MIN_HELD_OUT_PROBES`] are — all of them, counted as 0 (the document then says the
+/// prediction rests on gallery members and runs high). The demo gallery never holds the
+/// anchors (`data::demo_gallery`), so it always has the first case.
+pub fn coverage_probes(features: &[f32], dim: usize, anchors: &[f32]) -> (Vec<f32>, usize) {
+    let held_out = held_out_probes(features, dim, anchors);
+    if held_out.len() >= MIN_HELD_OUT_PROBES {
+        let p = held_out
+            .iter()
+            .flat_map(|&i| anchors[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        (p, held_out.len())
+    } else {
+        tracing::warn!(
+            held_out = held_out.len(),
+            "partition: too few anchors outside the gallery; coverage measured on gallery members overstates the predicted fidelity"
+        );
+        (anchors.to_vec(), 0)
+    }
+}
+
+/// Every item's `m` nearest other gallery items (for closure), on every core: exact for small
+/// galleries, the inverted file probed per item above `partition::EXACT_NEIGHBOURS_MAX`, list
+/// against list by matrix products above [`KMEANS_SAMPLE_ABOVE`]. Returns whether it was exact.
+/// The server's build and the evaluation both call this, so they measure the same levels.
+pub fn closure_neighbours(
+    features: &[f32],
+    dim: usize,
+    m: usize,
+    seed: u64,
+) -> Result<(Vec<Vec<u32>>, bool), shared::Error> {
+    let n = features.len() / dim.max(1);
+    let ivf = InvertedFile::for_gallery(features, dim, seed)?;
+    let exact = ivf.is_none();
+    let nb = match &ivf {
+        Some(ivf) if n > KMEANS_SAMPLE_ABOVE => ivf.neighbours_by_list(features, dim, m),
+        _ => (0..n.div_ceil(NEIGHBOUR_CHUNK))
+            .into_par_iter()
+            .map(|c| {
+                let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
+                gallery_neighbours(features, dim, m, rows, ivf.as_ref())
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect(),
+    };
+    Ok((nb, exact))
+}
+
 /// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if
 /// allowed), then [`default_specs`]; coverage measured on the public anchors' features.
 /// CPU-heavy (seconds at 10k items): call off the async runtime. Levels build in parallel.
@@ -142,22 +193,7 @@ pub fn build(
         .flatten()
         .copied()
         .collect();
-    // Coverage predicts a held-out photo's fidelity, so measure it on anchors outside the
-    // gallery; only if too few are left fall back to all of them (and say so in the document).
-    let held_out = held_out_probes(&features, dim, &anchors);
-    let (probes, coverage_probes) = if held_out.len() >= MIN_HELD_OUT_PROBES {
-        let p: Vec<f32> = held_out
-            .iter()
-            .flat_map(|&i| anchors[i * dim..(i + 1) * dim].iter().copied())
-            .collect();
-        (p, held_out.len())
-    } else {
-        tracing::warn!(
-            held_out = held_out.len(),
-            "partition: too few anchors outside the gallery; coverage measured on gallery members overstates the predicted fidelity"
-        );
-        (anchors, 0)
-    };
+    let (probes, coverage_probes) = coverage_probes(&features, dim, &anchors);
     let truth: Vec<Vec<u32>> = probes
         .par_chunks(dim)
         .map(|p| nearest_k(&features, dim, p, COVERAGE_K))
@@ -199,28 +235,15 @@ pub fn build(
         .min(n - 1);
     let neighbours: Option<Vec<Vec<u32>>> = if m > 0 {
         let t = Instant::now();
-        let ivf = InvertedFile::for_gallery(&features, dim, seed)?;
-        let chunks: Vec<Vec<Vec<u32>>> = match &ivf {
-            // Large galleries: list against probed lists by matrix products.
-            Some(ivf) if n > KMEANS_SAMPLE_ABOVE => {
-                vec![ivf.neighbours_by_list(&features, dim, m)]
-            }
-            _ => (0..n.div_ceil(NEIGHBOUR_CHUNK))
-                .into_par_iter()
-                .map(|c| {
-                    let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
-                    gallery_neighbours(&features, dim, m, rows, ivf.as_ref())
-                })
-                .collect::<Result<_, _>>()?,
-        };
+        let (nb, exact) = closure_neighbours(&features, dim, m, seed)?;
         tracing::info!(
             items = n,
             m,
-            exact = ivf.is_none(),
+            exact,
             secs = t.elapsed().as_secs_f64(),
             "partition: gallery neighbours"
         );
-        Some(chunks.into_iter().flatten().collect())
+        Some(nb)
     } else {
         None
     };

@@ -284,7 +284,13 @@ fn the_block_map_and_the_disclosure_equal_the_native_ones() {
         assert_eq!(got["level"].as_u64().unwrap() as usize, level);
         let points: Vec<[f64; 2]> = serde_json::from_value(got["points"].clone()).unwrap();
         assert_eq!(points.len(), l.blocks as usize);
-        assert_eq!(points, want);
+        // The same map (up to the last bit JSON's decimal round trip may change).
+        for (p, w) in points.iter().zip(&want) {
+            assert!(
+                (p[0] - w[0]).abs() < 1e-12 && (p[1] - w[1]).abs() < 1e-12,
+                "{p:?} {w:?}"
+            );
+        }
         assert_eq!(got["sizes"], serde_json::json!(l.sizes));
     }
     assert!(c.block_map(doc.levels.len()).is_err());
@@ -293,7 +299,14 @@ fn the_block_map_and_the_disclosure_equal_the_native_ones() {
         let got = json(&privatemail_client_wasm::disclosure(&plan.to_string()).unwrap());
         let native: shared::protocol::plan::Plan = serde_json::from_value(plan).unwrap();
         let want = shared::protocol::plan::disclosure(&native);
-        assert_eq!(got, serde_json::to_value(want).unwrap());
+        let want = serde_json::to_value(want).unwrap();
+        for key in ["learns_nothing", "regions", "of"] {
+            assert_eq!(got[key], want[key], "{key}");
+        }
+        for key in ["epsilon", "yes_no", "posterior", "prior"] {
+            let (g, w) = (got[key].as_f64().unwrap(), want[key].as_f64().unwrap());
+            assert!((g - w).abs() < 1e-12, "{key}: {g} {w}");
+        }
         if native.whole {
             assert_eq!(got["learns_nothing"], true);
         } else {

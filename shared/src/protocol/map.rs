@@ -21,7 +21,7 @@ pub const MAX_MAP_DIM: usize = 1_024;
 /// level whose centroids all coincide maps to the origin; with two rows the second coordinate
 /// is 0.
 pub fn block_map(centroids: &[f32], dim: usize) -> Result<Vec<[f64; 2]>> {
-    if dim == 0 || dim > MAX_MAP_DIM || centroids.len() % dim != 0 {
+    if dim == 0 || dim > MAX_MAP_DIM || !centroids.len().is_multiple_of(dim) {
         return Err(Error::InvalidParameter {
             name: "centroids",
             reason: format!(

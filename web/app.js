@@ -12,7 +12,8 @@
 // the controls. The rest, one role a module, none importing another that imports it back:
 // page.js (shared state, DOM helpers), api.js (wasm start, the API's JSON GETs), net.js
 // (bounded fetches), photo.js, budget.js (ε and the spent budget), protocol.js (the ways to
-// search offered), plan.js (the plan view), plot.js, results.js, format.js, pir.js (PIR's
+// search offered), plan.js (the plan view), disclosure.js (what the server learns, in words),
+// map.js (the block map), plot.js, results.js, format.js, pir.js (PIR's
 // transport), and flows/ with one search flow a protocol (frame.js: the anchor frame and
 // Algorithm 1; blocks.js: blocks and the whole gallery; pir.js).
 import { Client } from "./pkg/privatemail_client_wasm.js";
@@ -21,7 +22,6 @@ import { LIMIT_KEY, RECEIPTS_KEY, updateBudget, updateEpsilon } from "./budget.j
 import { getJson, wasmReady } from "./api.js";
 import { loadFromFile, renderSamples } from "./photo.js";
 import { drawPlot, renderLegend } from "./plot.js";
-import { updatePlan } from "./plan.js";
 import { loadPartition, loadPirDoc, updateProtocol } from "./protocol.js";
 import { onFrameSearch, send } from "./flows/frame.js";
 import { fetchBlocks, onBlockSearch } from "./flows/blocks.js";
@@ -99,7 +99,7 @@ $("cancel").addEventListener("click", () => {
   status("Search cancelled; nothing was sent.");
 });
 $("protocol").addEventListener("change", () => { $("protocol").dataset.chosen = "1"; updateProtocol(); });
-$("budget").addEventListener("change", updatePlan);
+$("budget").addEventListener("change", updateEpsilon); // the plan, and the hint that follows it
 $("limit").addEventListener("change", () => localStorage.setItem(LIMIT_KEY, $("limit").value));
 $("reset").addEventListener("click", () => {
   localStorage.removeItem(RECEIPTS_KEY);

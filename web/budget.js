@@ -1,31 +1,29 @@
-// The privacy level (the ε slider and what it means) and the budget this browser has spent:
+// The privacy level (the ε slider and what it means, in figures) and the budget this browser has spent:
 // receipts kept in localStorage, composed by the wasm client, and the warning before a search
 // would pass the user's limit.
 import { compose_budget } from "./pkg/privatemail_client_wasm.js";
 import { $, epsilon, protocol, state, status } from "./page.js";
 import { updatePlan } from "./plan.js";
+import { blockHint, frameHint } from "./disclosure.js";
 
 export const RECEIPTS_KEY = "privatemail.receipts";
 export const LIMIT_KEY = "privatemail.limit";
 
+// The slider's hint: what the server can learn at this ε, in figures (web/disclosure.js).
 function hint(eps) {
-  if (protocol() === "pir") return "Private information retrieval spends no ε at all: this slider applies only to the other ways to search.";
-  const frame = protocol() === "frame" || protocol() === "paper";
-  if (eps <= 0.5) return "Strong privacy: the server learns practically nothing about your photo" + (frame ? " — and the matches are essentially random." : ".");
-  if (eps <= 4) return "Good privacy: the server cannot tell your photo's category much better than by guessing" + (frame ? "; matches are still mostly random." : ".");
-  if (eps <= 16) return frame
-    ? "Moderate privacy: matches start to follow your photo, and the server could guess its category more often than by chance."
-    : "Moderate privacy: the server could guess which part of the gallery your photo is from more often than by chance.";
-  if (eps <= 30) return frame ? "Weak privacy: useful matches, but the server can often tell your photo's category." : "Weak privacy: the server can often tell which part of the gallery your photo is from.";
-  return "No meaningful privacy — for trying the system out only.";
+  const p = protocol();
+  if (p === "pir") return "Private information retrieval spends no ε at all: this slider applies only to the other ways to search.";
+  if (p === "whole") return "The whole gallery spends no ε: the server learns nothing about your photo, whatever this slider says.";
+  if (p === "frame" || p === "paper") return frameHint(eps, state.config.privacy_defaults.delta, p === "paper");
+  return blockHint(eps, state.currentPlan);
 }
 
 export function updateEpsilon() {
   const e = epsilon();
   $("eps-value").textContent = String(e);
   $("epsilon").setAttribute("aria-valuetext", `epsilon ${e}`);
+  updatePlan(); // first: the hint follows the plan's figures
   $("eps-hint").textContent = hint(e);
-  updatePlan();
 }
 
 function receipts() {

@@ -7,3 +7,9 @@ export function fmtKiB(bytes) {
   return k >= 1024 ? `${(k / 1024).toFixed(1)} MiB` : `${Math.round(k)} KiB`;
 }
 export const pct = (x) => (x >= 0.995 && x < 1 ? "over 99" : x < 0.01 && x > 0 ? "under 1" : String(Math.round(100 * x)));
+// Finer shares for figures close to certainty (e.g. 99.97), never a bare 100.
+export function pctFine(x) {
+  if (x >= 0.9999) return "over 99.99";
+  if (x >= 0.99) return (100 * x).toFixed(2);
+  return String(Math.round(100 * x));
+}

@@ -2,6 +2,7 @@
 // the wasm client, which runs the model; the page shows what the model saw and predicted.
 import { $, showError, state, status, timings } from "./page.js";
 import { SAMPLES } from "./samples.js";
+import { clearBlockMarks } from "./map.js";
 
 export function renderSamples() {
   const box = $("samples");
@@ -36,6 +37,7 @@ function loadBitmap(bitmap) {
   state.image = JSON.parse(state.client.load_image(new Uint8Array(data.buffer), w, h));
   timings.infer_ms = performance.now() - t;
   showImage();
+  clearBlockMarks();
 }
 
 async function loadFromUrl(url) {

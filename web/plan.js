@@ -1,9 +1,11 @@
 // The plan view: what the next search will download and spend, from public documents only
-// (ε, the byte budget, the partition and the PIR document; never the photo), as text and as a
-// point on the plan plot.
+// (ε, the byte budget, the partition and the PIR document; never the photo), as text — with
+// what the server learns, in figures — as a point on the plan plot, and as the block map.
 import { $, K, epsilon, protocol, state } from "./page.js";
 import { fmtKiB, pct } from "./format.js";
 import { drawPlanPlot } from "./plot.js";
+import { drawBlockMap } from "./map.js";
+import { planDisclosure, posteriorWords, yesNoWords } from "./disclosure.js";
 
 // The plan is public: a function of ε, the byte budget and the partition only, never the photo.
 export function updatePlan() {
@@ -28,14 +30,12 @@ export function updatePlan() {
   } catch (e) {
     $("plan").textContent = `No search fits these settings: ${e.message || e}. Choose a larger data budget.`;
     drawPlanPlot(curve, null);
+    drawBlockMap(null);
     return;
   }
-  $("plan").replaceChildren(...planLines(state.currentPlan).map((t) => {
-    const li = document.createElement("p");
-    li.textContent = t;
-    return li;
-  }));
+  $("plan").replaceChildren(...paragraphs(planLines(state.currentPlan)));
   drawPlanPlot(curve, state.currentPlan);
+  drawBlockMap(state.currentPlan);
 }
 
 // The PIR plan is public too: from the documents, K and the byte budget.
@@ -60,24 +60,66 @@ function updatePirPlan() {
       ? "Results: your exact 8 nearest images in the whole gallery."
       : `Predicted: ${pct(state.pirPlan.predicted_fidelity)}% of your 8 exact nearest matches will be found.`,
   ];
-  $("plan").replaceChildren(...lines.map((t) => {
-    const li = document.createElement("p");
-    li.textContent = t;
-    return li;
-  }));
+  $("plan").replaceChildren(...paragraphs(lines.map((t) => [t])));
   drawPlanPlot(curve, null, state.pirPlan);
 }
 
+function paragraphs(lines) {
+  return lines.map(([t, cls]) => {
+    const li = document.createElement("p");
+    li.textContent = t;
+    if (cls) li.className = cls;
+    return li;
+  });
+}
+
+// The exact ways to search this server offers, for the low-fidelity warning.
+function exactChoices() {
+  const out = [];
+  if (state.pirDoc) out.push("private information retrieval (the server learns nothing, results exact)");
+  try {
+    const w = JSON.parse(state.client.whole_plan());
+    out.push(`downloading the whole gallery (about ${fmtKiB(w.expected_bytes)}, exact, no privacy cost)`);
+  } catch { /* not allowed here */ }
+  const slider = $("epsilon"), budget = $("budget");
+  const moreEps = Number(slider.value) < Number(slider.max);
+  const moreBytes = budget.selectedIndex < budget.options.length - 1;
+  if (moreEps || moreBytes) out.push(`a larger ${moreEps && moreBytes ? "ε or data budget" : moreEps ? "ε" : "data budget"}`);
+  return out;
+}
+
+// The plan in words: what is downloaded, what the server learns (figures from Rust), the
+// predicted fidelity, and plainly when the results will mostly not be the exact ones.
 function planLines(plan) {
-  const eps = plan.epsilon === 0 ? "0 (nothing about your photo is released)" : String(plan.epsilon);
-  const what = plan.whole
-    ? "This search downloads the whole gallery"
-    : plan.size === plan.blocks
-      ? `This search downloads all ${plan.blocks} blocks of the gallery`
-      : `This search downloads ${plan.size} of the gallery's ${plan.blocks} blocks (your photo's own block is among them with probability ${pct(plan.inclusion)}%, hidden among random others)`;
-  return [
-    `${what}: about ${fmtKiB(plan.expected_bytes)}, ${pct(plan.expected_pool_fraction)}% of the gallery.`,
-    `Predicted: ${pct(plan.predicted_fidelity)}% of your 8 exact nearest matches in the gallery will be found (a prediction from the server's published coverage, not a promise).`,
-    `Privacy spent by this search: ε = ${eps}.`,
-  ];
+  const d = planDisclosure(plan);
+  const size = `about ${fmtKiB(plan.expected_bytes)}, ${pct(plan.expected_pool_fraction)}% of the gallery`;
+  const spent = `Privacy spent by this search: ε = ${d.learns_nothing ? "0 (nothing about your photo is released)" : plan.epsilon}.`;
+  if (plan.whole) {
+    return [
+      [`This search downloads the whole gallery: ${size}.`],
+      [(protocol() === "blocks" ? "The whole gallery fits this data budget, so it is downloaded instead of a few blocks. " : "") +
+        `The results are exact (your ${K} exact nearest matches in the whole gallery) and it costs no privacy: ` +
+        "every search downloads the same file, so the server learns nothing about your photo. " +
+        "Your browser keeps the file (it never changes) for later searches of this gallery version.", "learns"],
+      [spent],
+    ];
+  }
+  const lines = [];
+  if (d.learns_nothing) {
+    lines.push([`This search downloads all ${plan.blocks} blocks of the gallery: ${size}.`]);
+    lines.push(["The server learns nothing about your photo: every search downloads the same blocks.", "learns"]);
+  } else {
+    lines.push([`This search downloads ${plan.size} of the gallery's ${plan.blocks} blocks (regions of similar images): ${size}.`]);
+    const words = posteriorWords(d);
+    lines.push([`${words[0].toUpperCase()}${words.slice(1)}. At ε = ${plan.epsilon}, ${yesNoWords(plan.epsilon)}.`, "learns"]);
+  }
+  lines.push([`Predicted: ${pct(plan.predicted_fidelity)}% of your ${K} exact nearest matches in the gallery will be found (a prediction from the server's published coverage, not a promise).`]);
+  if (plan.predicted_fidelity < 0.5) {
+    const alt = exactChoices();
+    lines.push([`At this ε and data budget the results will mostly not be your exact matches (predicted ` +
+      `${pct(plan.predicted_fidelity)}% of the exact ${K}).` + (alt.length ? ` For exact results choose ${alt.join(", or ")}.` : ""),
+    "warn"]);
+  }
+  lines.push([spent]);
+  return lines;
 }

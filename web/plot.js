@@ -1,11 +1,11 @@
 // The page's plots (SVG): the plan curve (predicted fidelity against data downloaded), the
 // anchor frame drawn flat with the rows a frame search sent, Algorithm 1's aligned embedding,
-// and the frame plot's legend.
+// and the frame plot's legend (and the SVG helper the block map shares).
 import { $, state } from "./page.js";
 import { fmtKiB, kib, pct } from "./format.js";
 
 // Tableau 10: distinguishable, and readable on white.
-const COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+export const COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
                  "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#5b5b5b"];
 
 export function renderLegend() {
@@ -94,7 +94,7 @@ function project(row) {
 }
 
 const SVG = "http://www.w3.org/2000/svg";
-function el(name, attrs, title) {
+export function el(name, attrs, title) {
   const e = document.createElementNS(SVG, name);
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
   if (title) {

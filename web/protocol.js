@@ -49,6 +49,7 @@ export async function updateProtocol() {
   $("frame-figure").hidden = p !== "frame";
   $("paper-figure").hidden = p !== "paper";
   $("plan-figure").hidden = !blocks;
+  $("map-figure").hidden = p !== "blocks"; // and only for a plan of a few blocks (map.js)
   $("search").textContent = p === "whole" ? "Download and search" : "Search privately";
   updateEpsilon(); // the hint and the plan
 }

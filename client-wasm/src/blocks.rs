@@ -55,6 +55,24 @@ struct BlockRanking {
     pool_items: usize,
     /// Blocks ranked.
     blocks: usize,
+    /// The level searched and the blocks downloaded there, sorted: the release, all the server
+    /// saw (the rings on the page's block map).
+    level: usize,
+    released: Vec<u32>,
+    /// The photo's own block at that level (its nearest centroid), for the user's screen only:
+    /// handed out with the ranking, after every request of the search has been made, so
+    /// nothing the page requests can depend on it.
+    own_block: u32,
+}
+
+/// A level's blocks drawn flat (`shared::protocol::map::block_map`) with their sizes.
+#[derive(serde::Serialize)]
+struct BlockMap {
+    level: usize,
+    /// `[x, y]` for each block, in `[-1, 1]`.
+    points: Vec<[f64; 2]>,
+    /// Items in each block.
+    sizes: Vec<u32>,
 }
 
 /// Private block retrieval (design: `shared/spec/blocks.md`, leakage rules there).
@@ -237,17 +255,60 @@ impl Client {
                 thumbnail: decoded[h.block].thumbnail(h.index).to_vec(),
             })
             .collect();
+        let mut released = pending.order.clone();
+        released.sort_unstable();
+        let own_block = shared::protocol::partition::nearest_centroid(
+            &self.level_centroids(pending.level)?,
+            p.feature_dim,
+            query,
+        );
         let out = BlockRanking {
             results,
             thumb_side: p.thumb_side,
             pool_items: ids.len(),
             blocks: n,
+            level: pending.level,
+            released,
+            own_block,
+        };
+        serde_json::to_string(&out).map_err(js_err)
+    }
+}
+
+#[wasm_bindgen]
+impl Client {
+    /// The blocks of `level` drawn flat for the page's block map: JSON `{level, points, sizes}`
+    /// (`points[b]` = block `b`'s centroid on the top two principal components of the level's
+    /// centroids, scaled into `[-1, 1]`; `sizes[b]` its items). Public data only. Sends nothing.
+    pub fn block_map(&self, level: usize) -> Result<String, JsError> {
+        let p = self.partition()?;
+        let l = p
+            .levels
+            .get(level)
+            .ok_or_else(|| js_err(format!("the partition has no level {level}")))?;
+        let points = shared::protocol::map::block_map(&self.level_centroids(level)?, p.feature_dim)
+            .map_err(js_err)?;
+        let out = BlockMap {
+            level,
+            points,
+            sizes: l.sizes.clone(),
         };
         serde_json::to_string(&out).map_err(js_err)
     }
 }
 
 impl Client {
+    /// The centroids of `level`, flat (`B × feature_dim`, row-major): the one place this client
+    /// reads them from the loaded partition (the block map, the photo's own block).
+    pub(crate) fn level_centroids(&self, level: usize) -> Result<Vec<f32>, JsError> {
+        let l = self
+            .partition()?
+            .levels
+            .get(level)
+            .ok_or_else(|| js_err(format!("the partition has no level {level}")))?;
+        Ok(l.centroids.iter().flatten().copied().collect())
+    }
+
     /// The loaded partition, or an error when there is none yet.
     pub(crate) fn partition(&self) -> Result<&PartitionDoc, JsError> {
         self.partition

@@ -17,7 +17,8 @@
 //! with one `#[wasm_bindgen] impl Client` block per protocol, so JavaScript sees a single class:
 //! `model.rs` (the on-device model, loading the photo), `frame.rs` (the anchor frame and the
 //! `POST /api/v1/search` round trip), `paper.rs` (Algorithm 1), `blocks.rs` (private block
-//! retrieval), `pir.rs` (private information retrieval) and `budget.rs` (composing receipts).
+//! retrieval, and the block map), `pir.rs` (private information retrieval), `budget.rs` (composing
+//! receipts) and `disclosure.rs` (what a plan tells the server, in figures).
 
 use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc};
 use shared::embed::model::Model;
@@ -28,12 +29,14 @@ use wasm_bindgen::prelude::*;
 
 mod blocks;
 mod budget;
+mod disclosure;
 mod frame;
 mod model;
 mod paper;
 mod pir;
 
 pub use budget::compose_budget;
+pub use disclosure::{disclosure, yes_no_bound};
 pub use model::OnDeviceModel;
 
 pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {

@@ -229,6 +229,19 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
         }
         assert_eq!(got["thumb_side"], 28);
         assert_eq!(got["blocks"].as_u64().unwrap() as usize, urls.len());
+        // The release, sorted (the map's rings), and the photo's own block (native truth).
+        let (level, _) = common::level_block(urls[0].as_str().unwrap());
+        let mut released: Vec<u32> = urls
+            .iter()
+            .map(|u| common::level_block(u.as_str().unwrap()).1)
+            .collect();
+        released.sort_unstable();
+        assert_eq!(got["level"].as_u64().unwrap() as usize, level);
+        assert_eq!(got["released"], serde_json::json!(released));
+        assert_eq!(
+            got["own_block"].as_u64().unwrap() as u32,
+            true_block(&doc, level, &image(k))
+        );
         // The whole gallery's top 8 is the non-private top 8.
         if urls.len() == 1 {
             assert_eq!(got["pool_items"], 700);
@@ -255,6 +268,56 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
         assert!(c.rank_blocks(common::fetch(urls, &files), 1000).is_err());
     }
     let _ = doc;
+}
+
+#[wasm_bindgen_test]
+fn the_block_map_and_the_disclosure_equal_the_native_ones() {
+    let (doc_json, _) = common::partition(700, 19, true);
+    let doc: PartitionDoc = serde_json::from_str(&doc_json).unwrap();
+    let mut c = client();
+    assert!(c.block_map(0).is_err(), "no partition yet");
+    c.load_partition(&doc_json).unwrap();
+    for (level, l) in doc.levels.iter().enumerate() {
+        let got = json(&c.block_map(level).unwrap());
+        let flat: Vec<f32> = l.centroids.iter().flatten().copied().collect();
+        let want = shared::protocol::map::block_map(&flat, doc.feature_dim).unwrap();
+        assert_eq!(got["level"].as_u64().unwrap() as usize, level);
+        let points: Vec<[f64; 2]> = serde_json::from_value(got["points"].clone()).unwrap();
+        assert_eq!(points.len(), l.blocks as usize);
+        // The same map (up to the last bit JSON's decimal round trip may change).
+        for (p, w) in points.iter().zip(&want) {
+            assert!(
+                (p[0] - w[0]).abs() < 1e-12 && (p[1] - w[1]).abs() < 1e-12,
+                "{p:?} {w:?}"
+            );
+        }
+        assert_eq!(got["sizes"], serde_json::json!(l.sizes));
+    }
+    assert!(c.block_map(doc.levels.len()).is_err());
+    // What a plan tells the server: the native figures for a block plan and the whole gallery.
+    for plan in [plan_with_three_or_more(&c), json(&c.whole_plan().unwrap())] {
+        let got = json(&privatemail_client_wasm::disclosure(&plan.to_string()).unwrap());
+        let native: shared::protocol::plan::Plan = serde_json::from_value(plan).unwrap();
+        let want = shared::protocol::plan::disclosure(&native);
+        let want = serde_json::to_value(want).unwrap();
+        for key in ["learns_nothing", "regions", "of"] {
+            assert_eq!(got[key], want[key], "{key}");
+        }
+        for key in ["epsilon", "yes_no", "posterior", "prior"] {
+            let (g, w) = (got[key].as_f64().unwrap(), want[key].as_f64().unwrap());
+            assert!((g - w).abs() < 1e-12, "{key}: {g} {w}");
+        }
+        if native.whole {
+            assert_eq!(got["learns_nothing"], true);
+        } else {
+            let p = shared::dp::subset::inclusion_probability(native.blocks, native.size, 8.0);
+            assert!((got["posterior"].as_f64().unwrap() - p).abs() < 1e-12);
+            assert_eq!(got["regions"], 3);
+        }
+    }
+    assert!(privatemail_client_wasm::disclosure("{").is_err());
+    assert!((privatemail_client_wasm::yes_no_bound(8.0, 0.0) - 0.999_665).abs() < 1e-6);
+    assert_eq!(privatemail_client_wasm::yes_no_bound(0.0, 0.0), 0.5);
 }
 
 #[wasm_bindgen_test]

@@ -23,6 +23,7 @@ pub mod dp {
     pub mod budget;
     pub mod exact;
     pub mod mechanism;
+    pub mod posterior;
     pub mod randomized_response;
     pub mod rng;
     pub mod sensitivity;
@@ -44,6 +45,7 @@ pub mod protocol {
     pub mod block_search;
     pub mod blocks;
     pub mod frame;
+    pub mod map;
     pub mod partition;
     pub mod pir_search;
     pub mod plan;

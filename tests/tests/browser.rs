@@ -265,6 +265,7 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
     let plan = js(&c, "return document.getElementById('plan').textContent;").await;
     assert!(plan.as_str().unwrap().contains("whole gallery"), "{plan}");
     assert!(plan.as_str().unwrap().contains("ε = 0"), "{plan}");
+    assert!(plan.as_str().unwrap().contains("learns nothing"), "{plan}");
     search(&c).await;
     let ids: Vec<u64> = serde_json::from_value(
         js(
@@ -633,4 +634,243 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
     )
     .unwrap();
     c.close().await.unwrap();
+}
+
+/// The text of the element with this id.
+async fn text(c: &fantoccini::Client, id: &str) -> String {
+    js(
+        c,
+        &format!("return document.getElementById('{id}').textContent;"),
+    )
+    .await
+    .as_str()
+    .unwrap()
+    .to_string()
+}
+
+/// `pct` of `web/format.js`: a share in whole percent, never a bare 100 or 0 for what is only
+/// nearly so.
+fn pct(x: f64) -> String {
+    if (0.995..1.0).contains(&x) {
+        "over 99".into()
+    } else if x > 0.0 && x < 0.01 {
+        "under 1".into()
+    } else {
+        format!("{}", (100.0 * x).round())
+    }
+}
+
+/// `pctFine` of `web/format.js`: two decimals close to certainty.
+fn pct_fine(x: f64) -> String {
+    if x >= 0.9999 {
+        "over 99.99".into()
+    } else if x >= 0.99 {
+        format!("{:.2}", 100.0 * x)
+    } else {
+        format!("{}", (100.0 * x).round())
+    }
+}
+
+/// Issue #21, point 2 — what the server learns, in words and in a picture. With the figures of
+/// the plan computed natively from the server's document (the same planner): the whole gallery,
+/// where it fits the budget, is worded as exact, free of privacy cost and learning nothing; a
+/// low-fidelity plan says plainly that the results will mostly not be the exact ones and names
+/// the exact choices; at ε = 8 the plan and the slider state the posterior ("one of these L
+/// regions (of B) with probability p") and the yes/no bound; the block map has B dots and no
+/// marks before the search, and after it exactly L rings — the blocks requested, nothing else
+/// requested, no request body — and one own-block diamond at the photo's true block (computed
+/// natively), which nothing requested depends on. Saves the screenshot the README shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw() {
+    let srv = server();
+    let doc = partition(&srv.base).await;
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    c.set_window_size(1100, 2900).await.unwrap();
+    choose(&c, "protocol", "blocks").await;
+    // ε = 8 (slider 6) at the default 512 KiB: the whole 1,000-image gallery fits.
+    choose(&c, "epsilon", "6").await;
+    let whole = shared::protocol::plan::plan(&doc, 8.0, 524288.0).unwrap();
+    assert!(whole.whole, "{whole:?}");
+    let (plan_text, hint) = (text(&c, "plan").await, text(&c, "eps-hint").await);
+    for want in [
+        "whole gallery fits this data budget",
+        "exact",
+        "learns nothing",
+        "ε = 0",
+        "for later searches",
+    ] {
+        assert!(plan_text.contains(want), "plan lacks {want:?}: {plan_text}");
+    }
+    assert!(hint.contains("learns nothing"), "{hint}");
+    assert_eq!(
+        js(&c, "return document.getElementById('map-figure').hidden;").await,
+        json!(true),
+        "no map for the whole gallery"
+    );
+
+    // The smallest ε and budget: a plan that mostly misses, said plainly.
+    choose(&c, "budget", "131072").await;
+    choose(&c, "epsilon", "0").await;
+    let low = shared::protocol::plan::plan(&doc, 0.1, 131072.0).unwrap();
+    assert!(low.predicted_fidelity < 0.5, "{low:?}");
+    let plan_text = text(&c, "plan").await;
+    let warn = format!(
+        "At this ε and data budget the results will mostly not be your exact matches (predicted {}% of the exact 8)",
+        pct(low.predicted_fidelity)
+    );
+    assert!(plan_text.contains(&warn), "{plan_text}");
+    for want in [
+        "private information retrieval",
+        "whole gallery",
+        "a larger ε or data budget",
+    ] {
+        assert!(
+            plan_text.contains(want),
+            "the warning lacks {want:?}: {plan_text}"
+        );
+    }
+
+    // ε = 8 at 128 KiB: a block release, worded by its posterior.
+    choose(&c, "epsilon", "6").await;
+    let plan = shared::protocol::plan::plan(&doc, 8.0, 131072.0).unwrap();
+    assert!(!plan.whole && plan.size < plan.blocks, "{plan:?}");
+    let d = shared::protocol::plan::disclosure(&plan);
+    let (plan_text, hint) = (text(&c, "plan").await, text(&c, "eps-hint").await);
+    let posterior = format!(
+        "The server learns that your photo is in one of these {} regions (of {}) with probability {}%",
+        plan.size,
+        plan.blocks,
+        pct(plan.inclusion)
+    );
+    assert!(
+        plan_text.contains(&posterior),
+        "{posterior:?} not in {plan_text}"
+    );
+    assert!(
+        plan_text.contains(&format!("by chance alone: {}%", pct(d.prior))),
+        "{plan_text}"
+    );
+    let yes_no = format!(
+        "a yes/no question about your photo can be answered correctly {}% of the time at most \
+         (50% is a coin toss)",
+        pct_fine(d.yes_no)
+    );
+    assert_eq!(pct_fine(d.yes_no), "99.97");
+    assert!(plan_text.contains(&yes_no), "{plan_text}");
+    assert_eq!(
+        plan_text.contains("mostly not be your exact matches"),
+        plan.predicted_fidelity < 0.5,
+        "{plan_text}"
+    );
+    let want_hint = format!(
+        "ε = 8: {yes_no}; with this plan the server learns your photo is in one of {} of {} regions with probability {}%.",
+        plan.size,
+        plan.blocks,
+        pct(d.posterior)
+    );
+    assert!(hint.contains(&want_hint), "{want_hint:?} not in {hint}");
+
+    // The map: B dots, no marks before the search.
+    let marks = "const m = document.getElementById('block-map');
+         const ids = (s) => [...m.querySelectorAll(s)].map((e) => Number(e.dataset.block));
+         return [document.getElementById('map-figure').hidden, ids('circle.block').length,
+                 ids('circle.released').sort((a, b) => a - b), ids('polygon.own')];";
+    assert_eq!(js(&c, marks).await, json!([false, plan.blocks, [], []]));
+    let i = 5003;
+    let (path, _) = image_file(i);
+    load_photo(&c, &path).await;
+    // Record every request the search makes.
+    js(
+        &c,
+        "window.__log = []; const f = window.fetch.bind(window);
+         window.fetch = (u, o) => { window.__log.push({ url: new URL(String(u), location.href).pathname,
+             method: (o && o.method) || 'GET', body: (o && o.body) || null }); return f(u, o); };
+         performance.clearResourceTimings(); return 0;",
+    )
+    .await;
+    assert_eq!(search(&c).await.len(), 8);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let log = js(&c, "return window.__log;").await;
+    let log = log.as_array().unwrap();
+    let prefix = format!("/api/v1/blocks/{}/{}/", doc.version, plan.level);
+    let mut fetched: Vec<u32> = log
+        .iter()
+        .map(|r| {
+            assert_eq!(
+                (&r["method"], &r["body"]),
+                (&json!("GET"), &Value::Null),
+                "{r}"
+            );
+            let u = r["url"].as_str().unwrap();
+            u.strip_prefix(&prefix)
+                .unwrap_or_else(|| panic!("{u} is not a block of level {}", plan.level))
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    fetched.sort_unstable();
+    let loaded: Vec<String> = serde_json::from_value(
+        js(
+            &c,
+            "return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname);",
+        )
+        .await,
+    )
+    .unwrap();
+    let mut paths: Vec<String> = fetched.iter().map(|b| format!("{prefix}{b}")).collect();
+    let mut loaded_sorted = loaded.clone();
+    paths.sort();
+    loaded_sorted.sort();
+    assert_eq!(
+        loaded_sorted, paths,
+        "nothing but the released blocks was loaded"
+    );
+    let flat: Vec<f32> = doc.levels[plan.level]
+        .centroids
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    let truth =
+        shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
+    let drawn = js(&c, marks).await;
+    assert_eq!(drawn[0], json!(false));
+    assert_eq!(drawn[1], json!(plan.blocks));
+    // Exactly L rings, and they are the blocks requested: what the server saw.
+    assert_eq!(drawn[2], json!(fetched));
+    assert_eq!(fetched.len(), plan.size as usize);
+    fetched.dedup();
+    assert_eq!(fetched.len(), plan.size as usize, "distinct blocks");
+    // One own-block marker, at the photo's true block; the requests are the release alone (no
+    // request names a block outside it, none carries a body).
+    assert_eq!(drawn[3], json!([truth]));
+    let note = text(&c, "map-note").await;
+    let among = fetched.contains(&truth);
+    assert!(
+        note.contains(if among {
+            "it was among them"
+        } else {
+            "not among them"
+        }),
+        "{note}"
+    );
+    assert!(note.contains("only this page knows"), "{note}");
+    // A new photo: the last search's marks go.
+    let (path2, _) = image_file(5100);
+    load_photo(&c, &path2).await;
+    assert_eq!(js(&c, marks).await, json!([false, plan.blocks, [], []]));
+    // The screenshot after an ε = 8 block search: the posterior words and the map.
+    load_photo(&c, &path).await;
+    search(&c).await;
+    let dir = format!("{ROOT}/target/e2e-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        format!("{dir}/page-posterior-map.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
+    c.close().await.unwrap();
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(path2);
 }

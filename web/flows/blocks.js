@@ -8,6 +8,7 @@ import { pct } from "../format.js";
 import { loadPartition } from "../protocol.js";
 import { updatePlan } from "../plan.js";
 import { renderResults } from "../results.js";
+import { markBlocks } from "../map.js";
 
 export async function onBlockSearch() {
   const t = performance.now();
@@ -109,4 +110,5 @@ function showBlockResults(ranked, out) {
       ? `Predicted before the search: ${pct(plan.predicted_fidelity)}% of these are your exact 8 nearest in the whole gallery.`
       : "These are your exact 8 nearest in the whole gallery.");
   renderResults(ranked);
+  markBlocks(ranked);
 }

@@ -19,6 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::api::{LevelDoc, PartitionDoc};
+use crate::dp::posterior::{block_posterior, yes_no_bound};
 use crate::dp::subset::inclusion_probability;
 use crate::error::{Error, Result};
 use crate::params::limits;
@@ -46,6 +47,64 @@ pub struct Plan {
     pub expected_pool_fraction: f64,
     /// The whole gallery (no release).
     pub whole: bool,
+}
+
+/// What a search with a plan tells the server about the photo, in figures (the page's words).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Disclosure {
+    /// Nothing about the photo is released: every block of the level (or the whole gallery) is
+    /// downloaded, so the requests are the same for every photo.
+    pub learns_nothing: bool,
+    /// ε of the release (0 when nothing is released).
+    pub epsilon: f64,
+    /// The best chance of answering a yes/no question about the photo correctly from what the
+    /// server sees, both answers equally likely beforehand ([`yes_no_bound`], δ = 0): 0.5
+    /// when nothing is released.
+    pub yes_no: f64,
+    /// L: the photo is said to be in one of these released blocks ("regions")…
+    pub regions: u32,
+    /// …of B…
+    pub of: u32,
+    /// …with this posterior probability ([`block_posterior`], uniform prior over blocks; equal
+    /// to the plan's inclusion probability): 1 when nothing is released.
+    pub posterior: f64,
+    /// …where chance alone (the prior) says L/B.
+    pub prior: f64,
+}
+
+/// What a search with `plan` tells the server (public: a function of the plan only).
+///
+/// Guarantee: the server sees only the released set (and what is computed from it), an
+/// ε-DP output with ε = `plan.epsilon`, so (i) no yes/no question about the photo with even
+/// odds is answered correctly with probability above `yes_no` = e^ε/(1 + e^ε), and (ii) under a
+/// uniform prior over the level's blocks its posterior that the photo's block is among the L
+/// released is `posterior` = L·e^ε/(L·e^ε + B − L), the plan's inclusion probability.
+///
+/// Proof: (i) is [`yes_no_bound`] at δ = 0 (a block release is pure ε-DP,
+/// [`crate::dp::subset`]); (ii) is [`block_posterior`] (Bayes with the mechanism's two
+/// likelihood values). A plan that downloads every block of its level releases nothing: every
+/// photo makes the same requests, so the server's posterior is its prior and any guess is a
+/// coin toss (ε = 0, `yes_no` = 1/2). ∎
+pub fn disclosure(plan: &Plan) -> Disclosure {
+    let learns_nothing = plan.whole || plan.size >= plan.blocks || plan.epsilon == 0.0;
+    let epsilon = if learns_nothing { 0.0 } else { plan.epsilon };
+    Disclosure {
+        learns_nothing,
+        epsilon,
+        yes_no: yes_no_bound(epsilon, 0.0),
+        regions: plan.size,
+        of: plan.blocks,
+        posterior: if learns_nothing {
+            1.0
+        } else {
+            block_posterior(plan.blocks, plan.size, epsilon)
+        },
+        prior: if plan.blocks == 0 {
+            1.0
+        } else {
+            (plan.size as f64 / plan.blocks as f64).min(1.0)
+        },
+    }
 }
 
 /// Check a partition document from an untrusted server before planning with it: shapes, finite
@@ -452,6 +511,48 @@ mod tests {
         no_full.allow_full_download = false;
         assert!(!plan(&no_full, 1.0, 1e9).unwrap().whole);
         assert!(whole_plan(&no_full).is_err());
+    }
+
+    #[test]
+    fn disclosure_follows_the_plan() {
+        let d = doc();
+        for eps in [0.1, 1.0, 4.0, 8.0] {
+            for p in candidates(&d, eps).unwrap() {
+                let w = disclosure(&p);
+                if p.whole || p.size == p.blocks {
+                    assert!(
+                        w.learns_nothing && w.epsilon == 0.0 && w.yes_no == 0.5,
+                        "{p:?}"
+                    );
+                    assert_eq!(w.posterior, 1.0);
+                } else {
+                    assert!(!w.learns_nothing, "{p:?}");
+                    // The posterior the page states is the plan's inclusion probability.
+                    assert!((w.posterior - p.inclusion).abs() < 1e-12, "{p:?}");
+                    assert_eq!((w.regions, w.of), (p.size, p.blocks));
+                    assert!(w.posterior >= w.prior, "{p:?}");
+                    assert_eq!(w.yes_no, yes_no_bound(eps, 0.0));
+                }
+            }
+        }
+        // ε = 8: 0.99966; ε = 1: 0.731 (3 of the 32 blocks).
+        let at = |eps: f64| {
+            let p = candidates(&d, eps)
+                .unwrap()
+                .into_iter()
+                .find(|p| p.blocks == 32 && p.size == 3)
+                .unwrap();
+            disclosure(&p)
+        };
+        assert!((at(8.0).yes_no - 0.999_665).abs() < 1e-6);
+        assert!((at(1.0).yes_no - 0.731_059).abs() < 1e-6);
+        let want = 3.0 * 8f64.exp() / (3.0 * 8f64.exp() + 29.0);
+        assert!((at(8.0).posterior - want).abs() < 1e-12);
+        assert!((at(8.0).prior - 3.0 / 32.0).abs() < 1e-15);
+        // The whole gallery: nothing released, nothing learned.
+        let w = disclosure(&whole_plan(&d).unwrap());
+        assert!(w.learns_nothing);
+        assert_eq!((w.epsilon, w.yes_no, w.posterior), (0.0, 0.5, 1.0));
     }
 
     #[test]

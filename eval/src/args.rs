@@ -75,6 +75,13 @@ pub(crate) struct Args {
     /// Uses `--anchors`, `--seed` and `--blocks-queries`.
     #[arg(long, value_delimiter = ',')]
     pub(crate) blocks_served: Vec<usize>,
+    /// Served evaluation: build these levels (B) instead of the server's defaults, for studies.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) blocks_served_levels: Vec<u32>,
+    /// Served evaluation: closure sizes m to compare (each level built with each; default: the
+    /// server's, 24), for studies.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) blocks_served_closure: Vec<u32>,
     /// Block evaluation: held-out queries (training images outside the galleries and anchors).
     #[arg(long, default_value_t = 1000)]
     pub(crate) blocks_queries: usize,

@@ -16,11 +16,11 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use shared::embed::model::Model;
-use shared::protocol::partition::{build_level, nearest_centroid, nearest_k, Overlap};
+use shared::protocol::partition::{build_level, nearest_centroid, nearest_k, LevelSpec, Overlap};
 use shared::protocol::plan::{plan, validate_doc};
 use shared::protocol::publish::{
     default_specs, document, publish_level_to, publish_whole, BlockFiles, GalleryView, Thumbnails,
-    COVERAGE_K,
+    COVERAGE_K, DEFAULT_CLOSURE,
 };
 
 use privatemail_server::gallery::data::{
@@ -62,6 +62,7 @@ struct Served {
 struct GalleryServed {
     n: usize,
     levels: Vec<u32>,
+    overlap: String,
     coverage_probes: usize,
     doc_bytes: usize,
     secs: f64,
@@ -91,7 +92,6 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             "gallery {n}: images and model features ({} held-out queries)",
             query_idx.len()
         ));
-        let t = Instant::now();
         let demo = demo_gallery(&test, &train, &anchor_idx, n);
         let ids: Vec<u64> = demo.iter().map(|d| d.id).collect();
         let labels: Vec<u8> = demo.iter().map(|d| d.label).collect();
@@ -106,14 +106,18 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             thumbnails: Thumbnails::Packed(&thumbs),
             thumb_side: THUMB,
         };
-        out.push(served_gallery(
-            &g,
-            &a_features,
-            &q_features,
-            args.seed,
-            &log,
-        )?);
-        out.last_mut().expect("pushed").secs = t.elapsed().as_secs_f64();
+        for specs in study_specs(args, n) {
+            let t = Instant::now();
+            out.push(served_gallery(
+                &g,
+                &specs,
+                &a_features,
+                &q_features,
+                args.seed,
+                &log,
+            )?);
+            out.last_mut().expect("pushed").secs = t.elapsed().as_secs_f64();
+        }
     }
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(args.out.join("blocks-served.csv"), csv(&out))?;
@@ -127,9 +131,38 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     Ok(())
 }
 
-/// Build and publish `g`'s default levels as the server does, then evaluate every offered plan.
+/// The level sets to evaluate on a gallery of `n`: the server's defaults, or for a study the
+/// levels and closure sizes asked for (one set per closure size).
+fn study_specs(args: &Args, n: usize) -> Vec<Vec<LevelSpec>> {
+    let defaults = default_specs(n);
+    let bs: Vec<u32> = if args.blocks_served_levels.is_empty() {
+        defaults.iter().map(|s| s.blocks).collect()
+    } else {
+        args.blocks_served_levels.clone()
+    };
+    let ms: Vec<Overlap> = if args.blocks_served_closure.is_empty() {
+        vec![defaults
+            .first()
+            .map_or(Overlap::Closure(DEFAULT_CLOSURE), |s| s.overlap)]
+    } else {
+        args.blocks_served_closure
+            .iter()
+            .map(|&m| Overlap::Closure(m))
+            .collect()
+    };
+    ms.into_iter()
+        .map(|overlap| {
+            bs.iter()
+                .map(|&blocks| LevelSpec { blocks, overlap })
+                .collect()
+        })
+        .collect()
+}
+
+/// Build and publish `g`'s levels (`specs`) as the server does, then evaluate every offered plan.
 fn served_gallery(
     g: &GalleryView<'_>,
+    specs: &[LevelSpec],
     anchors: &[f32],
     queries: &[f32],
     seed: u64,
@@ -147,7 +180,6 @@ fn served_gallery(
         .map(|q| exact_top(g.features, dim, q, K))
         .collect();
     let truth: Vec<&[u32]> = near.iter().map(Vec::as_slice).collect();
-    let specs = default_specs(n);
     let m = specs
         .iter()
         .filter_map(|s| match s.overlap {
@@ -172,7 +204,7 @@ fn served_gallery(
         docs.push(publish_whole(g)?.doc);
         coefs.push(Vec::new());
     }
-    for spec in &specs {
+    for spec in specs {
         let t = Instant::now();
         let level = build_level(g.features, dim, *spec, seed, neighbours.as_deref())?;
         let mut drop_files = |_: BlockFiles| Ok(());
@@ -234,6 +266,7 @@ fn served_gallery(
     Ok(GalleryServed {
         n,
         levels: specs.iter().map(|s| s.blocks).collect(),
+        overlap: specs.first().map_or(String::new(), |s| s.overlap.name()),
         coverage_probes: n_probes,
         doc_bytes,
         secs: 0.0,
@@ -279,9 +312,10 @@ fn report(out: &[GalleryServed], nq: usize, secs: f64) -> String {
     for g in out {
         let _ = writeln!(
             w,
-            "## Gallery {}\n\nLevels B = {:?}; coverage on {} held-out probes; document {:.2} MB (JSON); built and measured in {:.0} s.\n",
+            "## Gallery {}\n\nLevels B = {:?} ({}); coverage on {} held-out probes; document {:.2} MB (JSON); built and measured in {:.0} s.\n",
             g.n,
             g.levels,
+            g.overlap,
             g.coverage_probes,
             g.doc_bytes as f64 / 1e6,
             g.secs

@@ -17,6 +17,7 @@ export function updatePlan() {
     return;
   }
   if (!state.partition) return;
+  labelBudgets(p);
   if (p === "pir") return updatePirPlan();
   let curve = [];
   try {
@@ -64,6 +65,36 @@ function updatePirPlan() {
   drawPlanPlot(curve, null, state.pirPlan);
 }
 
+// The budget choices: 8 and 16 MiB only where the gallery is large (no whole-gallery download,
+// or one above 4 MiB), and for block download each labelled with the fidelity its plan
+// predicts at this ε (public figures only).
+function labelBudgets(p) {
+  const sel = $("budget");
+  const whole = state.partition.levels.find((l) => l.whole);
+  const large = !whole || whole.transfer_bytes[0] > 4 * 1048576;
+  for (const o of sel.options) {
+    if (o.classList.contains("large-only")) {
+      o.hidden = !large;
+      o.disabled = !large;
+      if (!large && o.selected) sel.value = "4194304";
+    }
+    let label = fmtBudget(Number(o.value));
+    if (p === "blocks") {
+      try {
+        const plan = JSON.parse(state.client.plan(epsilon(), Number(o.value)));
+        label += ` — predicted ${pct(plan.predicted_fidelity)}%`;
+      } catch {
+        label += " — nothing fits";
+      }
+    }
+    o.textContent = label;
+  }
+}
+
+function fmtBudget(bytes) {
+  return bytes >= 1048576 ? `${bytes / 1048576} MiB` : `${bytes / 1024} KiB`;
+}
+
 function paragraphs(lines) {
   return lines.map(([t, cls]) => {
     const li = document.createElement("p");
@@ -83,7 +114,7 @@ function exactChoices() {
   } catch { /* not allowed here */ }
   const slider = $("epsilon"), budget = $("budget");
   const moreEps = Number(slider.value) < Number(slider.max);
-  const moreBytes = budget.selectedIndex < budget.options.length - 1;
+  const moreBytes = [...budget.options].some((o, i) => i > budget.selectedIndex && !o.disabled);
   if (moreEps || moreBytes) out.push(`a larger ${moreEps && moreBytes ? "ε or data budget" : moreEps ? "ε" : "data budget"}`);
   return out;
 }

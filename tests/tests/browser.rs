@@ -758,6 +758,25 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
     );
     assert_eq!(pct_fine(d.yes_no), "99.97");
     assert!(plan_text.contains(&yes_no), "{plan_text}");
+    // Each budget choice carries the fidelity its plan predicts at this ε (the native planner's
+    // figure); the 8 and 16 MiB choices are for large galleries only (this one fits 512 KiB).
+    let labels = js(
+        &c,
+        "return [...document.getElementById('budget').options].map(o => [o.value, o.textContent, o.hidden, o.disabled]);",
+    )
+    .await;
+    let labels = labels.as_array().unwrap();
+    assert_eq!(labels.len(), 8, "{labels:?}");
+    for l in labels {
+        let bytes: f64 = l[0].as_str().unwrap().parse().unwrap();
+        let label = l[1].as_str().unwrap();
+        if bytes > 4194304.0 {
+            assert_eq!((&l[2], &l[3]), (&json!(true), &json!(true)), "{label}");
+            continue;
+        }
+        let want = pct(shared::protocol::plan::plan(&doc, 8.0, bytes).unwrap().predicted_fidelity);
+        assert!(label.ends_with(&format!(" — predicted {want}%")), "{label} (want {want}%)");
+    }
     assert_eq!(
         plan_text.contains("mostly not be your exact matches"),
         plan.predicted_fidelity < 0.5,

@@ -34,6 +34,16 @@ struct BlockRelease {
     max_wire_bytes: Vec<u64>,
 }
 
+/// Where and how much to fetch for a level's centroids file.
+#[derive(serde::Serialize)]
+struct CentroidsRequest {
+    url: String,
+    /// Its exact size uncompressed (the page stops reading past it) and the most gzip can take
+    /// for it on the wire.
+    max_bytes: u64,
+    max_wire_bytes: u64,
+}
+
 /// One ranked result, for the user's screen.
 #[derive(serde::Serialize)]
 pub(crate) struct BlockHit {
@@ -89,8 +99,49 @@ impl Client {
         if doc.thumb_side == 0 || doc.thumb_side > shared::params::limits::MAX_THUMB_SIDE {
             return Err(js_err("the server's partition has a bad thumbnail size"));
         }
+        // Centroids stay for the levels the new document still lists (the same version).
+        self.centroids
+            .retain(|h, _| doc.levels.iter().any(|l| l.centroids_hash == *h));
         self.partition = Some(doc);
         self.pending_blocks = None;
+        Ok(())
+    }
+
+    /// What to fetch for `level`'s centroids (JSON `{url, max_bytes, max_wire_bytes}`), or
+    /// `undefined` when they are already loaded for this version. The level comes from the
+    /// (public) plan, so the request reveals nothing about the photo. Sends nothing.
+    pub fn centroids_request(&self, level: usize) -> Result<Option<String>, JsError> {
+        let p = self.partition()?;
+        let l = p
+            .levels
+            .get(level)
+            .ok_or_else(|| js_err("the plan names a level the partition does not have"))?;
+        if self
+            .centroids
+            .contains_key(&l.centroids_hash.to_ascii_lowercase())
+        {
+            return Ok(None);
+        }
+        let req = CentroidsRequest {
+            url: shared::protocol::centroids::centroids_url(p, level),
+            max_bytes: l.centroids_bytes,
+            max_wire_bytes: shared::protocol::blocks::max_transfer_len(l.centroids_bytes),
+        };
+        serde_json::to_string(&req).map(Some).map_err(js_err)
+    }
+
+    /// Keep `level`'s centroids file (its uncompressed bytes), once its size, SHA-256 and
+    /// header agree with the partition (`shared::protocol::centroids::verify`); an error
+    /// otherwise, and nothing is kept. Sends nothing.
+    pub fn set_centroids(&mut self, level: usize, bytes: &[u8]) -> Result<(), JsError> {
+        let c =
+            shared::protocol::centroids::verify(self.partition()?, level, bytes).map_err(|e| {
+                js_err(format!(
+                    "the gallery's centroids do not match what it published (the server sent \
+                 different data, or the gallery changed): {e}"
+                ))
+            })?;
+        self.centroids.insert(c.hash.to_ascii_lowercase(), c);
         Ok(())
     }
 
@@ -151,8 +202,13 @@ impl Client {
             ));
         }
         // The release and the fresh fetch order (shared with every client: one implementation).
+        let cents = if plan.size < level.blocks {
+            Some(self.level_centroids(plan.level)?)
+        } else {
+            None
+        };
         let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let req = block_search::release_blocks(p, &plan, query, &mut rng).map_err(js_err)?;
+        let req = block_search::release_blocks(p, &plan, cents, query, &mut rng).map_err(js_err)?;
         let urls = req
             .fetch
             .iter()
@@ -253,6 +309,21 @@ impl Client {
         self.partition
             .as_ref()
             .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))
+    }
+
+    /// The loaded centroids of `level` ([`Client::set_centroids`]), or an error.
+    pub(crate) fn level_centroids(
+        &self,
+        level: usize,
+    ) -> Result<&shared::protocol::centroids::Centroids, JsError> {
+        let l = self
+            .partition()?
+            .levels
+            .get(level)
+            .ok_or_else(|| js_err("the plan names a level the partition does not have"))?;
+        self.centroids
+            .get(&l.centroids_hash.to_ascii_lowercase())
+            .ok_or_else(|| js_err("the level's centroids are not loaded yet"))
     }
 
     /// The loaded photo's features as the model computed them (f32), the blocks' query.

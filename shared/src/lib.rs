@@ -43,6 +43,7 @@ pub mod protocol {
     pub mod align;
     pub mod block_search;
     pub mod blocks;
+    pub mod centroids;
     pub mod frame;
     pub mod partition;
     pub mod pir_search;

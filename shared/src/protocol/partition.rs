@@ -315,26 +315,24 @@ pub fn nearest_by_products(rows: &[f32], centres: &[f32], dim: usize, k: usize) 
         .collect()
 }
 
+/// One row's candidates: `(‖c‖² − 2·x·c as computed, index)`, nearest first.
+type Candidates = Vec<(f32, u32)>;
+
 /// [`nearest_by_products`] with each candidate's `‖c‖² − 2·x·c` as computed.
-fn candidates_by_products(
-    rows: &[f32],
-    centres: &[f32],
-    dim: usize,
-    k: usize,
-) -> Vec<Vec<(f32, u32)>> {
+fn candidates_by_products(rows: &[f32], centres: &[f32], dim: usize, k: usize) -> Vec<Candidates> {
     let n = rows.len() / dim;
     let c = centres.len() / dim;
     let norms: Vec<f32> = centres
         .chunks_exact(dim)
         .map(|r| r.iter().map(|v| v * v).sum())
         .collect();
-    let mut out: Vec<Vec<(f32, u32)>> = vec![Vec::new(); n];
-    let chunks: Vec<(usize, &mut [Vec<(f32, u32)>])> = out
+    let mut out: Vec<Candidates> = vec![Vec::new(); n];
+    let chunks: Vec<(usize, &mut [Candidates])> = out
         .chunks_mut(PRODUCT_ROWS)
         .enumerate()
         .map(|(i, ch)| (i * PRODUCT_ROWS, ch))
         .collect();
-    crate::embed::nystrom::run_blocks(chunks, &|start, outs: &mut [Vec<(f32, u32)>]| {
+    crate::embed::nystrom::run_blocks(chunks, &|start, outs: &mut [Candidates]| {
         let r = outs.len();
         let mut g = vec![0f32; r * c];
         products(&rows[start * dim..(start + r) * dim], centres, dim, &mut g);
@@ -375,7 +373,9 @@ pub fn nearest_centroids_exact(features: &[f32], centroids: &[f32], dim: usize) 
             let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
             let margin = 16.0 * (dim as f32 + 2.0) * f32::EPSILON * (norm + cmax).powi(2);
             let (first, last) = (c[0].0, c[c.len() - 1].0);
-            if c.len() < b && !(last - first > margin) {
+            // A NaN gap (never for finite rows) falls back to the full scan too.
+            let clear = (last - first).partial_cmp(&margin) == Some(std::cmp::Ordering::Greater);
+            if c.len() < b && !clear {
                 return nearest_centroid(centroids, dim, x);
             }
             let mut best = (f32::INFINITY, u32::MAX);

@@ -6,8 +6,10 @@
 // request of the search was made). Nothing here sends anything.
 import { $, protocol, state } from "./page.js";
 import { COLOURS, el } from "./plot.js";
+import { fetchCentroids } from "./net.js";
 
 const cache = new Map(); // "version/level" → {points, sizes}
+const loading = new Set(); // "version/level" whose centroids are being fetched
 let marks = null; // {version, level, released, own} of the last block search
 
 function levelMap(level) {
@@ -34,6 +36,21 @@ export function drawBlockMap(plan) {
   const show = !!plan && !plan.whole && protocol() === "blocks" && !!state.partition;
   fig.hidden = !show;
   if (!show) return;
+  // The level's centroids (public: the plan's level, fetched once per version, checked by the
+  // wasm client) are needed to draw it; the map is drawn when they arrive.
+  if (state.client.centroids_request(plan.level)) {
+    $("block-map").replaceChildren();
+    $("map-note").textContent = "Loading the map of the gallery's blocks…";
+    const key = `${state.partition.version}/${plan.level}`;
+    if (!loading.has(key)) {
+      loading.add(key);
+      fetchCentroids(state.client, plan.level)
+        .then(() => drawBlockMap(state.currentPlan))
+        .catch((e) => { $("map-note").textContent = `The map cannot be drawn: ${e.message || e}`; })
+        .finally(() => loading.delete(key));
+    }
+    return;
+  }
   let map;
   try { map = levelMap(plan.level); } catch (e) {
     $("block-map").replaceChildren();

@@ -81,3 +81,32 @@ export function serverMessage(bytes, fallback, L) {
     .slice(0, L.max_error_message_chars);
 }
 
+
+// A level's centroids file (public, the same for everyone; the level comes from the public
+// plan, never the photo): fetched at most once per gallery version — the wasm client keeps
+// verified centroids by their SHA-256 and asks for nothing it holds — within its published
+// size, by the deadline, then checked (size, SHA-256, header) and kept by the wasm client,
+// which throws on any mismatch. Returns the bytes fetched (0 when already held).
+export async function fetchCentroids(client, level) {
+  const need = client.centroids_request(level);
+  if (!need) return 0;
+  const req = JSON.parse(need);
+  const d = deadline((await limitsReady).total_timeout_secs);
+  try {
+    const { resp, bytes } = await fetchBounded(req.url, {
+      maxBytes: req.max_bytes,
+      maxWire: req.max_wire_bytes,
+      signal: d.signal,
+      follow: false,
+    });
+    if (!resp.ok) {
+      const err = new Error(`the server answered HTTP ${resp.status} for the gallery's centroids`);
+      err.status = resp.status;
+      throw err;
+    }
+    client.set_centroids(level, bytes);
+    return bytes.length;
+  } finally {
+    d.done();
+  }
+}

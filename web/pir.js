@@ -3,12 +3,12 @@
 // this module only moves bytes.
 //
 // Leakage rule: every search makes the same requests of the same sizes in the same order,
-// whatever the photo — the public files (hints, the ranking table: identical for everyone,
-// immutable, cached by the browser), then the ranking query (a `level` plan), then exactly K
+// whatever the photo — the public files (hints, the ranking table, a level's centroids:
+// identical for everyone, immutable, cached by the browser), then the ranking query (a `level` plan), then exactly K
 // thumbnail queries. The ranking step never throws on a bad answer (the wasm client keeps the
 // error), so the thumbnail request goes out either way; nothing is ever retried.
 
-import { clientLimits, deadline, fetchBounded } from "./net.js";
+import { clientLimits, deadline, fetchBounded, fetchCentroids } from "./net.js";
 
 const ANSWER_TYPE = { "content-type": "application/octet-stream" };
 
@@ -90,6 +90,7 @@ async function search(client, doc, plan, k, onStep, signal) {
   } else {
     const db = doc.levels[r.level];
     await hint(String(r.level), db);
+    bytes.once += await fetchCentroids(client, r.level);
     onStep("Asking for your photo's part of the gallery without revealing which…");
     const body = timed(() => client.pir_rank_query(r.level));
     bytes.up += body.length;

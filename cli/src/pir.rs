@@ -39,16 +39,22 @@ fn cache_dir() -> Option<PathBuf> {
         .and_then(|p| p.parent().map(|d| d.join("pir-cache")))
 }
 
-/// A public file by its SHA-256: from the cache, else fetched (and cached). Returns the bytes
-/// and how many were downloaded. The caller checks the hash.
-fn public_file(server: &Server, url: &str, sha256: &str, max: u64) -> Result<(Vec<u8>, u64)> {
+/// A public file by its SHA-256 (hints, the ranking table, a level's centroids): from the
+/// cache, else fetched within `limit` (and cached). Returns the bytes and how many were
+/// downloaded. The caller checks the hash.
+pub(crate) fn public_file(
+    server: &Server,
+    url: &str,
+    sha256: &str,
+    limit: BodyLimit,
+) -> Result<(Vec<u8>, u64)> {
     let cached = cache_dir().map(|d| d.join(sha256.to_ascii_lowercase()));
     if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
         if shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
             return Ok((bytes, 0));
         }
     }
-    let got = server.get_bounded(url, BodyLimit::both(max))?;
+    let got = server.get_bounded(url, limit)?;
     let (bytes, n) = (got.bytes, got.wire);
     if let Some(p) = cached {
         if shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
@@ -67,7 +73,7 @@ fn hint(server: &Server, doc: &PirDoc, name: &str, db: &PirDbDoc) -> Result<(Hin
         server,
         &format!("{}/{name}/hint", doc.answer_url),
         &db.hint_sha256,
-        db.shape.hint_bytes() as u64,
+        BodyLimit::both(db.shape.hint_bytes() as u64),
     )?;
     let h = Hint::from_bytes(&db.shape, &bytes, &db.hint_sha256)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
@@ -102,7 +108,7 @@ pub fn search(
                 server,
                 &format!("{}/rank", doc.answer_url),
                 &t.sha256,
-                t.bytes,
+                BodyLimit::both(t.bytes),
             )?;
             once += n;
             let t0 = Instant::now();
@@ -116,8 +122,11 @@ pub fn search(
                 .expect("the plan chose an offered level");
             let (level_hint, n) = hint(server, &doc, &level.to_string(), db)?;
             once += n;
+            let (centroids, n) = crate::search::level_centroids(server, &part, level)?;
+            once += n;
             let t0 = Instant::now();
-            let (body, pending) = rank_query(&part, &doc, level, features, rng).map_err(mal)?;
+            let (body, pending) =
+                rank_query(&part, &doc, level, &centroids, features, rng).map_err(mal)?;
             client_ms += t0.elapsed().as_secs_f64() * 1e3;
             up += body.len() as u64;
             let answer = server.post_bytes(

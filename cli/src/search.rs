@@ -16,6 +16,8 @@ use shared::dp::mechanism::Receipt;
 use shared::embed::model::Model;
 use shared::params::limits;
 use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
+use shared::protocol::blocks::max_transfer_len;
+use shared::protocol::centroids::{self, centroids_url, Centroids};
 use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
 use shared::protocol::plan::{plan, validate_doc, whole_plan, Plan};
 use shared::protocol::privatemail::{privatize, Anchors};
@@ -179,6 +181,31 @@ pub fn choose_plan(doc: &PartitionDoc, q: &Query) -> Result<Plan> {
     Ok(plan(doc, q.epsilon, q.max_bytes)?)
 }
 
+/// The centroids of a (public) level: fetched once per version (kept on disk by SHA-256, like
+/// PIR's public files), read within the size the document declares (on the wire and
+/// decompressed), checked against its hash and decoded by `shared::protocol::centroids`. A
+/// wrong size, hash or header is an unusable answer (exit 7), like a damaged block. Returns
+/// them and the bytes downloaded (0 when cached).
+pub fn level_centroids(
+    server: &Server,
+    doc: &PartitionDoc,
+    level: usize,
+) -> Result<(Centroids, u64)> {
+    let l = doc
+        .levels
+        .get(level)
+        .ok_or_else(|| CliError::Malformed(format!("level {level} is not in the partition")))?;
+    let limit = BodyLimit {
+        wire: max_transfer_len(l.centroids_bytes),
+        decoded: l.centroids_bytes,
+    };
+    let (bytes, n) =
+        crate::pir::public_file(server, &centroids_url(doc, level), &l.centroids_hash, limit)?;
+    let c =
+        centroids::verify(doc, level, &bytes).map_err(|e| CliError::Malformed(e.to_string()))?;
+    Ok((c, n))
+}
+
 type Found = (Option<Receipt>, Option<Plan>, u64, Vec<Hit>);
 
 fn blocks(
@@ -190,7 +217,14 @@ fn blocks(
 ) -> Result<Found> {
     let doc = partition(server)?;
     let p = choose_plan(&doc, q)?;
-    let req = release_blocks(&doc, &p, features, rng)?;
+    // The plan's level is public; its centroids are needed only when blocks are released.
+    let (cents, cent_bytes) = if p.size < p.blocks {
+        let (c, n) = level_centroids(server, &doc, p.level)?;
+        (Some(c), n)
+    } else {
+        (None, 0)
+    };
+    let req = release_blocks(&doc, &p, cents.as_ref(), features, rng)?;
     // Sizes are validated per block; the search as a whole is bounded too (nothing sent yet).
     let declared: u64 = req
         .fetch
@@ -218,7 +252,7 @@ fn blocks(
         })
         .collect();
     drop(blocks);
-    Ok((req.receipt, Some(p), bytes, results))
+    Ok((req.receipt, Some(p), bytes + cent_bytes, results))
 }
 
 /// The fetched blocks `(id, bytes)` in request order, and the bytes counted on the wire.

@@ -34,6 +34,16 @@ struct BlockRelease {
     max_wire_bytes: Vec<u64>,
 }
 
+/// Where and how much to fetch for a level's centroids file.
+#[derive(serde::Serialize)]
+struct CentroidsRequest {
+    url: String,
+    /// Its exact size uncompressed (the page stops reading past it) and the most gzip can take
+    /// for it on the wire.
+    max_bytes: u64,
+    max_wire_bytes: u64,
+}
+
 /// One ranked result, for the user's screen.
 #[derive(serde::Serialize)]
 pub(crate) struct BlockHit {
@@ -107,8 +117,49 @@ impl Client {
         if doc.thumb_side == 0 || doc.thumb_side > shared::params::limits::MAX_THUMB_SIDE {
             return Err(js_err("the server's partition has a bad thumbnail size"));
         }
+        // Centroids stay for the levels the new document still lists (the same version).
+        self.centroids
+            .retain(|h, _| doc.levels.iter().any(|l| l.centroids_hash == *h));
         self.partition = Some(doc);
         self.pending_blocks = None;
+        Ok(())
+    }
+
+    /// What to fetch for `level`'s centroids (JSON `{url, max_bytes, max_wire_bytes}`), or
+    /// `undefined` when they are already loaded for this version. The level comes from the
+    /// (public) plan, so the request reveals nothing about the photo. Sends nothing.
+    pub fn centroids_request(&self, level: usize) -> Result<Option<String>, JsError> {
+        let p = self.partition()?;
+        let l = p
+            .levels
+            .get(level)
+            .ok_or_else(|| js_err("the plan names a level the partition does not have"))?;
+        if self
+            .centroids
+            .contains_key(&l.centroids_hash.to_ascii_lowercase())
+        {
+            return Ok(None);
+        }
+        let req = CentroidsRequest {
+            url: shared::protocol::centroids::centroids_url(p, level),
+            max_bytes: l.centroids_bytes,
+            max_wire_bytes: shared::protocol::blocks::max_transfer_len(l.centroids_bytes),
+        };
+        serde_json::to_string(&req).map(Some).map_err(js_err)
+    }
+
+    /// Keep `level`'s centroids file (its uncompressed bytes), once its size, SHA-256 and
+    /// header agree with the partition (`shared::protocol::centroids::verify`); an error
+    /// otherwise, and nothing is kept. Sends nothing.
+    pub fn set_centroids(&mut self, level: usize, bytes: &[u8]) -> Result<(), JsError> {
+        let c =
+            shared::protocol::centroids::verify(self.partition()?, level, bytes).map_err(|e| {
+                js_err(format!(
+                    "the gallery's centroids do not match what it published (the server sent \
+                 different data, or the gallery changed): {e}"
+                ))
+            })?;
+        self.centroids.insert(c.hash.to_ascii_lowercase(), c);
         Ok(())
     }
 
@@ -169,8 +220,13 @@ impl Client {
             ));
         }
         // The release and the fresh fetch order (shared with every client: one implementation).
+        let cents = if plan.size < level.blocks {
+            Some(self.level_centroids(plan.level)?)
+        } else {
+            None
+        };
         let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let req = block_search::release_blocks(p, &plan, query, &mut rng).map_err(js_err)?;
+        let req = block_search::release_blocks(p, &plan, cents, query, &mut rng).map_err(js_err)?;
         let urls = req
             .fetch
             .iter()
@@ -258,7 +314,7 @@ impl Client {
         let mut released = pending.order.clone();
         released.sort_unstable();
         let own_block = shared::protocol::partition::nearest_centroid(
-            &self.level_centroids(pending.level)?,
+            &self.level_centroids(pending.level)?.values,
             p.feature_dim,
             query,
         );
@@ -286,8 +342,9 @@ impl Client {
             .levels
             .get(level)
             .ok_or_else(|| js_err(format!("the partition has no level {level}")))?;
-        let points = shared::protocol::map::block_map(&self.level_centroids(level)?, p.feature_dim)
-            .map_err(js_err)?;
+        let points =
+            shared::protocol::map::block_map(&self.level_centroids(level)?.values, p.feature_dim)
+                .map_err(js_err)?;
         let out = BlockMap {
             level,
             points,
@@ -298,22 +355,27 @@ impl Client {
 }
 
 impl Client {
-    /// The centroids of `level`, flat (`B × feature_dim`, row-major): the one place this client
-    /// reads them from the loaded partition (the block map, the photo's own block).
-    pub(crate) fn level_centroids(&self, level: usize) -> Result<Vec<f32>, JsError> {
-        let l = self
-            .partition()?
-            .levels
-            .get(level)
-            .ok_or_else(|| js_err(format!("the partition has no level {level}")))?;
-        Ok(l.centroids.iter().flatten().copied().collect())
-    }
-
     /// The loaded partition, or an error when there is none yet.
     pub(crate) fn partition(&self) -> Result<&PartitionDoc, JsError> {
         self.partition
             .as_ref()
             .ok_or_else(|| js_err("the gallery's partition is not loaded yet"))
+    }
+
+    /// The loaded centroids of `level` ([`Client::set_centroids`]), or an error: the one place
+    /// this client reads centroids (the release, the block map, the photo's own block, PIR).
+    pub(crate) fn level_centroids(
+        &self,
+        level: usize,
+    ) -> Result<&shared::protocol::centroids::Centroids, JsError> {
+        let l = self
+            .partition()?
+            .levels
+            .get(level)
+            .ok_or_else(|| js_err("the plan names a level the partition does not have"))?;
+        self.centroids
+            .get(&l.centroids_hash.to_ascii_lowercase())
+            .ok_or_else(|| js_err("the level's centroids are not loaded yet"))
     }
 
     /// The loaded photo's features as the model computed them (f32), the blocks' query.

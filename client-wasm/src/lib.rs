@@ -57,6 +57,10 @@ pub struct Client {
     pending: Option<frame::Pending>,
     /// The validated partition document (`GET /api/v1/partition`).
     partition: Option<PartitionDoc>,
+    /// Verified centroids of the loaded partition's levels, by their SHA-256 (content
+    /// addressed, so per version; each level's fetched at most once while its version is
+    /// loaded).
+    centroids: std::collections::HashMap<String, shared::protocol::centroids::Centroids>,
     pending_blocks: Option<blocks::PendingBlocks>,
     /// The public anchors' features and labels, for Algorithm 1 (its kernel cache is built on
     /// the first Algorithm 1 search, so page load does not pay for it).
@@ -116,6 +120,7 @@ impl Client {
             query_f32: None,
             pending: None,
             partition: None,
+            centroids: Default::default(),
             pending_blocks: None,
             anchor_features: feats,
             anchor_labels: anchors.labels,

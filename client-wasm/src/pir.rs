@@ -122,13 +122,21 @@ impl Client {
     }
 
     /// The ranking query of a `Level` plan: the body to `POST` to `{answer_url}/{level}` (the
-    /// photo's nearest block, hidden). Its secret stays here.
+    /// photo's nearest block among the level's centroids, loaded first with
+    /// [`Client::set_centroids`], hidden). Its secret stays here.
     pub fn pir_rank_query(&mut self, level: usize) -> Result<Vec<u8>, JsError> {
         let query = self.query_features()?;
         let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let (body, pending) =
-            pir_search::rank_query(self.partition()?, self.pir_doc()?, level, &query, &mut rng)
-                .map_err(js_err)?;
+        let cents = self.level_centroids(level)?;
+        let (body, pending) = pir_search::rank_query(
+            self.partition()?,
+            self.pir_doc()?,
+            level,
+            cents,
+            &query,
+            &mut rng,
+        )
+        .map_err(js_err)?;
         self.pir.rank_pending = Some((level, pending));
         self.pir.ranked = None;
         Ok(body)

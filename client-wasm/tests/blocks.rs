@@ -57,17 +57,24 @@ fn plan_with_three_or_more(c: &Client) -> Value {
     plan
 }
 
-/// Native ground truth for the test: the photo's true block at a level.
-fn true_block(doc: &PartitionDoc, level: usize, pixels: &[u8]) -> u32 {
+/// Native ground truth for the test: the photo's true block at a level (the level's
+/// centroids file decoded natively).
+fn true_block(doc: &PartitionDoc, files: &[Vec<Vec<u8>>], level: usize, pixels: &[u8]) -> u32 {
     let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
     let q = model.infer(pixels).unwrap().features;
-    let flat: Vec<f32> = doc.levels[level]
-        .centroids
-        .iter()
-        .flatten()
-        .copied()
-        .collect();
-    shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &q)
+    let c = shared::protocol::centroids::verify(doc, level, files[level].last().unwrap()).unwrap();
+    shared::protocol::partition::nearest_centroid(&c.values, doc.feature_dim, &q)
+}
+
+/// Give the client `level`'s centroids as the page does: it asks for them (the URL and the
+/// declared sizes), takes the verified file, and asks no more.
+fn load_centroids(c: &mut Client, files: &[Vec<Vec<u8>>], level: usize) {
+    let req = json(&c.centroids_request(level).unwrap().expect("not loaded yet"));
+    assert_eq!(req["url"], format!("/b/v/{level}/centroids"));
+    let bytes = files[level].last().unwrap();
+    assert_eq!(req["max_bytes"].as_u64().unwrap(), bytes.len() as u64);
+    c.set_centroids(level, bytes).unwrap();
+    assert!(c.centroids_request(level).unwrap().is_none());
 }
 
 #[wasm_bindgen_test]
@@ -105,7 +112,7 @@ fn the_plan_is_the_same_for_two_photos_and_before_any_photo() {
 
 #[wasm_bindgen_test]
 fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_placed() {
-    let (doc_json, _) = common::partition(700, 11, true);
+    let (doc_json, files) = common::partition(700, 11, true);
     let doc: PartitionDoc = serde_json::from_str(&doc_json).unwrap();
     let mut c = client();
     c.load_partition(&doc_json).unwrap();
@@ -115,7 +122,24 @@ fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_place
         plan["level"].as_u64().unwrap() as usize,
         plan["size"].as_u64().unwrap() as usize,
     );
-    let truth = true_block(&doc, level, &image(2));
+    // A release needs the level's centroids; a damaged file is refused and nothing is kept.
+    let e = message(c.release_blocks(&plan.to_string()).unwrap_err());
+    assert!(e.contains("centroids"), "{e}");
+    let mut bad = files[level].last().unwrap().clone();
+    bad[20] ^= 1;
+    let e = message(c.set_centroids(level, &bad).unwrap_err());
+    assert!(e.contains("centroids"), "{e}");
+    assert!(c
+        .set_centroids(level, files[level - 1].last().unwrap())
+        .is_err());
+    bad.pop();
+    assert!(c.set_centroids(level, &bad).is_err());
+    assert!(c.centroids_request(level).unwrap().is_some());
+    load_centroids(&mut c, &files, level);
+    // Reloading the same version keeps them.
+    c.load_partition(&doc_json).unwrap();
+    assert!(c.centroids_request(level).unwrap().is_none());
+    let truth = true_block(&doc, &files, level, &image(2));
     let trials = 300 * l;
     let mut counts = vec![0usize; l];
     let mut missed = 0;
@@ -198,6 +222,8 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
     let mut c = client();
     c.load_partition(&doc_json).unwrap();
     assert!(c.rank_blocks(vec![], 8).is_err(), "nothing released yet");
+    let level = plan_with_three_or_more(&c)["level"].as_u64().unwrap() as usize;
+    load_centroids(&mut c, &files, level);
     let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
     for (k, plan) in [
         (1, plan_with_three_or_more(&c).to_string()),
@@ -322,7 +348,7 @@ fn the_block_map_and_the_disclosure_equal_the_native_ones() {
 
 #[wasm_bindgen_test]
 fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
-    let (doc_json, _) = common::partition(1000, 17, false);
+    let (doc_json, files) = common::partition(1000, 17, false);
     let mut c = client();
     // Nothing loaded.
     assert!(c.plan(8.0, 1e6).is_err());
@@ -333,7 +359,10 @@ fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
     assert!(c.load_partition("{").is_err());
     assert!(c.load_partition("[]").is_err());
     let mut doc: Value = json(&doc_json);
-    doc["levels"][1]["centroids"][0][0] = Value::Null;
+    doc["levels"][1]["centroids_bytes"] = 17.into();
+    assert!(c.load_partition(&doc.to_string()).is_err());
+    let mut doc: Value = json(&doc_json);
+    doc["levels"][1]["centroids_hash"] = "zz".into();
     assert!(c.load_partition(&doc.to_string()).is_err());
     let mut doc: Value = json(&doc_json);
     doc["levels"][1]["hashes"][0] = "zz".into();
@@ -370,6 +399,11 @@ fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
     // No photo yet.
     assert!(c.release_blocks(&plan.to_string()).is_err());
     c.load_pixels(&image(0)).unwrap();
+    assert!(c.centroids_request(99).is_err());
+    let level = plan["level"].as_u64().unwrap() as usize;
+    if plan["size"] != plan["blocks"] {
+        load_centroids(&mut c, &files, level);
+    }
     c.release_blocks(&plan.to_string()).unwrap();
     // Plans that do not match the partition, or carry a bad ε.
     assert!(c.release_blocks("not json").is_err());

@@ -199,9 +199,13 @@ pub struct LevelDoc {
     /// The whole gallery as one block (B = 1): no release needed, no privacy spent.
     #[serde(default)]
     pub whole: bool,
-    /// B rows of `feature_dim`: a client's true block is its nearest centroid.
-    #[serde(deserialize_with = "doc_bounds::centroids")]
-    pub centroids: Vec<Vec<f32>>,
+    /// Bytes of the level's centroids file (`{blocks_url}/{level}/centroids`, the format of
+    /// `protocol::centroids`: B rows of `feature_dim`; a client's true block is its nearest
+    /// centroid), exactly the format's size for B and `feature_dim`.
+    pub centroids_bytes: u64,
+    /// SHA-256 (hex) of the centroids file.
+    #[serde(deserialize_with = "doc_bounds::hash")]
+    pub centroids_hash: String,
     /// Items in each block.
     #[serde(deserialize_with = "doc_bounds::per_block")]
     pub sizes: Vec<u32>,
@@ -227,9 +231,7 @@ mod doc_bounds {
     use serde::{Deserialize, Deserializer};
 
     use crate::bounded;
-    use crate::params::limits::{
-        MAX_BLOCKS, MAX_FEATURE_DIM, MAX_LEVELS, MAX_URL_CHARS, MAX_VERSION_CHARS,
-    };
+    use crate::params::limits::{MAX_BLOCKS, MAX_LEVELS, MAX_URL_CHARS, MAX_VERSION_CHARS};
 
     pub fn version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         bounded::string(d, MAX_VERSION_CHARS, "version")
@@ -242,8 +244,8 @@ mod doc_bounds {
     ) -> Result<Vec<T>, D::Error> {
         bounded::seq(d, MAX_LEVELS, "levels")
     }
-    pub fn centroids<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f32>>, D::Error> {
-        bounded::rows(d, MAX_BLOCKS, MAX_FEATURE_DIM, "centroids")
+    pub fn hash<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        bounded::string(d, 64, "centroids hash")
     }
     pub fn per_block<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
         d: D,

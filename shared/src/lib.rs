@@ -44,6 +44,7 @@ pub mod protocol {
     pub mod align;
     pub mod block_search;
     pub mod blocks;
+    pub mod centroids;
     pub mod frame;
     pub mod map;
     pub mod partition;

@@ -1,6 +1,6 @@
 //! What a hostile server can send, thrown at the client's decoders: property tests (bounded
-//! case counts, so they run in `cargo test` and CI) for the block decoder and the partition
-//! document's parsing and validation, and the planner's running time on the largest document
+//! case counts, so they run in `cargo test` and CI) for the block and centroids decoders and
+//! the partition document's parsing and validation, and the planner's running time on the largest document
 //! the limits allow. Nothing may panic; whatever is accepted must be consistent.
 
 use std::time::Instant;
@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use shared::api::{LevelDoc, PartitionDoc};
 use shared::params::limits;
 use shared::protocol::blocks::{decode, encode, file_len, hash_hex, BlockItem};
+use shared::protocol::centroids;
 use shared::protocol::partition::{Coverage, Overlap};
 use shared::protocol::plan::{candidates, plan, validate_doc, whole_plan};
 
@@ -39,8 +40,15 @@ fn block(ids: &[usize]) -> Vec<u8> {
     encode(&items, DIM, THUMB).unwrap()
 }
 
+/// The centroids file of a level whose centroid `b` is the features of block `b`'s first item.
+fn centroids_file(blocks: &[Vec<usize>]) -> Vec<u8> {
+    let flat: Vec<f32> = blocks.iter().flat_map(|b| item_features(b[0])).collect();
+    centroids::encode(&flat, DIM).unwrap()
+}
+
 fn level(blocks: Vec<Vec<usize>>, whole: bool, multiplicity: Vec<u64>) -> LevelDoc {
     let files: Vec<Vec<u8>> = blocks.iter().map(|b| block(b)).collect();
+    let cents = centroids_file(&blocks);
     LevelDoc {
         blocks: blocks.len() as u32,
         overlap: if whole {
@@ -49,7 +57,8 @@ fn level(blocks: Vec<Vec<usize>>, whole: bool, multiplicity: Vec<u64>) -> LevelD
             Overlap::Closure(2)
         },
         whole,
-        centroids: blocks.iter().map(|b| item_features(b[0])).collect(),
+        centroids_bytes: cents.len() as u64,
+        centroids_hash: hash_hex(&cents),
         sizes: blocks.iter().map(|b| b.len() as u32).collect(),
         bytes: files.iter().map(|f| f.len() as u64).collect(),
         transfer_bytes: files.iter().map(|f| f.len() as u64).collect(),
@@ -146,6 +155,22 @@ fn inconsistent_declared_sizes_are_refused() {
             Box::new(|d| d.blocks_url = "//evil.example/b".into()),
         ),
         ("thumbnails of 300²", Box::new(|d| d.thumb_side = 300)),
+        (
+            "centroids one row short",
+            Box::new(|d| d.levels[1].centroids_bytes -= DIM as u64 * 2),
+        ),
+        (
+            "centroids with a trailing byte",
+            Box::new(|d| d.levels[1].centroids_bytes += 1),
+        ),
+        (
+            "huge centroids",
+            Box::new(|d| d.levels[1].centroids_bytes = u64::MAX),
+        ),
+        (
+            "a centroids hash that is not hex",
+            Box::new(|d| d.levels[2].centroids_hash = "g".repeat(64)),
+        ),
     ];
     for (what, mutate) in cases {
         let mut d = base.clone();
@@ -160,13 +185,17 @@ fn inconsistent_declared_sizes_are_refused() {
 
 #[test]
 fn oversized_lists_fail_while_they_are_read() {
-    // 904 centroids past the limit in one level: refused by the bounded decoder at the first
+    // 904 block hashes past the limit in one level: refused by the bounded decoder at the first
     // one past it, whatever the rest.
-    let rows = vec!["[]"; limits::MAX_BLOCKS + 904].join(",");
-    let json = format!(r#"{{"version":"v","levels":[{{"centroids":[{rows}]}}]}}"#);
+    let rows = vec![r#""""#; limits::MAX_BLOCKS + 904].join(",");
+    let json = format!(r#"{{"version":"v","levels":[{{"hashes":[{rows}]}}]}}"#);
     let e = serde_json::from_str::<PartitionDoc>(&json).unwrap_err();
-    let want = format!("more than {} centroids", limits::MAX_BLOCKS);
+    let want = format!("more than {} block hashes", limits::MAX_BLOCKS);
     assert!(e.to_string().contains(&want), "{e}");
+    let long = "a".repeat(100_000);
+    let json = format!(r#"{{"version":"v","levels":[{{"centroids_hash":"{long}"}}]}}"#);
+    let e = serde_json::from_str::<PartitionDoc>(&json).unwrap_err();
+    assert!(e.to_string().contains("longer than"), "{e}");
     let long = "a".repeat(limits::MAX_VERSION_CHARS + 1);
     let json = format!(r#"{{"version":"{long}"}}"#);
     let e = serde_json::from_str::<PartitionDoc>(&json).unwrap_err();
@@ -193,7 +222,8 @@ fn planning_the_largest_document_is_fast() {
         blocks: b as u32,
         overlap: Overlap::Closure(24),
         whole: false,
-        centroids: (0..b).map(|i| vec![i as f32]).collect(),
+        centroids_bytes: centroids::file_len(b as u64, 1).unwrap(),
+        centroids_hash: "cd".repeat(32),
         sizes,
         transfer_bytes: bytes.clone(),
         bytes,
@@ -249,6 +279,77 @@ fn mutated_block() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// The fixture's level-2 centroids file, then one header field overwritten and the bytes cut
+/// or extended anywhere.
+fn mutated_centroids() -> impl Strategy<Value = Vec<u8>> {
+    let d = doc();
+    let twice: Vec<Vec<usize>> = (0..4)
+        .map(|b| (0..6).map(|j| (b * 3 + j) % N).collect())
+        .collect();
+    let valid = centroids_file(&twice);
+    assert_eq!(hash_hex(&valid), d.levels[2].centroids_hash);
+    let len = valid.len();
+    (0usize..8, any::<u32>(), 0..=len + 8, any::<u8>()).prop_map(
+        move |(field, value, cut, fill)| {
+            let mut b = valid.clone();
+            match field {
+                0..=3 => b[field] = value as u8,
+                4..=6 => b[4 + 2 * (field - 4)..6 + 2 * (field - 4)]
+                    .copy_from_slice(&(value as u16).to_le_bytes()),
+                7 => b[8..12].copy_from_slice(&value.to_le_bytes()),
+                _ => {}
+            }
+            b.resize(cut, fill);
+            b
+        },
+    )
+}
+
+#[test]
+fn damaged_centroids_files_are_refused_with_a_typed_error() {
+    use centroids::CentroidsError;
+    let d = doc();
+    let twice: Vec<Vec<usize>> = (0..4)
+        .map(|b| (0..6).map(|j| (b * 3 + j) % N).collect())
+        .collect();
+    let good = centroids_file(&twice);
+    let c = centroids::verify(&d, 2, &good).unwrap();
+    assert_eq!(c.len(), 4);
+    // Level 1's file (3 rows) served for level 2: wrong size.
+    let other = centroids_file(
+        &(0..3)
+            .map(|b| (b * 4..b * 4 + 4).collect())
+            .collect::<Vec<_>>(),
+    );
+    assert!(matches!(
+        centroids::verify(&d, 2, &other),
+        Err(CentroidsError::Size { .. })
+    ));
+    // Same size, one value changed: wrong hash.
+    let mut flipped = good.clone();
+    *flipped.last_mut().unwrap() ^= 1;
+    assert!(matches!(
+        centroids::verify(&d, 2, &flipped),
+        Err(CentroidsError::HashMismatch { .. })
+    ));
+    // A document that lists a damaged file's own hash: the header is still refused.
+    let mut bad_header = good.clone();
+    bad_header[4] = 9;
+    let mut lying = d.clone();
+    lying.levels[2].centroids_hash = hash_hex(&bad_header);
+    assert!(matches!(
+        centroids::verify(&lying, 2, &bad_header),
+        Err(CentroidsError::Malformed(_))
+    ));
+    // A well-formed file of another dimension, listed by a lying document: wrong shape.
+    let wide = centroids::encode(&[0.0; 4 * (DIM + 1)], DIM + 1).unwrap();
+    let mut lying = d.clone();
+    lying.levels[2].centroids_hash = hash_hex(&wide);
+    lying.levels[2].centroids_bytes = wide.len() as u64;
+    assert!(centroids::verify(&lying, 2, &wide).is_err());
+    assert!(centroids::verify(&d, 7, &good).is_err());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 512,
@@ -265,6 +366,48 @@ proptest! {
                 file_len(b.len() as u64, b.dim as u64, b.thumb_side as u64)
             );
         }
+    }
+
+    /// `centroids::decode` never panics, accepts only bytes its header describes exactly, and
+    /// what it accepts is canonical (encodes back to the same bytes).
+    #[test]
+    fn centroids_decode_is_total(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        if let Ok((dim, values)) = centroids::decode(&bytes) {
+            prop_assert_eq!(
+                Some(bytes.len() as u64),
+                centroids::file_len((values.len() / dim) as u64, dim as u64)
+            );
+            prop_assert_eq!(centroids::encode(&values, dim).unwrap(), bytes);
+        }
+    }
+
+    #[test]
+    fn mutated_centroids_decode_or_fail_cleanly(bytes in mutated_centroids()) {
+        let d = doc();
+        match centroids::decode(&bytes) {
+            Ok((dim, values)) => {
+                prop_assert!(values.iter().all(|v| v.is_finite() && v.abs() <= 1.0));
+                prop_assert_eq!(centroids::encode(&values, dim).unwrap(), bytes.clone());
+            }
+            Err(_) => prop_assert!(centroids::verify(&d, 2, &bytes).is_err()),
+        }
+        // Verified only if it is the listed file itself.
+        if centroids::verify(&d, 2, &bytes).is_ok() {
+            prop_assert_eq!(hash_hex(&bytes), d.levels[2].centroids_hash.clone());
+        }
+    }
+
+    /// Random rows round-trip within half a quantisation step, and bit-exactly once quantised.
+    #[test]
+    fn centroids_round_trip(rows in 1usize..20, dim in 1usize..20, seed in any::<u64>()) {
+        let values: Vec<f32> = (0..rows * dim)
+            .map(|i| ((seed.wrapping_mul(i as u64 + 1) >> 40) as f32 / (1u64 << 23) as f32) - 1.0)
+            .collect();
+        let once = centroids::quantised(&values, dim).unwrap();
+        for (a, b) in values.iter().zip(&once) {
+            prop_assert!((a - b).abs() <= 0.5 / 32767.0 + 1e-7);
+        }
+        prop_assert_eq!(centroids::quantised(&once, dim).unwrap(), once);
     }
 
     #[test]
@@ -288,6 +431,7 @@ proptest! {
         let l = &mut d.levels[level];
         let i = index % l.sizes.len();
         match field {
+            0 if index == 4 => l.centroids_bytes = value,
             0 => l.sizes[i] = value as u32,
             1 => l.bytes[i] = value,
             2 => l.transfer_bytes[i] = value,
@@ -310,6 +454,10 @@ proptest! {
                         Some(bytes)
                     );
                 }
+                prop_assert_eq!(
+                    centroids::file_len(l.blocks as u64, d.feature_dim as u64),
+                    Some(l.centroids_bytes)
+                );
             }
             let _ = candidates(&d, 2.0).unwrap();
             let _ = plan(&d, 2.0, 1e6);

@@ -249,6 +249,16 @@ pub async fn partition(base: &str) -> shared::api::PartitionDoc {
     serde_json::from_slice(&get_bytes(base, "/api/v1/partition").await).unwrap()
 }
 
+/// A level's centroids, fetched and verified as a client does.
+pub async fn centroids(
+    base: &str,
+    doc: &shared::api::PartitionDoc,
+    level: usize,
+) -> shared::protocol::centroids::Centroids {
+    let url = shared::protocol::centroids::centroids_url(doc, level);
+    shared::protocol::centroids::verify(doc, level, &get_bytes(base, &url).await).unwrap()
+}
+
 /// One block search as the page made it: the URLs it passed to `fetch` (in order) and the
 /// paths of every resource the page loaded (Resource Timing), from the click until 50 ms after
 /// the results were drawn.

@@ -15,6 +15,7 @@ use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
 use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
+use shared::protocol::centroids::{centroids_url, verify, Centroids};
 use shared::protocol::plan::plan;
 
 #[derive(Debug, Clone)]
@@ -123,6 +124,8 @@ fn client(s: &LoadSettings, seed: u64, stop: &AtomicBool) -> LoadReport {
         .expect("http client");
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let mut cached: Option<(String, PartitionDoc)> = None; // (ETag, document)
+                                                           // Verified centroids by their SHA-256: each level's fetched once per version, like a page.
+    let mut centroids: std::collections::HashMap<String, Centroids> = Default::default();
     while !stop.load(Ordering::Relaxed) {
         let t = Instant::now();
         // The document, revalidated.
@@ -179,8 +182,41 @@ fn client(s: &LoadSettings, seed: u64, stop: &AtomicBool) -> LoadReport {
             .collect();
         let norm = f.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
         f.iter_mut().for_each(|x| *x /= norm);
-        let released =
-            plan(doc, s.epsilon, s.max_bytes).and_then(|p| release_blocks(doc, &p, &f, &mut rng));
+        let released = match plan(doc, s.epsilon, s.max_bytes) {
+            Ok(p) if p.size < p.blocks => {
+                let hash = &doc.levels[p.level].centroids_hash;
+                if !centroids.contains_key(hash) {
+                    let u = url(&s.base, &centroids_url(doc, p.level));
+                    let got = http
+                        .get(&u)
+                        .send()
+                        .and_then(|r| r.error_for_status())
+                        .and_then(|r| r.bytes());
+                    match got {
+                        Ok(bytes) => {
+                            r.requests += 1;
+                            r.bytes += bytes.len() as u64;
+                            match verify(doc, p.level, &bytes) {
+                                Ok(c) => {
+                                    centroids.insert(hash.clone(), c);
+                                }
+                                Err(e) => {
+                                    r.error(format!("centroids: {e}"));
+                                    continue;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            r.error(format!("centroids: {e}"));
+                            continue;
+                        }
+                    }
+                }
+                release_blocks(doc, &p, centroids.get(hash), &f, &mut rng)
+            }
+            Ok(p) => release_blocks(doc, &p, None, &f, &mut rng),
+            Err(e) => Err(e),
+        };
         let req = match released {
             Ok(x) => x,
             Err(e) => {

@@ -12,6 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::api::{ErrorResponse, PartitionDoc};
 use shared::protocol::blocks::{decode, rank, Block};
+use shared::protocol::centroids::{self, centroids_url, Centroids};
 use shared::protocol::partition::nearest_centroid;
 use shared::protocol::plan::validate_doc;
 
@@ -49,6 +50,12 @@ fn get_block(http: &Client, url: &str) -> (Vec<u8>, usize) {
     assert_eq!(r.headers()["content-encoding"], "gzip");
     let wire = r.bytes().unwrap();
     (gunzip(&wire), wire.len())
+}
+
+/// A level's centroids file, fetched like a block and verified against the document.
+fn get_centroids(http: &Client, base: &str, d: &PartitionDoc, level: usize) -> Centroids {
+    let (bytes, _) = get_block(http, &format!("{base}{}", centroids_url(d, level)));
+    centroids::verify(d, level, &bytes).unwrap()
 }
 
 fn error_code(r: Response) -> (StatusCode, String, String) {
@@ -276,6 +283,77 @@ fn caching_headers_etags_head_and_range() {
     assert_eq!(again, d);
 }
 
+/// Each level's centroids file: served beside its blocks with the same caching rules (strong
+/// ETag = its SHA-256, immutable, gzip when asked, 304 on a match), exactly the size the
+/// document declares, verified by its hash (homes are pinned to the decoded centroids by
+/// `shared`'s unit tests). Damaged copies are refused.
+#[test]
+fn centroids_files_are_served_like_blocks_and_verify() {
+    let srv = server("blocks-centroids", &[]);
+    let http = raw_client();
+    let base = &srv.base;
+    let d = doc(&http, base);
+    for (li, l) in d.levels.iter().enumerate() {
+        let c = get_centroids(&http, base, &d, li);
+        assert_eq!(c.len(), l.blocks as usize);
+        assert_eq!(c.dim, d.feature_dim);
+        assert_eq!(
+            l.centroids_bytes,
+            centroids::file_len(l.blocks as u64, d.feature_dim as u64).unwrap()
+        );
+    }
+    let li = d.levels.len() - 1;
+    let url = format!("{base}{}", centroids_url(&d, li));
+    assert!(url.ends_with(&format!("/{li}/centroids")), "{url}");
+    let etag = format!("\"{}\"", d.levels[li].centroids_hash);
+    let r = http.get(&url).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let h = r.headers().clone();
+    assert_eq!(h["content-type"], "application/octet-stream");
+    assert_eq!(h["cache-control"], "public, max-age=31536000, immutable");
+    assert_eq!(h["etag"], etag.as_str());
+    assert!(h.get("content-encoding").is_none());
+    let plain = r.bytes().unwrap().to_vec();
+    assert_eq!(plain.len() as u64, d.levels[li].centroids_bytes);
+    let r = http
+        .get(&url)
+        .header("if-none-match", &etag)
+        .header("accept-encoding", "gzip")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
+    assert!(r.bytes().unwrap().is_empty());
+    // A damaged or lengthened copy, or another level's file, is refused with a typed error.
+    let mut bad = plain.clone();
+    bad[centroids::HEADER] ^= 1;
+    assert!(matches!(
+        centroids::verify(&d, li, &bad),
+        Err(centroids::CentroidsError::HashMismatch { .. })
+    ));
+    let mut long = plain.clone();
+    long.push(0);
+    assert!(matches!(
+        centroids::verify(&d, li, &long),
+        Err(centroids::CentroidsError::Size { .. })
+    ));
+    assert!(centroids::verify(&d, li - 1, &plain).is_err());
+    // No such level: 404; a name that is neither a number nor `centroids`: 400.
+    let r = http
+        .get(format!(
+            "{base}{}/{}/centroids",
+            d.blocks_url,
+            d.levels.len()
+        ))
+        .send()
+        .unwrap();
+    assert_eq!(error_code(r).0, StatusCode::NOT_FOUND);
+    let r = http
+        .get(format!("{base}{}/{li}/centroid", d.blocks_url))
+        .send()
+        .unwrap();
+    assert_eq!(error_code(r).0, StatusCode::BAD_REQUEST);
+}
+
 #[test]
 fn bad_block_requests_get_typed_errors() {
     let srv = server("blocks-bad", &[]);
@@ -482,7 +560,7 @@ fn ranking_released_blocks_matches_the_whole_gallery() {
     let all = whole(&http, base, &d);
     let li = d.levels.len() - 1;
     let level = &d.levels[li];
-    let centroids: Vec<f32> = level.centroids.iter().flatten().copied().collect();
+    let centroids = get_centroids(&http, base, &d, li).values;
     let blocks: Vec<Block> = (0..level.blocks as usize)
         .map(|bi| {
             let (b, _) = get_block(&http, &block_url(base, &d, li, bi));

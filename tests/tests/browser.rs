@@ -329,12 +329,9 @@ async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_plac
     let i = 5003;
     let (path, _) = image_file(i);
     load_photo(&c, &path).await;
-    let flat: Vec<f32> = doc.levels[plan.level]
-        .centroids
-        .iter()
-        .flatten()
-        .copied()
-        .collect();
+    let flat = privatemail_e2e::browser::centroids(&srv.base, &doc, plan.level)
+        .await
+        .values;
     let truth =
         shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
     let prefix = format!("/api/v1/blocks/{}/{}/", doc.version, plan.level);
@@ -343,10 +340,15 @@ async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_plac
     assert_eq!(logs.len(), searches);
     let mut counts = vec![0usize; l];
     let mut missed = 0;
+    // The level's centroids (public: the plan's level) are fetched at most once: when the
+    // block map of the plan was drawn, or else before the first release; after that, only
+    // blocks.
+    let centroids_path = format!("{prefix}centroids");
     for (s, log) in logs.iter().enumerate() {
-        assert_eq!(log.fetches.len(), l, "search {s}: {log:?}");
-        let blocks: Vec<u32> = log
-            .fetches
+        let first = s == 0 && log.fetches.first() == Some(&centroids_path);
+        let block_fetches = &log.fetches[usize::from(first)..];
+        assert_eq!(block_fetches.len(), l, "search {s}: {log:?}");
+        let blocks: Vec<u32> = block_fetches
             .iter()
             .map(|u| {
                 u.strip_prefix(&prefix)
@@ -774,8 +776,13 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
             assert_eq!((&l[2], &l[3]), (&json!(true), &json!(true)), "{label}");
             continue;
         }
-        let want = pct(shared::protocol::plan::plan(&doc, 8.0, bytes).unwrap().predicted_fidelity);
-        assert!(label.ends_with(&format!(" — predicted {want}%")), "{label} (want {want}%)");
+        let want = pct(shared::protocol::plan::plan(&doc, 8.0, bytes)
+            .unwrap()
+            .predicted_fidelity);
+        assert!(
+            label.ends_with(&format!(" — predicted {want}%")),
+            "{label} (want {want}%)"
+        );
     }
     assert_eq!(
         plan_text.contains("mostly not be your exact matches"),
@@ -795,6 +802,16 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
          const ids = (s) => [...m.querySelectorAll(s)].map((e) => Number(e.dataset.block));
          return [document.getElementById('map-figure').hidden, ids('circle.block').length,
                  ids('circle.released').sort((a, b) => a - b), ids('polygon.own')];";
+    // (Drawn once the level's centroids arrive: fetched for the map, public.)
+    wait_for(
+        &c,
+        &format!(
+            "document.querySelectorAll('#block-map circle.block').length === {}",
+            plan.blocks
+        ),
+        "the block map",
+    )
+    .await;
     assert_eq!(js(&c, marks).await, json!([false, plan.blocks, [], []]));
     let i = 5003;
     let (path, _) = image_file(i);
@@ -845,12 +862,9 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
         loaded_sorted, paths,
         "nothing but the released blocks was loaded"
     );
-    let flat: Vec<f32> = doc.levels[plan.level]
-        .centroids
-        .iter()
-        .flatten()
-        .copied()
-        .collect();
+    let flat = privatemail_e2e::browser::centroids(&srv.base, &doc, plan.level)
+        .await
+        .values;
     let truth =
         shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
     let drawn = js(&c, marks).await;

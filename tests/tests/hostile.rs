@@ -3,7 +3,8 @@
 //! gzip bomb, oversized or inconsistent partition documents, a huge declared item count, a
 //! block cut short and then held open, a partition dripped a byte at a time, a redirect to
 //! another port, a 10 MB error message with terminal escapes, and a document whose planning
-//! used to take minutes. The `privatemail` CLI must exit with its documented code, on its own,
+//! used to take minutes, and a level's centroids file damaged (one byte flipped: its hash is
+//! wrong) or one byte longer than declared. The `privatemail` CLI must exit with its documented code, on its own,
 //! within 60 s and with a peak RSS ≤ 256 MB in every case (measured with `wait4`); the page
 //! must show a plain error in headless Chromium and stay alive.
 //!
@@ -42,9 +43,11 @@ enum Case {
     RedirectLoop,
     HugeError,
     SlowPlanning,
+    DamagedCentroids,
+    LongCentroids,
 }
 
-const CASES: [Case; 13] = [
+const CASES: [Case; 15] = [
     Case::Honest,
     Case::GzipBomb,
     Case::HugeDocument,
@@ -58,6 +61,8 @@ const CASES: [Case; 13] = [
     Case::RedirectLoop,
     Case::HugeError,
     Case::SlowPlanning,
+    Case::DamagedCentroids,
+    Case::LongCentroids,
 ];
 
 impl Case {
@@ -76,6 +81,8 @@ impl Case {
             Case::RedirectLoop => "redirect-loop",
             Case::HugeError => "huge-error",
             Case::SlowPlanning => "slow-planning",
+            Case::DamagedCentroids => "damaged-centroids",
+            Case::LongCentroids => "long-centroids",
         }
     }
 
@@ -94,6 +101,8 @@ impl Case {
             Case::RedirectLoop => "blocks redirected to themselves, endlessly (same origin)",
             Case::HugeError => "a 10 MB error message with terminal escapes",
             Case::SlowPlanning => "16 levels × 4,096 blocks, 4,097 multiplicities (O(B³) planning)",
+            Case::DamagedCentroids => "a level's centroids file with one byte flipped (wrong hash)",
+            Case::LongCentroids => "a level's centroids file one byte longer than declared",
         }
     }
 
@@ -147,7 +156,8 @@ fn slow_planning_doc(real: &PartitionDoc) -> PartitionDoc {
         blocks: b as u32,
         overlap: real.levels[1].overlap,
         whole: false,
-        centroids: vec![vec![0.0; dim]; b],
+        centroids_bytes: shared::protocol::centroids::file_len(b as u64, dim as u64).unwrap(),
+        centroids_hash: "cd".repeat(32),
         sizes: vec![1; b],
         bytes: vec![bytes; b],
         transfer_bytes: vec![bytes; b],
@@ -169,17 +179,41 @@ fn json_reply(v: &impl serde::Serialize) -> Reply {
 }
 
 impl Hostile {
+    /// The real server's uncompressed centroids file at `path`.
+    async fn real_centroids(&self, path: &str) -> Vec<u8> {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.real))
+            .header("accept-encoding", "identity")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.bytes().await.unwrap().to_vec()
+    }
+
     async fn answer(&self, case: Case, path: &str, req: &Request) -> Reply {
         let partition = path == "/api/v1/partition";
         let block = path.starts_with("/api/v1/blocks/");
+        let centroids = block && path.ends_with("/centroids");
         match case {
+            Case::DamagedCentroids if centroids => {
+                let mut bytes = self.real_centroids(path).await;
+                *bytes.last_mut().unwrap() ^= 1;
+                Reply::bytes(200, "application/octet-stream", bytes)
+            }
+            Case::LongCentroids if centroids => {
+                let mut bytes = self.real_centroids(path).await;
+                bytes.push(0);
+                Reply::bytes(200, "application/octet-stream", bytes)
+            }
             Case::GzipBomb if block => {
                 Reply::bytes(200, "application/octet-stream", self.bomb.clone())
                     .header("content-encoding", "gzip")
             }
             Case::HugeDocument if partition => {
-                let head = r#"{"version":"v","gallery_size":1000,"feature_dim":64,"thumb_side":28,"blocks_url":"/b","max_share":1,"allow_full_download":true,"coverage_k":8,"levels":[{"blocks":1,"overlap":"none","centroids":["#;
-                let unit = format!("[{}],", vec!["0.123456"; 64].join(","));
+                let head = r#"{"version":"v","gallery_size":1000,"feature_dim":64,"thumb_side":28,"blocks_url":"/b","max_share":1,"allow_full_download":true,"coverage_k":8,"levels":[{"blocks":1,"overlap":"none","hashes":["#;
+                let unit = format!("\"{}\",", "ab".repeat(32));
                 Reply {
                     status: 200,
                     headers: vec![("content-type".into(), "application/json".into())],
@@ -428,6 +462,11 @@ fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() 
                     ];
                     if case == Case::SlowDripShortTimeout {
                         args.extend(["--timeout".into(), "5".into()]);
+                    }
+                    if matches!(case, Case::DamagedCentroids | Case::LongCentroids) {
+                        // Below the whole gallery (about 300 KB): the plan releases blocks,
+                        // so the client needs the level's centroids.
+                        args.extend(["--max-kib".into(), "128".into()]);
                     }
                     let state = dir.join(case.name());
                     (case, run_measured(bin, &args, &state, case.name()))

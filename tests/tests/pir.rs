@@ -31,6 +31,18 @@ fn get(http: &Client, url: &str) -> Vec<u8> {
     r.bytes().unwrap().to_vec()
 }
 
+/// A level's centroids (a public file), verified against the partition document.
+fn level_centroids(
+    http: &Client,
+    base: &str,
+    part: &PartitionDoc,
+    level: usize,
+) -> shared::protocol::centroids::Centroids {
+    let url = shared::protocol::centroids::centroids_url(part, level);
+    let bytes = get(http, &format!("{base}{url}"));
+    shared::protocol::centroids::verify(part, level, &bytes).unwrap()
+}
+
 fn post(http: &Client, url: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
     let r = http
         .post(url)
@@ -127,14 +139,15 @@ fn table_and_level_searches_are_exact_and_verified() {
         let lh = hint(&http, base, &pir, &l.to_string());
         for i in [3usize, 600] {
             let q = features(i);
-            let (body, pending) = rank_query(&part, &pir, l, &q, &mut rng).unwrap();
+            let cents = level_centroids(&http, base, &part, l);
+            let (body, pending) = rank_query(&part, &pir, l, &cents, &q, &mut rng).unwrap();
             bodies.push((l, body.len()));
             let (st, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
             assert_eq!(st, StatusCode::OK);
             let r = rank_level(&pir, l, &pending, &lh, &answer, &q, 8).unwrap();
             let ld = &part.levels[l];
-            let flat: Vec<f32> = ld.centroids.iter().flatten().copied().collect();
-            let x = shared::protocol::partition::nearest_centroid(&flat, part.feature_dim, &q);
+            let x =
+                shared::protocol::partition::nearest_centroid(&cents.values, part.feature_dim, &q);
             let bytes = get(&http, &format!("{base}{}/{l}/{x}", part.blocks_url));
             let block = decode(&bytes, Some(&ld.hashes[x as usize])).unwrap();
             let want: Vec<u64> = rank(&q, &[block], 8)
@@ -196,7 +209,8 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
     // A damaged level answer: refused by the record hash.
     if let Some(l) = (0..pir.levels.len()).find(|&l| pir.levels[l].is_some()) {
         let lh = hint(&http, base, &pir, &l.to_string());
-        let (body, pending) = rank_query(&part, &pir, l, &q, &mut rng).unwrap();
+        let cents = level_centroids(&http, base, &part, l);
+        let (body, pending) = rank_query(&part, &pir, l, &cents, &q, &mut rng).unwrap();
         let (_, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
         // The top byte of a row's word: a change the rounding cannot absorb (changes in the
         // low bits within Δ/2 decode to the right byte, as they should). Row 10 is in the

@@ -2,7 +2,7 @@
 // flow requests after a release is a function of the release alone.
 import { $, K, showError, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";
-import { HostileAnswer, deadline, fetchBounded } from "../net.js";
+import { HostileAnswer, deadline, fetchBounded, fetchCentroids } from "../net.js";
 import { holdOverBudget, spend } from "../budget.js";
 import { pct } from "../format.js";
 import { loadPartition } from "../protocol.js";
@@ -18,9 +18,15 @@ export async function onBlockSearch() {
   }
   let out;
   try {
-    out = JSON.parse(state.client.release_blocks(JSON.stringify(state.currentPlan)));
+    // The plan's level is public: its centroids are fetched (once per version) before the
+    // release, which needs them to find the photo's block. Nothing is needed to download all.
+    const plan = state.currentPlan;
+    if (plan.size < plan.blocks) await fetchCentroids(state.client, plan.level);
+    out = JSON.parse(state.client.release_blocks(JSON.stringify(plan)));
   } catch (e) {
     showError(`Could not prepare the search: ${e.message || e}`);
+    // A replaced gallery version: fetch the (public, identical for everyone) partition anew.
+    if (e.status === 404 || e.status === 410) { await loadPartition(); updatePlan(); }
     return;
   }
   timings.release_ms = performance.now() - t;

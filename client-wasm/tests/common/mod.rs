@@ -46,6 +46,8 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
 /// thumbnails) as the server would publish it: the document JSON (`blocks_url` = "/b/v") and
 /// every level's uncompressed block files, `files[level][block]`. `allow_full` sets
 /// `allow_full_download`.
+/// A partition of `n` random unit features: the document (JSON) and `files[level]`, the
+/// level's block files followed by its centroids file.
 pub fn partition(n: usize, seed: u64, allow_full: bool) -> (String, Vec<Vec<Vec<u8>>>) {
     use shared::protocol::partition::{build_level, gallery_neighbours, nearest_k};
     use shared::protocol::publish::{
@@ -92,12 +94,12 @@ pub fn partition(n: usize, seed: u64, allow_full: bool) -> (String, Vec<Vec<Vec<
     let nb = gallery_neighbours(&features, dim, m, 0..n, None).unwrap();
     let whole = publish_whole(&g).unwrap();
     let mut docs = vec![whole.doc];
-    let mut files = vec![whole.files];
+    let mut files = vec![[whole.files, vec![whole.centroids]].concat()];
     for spec in specs {
         let level = build_level(&features, dim, spec, 1, Some(&nb)).unwrap();
         let published = publish_level(&g, &level, probes, &truth).unwrap();
         docs.push(published.doc);
-        files.push(published.files);
+        files.push([published.files, vec![published.centroids]].concat());
     }
     let doc = document(docs, &g, "/b/v".into(), 0.6, allow_full, 50);
     (serde_json::to_string(&doc).unwrap(), files)

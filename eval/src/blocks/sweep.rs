@@ -8,7 +8,8 @@ use rayon::prelude::*;
 use shared::dp::subset::inclusion_probability;
 use shared::protocol::blocks::{decode, rank};
 use shared::protocol::partition::{
-    build_level, kmeans, nearest_centroid, nearest_k, Level, LevelSpec, Overlap,
+    build_level, kmeans_centroids, nearest_centroid, nearest_centroids_exact, nearest_k, Level,
+    LevelSpec, Overlap,
 };
 use shared::protocol::plan::candidates;
 use shared::protocol::publish::{default_specs, document, publish_level, publish_whole};
@@ -78,7 +79,8 @@ pub(super) fn eval_gallery(
         None => None,
     };
 
-    // One k-means per B, shared by the variants (build_level would recompute it per variant).
+    // One k-means per B, shared by the variants (build_level would recompute it per variant),
+    // with build_level's quantised centroids and exact homes.
     let bs: Vec<u32> = args
         .blocks_levels
         .iter()
@@ -88,7 +90,12 @@ pub(super) fn eval_gallery(
     ctx.log(format!("gallery {n}: k-means at B = {bs:?}"));
     let km: Vec<(Vec<f32>, Vec<u32>)> = bs
         .par_iter()
-        .map(|&b| kmeans(&g.features, dim, b as usize, seed))
+        .map(|&b| -> Result<_, shared::Error> {
+            let raw = kmeans_centroids(&g.features, dim, b as usize, seed)?;
+            let c = shared::protocol::centroids::quantised(&raw, dim)?;
+            let home = nearest_centroids_exact(&g.features, &c, dim);
+            Ok((c, home))
+        })
         .collect::<Result<_, _>>()?;
     let true_block: Vec<Vec<u32>> = km
         .iter()

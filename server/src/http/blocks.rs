@@ -13,6 +13,7 @@ use shared::api::{ErrorCode, ErrorResponse};
 
 use super::cache::{cacheable, send_held, Reply, IMMUTABLE, NO_CACHE};
 use super::error::ApiError;
+use crate::partition::blockstore::LevelFile;
 use crate::partition::{BlockError, VersionError};
 use crate::state::AppState;
 
@@ -50,8 +51,9 @@ fn path_index(s: &str, what: &str) -> Result<Option<usize>, ApiError> {
     Ok(s.parse().ok())
 }
 
-/// `GET /blocks/{version}/{level}/{block}`: one block file, immutable. Non-numeric level or
-/// block → 400 `invalid_input`; a version replaced longer ago than the grace period → 410
+/// `GET /blocks/{version}/{level}/{block}`: one block file, immutable; `{block}` =
+/// `centroids` is the level's centroids file, served the same way. Non-numeric level or
+/// block (other than `centroids`) → 400 `invalid_input`; a version replaced longer ago than the grace period → 410
 /// `gone`; an unknown version, level or block → 404 `not_found` (both name the current
 /// version). `Range` is ignored (the full file, 200).
 async fn block(
@@ -62,7 +64,12 @@ async fn block(
     let Path((version, level, block)) = path.map_err(|e| {
         ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
     })?;
-    let (li, bi) = (path_index(&level, "level")?, path_index(&block, "block")?);
+    let li = path_index(&level, "level")?;
+    let file = if block == shared::protocol::centroids::FILE_NAME {
+        Some(LevelFile::Centroids)
+    } else {
+        path_index(&block, "block")?.map(LevelFile::Block)
+    };
     let p = s.partitions.get(&version)?;
     let missing = || {
         // The path is the client's input: quoted cut, like every echo.
@@ -75,7 +82,7 @@ async fn block(
             p.levels()
         ))
     };
-    let (l, b) = li.zip(bi).ok_or_else(missing)?;
+    let (l, b) = li.zip(file).ok_or_else(missing)?;
     let etag = p.etag(l, b).ok_or_else(missing)?;
     // A revalidation is answered from the document alone: no file is read.
     let reply = Reply::to(&headers, &etag);

@@ -8,6 +8,8 @@
 //! ```text
 //! {version}/{level}/{block}      block file (the format of shared::protocol::blocks)
 //! {version}/{level}/{block}.gz   the same, gzip (what this server sends when asked)
+//! {version}/{level}/centroids    the level's centroids (shared::protocol::centroids), and
+//! {version}/{level}/centroids.gz   its gzip: a name no block number can take
 //! {version}/checksums.json       CRC-32 of every block file (a [`Checksums`]), before the document
 //! {version}/partition.json       the partition document, written after every block
 //! CURRENT.json                   the announced version (a [`Manifest`]), written last
@@ -59,7 +61,45 @@ pub enum BlockStoreError {
 
 pub type Result<T> = std::result::Result<T, BlockStoreError>;
 
-/// CRC-32 of each block's plain and gzip file, `crc32[level][block] = [plain, gzip]`, written
+/// One file of a level: a block, or the level's centroids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LevelFile {
+    Block(usize),
+    Centroids,
+}
+
+impl LevelFile {
+    /// Its slot among a level's `blocks + 1` files (the blocks, then the centroids): how
+    /// [`Checksums`] and the served version index them.
+    pub fn slot(self, blocks: usize) -> Option<usize> {
+        match self {
+            LevelFile::Block(b) if b < blocks => Some(b),
+            LevelFile::Block(_) => None,
+            LevelFile::Centroids => Some(blocks),
+        }
+    }
+
+    /// The file in `slot` of a level of `blocks` blocks.
+    pub fn of_slot(slot: usize, blocks: usize) -> Self {
+        if slot == blocks {
+            LevelFile::Centroids
+        } else {
+            LevelFile::Block(slot)
+        }
+    }
+}
+
+impl std::fmt::Display for LevelFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LevelFile::Block(b) => write!(f, "{b}"),
+            LevelFile::Centroids => f.write_str(shared::protocol::centroids::FILE_NAME),
+        }
+    }
+}
+
+/// CRC-32 of each file's plain and gzip form, `crc32[level][slot] = [plain, gzip]` (slots as
+/// [`LevelFile::slot`]: the blocks, then the centroids), written
 /// with a version before its document. A server reading blocks from the store per request
 /// checks every file it sends against these (about 50 µs per MB) instead of SHA-256-hashing
 /// it (about 0.7 ms per MB): a damaged or truncated stored file is an error, never sent.
@@ -71,7 +111,7 @@ pub struct Checksums {
 }
 
 impl Checksums {
-    /// The checksums of `(plain, gzip)` files, `[level][block]`.
+    /// The checksums of `(plain, gzip)` files, `[level][slot]`.
     pub fn of(files: &[Vec<(&[u8], &[u8])>]) -> Self {
         use rayon::prelude::*;
         Checksums {
@@ -93,12 +133,12 @@ impl Checksums {
                 .crc32
                 .iter()
                 .zip(&doc.levels)
-                .all(|(c, l)| c.len() == l.blocks as usize)
+                .all(|(c, l)| c.len() == l.blocks as usize + 1)
     }
 
-    /// The checksum of one stored file, if the block exists.
-    pub fn get(&self, level: usize, block: usize, gz: bool) -> Option<u32> {
-        Some(self.crc32.get(level)?.get(block)?[usize::from(gz)])
+    /// The checksum of one stored file by its slot, if it exists.
+    pub fn get(&self, level: usize, slot: usize, gz: bool) -> Option<u32> {
+        Some(self.crc32.get(level)?.get(slot)?[usize::from(gz)])
     }
 }
 
@@ -266,9 +306,9 @@ impl BlockStore {
             .is_some_and(|u| u.starts_with("http"))
     }
 
-    fn block_path(version: &str, level: usize, block: usize, gz: bool) -> Path {
+    fn block_path(version: &str, level: usize, file: LevelFile, gz: bool) -> Path {
         let ext = if gz { ".gz" } else { "" };
-        Path::from(format!("{version}/{level}/{block}{ext}"))
+        Path::from(format!("{version}/{level}/{file}{ext}"))
     }
 
     /// Put files concurrently (each put atomic).
@@ -287,13 +327,13 @@ impl BlockStore {
         Ok(())
     }
 
-    /// Write block files `(block, plain, gzip)` of one level under `prefix` (a version, or a
+    /// Write files `(file, plain, gzip)` of one level under `prefix` (a version, or a
     /// staging prefix renamed to the version by [`BlockStore::rename_prefix`] once known).
     pub fn write_blocks(
         &self,
         prefix: &str,
         level: usize,
-        files: Vec<(usize, Bytes, Bytes)>,
+        files: Vec<(LevelFile, Bytes, Bytes)>,
     ) -> Result<()> {
         let puts = files
             .into_iter()
@@ -367,8 +407,9 @@ impl BlockStore {
         Ok(())
     }
 
-    /// Write every file of a version, then its document (not yet announced). Files already
-    /// there are rewritten with the same bytes (the version is a content hash).
+    /// Write every file of a version (`files[level][slot]`, slots as [`LevelFile::slot`]), then
+    /// its document (not yet announced). Files already there are rewritten with the same
+    /// bytes (the version is a content hash).
     pub fn write_version(
         &self,
         doc: &PartitionDoc,
@@ -377,10 +418,16 @@ impl BlockStore {
         doc_json: &Bytes,
     ) -> Result<()> {
         for (li, level) in files.iter().enumerate() {
-            let level: Vec<(usize, Bytes, Bytes)> = level
+            let blocks = doc
+                .levels
+                .get(li)
+                .map_or(level.len(), |l| l.blocks as usize);
+            let level: Vec<(LevelFile, Bytes, Bytes)> = level
                 .iter()
                 .enumerate()
-                .map(|(bi, (raw, gz))| (bi, raw.clone(), gz.clone()))
+                .map(|(slot, (raw, gz))| {
+                    (LevelFile::of_slot(slot, blocks), raw.clone(), gz.clone())
+                })
                 .collect();
             self.write_blocks(&doc.version, li, level)?;
         }
@@ -467,16 +514,16 @@ impl BlockStore {
             .transpose()
     }
 
-    /// One stored block file, plain or gzip (async: for request handlers; runs on the
-    /// store's runtime).
+    /// One stored file, plain or gzip (async: for request handlers; runs on the store's
+    /// runtime).
     pub async fn read_file(
         &self,
         version: &str,
         level: usize,
-        block: usize,
+        file: LevelFile,
         gz: bool,
     ) -> Result<Bytes> {
-        let path = Self::block_path(version, level, block, gz);
+        let path = Self::block_path(version, level, file, gz);
         if let Some(dir) = &self.local_dir {
             // A local file is mapped, not read through `object_store` (which zero-fills a
             // buffer, copies the file into it and hops to this module's runtime): the response
@@ -503,18 +550,18 @@ impl BlockStore {
             .map_err(Into::into)
     }
 
-    /// One block file and its gzip form (async: for request handlers; runs on the store's
+    /// One file and its gzip form (async: for request handlers; runs on the store's
     /// runtime).
     pub async fn read_block(
         &self,
         version: &str,
         level: usize,
-        block: usize,
+        file: LevelFile,
     ) -> Result<(Bytes, Bytes)> {
         let store = Arc::clone(&self.store);
         let (raw, gz) = (
-            Self::block_path(version, level, block, false),
-            Self::block_path(version, level, block, true),
+            Self::block_path(version, level, file, false),
+            Self::block_path(version, level, file, true),
         );
         let task = self.rt.spawn(async move {
             let (a, b) = futures::join!(store.get(&raw), store.get(&gz));
@@ -690,9 +737,13 @@ pub(crate) mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let (raw, gz) = rt.block_on(s.read_block("abc", 0, 1)).unwrap();
+        let (raw, gz) = rt
+            .block_on(s.read_block("abc", 0, LevelFile::Block(1)))
+            .unwrap();
         assert_eq!((&raw[..], &gz[..]), (&b"raw1"[..], &b"gz1"[..]));
-        assert!(rt.block_on(s.read_block("abc", 0, 2)).is_err());
+        assert!(rt
+            .block_on(s.read_block("abc", 0, LevelFile::Block(2)))
+            .is_err());
         // One file, mapped: on a current-thread runtime (a blocking task) and on a
         // multi-thread one (in place).
         let multi = tokio::runtime::Builder::new_multi_thread()
@@ -700,10 +751,16 @@ pub(crate) mod tests {
             .build()
             .unwrap();
         for rt in [&rt, &multi] {
-            let gz = rt.block_on(s.read_file("abc", 0, 1, true)).unwrap();
-            let raw = rt.block_on(s.read_file("abc", 0, 0, false)).unwrap();
+            let gz = rt
+                .block_on(s.read_file("abc", 0, LevelFile::Block(1), true))
+                .unwrap();
+            let raw = rt
+                .block_on(s.read_file("abc", 0, LevelFile::Block(0), false))
+                .unwrap();
             assert_eq!((&raw[..], &gz[..]), (&b"raw0"[..], &b"gz1"[..]));
-            assert!(rt.block_on(s.read_file("abc", 0, 2, true)).is_err());
+            assert!(rt
+                .block_on(s.read_file("abc", 0, LevelFile::Block(2), true))
+                .is_err());
         }
         let v = s.versions().unwrap();
         assert_eq!(v.len(), 1);

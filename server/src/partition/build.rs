@@ -17,7 +17,7 @@ use shared::protocol::publish::{
     PublishedLevel, Thumbnails, COVERAGE_K,
 };
 
-use super::blockstore::{BlockStore, BlockStoreError, Checksums};
+use super::blockstore::{BlockStore, BlockStoreError, Checksums, LevelFile};
 use super::published::*;
 use crate::item::{GalleryItem, SIDE};
 
@@ -26,7 +26,7 @@ const NEIGHBOUR_CHUNK: usize = 256;
 
 /// Bumped whenever the partition code changes what it builds from the same gallery, so a
 /// stored version built by older code is not served as current.
-const PARTITION_FORMAT: &str = "privatemail-partition-3";
+const PARTITION_FORMAT: &str = "privatemail-partition-4";
 
 /// What a partition is a function of: the gallery (ids, labels, features, thumbnails, in id
 /// order), the anchors its coverage is measured on, the seed, the operator's settings and the
@@ -248,12 +248,12 @@ pub fn build(
         None
     };
     let offset = usize::from(whole);
-    // Checksums of streamed files, `(level, block, [plain, gzip])`, as they are written.
-    let streamed_sums: Mutex<Vec<(usize, usize, [u32; 2])>> = Mutex::new(Vec::new());
+    // Checksums of streamed files, `(level, file, [plain, gzip])`, as they are written.
+    let streamed_sums: Mutex<Vec<(usize, LevelFile, [u32; 2])>> = Mutex::new(Vec::new());
     let write_streamed = |st: &BlockStore,
                           prefix: &str,
                           li: usize,
-                          files: Vec<(usize, Vec<u8>, Vec<u8>)>|
+                          files: Vec<(LevelFile, Vec<u8>, Vec<u8>)>|
      -> Result<(), BlockStoreError> {
         let sums: Vec<_> = files
             .par_iter()
@@ -276,6 +276,10 @@ pub fn build(
         let p = match stream {
             Some((st, prefix)) => {
                 let mut sink = |files: Vec<(usize, Vec<u8>, Vec<u8>)>| {
+                    let files = files
+                        .into_iter()
+                        .map(|(b, raw, gz)| (LevelFile::Block(b), raw, gz))
+                        .collect();
                     write_streamed(st, prefix, li, files).map_err(|e| {
                         shared::Error::InvalidParameter {
                             name: "block store",
@@ -283,7 +287,13 @@ pub fn build(
                         }
                     })
                 };
-                publish_level_to(&g, &level, &probes, &truth, Some(&mut sink))?
+                let mut p = publish_level_to(&g, &level, &probes, &truth, Some(&mut sink))?;
+                let (raw, gz) = (
+                    std::mem::take(&mut p.centroids),
+                    std::mem::take(&mut p.centroids_gzip),
+                );
+                write_streamed(st, prefix, li, vec![(LevelFile::Centroids, raw, gz)])?;
+                p
             }
             None => publish_level(&g, &level, &probes, &truth)?,
         };
@@ -309,7 +319,12 @@ pub fn build(
                         .into_iter()
                         .zip(std::mem::take(&mut p.gzipped))
                         .enumerate()
-                        .map(|(b, (raw, gz))| (b, raw, gz))
+                        .map(|(b, (raw, gz))| (LevelFile::Block(b), raw, gz))
+                        .chain([(
+                            LevelFile::Centroids,
+                            std::mem::take(&mut p.centroids),
+                            std::mem::take(&mut p.centroids_gzip),
+                        )])
                         .collect();
                     write_streamed(st, prefix, 0, files)?;
                 }
@@ -335,7 +350,8 @@ pub fn build(
         .into_iter()
         .chain(levels?)
         .collect();
-    // Streamed levels hold no files (they are in the store); held ones become `BlockFile`s.
+    // Streamed levels hold no files (they are in the store); held ones become `BlockFile`s,
+    // the blocks then the centroids (`LevelFile::slot`).
     let mut files = Vec::with_capacity(levels.len());
     let mut docs = Vec::with_capacity(levels.len());
     for l in levels {
@@ -343,6 +359,7 @@ pub fn build(
             l.files
                 .into_iter()
                 .zip(l.gzipped)
+                .chain([(l.centroids, l.centroids_gzip)])
                 .map(|(raw, gz)| BlockFile {
                     raw: Bytes::from(raw),
                     gzip: Bytes::from(gz),
@@ -368,13 +385,15 @@ pub fn build(
         let mut crc32: Vec<Vec<[u32; 2]>> = doc
             .levels
             .iter()
-            .map(|l| vec![[0; 2]; l.blocks as usize])
+            .map(|l| vec![[0; 2]; l.blocks as usize + 1])
             .collect();
-        for (li, b, sum) in streamed_sums
+        for (li, f, sum) in streamed_sums
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
         {
-            crc32[li][b] = sum;
+            if let Some(slot) = f.slot(doc.levels[li].blocks as usize) {
+                crc32[li][slot] = sum;
+            }
         }
         Checksums { crc32 }
     });

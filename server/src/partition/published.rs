@@ -10,9 +10,10 @@ use axum::http::HeaderValue;
 use shared::api::PartitionDoc;
 use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 
-use super::blockstore::{BlockStore, BlockStoreError, Checksums};
+use super::blockstore::{BlockStore, BlockStoreError, Checksums, LevelFile};
 
-/// Where clients fetch blocks: `{BLOCKS_PREFIX}/{version}/{level}/{block}`.
+/// Where clients fetch blocks: `{BLOCKS_PREFIX}/{version}/{level}/{block}`, and each level's
+/// centroids: `{BLOCKS_PREFIX}/{version}/{level}/centroids`.
 pub const BLOCKS_PREFIX: &str = "/api/v1/blocks";
 /// Replaced versions kept in memory at most, whatever the grace: each holds every block file
 /// (about 210 MB at 10,000 items), so this bounds memory when the gallery changes often.
@@ -72,7 +73,7 @@ pub enum VersionError {
     Unavailable,
 }
 
-/// One block file, ready to send.
+/// One block (or centroids) file, ready to send.
 #[derive(Debug, Clone)]
 pub struct BlockFile {
     pub raw: Bytes,
@@ -91,14 +92,15 @@ pub struct Published {
     pub doc_etag: HeaderValue,
     /// The document as stored: `blocks_url` empty, gzip transfer sizes (see [`served_doc`]).
     pub canonical_json: Bytes,
-    /// `files[level][block]`, levels as in `doc.levels`; empty slots are read from the store.
+    /// `files[level][slot]`, levels as in `doc.levels`, slots as [`LevelFile::slot`] (the
+    /// blocks, then the centroids); empty slots are read from the store.
     pub(super) files: Vec<Vec<OnceLock<BlockFile>>>,
     /// Whether a block read from the store is kept (the version fits the memory budget).
     pub(super) keep: bool,
     /// CRC-32 of every stored file (computed when built, or read with the version); `None`
     /// for a stored version written without them (its blocks are SHA-256-checked per read).
     pub(super) checksums: Option<Checksums>,
-    /// `[level][block][plain, gzip]`: a stored file of a local store, mapped and checked
+    /// `[level][slot][plain, gzip]`: a stored file of a local store, mapped and checked
     /// against its CRC-32 the first time it was sent (a response clones a reference count).
     pub(super) mapped: Vec<Vec<[OnceLock<Bytes>; 2]>>,
     /// The block files are already in the store under the version (streamed while built):
@@ -132,25 +134,40 @@ impl Published {
         self.files.len()
     }
 
-    /// Whether the block exists, and its file if already held.
-    pub fn cached(&self, level: usize, block: usize) -> Option<Option<&BlockFile>> {
-        Some(self.files.get(level)?.get(block)?.get())
+    /// The slot of `file` at `level`, if both exist.
+    pub fn slot(&self, level: usize, file: LevelFile) -> Option<usize> {
+        file.slot(self.doc.levels.get(level)?.blocks as usize)
     }
 
-    /// A block's strong ETag (`"<sha256 of its plain file>"`), if the block exists.
-    pub fn etag(&self, level: usize, block: usize) -> Option<HeaderValue> {
-        Some(quoted(self.doc.levels.get(level)?.hashes.get(block)?))
+    /// Whether the file exists, and its bytes if already held.
+    pub fn cached(&self, level: usize, file: LevelFile) -> Option<Option<&BlockFile>> {
+        let slot = self.slot(level, file)?;
+        Some(self.files.get(level)?.get(slot)?.get())
+    }
+
+    /// The SHA-256 (hex) the document lists for a file, if it exists.
+    pub fn hash(&self, level: usize, file: LevelFile) -> Option<&str> {
+        let l = self.doc.levels.get(level)?;
+        match file {
+            LevelFile::Block(b) => l.hashes.get(b).map(String::as_str),
+            LevelFile::Centroids => Some(&l.centroids_hash),
+        }
+    }
+
+    /// A file's strong ETag (`"<sha256 of its plain file>"`), if the file exists.
+    pub fn etag(&self, level: usize, file: LevelFile) -> Option<HeaderValue> {
+        Some(quoted(self.hash(level, file)?))
     }
 
     /// Uncompressed and gzip bytes of all block files (from the document: the same whether
-    /// the files are held or still in the store).
+    /// the files are held or still in the store); the centroids files count in the first.
     pub fn total_bytes(&self) -> (u64, u64) {
         // The canonical sizes: `doc.levels[..].transfer_bytes` may count a bucket's raw bytes.
         let canonical: PartitionDoc =
             serde_json::from_slice(&self.canonical_json).unwrap_or_else(|_| self.doc.clone());
         canonical.levels.iter().fold((0, 0), |(r, g), l| {
             (
-                r + l.bytes.iter().sum::<u64>(),
+                r + l.bytes.iter().sum::<u64>() + l.centroids_bytes,
                 g + l.transfer_bytes.iter().sum::<u64>(),
             )
         })
@@ -221,13 +238,13 @@ pub(super) fn assemble(
         None => canonical
             .levels
             .iter()
-            .map(|l| (0..l.blocks).map(|_| OnceLock::new()).collect())
+            .map(|l| (0..=l.blocks).map(|_| OnceLock::new()).collect())
             .collect(),
     };
     Ok(Published {
         doc_etag: quoted(&doc.version),
-        // Level 1 for large galleries, as their blocks (the 6.8 MB document of 1,000,000
-        // items: 0.1 s instead of 0.9 s at every start).
+        // Level 1 for large galleries, as their blocks (the document of 1,000,000 items, 6.8 MB
+        // with its centroids: 0.1 s instead of 0.9 s at every start).
         doc_gzip: Bytes::from(if doc.gallery_size > FAST_GZIP_ABOVE {
             gzip_at(&doc_json, 1)
         } else {
@@ -241,7 +258,7 @@ pub(super) fn assemble(
         mapped: canonical
             .levels
             .iter()
-            .map(|l| (0..l.blocks).map(|_| Default::default()).collect())
+            .map(|l| (0..=l.blocks).map(|_| Default::default()).collect())
             .collect(),
         checksums,
         written: false,

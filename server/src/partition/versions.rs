@@ -9,7 +9,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use shared::api::PartitionDoc;
 
-use super::blockstore::{BlockStore, Manifest};
+use super::blockstore::{BlockStore, LevelFile, Manifest};
 use super::build::*;
 use super::published::*;
 use crate::item::GalleryItem;
@@ -47,21 +47,21 @@ pub struct Partitions {
     in_flight: Mutex<Vec<String>>,
 }
 
-/// Why a block could not be served.
+/// Why a block (or centroids) file could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum BlockError {
     #[error("partition {version} has no block {level}/{block} ({levels} levels)")]
     Missing {
         version: String,
         level: usize,
-        block: usize,
+        block: LevelFile,
         levels: usize,
     },
     #[error("reading block {level}/{block} of {version}: {err}")]
     Store {
         version: String,
         level: usize,
-        block: usize,
+        block: LevelFile,
         err: String,
     },
 }
@@ -284,7 +284,7 @@ impl Partitions {
         }
     }
 
-    /// One block file, plain or gzip (`gz`): held in memory; else, for a version held once
+    /// One block or centroids file, plain or gzip (`gz`): held in memory; else, for a version held once
     /// read, both files read from the store, checked against the document's SHA-256 and
     /// kept; else the one file read from the store (SHA-256-checked on every read when the
     /// version has no checksums).
@@ -300,7 +300,7 @@ impl Partitions {
         &self,
         p: &Published,
         level: usize,
-        block: usize,
+        block: LevelFile,
         gz: bool,
     ) -> Result<Bytes, BlockError> {
         let missing = || BlockError::Missing {
@@ -323,11 +323,12 @@ impl Partitions {
         };
         let store = self.store.as_ref().ok_or_else(|| fail("no store".into()))?;
         let version = &p.doc.version;
+        let slot = p.slot(level, block).ok_or_else(missing)?;
         if let (false, Some(sums)) = (p.keep, &p.checksums) {
-            if let Some(kept) = p.mapped[level][block][usize::from(gz)].get() {
+            if let Some(kept) = p.mapped[level][slot][usize::from(gz)].get() {
                 return Ok(kept.clone());
             }
-            let want = sums.get(level, block, gz).ok_or_else(missing)?;
+            let want = sums.get(level, slot, gz).ok_or_else(missing)?;
             let bytes = store
                 .read_file(version, level, block, gz)
                 .await
@@ -344,7 +345,7 @@ impl Partitions {
                 return Ok(bytes);
             }
             let mut kept = false;
-            let sent = p.mapped[level][block][usize::from(gz)]
+            let sent = p.mapped[level][slot][usize::from(gz)]
                 .get_or_init(|| {
                     kept = true;
                     bytes
@@ -359,13 +360,13 @@ impl Partitions {
             .read_block(version, level, block)
             .await
             .map_err(|e| fail(e.to_string()))?;
-        let want = &p.doc.levels[level].hashes[block];
-        if &shared::protocol::blocks::hash_hex(&raw) != want {
+        let want = p.hash(level, block).ok_or_else(missing)?;
+        if shared::protocol::blocks::hash_hex(&raw) != want {
             return Err(fail(format!("stored bytes do not match SHA-256 {want}")));
         }
         // The gzip file too, where the version has checksums (else the client's SHA-256 check
         // of the inflated bytes is its only check).
-        if let Some(sum) = p.checksums.as_ref().and_then(|c| c.get(level, block, true)) {
+        if let Some(sum) = p.checksums.as_ref().and_then(|c| c.get(level, slot, true)) {
             if crc32fast::hash(&gzip) != sum {
                 return Err(fail(format!(
                     "stored gzip bytes do not match CRC-32 {sum:08x}"
@@ -374,7 +375,7 @@ impl Partitions {
         }
         let f = BlockFile { raw, gzip };
         if p.keep {
-            Ok(pick(p.files[level][block].get_or_init(|| f)))
+            Ok(pick(p.files[level][slot].get_or_init(|| f)))
         } else {
             Ok(pick(&f))
         }

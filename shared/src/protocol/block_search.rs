@@ -20,6 +20,7 @@ use crate::dp::subset;
 use crate::error::{Error, Result};
 use crate::params::limits;
 use crate::protocol::blocks::{decode, rank, Block, Hit};
+use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::nearest_centroid;
 use crate::protocol::plan::{validate_doc, Plan};
 
@@ -39,7 +40,9 @@ pub fn block_url(doc: &PartitionDoc, level: usize, block: u32) -> String {
     format!("{}/{level}/{block}", doc.blocks_url.trim_end_matches('/'))
 }
 
-/// Release the blocks a search fetches for the photo with exact `features`.
+/// Release the blocks a search fetches for the photo with exact `features`. `centroids` are
+/// the plan's level's (verified with [`crate::protocol::centroids::verify`]); a plan that
+/// fetches every block of its level needs none.
 ///
 /// Guarantee: pure `plan.epsilon`-DP (δ = 0) for the photo, from [`subset::release`]; the fetch
 /// order is a uniform shuffle drawn from `rng` independently of the photo; a plan that fetches
@@ -47,6 +50,7 @@ pub fn block_url(doc: &PartitionDoc, level: usize, block: u32) -> String {
 pub fn release_blocks(
     doc: &PartitionDoc,
     plan: &Plan,
+    centroids: Option<&Centroids>,
     features: &[f32],
     rng: &mut impl RngCore,
 ) -> Result<BlockRequest> {
@@ -65,8 +69,12 @@ pub fn release_blocks(
     let (mut fetch, receipt) = if plan.size == level.blocks {
         ((0..level.blocks).collect::<Vec<u32>>(), None)
     } else {
-        let flat: Vec<f32> = level.centroids.iter().flatten().copied().collect();
-        let x = nearest_centroid(&flat, doc.feature_dim, features);
+        let c = centroids.ok_or(Error::InvalidParameter {
+            name: "centroids",
+            reason: "a release needs the level's centroids".into(),
+        })?;
+        c.check_for(doc, level)?;
+        let x = nearest_centroid(&c.values, doc.feature_dim, features);
         let set = subset::release(rng, x, level.blocks, plan.size, plan.epsilon)?;
         (
             set,
@@ -143,6 +151,7 @@ pub fn verify_and_rank(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::centroids::verify;
     use crate::protocol::plan::plan;
     use crate::protocol::publish::tests::small_partition;
     use rand::SeedableRng;
@@ -150,14 +159,19 @@ mod tests {
 
     #[test]
     fn release_fetch_verify_rank() {
-        let (doc, files, features) = small_partition();
+        let (doc, files, cents, features) = small_partition();
         let dim = doc.feature_dim;
         let q = &features[5 * dim..6 * dim];
         let whole_bytes = doc.levels[0].transfer_bytes[0] as f64;
         let p = plan(&doc, 6.0, 0.5 * whole_bytes).unwrap();
         assert!(!p.whole && p.size >= 1, "{p:?}");
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let req = release_blocks(&doc, &p, q, &mut rng).unwrap();
+        // A release needs the plan's level's centroids: none, or another level's, are refused.
+        assert!(release_blocks(&doc, &p, None, q, &mut rng).is_err());
+        let other = verify(&doc, 0, &cents[0]).unwrap();
+        assert!(release_blocks(&doc, &p, Some(&other), q, &mut rng).is_err());
+        let c = verify(&doc, p.level, &cents[p.level]).unwrap();
+        let req = release_blocks(&doc, &p, Some(&c), q, &mut rng).unwrap();
         assert_eq!(req.fetch.len(), p.size as usize);
         assert!(req.receipt.is_some());
         let fetched: Vec<(u32, &[u8])> = req
@@ -176,7 +190,7 @@ mod tests {
         // The whole gallery: nothing released, exact answer.
         let whole = plan(&doc, 6.0, 1e12).unwrap();
         assert!(whole.whole);
-        let req = release_blocks(&doc, &whole, q, &mut rng).unwrap();
+        let req = release_blocks(&doc, &whole, None, q, &mut rng).unwrap();
         assert!(req.receipt.is_none());
         assert_eq!(req.fetch, vec![0]);
         let (hits, _) = verify_and_rank(
@@ -191,6 +205,6 @@ mod tests {
             hits[0].id, 1005,
             "the query is gallery item 5 and finds itself"
         );
-        assert!(release_blocks(&doc, &whole, &q[..2], &mut rng).is_err());
+        assert!(release_blocks(&doc, &whole, None, &q[..2], &mut rng).is_err());
     }
 }

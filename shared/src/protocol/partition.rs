@@ -61,9 +61,9 @@ pub struct LevelSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Level {
     pub spec: LevelSpec,
-    /// `B × d`, row-major.
+    /// `B × d`, row-major, as the level's centroids file decodes them (`protocol::centroids`).
     pub centroids: Vec<f32>,
-    /// Each item's own cluster.
+    /// Each item's own cluster: its [`nearest_centroid`] among `centroids`.
     pub home: Vec<u32>,
     /// Item indices of every block, ascending.
     pub members: Vec<Vec<u32>>,
@@ -147,10 +147,8 @@ impl TopK {
     }
 }
 
-/// Seeded k-means (k-means++ initialisation, then Lloyd): returns `(centroids, assignment)`.
-/// Deterministic for a seed. Empty clusters are re-seeded with the point farthest from its
-/// centroid, so every cluster ends non-empty when `k ≤ n`.
-pub fn kmeans(features: &[f32], dim: usize, k: usize, seed: u64) -> Result<(Vec<f32>, Vec<u32>)> {
+/// The row count, once `k` clusters of these rows make sense.
+fn check_k(features: &[f32], dim: usize, k: usize) -> Result<usize> {
     let n = check_rows(features, dim)?;
     if k == 0 || k > n || k > limits::MAX_BLOCKS {
         return Err(Error::InvalidParameter {
@@ -161,6 +159,25 @@ pub fn kmeans(features: &[f32], dim: usize, k: usize, seed: u64) -> Result<(Vec<
             ),
         });
     }
+    Ok(n)
+}
+
+/// [`kmeans`]'s centroids alone: above [`KMEANS_SAMPLE_ABOVE`] items the assignment of every
+/// item to them (one O(n·k·d) pass) is skipped, since [`build_level`] assigns to the quantised
+/// centroids instead.
+pub fn kmeans_centroids(features: &[f32], dim: usize, k: usize, seed: u64) -> Result<Vec<f32>> {
+    let n = check_k(features, dim, k)?;
+    if n > KMEANS_SAMPLE_ABOVE {
+        return Ok(sampled_centroids(features, dim, k, seed));
+    }
+    Ok(kmeans(features, dim, k, seed)?.0)
+}
+
+/// Seeded k-means (k-means++ initialisation, then Lloyd): returns `(centroids, assignment)`.
+/// Deterministic for a seed. Empty clusters are re-seeded with the point farthest from its
+/// centroid, so every cluster ends non-empty when `k ≤ n`.
+pub fn kmeans(features: &[f32], dim: usize, k: usize, seed: u64) -> Result<(Vec<f32>, Vec<u32>)> {
+    let n = check_k(features, dim, k)?;
     if n > KMEANS_SAMPLE_ABOVE {
         return Ok(kmeans_sampled(features, dim, k, seed));
     }
@@ -292,19 +309,30 @@ fn products(a: &[f32], b: &[f32], dim: usize, out: &mut [f32]) {
 /// order near-ties differently from [`sq_dist`]; callers use it only for public structure
 /// (which items a block holds), never for a ranking.
 pub fn nearest_by_products(rows: &[f32], centres: &[f32], dim: usize, k: usize) -> Vec<Vec<u32>> {
+    candidates_by_products(rows, centres, dim, k)
+        .into_iter()
+        .map(|c| c.into_iter().map(|(_, j)| j).collect())
+        .collect()
+}
+
+/// One row's candidates: `(‖c‖² − 2·x·c as computed, index)`, nearest first.
+type Candidates = Vec<(f32, u32)>;
+
+/// [`nearest_by_products`] with each candidate's `‖c‖² − 2·x·c` as computed.
+fn candidates_by_products(rows: &[f32], centres: &[f32], dim: usize, k: usize) -> Vec<Candidates> {
     let n = rows.len() / dim;
     let c = centres.len() / dim;
     let norms: Vec<f32> = centres
         .chunks_exact(dim)
         .map(|r| r.iter().map(|v| v * v).sum())
         .collect();
-    let mut out: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let chunks: Vec<(usize, &mut [Vec<u32>])> = out
+    let mut out: Vec<Candidates> = vec![Vec::new(); n];
+    let chunks: Vec<(usize, &mut [Candidates])> = out
         .chunks_mut(PRODUCT_ROWS)
         .enumerate()
         .map(|(i, ch)| (i * PRODUCT_ROWS, ch))
         .collect();
-    crate::embed::nystrom::run_blocks(chunks, &|start, outs: &mut [Vec<u32>]| {
+    crate::embed::nystrom::run_blocks(chunks, &|start, outs: &mut [Candidates]| {
         let r = outs.len();
         let mut g = vec![0f32; r * c];
         products(&rows[start * dim..(start + r) * dim], centres, dim, &mut g);
@@ -313,10 +341,53 @@ pub fn nearest_by_products(rows: &[f32], centres: &[f32], dim: usize, k: usize) 
             for (j, (&dot, &nc)) in gr.iter().zip(&norms).enumerate() {
                 top.push(nc - 2.0 * dot, j as u32);
             }
-            *o = top.into_ids();
+            *o = top.into_pairs();
         }
     });
     out
+}
+
+/// Candidates per row that [`nearest_centroids_exact`] takes from the matrix products.
+const EXACT_CANDIDATES: usize = 8;
+
+/// Each row's nearest centroid exactly as [`nearest_centroid`] finds it — the client's rule:
+/// [`sq_dist`] in f32, ties to the lowest index — at GEMM speed. The products give each row's
+/// [`EXACT_CANDIDATES`] best `a_j = ‖c_j‖² − 2·x·c_j`; both that and [`sq_dist`] are within
+/// `(d + 2)·u·(‖x‖ + max‖c‖)²` of the true values (u = 2⁻²⁴, any summation order), so a
+/// centroid [`sq_dist`] finds no farther than the products' best has `a_j` within four such
+/// bounds of the best (`margin` is eight times that). When the last candidate is beyond the
+/// margin, the exact minimum is among the candidates and no other centroid can tie it;
+/// otherwise the row is scanned in full. So the result equals [`nearest_centroid`] for every
+/// row, at O(n·B·d) GEMM plus O(n·8·d) scalar work.
+pub fn nearest_centroids_exact(features: &[f32], centroids: &[f32], dim: usize) -> Vec<u32> {
+    let b = centroids.len() / dim;
+    let cmax = centroids
+        .chunks_exact(dim)
+        .map(|c| c.iter().map(|v| v * v).sum::<f32>().sqrt())
+        .fold(0f32, f32::max);
+    let cands = candidates_by_products(features, centroids, dim, EXACT_CANDIDATES.min(b));
+    features
+        .chunks_exact(dim)
+        .zip(cands)
+        .map(|(x, c)| {
+            let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
+            let margin = 16.0 * (dim as f32 + 2.0) * f32::EPSILON * (norm + cmax).powi(2);
+            let (first, last) = (c[0].0, c[c.len() - 1].0);
+            // A NaN gap (never for finite rows) falls back to the full scan too.
+            let clear = (last - first).partial_cmp(&margin) == Some(std::cmp::Ordering::Greater);
+            if c.len() < b && !clear {
+                return nearest_centroid(centroids, dim, x);
+            }
+            let mut best = (f32::INFINITY, u32::MAX);
+            for &(_, j) in &c {
+                let d = sq_dist(x, &centroids[j as usize * dim..(j as usize + 1) * dim]);
+                if d < best.0 || (d == best.0 && j < best.1) {
+                    best = (d, j);
+                }
+            }
+            best.1
+        })
+        .collect()
 }
 
 /// k-means for large galleries: Lloyd on a seeded sample of `max(40·k, 100,000)` items
@@ -326,6 +397,16 @@ pub fn nearest_by_products(rows: &[f32], centres: &[f32], dim: usize, k: usize) 
 /// O(iterations·s·k·d + n·k·d) time at GEMM speed instead of O(30·n·k·d) scalar, O(n + k·d)
 /// memory. Deterministic for a seed on a given machine (the GEMM kernel is chosen per CPU).
 pub fn kmeans_sampled(features: &[f32], dim: usize, k: usize, seed: u64) -> (Vec<f32>, Vec<u32>) {
+    let centroids = sampled_centroids(features, dim, k, seed);
+    let home: Vec<u32> = nearest_by_products(features, &centroids, dim, 1)
+        .into_iter()
+        .map(|a| a[0])
+        .collect();
+    (centroids, home)
+}
+
+/// [`kmeans_sampled`]'s centroids (Lloyd on the sample), without assigning every item.
+fn sampled_centroids(features: &[f32], dim: usize, k: usize, seed: u64) -> Vec<f32> {
     let n = features.len() / dim;
     let row = |i: usize| &features[i * dim..(i + 1) * dim];
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k as u64).rotate_left(32) ^ 0x5a);
@@ -373,11 +454,7 @@ pub fn kmeans_sampled(features: &[f32], dim: usize, k: usize, seed: u64) -> (Vec
             }
         }
     }
-    let home: Vec<u32> = nearest_by_products(features, &centroids, dim, 1)
-        .into_iter()
-        .map(|a| a[0])
-        .collect();
-    (centroids, home)
+    centroids
 }
 
 /// Each gallery item's `m` nearest other gallery items, nearest first (for
@@ -524,7 +601,13 @@ pub fn build_level(
     neighbours: Option<&[Vec<u32>]>,
 ) -> Result<Level> {
     let n = check_rows(features, dim)?;
-    let (centroids, home) = kmeans(features, dim, spec.blocks as usize, seed)?;
+    // Clients find their true block with the centroids as the centroids file decodes them, so
+    // the level is built with exactly those: each item's home is its nearest decoded centroid
+    // by the client's own rule, and spill and coverage use them too.
+    let raw = kmeans_centroids(features, dim, spec.blocks as usize, seed)?;
+    let centroids = crate::protocol::centroids::quantised(&raw, dim)?;
+    drop(raw);
+    let home = nearest_centroids_exact(features, &centroids, dim);
     let b = spec.blocks as usize;
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); b];
     match spec.overlap {
@@ -824,6 +907,91 @@ mod tests {
         probes.extend_from_slice(&[9.0, 9.0, 9.0]);
         probes.extend_from_slice(&x[30..33]); // item 10
         assert_eq!(held_out_probes(&x, 3, &probes), vec![1]);
+    }
+
+    /// Unit-norm rows (as gallery features are).
+    fn unit(mut x: Vec<f32>, dim: usize) -> Vec<f32> {
+        for r in x.chunks_mut(dim) {
+            let n = r.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-6);
+            r.iter_mut().for_each(|v| *v /= n);
+        }
+        x
+    }
+
+    #[test]
+    fn homes_are_the_clients_nearest_decoded_centroid() {
+        use crate::protocol::centroids;
+        let none = |blocks| LevelSpec {
+            blocks,
+            overlap: Overlap::None,
+        };
+        // Exact Lloyd (small) and the sampled path (above KMEANS_SAMPLE_ABOVE).
+        for (n, dim, b) in [(2_000, 6, 24), (KMEANS_SAMPLE_ABOVE + 3_000, 4, 48)] {
+            let x = unit(blobs(n, dim, 2 * b as usize, 11), dim);
+            let level = build_level(&x, dim, none(b), 3, None).unwrap();
+            // The level's centroids are exactly what the published file decodes to.
+            let file = centroids::encode(&level.centroids, dim).unwrap();
+            let (_, decoded) = centroids::decode(&file).unwrap();
+            assert_eq!(
+                decoded.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                level
+                    .centroids
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            );
+            for (i, r) in x.chunks_exact(dim).enumerate() {
+                assert_eq!(
+                    level.home[i],
+                    nearest_centroid(&decoded, dim, r),
+                    "{n}: {i}"
+                );
+            }
+            let spill = build_level(
+                &x[..200 * dim],
+                dim,
+                LevelSpec {
+                    blocks: 8,
+                    overlap: Overlap::Spill(2),
+                },
+                3,
+                None,
+            )
+            .unwrap();
+            let (_, sd) =
+                centroids::decode(&centroids::encode(&spill.centroids, dim).unwrap()).unwrap();
+            for (i, r) in x[..200 * dim].chunks_exact(dim).enumerate() {
+                for c in nearest_k(&sd, dim, r, 2) {
+                    assert!(spill.members[c as usize].binary_search(&(i as u32)).is_ok());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exact_assignment_breaks_near_ties_like_the_client() {
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        let dim = 16;
+        let x = unit(
+            (0..3_000 * dim)
+                .map(|_| rng.random::<f32>() - 0.5)
+                .collect(),
+            dim,
+        );
+        // Centroids: copies (exact ties), near-copies and rows of x itself (distance 0).
+        let mut c: Vec<f32> = x[..40 * dim].to_vec();
+        c.extend_from_slice(&x[..10 * dim]);
+        c.extend(x[10 * dim..20 * dim].iter().map(|v| v + 1e-7));
+        let got = nearest_centroids_exact(&x, &c, dim);
+        for (r, g) in x.chunks_exact(dim).zip(&got) {
+            assert_eq!(*g, nearest_centroid(&c, dim, r));
+        }
+        // Fewer centroids than candidates: all of them compared.
+        let few = &c[..3 * dim];
+        let got = nearest_centroids_exact(&x, few, dim);
+        for (r, g) in x.chunks_exact(dim).zip(&got) {
+            assert_eq!(*g, nearest_centroid(few, dim, r));
+        }
     }
 
     #[test]

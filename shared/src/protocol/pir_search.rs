@@ -26,6 +26,7 @@ use crate::pir::client::{query, Hint, Pending, PirError};
 use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 use crate::pir::records::{check_thumbnail, decode_rank_record, RankRecord, DIGEST};
 use crate::protocol::blocks::{rank, Hit};
+use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::nearest_centroid;
 use crate::protocol::plan::validate_doc;
 use crate::protocol::thumbs;
@@ -116,12 +117,15 @@ pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Resu
     })
 }
 
-/// The ranking query of a `Level` plan: the record of the photo's nearest block. Returns the
-/// body to `POST` to `{answer_url}/{level}` and its pending state.
+/// The ranking query of a `Level` plan: the record of the photo's nearest block among the
+/// level's `centroids` (verified with [`crate::protocol::centroids::verify`]; the level is
+/// public, so fetching them reveals nothing). Returns the body to `POST` to
+/// `{answer_url}/{level}` and its pending state.
 pub fn rank_query(
     part: &PartitionDoc,
     pir: &PirDoc,
     level: usize,
+    centroids: &Centroids,
     features: &[f32],
     rng: &mut impl RngCore,
 ) -> Result<(Vec<u8>, Pending)> {
@@ -134,8 +138,8 @@ pub fn rank_query(
             name: "level",
             reason: format!("{level} has no PIR database"),
         })?;
-    let flat: Vec<f32> = ld.centroids.iter().flatten().copied().collect();
-    let x = nearest_centroid(&flat, part.feature_dim, features) as usize;
+    centroids.check_for(part, ld)?;
+    let x = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
     query(&db.shape, &db.seed()?, &[x], rng)
 }
 

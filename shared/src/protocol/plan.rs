@@ -24,6 +24,7 @@ use crate::dp::subset::inclusion_probability;
 use crate::error::{Error, Result};
 use crate::params::limits;
 use crate::protocol::blocks::{file_len, max_transfer_len};
+use crate::protocol::centroids;
 
 /// What a search will do.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -139,8 +140,7 @@ pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
             l.hashes.len(),
         ]
         .iter()
-        .all(|&n| n == b)
-            && l.centroids.len() == b;
+        .all(|&n| n == b);
         if b == 0 || b > limits::MAX_BLOCKS || !lens_ok {
             return Err(bad(format!("level {i}: inconsistent block count")));
         }
@@ -149,16 +149,18 @@ pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
                 "level {i}: a whole-gallery level has one block"
             )));
         }
-        if l.centroids
-            .iter()
-            .any(|c| c.len() != doc.feature_dim || c.iter().any(|v| !v.is_finite()))
+        // The centroids file's size is fixed by B and the dimension, and bounded by them.
+        let want = centroids::file_len(b as u64, doc.feature_dim as u64);
+        if want != Some(l.centroids_bytes)
+            || l.centroids_bytes > centroids::MAX_FILE_BYTES
+            || !is_hash(&l.centroids_hash)
         {
-            return Err(bad(format!("level {i}: bad centroid")));
+            return Err(bad(format!(
+                "level {i}: the centroids file must be {} bytes with a SHA-256 hash",
+                want.unwrap_or(u64::MAX)
+            )));
         }
-        if l.hashes
-            .iter()
-            .any(|h| h.len() != 64 || !h.bytes().all(|c| c.is_ascii_hexdigit()))
-        {
+        if !l.hashes.iter().all(|h| is_hash(h)) {
             return Err(bad(format!("level {i}: bad block hash")));
         }
         let cov = [l.coverage.own, l.coverage.other];
@@ -168,6 +170,11 @@ pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
         check_sizes(doc, l).map_err(|r| bad(format!("level {i}: {r}")))?;
     }
     Ok(())
+}
+
+/// 64 hex digits: a SHA-256.
+fn is_hash(h: &str) -> bool {
+    h.len() == 64 && h.bytes().all(|c| c.is_ascii_hexdigit())
 }
 
 /// The version goes into block URLs and `blocks_url` says where they are fetched: a URL-safe
@@ -438,7 +445,8 @@ mod tests {
                 Overlap::Closure(8)
             },
             whole,
-            centroids: (0..b).map(|i| vec![i as f32, 0.0]).collect(),
+            centroids_bytes: centroids::file_len(b as u64, 2).unwrap(),
+            centroids_hash: "cd".repeat(32),
             // 1,000 items, each in one block (whole) or two: sizes add up to 1,000 or 2,000.
             sizes: (0..b)
                 .map(|i| {
@@ -591,8 +599,19 @@ mod tests {
         let mut d = doc();
         d.levels[1].hashes[0] = "zz".into();
         assert!(validate_doc(&d).is_err());
+        validate_doc(&doc()).unwrap();
+        // A centroids file one byte off its format's size, or without a SHA-256.
         let mut d = doc();
-        d.levels[2].centroids[3] = vec![f32::NAN, 0.0];
+        d.levels[2].centroids_bytes += 1;
+        assert!(validate_doc(&d).is_err());
+        let mut d = doc();
+        d.levels[2].centroids_bytes -= 2;
+        assert!(validate_doc(&d).is_err());
+        let mut d = doc();
+        d.levels[2].centroids_hash = "z".repeat(64);
+        assert!(validate_doc(&d).is_err());
+        let mut d = doc();
+        d.levels[2].centroids_hash.pop();
         assert!(validate_doc(&d).is_err());
         let mut d = doc();
         d.levels[1].sizes.pop();

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::api::{LevelDoc, PartitionDoc};
 use crate::error::{Error, Result};
 use crate::protocol::blocks::{encode, hash_hex, BlockItem};
+use crate::protocol::centroids;
 use crate::protocol::partition::{coverage, Coverage, Level, LevelSpec, Overlap};
 
 /// The k of the published coverage (and of the evaluation's fidelity@k).
@@ -99,6 +100,10 @@ pub struct PublishedLevel {
     pub files: Vec<Vec<u8>>,
     /// The same, gzip-compressed (what is sent to clients that accept gzip).
     pub gzipped: Vec<Vec<u8>>,
+    /// The level's centroids file (`protocol::centroids`), plain and gzip; kept even when the
+    /// blocks go to a sink (one small file a level).
+    pub centroids: Vec<u8>,
+    pub centroids_gzip: Vec<u8>,
 }
 
 /// The default levels: closure under each member's 24 nearest items at B = 8 … 256, capped so
@@ -236,7 +241,7 @@ fn publish_blocks(
 fn level_doc(
     spec: LevelSpec,
     whole: bool,
-    centroids: Vec<Vec<f32>>,
+    centroids: &[u8],
     members: &[Vec<u32>],
     files: &Files,
     coverage: Coverage,
@@ -245,7 +250,8 @@ fn level_doc(
         blocks: spec.blocks,
         overlap: spec.overlap,
         whole,
-        centroids,
+        centroids_bytes: centroids.len() as u64,
+        centroids_hash: hash_hex(centroids),
         sizes: members.iter().map(|m| m.len() as u32).collect(),
         bytes: files.bytes.clone(),
         transfer_bytes: files.transfer_bytes.clone(),
@@ -279,16 +285,14 @@ pub fn publish_level_to(
     g.check()?;
     let files = publish_blocks(g, &level.members, sink)?;
     let cov = coverage(level, g.dim, probes, truth);
-    let centroids = level
-        .centroids
-        .chunks_exact(g.dim)
-        .map(<[f32]>::to_vec)
-        .collect();
-    let doc = level_doc(level.spec, false, centroids, &level.members, &files, cov);
+    let centroids = centroids::encode(&level.centroids, g.dim)?;
+    let doc = level_doc(level.spec, false, &centroids, &level.members, &files, cov);
     Ok(PublishedLevel {
         doc,
         files: files.plain,
         gzipped: files.gzipped,
+        centroids_gzip: gzip(&centroids),
+        centroids,
     })
 }
 
@@ -308,16 +312,19 @@ pub fn publish_whole(g: &GalleryView<'_>) -> Result<PublishedLevel> {
         own: 1.0,
         other: 0.0,
     };
-    let doc = level_doc(spec, true, vec![mean], &members, &files, cov);
+    let centroids = centroids::encode(&mean, g.dim)?;
+    let doc = level_doc(spec, true, &centroids, &members, &files, cov);
     Ok(PublishedLevel {
         doc,
         files: files.plain,
         gzipped: files.gzipped,
+        centroids_gzip: gzip(&centroids),
+        centroids,
     })
 }
 
-/// The partition's version: SHA-256 over every level's parameters and block hashes, in order
-/// (first 16 hex digits). Equal galleries and settings give equal versions.
+/// The partition's version: SHA-256 over every level's parameters, centroids hash and block
+/// hashes, in order (first 16 hex digits): every file under the version is bound by it. Equal galleries and settings give equal versions.
 pub fn version(levels: &[LevelDoc], gallery_size: usize) -> String {
     let mut h = Sha256::new();
     h.update((gallery_size as u64).to_le_bytes());
@@ -325,6 +332,7 @@ pub fn version(levels: &[LevelDoc], gallery_size: usize) -> String {
         h.update(l.blocks.to_le_bytes());
         h.update(l.overlap.name().as_bytes());
         h.update([u8::from(l.whole)]);
+        h.update(l.centroids_hash.as_bytes());
         for x in &l.hashes {
             h.update(x.as_bytes());
         }
@@ -406,7 +414,10 @@ pub(crate) mod tests {
 
     /// A 400-item partition (whole level + the default levels): the document, every level's
     /// block files, and the gallery features (ids are 1000 + index).
-    pub(crate) fn small_partition() -> (PartitionDoc, Vec<Vec<Vec<u8>>>, Vec<f32>) {
+    /// A 400-item partition's document, block files, centroids files and gallery features.
+    pub(crate) type Small = (PartitionDoc, Vec<Vec<Vec<u8>>>, Vec<Vec<u8>>, Vec<f32>);
+
+    pub(crate) fn small_partition() -> Small {
         with_gallery(|g, probes, truth| {
             let nb =
                 gallery_neighbours(g.features, DIM, DEFAULT_CLOSURE as usize, 0..N, None).unwrap();
@@ -416,10 +427,12 @@ pub(crate) mod tests {
                 levels.push(publish_level(g, &level, probes, truth).unwrap());
             }
             let files = levels.iter().map(|l| l.files.clone()).collect();
+            let cents = levels.iter().map(|l| l.centroids.clone()).collect();
             let docs = levels.into_iter().map(|l| l.doc).collect();
             (
                 document(docs, g, "/x".into(), 0.3, true, 20),
                 files,
+                cents,
                 g.features.to_vec(),
             )
         })
@@ -485,9 +498,18 @@ pub(crate) mod tests {
 
     #[test]
     fn published_partition_is_valid_deterministic_and_verifiable() {
-        let (doc, files, _) = small_partition();
+        let (doc, files, cents, _) = small_partition();
         assert_eq!(doc, small_partition().0);
         validate_doc(&doc).unwrap();
+        // Every level's centroids file verifies against the document, and no other level's.
+        for (li, l) in doc.levels.iter().enumerate() {
+            let c = centroids::verify(&doc, li, &cents[li]).unwrap();
+            assert_eq!(c.len(), l.blocks as usize);
+            c.check_for(&doc, l).unwrap();
+            let other = (li + 1) % doc.levels.len();
+            assert!(centroids::verify(&doc, other, &cents[li]).is_err());
+            assert!(c.check_for(&doc, &doc.levels[other]).is_err());
+        }
         // Probes that are gallery items find their own neighbours in their own block.
         assert!(
             doc.levels[1].coverage.own > 0.9,

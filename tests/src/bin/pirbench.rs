@@ -59,6 +59,18 @@ fn get(http: &Client, url: &str) -> Vec<u8> {
     r.bytes().expect("body").to_vec()
 }
 
+/// A level's centroids (fetched once per version), verified against the document.
+fn level_centroids(
+    http: &Client,
+    base: &str,
+    part: &PartitionDoc,
+    level: usize,
+) -> shared::protocol::centroids::Centroids {
+    let url = shared::protocol::centroids::centroids_url(part, level);
+    let bytes = get(http, &format!("{base}{url}"));
+    shared::protocol::centroids::verify(part, level, &bytes).expect("centroids")
+}
+
 fn post(http: &Client, url: &str, body: Vec<u8>) -> Vec<u8> {
     let r = http
         .post(url)
@@ -174,11 +186,12 @@ fn main() {
     for (l, db) in pir.levels.iter().enumerate() {
         let Some(db) = db else { continue };
         let lh = hint_of(&l.to_string(), db);
+        let cents = level_centroids(&http, base, &part, l);
         let mut acc = Acc::default();
         let s0 = server_core_ms(&http, base);
         for (q, tr) in feats.iter().zip(&truth) {
             let t = Instant::now();
-            let (body, pending) = rank_query(&part, &pir, l, q, &mut rng).unwrap();
+            let (body, pending) = rank_query(&part, &pir, l, &cents, q, &mut rng).unwrap();
             acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
             acc.up += body.len() as f64;
             let ans = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
@@ -203,10 +216,11 @@ fn main() {
             );
             continue;
         };
+        let cents = (p.size < p.blocks).then(|| level_centroids(&http, base, &part, p.level));
         let mut acc = Acc::default();
         for (q, tr) in feats.iter().zip(&truth) {
             let t = Instant::now();
-            let req = release_blocks(&part, &p, q, &mut rng).unwrap();
+            let req = release_blocks(&part, &p, cents.as_ref(), q, &mut rng).unwrap();
             let mut ms = t.elapsed().as_secs_f64() * 1e3;
             let fetched: Vec<(u32, Vec<u8>)> = req
                 .fetch

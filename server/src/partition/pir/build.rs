@@ -18,6 +18,7 @@ use shared::protocol::thumbs;
 
 use super::serve::*;
 use crate::item::GalleryItem;
+use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;
 use crate::partition::versions::Partitions;
 
@@ -210,7 +211,7 @@ fn build_level(
     let mut rt = None;
     let mut records = Vec::with_capacity(blocks);
     for b in 0..blocks {
-        let raw = match p.cached(level, b) {
+        let raw = match p.cached(level, LevelFile::Block(b)) {
             Some(Some(f)) => f.raw.clone(),
             _ => {
                 if rt.is_none() {
@@ -222,7 +223,7 @@ fn build_level(
                     );
                 }
                 let rt = rt.as_ref().expect("just built");
-                rt.block_on(partitions.block(p, level, b, false))
+                rt.block_on(partitions.block(p, level, LevelFile::Block(b), false))
                     .map_err(|e| PirBuildError::Invalid(e.to_string()))?
             }
         };

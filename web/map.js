@@ -72,16 +72,19 @@ export function drawBlockMap(plan) {
       nodes.push(el("circle", { cx: x, cy: y, r: radius(b) + 0.03, fill: "none", stroke: "#111", "stroke-width": 0.014,
         class: "released", "data-block": b }, `Block ${b}: downloaded (the server saw this)`));
     }
-    const [x, y] = at(m.own);
-    const s = 0.055;
-    nodes.push(el("polygon", { points: `${x},${y - s} ${x + s},${y} ${x},${y + s} ${x - s},${y}`, fill: "#ffd400",
-      stroke: "#111", "stroke-width": 0.01, class: "own", "data-block": m.own },
-      `Block ${m.own}: your photo's own block (only this page knows which)`));
+    if (m.own !== null && m.own !== undefined) {
+      const [x, y] = at(m.own);
+      const s = 0.055;
+      nodes.push(el("polygon", { points: `${x},${y - s} ${x + s},${y} ${x},${y + s} ${x - s},${y}`, fill: "#ffd400",
+        stroke: "#111", "stroke-width": 0.01, class: "own", "data-block": m.own },
+        `Block ${m.own}: your photo's own block (only this page knows which)`));
+    }
   }
   $("block-map").replaceChildren(...nodes);
   const n = plan.blocks;
-  $("map-note").textContent = m
+  $("map-note").textContent = m && m.own !== null && m.own !== undefined
     ? `Rings: the ${m.released.length} blocks this search downloaded — all the server saw. Diamond: your photo's own ` +
       `block, which only this page knows; it was ${m.released.includes(m.own) ? "among them" : "not among them, so the matches come from other blocks"}.`
+    : m ? `Rings: the ${m.released.length} blocks this search downloaded — all of them, so the server learned nothing.`
     : `This plan downloads ${plan.size} of these ${n} blocks. After a search, rings mark the ones downloaded and a diamond your photo's own block.`;
 }

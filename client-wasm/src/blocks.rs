@@ -71,8 +71,9 @@ struct BlockRanking {
     released: Vec<u32>,
     /// The photo's own block at that level (its nearest centroid), for the user's screen only:
     /// handed out with the ranking, after every request of the search has been made, so
-    /// nothing the page requests can depend on it.
-    own_block: u32,
+    /// nothing the page requests can depend on it. `None` where nothing was released and the
+    /// level's centroids were not loaded (the whole gallery, every block).
+    own_block: Option<u32>,
 }
 
 /// A level's blocks drawn flat (`shared::protocol::map::block_map`) with their sizes.
@@ -313,11 +314,11 @@ impl Client {
             .collect();
         let mut released = pending.order.clone();
         released.sort_unstable();
-        let own_block = shared::protocol::partition::nearest_centroid(
-            &self.level_centroids(pending.level)?.values,
-            p.feature_dim,
-            query,
-        );
+        // Where nothing was released (the whole gallery, or every block) the centroids were
+        // never needed, so they may not be loaded: then there is no own block to show.
+        let own_block = self.level_centroids(pending.level).ok().map(|c| {
+            shared::protocol::partition::nearest_centroid(&c.values, p.feature_dim, query)
+        });
         let out = BlockRanking {
             results,
             thumb_side: p.thumb_side,

@@ -126,6 +126,20 @@ pub fn get_json<T: serde::de::DeserializeOwned>(
         .unwrap()
 }
 
+/// A level's centroids (a public file, fetched once per version), verified against the
+/// partition document.
+pub fn level_centroids(
+    http: &reqwest::blocking::Client,
+    base: &str,
+    part: &shared::api::PartitionDoc,
+    level: usize,
+) -> shared::protocol::centroids::Centroids {
+    let url = shared::protocol::centroids::centroids_url(part, level);
+    let r = http.get(format!("{base}{url}")).send().unwrap();
+    assert!(r.status().is_success(), "{url}: {}", r.status());
+    shared::protocol::centroids::verify(part, level, &r.bytes().unwrap()).unwrap()
+}
+
 /// The server with a 1,000-image gallery and 200 anchors on a fresh store (the API tests'
 /// gallery); `extra` flags appended.
 pub fn small_server(tag: &str, extra: &[&str]) -> Server {

@@ -31,18 +31,6 @@ fn get(http: &Client, url: &str) -> Vec<u8> {
     r.bytes().unwrap().to_vec()
 }
 
-/// A level's centroids (a public file), verified against the partition document.
-fn level_centroids(
-    http: &Client,
-    base: &str,
-    part: &PartitionDoc,
-    level: usize,
-) -> shared::protocol::centroids::Centroids {
-    let url = shared::protocol::centroids::centroids_url(part, level);
-    let bytes = get(http, &format!("{base}{url}"));
-    shared::protocol::centroids::verify(part, level, &bytes).unwrap()
-}
-
 fn post(http: &Client, url: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
     let r = http
         .post(url)
@@ -139,7 +127,7 @@ fn table_and_level_searches_are_exact_and_verified() {
         let lh = hint(&http, base, &pir, &l.to_string());
         for i in [3usize, 600] {
             let q = features(i);
-            let cents = level_centroids(&http, base, &part, l);
+            let cents = privatemail_e2e::level_centroids(&http, base, &part, l);
             let (body, pending) = rank_query(&part, &pir, l, &cents, &q, &mut rng).unwrap();
             bodies.push((l, body.len()));
             let (st, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
@@ -209,7 +197,7 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
     // A damaged level answer: refused by the record hash.
     if let Some(l) = (0..pir.levels.len()).find(|&l| pir.levels[l].is_some()) {
         let lh = hint(&http, base, &pir, &l.to_string());
-        let cents = level_centroids(&http, base, &part, l);
+        let cents = privatemail_e2e::level_centroids(&http, base, &part, l);
         let (body, pending) = rank_query(&part, &pir, l, &cents, &q, &mut rng).unwrap();
         let (_, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
         // The top byte of a row's word: a change the rounding cannot absorb (changes in the

@@ -16,7 +16,9 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use shared::embed::model::Model;
-use shared::protocol::partition::{build_level, nearest_centroid, nearest_k, LevelSpec, Overlap};
+use shared::protocol::partition::{
+    build_level, max_closure, nearest_centroid, nearest_k, LevelSpec, Overlap,
+};
 use shared::protocol::plan::{plan, validate_doc};
 use shared::protocol::publish::{
     default_specs, document, publish_level_to, publish_whole, BlockFiles, GalleryView, Thumbnails,
@@ -180,15 +182,7 @@ fn served_gallery(
         .map(|q| exact_top(g.features, dim, q, K))
         .collect();
     let truth: Vec<&[u32]> = near.iter().map(Vec::as_slice).collect();
-    let m = specs
-        .iter()
-        .filter_map(|s| match s.overlap {
-            Overlap::Closure(m) => Some(m as usize),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
-        .min(n - 1);
+    let m = max_closure(specs.iter().map(|s| s.overlap)).min(n - 1);
     log(&format!(
         "gallery {n}: {m} nearest items of each (closure), {n_probes} held-out probes"
     ));

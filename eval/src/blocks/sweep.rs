@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use shared::dp::subset::inclusion_probability;
 use shared::protocol::blocks::{decode, rank};
 use shared::protocol::partition::{
-    build_level, kmeans_centroids, nearest_centroid, nearest_centroids_exact, nearest_k, Level,
-    LevelSpec, Overlap,
+    build_level, kmeans_centroids, max_closure, nearest_centroid, nearest_centroids_exact,
+    nearest_k, Level, LevelSpec, Overlap,
 };
 use shared::protocol::plan::candidates;
 use shared::protocol::publish::{default_specs, document, publish_level, publish_whole};
@@ -57,15 +57,9 @@ pub(super) fn eval_gallery(
     }
 
     // Neighbours for closure.
-    let m_max = variants
-        .iter()
-        .filter_map(|v| match v {
-            Overlap::Closure(m) => Some(*m as usize),
-            _ => None,
-        })
-        .max();
-    let neighbours: Option<Vec<Vec<u32>>> = match m_max {
-        Some(m) => {
+    let neighbours: Option<Vec<Vec<u32>>> = match max_closure(variants.iter().copied()) {
+        0 => None,
+        m => {
             ctx.log(format!(
                 "gallery {n}: {m} nearest gallery items of every item"
             ));
@@ -76,7 +70,6 @@ pub(super) fn eval_gallery(
             ));
             Some(nb)
         }
-        None => None,
     };
 
     // One k-means per B, shared by the variants (build_level would recompute it per variant),

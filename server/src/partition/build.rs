@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use shared::protocol::partition::LevelSpec;
 use shared::protocol::partition::{
-    build_level, gallery_neighbours, held_out_probes, nearest_k, InvertedFile, Overlap,
+    build_level, gallery_neighbours, held_out_probes, max_closure, nearest_k, InvertedFile,
     KMEANS_SAMPLE_ABOVE,
 };
 use shared::protocol::publish::{
@@ -224,15 +224,7 @@ pub fn build(
         )));
     }
     // Closure neighbours once, for the largest m any level needs, rows split across threads.
-    let m = specs
-        .iter()
-        .filter_map(|s| match s.overlap {
-            Overlap::Closure(m) => Some(m as usize),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
-        .min(n - 1);
+    let m = max_closure(specs.iter().map(|s| s.overlap)).min(n - 1);
     let neighbours: Option<Vec<Vec<u32>>> = if m > 0 {
         let t = Instant::now();
         let (nb, exact) = closure_neighbours(&features, dim, m, seed)?;

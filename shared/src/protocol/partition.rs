@@ -50,6 +50,19 @@ impl Overlap {
     }
 }
 
+/// The most gallery neighbours any of these overlaps needs (closure's `m`; 0 for none):
+/// neighbours are searched once, for the largest, and each level takes its prefix.
+pub fn max_closure(overlaps: impl IntoIterator<Item = Overlap>) -> usize {
+    overlaps
+        .into_iter()
+        .filter_map(|o| match o {
+            Overlap::Closure(m) => Some(m as usize),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// What to build at one level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LevelSpec {

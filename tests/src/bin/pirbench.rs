@@ -59,18 +59,6 @@ fn get(http: &Client, url: &str) -> Vec<u8> {
     r.bytes().expect("body").to_vec()
 }
 
-/// A level's centroids (fetched once per version), verified against the document.
-fn level_centroids(
-    http: &Client,
-    base: &str,
-    part: &PartitionDoc,
-    level: usize,
-) -> shared::protocol::centroids::Centroids {
-    let url = shared::protocol::centroids::centroids_url(part, level);
-    let bytes = get(http, &format!("{base}{url}"));
-    shared::protocol::centroids::verify(part, level, &bytes).expect("centroids")
-}
-
 fn post(http: &Client, url: &str, body: Vec<u8>) -> Vec<u8> {
     let r = http
         .post(url)
@@ -186,7 +174,7 @@ fn main() {
     for (l, db) in pir.levels.iter().enumerate() {
         let Some(db) = db else { continue };
         let lh = hint_of(&l.to_string(), db);
-        let cents = level_centroids(&http, base, &part, l);
+        let cents = privatemail_e2e::level_centroids(&http, base, &part, l);
         let mut acc = Acc::default();
         let s0 = server_core_ms(&http, base);
         for (q, tr) in feats.iter().zip(&truth) {
@@ -216,7 +204,8 @@ fn main() {
             );
             continue;
         };
-        let cents = (p.size < p.blocks).then(|| level_centroids(&http, base, &part, p.level));
+        let cents = (p.size < p.blocks)
+            .then(|| privatemail_e2e::level_centroids(&http, base, &part, p.level));
         let mut acc = Acc::default();
         for (q, tr) in feats.iter().zip(&truth) {
             let t = Instant::now();

@@ -142,8 +142,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             "the server's demo gallery of {n}: images and model features"
         ));
         let demo = demo_gallery(&test, &train, &anchor_idx, n);
+        let held: HashSet<u64> = demo.iter().map(|d| d.id).collect();
         let mut g = Gallery {
-            ids: demo.iter().map(|d| d.id).collect(),
+            // Numbered by index, as the sweep reads them back (the server's ids have holes
+            // where the anchors and reserved images are; the block bytes are the same size).
+            ids: (0..demo.len() as u64).collect(),
             labels: demo.iter().map(|d| d.label).collect(),
             features: Vec::new(),
             thumbs: demo.iter().flat_map(|d| d.pixels.iter().copied()).collect(),
@@ -153,7 +156,6 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         g.features = infer_rows(&model, &g.thumbs)?;
         let suffix = format!("-{}k", n / 1000);
         let mut r = eval_gallery(&ctx, &g, &LARGE_EPSILONS, &large_variants, &suffix)?;
-        let held: HashSet<u64> = g.ids.iter().copied().collect();
         r.anchors_in_gallery = anchor_idx
             .iter()
             .filter(|&&i| held.contains(&((test.labels.len() + i) as u64)))

@@ -22,6 +22,10 @@ pub(super) fn report(results: &[&GalleryResult], args: &Args, secs: f64) -> Stri
         "{} held-out queries (training images outside every gallery and the {} public anchors); fidelity@8, miss rate, pool and KiB/search are exact expectations over the k-subset mechanism; Recall@8, mAP@8 and the Monte Carlo fidelity use {} release(s) per query and point (the real `dp::subset::release`, seeded ChaCha20); the quantised check re-ranks the first {} queries (one release each) over encoded and decoded block files with `blocks::rank`. Frame-release pools: {} frame release(s) per query, δ = {}. Seed {}. Total {:.0} s.\n",
         args.blocks_queries, args.anchors, args.blocks_draws, QUANT_QUERIES, args.blocks_frame_draws, args.delta, args.seed, secs
     );
+    let _ = writeln!(
+        o,
+        "The plans the server actually offers — its default levels on its demo gallery at 10,000, 70,000 and 1,000,000 images, every ε and byte budget, predicted against measured on held-out photos — are in `blocks-served.md` (`eval --blocks-served`).\n"
+    );
     for r in results {
         let _ = writeln!(
             o,

@@ -3,7 +3,7 @@
 //! Gallery: the first 10,000 test images (the server's demo gallery), and — for the large run —
 //! the server's demo gallery of `--blocks-large` images (`data::demo_gallery`: the test split,
 //! the training split without the public anchors and the reserved queries, then variants).
-//! Queries: the reserved training images (`data::RESERVED_TRAIN`), outside every gallery and
+//! Queries: the reserved training images (`data::reserved_train`), outside every gallery and
 //! the public anchors (the first `--anchors` class-balanced training images), the same queries
 //! for both galleries; the anchors are held out too, so coverage is measured on held-out
 //! probes at both sizes. Features: the on-device model's, as the server computes them.
@@ -46,7 +46,7 @@ use shared::embed::model::Model;
 use shared::protocol::partition::Overlap;
 
 use privatemail_server::gallery::data::{
-    balanced_anchors, demo_gallery, load_split, RESERVED_TRAIN,
+    balanced_anchors, demo_gallery, load_split, reserved_train,
 };
 use privatemail_server::MODEL_WEIGHTS;
 
@@ -67,9 +67,9 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let model = Model::from_bytes(MODEL_WEIGHTS)?;
     let anchor_idx = balanced_anchors(&train, args.anchors);
     let small_n = SMALL.min(test.labels.len());
-    // Held out at every size: the demo gallery never holds these (`data::RESERVED_TRAIN`).
-    let query_idx: Vec<usize> = RESERVED_TRAIN
-        .filter(|i| *i < train.labels.len())
+    // Held out at every size: the demo gallery never holds these (`data::reserved_train`).
+    let query_idx: Vec<usize> = reserved_train(train.labels.len(), &anchor_idx)
+        .into_iter()
         .take(args.blocks_queries)
         .collect();
     if query_idx.len() < args.blocks_queries {

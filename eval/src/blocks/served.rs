@@ -7,7 +7,7 @@
 //! (`partition::closure_neighbours`, `partition::coverage_probes`) and published with coverage
 //! on the held-out anchors, then, for each ε and byte budget, the plan `plan::plan` picks from
 //! that document — its predicted fidelity against the exact expected fidelity@8 over the
-//! k-subset mechanism on held-out queries (`data::RESERVED_TRAIN`, never in the gallery). Block
+//! k-subset mechanism on held-out queries (`data::reserved_train`, never in the gallery). Block
 //! files are encoded (their sizes and gzip sizes are the document's) and dropped as they are
 //! made, so a million-image gallery needs no disk.
 
@@ -26,7 +26,7 @@ use shared::protocol::publish::{
 };
 
 use privatemail_server::gallery::data::{
-    balanced_anchors, demo_gallery, load_split, RESERVED_TRAIN,
+    balanced_anchors, demo_gallery, load_split, reserved_train,
 };
 use privatemail_server::partition::{
     closure_neighbours, coverage_probes, PartitionSettings, WHOLE_MAX_ITEMS,
@@ -78,8 +78,8 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let train = load_split(&args.data_dir, "train")?;
     let model = Model::from_bytes(MODEL_WEIGHTS)?;
     let anchor_idx = balanced_anchors(&train, args.anchors);
-    let query_idx: Vec<usize> = RESERVED_TRAIN
-        .filter(|&i| i < train.labels.len())
+    let query_idx: Vec<usize> = reserved_train(train.labels.len(), &anchor_idx)
+        .into_iter()
         .take(args.blocks_queries)
         .collect();
     if query_idx.is_empty() {

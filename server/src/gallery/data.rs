@@ -124,10 +124,18 @@ pub fn augment(base: &[u8], id: u64) -> Vec<u8> {
     out
 }
 
+/// Training images reserved as held-out photos: see [`reserved_train`].
+pub const RESERVED: usize = 1_000;
+
 /// Training images the demo gallery never holds, at any size: held-out photos for evaluation
 /// (the block evaluation's queries and `pirbench`'s photos), so measured fidelity is always on
-/// photos outside the gallery. The last 1,000 of the training split.
-pub const RESERVED_TRAIN: std::ops::Range<usize> = 59_000..60_000;
+/// photos outside the gallery. The last [`RESERVED`] of a training split of `train_len` images
+/// that are not public `anchors` (in Fashion-MNIST: 59,000..60,000, far from the anchors).
+pub fn reserved_train(train_len: usize, anchors: &[usize]) -> Vec<usize> {
+    (train_len.saturating_sub(RESERVED)..train_len)
+        .filter(|i| !anchors.contains(i))
+        .collect()
+}
 
 /// One image of the demo gallery.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,7 +147,7 @@ pub struct DemoImage {
 
 /// The demo gallery of `size` images, in id order: the test split (ids `0..10,000`), then the
 /// training split (ids `10,000 + index`) without the public `anchors` and
-/// [`RESERVED_TRAIN`], then — past those 68,000 or so — deterministic variants of them
+/// [`reserved_train`], then — past those 68,000 or so — deterministic variants of them
 /// ([`augment`], ids from [`DATASET_IMAGES`] up, variant `id` of member
 /// `(id − 70,000) mod members`).
 ///
@@ -150,10 +158,14 @@ pub struct DemoImage {
 /// partition document is then the anchor count).
 pub fn demo_gallery(test: &Split, train: &Split, anchors: &[usize], size: usize) -> Vec<DemoImage> {
     use rayon::prelude::*;
-    let skip: std::collections::HashSet<usize> = anchors.iter().copied().collect();
+    let skip: std::collections::HashSet<usize> = anchors
+        .iter()
+        .copied()
+        .chain(reserved_train(train.labels.len(), anchors))
+        .collect();
     let tests = (0..test.labels.len()).map(|i| (i as u64, test.labels[i], test.images.image(i)));
     let trains = (0..train.labels.len())
-        .filter(|i| !skip.contains(i) && !RESERVED_TRAIN.contains(i))
+        .filter(|i| !skip.contains(i))
         .map(|i| {
             (
                 (test.labels.len() + i) as u64,
@@ -231,7 +243,9 @@ mod tests {
         let test = split(10_000, 3);
         let train = split(60_000, 7);
         let anchors = balanced_anchors(&train, 1000);
-        let members = 10_000 + 60_000 - 1000 - RESERVED_TRAIN.len();
+        let reserved = reserved_train(60_000, &anchors);
+        assert_eq!(reserved, (59_000..60_000).collect::<Vec<_>>());
+        let members = 10_000 + 60_000 - 1000 - RESERVED;
         let small = demo_gallery(&test, &train, &anchors, 10_000);
         assert_eq!(small.len(), 10_000);
         assert!(small.iter().enumerate().all(|(i, d)| d.id == i as u64));
@@ -245,7 +259,7 @@ mod tests {
                 "anchor {a} is held out"
             );
         }
-        for r in RESERVED_TRAIN {
+        for r in reserved {
             assert!(
                 !ids.contains(&(10_000 + r as u64)),
                 "reserved {r} is held out"

@@ -5,7 +5,7 @@
 //! ranking). Prints CSV rows (`--header` for the header line) and a summary on stderr.
 //!
 //! Held-out photos: the Fashion-MNIST training images the demo gallery never holds, at any size
-//! (`data::RESERVED_TRAIN`).
+//! (`data::reserved_train`).
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -97,10 +97,12 @@ fn main() {
     let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
     let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
     // Held out at every size: the demo gallery never holds these training images.
-    let photos: Vec<Vec<u8>> = privatemail_server::gallery::data::RESERVED_TRAIN
-        .take(a.queries)
-        .map(|i| train.images.image(i).to_vec())
-        .collect();
+    let photos: Vec<Vec<u8>> =
+        privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
+            .into_iter()
+            .take(a.queries)
+            .map(|i| train.images.image(i).to_vec())
+            .collect();
     let feats: Vec<Vec<f32>> = photos
         .iter()
         .map(|p| model.infer(p).unwrap().features)

@@ -6,6 +6,10 @@
 #                                        # blocks.svg and blocks.md (10,000 and 70,000 galleries,
 #                                        # 1,000 held-out queries; about 10 minutes on 2 cores)
 #   bash scripts/eval.sh --blocks --blocks-large 0   # the 10,000 gallery only
+#   bash scripts/eval.sh --blocks-served 10000,70000,1000000 --blocks-queries 200
+#                                        # the plans the server serves at each size, predicted
+#                                        # against measured: docs/eval/blocks-served.md (about
+#                                        # 20 minutes on 2 cores, 1M peak RSS about 5 GB)
 #
 # `--help` lists every flag (the block evaluation's start with `--blocks-`).
 set -euo pipefail

@@ -9,7 +9,7 @@
 #   bash scripts/eval.sh --blocks-served 10000,70000,1000000 --blocks-queries 200
 #                                        # the plans the server serves at each size, predicted
 #                                        # against measured: docs/eval/blocks-served.md (about
-#                                        # 20 minutes on 2 cores, 1M peak RSS about 5 GB)
+#                                        # 20 minutes on 2 cores)
 #
 # `--help` lists every flag (the block evaluation's start with `--blocks-`).
 set -euo pipefail

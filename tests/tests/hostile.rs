@@ -100,7 +100,7 @@ impl Case {
             Case::RedirectOnce => "blocks redirected once within the origin (allowed)",
             Case::RedirectLoop => "blocks redirected to themselves, endlessly (same origin)",
             Case::HugeError => "a 10 MB error message with terminal escapes",
-            Case::SlowPlanning => "16 levels × 4,096 blocks, 4,097 multiplicities (O(B³) planning)",
+            Case::SlowPlanning => "16 levels × 8,192 blocks, 8,193 multiplicities (O(B³) planning)",
             Case::DamagedCentroids => "a level's centroids file with one byte flipped (wrong hash)",
             Case::LongCentroids => "a level's centroids file one byte longer than declared",
         }
@@ -143,7 +143,7 @@ fn gzip_bomb() -> Vec<u8> {
     e.finish().unwrap()
 }
 
-/// A document whose levels each have 4,096 one-item blocks and 4,097 multiplicities (one item
+/// A document whose levels each have `MAX_BLOCKS` one-item blocks and as many multiplicities plus one (one item
 /// in every block, the rest in none): valid, and O(B³) for the planner this replaced.
 fn slow_planning_doc(real: &PartitionDoc) -> PartitionDoc {
     let b = shared::params::limits::MAX_BLOCKS;

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # PIR, DP blocks and the whole gallery side by side (docs/eval/pir.csv): starts the release
 # server at each gallery size on a temporary store, runs `pirbench` against it, stops it.
-# Usage: bash scripts/pirbench.sh [sizes…]   (default: 10000 70000)
+# Usage: bash scripts/pirbench.sh [size[:queries]…]   (default: 10000 70000 1000000:100)
+# Each server's log is kept in /tmp/pirbench-logs/ with its peak RSS (VmHWM) at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=0 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release -q -p privatemail-server --bin server -p privatemail-e2e --bin pirbench
-sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 70000)
+sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 70000 1000000:100)
+logs=/tmp/pirbench-logs; mkdir -p "$logs"
 out=docs/eval/pir.csv
 header=--header
 : > "$out.tmp"
-for n in "${sizes[@]}"; do
+for spec in "${sizes[@]}"; do
+  n=${spec%%:*}; queries=200; [ "$spec" = "$n" ] || queries=${spec#*:}
   dir=$(mktemp -d)
   port=$((18000 + RANDOM % 1000))
   target/release/server --bind "127.0.0.1:$port" --gallery-size "$n" --store "$dir/gallery.redb" \
@@ -22,9 +25,12 @@ for n in "${sizes[@]}"; do
     kill -0 "$pid" || { cat "$dir/server.log"; exit 1; }
     sleep 5; tail -n 1 "$dir/server.log" | cut -c1-160
   done
-  target/release/pirbench --base "http://127.0.0.1:$port" --queries 200 $header >> "$out.tmp"
+  target/release/pirbench --base "http://127.0.0.1:$port" --queries "$queries" $header >> "$out.tmp"
   header=
+  grep VmHWM "/proc/$pid/status" >> "$dir/server.log" || true
+  du -sh "$dir" >> "$dir/server.log"
   kill "$pid"; wait "$pid" || true
+  cp "$dir/server.log" "$logs/server-$n.log"
   rm -rf "$dir"
 done
 mv "$out.tmp" "$out"

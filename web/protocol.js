@@ -1,7 +1,7 @@
 // The ways to search the page offers and shows: which the server's public documents allow
 // (the partition for block download, the PIR document for private retrieval) and the parts of
 // the page for the chosen one.
-import { $, protocol, state } from "./page.js";
+import { $, K, protocol, state } from "./page.js";
 import { LIMITS, getJson } from "./api.js";
 import { loadPir } from "./pir.js";
 import { updateEpsilon } from "./budget.js";
@@ -26,13 +26,24 @@ export async function loadPartition() {
   else if (!allowed && protocol() === "whole") $("protocol").value = "blocks";
 }
 
-// The PIR document: public, the same for everyone. Where the server offers PIR it is the default.
+// Whether the PIR plan at the current budget is light enough to be the default (its one-time
+// download within the shared bound; `PirPlan.page_default`).
+function pirIsDefault() {
+  try {
+    return JSON.parse(state.client.pir_plan(K, Number($("budget").value))).page_default === true;
+  } catch {
+    return false;
+  }
+}
+
+// The PIR document: public, the same for everyone. Where the server offers PIR it is the
+// default, unless its one-time download is large (the ranking table of a million images).
 export async function loadPirDoc() {
   state.pirDoc = state.partition ? await loadPir(state.client) : null;
   const opt = $("protocol").querySelector("option[value='pir']");
   opt.hidden = !state.pirDoc;
   opt.disabled = !state.pirDoc;
-  if (state.pirDoc && !$("protocol").dataset.chosen) $("protocol").value = "pir";
+  if (state.pirDoc && !$("protocol").dataset.chosen && pirIsDefault()) $("protocol").value = "pir";
   else if (!state.pirDoc && protocol() === "pir") $("protocol").value = state.partition ? "blocks" : "frame";
 }
 

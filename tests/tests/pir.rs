@@ -95,6 +95,17 @@ fn table_and_level_searches_are_exact_and_verified() {
     // Table plan: exact over the whole gallery; thumbnails are the gallery's pixels.
     let p = plan(&part, &pir, 8, 1e9).unwrap();
     assert_eq!(p.ranking, PirRanking::Table);
+    assert!(p.page_default, "a small gallery's table plan is the page's default");
+    // Below the table plan's bytes per search: a level that fits, or a typed error, never the
+    // table over the budget.
+    let tight = (p.up_bytes + p.down_bytes) as f64 - 1.0;
+    match plan(&part, &pir, 8, tight) {
+        Ok(q) => {
+            assert!(matches!(q.ranking, PirRanking::Level { .. }), "{q:?}");
+            assert!((q.up_bytes + q.down_bytes) as f64 <= tight);
+        }
+        Err(e) => assert!(e.to_string().contains("no PIR plan fits"), "{e}"),
+    }
     let table = get(&http, &format!("{base}{}/rank", pir.answer_url));
     let all = whole(&http, base, &part);
     let mut sizes = Vec::new();

@@ -54,11 +54,26 @@ pub struct PirPlan {
     pub down_bytes: u64,
     /// Bytes fetched once per version and cached (hints, the table on the wire).
     pub one_time_bytes: u64,
+    /// Whether the page makes this search its default: its one-time bytes are at most
+    /// [`PAGE_DEFAULT_MAX_ONE_TIME_BYTES`]. (At 1,000,000 items the table plan fetches about
+    /// 150 MB once; a person should choose that, not get it by default.)
+    pub page_default: bool,
+}
+
+/// The most one-time bytes of a PIR plan the page chooses by default (the 10,000-image target
+/// is 16 MiB; 70,000 images take 28 MiB).
+pub const PAGE_DEFAULT_MAX_ONE_TIME_BYTES: u64 = 32 << 20;
+
+impl PirPlan {
+    fn with_default(mut self) -> Self {
+        self.page_default = self.one_time_bytes <= PAGE_DEFAULT_MAX_ONE_TIME_BYTES;
+        self
+    }
 }
 
 /// The plan for a PIR search of `k` results whose per-search bytes stay within `max_bytes`:
-/// the table where offered (exact), else the offered level with the highest predicted
-/// fidelity that fits (fewer bytes on ties).
+/// the table where offered and its thumbnail queries fit (exact), else the offered level with
+/// the highest predicted fidelity that fits (fewer bytes on ties).
 pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Result<PirPlan> {
     validate_doc(part)?;
     validate(pir, part.gallery_size, part.levels.len())?;
@@ -76,29 +91,36 @@ pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Resu
     }
     let t = pir.thumbs.shape;
     let (thumb_up, thumb_down) = ((k * t.query_bytes()) as u64, (k * t.answer_bytes()) as u64);
-    if let Some(table) = &pir.rank_table {
-        return Ok(PirPlan {
+    let table = pir.rank_table.as_ref().map(|table| {
+        PirPlan {
             ranking: PirRanking::Table,
             k,
             predicted_fidelity: 1.0,
             up_bytes: thumb_up,
             down_bytes: thumb_down,
             one_time_bytes: table.transfer_bytes + t.hint_bytes() as u64,
-        });
-    }
-    let mut best: Option<PirPlan> = None;
-    for (level, db) in pir.levels.iter().enumerate() {
-        let Some(db) = db else { continue };
-        let s = db.shape;
+            page_default: false,
+        }
+        .with_default()
+    });
+    let levels = pir.levels.iter().enumerate().filter_map(|(level, db)| {
+        let s = db.as_ref()?.shape;
         let q = s.queries_per_record() as u64;
-        let p = PirPlan {
-            ranking: PirRanking::Level { level },
-            k,
-            predicted_fidelity: part.levels[level].coverage.own,
-            up_bytes: q * s.query_bytes() as u64 + thumb_up,
-            down_bytes: q * s.answer_bytes() as u64 + thumb_down,
-            one_time_bytes: (s.hint_bytes() + t.hint_bytes()) as u64,
-        };
+        Some(
+            PirPlan {
+                ranking: PirRanking::Level { level },
+                k,
+                predicted_fidelity: part.levels[level].coverage.own,
+                up_bytes: q * s.query_bytes() as u64 + thumb_up,
+                down_bytes: q * s.answer_bytes() as u64 + thumb_down,
+                one_time_bytes: (s.hint_bytes() + t.hint_bytes()) as u64,
+                page_default: false,
+            }
+            .with_default(),
+        )
+    });
+    let mut best: Option<PirPlan> = None;
+    for p in table.into_iter().chain(levels) {
         if (p.up_bytes + p.down_bytes) as f64 > max_bytes {
             continue;
         }

@@ -33,9 +33,11 @@ struct Args {
     /// Held-out photos.
     #[arg(long, default_value_t = 200)]
     queries: usize,
-    /// DP blocks: the byte budget per search (KiB) and the ε values.
-    #[arg(long, default_value_t = 4096.0)]
-    budget_kib: f64,
+    /// DP blocks: the byte budget per search (KiB) and the ε values. Default: the largest of
+    /// the page's budgets (128 KiB … 4 MiB) below the whole gallery's bytes on the wire, so a
+    /// DP row is a real release, never the whole gallery in disguise.
+    #[arg(long)]
+    budget_kib: Option<f64>,
     #[arg(long, value_delimiter = ',', default_value = "8,4,2,1")]
     epsilons: Vec<f64>,
     /// Print the CSV header first.
@@ -86,12 +88,93 @@ fn share(got: &[u64], truth: &[u64]) -> f64 {
     got.iter().filter(|i| t.contains(i)).count() as f64 / truth.len().max(1) as f64
 }
 
+/// The PIR rows: the ranking table and each offered level's database, each followed by the
+/// thumbnail round a search makes.
+#[allow(clippy::too_many_arguments)]
+fn pir_rows(
+    http: &Client,
+    base: &str,
+    part: &PartitionDoc,
+    pir: &PirDoc,
+    feats: &[Vec<f32>],
+    truth: &[Vec<u64>],
+    rng: &mut ChaCha20Rng,
+    rows: &mut Vec<(String, Acc, f64)>,
+) {
+    // Hints (one-time bytes).
+    let hint_of = |db: &str, d: &shared::pir::doc::PirDbDoc| {
+        let b = get(http, &format!("{base}{}/{db}/hint", pir.answer_url));
+        Hint::from_bytes(&d.shape, &b, &d.hint_sha256).unwrap()
+    };
+    let th = hint_of("thumbs", &pir.thumbs);
+    let thumbs_round = |r: &Ranked, rng: &mut ChaCha20Rng, acc: &mut Acc| {
+        let t = Instant::now();
+        let (body, pending) = thumbs_query(pir, Some(r), 8, rng).unwrap();
+        acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+        acc.up += body.len() as f64;
+        let ans = post(http, &format!("{base}{}/thumbs", pir.answer_url), body);
+        acc.down += ans.len() as f64;
+        let t = Instant::now();
+        thumbs_decode(&pending, &th, &ans, r, 28).unwrap();
+        acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+    };
+
+    // PIR with the ranking table.
+    if let Some(tdoc) = &pir.rank_table {
+        let table = get(http, &format!("{base}{}/rank", pir.answer_url));
+        let mut acc = Acc::default();
+        let s0 = server_core_ms(http, base);
+        for (q, tr) in feats.iter().zip(truth) {
+            let t = Instant::now();
+            let r = rank_table(pir, &table, q, 8).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            thumbs_round(&r, rng, &mut acc);
+            acc.n += 1;
+        }
+        acc.server_ms = server_core_ms(http, base) - s0;
+        let once = (tdoc.transfer_bytes + pir.thumbs.shape.hint_bytes() as u64) as f64;
+        rows.push(("pir-table".into(), acc, once));
+    }
+    // PIR with each offered level's database.
+    for (l, db) in pir.levels.iter().enumerate() {
+        let Some(db) = db else { continue };
+        let lh = hint_of(&l.to_string(), db);
+        let cents = privatemail_e2e::level_centroids(http, base, part, l);
+        let mut acc = Acc::default();
+        let s0 = server_core_ms(http, base);
+        for (q, tr) in feats.iter().zip(truth) {
+            let t = Instant::now();
+            let (body, pending) = rank_query(part, pir, l, &cents, q, rng).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.up += body.len() as f64;
+            let ans = post(http, &format!("{base}{}/{l}", pir.answer_url), body);
+            acc.down += ans.len() as f64;
+            let t = Instant::now();
+            let r = rank_level(pir, l, &pending, &lh, &ans, q, 8).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            thumbs_round(&r, rng, &mut acc);
+            acc.n += 1;
+        }
+        acc.server_ms = server_core_ms(http, base) - s0;
+        let once = (db.shape.hint_bytes() + pir.thumbs.shape.hint_bytes()) as f64;
+        rows.push((format!("pir-level-B{}", part.levels[l].blocks), acc, once));
+    }
+}
+
 fn main() {
     let a = Args::parse();
     let http = Client::builder().no_gzip().build().unwrap();
     let base = a.base.trim_end_matches('/');
     let part: PartitionDoc = get_json(&http, base, "/api/v1/partition");
-    let pir: PirDoc = get_json(&http, base, "/api/v1/pir");
+    // Absent where the server offers no PIR (above `MAX_PIR_ITEMS`): the other rows still run.
+    let pir: Option<PirDoc> = http
+        .get(format!("{base}/api/v1/pir"))
+        .send()
+        .ok()
+        .filter(|r| r.status().is_success())
+        .map(|r| r.json().expect("PIR document"));
     let n = part.gallery_size;
     let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
     let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
@@ -137,73 +220,21 @@ fn main() {
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let mut rows: Vec<(String, Acc, f64)> = Vec::new();
 
-    // Hints (one-time bytes).
-    let hint_of = |db: &str, d: &shared::pir::doc::PirDbDoc| {
-        let b = get(&http, &format!("{base}{}/{db}/hint", pir.answer_url));
-        Hint::from_bytes(&d.shape, &b, &d.hint_sha256).unwrap()
-    };
-    let th = hint_of("thumbs", &pir.thumbs);
-    let thumbs_round = |r: &Ranked, rng: &mut ChaCha20Rng, acc: &mut Acc| {
-        let t = Instant::now();
-        let (body, pending) = thumbs_query(&pir, Some(r), 8, rng).unwrap();
-        acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-        acc.up += body.len() as f64;
-        let ans = post(&http, &format!("{base}{}/thumbs", pir.answer_url), body);
-        acc.down += ans.len() as f64;
-        let t = Instant::now();
-        thumbs_decode(&pending, &th, &ans, r, 28).unwrap();
-        acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-    };
-
-    // PIR with the ranking table.
-    if let Some(tdoc) = &pir.rank_table {
-        let table = get(&http, &format!("{base}{}/rank", pir.answer_url));
-        let mut acc = Acc::default();
-        let s0 = server_core_ms(&http, base);
-        for (q, tr) in feats.iter().zip(&truth) {
-            let t = Instant::now();
-            let r = rank_table(&pir, &table, q, 8).unwrap();
-            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
-            thumbs_round(&r, &mut rng, &mut acc);
-            acc.n += 1;
-        }
-        acc.server_ms = server_core_ms(&http, base) - s0;
-        let once = (tdoc.transfer_bytes + pir.thumbs.shape.hint_bytes() as u64) as f64;
-        rows.push(("pir-table".into(), acc, once));
-    }
-    // PIR with each offered level's database.
-    for (l, db) in pir.levels.iter().enumerate() {
-        let Some(db) = db else { continue };
-        let lh = hint_of(&l.to_string(), db);
-        let cents = privatemail_e2e::level_centroids(&http, base, &part, l);
-        let mut acc = Acc::default();
-        let s0 = server_core_ms(&http, base);
-        for (q, tr) in feats.iter().zip(&truth) {
-            let t = Instant::now();
-            let (body, pending) = rank_query(&part, &pir, l, &cents, q, &mut rng).unwrap();
-            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-            acc.up += body.len() as f64;
-            let ans = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
-            acc.down += ans.len() as f64;
-            let t = Instant::now();
-            let r = rank_level(&pir, l, &pending, &lh, &ans, q, 8).unwrap();
-            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
-            thumbs_round(&r, &mut rng, &mut acc);
-            acc.n += 1;
-        }
-        acc.server_ms = server_core_ms(&http, base) - s0;
-        let once = (db.shape.hint_bytes() + pir.thumbs.shape.hint_bytes()) as f64;
-        rows.push((format!("pir-level-B{}", part.levels[l].blocks), acc, once));
+    match &pir {
+        Some(pir) => pir_rows(&http, base, &part, pir, &feats, &truth, &mut rng, &mut rows),
+        None => eprintln!("pirbench: this server offers no PIR"),
     }
     // DP blocks at each ε within the budget (bytes: the blocks' gzip sizes on the wire).
+    let whole_kib = part.levels[whole_l].transfer_bytes[0] as f64 / 1024.0;
+    let budget_kib = a.budget_kib.unwrap_or_else(|| {
+        [128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0]
+            .into_iter()
+            .rfind(|&b| b < whole_kib)
+            .unwrap_or(128.0)
+    });
     for &eps in &a.epsilons {
-        let Ok(p) = plan(&part, eps, a.budget_kib * 1024.0) else {
-            eprintln!(
-                "pirbench: no block plan at ε = {eps} within {} KiB",
-                a.budget_kib
-            );
+        let Ok(p) = plan(&part, eps, budget_kib * 1024.0) else {
+            eprintln!("pirbench: no block plan at ε = {eps} within {budget_kib} KiB");
             continue;
         };
         let cents = (p.size < p.blocks)
@@ -232,7 +263,7 @@ fn main() {
             acc.fidelity += share(&hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
             acc.n += 1;
         }
-        rows.push((format!("blocks-eps{eps}"), acc, 0.0));
+        rows.push((format!("blocks-eps{eps}-{budget_kib}KiB"), acc, 0.0));
     }
     // The whole gallery, fetched once and kept: per search nothing.
     {

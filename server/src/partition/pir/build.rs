@@ -13,11 +13,12 @@ use shared::pir::layout::{Database, Shape};
 use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::records::{encode_rank_record, RankItem};
 use shared::protocol::blocks::{decode_ids, hash_hex};
-use shared::protocol::publish::gzip;
+use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 use shared::protocol::thumbs;
 
 use super::serve::*;
 use crate::item::GalleryItem;
+use crate::ops::progress::Progress;
 use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;
 use crate::partition::versions::Partitions;
@@ -40,8 +41,10 @@ fn a_seed(version: &str, db: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Lays out `records`, computes the hint (rows split over rayon tasks).
+/// Lays out `records`, computes the hint (rows split over rayon tasks; `rows × cols × 1,024`
+/// word products, logged with progress: about a minute for the thumbnails of 1,000,000 items).
 fn build_db<'a>(
+    name: &str,
     shape: Shape,
     seed: [u8; 32],
     records: impl IntoIterator<Item = &'a [u8]>,
@@ -50,10 +53,17 @@ fn build_db<'a>(
     let db = Database::build(shape, records)?;
     let a = matrix_a(&seed, shape.cols);
     let starts: Vec<usize> = (0..shape.rows).step_by(ROW_CHUNK).collect();
+    let progress = Progress::new(format!("pir hint {name}"), shape.rows as u64, "rows");
     let parts: Vec<Vec<u32>> = starts
         .par_iter()
-        .map(|&s| db.hint_rows(&a, s..(s + ROW_CHUNK).min(shape.rows)))
+        .map(|&s| {
+            let end = (s + ROW_CHUNK).min(shape.rows);
+            let part = db.hint_rows(&a, s..end);
+            progress.inc((end - s) as u64);
+            part
+        })
         .collect();
+    progress.finish();
     let hint: Vec<u32> = parts.concat();
     debug_assert_eq!(hint.len(), shape.rows * LWE_N);
     let hint = Bytes::from(u32s_to_bytes(&hint));
@@ -124,6 +134,7 @@ pub fn build(
         thumbnail: &packed[i],
     };
     let thumbs = build_db(
+        "thumbs",
         thumbs_shape(items.len(), thumbs::packed_len(side))?,
         a_seed(&version, "thumbs"),
         packed.iter().map(Vec::as_slice),
@@ -135,7 +146,12 @@ pub fn build(
     let table_bytes = encode_rank_record(&all, dim)?;
     drop(all);
     let table = (table_bytes.len() <= MAX_TABLE_BYTES).then(|| {
-        let gz = gzip(&table_bytes);
+        // Level 1 for large galleries, as their blocks (`publish::FAST_GZIP_ABOVE`).
+        let gz = if items.len() > FAST_GZIP_ABOVE {
+            gzip_at(&table_bytes, 1)
+        } else {
+            gzip(&table_bytes)
+        };
         (Bytes::from(table_bytes), Bytes::from(gz))
     });
 
@@ -257,6 +273,7 @@ fn build_level(
     }
     let hashes = records.iter().map(|r| hash_hex(r)).collect();
     build_db(
+        &format!("level {level}"),
         shape,
         a_seed(version, &level.to_string()),
         records.iter().map(Vec::as_slice),

@@ -15,11 +15,14 @@ pub const PIR_PREFIX: &str = "/api/v1/pir";
 pub const MAX_LEVEL_UPLOAD: usize = 1 << 20;
 /// … and its matrix within this many bytes (bounds the build: hint work is bytes × 1,024).
 pub const MAX_LEVEL_DB_BYTES: usize = 64 << 20;
-/// The ranking table is published as a file up to this size.
-pub const MAX_TABLE_BYTES: usize = 16 << 20;
-/// Galleries above this many items get no PIR databases yet (the thumbnail hint alone would
-/// take minutes to compute at 1,000,000 items; see ARCHITECTURE.md).
-pub const MAX_PIR_ITEMS: usize = 200_000;
+/// The ranking table is published as a file up to this size (1,000,000 items: 157 MB). The
+/// client's bound is `limits::MAX_PIR_TABLE_BYTES`, which must not be smaller.
+pub const MAX_TABLE_BYTES: usize = shared::params::limits::MAX_PIR_TABLE_BYTES;
+/// Galleries above this many items get no PIR databases: the thumbnail hint costs
+/// `items × 294 × 1,024` word products to build (3·10¹¹ at 1,000,000 items, about a minute on
+/// two cores, logged with progress), and the thumbnail database and the table take about
+/// 0.6 GB of memory per version at that size.
+pub const MAX_PIR_ITEMS: usize = 1 << 20;
 /// Rows of a hint or an answer given to one rayon task.
 pub(super) const ROW_CHUNK: usize = 64;
 

@@ -293,3 +293,30 @@ pub fn thumbs_decode(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_defaults_only_to_plans_with_a_bounded_one_time_download() {
+        let plan = |one_time_bytes| {
+            PirPlan {
+                ranking: PirRanking::Table,
+                k: 8,
+                predicted_fidelity: 1.0,
+                up_bytes: 0,
+                down_bytes: 0,
+                one_time_bytes,
+                page_default: false,
+            }
+            .with_default()
+            .page_default
+        };
+        assert!(plan(3 << 20));
+        assert!(plan(PAGE_DEFAULT_MAX_ONE_TIME_BYTES));
+        // The table and hint of 1,000,000 items (about 150 MB) are a choice, not a default.
+        assert!(!plan(PAGE_DEFAULT_MAX_ONE_TIME_BYTES + 1));
+        assert!(!plan(150_000_000));
+    }
+}

@@ -100,7 +100,8 @@ enum Command {
         #[arg(short, long, default_value_t = 8)]
         k: usize,
         /// Blocks: the most KiB one search may download (the plan with the best predicted
-        /// fidelity within it is used).
+        /// fidelity within it is used). PIR: the most KiB one search may send and receive
+        /// (public files fetched once are not counted; 1,000,000 images need about 2,100).
         #[arg(long, default_value_t = 512.0)]
         max_kib: f64,
         /// Blocks: download the whole gallery (exact, no release, no privacy spent) where the

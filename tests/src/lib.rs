@@ -12,9 +12,25 @@ use std::process::{Child, Command, Stdio};
 pub struct Server {
     child: Child,
     pub base: String,
+    /// Its stderr so far, where it was captured ([`start_server_logged`]).
+    log: Option<std::sync::Arc<std::sync::Mutex<String>>>,
 }
 
 impl Server {
+    /// SIGTERM: what a service manager sends to stop the server gracefully.
+    pub fn terminate(&self) {
+        // SAFETY: `kill` with a valid signal number on our own child's pid has no memory effects.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+    }
+
+    /// Its stderr so far (empty unless started with [`start_server_logged`]).
+    pub fn log_text(&self) -> String {
+        self.log
+            .as_ref()
+            .map(|l| l.lock().unwrap().clone())
+            .unwrap_or_default()
+    }
+
     /// SIGKILL: the process dies where it is, nothing flushed or cleaned up.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -72,6 +88,16 @@ pub fn start_server(extra: &[&str]) -> Server {
 
 /// [`start_server`] with extra environment variables.
 pub fn start_server_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+    spawn_server(extra, env, false)
+}
+
+/// [`start_server_env`] with its stderr captured (read by a thread as it comes, so the pipe
+/// never fills) for [`Server::log_text`].
+pub fn start_server_logged(extra: &[&str], env: &[(&str, &str)]) -> Server {
+    spawn_server(extra, env, true)
+}
+
+fn spawn_server(extra: &[&str], env: &[(&str, &str)], capture: bool) -> Server {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let status = Command::new(&cargo)
@@ -87,17 +113,51 @@ pub fn start_server_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
+        .stderr(if capture {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
         .spawn()
         .expect("start server");
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line from server: {line:?}"))
-        .to_string();
-    Server { child, base }
+    // Logs go to stdout (before and after the "listening on" line) and panics to stderr: a
+    // captured log takes both, each read by its own thread as it comes.
+    let log = capture.then(|| std::sync::Arc::new(std::sync::Mutex::new(String::new())));
+    let keep = |sink: &Option<std::sync::Arc<std::sync::Mutex<String>>>, line: &str| {
+        if let Some(s) = sink {
+            let mut t = s.lock().unwrap();
+            t.push_str(line.trim_end());
+            t.push('\n');
+        }
+    };
+    if let Some(err) = child.stderr.take() {
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                keep(&sink, &line);
+            }
+        });
+    }
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let base = loop {
+        let mut line = String::new();
+        let n = stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the server closed stdout before listening");
+        if let Some(b) = line.trim().strip_prefix("listening on ") {
+            break b.to_string();
+        }
+        assert!(capture, "unexpected first line from server: {line:?}");
+        keep(&log, &line);
+    };
+    if capture {
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                keep(&sink, &line);
+            }
+        });
+    }
+    Server { child, base, log }
 }
 
 /// Add test image `i` to the gallery as the operator (bearer `token`); the server accepts it

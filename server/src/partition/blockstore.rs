@@ -188,10 +188,31 @@ pub struct StoredVersion {
     pub complete: bool,
 }
 
+/// This module's runtime. Dropping a `Runtime` waits for its threads, which panics when the
+/// drop happens inside another runtime — as it does at shutdown, where the server's runtime
+/// drops the last reference to the state. Its threads are let go without waiting instead; the
+/// store is closed before that, and a cut-off write is what crash recovery already handles.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for OwnRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("taken only on drop")
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// The partition's file store.
 pub struct BlockStore {
     store: Arc<dyn ObjectStore>,
-    rt: tokio::runtime::Runtime,
+    rt: OwnRuntime,
     /// Where clients fetch blocks: `{public_url}/{version}/{level}/{block}`; `None` = this
     /// server's `/api/v1/blocks`.
     public_url: Option<String>,
@@ -268,7 +289,7 @@ impl BlockStore {
         };
         Ok(BlockStore {
             store,
-            rt,
+            rt: OwnRuntime(Some(rt)),
             public_url,
             describe,
             local_dir,

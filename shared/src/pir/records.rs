@@ -62,6 +62,13 @@ pub fn thumb_digest(index: u32, pixels: &[u8]) -> [u8; DIGEST] {
     h.finalize()[..DIGEST].try_into().expect("16 bytes")
 }
 
+/// Bytes of the (unpadded) ranking record of `n` items of dimension `dim`: what a level's
+/// database costs is known from the partition document's block sizes before any is encoded.
+pub fn rank_record_len(n: usize, dim: usize) -> usize {
+    let block = blocks::file_len(n as u64, dim as u64, 0).expect("bounded sizes") as usize;
+    HEADER + block + n * (4 + DIGEST)
+}
+
 /// Encodes a ranking record (unpadded).
 pub fn encode_rank_record(items: &[RankItem<'_>], dim: usize) -> crate::error::Result<Vec<u8>> {
     let block_items: Vec<BlockItem<'_>> = items
@@ -176,6 +183,8 @@ mod tests {
             })
             .collect();
         let rec = encode_rank_record(&items, 2).unwrap();
+        assert_eq!(rec.len(), rank_record_len(2, 2));
+        assert_eq!(encode_rank_record(&items[..1], 2).unwrap().len(), rank_record_len(1, 2));
         let h = blocks::hash_hex(&rec);
         let mut padded = rec.clone();
         padded.resize(rec.len() + 13, 0);

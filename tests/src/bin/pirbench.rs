@@ -191,32 +191,36 @@ fn main() {
         .map(|p| model.infer(p).unwrap().features)
         .collect();
 
-    // The exact top 8: the whole gallery's block (the same i16 features every client ranks).
-    let whole_l = part
-        .levels
-        .iter()
-        .position(|l| l.whole)
-        .expect("a whole level");
+    // The exact top 8 over the same i16 features every client ranks: the whole gallery's block,
+    // or (1,000,000 items publish no whole level) the PIR ranking table, which holds them all.
     let t = Instant::now();
-    let whole_raw = get(&http, &format!("{base}{}", block_url(&part, whole_l, 0)));
-    let whole: Block = decode(&whole_raw, Some(&part.levels[whole_l].hashes[0])).unwrap();
+    let whole_l = part.levels.iter().position(|l| l.whole);
+    let whole: Option<Block> = whole_l.map(|l| {
+        let raw = get(&http, &format!("{base}{}", block_url(&part, l, 0)));
+        decode(&raw, Some(&part.levels[l].hashes[0])).unwrap()
+    });
+    let table: Option<Vec<u8>> = match (&whole, &pir) {
+        (None, Some(pir)) if pir.rank_table.is_some() => {
+            Some(get(&http, &format!("{base}{}/rank", pir.answer_url)))
+        }
+        _ => None,
+    };
+    let exact = |q: &[f32]| -> Vec<u64> {
+        let hits = match (&whole, &table, &pir) {
+            (Some(w), _, _) => rank(q, std::slice::from_ref(w), 8).unwrap(),
+            (None, Some(t), Some(pir)) => rank_table(pir, t, q, 8).unwrap().hits,
+            _ => panic!("no whole level and no ranking table: the exact top 8 is unknown"),
+        };
+        hits.iter().map(|h| h.id).collect()
+    };
+    let truth: Vec<Vec<u64>> = feats.iter().map(|q| exact(q)).collect();
     eprintln!(
-        "pirbench: {} items, {} held-out photos, whole gallery {:.1} MB in {:.1} s",
+        "pirbench: {} items, {} held-out photos, exact top 8 from the {} in {:.1} s",
         n,
         feats.len(),
-        whole_raw.len() as f64 / 1e6,
+        if whole.is_some() { "whole gallery" } else { "ranking table" },
         t.elapsed().as_secs_f64()
     );
-    let truth: Vec<Vec<u64>> = feats
-        .iter()
-        .map(|q| {
-            rank(q, std::slice::from_ref(&whole), 8)
-                .unwrap()
-                .iter()
-                .map(|h| h.id)
-                .collect()
-        })
-        .collect();
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let mut rows: Vec<(String, Acc, f64)> = Vec::new();
 
@@ -225,7 +229,9 @@ fn main() {
         None => eprintln!("pirbench: this server offers no PIR"),
     }
     // DP blocks at each ε within the budget (bytes: the blocks' gzip sizes on the wire).
-    let whole_kib = part.levels[whole_l].transfer_bytes[0] as f64 / 1024.0;
+    let whole_kib = whole_l.map_or(f64::INFINITY, |l| {
+        part.levels[l].transfer_bytes[0] as f64 / 1024.0
+    });
     let budget_kib = a.budget_kib.unwrap_or_else(|| {
         [128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0]
             .into_iter()
@@ -265,17 +271,17 @@ fn main() {
         }
         rows.push((format!("blocks-eps{eps}-{budget_kib}KiB"), acc, 0.0));
     }
-    // The whole gallery, fetched once and kept: per search nothing.
-    {
+    // The whole gallery, fetched once and kept: per search nothing (where it is offered).
+    if let (Some(l), Some(w)) = (whole_l, &whole) {
         let mut acc = Acc::default();
         for (q, tr) in feats.iter().zip(&truth) {
             let t = Instant::now();
-            let hits = rank(q, std::slice::from_ref(&whole), 8).unwrap();
+            let hits = rank(q, std::slice::from_ref(w), 8).unwrap();
             acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
             acc.fidelity += share(&hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
             acc.n += 1;
         }
-        let once = part.levels[whole_l].transfer_bytes[0] as f64;
+        let once = part.levels[l].transfer_bytes[0] as f64;
         rows.push(("whole-gallery".into(), acc, once));
     }
     if a.header {

@@ -11,7 +11,7 @@ use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{level_shape, thumbs_shape, FileDoc, PirDbDoc, PirDoc, SchemeDoc};
 use shared::pir::layout::{Database, Shape};
 use shared::pir::lwe::{matrix_a, LWE_N};
-use shared::pir::records::{encode_rank_record, RankItem};
+use shared::pir::records::{encode_rank_record, rank_record_len, RankItem};
 use shared::protocol::blocks::{decode_ids, hash_hex};
 use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 use shared::protocol::thumbs;
@@ -86,7 +86,11 @@ pub fn attach(p: &Published, partitions: &Partitions, items: &[Arc<GalleryItem>]
     if p.pir.get().is_some() {
         return;
     }
-    match build(p, partitions, items) {
+    let built = build(p, partitions, items);
+    // The thumbnails packed for the build and the table's encoding (about 0.5 GB at 1,000,000
+    // items) are freed: give the pages back.
+    crate::ops::progress::release_freed_memory();
+    match built {
         Ok(serve) => {
             let _ = p.pir.set(Arc::new(serve));
         }
@@ -221,6 +225,16 @@ fn build_level(
     if blocks < 2 {
         return Ok(None); // the whole gallery: the ranking table serves it
     }
+    // The cost is known from the document's block sizes: a level too costly to offer is
+    // refused before any block is read (at 1,000,000 items, reading every level's blocks only
+    // to refuse them took 90 s and mapped 15 GB of files).
+    let longest_items = p.doc.levels[level].sizes.iter().copied().max().unwrap_or(0);
+    let shape = level_shape(blocks, rank_record_len(longest_items as usize, dim))?;
+    let upload = shape.queries_per_record() * shape.query_bytes();
+    if upload > MAX_LEVEL_UPLOAD || shape.rows * shape.cols > MAX_LEVEL_DB_BYTES {
+        tracing::info!(level, blocks, upload, "pir: level not offered (too costly)");
+        return Ok(None);
+    }
     // The blocks' ranking records (ids from the block files, the rest from the gallery).
     // Files not held yet (a version loaded at start-up) are read through a runtime of our own:
     // this runs on a plain thread.
@@ -265,11 +279,10 @@ fn build_level(
         records.push(encode_rank_record(&its, dim)?);
     }
     let longest = records.iter().map(Vec::len).max().unwrap_or(1);
-    let shape = level_shape(blocks, longest)?;
-    let upload = shape.queries_per_record() * shape.query_bytes();
-    if upload > MAX_LEVEL_UPLOAD || shape.rows * shape.cols > MAX_LEVEL_DB_BYTES {
-        tracing::info!(level, blocks, upload, "pir: level not offered (too costly)");
-        return Ok(None);
+    if shape != level_shape(blocks, longest)? {
+        return Err(PirBuildError::Invalid(format!(
+            "level {level}: its blocks do not hold the items the document declares"
+        )));
     }
     let hashes = records.iter().map(|r| hash_hex(r)).collect();
     build_db(

@@ -20,6 +20,14 @@ for spec in "${sizes[@]}"; do
   target/release/server --bind "127.0.0.1:$port" --gallery-size "$n" --store "$dir/gallery.redb" \
     > "$dir/server.log" 2>&1 &
   pid=$!
+  # Peak resident memory: VmHWM counts mapped block files (page cache the kernel can reclaim);
+  # the process's own memory is RssAnon, sampled every 2 s for its peak.
+  ( peak=0; while kill -0 "$pid" 2>/dev/null; do
+      a=$(awk '/RssAnon/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+      [ "${a:-0}" -gt "$peak" ] && peak=$a && echo "peak RssAnon: $peak kB" > "$logs/server-$n.mem.tmp" \
+        && mv "$logs/server-$n.mem.tmp" "$logs/server-$n.anon"
+      sleep 2
+    done ) &
   echo "pirbench: building the $n-image server (log: $dir/server.log)…"
   until grep -q "listening on" "$dir/server.log"; do
     kill -0 "$pid" || { cat "$dir/server.log"; exit 1; }
@@ -27,8 +35,8 @@ for spec in "${sizes[@]}"; do
   done
   target/release/pirbench --base "http://127.0.0.1:$port" --queries "$queries" $header >> "$out.tmp"
   header=
-  grep VmHWM "/proc/$pid/status" >> "$dir/server.log" || true
-  du -sh "$dir" >> "$dir/server.log"
+  { grep -E "VmHWM|VmRSS|RssAnon|RssFile" "/proc/$pid/status"; cat "$logs/server-$n.anon"; du -sh "$dir"; } \
+    > "$logs/server-$n.mem" || true
   kill "$pid"; wait "$pid" || true
   cp "$dir/server.log" "$logs/server-$n.log"
   rm -rf "$dir"

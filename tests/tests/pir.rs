@@ -95,7 +95,10 @@ fn table_and_level_searches_are_exact_and_verified() {
     // Table plan: exact over the whole gallery; thumbnails are the gallery's pixels.
     let p = plan(&part, &pir, 8, 1e9).unwrap();
     assert_eq!(p.ranking, PirRanking::Table);
-    assert!(p.page_default, "a small gallery's table plan is the page's default");
+    assert!(
+        p.page_default,
+        "a small gallery's table plan is the page's default"
+    );
     // Below the table plan's bytes per search: a level that fits, or a typed error, never the
     // table over the budget.
     let tight = (p.up_bytes + p.down_bytes) as f64 - 1.0;

@@ -374,7 +374,11 @@ fn sigterm_exits_cleanly_and_the_store_reopens() {
     ];
     let mut srv = start_server_logged(&args, &[("RUST_LOG", "warn,server=info")]);
     let http = Client::new();
-    assert_eq!(startup(&http, &srv.base)["features_computed"], GALLERY, "a fresh store");
+    assert_eq!(
+        startup(&http, &srv.base)["features_computed"],
+        GALLERY,
+        "a fresh store"
+    );
     srv.terminate();
     let status = srv
         .wait_exit(std::time::Duration::from_secs(30))

@@ -184,7 +184,10 @@ mod tests {
             .collect();
         let rec = encode_rank_record(&items, 2).unwrap();
         assert_eq!(rec.len(), rank_record_len(2, 2));
-        assert_eq!(encode_rank_record(&items[..1], 2).unwrap().len(), rank_record_len(1, 2));
+        assert_eq!(
+            encode_rank_record(&items[..1], 2).unwrap().len(),
+            rank_record_len(1, 2)
+        );
         let h = blocks::hash_hex(&rec);
         let mut padded = rec.clone();
         padded.resize(rec.len() + 13, 0);

@@ -218,7 +218,11 @@ fn main() {
         "pirbench: {} items, {} held-out photos, exact top 8 from the {} in {:.1} s",
         n,
         feats.len(),
-        if whole.is_some() { "whole gallery" } else { "ranking table" },
+        if whole.is_some() {
+            "whole gallery"
+        } else {
+            "ranking table"
+        },
         t.elapsed().as_secs_f64()
     );
     let mut rng = ChaCha20Rng::seed_from_u64(1);

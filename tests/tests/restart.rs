@@ -11,15 +11,19 @@ use shared::api::{AnchorsResponse, SearchRequest, SearchResponse};
 
 const GALLERY: usize = 600;
 
-fn start(store: &std::path::Path) -> Server {
-    start_server(&[
+fn args(store: &std::path::Path) -> [&str; 6] {
+    [
         "--gallery-size",
         "600",
         "--anchors",
         "100",
         "--store",
         store.to_str().unwrap(),
-    ])
+    ]
+}
+
+fn start(store: &std::path::Path) -> Server {
+    start_server(&args(store))
 }
 
 fn startup(http: &Client, base: &str) -> Value {
@@ -364,15 +368,7 @@ fn documented_numeric_bounds_are_enforced() {
 #[test]
 fn sigterm_exits_cleanly_and_the_store_reopens() {
     let store = temp_store("sigterm");
-    let args = [
-        "--gallery-size",
-        "600",
-        "--anchors",
-        "100",
-        "--store",
-        store.to_str().unwrap(),
-    ];
-    let mut srv = start_server_logged(&args, &[("RUST_LOG", "warn,server=info")]);
+    let mut srv = start_server_logged(&args(&store), &[("RUST_LOG", "warn,server=info")]);
     let http = Client::new();
     assert_eq!(
         startup(&http, &srv.base)["features_computed"],

@@ -19,8 +19,8 @@ pub const MAX_LEVEL_DB_BYTES: usize = 64 << 20;
 /// client's bound is `limits::MAX_PIR_TABLE_BYTES`, which must not be smaller.
 pub const MAX_TABLE_BYTES: usize = shared::params::limits::MAX_PIR_TABLE_BYTES;
 /// Galleries above this many items get no PIR databases: the thumbnail hint costs
-/// `items × 294 × 1,024` word products to build (3·10¹¹ at 1,000,000 items, about a minute on
-/// two cores, logged with progress), and the thumbnail database and the table take about
+/// `items × 294 × 1,024` word products to build (3·10¹¹ at 1,000,000 items: 21 s on two
+/// cores, logged with progress), and the thumbnail database and the table take about
 /// 0.6 GB of memory per version at that size.
 pub const MAX_PIR_ITEMS: usize = 1 << 20;
 /// Rows of a hint or an answer given to one rayon task.

@@ -107,7 +107,11 @@ fn table_and_level_searches_are_exact_and_verified() {
             assert!(matches!(q.ranking, PirRanking::Level { .. }), "{q:?}");
             assert!((q.up_bytes + q.down_bytes) as f64 <= tight);
         }
-        Err(e) => assert!(e.to_string().contains("no PIR plan fits"), "{e}"),
+        Err(e) => {
+            let kib = (p.up_bytes + p.down_bytes).div_ceil(1024);
+            let want = format!("no PIR plan fits this many bytes per search; the cheapest sends and receives {kib} KiB");
+            assert!(e.to_string().contains(&want), "{e}");
+        }
     }
     let table = get(&http, &format!("{base}{}/rank", pir.answer_url));
     let all = whole(&http, base, &part);

@@ -120,7 +120,9 @@ pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Resu
         )
     });
     let mut best: Option<PirPlan> = None;
+    let mut cheapest = u64::MAX;
     for p in table.into_iter().chain(levels) {
+        cheapest = cheapest.min(p.up_bytes + p.down_bytes);
         if (p.up_bytes + p.down_bytes) as f64 > max_bytes {
             continue;
         }
@@ -133,9 +135,16 @@ pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Resu
             best = Some(p);
         }
     }
-    best.ok_or(Error::InvalidParameter {
+    // Name what would fit: at 1,000,000 items the page's default budget is too small.
+    best.ok_or_else(|| Error::InvalidParameter {
         name: "budget",
-        reason: "no PIR plan fits this many bytes per search".into(),
+        reason: match cheapest {
+            u64::MAX => "this server offers no PIR ranking".into(),
+            c => format!(
+                "no PIR plan fits this many bytes per search; the cheapest sends and receives {} KiB",
+                c.div_ceil(1024)
+            ),
+        },
     })
 }
 

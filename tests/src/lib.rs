@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 pub struct Server {
     child: Child,
     pub base: String,
-    /// Its stderr so far, where it was captured ([`start_server_logged`]).
+    /// Its output so far (log lines and panics), where it was captured ([`start_server_logged`]).
     log: Option<std::sync::Arc<std::sync::Mutex<String>>>,
 }
 
@@ -23,7 +23,7 @@ impl Server {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
     }
 
-    /// Its stderr so far (empty unless started with [`start_server_logged`]).
+    /// Its output so far (empty unless started with [`start_server_logged`]).
     pub fn log_text(&self) -> String {
         self.log
             .as_ref()
@@ -91,8 +91,8 @@ pub fn start_server_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
     spawn_server(extra, env, false)
 }
 
-/// [`start_server_env`] with its stderr captured (read by a thread as it comes, so the pipe
-/// never fills) for [`Server::log_text`].
+/// [`start_server_env`] with its output captured — the log lines (stdout) and panics (stderr),
+/// read by threads as they come, so no pipe fills — for [`Server::log_text`].
 pub fn start_server_logged(extra: &[&str], env: &[(&str, &str)]) -> Server {
     spawn_server(extra, env, true)
 }

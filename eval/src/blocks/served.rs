@@ -17,7 +17,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use shared::embed::model::Model;
 use shared::protocol::partition::{
-    build_level, max_closure, nearest_centroid, nearest_k, LevelSpec, Overlap,
+    build_level, max_closure, nearest_centroid, nearest_k_many, LevelSpec, Overlap,
 };
 use shared::protocol::plan::{plan, validate_doc};
 use shared::protocol::publish::{
@@ -173,10 +173,7 @@ fn served_gallery(
     let (n, dim) = (g.len(), g.dim);
     let nq = queries.len() / dim;
     let (probes, n_probes) = coverage_probes(g.features, dim, anchors);
-    let probe_truth: Vec<Vec<u32>> = probes
-        .par_chunks(dim)
-        .map(|p| nearest_k(g.features, dim, p, COVERAGE_K))
-        .collect();
+    let probe_truth = nearest_k_many(g.features, dim, &probes, COVERAGE_K);
     let near: Vec<Vec<u32>> = queries
         .par_chunks(dim)
         .map(|q| exact_top(g.features, dim, q, K))

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use shared::protocol::partition::LevelSpec;
 use shared::protocol::partition::{
-    build_level, gallery_neighbours, held_out_probes, max_closure, nearest_k, InvertedFile,
+    build_level, gallery_neighbours, held_out_probes, max_closure, nearest_k_many, InvertedFile,
     KMEANS_SAMPLE_ABOVE,
 };
 use shared::protocol::publish::{
@@ -194,10 +194,7 @@ pub fn build(
         .copied()
         .collect();
     let (probes, coverage_probes) = coverage_probes(&features, dim, &anchors);
-    let truth: Vec<Vec<u32>> = probes
-        .par_chunks(dim)
-        .map(|p| nearest_k(&features, dim, p, COVERAGE_K))
-        .collect();
+    let truth = nearest_k_many(&features, dim, &probes, COVERAGE_K);
     let specs = default_specs(n);
     let whole = settings.allow_full_download && n <= WHOLE_MAX_ITEMS;
     if settings.allow_full_download && !whole {

@@ -124,6 +124,74 @@ pub fn nearest_k(rows: &[f32], dim: usize, query: &[f32], k: usize) -> Vec<u32> 
     best.into_ids()
 }
 
+/// Each query's `k` nearest rows exactly as [`nearest_k`] finds them (ties to the lower
+/// index), for many queries at GEMM speed: row chunks on every core give each query its
+/// `k + 8` best `a_j = ‖r_j‖² − 2·q·r_j`, and [`sq_dist`] orders those. Both `a_j + ‖q‖²` and
+/// [`sq_dist`] are within `B = (d + 2)·u·(‖q‖ + max‖r‖)²` of the true squared distance
+/// (u = 2⁻²⁴; [`nearest_centroids_exact`]). A row outside the candidates has `a_j` at least
+/// the last candidate's; when that exceeds the k-th candidate's by more than the margin
+/// (16·B ≥ 4·B), such a row is strictly farther by [`sq_dist`] than k candidates, so the exact
+/// top k is among them. Otherwise that query is scanned in full. 1,000 coverage probes at
+/// 1,000,000 items: 2.4 s on two cores, where a scan a probe took about 19 s.
+pub fn nearest_k_many(rows: &[f32], dim: usize, queries: &[f32], k: usize) -> Vec<Vec<u32>> {
+    const ITEMS: usize = 4096;
+    let (n, p) = (rows.len() / dim.max(1), queries.len() / dim.max(1));
+    let kk = (k + EXACT_CANDIDATES).min(n);
+    if k == 0 || n == 0 {
+        return vec![Vec::new(); p];
+    }
+    let norm2 = |r: &[f32]| r.iter().map(|v| v * v).sum::<f32>();
+    let norms: Vec<f32> = rows.chunks_exact(dim).map(norm2).collect();
+    let rmax = norms.iter().copied().fold(0f32, f32::max).sqrt();
+    // Per row chunk, each query's best candidates in that chunk.
+    let mut parts: Vec<Vec<Candidates>> = vec![Vec::new(); n.div_ceil(ITEMS)];
+    let chunks: Vec<(usize, &mut [Vec<Candidates>])> = parts.chunks_mut(1).enumerate().collect();
+    crate::embed::nystrom::run_blocks(chunks, &|ci, out: &mut [Vec<Candidates>]| {
+        let (lo, hi) = (ci * ITEMS, ((ci + 1) * ITEMS).min(n));
+        let c = hi - lo;
+        let mut g = vec![0f32; p * c];
+        products(queries, &rows[lo * dim..hi * dim], dim, &mut g);
+        out[0] = g
+            .chunks_exact(c)
+            .map(|gi| {
+                let mut t = TopK::new(kk);
+                for (j, &dot) in gi.iter().enumerate() {
+                    t.push(norms[lo + j] - 2.0 * dot, (lo + j) as u32);
+                }
+                t.into_pairs()
+            })
+            .collect();
+    });
+    queries
+        .chunks_exact(dim)
+        .enumerate()
+        .map(|(i, q)| {
+            let mut t = TopK::new(kk);
+            for part in &parts {
+                for &(a, j) in &part[i] {
+                    t.push(a, j);
+                }
+            }
+            let cands = t.into_pairs();
+            let margin =
+                16.0 * (dim as f32 + 2.0) * f32::EPSILON * (norm2(q).sqrt() + rmax).powi(2);
+            let all = cands.len() == n;
+            // A NaN gap (never for finite rows) falls back to the full scan too.
+            let clear = cands.len() > k
+                && (cands[cands.len() - 1].0 - cands[k - 1].0).partial_cmp(&margin)
+                    == Some(std::cmp::Ordering::Greater);
+            if !(all || clear) {
+                return nearest_k(rows, dim, q, k);
+            }
+            let mut best = TopK::new(k);
+            for &(_, j) in &cands {
+                best.push(sq_dist(&rows[j as usize * dim..][..dim], q), j);
+            }
+            best.into_ids()
+        })
+        .collect()
+}
+
 /// A bounded list of the `k` smallest `(distance, id)` pairs, ties to the lower id.
 #[derive(Debug, Clone)]
 pub struct TopK {
@@ -978,6 +1046,30 @@ mod tests {
             .collect();
         assert_eq!(pairwise.len(), 30, "the cases are what they say");
         assert_eq!(held_out_probes(&x, dim, &probes), pairwise);
+    }
+
+    #[test]
+    fn nearest_k_many_equals_a_scan_per_query() {
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        let (dim, n) = (16, 9000); // three row chunks
+        let mut x: Vec<f32> = (0..n * dim).map(|_| rng.random::<f32>() - 0.5).collect();
+        // Exact duplicates across chunks: ties the lower index must win.
+        for (a, b) in [(10usize, 5000usize), (11, 8999), (4095, 4096)] {
+            let row = x[a * dim..(a + 1) * dim].to_vec();
+            x[b * dim..(b + 1) * dim].copy_from_slice(&row);
+        }
+        let mut queries: Vec<f32> = (0..40 * dim).map(|_| rng.random::<f32>() - 0.5).collect();
+        queries.extend_from_slice(&x[5000 * dim..5001 * dim]);
+        queries.extend_from_slice(&x[4096 * dim..4097 * dim]);
+        let many = nearest_k_many(&x, dim, &queries, 8);
+        for (q, got) in queries.chunks_exact(dim).zip(&many) {
+            assert_eq!(got, &nearest_k(&x, dim, q, 8));
+        }
+        assert_eq!(many[40][..2], [10, 5000]);
+        assert_eq!(
+            nearest_k_many(&x[..3 * dim], dim, &queries[..dim], 8)[0].len(),
+            3
+        );
     }
 
     #[test]

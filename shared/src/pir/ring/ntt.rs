@@ -1,0 +1,182 @@
+//! The negacyclic number-theoretic transform of `Z_q[X]/(Xᴺ + 1)` (q = Q or P): polynomial products in
+//! `O(N log N)`.
+//!
+//! Forward: Cooley–Tukey butterflies with the powers of a primitive 2N-th root `ψ` in
+//! bit-reversed order (Longa & Naehrig 2016, Algorithm 1), so no separate twist or
+//! permutation is needed; the output is in bit-reversed order, which is fine for pointwise
+//! products. Inverse: Gentleman–Sande with `ψ⁻¹`, then the factor `N⁻¹`.
+
+use super::modq::{Modulus, Shoup};
+
+/// Twiddle tables for one ring degree.
+#[derive(Debug)]
+pub struct Ntt {
+    n: usize,
+    m: Modulus,
+    psi_rev: Vec<Shoup>,
+    inv_psi_rev: Vec<Shoup>,
+    n_inv: Shoup,
+}
+
+fn bit_reverse(x: usize, bits: u32) -> usize {
+    x.reverse_bits() >> (usize::BITS - bits)
+}
+
+impl Ntt {
+    /// Tables for degree `n` (a power of two, `2 ≤ n ≤ 2¹⁵`) modulo `m`.
+    pub fn new(n: usize, m: Modulus) -> Ntt {
+        assert!(n.is_power_of_two() && (2..=1 << 15).contains(&n));
+        let bits = n.trailing_zeros();
+        let psi = m.root_of_unity(2 * n as u64);
+        let table = |root: u64| {
+            (0..n)
+                .map(|k| m.shoup(m.pow(root, bit_reverse(k, bits) as u64)))
+                .collect::<Vec<_>>()
+        };
+        Ntt {
+            n,
+            m,
+            psi_rev: table(psi),
+            inv_psi_rev: table(m.inv(psi)),
+            n_inv: m.shoup(m.inv(n as u64)),
+        }
+    }
+
+    pub fn modulus(&self) -> Modulus {
+        self.m
+    }
+
+    pub fn degree(&self) -> usize {
+        self.n
+    }
+
+    /// Coefficients (reduced) to evaluations (reduced), in place.
+    ///
+    /// Harvey's lazy butterflies: values stay in `[0, 4q)` between stages (`4q < 2⁶⁴`), the
+    /// twiddle product in `[0, 2q)` ([`Shoup::times_lazy`]), and one pass reduces at the end.
+    pub fn forward(&self, a: &mut [u64]) {
+        assert_eq!(a.len(), self.n);
+        let two_q = 2 * self.m.value;
+        let mut t = self.n;
+        let mut m = 1;
+        while m < self.n {
+            t /= 2;
+            for i in 0..m {
+                let s = self.psi_rev[m + i];
+                let (lo, hi) = a[2 * i * t..2 * (i + 1) * t].split_at_mut(t);
+                for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
+                    let mut u = *x;
+                    if u >= two_q {
+                        u -= two_q;
+                    }
+                    let v = s.times_lazy(*y);
+                    *x = u + v;
+                    *y = u + two_q - v;
+                }
+            }
+            m *= 2;
+        }
+        let q = self.m.value;
+        for x in a.iter_mut() {
+            // From [0, 4q) to [0, q).
+            if *x >= 2 * q {
+                *x -= 2 * q;
+            }
+            if *x >= q {
+                *x -= q;
+            }
+        }
+    }
+
+    /// Evaluations (reduced) back to coefficients (reduced), in place; lazy like
+    /// [`Ntt::forward`], values in `[0, 2q)` between stages.
+    pub fn inverse(&self, a: &mut [u64]) {
+        assert_eq!(a.len(), self.n);
+        let two_q = 2 * self.m.value;
+        let mut t = 1;
+        let mut m = self.n;
+        while m > 1 {
+            let h = m / 2;
+            for i in 0..h {
+                let s = self.inv_psi_rev[h + i];
+                let (lo, hi) = a[2 * i * t..2 * (i + 1) * t].split_at_mut(t);
+                for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
+                    let (u, v) = (*x, *y);
+                    let mut sum = u + v;
+                    if sum >= two_q {
+                        sum -= two_q;
+                    }
+                    *x = sum;
+                    *y = s.times_lazy(u + two_q - v);
+                }
+            }
+            t *= 2;
+            m = h;
+        }
+        for x in a.iter_mut() {
+            *x = self.n_inv.times(*x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::modq::{P, Q};
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha20Rng;
+
+    /// Schoolbook product in `Z_m[X]/(Xᴺ + 1)`.
+    fn negacyclic(m: Modulus, a: &[u64], b: &[u64]) -> Vec<u64> {
+        let n = a.len();
+        let mut c = vec![0u64; n];
+        for (i, &x) in a.iter().enumerate() {
+            for (j, &y) in b.iter().enumerate() {
+                let p = m.mul(x, y);
+                let k = i + j;
+                if k < n {
+                    c[k] = m.add(c[k], p);
+                } else {
+                    c[k - n] = m.sub(c[k - n], p);
+                }
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn transforms_invert_and_multiply_negacyclically() {
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        for (n, m) in [(2usize, Q), (8, P), (64, Q), (256, P), (256, Q)] {
+            let ntt = Ntt::new(n, m);
+            let a: Vec<u64> = (0..n).map(|_| rng.random_range(0..m.value)).collect();
+            let b: Vec<u64> = (0..n).map(|_| rng.random_range(0..m.value)).collect();
+            let (mut fa, mut fb) = (a.clone(), b.clone());
+            ntt.forward(&mut fa);
+            ntt.forward(&mut fb);
+            let mut back = fa.clone();
+            ntt.inverse(&mut back);
+            assert_eq!(back, a, "n = {n}");
+            let mut c: Vec<u64> = fa.iter().zip(&fb).map(|(&x, &y)| m.mul(x, y)).collect();
+            ntt.inverse(&mut c);
+            assert_eq!(c, negacyclic(m, &a, &b), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn x_to_the_n_is_minus_one() {
+        let n = 16;
+        let ntt = Ntt::new(n, Q);
+        let mut x = vec![0u64; n];
+        x[n - 1] = 1; // X^(N−1)
+        let mut y = vec![0u64; n];
+        y[1] = 1; // X
+        ntt.forward(&mut x);
+        ntt.forward(&mut y);
+        let mut p: Vec<u64> = x.iter().zip(&y).map(|(&a, &b)| Q.mul(a, b)).collect();
+        ntt.inverse(&mut p);
+        let mut want = vec![0u64; n];
+        want[0] = Q.value - 1;
+        assert_eq!(p, want);
+    }
+}

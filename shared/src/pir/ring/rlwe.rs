@@ -1,0 +1,568 @@
+//! Ring-LWE encryption over `R_Q = Z_Q[X]/(Xᴺ + 1)`, gadget decomposition, key switching and
+//! the ring's automorphisms `X ↦ Xᵏ`.
+//!
+//! A ciphertext `(a, b)` under secret `s` has *phase* `b − a·s = m + e`: the message `m`
+//! (already scaled by the caller) plus an error `e`. Encryption draws `a` uniform from the
+//! CSPRNG the caller passes, `e` with independent coefficients from the discrete Gaussian of
+//! [`crate::pir::lwe`] (σ = 6.4).
+//!
+//! # Key switching, and its error
+//! Hybrid key switching with a special modulus (Gentry, Halevi & Smart 2012, §3.2 of the
+//! "GHS" variant; the form used by SEAL and Lattigo): a key from `s'` to `s` holds, for each
+//! of the `ℓ` gadget digits `t`, an encryption modulo `P·Q` of `P·Bᵗ·s'` under `s`:
+//! `(a_t, a_t·s + e_t + P·Bᵗ·s')`. Switching `(a, b)` writes the centered `a = Σ_t Bᵗ·d_t`
+//! with signed digits `|d_t| ≤ B/2 + 1` ([`Gadget::decompose`]), forms `(A, B) = Σ_t d_t·(a_t, b_t)`
+//! modulo `P·Q`, and divides by `P` with rounding: `(−⌊A/P⌉, b − ⌊B/P⌉)`. Since
+//! `B − A·s ≡ E + P·a·s' (mod P·Q)` with `E = Σ_t d_t·e_t`, the new phase is
+//! `b − a·s' + k` with `k = (β − α·s − E)/P`, where `α, β ∈ (−P/2, P/2]` are the remainders
+//! the rounding drops. So the added error is `E/P` — sub-Gaussian with proxy
+//! `ℓ·N·(B/2 + 1)²·σ²/P²` (each coefficient of `E` a signed sum of `ℓ·N` products `d·e`,
+//! `|d| ≤ B/2 + 1`, `e` independent centered discrete Gaussians with proxy σ², Micciancio–Peikert
+//! 2012) — plus the rounding term `(β − α·s)/P`, `1 + h` remainders of magnitude ≤ ½ (`h` ≤ N
+//! the secret's non-zero coefficients). We model the remainders as independent uniform (the
+//! standard heuristic of RLWE noise analyses, e.g. Costache & Smart 2016): each is
+//! sub-Gaussian with proxy ¼ (Hoeffding), so the term has proxy `(1 + N)/4`. Both together:
+//! [`Gadget::switch_variance`]. With `P ≈ 2⁴⁶` two digits of 31 bits suffice: the first term
+//! is below 2⁻¹³, and a switch adds an error of standard deviation ≈ 16 at `N = 4,096`.
+//!
+//! Security: the keys are RLWE samples modulo `P·Q < 2¹⁰⁸` (see the module above for the
+//! standard's bound at `N = 4,096`).
+//!
+//! # Automorphisms
+//! `τ_k: X ↦ Xᵏ` (k odd) is a ring automorphism, so `τ_k(a, b)` has phase `τ_k(m + e)` under
+//! `τ_k(s)`; a key from `τ_k(s)` to `s` brings it back. `τ_k` permutes coefficients up to
+//! sign, so it keeps every error coefficient's distribution bound.
+
+use rand::RngCore;
+
+use super::modq::{Modulus, P, Q};
+use super::ntt::Ntt;
+use crate::pir::lwe::sample_error;
+
+/// The ring `Z_Q[X]/(Xᴺ + 1)` of one degree, with its transform tables.
+#[derive(Debug)]
+pub struct Ring {
+    /// Transforms modulo `Q` (ciphertexts).
+    pub ntt: Ntt,
+    /// Transforms modulo `P` (the key-switching keys' second residue).
+    ntt_p: Ntt,
+    /// `P⁻¹ mod Q`, for the rounding division of key switching.
+    p_inv: u64,
+}
+
+impl Ring {
+    pub fn new(n: usize) -> Ring {
+        Ring {
+            ntt: Ntt::new(n, Q),
+            ntt_p: Ntt::new(n, P),
+            p_inv: Q.inv(P.value % Q.value),
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.ntt.degree()
+    }
+
+    /// The transform of a copy of `a`.
+    pub fn to_ntt(&self, a: &[u64]) -> Vec<u64> {
+        let mut f = a.to_vec();
+        self.ntt.forward(&mut f);
+        f
+    }
+
+    /// The transform modulo `P` of a copy of `a` (already reduced modulo `P`).
+    fn to_ntt_p(&self, a: &[u64]) -> Vec<u64> {
+        let mut f = a.to_vec();
+        self.ntt_p.forward(&mut f);
+        f
+    }
+
+    /// The product `a·b` of two polynomials in coefficient form.
+    pub fn mul(&self, a: &[u64], b: &[u64]) -> Vec<u64> {
+        let fb = self.to_ntt(b);
+        self.mul_ntt(a, &fb)
+    }
+
+    /// `a·b` with `b` already transformed; the result in coefficient form.
+    pub fn mul_ntt(&self, a: &[u64], fb: &[u64]) -> Vec<u64> {
+        let mut fa = self.to_ntt(a);
+        for (x, &y) in fa.iter_mut().zip(fb) {
+            *x = Q.mul(*x, y);
+        }
+        self.ntt.inverse(&mut fa);
+        fa
+    }
+
+    /// `τ_k(a)(X) = a(Xᵏ)` for odd `k`: coefficient `i` moves to `i·k mod 2N`, negated when
+    /// that lands in `[N, 2N)` (`Xᴺ = −1`).
+    pub fn automorphism(&self, a: &[u64], k: usize) -> Vec<u64> {
+        let n = self.n();
+        assert!(k % 2 == 1, "automorphisms need odd k");
+        let mut out = vec![0u64; n];
+        for (i, &c) in a.iter().enumerate() {
+            let j = i * k % (2 * n);
+            if j < n {
+                out[j] = c;
+            } else {
+                out[j - n] = Q.neg(c);
+            }
+        }
+        out
+    }
+
+    /// `a·Xʲ` (a signed rotation), `0 ≤ j < 2N`.
+    pub fn mul_monomial(&self, a: &[u64], j: usize) -> Vec<u64> {
+        let n = self.n();
+        let mut out = vec![0u64; n];
+        for (i, &c) in a.iter().enumerate() {
+            let t = (i + j) % (2 * n);
+            if t < n {
+                out[t] = c;
+            } else {
+                out[t - n] = Q.neg(c);
+            }
+        }
+        out
+    }
+}
+
+/// A secret with ternary coefficients, uniform in `{−1, 0, 1}ᴺ` (the distribution the
+/// homomorphic-encryption security standard assumes).
+pub struct SecretKey {
+    signed: Vec<i64>,
+    coeffs: Vec<u64>,
+    ntt: Vec<u64>,
+    ntt_p: Vec<u64>,
+}
+
+impl SecretKey {
+    pub fn generate(ring: &Ring, rng: &mut impl RngCore) -> SecretKey {
+        let mut signed = Vec::with_capacity(ring.n());
+        while signed.len() < ring.n() {
+            // Rejection keeps each value exactly uniform: 255 = 3·85.
+            let byte = (rng.next_u32() & 0xff) as u8;
+            if byte < 255 {
+                signed.push(i64::from(byte % 3) - 1);
+            }
+        }
+        SecretKey::from_signed(ring, signed)
+    }
+
+    fn from_signed(ring: &Ring, signed: Vec<i64>) -> SecretKey {
+        let coeffs = reduce_signed(Q, &signed);
+        SecretKey {
+            ntt: ring.to_ntt(&coeffs),
+            ntt_p: ring.to_ntt_p(&reduce_signed(P, &signed)),
+            coeffs,
+            signed,
+        }
+    }
+
+    /// The coefficients in `Z_Q`: also the secret of the LWE ciphertexts this key packs.
+    pub fn coeffs(&self) -> &[u64] {
+        &self.coeffs
+    }
+
+    /// `τ_k(s)`.
+    pub fn automorphed(&self, ring: &Ring, k: usize) -> SecretKey {
+        let n = ring.n();
+        let mut out = vec![0i64; n];
+        for (i, &c) in self.signed.iter().enumerate() {
+            let j = i * k % (2 * n);
+            if j < n {
+                out[j] = c;
+            } else {
+                out[j - n] = -c;
+            }
+        }
+        SecretKey::from_signed(ring, out)
+    }
+}
+
+fn reduce_signed(m: Modulus, x: &[i64]) -> Vec<u64> {
+    x.iter().map(|&v| m.from_i64(v)).collect()
+}
+
+/// An RLWE ciphertext in coefficient form; phase `b − a·s`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ciphertext {
+    pub a: Vec<u64>,
+    pub b: Vec<u64>,
+}
+
+impl Ciphertext {
+    pub fn zero(n: usize) -> Ciphertext {
+        Ciphertext {
+            a: vec![0; n],
+            b: vec![0; n],
+        }
+    }
+
+    pub fn add(&self, other: &Ciphertext) -> Ciphertext {
+        Ciphertext {
+            a: zip_with(&self.a, &other.a, |x, y| Q.add(x, y)),
+            b: zip_with(&self.b, &other.b, |x, y| Q.add(x, y)),
+        }
+    }
+
+    pub fn sub(&self, other: &Ciphertext) -> Ciphertext {
+        Ciphertext {
+            a: zip_with(&self.a, &other.a, |x, y| Q.sub(x, y)),
+            b: zip_with(&self.b, &other.b, |x, y| Q.sub(x, y)),
+        }
+    }
+
+    pub fn mul_monomial(&self, ring: &Ring, j: usize) -> Ciphertext {
+        Ciphertext {
+            a: ring.mul_monomial(&self.a, j),
+            b: ring.mul_monomial(&self.b, j),
+        }
+    }
+
+    /// Every coefficient times a constant.
+    pub fn scale(&self, c: u64) -> Ciphertext {
+        let s = Q.shoup(c);
+        Ciphertext {
+            a: self.a.iter().map(|&x| s.times(x)).collect(),
+            b: self.b.iter().map(|&x| s.times(x)).collect(),
+        }
+    }
+}
+
+fn zip_with(x: &[u64], y: &[u64], f: impl Fn(u64, u64) -> u64) -> Vec<u64> {
+    x.iter().zip(y).map(|(&a, &b)| f(a, b)).collect()
+}
+
+/// Fresh error polynomial (signed): independent discrete Gaussians, σ = 6.4.
+pub fn sample_error_poly(n: usize, rng: &mut impl RngCore) -> Vec<i64> {
+    (0..n)
+        .map(|_| i64::from(sample_error(rng) as i32))
+        .collect()
+}
+
+/// Encrypts the (already scaled) message polynomial `m` under `sk`.
+pub fn encrypt(ring: &Ring, sk: &SecretKey, m: &[u64], rng: &mut impl RngCore) -> Ciphertext {
+    let n = ring.n();
+    let a: Vec<u64> = (0..n).map(|_| uniform(rng)).collect();
+    let e = reduce_signed(Q, &sample_error_poly(n, rng));
+    let as_ = ring.mul_ntt(&a, &sk.ntt);
+    let b = (0..n).map(|i| Q.add(Q.add(as_[i], e[i]), m[i])).collect();
+    Ciphertext { a, b }
+}
+
+/// The phase `b − a·s = m + e`.
+pub fn phase(ring: &Ring, sk: &SecretKey, ct: &Ciphertext) -> Vec<u64> {
+    let as_ = ring.mul_ntt(&ct.a, &sk.ntt);
+    zip_with(&ct.b, &as_, |x, y| Q.sub(x, y))
+}
+
+/// A uniform element of `Z_Q` (rejection sampling on 62 bits).
+pub fn uniform(rng: &mut impl RngCore) -> u64 {
+    uniform_mod(Q, rng)
+}
+
+/// A uniform element of `Z_m` (rejection sampling on `m`'s bit length).
+fn uniform_mod(m: Modulus, rng: &mut impl RngCore) -> u64 {
+    loop {
+        let x = rng.next_u64() >> (64 - m.bits());
+        if x < m.value {
+            return x;
+        }
+    }
+}
+
+/// Signed base-`2^log_base` decomposition into `digits` digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gadget {
+    pub log_base: u32,
+    pub digits: usize,
+}
+
+impl Gadget {
+    /// Two 31-bit digits: with the special modulus their error term is negligible (module docs).
+    pub const DEFAULT: Gadget = Gadget {
+        log_base: 31,
+        digits: 2,
+    };
+
+    /// The smallest number of digits that covers `Z_Q` exactly at this base.
+    pub fn exact(log_base: u32) -> Gadget {
+        assert!((1..=31).contains(&log_base));
+        let digits = (Q.bits() as usize).div_ceil(log_base as usize);
+        Gadget { log_base, digits }
+    }
+
+    /// Signed digits `|d_t| ≤ B/2 + 1` (all but the top one `≤ B/2`) with `Σ_t Bᵗ·d_t` = the
+    /// centered value of each coefficient of `a`.
+    pub fn decompose(&self, a: &[u64]) -> Vec<Vec<i64>> {
+        let base = 1i64 << self.log_base;
+        let half = base / 2;
+        let mut out = vec![vec![0i64; a.len()]; self.digits];
+        let last = self.digits - 1;
+        for (i, &c) in a.iter().enumerate() {
+            let mut v = Q.centered(c);
+            for digit in &mut out[..last] {
+                let mut d = v.rem_euclid(base);
+                if d > half {
+                    d -= base;
+                }
+                digit[i] = d;
+                v = (v - d) >> self.log_base;
+            }
+            // The top digit takes what is left: |v| ≤ B/2 + 1 because ℓ·log B ≥ log Q.
+            out[last][i] = v;
+        }
+        out
+    }
+
+    /// Variance proxy of the error one key switch adds to a coefficient (module docs):
+    /// `ℓ·N·(B/2 + 1)²·σ²/P² + (1 + N)/4`.
+    pub fn switch_variance(&self, n: usize) -> f64 {
+        let half = (1u64 << self.log_base) as f64 / 2.0 + 1.0;
+        let p = P.value as f64;
+        self.digits as f64 * n as f64 * half * half * crate::pir::lwe::SIGMA.powi(2) / (p * p)
+            + (1.0 + n as f64) / 4.0
+    }
+}
+
+/// One digit's key material, transformed, in both residues.
+struct KeyRow {
+    a_q: Vec<u64>,
+    b_q: Vec<u64>,
+    a_p: Vec<u64>,
+    b_p: Vec<u64>,
+}
+
+/// Switches ciphertexts from one secret to another (module docs).
+pub struct KeySwitchKey {
+    gadget: Gadget,
+    rows: Vec<KeyRow>,
+}
+
+impl KeySwitchKey {
+    pub fn generate(
+        ring: &Ring,
+        gadget: Gadget,
+        from: &SecretKey,
+        to: &SecretKey,
+        rng: &mut impl RngCore,
+    ) -> KeySwitchKey {
+        let n = ring.n();
+        let p_mod_q = P.value % Q.value;
+        let rows = (0..gadget.digits)
+            .map(|t| {
+                // P·Bᵗ modulo Q (it is 0 modulo P).
+                let factor = Q.mul(p_mod_q, Q.pow(2, u64::from(gadget.log_base) * t as u64));
+                let e = sample_error_poly(n, rng);
+                let a_q: Vec<u64> = (0..n).map(|_| uniform_mod(Q, rng)).collect();
+                let a_p: Vec<u64> = (0..n).map(|_| uniform_mod(P, rng)).collect();
+                let (a_q, a_p) = (ring.to_ntt(&a_q), ring.to_ntt_p(&a_p));
+                let e_q = ring.to_ntt(&reduce_signed(Q, &e));
+                let e_p = ring.to_ntt_p(&reduce_signed(P, &e));
+                let b_q = (0..n)
+                    .map(|i| {
+                        let m = Q.mul(factor, from.ntt[i]);
+                        Q.add(Q.add(Q.mul(a_q[i], to.ntt[i]), e_q[i]), m)
+                    })
+                    .collect();
+                let b_p = (0..n)
+                    .map(|i| P.add(P.mul(a_p[i], to.ntt_p[i]), e_p[i]))
+                    .collect();
+                KeyRow { a_q, b_q, a_p, b_p }
+            })
+            .collect();
+        KeySwitchKey { gadget, rows }
+    }
+
+    /// `(a, b)` under `from` to the same phase under `to`, plus the switching error.
+    pub fn switch(&self, ring: &Ring, ct: &Ciphertext) -> Ciphertext {
+        let n = ring.n();
+        let (mut aq, mut bq) = (vec![0u64; n], vec![0u64; n]);
+        let (mut ap, mut bp) = (vec![0u64; n], vec![0u64; n]);
+        for (d, row) in self.gadget.decompose(&ct.a).iter().zip(&self.rows) {
+            let dq = ring.to_ntt(&reduce_signed(Q, d));
+            let dp = ring.to_ntt_p(&reduce_signed(P, d));
+            for i in 0..n {
+                aq[i] = Q.add(aq[i], Q.mul(dq[i], row.a_q[i]));
+                bq[i] = Q.add(bq[i], Q.mul(dq[i], row.b_q[i]));
+                ap[i] = P.add(ap[i], P.mul(dp[i], row.a_p[i]));
+                bp[i] = P.add(bp[i], P.mul(dp[i], row.b_p[i]));
+            }
+        }
+        for v in [&mut aq, &mut bq] {
+            ring.ntt.inverse(v);
+        }
+        for v in [&mut ap, &mut bp] {
+            ring.ntt_p.inverse(v);
+        }
+        // ⌊x/P⌉ mod Q from x's residues: (x_Q − centered(x_P))·P⁻¹.
+        let div = |xq: u64, xp: u64| Q.mul(Q.sub(xq, Q.from_i64(P.centered(xp))), ring.p_inv);
+        Ciphertext {
+            a: (0..n).map(|i| Q.neg(div(aq[i], ap[i]))).collect(),
+            b: (0..n).map(|i| Q.sub(ct.b[i], div(bq[i], bp[i]))).collect(),
+        }
+    }
+}
+
+/// The key that undoes `τ_k` on the secret: applies `τ_k` to a ciphertext under `s` and
+/// returns one under `s` again.
+pub struct AutomorphismKey {
+    pub k: usize,
+    ksk: KeySwitchKey,
+}
+
+impl AutomorphismKey {
+    pub fn generate(
+        ring: &Ring,
+        gadget: Gadget,
+        sk: &SecretKey,
+        k: usize,
+        rng: &mut impl RngCore,
+    ) -> AutomorphismKey {
+        AutomorphismKey {
+            k,
+            ksk: KeySwitchKey::generate(ring, gadget, &sk.automorphed(ring, k), sk, rng),
+        }
+    }
+
+    /// `τ_k(ct)`, under the original secret.
+    pub fn apply(&self, ring: &Ring, ct: &Ciphertext) -> Ciphertext {
+        let moved = Ciphertext {
+            a: ring.automorphism(&ct.a, self.k),
+            b: ring.automorphism(&ct.b, self.k),
+        };
+        self.ksk.switch(ring, &moved)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha20Rng;
+
+    fn max_error(got: &[u64], want: &[u64]) -> i64 {
+        got.iter()
+            .zip(want)
+            .map(|(&g, &w)| Q.centered(Q.sub(g, w)).abs())
+            .max()
+            .unwrap()
+    }
+
+    fn random_message(n: usize, rng: &mut impl Rng) -> Vec<u64> {
+        // Messages scaled by 2⁴⁰: far above any error here.
+        (0..n)
+            .map(|_| Q.mul(rng.random_range(0..1000), 1 << 40))
+            .collect()
+    }
+
+    #[test]
+    fn encryption_round_trips_with_small_error() {
+        let ring = Ring::new(256);
+        let mut rng = ChaCha20Rng::seed_from_u64(2);
+        let sk = SecretKey::generate(&ring, &mut rng);
+        let m = random_message(256, &mut rng);
+        let ct = encrypt(&ring, &sk, &m, &mut rng);
+        assert!(max_error(&phase(&ring, &sk, &ct), &m) <= 60);
+        let other = SecretKey::generate(&ring, &mut rng);
+        assert!(
+            max_error(&phase(&ring, &other, &ct), &m) > 1 << 50,
+            "a wrong key decrypts noise"
+        );
+    }
+
+    #[test]
+    fn secrets_are_ternary_and_balanced() {
+        let ring = Ring::new(4096);
+        let sk = SecretKey::generate(&ring, &mut ChaCha20Rng::seed_from_u64(3));
+        let mut counts = [0usize; 3];
+        for &c in sk.coeffs() {
+            counts[(Q.centered(c) + 1) as usize] += 1;
+        }
+        // Each value ≈ 1,365 ± 30 (σ of a binomial); 5σ bounds.
+        assert!(
+            counts.iter().all(|&c| (1215..=1515).contains(&c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn decomposition_recomposes_with_small_digits() {
+        let mut rng = ChaCha20Rng::seed_from_u64(4);
+        let q = Q.value;
+        for g in [
+            Gadget::exact(4),
+            Gadget::exact(7),
+            Gadget::exact(21),
+            Gadget::DEFAULT,
+        ] {
+            let mut a: Vec<u64> = (0..200).map(|_| uniform(&mut rng)).collect();
+            a.extend([0, 1, q - 1, q / 2, q / 2 + 1]);
+            let digits = g.decompose(&a);
+            for i in 0..a.len() {
+                let mut acc = 0i128;
+                for (t, d) in digits.iter().enumerate() {
+                    assert!(d[i].abs() <= (1 << (g.log_base - 1)) + 1);
+                    acc += (d[i] as i128) << (g.log_base as usize * t);
+                }
+                assert_eq!(acc, Q.centered(a[i]) as i128);
+            }
+        }
+    }
+
+    #[test]
+    fn key_switching_keeps_the_message_within_its_error_bound() {
+        let ring = Ring::new(1024);
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let (s1, s2) = (
+            SecretKey::generate(&ring, &mut rng),
+            SecretKey::generate(&ring, &mut rng),
+        );
+        for g in [Gadget::DEFAULT, Gadget::exact(8), Gadget::exact(4)] {
+            let ksk = KeySwitchKey::generate(&ring, g, &s1, &s2, &mut rng);
+            let m = random_message(1024, &mut rng);
+            let ct = encrypt(&ring, &s1, &m, &mut rng);
+            let switched = ksk.switch(&ring, &ct);
+            // The input's error (≤ 60) plus the 2⁻⁴⁰ tail of the switch's sub-Gaussian bound.
+            let bound = (2.0 * 41.0 * std::f64::consts::LN_2 * g.switch_variance(1024)).sqrt();
+            let after = phase(&ring, &s2, &switched);
+            let err = max_error(&after, &m);
+            assert!(
+                (err as f64) < bound + 60.0,
+                "{g:?}: error {err} bound {bound}"
+            );
+            assert_ne!(
+                after,
+                phase(&ring, &s1, &ct),
+                "the switch changes the error"
+            );
+            assert!(
+                max_error(&phase(&ring, &s1, &switched), &m) > 1 << 50,
+                "the old key no longer decrypts"
+            );
+        }
+    }
+
+    #[test]
+    fn automorphisms_act_on_messages() {
+        let ring = Ring::new(512);
+        let mut rng = ChaCha20Rng::seed_from_u64(6);
+        let sk = SecretKey::generate(&ring, &mut rng);
+        let m = random_message(512, &mut rng);
+        for k in [3usize, 5, 1023, 257] {
+            let key = AutomorphismKey::generate(&ring, Gadget::exact(10), &sk, k, &mut rng);
+            let ct = key.apply(&ring, &encrypt(&ring, &sk, &m, &mut rng));
+            let want = ring.automorphism(&m, k);
+            assert!(
+                max_error(&phase(&ring, &sk, &ct), &want) < 1 << 30,
+                "k = {k}"
+            );
+        }
+        // τ_k is multiplicative: τ(a·b) = τ(a)·τ(b).
+        let (a, b) = (random_message(512, &mut rng), random_message(512, &mut rng));
+        assert_eq!(
+            ring.automorphism(&ring.mul(&a, &b), 5),
+            ring.mul(&ring.automorphism(&a, 5), &ring.automorphism(&b, 5))
+        );
+    }
+}

@@ -23,7 +23,7 @@
 //! ([`added_variance`]).
 
 use super::modq::Q;
-use super::rlwe::{AutomorphismKey, Ciphertext, Gadget, Ring, SecretKey};
+use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, Ring, SecretKey, SwitchDigits};
 use rand::RngCore;
 
 /// An LWE ciphertext of dimension `N` modulo `Q`; phase `b − ⟨a, s⟩`.
@@ -48,68 +48,162 @@ pub fn lwe_to_rlwe(ring: &Ring, lwe: &LweCiphertext) -> Ciphertext {
     Ciphertext { a, b }
 }
 
-/// The automorphism keys packing needs: `τ_k` for `k = 2ʲ + 1`, `j = 1 … log N`.
-pub struct PackingKeys {
-    keys: Vec<AutomorphismKey>,
+/// The automorphism `τ_k` packing uses at level `j = 1 … log N`: `k = 2ʲ + 1`.
+fn level_k(j: u32) -> usize {
+    (1 << j) + 1
 }
 
-impl PackingKeys {
-    pub fn generate(
-        ring: &Ring,
-        gadget: Gadget,
-        sk: &SecretKey,
-        rng: &mut impl RngCore,
-    ) -> PackingKeys {
+/// The public masks of the packing keys (one per level), from a public seed: a server derives
+/// them itself and precomputes with them ([`PackingPlan`]).
+pub struct PackingMasks(Vec<KeyMask>);
+
+/// A client's packing keys: the bodies for `τ_{2ʲ+1}(s) → s` under [`PackingMasks`]. This is
+/// all of the keys a client uploads.
+pub struct PackingBodies(Vec<KeyBody>);
+
+impl PackingMasks {
+    pub fn from_seed(ring: &Ring, gadget: Gadget, seed: &[u8; 32]) -> PackingMasks {
         let log_n = ring.n().trailing_zeros();
-        let keys = (1..=log_n)
-            .map(|j| AutomorphismKey::generate(ring, gadget, sk, (1 << j) + 1, rng))
-            .collect();
-        PackingKeys { keys }
+        PackingMasks(
+            (1..=log_n)
+                .map(|j| KeyMask::from_seed(ring, gadget, seed, u64::from(j)))
+                .collect(),
+        )
     }
 
-    /// The key for `τ_{2ʲ+1}`.
-    fn key(&self, j: u32) -> &AutomorphismKey {
-        &self.keys[j as usize - 1]
+    /// The client's bodies for secret `sk`.
+    pub fn bodies(&self, ring: &Ring, sk: &SecretKey, rng: &mut impl RngCore) -> PackingBodies {
+        PackingBodies(
+            self.0
+                .iter()
+                .zip(1u32..)
+                .map(|(mask, j)| mask.body(ring, &sk.automorphed(ring, level_k(j)), sk, rng))
+                .collect(),
+        )
+    }
+}
+
+/// Everything packing computes from the inputs' `a` parts and the public masks: each key
+/// switch's transformed digits, in the order the online pass consumes them, and the output's
+/// `a`. When the `a` parts are fixed — a database's answers to a query of a public matrix —
+/// the server builds this once, and each query's packing is only the `b` half
+/// ([`PackingPlan::pack`]): no transforms of digits, a quarter of the products.
+pub struct PackingPlan {
+    width: usize,
+    steps: Vec<SwitchDigits>,
+    a: Vec<u64>,
+}
+
+impl PackingPlan {
+    /// The plan for inputs whose `a` parts are `a_parts` (each an RLWE `a` polynomial, e.g.
+    /// from [`lwe_to_rlwe`]; at most `N`).
+    pub fn new(ring: &Ring, masks: &PackingMasks, a_parts: &[Vec<u64>]) -> PackingPlan {
+        let n = ring.n();
+        assert!(!a_parts.is_empty() && a_parts.len() <= n);
+        let width = a_parts.len().next_power_of_two();
+        let scaled = scaled_inputs(ring, a_parts, width);
+        let mut steps = Vec::with_capacity(n);
+        let mut a = merge(ring, &scaled, &mut |l, diff| {
+            let (digits, a) =
+                masks.0[l as usize - 1].switch_a(ring, &ring.automorphism(diff, level_k(l)));
+            steps.push(digits);
+            a
+        });
+        for j in trace_levels(ring, width) {
+            let (digits, switched) =
+                masks.0[j as usize - 1].switch_a(ring, &ring.automorphism(&a, level_k(j)));
+            steps.push(digits);
+            a = add(&a, &switched);
+        }
+        PackingPlan { width, steps, a }
+    }
+
+    /// Inputs the plan was built for.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The packed ciphertext of inputs with these `b` parts (the same order and count as the
+    /// plan's `a` parts) under the client's `bodies`.
+    pub fn pack(&self, ring: &Ring, bodies: &PackingBodies, b_parts: &[Vec<u64>]) -> Ciphertext {
+        assert!(!b_parts.is_empty() && b_parts.len().next_power_of_two() == self.width);
+        let scaled = scaled_inputs(ring, b_parts, self.width);
+        let mut steps = self.steps.iter();
+        let mut b = merge(ring, &scaled, &mut |l, diff| {
+            let digits = steps.next().expect("the plan has every step");
+            bodies.0[l as usize - 1].switch_b(ring, digits, &ring.automorphism(diff, level_k(l)))
+        });
+        for j in trace_levels(ring, self.width) {
+            let digits = steps.next().expect("the plan has every step");
+            let switched =
+                bodies.0[j as usize - 1].switch_b(ring, digits, &ring.automorphism(&b, level_k(j)));
+            b = add(&b, &switched);
+        }
+        Ciphertext {
+            a: self.a.clone(),
+            b,
+        }
     }
 }
 
 /// Packs `cts` (each from [`lwe_to_rlwe`], at most `N`) into one ciphertext whose coefficient
 /// `i·N/n'` has phase `m_i + e_i + (packing error)`, `n'` = `cts.len()` rounded up to a power
-/// of two; every other coefficient has phase 0 plus packing error.
-pub fn pack(ring: &Ring, keys: &PackingKeys, cts: &[Ciphertext]) -> Ciphertext {
-    let n = ring.n();
-    assert!(!cts.is_empty() && cts.len() <= n);
-    let width = cts.len().next_power_of_two();
-    let log_width = width.trailing_zeros();
-    let n_inv = Q.inv(n as u64);
-    let scaled: Vec<Ciphertext> = (0..width)
-        .map(|i| {
-            cts.get(i)
-                .map_or_else(|| Ciphertext::zero(n), |c| c.scale(n_inv))
-        })
-        .collect();
-    let mut ct = merge(ring, keys, &scaled);
-    // The trace down to the subring of X^(N/width) doubles message positions and cancels the rest.
-    for j in (log_width + 1)..=n.trailing_zeros() {
-        ct = ct.add(&keys.key(j).apply(ring, &ct));
-    }
-    ct
+/// of two; every other coefficient has phase 0 plus packing error. The plan and its use in one
+/// go (a client-side or test convenience; servers keep the plan).
+pub fn pack(
+    ring: &Ring,
+    masks: &PackingMasks,
+    bodies: &PackingBodies,
+    cts: &[Ciphertext],
+) -> Ciphertext {
+    let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| c.a.clone()).collect();
+    let b_parts: Vec<Vec<u64>> = cts.iter().map(|c| c.b.clone()).collect();
+    PackingPlan::new(ring, masks, &a_parts).pack(ring, bodies, &b_parts)
 }
 
-/// The recursive merge of CDKS Algorithm 2: `cts.len() = 2ˡ` inputs to one ciphertext whose
-/// coefficient `i·N/2ˡ` has phase `2ˡ·(phase of input i)`.
-fn merge(ring: &Ring, keys: &PackingKeys, cts: &[Ciphertext]) -> Ciphertext {
-    if cts.len() == 1 {
-        return cts[0].clone();
+/// The inputs times `N⁻¹` (the merges and the trace multiply by `N` in all), padded with zeros
+/// to `width`.
+fn scaled_inputs(ring: &Ring, parts: &[Vec<u64>], width: usize) -> Vec<Vec<u64>> {
+    let n = ring.n();
+    let n_inv = Q.shoup(Q.inv(n as u64));
+    (0..width)
+        .map(|i| match parts.get(i) {
+            Some(p) => p.iter().map(|&x| n_inv.times(x)).collect(),
+            None => vec![0; n],
+        })
+        .collect()
+}
+
+/// The trace's levels after merging `width` inputs: `log width + 1 … log N`.
+fn trace_levels(ring: &Ring, width: usize) -> std::ops::RangeInclusive<u32> {
+    (width.trailing_zeros() + 1)..=ring.n().trailing_zeros()
+}
+
+fn add(x: &[u64], y: &[u64]) -> Vec<u64> {
+    x.iter().zip(y).map(|(&a, &b)| Q.add(a, b)).collect()
+}
+
+/// The recursive merge of CDKS Algorithm 2 on one half (`a` or `b`) of the ciphertexts:
+/// `parts.len() = 2ˡ` inputs to one whose coefficient `i·N/2ˡ` has `2ˡ`·(input `i`). Both
+/// halves go through the same linear steps; `switch(l, diff)` supplies the key-switched
+/// `τ_{2ˡ+1}(diff)` half, and is called in the same (post-)order for both.
+fn merge(
+    ring: &Ring,
+    parts: &[Vec<u64>],
+    switch: &mut impl FnMut(u32, &[u64]) -> Vec<u64>,
+) -> Vec<u64> {
+    if parts.len() == 1 {
+        return parts[0].clone();
     }
-    let l = cts.len().trailing_zeros();
-    let even: Vec<Ciphertext> = cts.iter().step_by(2).cloned().collect();
-    let odd: Vec<Ciphertext> = cts.iter().skip(1).step_by(2).cloned().collect();
-    let even = merge(ring, keys, &even);
-    let odd = merge(ring, keys, &odd).mul_monomial(ring, ring.n() >> l);
-    let sum = even.add(&odd);
-    let diff = even.sub(&odd);
-    sum.add(&keys.key(l).apply(ring, &diff))
+    let l = parts.len().trailing_zeros();
+    let even: Vec<Vec<u64>> = parts.iter().step_by(2).cloned().collect();
+    let odd: Vec<Vec<u64>> = parts.iter().skip(1).step_by(2).cloned().collect();
+    let even = merge(ring, &even, switch);
+    let odd = ring.mul_monomial(&merge(ring, &odd, switch), ring.n() >> l);
+    let diff: Vec<u64> = even.iter().zip(&odd).map(|(&x, &y)| Q.sub(x, y)).collect();
+    let switched = switch(l, &diff);
+    let sum = add(&even, &odd);
+    add(&sum, &switched)
 }
 
 /// Variance proxy of the error packing adds to each coefficient (module docs).
@@ -117,17 +211,29 @@ pub fn added_variance(n: usize, gadget: Gadget) -> f64 {
     (n as f64 * n as f64 - 1.0) / 3.0 * gadget.switch_variance(n)
 }
 
-/// An LWE encryption of `m` under the coefficients of `sk` (for tests and the protocol's
-/// client-side checks).
+/// An LWE encryption of `m` under the coefficients of `sk` with a fresh uniform `a` (tests and
+/// benchmarks; a protocol's answers come from the server's product instead).
 pub fn lwe_encrypt(ring: &Ring, sk: &SecretKey, m: u64, rng: &mut impl RngCore) -> LweCiphertext {
     let a: Vec<u64> = (0..ring.n()).map(|_| super::rlwe::uniform(rng)).collect();
+    lwe_encrypt_with(a, sk, m, rng)
+}
+
+/// An LWE encryption of `m` with the given `a`.
+pub fn lwe_encrypt_with(
+    a: Vec<u64>,
+    sk: &SecretKey,
+    m: u64,
+    rng: &mut impl RngCore,
+) -> LweCiphertext {
     let e = Q.from_i64(i64::from(crate::pir::lwe::sample_error(rng) as i32));
     let dot = a
         .iter()
         .zip(sk.coeffs())
         .fold(0u64, |acc, (&x, &s)| Q.add(acc, Q.mul(x, s)));
-    let b = Q.add(Q.add(dot, e), m);
-    LweCiphertext { a, b }
+    LweCiphertext {
+        b: Q.add(Q.add(dot, e), m),
+        a,
+    }
 }
 
 #[cfg(test)]
@@ -146,7 +252,8 @@ mod tests {
         let ring = Ring::new(n);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let sk = SecretKey::generate(&ring, &mut rng);
-        let keys = PackingKeys::generate(&ring, gadget, &sk, &mut rng);
+        let masks = PackingMasks::from_seed(&ring, gadget, &[seed as u8; 32]);
+        let bodies = masks.bodies(&ring, &sk, &mut rng);
         let msgs: Vec<u64> = (0..count)
             .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
             .collect();
@@ -154,7 +261,7 @@ mod tests {
             .iter()
             .map(|&m| lwe_to_rlwe(&ring, &lwe_encrypt(&ring, &sk, m, &mut rng)))
             .collect();
-        let got = phase(&ring, &sk, &pack(&ring, &keys, &cts));
+        let got = phase(&ring, &sk, &pack(&ring, &masks, &bodies, &cts));
         let stride = n / count.next_power_of_two();
         let mut worst = 0i64;
         for (pos, &g) in got.iter().enumerate() {
@@ -189,6 +296,49 @@ mod tests {
         let g = Gadget::DEFAULT;
         for (n, count) in [(32usize, 32usize), (64, 64), (64, 5), (64, 1), (256, 100)] {
             check(n, count, g, n as u64 + count as u64);
+        }
+    }
+
+    #[test]
+    fn one_plan_serves_fresh_secrets_over_fixed_a_parts() {
+        // A database's answers have fixed `a` parts; each query has its own secret and keys.
+        let (n, count) = (256usize, 200usize);
+        let ring = Ring::new(n);
+        let mut rng = ChaCha20Rng::seed_from_u64(10);
+        let a_fixed: Vec<Vec<u64>> = (0..count)
+            .map(|_| {
+                (0..n)
+                    .map(|_| super::super::rlwe::uniform(&mut rng))
+                    .collect()
+            })
+            .collect();
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[5; 32]);
+        let rlwe_a: Vec<Vec<u64>> = a_fixed
+            .iter()
+            .map(|a| lwe_to_rlwe(&ring, &LweCiphertext { a: a.clone(), b: 0 }).a)
+            .collect();
+        let plan = PackingPlan::new(&ring, &masks, &rlwe_a);
+        assert_eq!(plan.width(), 256);
+        let stride = n / plan.width();
+        for _query in 0..2 {
+            let sk = SecretKey::generate(&ring, &mut rng);
+            let bodies = masks.bodies(&ring, &sk, &mut rng);
+            let msgs: Vec<u64> = (0..count)
+                .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
+                .collect();
+            let b_parts: Vec<Vec<u64>> = a_fixed
+                .iter()
+                .zip(&msgs)
+                .map(|(a, &m)| lwe_to_rlwe(&ring, &lwe_encrypt_with(a.clone(), &sk, m, &mut rng)).b)
+                .collect();
+            let got = phase(&ring, &sk, &plan.pack(&ring, &bodies, &b_parts));
+            for (i, &m) in msgs.iter().enumerate() {
+                assert!(error_at(got[i * stride], m) < 1 << 30, "message {i}");
+            }
+            // Another client's keys do not open this client's answers.
+            let other = masks.bodies(&ring, &SecretKey::generate(&ring, &mut rng), &mut rng);
+            let wrong = phase(&ring, &sk, &plan.pack(&ring, &other, &b_parts));
+            assert!((0..count).any(|i| error_at(wrong[i * stride], msgs[i]) > 1 << 50));
         }
     }
 

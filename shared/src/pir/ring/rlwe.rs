@@ -33,7 +33,8 @@
 //! `τ_k(s)`; a key from `τ_k(s)` to `s` brings it back. `τ_k` permutes coefficients up to
 //! sign, so it keeps every error coefficient's distribution bound.
 
-use rand::RngCore;
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
 
 use super::modq::{Modulus, P, Q};
 use super::ntt::Ntt;
@@ -325,38 +326,63 @@ impl Gadget {
     }
 }
 
-/// One digit's key material, transformed, in both residues.
-struct KeyRow {
-    a_q: Vec<u64>,
-    b_q: Vec<u64>,
-    a_p: Vec<u64>,
-    b_p: Vec<u64>,
-}
-
-/// Switches ciphertexts from one secret to another (module docs).
-pub struct KeySwitchKey {
+/// The public half of a key-switching key: each digit's uniform `a_t` modulo `P·Q` (both
+/// residues, transformed), expanded by ChaCha20 from a public seed and stream. It is the same
+/// for every client (a common reference string, as Kyber seeds its matrix), so a server can
+/// precompute with it before any client arrives, and a client sends only the [`KeyBody`].
+pub struct KeyMask {
     gadget: Gadget,
-    rows: Vec<KeyRow>,
+    rows: Vec<(Vec<u64>, Vec<u64>)>,
 }
 
-impl KeySwitchKey {
-    pub fn generate(
+/// The secret-dependent half: each digit's `b_t = a_t·s + e_t + P·Bᵗ·s'`, both residues,
+/// transformed.
+pub struct KeyBody {
+    rows: Vec<(Vec<u64>, Vec<u64>)>,
+}
+
+/// The transformed digits of one `a` in both residues: everything a switch needs from `a`.
+pub struct SwitchDigits {
+    q: Vec<Vec<u64>>,
+    p: Vec<Vec<u64>>,
+}
+
+impl KeyMask {
+    pub fn from_seed(ring: &Ring, gadget: Gadget, seed: &[u8; 32], stream: u64) -> KeyMask {
+        let mut rng = ChaCha20Rng::from_seed(*seed);
+        rng.set_stream(stream);
+        let n = ring.n();
+        let rows = (0..gadget.digits)
+            .map(|_| {
+                let a_q: Vec<u64> = (0..n).map(|_| uniform_mod(Q, &mut rng)).collect();
+                let a_p: Vec<u64> = (0..n).map(|_| uniform_mod(P, &mut rng)).collect();
+                (ring.to_ntt(&a_q), ring.to_ntt_p(&a_p))
+            })
+            .collect();
+        KeyMask { gadget, rows }
+    }
+
+    /// The body switching `from` to `to` under this mask (the client's part).
+    pub fn body(
+        &self,
         ring: &Ring,
-        gadget: Gadget,
         from: &SecretKey,
         to: &SecretKey,
         rng: &mut impl RngCore,
-    ) -> KeySwitchKey {
+    ) -> KeyBody {
         let n = ring.n();
         let p_mod_q = P.value % Q.value;
-        let rows = (0..gadget.digits)
-            .map(|t| {
+        let rows = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(t, (a_q, a_p))| {
                 // P·Bᵗ modulo Q (it is 0 modulo P).
-                let factor = Q.mul(p_mod_q, Q.pow(2, u64::from(gadget.log_base) * t as u64));
+                let factor = Q.mul(
+                    p_mod_q,
+                    Q.pow(2, u64::from(self.gadget.log_base) * t as u64),
+                );
                 let e = sample_error_poly(n, rng);
-                let a_q: Vec<u64> = (0..n).map(|_| uniform_mod(Q, rng)).collect();
-                let a_p: Vec<u64> = (0..n).map(|_| uniform_mod(P, rng)).collect();
-                let (a_q, a_p) = (ring.to_ntt(&a_q), ring.to_ntt_p(&a_p));
                 let e_q = ring.to_ntt(&reduce_signed(Q, &e));
                 let e_p = ring.to_ntt_p(&reduce_signed(P, &e));
                 let b_q = (0..n)
@@ -368,38 +394,88 @@ impl KeySwitchKey {
                 let b_p = (0..n)
                     .map(|i| P.add(P.mul(a_p[i], to.ntt_p[i]), e_p[i]))
                     .collect();
-                KeyRow { a_q, b_q, a_p, b_p }
+                (b_q, b_p)
             })
             .collect();
-        KeySwitchKey { gadget, rows }
+        KeyBody { rows }
+    }
+
+    /// The half of a switch that needs only `a`: its transformed digits and the new `a`
+    /// (`−⌊Σ_t d_t·a_t / P⌉`).
+    pub fn switch_a(&self, ring: &Ring, a: &[u64]) -> (SwitchDigits, Vec<u64>) {
+        let digits = self.gadget.decompose(a);
+        let digits = SwitchDigits {
+            q: digits
+                .iter()
+                .map(|d| ring.to_ntt(&reduce_signed(Q, d)))
+                .collect(),
+            p: digits
+                .iter()
+                .map(|d| ring.to_ntt_p(&reduce_signed(P, d)))
+                .collect(),
+        };
+        let a_new = ring.divide_by_p(&digits, &self.rows);
+        (digits, a_new.iter().map(|&x| Q.neg(x)).collect())
+    }
+}
+
+impl KeyBody {
+    /// The other half: `b − ⌊Σ_t d_t·b_t / P⌉`.
+    pub fn switch_b(&self, ring: &Ring, digits: &SwitchDigits, b: &[u64]) -> Vec<u64> {
+        let q = ring.divide_by_p(digits, &self.rows);
+        zip_with(b, &q, |x, y| Q.sub(x, y))
+    }
+}
+
+impl Ring {
+    /// `⌊Σ_t d_t·k_t / P⌉ mod Q` from the residues of `Σ_t d_t·k_t` modulo `P·Q`:
+    /// `(x_Q − centered(x_P))·P⁻¹`, exact because `x − centered(x_P)` is a multiple of `P`.
+    fn divide_by_p(&self, digits: &SwitchDigits, key: &[(Vec<u64>, Vec<u64>)]) -> Vec<u64> {
+        let n = self.n();
+        let (mut xq, mut xp) = (vec![0u64; n], vec![0u64; n]);
+        for ((dq, dp), (kq, kp)) in digits.q.iter().zip(&digits.p).zip(key) {
+            for i in 0..n {
+                xq[i] = Q.add(xq[i], Q.mul(dq[i], kq[i]));
+                xp[i] = P.add(xp[i], P.mul(dp[i], kp[i]));
+            }
+        }
+        self.ntt.inverse(&mut xq);
+        self.ntt_p.inverse(&mut xp);
+        xq.iter()
+            .zip(&xp)
+            .map(|(&x, &y)| Q.mul(Q.sub(x, Q.from_i64(P.centered(y))), self.p_inv))
+            .collect()
+    }
+}
+
+/// Switches ciphertexts from one secret to another (module docs): a public mask and the
+/// client's body.
+pub struct KeySwitchKey {
+    pub mask: KeyMask,
+    pub body: KeyBody,
+}
+
+impl KeySwitchKey {
+    /// A key whose mask comes from `seed`/`stream` and whose body is generated here.
+    pub fn generate(
+        ring: &Ring,
+        gadget: Gadget,
+        (seed, stream): (&[u8; 32], u64),
+        from: &SecretKey,
+        to: &SecretKey,
+        rng: &mut impl RngCore,
+    ) -> KeySwitchKey {
+        let mask = KeyMask::from_seed(ring, gadget, seed, stream);
+        let body = mask.body(ring, from, to, rng);
+        KeySwitchKey { mask, body }
     }
 
     /// `(a, b)` under `from` to the same phase under `to`, plus the switching error.
     pub fn switch(&self, ring: &Ring, ct: &Ciphertext) -> Ciphertext {
-        let n = ring.n();
-        let (mut aq, mut bq) = (vec![0u64; n], vec![0u64; n]);
-        let (mut ap, mut bp) = (vec![0u64; n], vec![0u64; n]);
-        for (d, row) in self.gadget.decompose(&ct.a).iter().zip(&self.rows) {
-            let dq = ring.to_ntt(&reduce_signed(Q, d));
-            let dp = ring.to_ntt_p(&reduce_signed(P, d));
-            for i in 0..n {
-                aq[i] = Q.add(aq[i], Q.mul(dq[i], row.a_q[i]));
-                bq[i] = Q.add(bq[i], Q.mul(dq[i], row.b_q[i]));
-                ap[i] = P.add(ap[i], P.mul(dp[i], row.a_p[i]));
-                bp[i] = P.add(bp[i], P.mul(dp[i], row.b_p[i]));
-            }
-        }
-        for v in [&mut aq, &mut bq] {
-            ring.ntt.inverse(v);
-        }
-        for v in [&mut ap, &mut bp] {
-            ring.ntt_p.inverse(v);
-        }
-        // ⌊x/P⌉ mod Q from x's residues: (x_Q − centered(x_P))·P⁻¹.
-        let div = |xq: u64, xp: u64| Q.mul(Q.sub(xq, Q.from_i64(P.centered(xp))), ring.p_inv);
+        let (digits, a) = self.mask.switch_a(ring, &ct.a);
         Ciphertext {
-            a: (0..n).map(|i| Q.neg(div(aq[i], ap[i]))).collect(),
-            b: (0..n).map(|i| Q.sub(ct.b[i], div(bq[i], bp[i]))).collect(),
+            b: self.body.switch_b(ring, &digits, &ct.b),
+            a,
         }
     }
 }
@@ -408,20 +484,22 @@ impl KeySwitchKey {
 /// returns one under `s` again.
 pub struct AutomorphismKey {
     pub k: usize,
-    ksk: KeySwitchKey,
+    pub ksk: KeySwitchKey,
 }
 
 impl AutomorphismKey {
     pub fn generate(
         ring: &Ring,
         gadget: Gadget,
+        public: (&[u8; 32], u64),
         sk: &SecretKey,
         k: usize,
         rng: &mut impl RngCore,
     ) -> AutomorphismKey {
+        let from = sk.automorphed(ring, k);
         AutomorphismKey {
             k,
-            ksk: KeySwitchKey::generate(ring, gadget, &sk.automorphed(ring, k), sk, rng),
+            ksk: KeySwitchKey::generate(ring, gadget, public, &from, sk, rng),
         }
     }
 
@@ -519,7 +597,7 @@ mod tests {
             SecretKey::generate(&ring, &mut rng),
         );
         for g in [Gadget::DEFAULT, Gadget::exact(8), Gadget::exact(4)] {
-            let ksk = KeySwitchKey::generate(&ring, g, &s1, &s2, &mut rng);
+            let ksk = KeySwitchKey::generate(&ring, g, (&[7; 32], 0), &s1, &s2, &mut rng);
             let m = random_message(1024, &mut rng);
             let ct = encrypt(&ring, &s1, &m, &mut rng);
             let switched = ksk.switch(&ring, &ct);
@@ -550,7 +628,14 @@ mod tests {
         let sk = SecretKey::generate(&ring, &mut rng);
         let m = random_message(512, &mut rng);
         for k in [3usize, 5, 1023, 257] {
-            let key = AutomorphismKey::generate(&ring, Gadget::exact(10), &sk, k, &mut rng);
+            let key = AutomorphismKey::generate(
+                &ring,
+                Gadget::exact(10),
+                (&[1; 32], k as u64),
+                &sk,
+                k,
+                &mut rng,
+            );
             let ct = key.apply(&ring, &encrypt(&ring, &sk, &m, &mut rng));
             let want = ring.automorphism(&m, k);
             assert!(

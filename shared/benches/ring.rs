@@ -39,7 +39,39 @@ fn bench(c: &mut Criterion) {
     group.bench_function("pack_4096_lwe_online", |b| {
         b.iter(|| plan.pack(&ring, &bodies, &b_parts));
     });
+    // The scoring pass a hintless ranking would run before packing (projected in
+    // docs/eval/pir.md): 11,000 rows (a block's items at 1M, B = 256) × 16,384 columns
+    // (256 blocks × 64 dimensions) of one signed 8-bit feature plane against a query mod Q.
+    let (rows, cols) = (11_000usize, 16_384usize);
+    let plane: Vec<i8> = (0..rows * cols)
+        .map(|i| ((i * 2_654_435_761) >> 7) as i8)
+        .collect();
+    let query: Vec<u64> = (0..cols)
+        .map(|_| shared::pir::ring::rlwe::uniform(&mut rng))
+        .collect();
+    group.bench_function("score_pass_11000x16384_i8", |b| {
+        b.iter(|| score_pass(&plane, &query));
+    });
     group.finish();
+}
+
+/// `plane · query mod Q`, row by row: the query split into 31-bit halves so every product and
+/// sum fits an `i64` (|d| ≤ 2⁷, 2¹⁴ columns: |sum| < 2⁵²).
+fn score_pass(plane: &[i8], query: &[u64]) -> Vec<u64> {
+    use shared::pir::ring::modq::Q;
+    let lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
+    let hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
+    plane
+        .chunks_exact(query.len())
+        .map(|row| {
+            let (mut s_lo, mut s_hi) = (0i64, 0i64);
+            for ((&d, &l), &h) in row.iter().zip(&lo).zip(&hi) {
+                s_lo += i64::from(d) * l;
+                s_hi += i64::from(d) * h;
+            }
+            Q.add(Q.mul(Q.from_i64(s_hi), 1 << 31), Q.from_i64(s_lo))
+        })
+        .collect()
 }
 
 criterion_group!(benches, bench);

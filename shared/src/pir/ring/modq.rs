@@ -108,7 +108,13 @@ impl Modulus {
     /// A signed integer as an element of `Z_q`.
     #[inline]
     pub fn from_i64(self, x: i64) -> u64 {
-        let r = (x.unsigned_abs()) % self.value;
+        let mag = x.unsigned_abs();
+        // The common case (digits, errors, residues of the other prime) needs no division.
+        let r = if mag < self.value {
+            mag
+        } else {
+            mag % self.value
+        };
         if x >= 0 {
             r
         } else {

@@ -100,8 +100,9 @@ impl Ring {
         let n = self.n();
         assert!(k % 2 == 1, "automorphisms need odd k");
         let mut out = vec![0u64; n];
+        let mask = 2 * n - 1; // 2N is a power of two
         for (i, &c) in a.iter().enumerate() {
-            let j = i * k % (2 * n);
+            let j = (i * k) & mask;
             if j < n {
                 out[j] = c;
             } else {
@@ -115,8 +116,9 @@ impl Ring {
     pub fn mul_monomial(&self, a: &[u64], j: usize) -> Vec<u64> {
         let n = self.n();
         let mut out = vec![0u64; n];
+        let mask = 2 * n - 1;
         for (i, &c) in a.iter().enumerate() {
-            let t = (i + j) % (2 * n);
+            let t = (i + j) & mask;
             if t < n {
                 out[t] = c;
             } else {

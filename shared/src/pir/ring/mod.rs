@@ -5,7 +5,8 @@
 //! - [`ntt`] — the negacyclic transform of `Z_Q[X]/(Xᴺ + 1)`;
 //! - [`rlwe`] — keys, encryption, gadget decomposition, key switching, automorphisms;
 //! - [`pack`] — many LWE ciphertexts into one RLWE ciphertext (the server's answer
-//!   compression that makes a hint unnecessary).
+//!   compression that makes a hint unnecessary);
+//! - [`scores`] — encrypted exact distance scores of the items of one privately chosen block.
 //!
 //! # Security of the parameters
 //! `N = 4,096`, `log₂ Q = 62`, ternary secrets, Gaussian errors of σ = 6.4: the
@@ -17,6 +18,7 @@ pub mod modq;
 pub mod ntt;
 pub mod pack;
 pub mod rlwe;
+pub mod scores;
 
 /// The ring degree of the deployed parameter set.
 pub const N: usize = 4096;

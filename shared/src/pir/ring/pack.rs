@@ -123,6 +123,16 @@ impl PackingPlan {
         self.width
     }
 
+    /// The packed output's `a` part: it depends only on the plan, so it is public.
+    pub fn a(&self) -> &[u64] {
+        &self.a
+    }
+
+    /// Bytes the plan holds (its steps' transformed digits dominate).
+    pub fn bytes(&self) -> usize {
+        8 * (self.a.len() + self.steps.iter().map(SwitchDigits::len).sum::<usize>())
+    }
+
     /// The packed ciphertext of inputs with these `b` parts (the same order and count as the
     /// plan's `a` parts) under the client's `bodies`.
     pub fn pack(&self, ring: &Ring, bodies: &PackingBodies, b_parts: &[Vec<u64>]) -> Ciphertext {

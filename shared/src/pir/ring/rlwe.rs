@@ -36,7 +36,7 @@
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use super::modq::{Modulus, P, Q};
+use super::modq::{Modulus, Shoup, P, Q};
 use super::ntt::Ntt;
 use crate::pir::lwe::sample_error;
 
@@ -334,19 +334,46 @@ impl Gadget {
 /// precompute with it before any client arrives, and a client sends only the [`KeyBody`].
 pub struct KeyMask {
     gadget: Gadget,
-    rows: Vec<(Vec<u64>, Vec<u64>)>,
+    rows: Vec<KeyRow>,
 }
 
 /// The secret-dependent half: each digit's `b_t = a_t·s + e_t + P·Bᵗ·s'`, both residues,
 /// transformed.
 pub struct KeyBody {
-    rows: Vec<(Vec<u64>, Vec<u64>)>,
+    rows: Vec<KeyRow>,
+}
+
+/// One digit's key polynomial, transformed, in both residues, each value with its Shoup
+/// companion (a key multiplies many digits: every switch of a packing).
+struct KeyRow {
+    q: Vec<Shoup>,
+    p: Vec<Shoup>,
+}
+
+impl KeyRow {
+    fn new(q: &[u64], p: &[u64]) -> KeyRow {
+        KeyRow {
+            q: q.iter().map(|&w| Q.shoup(w)).collect(),
+            p: p.iter().map(|&w| P.shoup(w)).collect(),
+        }
+    }
 }
 
 /// The transformed digits of one `a` in both residues: everything a switch needs from `a`.
 pub struct SwitchDigits {
     q: Vec<Vec<u64>>,
     p: Vec<Vec<u64>>,
+}
+
+impl SwitchDigits {
+    /// Words held.
+    pub fn len(&self) -> usize {
+        self.q.iter().chain(&self.p).map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl KeyMask {
@@ -358,7 +385,7 @@ impl KeyMask {
             .map(|_| {
                 let a_q: Vec<u64> = (0..n).map(|_| uniform_mod(Q, &mut rng)).collect();
                 let a_p: Vec<u64> = (0..n).map(|_| uniform_mod(P, &mut rng)).collect();
-                (ring.to_ntt(&a_q), ring.to_ntt_p(&a_p))
+                KeyRow::new(&ring.to_ntt(&a_q), &ring.to_ntt_p(&a_p))
             })
             .collect();
         KeyMask { gadget, rows }
@@ -378,7 +405,7 @@ impl KeyMask {
             .rows
             .iter()
             .enumerate()
-            .map(|(t, (a_q, a_p))| {
+            .map(|(t, row)| {
                 // P·Bᵗ modulo Q (it is 0 modulo P).
                 let factor = Q.mul(
                     p_mod_q,
@@ -387,16 +414,16 @@ impl KeyMask {
                 let e = sample_error_poly(n, rng);
                 let e_q = ring.to_ntt(&reduce_signed(Q, &e));
                 let e_p = ring.to_ntt_p(&reduce_signed(P, &e));
-                let b_q = (0..n)
+                let b_q: Vec<u64> = (0..n)
                     .map(|i| {
                         let m = Q.mul(factor, from.ntt[i]);
-                        Q.add(Q.add(Q.mul(a_q[i], to.ntt[i]), e_q[i]), m)
+                        Q.add(Q.add(row.q[i].times(to.ntt[i]), e_q[i]), m)
                     })
                     .collect();
-                let b_p = (0..n)
-                    .map(|i| P.add(P.mul(a_p[i], to.ntt_p[i]), e_p[i]))
+                let b_p: Vec<u64> = (0..n)
+                    .map(|i| P.add(row.p[i].times(to.ntt_p[i]), e_p[i]))
                     .collect();
-                (b_q, b_p)
+                KeyRow::new(&b_q, &b_p)
             })
             .collect();
         KeyBody { rows }
@@ -432,13 +459,13 @@ impl KeyBody {
 impl Ring {
     /// `⌊Σ_t d_t·k_t / P⌉ mod Q` from the residues of `Σ_t d_t·k_t` modulo `P·Q`:
     /// `(x_Q − centered(x_P))·P⁻¹`, exact because `x − centered(x_P)` is a multiple of `P`.
-    fn divide_by_p(&self, digits: &SwitchDigits, key: &[(Vec<u64>, Vec<u64>)]) -> Vec<u64> {
+    fn divide_by_p(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
         let n = self.n();
         let (mut xq, mut xp) = (vec![0u64; n], vec![0u64; n]);
-        for ((dq, dp), (kq, kp)) in digits.q.iter().zip(&digits.p).zip(key) {
+        for ((dq, dp), row) in digits.q.iter().zip(&digits.p).zip(key) {
             for i in 0..n {
-                xq[i] = Q.add(xq[i], Q.mul(dq[i], kq[i]));
-                xp[i] = P.add(xp[i], P.mul(dp[i], kp[i]));
+                xq[i] = Q.add(xq[i], row.q[i].times(dq[i]));
+                xp[i] = P.add(xp[i], row.p[i].times(dp[i]));
             }
         }
         self.ntt.inverse(&mut xq);

@@ -1,0 +1,554 @@
+//! Encrypted scores without a client hint: the client learns the exact squared-distance scores
+//! of every item in the one block it chose, the server learns nothing about the block or the
+//! photo. The ranking half of #18's million-image design (`docs/eval/pir.md`); **not in the
+//! serving path yet**.
+//!
+//! # The database
+//! `blocks` blocks of at most `rows` items, each item a `dim`-vector `f` of `i16` features.
+//! Column `b·(dim + 5) + j` holds dimension `j` of block `b`'s items (row `i` = item `i`), and
+//! five more columns per block hold the digits of `‖f‖²`. The features are split into two
+//! planes, `f = 256·hi + lo` with `lo ∈ [0, 255]`, `hi ∈ [−128, 127]`, so that every matrix
+//! entry is below 2⁸ in magnitude (the LWE error grows with the entries, not with the query).
+//! With the query `u` = `2·q` on the photo's block's dimensions, `−1` on its norm digit 0 (in
+//! the low plane) and `−256ᵏ⁻¹` on its norm digits `k = 1…4` (signed, in the high plane), and 0
+//! elsewhere, row `i`'s two plane sums combine to `T_i = 256·S_hi + S_lo = 2⟨q, f_i⟩ − ‖f_i‖²`:
+//! `‖q − f_i‖² = ‖q‖² − T_i`, so ranking by `T` is ranking by exact distance to the integer
+//! query `q`.
+//!
+//! # The query and the answer
+//! The query vector is RLWE-shaped: chunk `c` of `N` columns is `b_c = a_c·s + e_c + Δ·u_c`
+//! with `a_c` expanded from the version's public seed, `s` a fresh ternary secret, `e_c` fresh
+//! Gaussian errors, `Δ = 2³⁰`. With it go the client's packing-key bodies for `s`
+//! ([`PackingMasks::bodies`]). The server computes each plane's `D·b` (one pass over the
+//! planes) — row `i`'s value is an LWE ciphertext under `s` whose `a` part, as an RLWE
+//! polynomial, is `A_i = Σ_c r̃_{i,c}·a_c` (`r̃` the negacyclic reverse of the row's chunk, so the
+//! constant coefficient of `r̃·y` is the inner product) — and packs the rows, `N` to a
+//! ciphertext, with [`PackingPlan`]s built once per version from the fixed `A_i`.
+//!
+//! # Guarantee (query privacy)
+//! The server sees RLWE samples `(a_c, a_c·s + e_c + Δ·u_c)` and key bodies, which are RLWE
+//! samples under the same fresh `s` encrypting `P·Bᵗ·τ(s)`. Under decision-RLWE for
+//! `N = 4,096`, `log₂(P·Q) < 2¹⁰⁸`, ternary secrets, σ = 6.4 (128-bit, see [`super`]) and the
+//! circular-security assumption every RLWE key-switching key relies on, the whole upload is
+//! indistinguishable from uniform whatever `u` is: it reveals neither the block nor the
+//! photo's features. Its size depends only on the public shape. The secret is never reused
+//! (two queries under one secret and the same public `a_c` would differ by `Δ·(u − u')`).
+//!
+//! # Correctness
+//! Row `i`'s decoded phase is `Δ·S + E_lwe + E_pack`: `E_lwe = Σ_j D_ij·e_j` is sub-Gaussian with
+//! proxy `σ²·Σ_j D_ij² ≤ σ²·cols·255²`, `E_pack` with proxy [`super::pack::added_variance`]
+//! (the inputs' error passes through packing unchanged). Both are independent of the data, so
+//! `P(|E| ≥ Δ/2) ≤ 2·exp(−(Δ/2)²/(2·(v_lwe + v_pack)))`, and a union bound over the rows of a
+//! query gives [`failure_log2`] (about −2·10⁶ at the million-image shape: never). `|Δ·S| ≤ 2⁶⁰ <
+//! Q/2` keeps the centered value exact.
+
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+use super::modq::Q;
+use super::pack::{added_variance, PackingBodies, PackingMasks, PackingPlan};
+use super::rlwe::{sample_error_poly, uniform, Gadget, Ring, SecretKey};
+use crate::error::{Error, Result};
+
+/// Norm digits per block: `‖f‖² < 2³⁶` needs one unsigned digit and four signed ones.
+pub const NORM_DIGITS: usize = 5;
+/// log2 of the plaintext scale Δ.
+pub const LOG_DELTA: u32 = 30;
+/// Feature planes (low byte, high byte).
+pub const PLANES: usize = 2;
+/// Largest feature magnitude (the `i16` quantisation's range).
+const FEATURE_MAX: i32 = 32_767;
+
+/// The public geometry of a score database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScoreShape {
+    pub blocks: usize,
+    pub dim: usize,
+    /// Rows: the largest block's item count.
+    pub rows: usize,
+}
+
+impl ScoreShape {
+    pub fn cols_per_block(&self) -> usize {
+        self.dim + NORM_DIGITS
+    }
+
+    /// Query chunks of `n` columns.
+    pub fn chunks(&self, n: usize) -> usize {
+        (self.blocks * self.cols_per_block()).div_ceil(n)
+    }
+
+    pub fn cols(&self, n: usize) -> usize {
+        self.chunks(n) * n
+    }
+
+    /// The rows each packed ciphertext of a plane carries: `N` at a time, and the rest in at
+    /// most two power-of-two chunks (packing costs one switch per slot of a chunk's
+    /// power-of-two width, so 2,808 rows go as 2,048 + 1,024 slots rather than 4,096).
+    pub fn row_chunks(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        while self.rows - start >= n {
+            out.push(start..start + n);
+            start += n;
+        }
+        let rest = self.rows - start;
+        if rest > 0 {
+            let first = if rest > 3 * n / 4 {
+                rest
+            } else {
+                1 << rest.ilog2()
+            };
+            out.push(start..start + first);
+            if first < rest {
+                out.push(start + first..self.rows);
+            }
+        }
+        out
+    }
+}
+
+/// log2 of the probability that a query decodes any score wrongly (module docs).
+pub fn failure_log2(shape: &ScoreShape, n: usize) -> f64 {
+    let sigma = crate::pir::lwe::SIGMA;
+    let v_lwe = sigma * sigma * shape.cols(n) as f64 * 255.0 * 255.0;
+    let v = v_lwe + added_variance(n, Gadget::DEFAULT);
+    let half = (1u64 << (LOG_DELTA - 1)) as f64;
+    let nats = half * half / (2.0 * v);
+    (2.0 * (PLANES * shape.rows) as f64).log2() - nats / std::f64::consts::LN_2
+}
+
+/// The two digits planes of a matrix entry, and the norm digits of an item.
+fn planes_of(f: i16) -> (u8, i8) {
+    let f = i32::from(f);
+    let hi = f.div_euclid(256);
+    ((f - 256 * hi) as u8, hi as i8)
+}
+
+fn norm_digits(f: &[i16]) -> [i64; NORM_DIGITS] {
+    let mut x: i64 = f.iter().map(|&v| i64::from(v) * i64::from(v)).sum();
+    let mut d = [0i64; NORM_DIGITS];
+    d[0] = x & 0xff;
+    x >>= 8;
+    for digit in d.iter_mut().skip(1) {
+        *digit = ((x + 128) & 0xff) - 128;
+        x = (x - *digit) >> 8;
+    }
+    debug_assert_eq!(x, 0, "‖f‖² < 2³⁶ fits the digits");
+    d
+}
+
+/// The public matrix chunk `a_c` of the query (from the version's seed).
+fn query_mask(ring: &Ring, seed: &[u8; 32], chunk: usize) -> Vec<u64> {
+    let mut rng = ChaCha20Rng::from_seed(*seed);
+    rng.set_stream(chunk as u64);
+    (0..ring.n()).map(|_| uniform(&mut rng)).collect()
+}
+
+/// The server's side: the two planes, and the packing plans of the version.
+pub struct ScoreDb {
+    shape: ScoreShape,
+    lo: Vec<u8>,
+    hi: Vec<i8>,
+    plans: Vec<PackingPlan>,
+}
+
+impl ScoreDb {
+    /// The database of `blocks` (each `items × dim` features, row-major, at most `rows`
+    /// items), with the query masks from `query_seed` and packing masks from `packing_seed`.
+    /// Building the plans is the expensive part: one key switch's `a` half per row and plane.
+    pub fn build(
+        ring: &Ring,
+        shape: ScoreShape,
+        blocks: &[Vec<i16>],
+        query_seed: &[u8; 32],
+        masks: &PackingMasks,
+    ) -> Result<ScoreDb> {
+        let n = ring.n();
+        let invalid = |reason: String| Error::InvalidParameter {
+            name: "score database",
+            reason,
+        };
+        if blocks.len() != shape.blocks || shape.dim == 0 || shape.rows == 0 {
+            return Err(invalid(format!(
+                "{} blocks for a shape of {}",
+                blocks.len(),
+                shape.blocks
+            )));
+        }
+        let cols = shape.cols(n);
+        let cpb = shape.cols_per_block();
+        let mut lo = vec![0u8; shape.rows * cols];
+        let mut hi = vec![0i8; shape.rows * cols];
+        for (b, feats) in blocks.iter().enumerate() {
+            if feats.len() % shape.dim != 0 || feats.len() / shape.dim > shape.rows {
+                return Err(invalid(format!("block {b} does not fit {shape:?}")));
+            }
+            for (i, f) in feats.chunks_exact(shape.dim).enumerate() {
+                if f.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX) {
+                    return Err(invalid(format!("block {b} has a feature of −32768")));
+                }
+                let row = i * cols + b * cpb;
+                for (j, &v) in f.iter().enumerate() {
+                    (lo[row + j], hi[row + j]) = planes_of(v);
+                }
+                let d = norm_digits(f);
+                lo[row + shape.dim] = d[0] as u8;
+                for k in 1..NORM_DIGITS {
+                    hi[row + shape.dim + k] = d[k] as i8;
+                }
+            }
+        }
+        let masks_ntt: Vec<Vec<u64>> = (0..shape.chunks(n))
+            .map(|c| ring.to_ntt(&query_mask(ring, query_seed, c)))
+            .collect();
+        let chunks = shape.row_chunks(n);
+        let mut plans = Vec::with_capacity(PLANES * chunks.len());
+        for plane in 0..PLANES {
+            for rows in &chunks {
+                let a_parts: Vec<Vec<u64>> = rows
+                    .clone()
+                    .map(|i| {
+                        let row = |j: usize| match plane {
+                            0 => i64::from(lo[i * cols + j]),
+                            _ => i64::from(hi[i * cols + j]),
+                        };
+                        row_mask(ring, &masks_ntt, row)
+                    })
+                    .collect();
+                plans.push(PackingPlan::new(ring, masks, &a_parts));
+            }
+        }
+        Ok(ScoreDb {
+            shape,
+            lo,
+            hi,
+            plans,
+        })
+    }
+
+    pub fn shape(&self) -> ScoreShape {
+        self.shape
+    }
+
+    /// The packed outputs' `a` parts: fixed for the version, public (the client needs them to
+    /// decrypt; they are the same for every query).
+    pub fn public_a(&self) -> Vec<&[u64]> {
+        self.plans.iter().map(|p| p.a()).collect()
+    }
+
+    /// Bytes the plans hold.
+    pub fn plan_bytes(&self) -> usize {
+        self.plans.iter().map(|p| p.bytes()).sum()
+    }
+
+    /// The answer to a query: per plane and row chunk, the packed ciphertext's `b` part.
+    pub fn answer(
+        &self,
+        ring: &Ring,
+        query: &[u64],
+        bodies: &PackingBodies,
+    ) -> Result<Vec<Vec<u64>>> {
+        let n = ring.n();
+        let cols = self.shape.cols(n);
+        if query.len() != cols || query.iter().any(|&x| x >= Q.value) {
+            return Err(Error::InvalidParameter {
+                name: "score query",
+                reason: format!("expected {cols} values below Q"),
+            });
+        }
+        // Split into 31-bit halves so each row's sums fit an i64: |d| ≤ 255, ≤ 2¹⁵ columns.
+        let q_lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
+        let q_hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
+        let mut out = Vec::with_capacity(self.plans.len());
+        let mut plans = self.plans.iter();
+        for plane in 0..PLANES {
+            let sums: Vec<u64> = (0..self.shape.rows)
+                .map(|i| {
+                    let (mut s_lo, mut s_hi) = (0i64, 0i64);
+                    let range = i * cols..(i + 1) * cols;
+                    match plane {
+                        0 => dot_split(&self.lo[range], &q_lo, &q_hi, &mut s_lo, &mut s_hi),
+                        _ => dot_split(&self.hi[range], &q_lo, &q_hi, &mut s_lo, &mut s_hi),
+                    }
+                    Q.add(Q.mul(Q.from_i64(s_hi), 1 << 31), Q.from_i64(s_lo))
+                })
+                .collect();
+            for rows in self.shape.row_chunks(n) {
+                let b_parts: Vec<Vec<u64>> = sums[rows]
+                    .iter()
+                    .map(|&v| {
+                        let mut b = vec![0u64; n];
+                        b[0] = v;
+                        b
+                    })
+                    .collect();
+                let plan = plans.next().expect("a plan per plane and chunk");
+                out.push(plan.pack(ring, bodies, &b_parts));
+            }
+        }
+        Ok(out.into_iter().map(|ct| ct.b).collect())
+    }
+}
+
+fn dot_split<T: Copy + Into<i64>>(
+    row: &[T],
+    q_lo: &[i64],
+    q_hi: &[i64],
+    s_lo: &mut i64,
+    s_hi: &mut i64,
+) {
+    for ((&d, &l), &h) in row.iter().zip(q_lo).zip(q_hi) {
+        let d: i64 = d.into();
+        *s_lo += d * l;
+        *s_hi += d * h;
+    }
+}
+
+/// `A_i = Σ_c r̃_{i,c}·a_c` for a row given by `entry(j)`, in coefficient form.
+fn row_mask(ring: &Ring, masks_ntt: &[Vec<u64>], entry: impl Fn(usize) -> i64) -> Vec<u64> {
+    let n = ring.n();
+    let mut acc = vec![0u64; n];
+    for (c, mask) in masks_ntt.iter().enumerate() {
+        // r̃_0 = r_0, r̃_{N−t} = −r_t: the constant coefficient of r̃·y is ⟨r, y⟩.
+        let mut rev = vec![0u64; n];
+        rev[0] = Q.from_i64(entry(c * n));
+        for t in 1..n {
+            rev[n - t] = Q.from_i64(-entry(c * n + t));
+        }
+        let f = ring.to_ntt(&rev);
+        for i in 0..n {
+            acc[i] = Q.add(acc[i], Q.mul(f[i], mask[i]));
+        }
+    }
+    ring.ntt.inverse(&mut acc);
+    acc
+}
+
+/// A query for block `block` with integer features `q` (`|q_j| ≤ 32767`): the upload (the
+/// chunks' `b` values and the key bodies) and the secret that decodes the answer.
+pub fn query(
+    ring: &Ring,
+    shape: &ScoreShape,
+    query_seed: &[u8; 32],
+    masks: &PackingMasks,
+    block: usize,
+    q: &[i16],
+    rng: &mut impl RngCore,
+) -> Result<(Vec<u64>, PackingBodies, SecretKey)> {
+    let n = ring.n();
+    if block >= shape.blocks
+        || q.len() != shape.dim
+        || q.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX)
+    {
+        return Err(Error::InvalidParameter {
+            name: "score query",
+            reason: format!(
+                "block {block} of {}, {} features of {}",
+                shape.blocks,
+                q.len(),
+                shape.dim
+            ),
+        });
+    }
+    let mut u = vec![0i64; shape.cols(n)];
+    let base = block * shape.cols_per_block();
+    for (j, &v) in q.iter().enumerate() {
+        u[base + j] = 2 * i64::from(v);
+    }
+    u[base + shape.dim] = -1;
+    for k in 1..NORM_DIGITS {
+        u[base + shape.dim + k] = -(1i64 << (8 * (k - 1)));
+    }
+    let sk = SecretKey::generate(ring, rng);
+    let delta = 1u64 << LOG_DELTA;
+    let mut upload = Vec::with_capacity(u.len());
+    for (c, chunk) in u.chunks(n).enumerate() {
+        let as_ = ring.mul(&query_mask(ring, query_seed, c), sk.coeffs());
+        let e = sample_error_poly(n, rng);
+        upload.extend((0..n).map(|t| {
+            let m = Q.mul(Q.from_i64(chunk[t]), delta);
+            Q.add(Q.add(as_[t], Q.from_i64(e[t])), m)
+        }));
+    }
+    let bodies = masks.bodies(ring, &sk, rng);
+    Ok((upload, bodies, sk))
+}
+
+/// Every row's `T = 2⟨q, f⟩ − ‖f‖²` from the answer (`b` parts) and the public `a` parts.
+pub fn decode(
+    ring: &Ring,
+    shape: &ScoreShape,
+    sk: &SecretKey,
+    public_a: &[&[u64]],
+    answer: &[Vec<u64>],
+) -> Result<Vec<i64>> {
+    let n = ring.n();
+    let chunks = shape.row_chunks(n);
+    let valid = |p: &[u64]| p.len() == n && p.iter().all(|&x| x < Q.value);
+    if public_a.len() != PLANES * chunks.len()
+        || answer.len() != public_a.len()
+        || !public_a.iter().all(|a| valid(a))
+        || !answer.iter().all(|b| valid(b))
+    {
+        return Err(Error::InvalidParameter {
+            name: "score answer",
+            reason: format!(
+                "expected {} polynomials of {n} values below Q",
+                PLANES * chunks.len()
+            ),
+        });
+    }
+    let mut sums = vec![vec![0i64; shape.rows]; PLANES];
+    for (plane, plane_sums) in sums.iter_mut().enumerate() {
+        for (k, rows) in chunks.iter().enumerate() {
+            let idx = plane * chunks.len() + k;
+            let as_ = ring.mul(public_a[idx], sk.coeffs());
+            let stride = n / rows.len().next_power_of_two();
+            for (r, row) in rows.clone().enumerate() {
+                let phase = Q.centered(Q.sub(answer[idx][r * stride], as_[r * stride]));
+                plane_sums[row] = (phase + (1 << (LOG_DELTA - 1))) >> LOG_DELTA;
+            }
+        }
+    }
+    Ok((0..shape.rows)
+        .map(|i| 256 * sums[1][i] + sums[0][i])
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng;
+
+    fn exact_scores(q: &[i16], block: &[i16], dim: usize) -> Vec<i64> {
+        block
+            .chunks_exact(dim)
+            .map(|f| {
+                let dot: i64 = f
+                    .iter()
+                    .zip(q)
+                    .map(|(&a, &b)| i64::from(a) * i64::from(b))
+                    .sum();
+                let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
+                2 * dot - norm
+            })
+            .collect()
+    }
+
+    #[test]
+    fn row_chunks_cover_the_rows_in_power_of_two_widths() {
+        let shape = |rows| ScoreShape {
+            blocks: 1,
+            dim: 1,
+            rows,
+        };
+        assert_eq!(
+            shape(11_000).row_chunks(4096),
+            vec![0..4096, 4096..8192, 8192..10240, 10240..11000]
+        );
+        assert_eq!(shape(4000).row_chunks(4096), vec![0..4000]);
+        assert_eq!(shape(8192).row_chunks(4096), vec![0..4096, 4096..8192]);
+        assert_eq!(shape(1).row_chunks(4096), vec![0..1]);
+        for rows in 1..600 {
+            let chunks = shape(rows).row_chunks(256);
+            assert_eq!(chunks.first().unwrap().start, 0);
+            assert_eq!(chunks.last().unwrap().end, rows);
+            assert!(chunks.windows(2).all(|w| w[0].end == w[1].start));
+            assert!(chunks.iter().all(|c| c.len() <= 256));
+        }
+    }
+
+    #[test]
+    fn planes_and_norm_digits_recompose() {
+        for f in [-32767i16, -256, -1, 0, 1, 255, 256, 32767] {
+            let (lo, hi) = planes_of(f);
+            assert_eq!(256 * i32::from(hi) + i32::from(lo), i32::from(f));
+        }
+        let extreme = vec![32767i16; 64];
+        let d = norm_digits(&extreme);
+        let back: i64 = d.iter().enumerate().map(|(k, &x)| x << (8 * k)).sum();
+        assert_eq!(back, 64 * 32767i64 * 32767);
+        assert!((0..=255).contains(&d[0]) && d[1..].iter().all(|x| (-128..=127).contains(x)));
+    }
+
+    #[test]
+    fn the_client_gets_its_blocks_exact_scores_and_nothing_depends_on_the_block() {
+        // A small ring (tests only) and a shape with several query chunks and row chunks.
+        let n = 256;
+        let ring = Ring::new(n);
+        let shape = ScoreShape {
+            blocks: 9,
+            dim: 24,
+            rows: 300,
+        };
+        let mut rng = ChaCha20Rng::seed_from_u64(11);
+        let blocks: Vec<Vec<i16>> = (0..shape.blocks)
+            .map(|b| {
+                let items = if b == 3 {
+                    shape.rows
+                } else {
+                    rng.random_range(1..shape.rows)
+                };
+                (0..items * shape.dim)
+                    .map(|_| match rng.random_range(0..10) {
+                        0 => 32767,
+                        1 => -32767,
+                        _ => rng.random_range(-32767..=32767),
+                    })
+                    .collect()
+            })
+            .collect();
+        let (qseed, pseed) = ([1u8; 32], [2u8; 32]);
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &pseed);
+        let db = ScoreDb::build(&ring, shape, &blocks, &qseed, &masks).unwrap();
+        let public_a = db.public_a();
+        let mut sizes = Vec::new();
+        for block in [3usize, 0, 8] {
+            let q: Vec<i16> = (0..shape.dim)
+                .map(|_| rng.random_range(-32767..=32767))
+                .collect();
+            let (upload, bodies, sk) =
+                query(&ring, &shape, &qseed, &masks, block, &q, &mut rng).unwrap();
+            sizes.push(upload.len());
+            let answer = db.answer(&ring, &upload, &bodies).unwrap();
+            let got = decode(&ring, &shape, &sk, &public_a, &answer).unwrap();
+            let want = exact_scores(&q, &blocks[block], shape.dim);
+            assert_eq!(&got[..want.len()], &want[..], "block {block}");
+            // Padding rows score 0 (no features, no norm).
+            assert!(got[want.len()..].iter().all(|&t| t == 0));
+        }
+        assert!(
+            sizes.windows(2).all(|w| w[0] == w[1]),
+            "the upload's size is public"
+        );
+        assert!(failure_log2(&shape, n) < -1000.0);
+    }
+
+    #[test]
+    fn bad_inputs_are_refused() {
+        let ring = Ring::new(64);
+        let shape = ScoreShape {
+            blocks: 2,
+            dim: 4,
+            rows: 3,
+        };
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[0; 32]);
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        let ok = vec![vec![1i16; 8], vec![2i16; 4]];
+        assert!(ScoreDb::build(&ring, shape, &ok[..1], &[0; 32], &masks).is_err());
+        let too_many = vec![vec![1i16; 16], vec![2i16; 4]];
+        assert!(ScoreDb::build(&ring, shape, &too_many, &[0; 32], &masks).is_err());
+        let db = ScoreDb::build(&ring, shape, &ok, &[0; 32], &masks).unwrap();
+        assert!(query(&ring, &shape, &[0; 32], &masks, 2, &[0; 4], &mut rng).is_err());
+        assert!(query(&ring, &shape, &[0; 32], &masks, 0, &[0; 3], &mut rng).is_err());
+        let (up, bodies, sk) =
+            query(&ring, &shape, &[0; 32], &masks, 1, &[5; 4], &mut rng).unwrap();
+        assert!(db.answer(&ring, &up[1..], &bodies).is_err());
+        let mut bad = up.clone();
+        bad[0] = Q.value;
+        assert!(db.answer(&ring, &bad, &bodies).is_err());
+        let answer = db.answer(&ring, &up, &bodies).unwrap();
+        assert!(decode(&ring, &shape, &sk, &db.public_a(), &answer[1..]).is_err());
+    }
+}

@@ -28,13 +28,13 @@ fn bench(c: &mut Criterion) {
     let masks = PackingMasks::from_seed(&ring, g, &[3; 32]);
     let bodies = masks.bodies(&ring, &sk, &mut rng);
     let cts: Vec<_> = (0..N)
-        .map(|i| lwe_to_rlwe(&ring, &lwe_encrypt(&ring, &sk, i as u64, &mut rng)))
+        .map(|i| lwe_encrypt(&ring, &sk, i as u64, &mut rng))
         .collect();
     group.bench_function("pack_4096_lwe_whole", |b| {
         b.iter(|| pack(&ring, &masks, &bodies, &cts));
     });
-    let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| c.a.clone()).collect();
-    let b_parts: Vec<Vec<u64>> = cts.iter().map(|c| c.b.clone()).collect();
+    let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| lwe_to_rlwe(&ring, c).a).collect();
+    let b_parts: Vec<u64> = cts.iter().map(|c| c.b).collect();
     let plan = PackingPlan::new(&ring, &masks, &a_parts);
     group.bench_function("pack_4096_lwe_online", |b| {
         b.iter(|| plan.pack(&ring, &bodies, &b_parts));

@@ -101,9 +101,13 @@ impl PackingPlan {
         let n = ring.n();
         assert!(!a_parts.is_empty() && a_parts.len() <= n);
         let width = a_parts.len().next_power_of_two();
-        let scaled = scaled_inputs(ring, a_parts, width);
+        let n_inv = n_inverse(ring);
+        let leaf = |i: usize| match a_parts.get(i) {
+            Some(p) => p.iter().map(|&x| n_inv.times(x)).collect(),
+            None => vec![0; n],
+        };
         let mut steps = Vec::with_capacity(n);
-        let mut a = merge(ring, &scaled, &mut |l, diff| {
+        let mut a = merge(ring, width, &leaf, &mut |l, diff| {
             let (digits, a) =
                 masks.0[l as usize - 1].switch_a(ring, &ring.automorphism(diff, level_k(l)));
             steps.push(digits);
@@ -133,13 +137,21 @@ impl PackingPlan {
         8 * (self.a.len() + self.steps.iter().map(SwitchDigits::len).sum::<usize>())
     }
 
-    /// The packed ciphertext of inputs with these `b` parts (the same order and count as the
-    /// plan's `a` parts) under the client's `bodies`.
-    pub fn pack(&self, ring: &Ring, bodies: &PackingBodies, b_parts: &[Vec<u64>]) -> Ciphertext {
-        assert!(!b_parts.is_empty() && b_parts.len().next_power_of_two() == self.width);
-        let scaled = scaled_inputs(ring, b_parts, self.width);
+    /// The packed ciphertext of LWE ciphertexts with these `b` values (the same order and
+    /// count as the plan's `a` parts) under the client's `bodies`.
+    pub fn pack(&self, ring: &Ring, bodies: &PackingBodies, b_values: &[u64]) -> Ciphertext {
+        assert!(!b_values.is_empty() && b_values.len().next_power_of_two() == self.width);
+        let n_inv = n_inverse(ring);
+        // An LWE ciphertext's RLWE form has the constant polynomial b (`lwe_to_rlwe`).
+        let leaf = |i: usize| {
+            let mut p = vec![0u64; ring.n()];
+            if let Some(&b) = b_values.get(i) {
+                p[0] = n_inv.times(b);
+            }
+            p
+        };
         let mut steps = self.steps.iter();
-        let mut b = merge(ring, &scaled, &mut |l, diff| {
+        let mut b = merge(ring, self.width, &leaf, &mut |l, diff| {
             let digits = steps.next().expect("the plan has every step");
             bodies.0[l as usize - 1].switch_b(ring, digits, &ring.automorphism(diff, level_k(l)))
         });
@@ -156,32 +168,24 @@ impl PackingPlan {
     }
 }
 
-/// Packs `cts` (each from [`lwe_to_rlwe`], at most `N`) into one ciphertext whose coefficient
-/// `i·N/n'` has phase `m_i + e_i + (packing error)`, `n'` = `cts.len()` rounded up to a power
-/// of two; every other coefficient has phase 0 plus packing error. The plan and its use in one
-/// go (a client-side or test convenience; servers keep the plan).
+/// Packs `cts` (at most `N`) into one RLWE ciphertext whose coefficient `i·N/n'` has phase
+/// `m_i + e_i + (packing error)`, `n'` = `cts.len()` rounded up to a power of two; every other
+/// coefficient has phase 0 plus packing error. The plan and its use in one go (a test and
+/// benchmark convenience; servers keep the plan).
 pub fn pack(
     ring: &Ring,
     masks: &PackingMasks,
     bodies: &PackingBodies,
-    cts: &[Ciphertext],
+    cts: &[LweCiphertext],
 ) -> Ciphertext {
-    let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| c.a.clone()).collect();
-    let b_parts: Vec<Vec<u64>> = cts.iter().map(|c| c.b.clone()).collect();
-    PackingPlan::new(ring, masks, &a_parts).pack(ring, bodies, &b_parts)
+    let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| lwe_to_rlwe(ring, c).a).collect();
+    let b_values: Vec<u64> = cts.iter().map(|c| c.b).collect();
+    PackingPlan::new(ring, masks, &a_parts).pack(ring, bodies, &b_values)
 }
 
-/// The inputs times `N⁻¹` (the merges and the trace multiply by `N` in all), padded with zeros
-/// to `width`.
-fn scaled_inputs(ring: &Ring, parts: &[Vec<u64>], width: usize) -> Vec<Vec<u64>> {
-    let n = ring.n();
-    let n_inv = Q.shoup(Q.inv(n as u64));
-    (0..width)
-        .map(|i| match parts.get(i) {
-            Some(p) => p.iter().map(|&x| n_inv.times(x)).collect(),
-            None => vec![0; n],
-        })
-        .collect()
+/// `N⁻¹`: inputs are scaled by it because the merges and the trace multiply by `N` in all.
+fn n_inverse(ring: &Ring) -> super::modq::Shoup {
+    Q.shoup(Q.inv(ring.n() as u64))
 }
 
 /// The trace's levels after merging `width` inputs: `log width + 1 … log N`.
@@ -199,27 +203,30 @@ fn add(x: &[u64], y: &[u64]) -> Vec<u64> {
 /// `τ_{2ˡ+1}(diff)` half, and is called in the same (post-)order for both.
 fn merge(
     ring: &Ring,
-    parts: &[Vec<u64>],
+    width: usize,
+    leaf: &impl Fn(usize) -> Vec<u64>,
     switch: &mut impl FnMut(u32, &[u64]) -> Vec<u64>,
 ) -> Vec<u64> {
-    merge_strided(ring, parts, 0, 1, switch)
+    merge_strided(ring, width, leaf, 0, 1, switch)
 }
 
-/// [`merge`] of the inputs `offset, offset + stride, …` (without copying the halves).
+/// [`merge`] of the inputs `offset, offset + stride, …` of `width` (`leaf(i)` makes input `i`
+/// when the recursion reaches it, so the inputs are never all held or copied).
 fn merge_strided(
     ring: &Ring,
-    parts: &[Vec<u64>],
+    width: usize,
+    leaf: &impl Fn(usize) -> Vec<u64>,
     offset: usize,
     stride: usize,
     switch: &mut impl FnMut(u32, &[u64]) -> Vec<u64>,
 ) -> Vec<u64> {
-    let count = parts.len() / stride;
+    let count = width / stride;
     if count == 1 {
-        return parts[offset].clone();
+        return leaf(offset);
     }
     let l = count.trailing_zeros();
-    let even = merge_strided(ring, parts, offset, 2 * stride, switch);
-    let odd = merge_strided(ring, parts, offset + stride, 2 * stride, switch);
+    let even = merge_strided(ring, width, leaf, offset, 2 * stride, switch);
+    let odd = merge_strided(ring, width, leaf, offset + stride, 2 * stride, switch);
     let odd = ring.mul_monomial(&odd, ring.n() >> l);
     let diff: Vec<u64> = even.iter().zip(&odd).map(|(&x, &y)| Q.sub(x, y)).collect();
     let switched = switch(l, &diff);
@@ -281,9 +288,9 @@ mod tests {
         let msgs: Vec<u64> = (0..count)
             .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
             .collect();
-        let cts: Vec<Ciphertext> = msgs
+        let cts: Vec<LweCiphertext> = msgs
             .iter()
-            .map(|&m| lwe_to_rlwe(&ring, &lwe_encrypt(&ring, &sk, m, &mut rng)))
+            .map(|&m| lwe_encrypt(&ring, &sk, m, &mut rng))
             .collect();
         let got = phase(&ring, &sk, &pack(&ring, &masks, &bodies, &cts));
         let stride = n / count.next_power_of_two();
@@ -350,10 +357,10 @@ mod tests {
             let msgs: Vec<u64> = (0..count)
                 .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
                 .collect();
-            let b_parts: Vec<Vec<u64>> = a_fixed
+            let b_parts: Vec<u64> = a_fixed
                 .iter()
                 .zip(&msgs)
-                .map(|(a, &m)| lwe_to_rlwe(&ring, &lwe_encrypt_with(a.clone(), &sk, m, &mut rng)).b)
+                .map(|(a, &m)| lwe_encrypt_with(a.clone(), &sk, m, &mut rng).b)
                 .collect();
             let got = phase(&ring, &sk, &plan.pack(&ring, &bodies, &b_parts));
             for (i, &m) in msgs.iter().enumerate() {

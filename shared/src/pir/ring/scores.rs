@@ -249,8 +249,13 @@ impl ScoreDb {
         query: &[u64],
         bodies: &PackingBodies,
     ) -> Result<Vec<Vec<u64>>> {
-        let n = ring.n();
-        let cols = self.shape.cols(n);
+        let sums = self.plane_sums(ring, query)?;
+        Ok(self.pack_sums(ring, &sums, bodies))
+    }
+
+    /// The scoring pass: each plane's `D·b`, row by row (each an LWE ciphertext's `b` value).
+    pub fn plane_sums(&self, ring: &Ring, query: &[u64]) -> Result<Vec<Vec<u64>>> {
+        let cols = self.shape.cols(ring.n());
         if query.len() != cols || query.iter().any(|&x| x >= Q.value) {
             return Err(Error::InvalidParameter {
                 name: "score query",
@@ -260,49 +265,49 @@ impl ScoreDb {
         // Split into 31-bit halves so each row's sums fit an i64: |d| ≤ 255, ≤ 2¹⁵ columns.
         let q_lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
         let q_hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
-        let mut out = Vec::with_capacity(self.plans.len());
+        let combine =
+            |(s_lo, s_hi): (i64, i64)| Q.add(Q.mul(Q.from_i64(s_hi), 1 << 31), Q.from_i64(s_lo));
+        Ok(vec![
+            self.lo
+                .chunks_exact(cols)
+                .map(|row| combine(dot_split(row, &q_lo, &q_hi)))
+                .collect(),
+            self.hi
+                .chunks_exact(cols)
+                .map(|row| combine(dot_split(row, &q_lo, &q_hi)))
+                .collect(),
+        ])
+    }
+
+    /// Packing the plane sums under the client's key bodies (the online half of the plans).
+    pub fn pack_sums(
+        &self,
+        ring: &Ring,
+        sums: &[Vec<u64>],
+        bodies: &PackingBodies,
+    ) -> Vec<Vec<u64>> {
+        let chunks = self.shape.row_chunks(ring.n());
         let mut plans = self.plans.iter();
-        for plane in 0..PLANES {
-            let sums: Vec<u64> = (0..self.shape.rows)
-                .map(|i| {
-                    let (mut s_lo, mut s_hi) = (0i64, 0i64);
-                    let range = i * cols..(i + 1) * cols;
-                    match plane {
-                        0 => dot_split(&self.lo[range], &q_lo, &q_hi, &mut s_lo, &mut s_hi),
-                        _ => dot_split(&self.hi[range], &q_lo, &q_hi, &mut s_lo, &mut s_hi),
-                    }
-                    Q.add(Q.mul(Q.from_i64(s_hi), 1 << 31), Q.from_i64(s_lo))
-                })
-                .collect();
-            for rows in self.shape.row_chunks(n) {
-                let b_parts: Vec<Vec<u64>> = sums[rows]
-                    .iter()
-                    .map(|&v| {
-                        let mut b = vec![0u64; n];
-                        b[0] = v;
-                        b
-                    })
-                    .collect();
+        let mut out = Vec::with_capacity(self.plans.len());
+        for plane_sums in sums {
+            for rows in &chunks {
                 let plan = plans.next().expect("a plan per plane and chunk");
-                out.push(plan.pack(ring, bodies, &b_parts));
+                out.push(plan.pack(ring, bodies, &plane_sums[rows.clone()]).b);
             }
         }
-        Ok(out.into_iter().map(|ct| ct.b).collect())
+        out
     }
 }
 
-fn dot_split<T: Copy + Into<i64>>(
-    row: &[T],
-    q_lo: &[i64],
-    q_hi: &[i64],
-    s_lo: &mut i64,
-    s_hi: &mut i64,
-) {
+/// `(Σ d·q_lo, Σ d·q_hi)` over a row.
+fn dot_split<T: Copy + Into<i64>>(row: &[T], q_lo: &[i64], q_hi: &[i64]) -> (i64, i64) {
+    let (mut s_lo, mut s_hi) = (0i64, 0i64);
     for ((&d, &l), &h) in row.iter().zip(q_lo).zip(q_hi) {
         let d: i64 = d.into();
-        *s_lo += d * l;
-        *s_hi += d * h;
+        s_lo += d * l;
+        s_hi += d * h;
     }
+    (s_lo, s_hi)
 }
 
 /// `A_i = Σ_c r̃_{i,c}·a_c` for a row given by `entry(j)`, in coefficient form.

@@ -1,6 +1,7 @@
 //! PIR in the browser's WebAssembly: the same queries, answers and decoded records as the
-//! native build (a fixed transcript's digest, also checked natively in `shared::pir`), and the
-//! query generation and decoding speed at the 10,000-image thumbnail shape.
+//! native build (fixed transcripts' digests, also checked natively in `shared::pir`), the
+//! query generation and decoding speed at the 10,000-image thumbnail shape, and the hintless
+//! scores' client work at the deployed ring degree (reported, not asserted).
 
 #![cfg(target_arch = "wasm32")]
 
@@ -17,9 +18,80 @@ wasm_bindgen_test_configure!(run_in_browser);
 const NATIVE_TRANSCRIPT_7: &str =
     "b673833e0fd360640bd7716f99e5d3d47b0245376847f37bae847881369a746c";
 
+/// `shared::pir::tests::HINTLESS_TRANSCRIPT_7`, computed natively.
+const NATIVE_HINTLESS_TRANSCRIPT_7: &str =
+    "081a3b847db319c043e7d3a2be0eb89b292adc715bfef547cec475075e034558";
+
 #[wasm_bindgen_test]
 fn wasm_queries_answers_and_decoding_equal_the_native_ones() {
     assert_eq!(shared::pir::selftest::transcript(7), NATIVE_TRANSCRIPT_7);
+    assert_eq!(
+        shared::pir::selftest::hintless_transcript(7),
+        NATIVE_HINTLESS_TRANSCRIPT_7
+    );
+}
+
+#[wasm_bindgen_test]
+fn hintless_scores_at_the_deployed_degree_in_wasm() {
+    use shared::pir::ring::pack::PackingMasks;
+    use shared::pir::ring::rlwe::{uniform, Gadget, Ring};
+    use shared::pir::ring::scores::{decode, query, ScoreDb, ScoreShape};
+    use shared::pir::ring::N;
+    let ring = Ring::new(N);
+    let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[3; 32]);
+    let mut rng = ChaCha20Rng::seed_from_u64(2);
+    // Exact scores end to end on a small database at N = 4,096.
+    let small = ScoreShape {
+        blocks: 3,
+        dim: 8,
+        rows: 40,
+    };
+    let blocks: Vec<Vec<i16>> = (0..3)
+        .map(|b| {
+            (0..40 * 8)
+                .map(|i| (((i * 337 + b * 91) % 60_001) as i32 - 30_000) as i16)
+                .collect()
+        })
+        .collect();
+    let db = ScoreDb::build(&ring, small, &blocks, &[4; 32], &masks).unwrap();
+    let q: Vec<i16> = (0..8).map(|j| 3_000 * j - 9_000).collect();
+    let (up, bodies, sk) = query(&ring, &small, &[4; 32], &masks, 1, &q, &mut rng).unwrap();
+    let answer = db.answer(&ring, &up, &bodies).unwrap();
+    let scores = decode(&ring, &small, &sk, &db.public_a(), &answer).unwrap();
+    for (f, &t) in blocks[1].chunks_exact(8).zip(&scores) {
+        let dot: i64 = f
+            .iter()
+            .zip(&q)
+            .map(|(&a, &b)| i64::from(a) * i64::from(b))
+            .sum();
+        let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
+        assert_eq!(t, 2 * dot - norm);
+    }
+    // The client's work at the million-image shape (256 blocks, 11,000 rows): the query and
+    // key bodies, and decoding 8 packed ciphertexts (their content does not change the cost).
+    let shape = ScoreShape {
+        blocks: 256,
+        dim: 64,
+        rows: 11_000,
+    };
+    let q: Vec<i16> = (0..64).map(|j| 500 * j - 16_000).collect();
+    let t0 = js_sys::Date::now();
+    let (up, _bodies, sk) = query(&ring, &shape, &[4; 32], &masks, 200, &q, &mut rng).unwrap();
+    let t1 = js_sys::Date::now();
+    let polys = 2 * shape.row_chunks(N).len();
+    let filler: Vec<Vec<u64>> = (0..polys)
+        .map(|_| (0..N).map(|_| uniform(&mut rng)).collect())
+        .collect();
+    let public_a: Vec<&[u64]> = filler.iter().map(|p| p.as_slice()).collect();
+    let t2 = js_sys::Date::now();
+    decode(&ring, &shape, &sk, &public_a, &filler).unwrap();
+    let t3 = js_sys::Date::now();
+    assert_eq!(up.len(), shape.cols(N));
+    console_log!(
+        "hintless scores in wasm at the 1M shape: query + key bodies {:.0} ms, decode {:.0} ms",
+        t1 - t0,
+        t3 - t2
+    );
 }
 
 #[wasm_bindgen_test]

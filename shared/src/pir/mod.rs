@@ -64,6 +64,58 @@ pub mod selftest {
         }
         hash_hex(&out)
     }
+
+    /// SHA-256 over the hintless scores' query, key bodies' effect (the answer) and decoded
+    /// scores at a small ring, queried with a ChaCha20 stream seeded by `seed` — the same on
+    /// every target. Checks the scores against the plaintext ones.
+    pub fn hintless_transcript(seed: u64) -> String {
+        use super::ring::pack::PackingMasks;
+        use super::ring::rlwe::{Gadget, Ring};
+        use super::ring::scores::{decode, query, ScoreDb, ScoreShape};
+        let ring = Ring::new(256);
+        let shape = ScoreShape {
+            blocks: 5,
+            dim: 12,
+            rows: 70,
+        };
+        let blocks: Vec<Vec<i16>> = (0..shape.blocks)
+            .map(|b| {
+                (0..(40 + 6 * b) * shape.dim)
+                    .map(|i| ((i * 7919 + b * 104_729) % 65_535) as i32 - 32_767)
+                    .map(|v| v as i16)
+                    .collect()
+            })
+            .collect();
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[seed as u8; 32]);
+        let db = ScoreDb::build(&ring, shape, &blocks, &[1; 32], &masks).expect("builds");
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let q: Vec<i16> = (0..shape.dim as i16).map(|j| 2_000 * j - 11_000).collect();
+        let (upload, bodies, sk) =
+            query(&ring, &shape, &[1; 32], &masks, 2, &q, &mut rng).expect("query");
+        let answer = db.answer(&ring, &upload, &bodies).expect("answer");
+        let scores = decode(&ring, &shape, &sk, &db.public_a(), &answer).expect("decode");
+        for (f, &t) in blocks[2].chunks_exact(shape.dim).zip(&scores) {
+            let dot: i64 = f
+                .iter()
+                .zip(&q)
+                .map(|(&a, &b)| i64::from(a) * i64::from(b))
+                .sum();
+            let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
+            assert_eq!(t, 2 * dot - norm, "the scheme decodes exact scores");
+        }
+        let mut out = Vec::new();
+        upload
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        answer
+            .iter()
+            .flatten()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        scores
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        hash_hex(&out)
+    }
 }
 
 #[cfg(test)]
@@ -223,6 +275,18 @@ mod tests {
     #[test]
     fn the_transcript_is_stable() {
         assert_eq!(super::selftest::transcript(7), TRANSCRIPT_7);
+    }
+
+    /// The digest the wasm test compares the hintless scores' transcript against.
+    pub const HINTLESS_TRANSCRIPT_7: &str =
+        "081a3b847db319c043e7d3a2be0eb89b292adc715bfef547cec475075e034558";
+
+    #[test]
+    fn the_hintless_transcript_is_stable() {
+        assert_eq!(
+            super::selftest::hintless_transcript(7),
+            HINTLESS_TRANSCRIPT_7
+        );
     }
 
     #[test]

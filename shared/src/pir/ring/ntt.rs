@@ -57,21 +57,32 @@ impl Ntt {
     pub fn forward(&self, a: &mut [u64]) {
         assert_eq!(a.len(), self.n);
         let two_q = 2 * self.m.value;
+        let butterfly = |x: &mut u64, y: &mut u64, s: Shoup| {
+            let mut u = *x;
+            if u >= two_q {
+                u -= two_q;
+            }
+            let v = s.times_lazy(*y);
+            *x = u + v;
+            *y = u + two_q - v;
+        };
         let mut t = self.n;
         let mut m = 1;
         while m < self.n {
             t /= 2;
-            for i in 0..m {
-                let s = self.psi_rev[m + i];
-                let (lo, hi) = a[2 * i * t..2 * (i + 1) * t].split_at_mut(t);
-                for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
-                    let mut u = *x;
-                    if u >= two_q {
-                        u -= two_q;
+            let twiddles = &self.psi_rev[m..2 * m];
+            if t == 1 {
+                // The last stage: pairs (chunked, so no per-pair slicing).
+                for (pair, &s) in a.chunks_exact_mut(2).zip(twiddles) {
+                    let (x, y) = pair.split_at_mut(1);
+                    butterfly(&mut x[0], &mut y[0], s);
+                }
+            } else {
+                for (block, &s) in a.chunks_exact_mut(2 * t).zip(twiddles) {
+                    let (lo, hi) = block.split_at_mut(t);
+                    for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
+                        butterfly(x, y, s);
                     }
-                    let v = s.times_lazy(*y);
-                    *x = u + v;
-                    *y = u + two_q - v;
                 }
             }
             m *= 2;
@@ -93,21 +104,31 @@ impl Ntt {
     pub fn inverse(&self, a: &mut [u64]) {
         assert_eq!(a.len(), self.n);
         let two_q = 2 * self.m.value;
+        let butterfly = |x: &mut u64, y: &mut u64, s: Shoup| {
+            let (u, v) = (*x, *y);
+            let mut sum = u + v;
+            if sum >= two_q {
+                sum -= two_q;
+            }
+            *x = sum;
+            *y = s.times_lazy(u + two_q - v);
+        };
         let mut t = 1;
         let mut m = self.n;
         while m > 1 {
             let h = m / 2;
-            for i in 0..h {
-                let s = self.inv_psi_rev[h + i];
-                let (lo, hi) = a[2 * i * t..2 * (i + 1) * t].split_at_mut(t);
-                for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
-                    let (u, v) = (*x, *y);
-                    let mut sum = u + v;
-                    if sum >= two_q {
-                        sum -= two_q;
+            let twiddles = &self.inv_psi_rev[h..m];
+            if t == 1 {
+                for (pair, &s) in a.chunks_exact_mut(2).zip(twiddles) {
+                    let (x, y) = pair.split_at_mut(1);
+                    butterfly(&mut x[0], &mut y[0], s);
+                }
+            } else {
+                for (block, &s) in a.chunks_exact_mut(2 * t).zip(twiddles) {
+                    let (lo, hi) = block.split_at_mut(t);
+                    for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
+                        butterfly(x, y, s);
                     }
-                    *x = sum;
-                    *y = s.times_lazy(u + two_q - v);
                 }
             }
             t *= 2;

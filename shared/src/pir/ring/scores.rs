@@ -49,6 +49,7 @@ use super::modq::Q;
 use super::pack::{added_variance, PackingBodies, PackingMasks, PackingPlan};
 use super::rlwe::{sample_error_poly, uniform, Gadget, Ring, SecretKey};
 use crate::error::{Error, Result};
+use crate::pir::client::PirError;
 
 /// Norm digits per block: `‖f‖² < 2³⁶` needs one unsigned digit and four signed ones.
 pub const NORM_DIGITS: usize = 5;
@@ -110,12 +111,26 @@ impl ScoreShape {
 
 /// log2 of the probability that a query decodes any score wrongly (module docs).
 pub fn failure_log2(shape: &ScoreShape, n: usize) -> f64 {
-    let sigma = crate::pir::lwe::SIGMA;
-    let v_lwe = sigma * sigma * shape.cols(n) as f64 * 255.0 * 255.0;
-    let v = v_lwe + added_variance(n, Gadget::DEFAULT);
     let half = (1u64 << (LOG_DELTA - 1)) as f64;
-    let nats = half * half / (2.0 * v);
+    let nats = half * half / (2.0 * error_variance(shape, n));
     (2.0 * (PLANES * shape.rows) as f64).log2() - nats / std::f64::consts::LN_2
+}
+
+/// Variance proxy of a decoded phase's error: the LWE pass's plus packing's (module docs).
+fn error_variance(shape: &ScoreShape, n: usize) -> f64 {
+    let sigma = crate::pir::lwe::SIGMA;
+    sigma * sigma * shape.cols(n) as f64 * 255.0 * 255.0 + added_variance(n, Gadget::DEFAULT)
+}
+
+/// What every decoded coefficient's error stays below except with probability 2⁻⁴⁰ per query
+/// (the sub-Gaussian tail with a union bound over the `N` coefficients of every ciphertext).
+/// Far below `Δ/2` (2²¹ against 2²⁹ at the 1M shape), so [`decode`] can refuse an answer
+/// whose phases are not all that close to multiples of `Δ`: a wrong key, a damaged answer or
+/// wrong public parts leave phases uniform, each inside the bound with probability 2⁻⁸.
+pub fn error_bound(shape: &ScoreShape, n: usize) -> f64 {
+    let coefficients = (PLANES * shape.row_chunks(n).len() * n) as f64;
+    let nats = (2.0 * coefficients).ln() + 40.0 * std::f64::consts::LN_2;
+    (2.0 * error_variance(shape, n) * nats).sqrt()
 }
 
 /// The two digits planes of a matrix entry, and the norm digits of an item.
@@ -381,6 +396,10 @@ pub fn query(
 }
 
 /// Every row's `T = 2⟨q, f⟩ − ‖f‖²` from the answer (`b` parts) and the public `a` parts.
+/// Refuses (typed error) an answer any of whose coefficients is off a multiple of `Δ` by more
+/// than [`error_bound`], or carries a value where the packing leaves none — what a wrong key,
+/// a damaged answer or wrong public parts produce. A server that computes a *different*
+/// answer on purpose is not detected: encrypted scores carry no checksum (`docs/eval/pir.md`).
 pub fn decode(
     ring: &Ring,
     shape: &ScoreShape,
@@ -404,15 +423,30 @@ pub fn decode(
             ),
         });
     }
+    let bound = error_bound(shape, n).ceil() as i64;
     let mut sums = vec![vec![0i64; shape.rows]; PLANES];
     for (plane, plane_sums) in sums.iter_mut().enumerate() {
         for (k, rows) in chunks.iter().enumerate() {
             let idx = plane * chunks.len() + k;
             let as_ = ring.mul(public_a[idx], sk.coeffs());
             let stride = n / rows.len().next_power_of_two();
-            for (r, row) in rows.clone().enumerate() {
-                let phase = Q.centered(Q.sub(answer[idx][r * stride], as_[r * stride]));
-                plane_sums[row] = (phase + (1 << (LOG_DELTA - 1))) >> LOG_DELTA;
+            for (pos, (&b, &a_s)) in answer[idx].iter().zip(&as_).enumerate() {
+                let phase = Q.centered(Q.sub(b, a_s));
+                let sum = (phase + (1 << (LOG_DELTA - 1))) >> LOG_DELTA;
+                // Rows sit at multiples of the stride; the trace leaves the rest at 0.
+                let row = (pos % stride == 0).then(|| rows.start + pos / stride);
+                let row = row.filter(|&r| r < rows.end);
+                if (phase - (sum << LOG_DELTA)).abs() > bound || (row.is_none() && sum != 0) {
+                    return Err(PirError::Malformed(
+                        "the scores' answer does not decode within its proven error bound (a \
+                         wrong key, a damaged answer or wrong public parts)"
+                            .into(),
+                    )
+                    .into());
+                }
+                if let Some(r) = row {
+                    plane_sums[r] = sum;
+                }
             }
         }
     }
@@ -528,6 +562,87 @@ mod tests {
             "the upload's size is public"
         );
         assert!(failure_log2(&shape, n) < -1000.0);
+    }
+
+    #[test]
+    fn wrong_keys_damaged_answers_and_wrong_public_parts_are_refused() {
+        let n = 256;
+        let ring = Ring::new(n);
+        let shape = ScoreShape {
+            blocks: 4,
+            dim: 16,
+            rows: 100,
+        };
+        let mut rng = ChaCha20Rng::seed_from_u64(12);
+        let blocks: Vec<Vec<i16>> = (0..4)
+            .map(|_| {
+                (0..100 * 16)
+                    .map(|_| rng.random_range(-32767..=32767))
+                    .collect()
+            })
+            .collect();
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[6; 32]);
+        let db = ScoreDb::build(&ring, shape, &blocks, &[7; 32], &masks).unwrap();
+        let q = vec![1234i16; 16];
+        let (up, bodies, sk) = query(&ring, &shape, &[7; 32], &masks, 1, &q, &mut rng).unwrap();
+        let answer = db.answer(&ring, &up, &bodies).unwrap();
+        let public_a = db.public_a();
+        assert!(decode(&ring, &shape, &sk, &public_a, &answer).is_ok());
+        assert!(error_bound(&shape, n) < (1u64 << (LOG_DELTA - 2)) as f64);
+        let other = SecretKey::generate(&ring, &mut rng);
+        assert!(
+            decode(&ring, &shape, &other, &public_a, &answer).is_err(),
+            "wrong key"
+        );
+        for (poly, pos) in [(0usize, 0usize), (3, 17), (1, n - 1)] {
+            let mut damaged = answer.clone();
+            damaged[poly][pos] = Q.add(damaged[poly][pos], 1 << 27);
+            assert!(
+                decode(&ring, &shape, &sk, &public_a, &damaged).is_err(),
+                "damage at {poly}/{pos}"
+            );
+        }
+        let mut wrong_a: Vec<Vec<u64>> = public_a.iter().map(|a| a.to_vec()).collect();
+        // Another version's parts: a different polynomial (a change of a few units in `a`
+        // moves each phase by at most that times ‖s‖₁ and is tolerated like any error).
+        wrong_a[2] = (0..n)
+            .map(|_| super::super::rlwe::uniform(&mut rng))
+            .collect();
+        let wrong_a: Vec<&[u64]> = wrong_a.iter().map(|a| a.as_slice()).collect();
+        assert!(
+            decode(&ring, &shape, &sk, &wrong_a, &answer).is_err(),
+            "wrong public a"
+        );
+    }
+
+    #[test]
+    fn the_upload_looks_uniform() {
+        // Sanity, not a proof: the query values' top byte over Q's range is flat whatever the
+        // block (a chi-square test with 255 degrees of freedom, far above its 0.1 % quantile
+        // 330 only if something is badly wrong).
+        let ring = Ring::new(1024);
+        let shape = ScoreShape {
+            blocks: 40,
+            dim: 64,
+            rows: 10,
+        };
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[8; 32]);
+        let mut rng = ChaCha20Rng::seed_from_u64(13);
+        for block in [0usize, 39] {
+            let q = vec![32767i16; 64];
+            let (up, _, _) = query(&ring, &shape, &[9; 32], &masks, block, &q, &mut rng).unwrap();
+            let mut counts = [0f64; 256];
+            for &v in &up {
+                counts[(v >> (Q.bits() - 8)) as usize] += 1.0;
+            }
+            // Values are uniform below Q = 2⁶² − 2¹⁶ + 1, so each top byte has mass ≈ 1/256.
+            let expected = up.len() as f64 / 256.0;
+            let chi2: f64 = counts
+                .iter()
+                .map(|c| (c - expected).powi(2) / expected)
+                .sum();
+            assert!(chi2 < 330.0, "block {block}: chi-square {chi2}");
+        }
     }
 
     #[test]

@@ -19,6 +19,10 @@ fn bench(c: &mut Criterion) {
     group.bench_function("ntt_forward", |b| {
         b.iter(|| ring.to_ntt(&poly));
     });
+    group.bench_function("ntt_inverse", |b| {
+        let mut p = poly.clone();
+        b.iter(|| ring.ntt.inverse(&mut p));
+    });
     let ct = encrypt(&ring, &sk, &poly, &mut rng);
     let g = Gadget::DEFAULT;
     let key = AutomorphismKey::generate(&ring, g, (&[2; 32], 0), &sk, 3, &mut rng);

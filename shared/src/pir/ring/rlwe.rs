@@ -48,7 +48,7 @@ pub struct Ring {
     /// Transforms modulo `P` (the key-switching keys' second residue).
     ntt_p: Ntt,
     /// `P⁻¹ mod Q`, for the rounding division of key switching.
-    p_inv: u64,
+    p_inv: Shoup,
 }
 
 impl Ring {
@@ -56,7 +56,7 @@ impl Ring {
         Ring {
             ntt: Ntt::new(n, Q),
             ntt_p: Ntt::new(n, P),
-            p_inv: Q.inv(P.value % Q.value),
+            p_inv: Q.shoup(Q.inv(P.value % Q.value)),
         }
     }
 
@@ -460,19 +460,39 @@ impl Ring {
     /// `⌊Σ_t d_t·k_t / P⌉ mod Q` from the residues of `Σ_t d_t·k_t` modulo `P·Q`:
     /// `(x_Q − centered(x_P))·P⁻¹`, exact because `x − centered(x_P)` is a multiple of `P`.
     fn divide_by_p(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("bmi2") {
+                // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
+                return unsafe { self.divide_by_p_avx2(digits, key) };
+            }
+        }
+        self.divide_by_p_portable(digits, key)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,bmi2")]
+    unsafe fn divide_by_p_avx2(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
+        self.divide_by_p_portable(digits, key)
+    }
+
+    #[inline(always)]
+    fn divide_by_p_portable(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
         let n = self.n();
         let (mut xq, mut xp) = (vec![0u64; n], vec![0u64; n]);
         for ((dq, dp), row) in digits.q.iter().zip(&digits.p).zip(key) {
-            for i in 0..n {
-                xq[i] = Q.add(xq[i], row.q[i].times(dq[i]));
-                xp[i] = P.add(xp[i], row.p[i].times(dp[i]));
+            for ((x, &d), k) in xq.iter_mut().zip(dq).zip(&row.q) {
+                *x = Q.add(*x, k.times(d));
+            }
+            for ((x, &d), k) in xp.iter_mut().zip(dp).zip(&row.p) {
+                *x = P.add(*x, k.times(d));
             }
         }
         self.ntt.inverse(&mut xq);
         self.ntt_p.inverse(&mut xp);
         xq.iter()
             .zip(&xp)
-            .map(|(&x, &y)| Q.mul(Q.sub(x, Q.from_i64(P.centered(y))), self.p_inv))
+            .map(|(&x, &y)| self.p_inv.times(Q.sub(x, Q.from_i64(P.centered(y)))))
             .collect()
     }
 }

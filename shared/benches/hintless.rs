@@ -43,47 +43,64 @@ fn main() {
         db.plan_bytes() as f64 / (1u64 << 30) as f64
     );
     let public_a = db.public_a();
-    let block = shape.blocks / 2;
-    let q: Vec<i16> = (0..shape.dim)
-        .map(|_| rng.random_range(-32767..=32767))
-        .collect();
-    let t = Instant::now();
-    let (upload, bodies, sk) =
-        query(&ring, &shape, &qseed, &masks, block, &q, &mut rng).expect("query");
-    let client_query = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let sums = db.plane_sums(&ring, &upload).expect("scoring pass");
-    let scoring = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let answer = db.pack_sums(&ring, &sums, &bodies);
-    let packing = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let scores = decode(&ring, &shape, &sk, &public_a, &answer).expect("decode");
-    let client_decode = t.elapsed().as_secs_f64();
-    let exact_ok = blocks[block]
-        .chunks_exact(shape.dim)
-        .zip(&scores)
-        .all(|(f, &t)| {
-            let dot: i64 = f
-                .iter()
-                .zip(&q)
-                .map(|(&a, &b)| i64::from(a) * i64::from(b))
-                .sum();
-            let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
-            2 * dot - norm == t
-        });
+    // Three searches (three blocks); the median is reported, each checked exactly.
+    let mut runs = Vec::new();
+    let (mut upload_len, mut answer_len) = (0, 0);
+    for block in [shape.blocks / 2, 0, shape.blocks - 1] {
+        let q: Vec<i16> = (0..shape.dim)
+            .map(|_| rng.random_range(-32767..=32767))
+            .collect();
+        let t = Instant::now();
+        let (upload, bodies, sk) =
+            query(&ring, &shape, &qseed, &masks, block, &q, &mut rng).expect("query");
+        let client_query = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let sums = db.plane_sums(&ring, &upload).expect("scoring pass");
+        let scoring = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let answer = db.pack_sums(&ring, &sums, &bodies);
+        let packing = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let scores = decode(&ring, &shape, &sk, &public_a, &answer).expect("decode");
+        let client_decode = t.elapsed().as_secs_f64();
+        let exact = blocks[block]
+            .chunks_exact(shape.dim)
+            .zip(&scores)
+            .all(|(f, &t)| {
+                let dot: i64 = f
+                    .iter()
+                    .zip(&q)
+                    .map(|(&a, &b)| i64::from(a) * i64::from(b))
+                    .sum();
+                let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
+                2 * dot - norm == t
+            });
+        assert!(
+            exact,
+            "decoded scores differ from the plaintext ones (block {block})"
+        );
+        println!(
+            "block {block}: server {:.2} core-s = scoring {scoring:.2} + packing {packing:.2}; \
+             client query {client_query:.3} s, decode {client_decode:.3} s; all {} scores exact",
+            scoring + packing,
+            shape.rows
+        );
+        runs.push((scoring + packing, scoring, packing));
+        (upload_len, answer_len) = (upload.len(), answer.len());
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (server, scoring, packing) = runs[1];
     let log_n = N.trailing_zeros() as usize;
     // Query b values (62-bit, sent as 8 bytes) and key bodies: per level, 2 digits × N values
     // modulo Q (8 bytes) and modulo P (6 bytes).
-    let up_query = upload.len() * 8;
+    let up_query = upload_len * 8;
     let up_keys = log_n * 2 * N * (8 + 6);
-    let down = answer.len() * N * 8;
+    let down = answer_len * N * 8;
     let once = public_a.len() * N * 8;
     println!(
-        "server per query: {:.2} core-s = scoring pass {scoring:.2} + packing online {packing:.2}",
-        scoring + packing
+        "server per query (median of 3): {server:.2} core-s = scoring pass {scoring:.2} + \
+         packing online {packing:.2}"
     );
-    println!("client: query {client_query:.2} s, decode {client_decode:.2} s");
     println!(
         "bytes: up {:.0} KiB query + {:.0} KiB key bodies, down {:.0} KiB, once {:.0} KiB",
         up_query as f64 / 1024.0,
@@ -91,10 +108,5 @@ fn main() {
         down as f64 / 1024.0,
         once as f64 / 1024.0
     );
-    println!(
-        "scores exact for all {} rows of block {block}: {exact_ok}; failure bound 2^{:.0}",
-        shape.rows,
-        failure_log2(&shape, N)
-    );
-    assert!(exact_ok, "decoded scores differ from the plaintext ones");
+    println!("failure bound 2^{:.0} per query", failure_log2(&shape, N));
 }

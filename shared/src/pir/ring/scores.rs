@@ -316,6 +316,24 @@ impl ScoreDb {
 
 /// `(Σ d·q_lo, Σ d·q_hi)` over a row.
 fn dot_split<T: Copy + Into<i64>>(row: &[T], q_lo: &[i64], q_hi: &[i64]) -> (i64, i64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { dot_split_avx2(row, q_lo, q_hi) };
+        }
+    }
+    dot_split_portable(row, q_lo, q_hi)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot_split_avx2<T: Copy + Into<i64>>(row: &[T], q_lo: &[i64], q_hi: &[i64]) -> (i64, i64) {
+    dot_split_portable(row, q_lo, q_hi)
+}
+
+#[inline(always)]
+fn dot_split_portable<T: Copy + Into<i64>>(row: &[T], q_lo: &[i64], q_hi: &[i64]) -> (i64, i64) {
     let (mut s_lo, mut s_hi) = (0i64, 0i64);
     for ((&d, &l), &h) in row.iter().zip(q_lo).zip(q_hi) {
         let d: i64 = d.into();

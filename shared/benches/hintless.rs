@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use shared::pir::ring::pack::PackingMasks;
+use shared::pir::ring::pack::{PackingBodies, PackingMasks};
 use shared::pir::ring::rlwe::{Gadget, Ring};
-use shared::pir::ring::scores::{decode, failure_log2, query, ScoreDb, ScoreShape};
+use shared::pir::ring::scores::{self, decode, failure_log2, query, ScoreDb, ScoreShape};
 use shared::pir::ring::N;
 
 fn main() {
@@ -90,12 +90,12 @@ fn main() {
     }
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (server, scoring, packing) = runs[1];
-    let log_n = N.trailing_zeros() as usize;
-    // Query b values (62-bit, sent as 8 bytes) and key bodies: per level, 2 digits × N values
-    // modulo Q (8 bytes) and modulo P (6 bytes).
+    // The wire sizes (`scores::upload_len`, `answer_len`); the packed `a` parts are 8 bytes a value.
     let up_query = upload_len * 8;
-    let up_keys = log_n * 2 * N * (8 + 6);
-    let down = answer_len * N * 8;
+    let up_keys = PackingBodies::wire_len(N, Gadget::DEFAULT);
+    assert_eq!(up_query + up_keys, scores::upload_len(&shape, N));
+    let down = scores::answer_len(&shape, N);
+    assert_eq!(down, answer_len * N * 8);
     let once = public_a.len() * N * 8;
     println!(
         "server per query (median of 3): {server:.2} core-s = scoring pass {scoring:.2} + \

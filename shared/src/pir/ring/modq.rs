@@ -164,6 +164,11 @@ pub struct Shoup {
 }
 
 impl Shoup {
+    /// The multiplier itself.
+    pub fn value(self) -> u64 {
+        self.w
+    }
+
     /// `a·w mod q` for any `a < 2⁶⁴`.
     #[inline]
     pub fn times(self, a: u64) -> u64 {

@@ -26,6 +26,8 @@ use super::modq::Q;
 use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, Ring, SecretKey, SwitchDigits};
 use rand::RngCore;
 
+use crate::pir::client::PirError;
+
 /// An LWE ciphertext of dimension `N` modulo `Q`; phase `b − ⟨a, s⟩`.
 #[derive(Clone, Debug)]
 pub struct LweCiphertext {
@@ -60,6 +62,33 @@ pub struct PackingMasks(Vec<KeyMask>);
 /// A client's packing keys: the bodies for `τ_{2ʲ+1}(s) → s` under [`PackingMasks`]. This is
 /// all of the keys a client uploads.
 pub struct PackingBodies(Vec<KeyBody>);
+
+impl PackingBodies {
+    /// Bytes on the wire: `log N` bodies ([`KeyBody::wire_len`] each).
+    pub fn wire_len(n: usize, gadget: Gadget) -> usize {
+        n.trailing_zeros() as usize * KeyBody::wire_len(n, gadget)
+    }
+
+    pub fn write(&self, out: &mut Vec<u8>) {
+        self.0.iter().for_each(|b| b.write(out));
+    }
+
+    /// Bodies from [`PackingBodies::write`]'s bytes (exact length, reduced values).
+    pub fn read(n: usize, gadget: Gadget, bytes: &[u8]) -> Result<PackingBodies, PirError> {
+        if bytes.len() != PackingBodies::wire_len(n, gadget) {
+            return Err(PirError::Malformed(format!(
+                "packing keys have {} bytes, expected {}",
+                bytes.len(),
+                PackingBodies::wire_len(n, gadget)
+            )));
+        }
+        bytes
+            .chunks_exact(KeyBody::wire_len(n, gadget))
+            .map(|b| KeyBody::read(n, gadget, b))
+            .collect::<Result<Vec<_>, _>>()
+            .map(PackingBodies)
+    }
+}
 
 impl PackingMasks {
     pub fn from_seed(ring: &Ring, gadget: Gadget, seed: &[u8; 32]) -> PackingMasks {

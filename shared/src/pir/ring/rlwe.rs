@@ -38,6 +38,7 @@ use rand_chacha::ChaCha20Rng;
 
 use super::modq::{Modulus, Shoup, P, Q};
 use super::ntt::Ntt;
+use crate::pir::client::PirError;
 use crate::pir::lwe::sample_error;
 
 /// The ring `Z_Q[X]/(Xᴺ + 1)` of one degree, with its transform tables.
@@ -449,6 +450,61 @@ impl KeyMask {
 }
 
 impl KeyBody {
+    /// Bytes of a body on the wire: per digit, `N` values modulo `Q` (8 bytes each) and `N`
+    /// modulo `P` (6 bytes: `P < 2⁴⁸`), little-endian, transformed.
+    pub fn wire_len(n: usize, gadget: Gadget) -> usize {
+        gadget.digits * n * (8 + 6)
+    }
+
+    pub fn write(&self, out: &mut Vec<u8>) {
+        for row in &self.rows {
+            row.q
+                .iter()
+                .for_each(|w| out.extend_from_slice(&w.value().to_le_bytes()));
+            row.p
+                .iter()
+                .for_each(|w| out.extend_from_slice(&w.value().to_le_bytes()[..6]));
+        }
+    }
+
+    /// A body from [`KeyBody::write`]'s bytes: exactly [`KeyBody::wire_len`] of them, every
+    /// value reduced — anything else is refused, so a malformed upload never reaches the
+    /// arithmetic.
+    pub fn read(n: usize, gadget: Gadget, bytes: &[u8]) -> std::result::Result<KeyBody, PirError> {
+        let expected = KeyBody::wire_len(n, gadget);
+        if bytes.len() != expected {
+            return Err(PirError::Malformed(format!(
+                "a key body has {} bytes, expected {expected}",
+                bytes.len()
+            )));
+        }
+        let reduced = |m: Modulus, v: u64| {
+            (v < m.value)
+                .then_some(v)
+                .ok_or_else(|| PirError::Malformed("a key body value is not reduced".into()))
+        };
+        let rows = bytes
+            .chunks_exact(n * 14)
+            .map(|row| {
+                let (q, p) = row.split_at(n * 8);
+                let q = q
+                    .chunks_exact(8)
+                    .map(|c| reduced(Q, u64::from_le_bytes(c.try_into().expect("8 bytes"))))
+                    .collect::<std::result::Result<Vec<u64>, _>>()?;
+                let p = p
+                    .chunks_exact(6)
+                    .map(|c| {
+                        let mut w = [0u8; 8];
+                        w[..6].copy_from_slice(c);
+                        reduced(P, u64::from_le_bytes(w))
+                    })
+                    .collect::<std::result::Result<Vec<u64>, _>>()?;
+                Ok(KeyRow::new(&q, &p))
+            })
+            .collect::<std::result::Result<Vec<KeyRow>, PirError>>()?;
+        Ok(KeyBody { rows })
+    }
+
     /// The other half: `b − ⌊Σ_t d_t·b_t / P⌉`.
     pub fn switch_b(&self, ring: &Ring, digits: &SwitchDigits, b: &[u64]) -> Vec<u64> {
         let q = ring.divide_by_p(digits, &self.rows);

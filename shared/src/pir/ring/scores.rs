@@ -413,6 +413,81 @@ pub fn query(
     Ok((upload, bodies, sk))
 }
 
+/// Bytes of a query on the wire: the chunks' `b` values (8 bytes each, little-endian), then
+/// the key bodies ([`PackingBodies::write`]). The same for every photo and block.
+pub fn upload_len(shape: &ScoreShape, n: usize) -> usize {
+    shape.cols(n) * 8 + PackingBodies::wire_len(n, Gadget::DEFAULT)
+}
+
+pub fn encode_upload(query: &[u64], bodies: &PackingBodies) -> Vec<u8> {
+    let mut out = Vec::with_capacity(query.len() * 8);
+    query
+        .iter()
+        .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+    bodies.write(&mut out);
+    out
+}
+
+/// The server's reading of an upload: exactly [`upload_len`] bytes, every value reduced.
+pub fn decode_upload(
+    shape: &ScoreShape,
+    n: usize,
+    bytes: &[u8],
+) -> Result<(Vec<u64>, PackingBodies)> {
+    if bytes.len() != upload_len(shape, n) {
+        return Err(PirError::Malformed(format!(
+            "a scores query has {} bytes, expected {}",
+            bytes.len(),
+            upload_len(shape, n)
+        ))
+        .into());
+    }
+    let (query, keys) = bytes.split_at(shape.cols(n) * 8);
+    let query = read_reduced(query)?;
+    Ok((query, PackingBodies::read(n, Gadget::DEFAULT, keys)?))
+}
+
+/// Bytes of an answer: per plane and row chunk, `N` values modulo `Q` (8 bytes each).
+pub fn answer_len(shape: &ScoreShape, n: usize) -> usize {
+    PLANES * shape.row_chunks(n).len() * n * 8
+}
+
+pub fn encode_answer(answer: &[Vec<u64>]) -> Vec<u8> {
+    answer
+        .iter()
+        .flatten()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
+}
+
+/// The client's reading of an answer: exactly [`answer_len`] bytes, every value reduced.
+pub fn decode_answer(shape: &ScoreShape, n: usize, bytes: &[u8]) -> Result<Vec<Vec<u64>>> {
+    let expected = answer_len(shape, n);
+    if bytes.len() != expected {
+        return Err(PirError::AnswerSize {
+            expected,
+            got: bytes.len(),
+        }
+        .into());
+    }
+    Ok(read_reduced(bytes)?
+        .chunks(n)
+        .map(<[u64]>::to_vec)
+        .collect())
+}
+
+fn read_reduced(bytes: &[u8]) -> std::result::Result<Vec<u64>, PirError> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let v = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            (v < Q.value)
+                .then_some(v)
+                .ok_or_else(|| PirError::Malformed("a value is not reduced modulo Q".into()))
+        })
+        .collect()
+}
+
 /// Every row's `T = 2⟨q, f⟩ − ‖f‖²` from the answer (`b` parts) and the public `a` parts.
 /// Refuses (typed error) an answer any of whose coefficients is off a multiple of `Δ` by more
 /// than [`error_bound`], or carries a value where the packing leaves none — what a wrong key,
@@ -661,6 +736,59 @@ mod tests {
                 .sum();
             assert!(chi2 < 330.0, "block {block}: chi-square {chi2}");
         }
+    }
+
+    #[test]
+    fn uploads_and_answers_cross_the_wire_and_malformed_ones_are_refused() {
+        let n = 256;
+        let ring = Ring::new(n);
+        let shape = ScoreShape {
+            blocks: 3,
+            dim: 10,
+            rows: 50,
+        };
+        let mut rng = ChaCha20Rng::seed_from_u64(15);
+        let blocks: Vec<Vec<i16>> = (0..3)
+            .map(|_| {
+                (0..50 * 10)
+                    .map(|_| rng.random_range(-32767..=32767))
+                    .collect()
+            })
+            .collect();
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[2; 32]);
+        let db = ScoreDb::build(&ring, shape, &blocks, &[3; 32], &masks).unwrap();
+        let q = vec![-777i16; 10];
+        let (up, bodies, sk) = query(&ring, &shape, &[3; 32], &masks, 2, &q, &mut rng).unwrap();
+        let bytes = encode_upload(&up, &bodies);
+        assert_eq!(bytes.len(), upload_len(&shape, n));
+        let (up2, bodies2) = decode_upload(&shape, n, &bytes).unwrap();
+        assert_eq!(up2, up);
+        let answer = encode_answer(&db.answer(&ring, &up2, &bodies2).unwrap());
+        assert_eq!(answer.len(), answer_len(&shape, n));
+        let decoded = decode_answer(&shape, n, &answer).unwrap();
+        let got = decode(&ring, &shape, &sk, &db.public_a(), &decoded).unwrap();
+        let want = exact_scores(&q, &blocks[2], 10);
+        assert_eq!(&got[..50], &want[..]);
+        // Truncated, extended, or with an unreduced value: refused, typed.
+        assert!(decode_upload(&shape, n, &bytes[1..]).is_err());
+        assert!(decode_upload(&shape, n, &[bytes.clone(), vec![0]].concat()).is_err());
+        // A query value, a key value modulo Q (8 bytes), a key value modulo P (6 bytes).
+        for (at, width) in [
+            (0usize, 8usize),
+            (shape.cols(n) * 8, 8),
+            (bytes.len() - 6, 6),
+        ] {
+            let mut bad = bytes.clone();
+            bad[at..at + width].fill(0xff);
+            assert!(
+                decode_upload(&shape, n, &bad).is_err(),
+                "unreduced value at {at}"
+            );
+        }
+        assert!(decode_answer(&shape, n, &answer[8..]).is_err());
+        let mut bad = answer.clone();
+        bad[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_answer(&shape, n, &bad).is_err());
     }
 
     #[test]

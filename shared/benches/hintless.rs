@@ -63,18 +63,7 @@ fn main() {
         let t = Instant::now();
         let scores = decode(&ring, &shape, &sk, &public_a, &answer).expect("decode");
         let client_decode = t.elapsed().as_secs_f64();
-        let exact = blocks[block]
-            .chunks_exact(shape.dim)
-            .zip(&scores)
-            .all(|(f, &t)| {
-                let dot: i64 = f
-                    .iter()
-                    .zip(&q)
-                    .map(|(&a, &b)| i64::from(a) * i64::from(b))
-                    .sum();
-                let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
-                2 * dot - norm == t
-            });
+        let exact = scores[..] == scores::plaintext_scores(&q, &blocks[block], shape.dim)[..];
         assert!(
             exact,
             "decoded scores differ from the plaintext ones (block {block})"

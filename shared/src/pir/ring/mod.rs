@@ -22,3 +22,10 @@ pub mod scores;
 
 /// The ring degree of the deployed parameter set.
 pub const N: usize = 4096;
+
+/// Whether the AVX2 + BMI2 builds of the hot loops may run here (the transforms, the key
+/// switch's division, the scoring pass are compiled twice and chosen at run time).
+#[cfg(target_arch = "x86_64")]
+fn fast_x86() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("bmi2")
+}

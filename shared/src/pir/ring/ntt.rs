@@ -58,7 +58,7 @@ impl Ntt {
         assert_eq!(a.len(), self.n);
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("bmi2") {
+            if super::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
                 return unsafe { self.forward_avx2(a) };
             }
@@ -76,34 +76,19 @@ impl Ntt {
     #[inline(always)]
     fn forward_portable(&self, a: &mut [u64]) {
         let two_q = 2 * self.m.value;
-        let butterfly = |x: &mut u64, y: &mut u64, s: Shoup| {
-            let mut u = *x;
-            if u >= two_q {
-                u -= two_q;
-            }
-            let v = s.times_lazy(*y);
-            *x = u + v;
-            *y = u + two_q - v;
-        };
         let mut t = self.n;
         let mut m = 1;
         while m < self.n {
             t /= 2;
-            let twiddles = &self.psi_rev[m..2 * m];
-            if t == 1 {
-                // The last stage: pairs (chunked, so no per-pair slicing).
-                for (pair, &s) in a.chunks_exact_mut(2).zip(twiddles) {
-                    let (x, y) = pair.split_at_mut(1);
-                    butterfly(&mut x[0], &mut y[0], s);
+            stage(a, t, &self.psi_rev[m..2 * m], |x, y, s| {
+                let mut u = *x;
+                if u >= two_q {
+                    u -= two_q;
                 }
-            } else {
-                for (block, &s) in a.chunks_exact_mut(2 * t).zip(twiddles) {
-                    let (lo, hi) = block.split_at_mut(t);
-                    for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
-                        butterfly(x, y, s);
-                    }
-                }
-            }
+                let v = s.times_lazy(*y);
+                *x = u + v;
+                *y = u + two_q - v;
+            });
             m *= 2;
         }
         let q = self.m.value;
@@ -124,7 +109,7 @@ impl Ntt {
         assert_eq!(a.len(), self.n);
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("bmi2") {
+            if super::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
                 return unsafe { self.inverse_avx2(a) };
             }
@@ -141,38 +126,48 @@ impl Ntt {
     #[inline(always)]
     fn inverse_portable(&self, a: &mut [u64]) {
         let two_q = 2 * self.m.value;
-        let butterfly = |x: &mut u64, y: &mut u64, s: Shoup| {
-            let (u, v) = (*x, *y);
-            let mut sum = u + v;
-            if sum >= two_q {
-                sum -= two_q;
-            }
-            *x = sum;
-            *y = s.times_lazy(u + two_q - v);
-        };
         let mut t = 1;
         let mut m = self.n;
         while m > 1 {
             let h = m / 2;
-            let twiddles = &self.inv_psi_rev[h..m];
-            if t == 1 {
-                for (pair, &s) in a.chunks_exact_mut(2).zip(twiddles) {
-                    let (x, y) = pair.split_at_mut(1);
-                    butterfly(&mut x[0], &mut y[0], s);
+            stage(a, t, &self.inv_psi_rev[h..m], |x, y, s| {
+                let (u, v) = (*x, *y);
+                let mut sum = u + v;
+                if sum >= two_q {
+                    sum -= two_q;
                 }
-            } else {
-                for (block, &s) in a.chunks_exact_mut(2 * t).zip(twiddles) {
-                    let (lo, hi) = block.split_at_mut(t);
-                    for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
-                        butterfly(x, y, s);
-                    }
-                }
-            }
+                *x = sum;
+                *y = s.times_lazy(u + two_q - v);
+            });
             t *= 2;
             m = h;
         }
         for x in a.iter_mut() {
             *x = self.n_inv.times(*x);
+        }
+    }
+}
+
+/// One stage of butterflies: blocks of `2t` values, each with its twiddle, pairing value `j`
+/// with `j + t`; when `t = 1` the pairs are taken whole (no per-pair slicing).
+#[inline(always)]
+fn stage(
+    a: &mut [u64],
+    t: usize,
+    twiddles: &[Shoup],
+    butterfly: impl Fn(&mut u64, &mut u64, Shoup),
+) {
+    if t == 1 {
+        for (pair, &s) in a.chunks_exact_mut(2).zip(twiddles) {
+            let (x, y) = pair.split_at_mut(1);
+            butterfly(&mut x[0], &mut y[0], s);
+        }
+    } else {
+        for (block, &s) in a.chunks_exact_mut(2 * t).zip(twiddles) {
+            let (lo, hi) = block.split_at_mut(t);
+            for (x, y) in lo.iter_mut().zip(hi.iter_mut()) {
+                butterfly(x, y, s);
+            }
         }
     }
 }

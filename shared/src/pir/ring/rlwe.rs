@@ -518,7 +518,7 @@ impl Ring {
     fn divide_by_p(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("bmi2") {
+            if super::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
                 return unsafe { self.divide_by_p_avx2(digits, key) };
             }

@@ -413,6 +413,23 @@ pub fn query(
     Ok((upload, bodies, sk))
 }
 
+/// The scores [`decode`] yields for block `block` (`items × dim`, row-major), computed in the
+/// clear: the reference the tests and benchmarks check against.
+pub fn plaintext_scores(q: &[i16], block: &[i16], dim: usize) -> Vec<i64> {
+    block
+        .chunks_exact(dim)
+        .map(|f| {
+            let dot: i64 = f
+                .iter()
+                .zip(q)
+                .map(|(&a, &b)| i64::from(a) * i64::from(b))
+                .sum();
+            let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
+            2 * dot - norm
+        })
+        .collect()
+}
+
 /// Bytes of a query on the wire: the chunks' `b` values (8 bytes each, little-endian), then
 /// the key bodies ([`PackingBodies::write`]). The same for every photo and block.
 pub fn upload_len(shape: &ScoreShape, n: usize) -> usize {
@@ -553,19 +570,38 @@ mod tests {
     use super::*;
     use rand::Rng;
 
-    fn exact_scores(q: &[i16], block: &[i16], dim: usize) -> Vec<i64> {
-        block
-            .chunks_exact(dim)
-            .map(|f| {
-                let dot: i64 = f
-                    .iter()
-                    .zip(q)
-                    .map(|(&a, &b)| i64::from(a) * i64::from(b))
-                    .sum();
-                let norm: i64 = f.iter().map(|&a| i64::from(a) * i64::from(a)).sum();
-                2 * dot - norm
+    /// A database of full random blocks (±32,767 entries) on a small ring.
+    struct Fixture {
+        n: usize,
+        ring: Ring,
+        blocks: Vec<Vec<i16>>,
+        masks: PackingMasks,
+        db: ScoreDb,
+        rng: ChaCha20Rng,
+    }
+
+    const QSEED: [u8; 32] = [7; 32];
+
+    fn fixture(n: usize, shape: ScoreShape, seed: u64) -> Fixture {
+        let ring = Ring::new(n);
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let blocks: Vec<Vec<i16>> = (0..shape.blocks)
+            .map(|_| {
+                (0..shape.rows * shape.dim)
+                    .map(|_| rng.random_range(-32767..=32767))
+                    .collect()
             })
-            .collect()
+            .collect();
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[seed as u8; 32]);
+        let db = ScoreDb::build(&ring, shape, &blocks, &QSEED, &masks).unwrap();
+        Fixture {
+            n,
+            ring,
+            blocks,
+            masks,
+            db,
+            rng,
+        }
     }
 
     #[test]
@@ -645,7 +681,7 @@ mod tests {
             sizes.push(upload.len());
             let answer = db.answer(&ring, &upload, &bodies).unwrap();
             let got = decode(&ring, &shape, &sk, &public_a, &answer).unwrap();
-            let want = exact_scores(&q, &blocks[block], shape.dim);
+            let want = plaintext_scores(&q, &blocks[block], shape.dim);
             assert_eq!(&got[..want.len()], &want[..], "block {block}");
             // Padding rows score 0 (no features, no norm).
             assert!(got[want.len()..].iter().all(|&t| t == 0));
@@ -659,25 +695,21 @@ mod tests {
 
     #[test]
     fn wrong_keys_damaged_answers_and_wrong_public_parts_are_refused() {
-        let n = 256;
-        let ring = Ring::new(n);
         let shape = ScoreShape {
             blocks: 4,
             dim: 16,
             rows: 100,
         };
-        let mut rng = ChaCha20Rng::seed_from_u64(12);
-        let blocks: Vec<Vec<i16>> = (0..4)
-            .map(|_| {
-                (0..100 * 16)
-                    .map(|_| rng.random_range(-32767..=32767))
-                    .collect()
-            })
-            .collect();
-        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[6; 32]);
-        let db = ScoreDb::build(&ring, shape, &blocks, &[7; 32], &masks).unwrap();
+        let Fixture {
+            n,
+            ring,
+            db,
+            masks,
+            mut rng,
+            ..
+        } = fixture(256, shape, 12);
         let q = vec![1234i16; 16];
-        let (up, bodies, sk) = query(&ring, &shape, &[7; 32], &masks, 1, &q, &mut rng).unwrap();
+        let (up, bodies, sk) = query(&ring, &shape, &QSEED, &masks, 1, &q, &mut rng).unwrap();
         let answer = db.answer(&ring, &up, &bodies).unwrap();
         let public_a = db.public_a();
         assert!(decode(&ring, &shape, &sk, &public_a, &answer).is_ok());
@@ -740,25 +772,22 @@ mod tests {
 
     #[test]
     fn uploads_and_answers_cross_the_wire_and_malformed_ones_are_refused() {
-        let n = 256;
-        let ring = Ring::new(n);
         let shape = ScoreShape {
             blocks: 3,
             dim: 10,
             rows: 50,
         };
-        let mut rng = ChaCha20Rng::seed_from_u64(15);
-        let blocks: Vec<Vec<i16>> = (0..3)
-            .map(|_| {
-                (0..50 * 10)
-                    .map(|_| rng.random_range(-32767..=32767))
-                    .collect()
-            })
-            .collect();
-        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[2; 32]);
-        let db = ScoreDb::build(&ring, shape, &blocks, &[3; 32], &masks).unwrap();
+        let Fixture {
+            n,
+            ring,
+            db,
+            masks,
+            blocks,
+            mut rng,
+            ..
+        } = fixture(256, shape, 15);
         let q = vec![-777i16; 10];
-        let (up, bodies, sk) = query(&ring, &shape, &[3; 32], &masks, 2, &q, &mut rng).unwrap();
+        let (up, bodies, sk) = query(&ring, &shape, &QSEED, &masks, 2, &q, &mut rng).unwrap();
         let bytes = encode_upload(&up, &bodies);
         assert_eq!(bytes.len(), upload_len(&shape, n));
         let (up2, bodies2) = decode_upload(&shape, n, &bytes).unwrap();
@@ -767,7 +796,7 @@ mod tests {
         assert_eq!(answer.len(), answer_len(&shape, n));
         let decoded = decode_answer(&shape, n, &answer).unwrap();
         let got = decode(&ring, &shape, &sk, &db.public_a(), &decoded).unwrap();
-        let want = exact_scores(&q, &blocks[2], 10);
+        let want = plaintext_scores(&q, &blocks[2], 10);
         assert_eq!(&got[..50], &want[..]);
         // Truncated, extended, or with an unreduced value: refused, typed.
         assert!(decode_upload(&shape, n, &bytes[1..]).is_err());

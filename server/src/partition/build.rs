@@ -293,6 +293,10 @@ pub fn build(
             coverage_own = p.doc.coverage.own,
             bytes = p.doc.bytes.iter().sum::<u64>(),
             transfer_bytes = p.doc.transfer_bytes.iter().sum::<u64>(),
+            // The largest block sets the row count of any per-block PIR database.
+            largest_items = p.doc.sizes.iter().max().copied().unwrap_or(0),
+            mean_items = p.doc.sizes.iter().map(|&s| u64::from(s)).sum::<u64>()
+                / p.doc.sizes.len().max(1) as u64,
             secs = t.elapsed().as_secs_f64(),
             "partition: level built"
         );

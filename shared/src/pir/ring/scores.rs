@@ -28,7 +28,7 @@
 //! # Guarantee (query privacy)
 //! The server sees RLWE samples `(a_c, a_c·s + e_c + Δ·u_c)` and key bodies, which are RLWE
 //! samples under the same fresh `s` encrypting `P·Bᵗ·τ(s)`. Under decision-RLWE for
-//! `N = 4,096`, `log₂(P·Q) < 2¹⁰⁸`, ternary secrets, σ = 6.4 (128-bit, see [`super`]) and the
+//! `N = 4,096`, `P·Q < 2¹⁰⁸`, ternary secrets, σ = 6.4 (128-bit, see [`super`]) and the
 //! circular-security assumption every RLWE key-switching key relies on, the whole upload is
 //! indistinguishable from uniform whatever `u` is: it reveals neither the block nor the
 //! photo's features. Its size depends only on the public shape. The secret is never reused
@@ -39,8 +39,9 @@
 //! proxy `σ²·Σ_j D_ij² ≤ σ²·cols·255²`, `E_pack` with proxy [`super::pack::added_variance`]
 //! (the inputs' error passes through packing unchanged). Both are independent of the data, so
 //! `P(|E| ≥ Δ/2) ≤ 2·exp(−(Δ/2)²/(2·(v_lwe + v_pack)))`, and a union bound over the rows of a
-//! query gives [`failure_log2`] (about −2·10⁶ at the million-image shape: never). `|Δ·S| ≤ 2⁶⁰ <
-//! Q/2` keeps the centered value exact.
+//! query gives [`failure_log2`] (about −3.4·10⁶ at the million-image shape: never).
+//! [`ScoreShape::check`] refuses shapes where `|Δ·S|` could reach `Q/2` (the centered value must
+//! be exact; at 64 dimensions `|S| < 2³⁰`) or the bound exceeds 2⁻⁴⁰.
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -70,6 +71,28 @@ pub struct ScoreShape {
 }
 
 impl ScoreShape {
+    /// Refuses a shape the scheme cannot serve exactly: no blocks, rows or dimensions; plane
+    /// sums that could reach `Q/(2Δ)` (`dim·2·32,767·255 + 255`, the low plane's largest); more
+    /// than 2²⁰ query columns or 2²⁰ rows; a failure bound above 2⁻⁴⁰.
+    pub fn check(&self, n: usize) -> Result<()> {
+        let largest_sum = self.dim as u64 * 2 * FEATURE_MAX as u64 * 255 + 255;
+        let ok = self.blocks > 0
+            && self.dim > 0
+            && self.rows > 0
+            && self.rows <= 1 << 20
+            && self.blocks.saturating_mul(self.cols_per_block()) <= 1 << 20
+            && largest_sum < (Q.value / 2) >> LOG_DELTA
+            && failure_log2(self, n) <= -40.0;
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::InvalidParameter {
+                name: "score shape",
+                reason: format!("{self:?} cannot be served exactly"),
+            })
+        }
+    }
+
     pub fn cols_per_block(&self) -> usize {
         self.dim + NORM_DIGITS
     }
@@ -184,7 +207,8 @@ impl ScoreDb {
             name: "score database",
             reason,
         };
-        if blocks.len() != shape.blocks || shape.dim == 0 || shape.rows == 0 {
+        shape.check(n)?;
+        if blocks.len() != shape.blocks {
             return Err(invalid(format!(
                 "{} blocks for a shape of {}",
                 blocks.len(),
@@ -375,6 +399,7 @@ pub fn query(
     rng: &mut impl RngCore,
 ) -> Result<(Vec<u64>, PackingBodies, SecretKey)> {
     let n = ring.n();
+    shape.check(n)?;
     if block >= shape.blocks
         || q.len() != shape.dim
         || q.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX)
@@ -518,6 +543,7 @@ pub fn decode(
     answer: &[Vec<u64>],
 ) -> Result<Vec<i64>> {
     let n = ring.n();
+    shape.check(n)?;
     let chunks = shape.row_chunks(n);
     let valid = |p: &[u64]| p.len() == n && p.iter().all(|&x| x < Q.value);
     if public_a.len() != PLANES * chunks.len()
@@ -818,6 +844,33 @@ mod tests {
         let mut bad = answer.clone();
         bad[..8].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(decode_answer(&shape, n, &bad).is_err());
+    }
+
+    #[test]
+    fn shapes_the_scheme_cannot_serve_exactly_are_refused() {
+        let ok = ScoreShape {
+            blocks: 256,
+            dim: 64,
+            rows: 21_046,
+        };
+        assert!(ok.check(4096).is_ok());
+        for bad in [
+            ScoreShape { blocks: 0, ..ok },
+            ScoreShape { dim: 0, ..ok },
+            ScoreShape { rows: 0, ..ok },
+            ScoreShape {
+                rows: (1 << 20) + 1,
+                ..ok
+            },
+            // Plane sums of 256 dimensions could pass Q/(2Δ).
+            ScoreShape { dim: 256, ..ok },
+            ScoreShape {
+                blocks: 1 << 15,
+                ..ok
+            },
+        ] {
+            assert!(bad.check(4096).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

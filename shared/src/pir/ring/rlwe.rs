@@ -23,7 +23,8 @@
 //! standard heuristic of RLWE noise analyses, e.g. Costache & Smart 2016): each is
 //! sub-Gaussian with proxy ¼ (Hoeffding), so the term has proxy `(1 + N)/4`. Both together:
 //! [`Gadget::switch_variance`]. With `P ≈ 2⁴⁶` two digits of 31 bits suffice: the first term
-//! is below 2⁻¹³, and a switch adds an error of standard deviation ≈ 16 at `N = 4,096`.
+//! is below 2⁻¹³, and a switch adds an error with variance proxy ≈ 2¹⁰ (sub-Gaussian parameter 32)
+//! at `N = 4,096`.
 //!
 //! Security: the keys are RLWE samples modulo `P·Q < 2¹⁰⁸` (see the module above for the
 //! standard's bound at `N = 4,096`).

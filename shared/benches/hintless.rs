@@ -30,13 +30,7 @@ fn main() {
     };
     let ring = Ring::new(N);
     let mut rng = ChaCha20Rng::seed_from_u64(1);
-    let blocks: Vec<Vec<i16>> = (0..shape.blocks)
-        .map(|_| {
-            (0..shape.rows * shape.dim)
-                .map(|_| rng.random_range(-32767..=32767))
-                .collect()
-        })
-        .collect();
+    let blocks = shared::pir::selftest::random_blocks(&shape, &mut rng);
     let (qseed, pseed) = ([1u8; 32], [2u8; 32]);
     let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &pseed);
     println!("shape {shape:?}, {} query columns", shape.cols(N));

@@ -65,6 +65,21 @@ pub mod selftest {
         hash_hex(&out)
     }
 
+    /// Full blocks of uniform features in `±32,767` for a score database of `shape` (the
+    /// hintless tests and benchmark: their costs depend only on the shape).
+    pub fn random_blocks(
+        shape: &super::ring::scores::ScoreShape,
+        rng: &mut impl rand::Rng,
+    ) -> Vec<Vec<i16>> {
+        (0..shape.blocks)
+            .map(|_| {
+                (0..shape.rows * shape.dim)
+                    .map(|_| rng.random_range(-32767..=32767))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// SHA-256 over the hintless scores' query, key bodies' effect (the answer) and decoded
     /// scores at a small ring, queried with a ChaCha20 stream seeded by `seed` — the same on
     /// every target. Checks the scores against the plaintext ones.

@@ -169,6 +169,14 @@ impl PackingPlan {
     /// The packed ciphertext of LWE ciphertexts with these `b` values (the same order and
     /// count as the plan's `a` parts) under the client's `bodies`.
     pub fn pack(&self, ring: &Ring, bodies: &PackingBodies, b_values: &[u64]) -> Ciphertext {
+        Ciphertext {
+            a: self.a.clone(),
+            b: self.pack_b(ring, bodies, b_values),
+        }
+    }
+
+    /// Only the packed `b` part: what a server sends (the `a` part is the plan's, public).
+    pub fn pack_b(&self, ring: &Ring, bodies: &PackingBodies, b_values: &[u64]) -> Vec<u64> {
         assert!(!b_values.is_empty() && b_values.len().next_power_of_two() == self.width);
         let n_inv = n_inverse(ring);
         // An LWE ciphertext's RLWE form has the constant polynomial b (`lwe_to_rlwe`).
@@ -190,10 +198,7 @@ impl PackingPlan {
                 bodies.0[j as usize - 1].switch_b(ring, digits, &ring.automorphism(&b, level_k(j)));
             b = add(&b, &switched);
         }
-        Ciphertext {
-            a: self.a.clone(),
-            b,
-        }
+        b
     }
 }
 

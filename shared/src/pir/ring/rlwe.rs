@@ -247,18 +247,35 @@ pub fn sample_error_poly(n: usize, rng: &mut impl RngCore) -> Vec<i64> {
 
 /// Encrypts the (already scaled) message polynomial `m` under `sk`.
 pub fn encrypt(ring: &Ring, sk: &SecretKey, m: &[u64], rng: &mut impl RngCore) -> Ciphertext {
-    let n = ring.n();
-    let a: Vec<u64> = (0..n).map(|_| uniform(rng)).collect();
-    let e = reduce_signed(Q, &sample_error_poly(n, rng));
-    let as_ = ring.mul_ntt(&a, &sk.ntt);
-    let b = (0..n).map(|i| Q.add(Q.add(as_[i], e[i]), m[i])).collect();
+    let a: Vec<u64> = (0..ring.n()).map(|_| uniform(rng)).collect();
+    let b = encrypt_under(ring, sk, &a, m, rng);
     Ciphertext { a, b }
+}
+
+/// The `b` part `a·s + e + m` for a given (e.g. public, seeded) `a`, with fresh errors.
+pub fn encrypt_under(
+    ring: &Ring,
+    sk: &SecretKey,
+    a: &[u64],
+    m: &[u64],
+    rng: &mut impl RngCore,
+) -> Vec<u64> {
+    let e = reduce_signed(Q, &sample_error_poly(ring.n(), rng));
+    let as_ = ring.mul_ntt(a, &sk.ntt);
+    (0..ring.n())
+        .map(|i| Q.add(Q.add(as_[i], e[i]), m[i]))
+        .collect()
 }
 
 /// The phase `b − a·s = m + e`.
 pub fn phase(ring: &Ring, sk: &SecretKey, ct: &Ciphertext) -> Vec<u64> {
-    let as_ = ring.mul_ntt(&ct.a, &sk.ntt);
-    zip_with(&ct.b, &as_, |x, y| Q.sub(x, y))
+    phase_of(ring, sk, &ct.a, &ct.b)
+}
+
+/// [`phase`] of a ciphertext held as its two parts.
+pub fn phase_of(ring: &Ring, sk: &SecretKey, a: &[u64], b: &[u64]) -> Vec<u64> {
+    let as_ = ring.mul_ntt(a, &sk.ntt);
+    zip_with(b, &as_, |x, y| Q.sub(x, y))
 }
 
 /// A uniform element of `Z_Q` (rejection sampling on 62 bits).

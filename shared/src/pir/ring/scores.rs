@@ -48,7 +48,7 @@ use rand_chacha::ChaCha20Rng;
 
 use super::modq::Q;
 use super::pack::{added_variance, PackingBodies, PackingMasks, PackingPlan};
-use super::rlwe::{sample_error_poly, uniform, Gadget, Ring, SecretKey};
+use super::rlwe::{encrypt_under, phase_of, uniform, Gadget, Ring, SecretKey};
 use crate::error::{Error, Result};
 use crate::pir::client::PirError;
 
@@ -331,7 +331,7 @@ impl ScoreDb {
         for plane_sums in sums {
             for rows in &chunks {
                 let plan = plans.next().expect("a plan per plane and chunk");
-                out.push(plan.pack(ring, bodies, &plane_sums[rows.clone()]).b);
+                out.push(plan.pack_b(ring, bodies, &plane_sums[rows.clone()]));
             }
         }
         out
@@ -427,12 +427,14 @@ pub fn query(
     let delta = 1u64 << LOG_DELTA;
     let mut upload = Vec::with_capacity(u.len());
     for (c, chunk) in u.chunks(n).enumerate() {
-        let as_ = ring.mul(&query_mask(ring, query_seed, c), sk.coeffs());
-        let e = sample_error_poly(n, rng);
-        upload.extend((0..n).map(|t| {
-            let m = Q.mul(Q.from_i64(chunk[t]), delta);
-            Q.add(Q.add(as_[t], Q.from_i64(e[t])), m)
-        }));
+        let m: Vec<u64> = chunk.iter().map(|&v| Q.mul(Q.from_i64(v), delta)).collect();
+        upload.extend(encrypt_under(
+            ring,
+            &sk,
+            &query_mask(ring, query_seed, c),
+            &m,
+            rng,
+        ));
     }
     let bodies = masks.bodies(ring, &sk, rng);
     Ok((upload, bodies, sk))
@@ -564,10 +566,10 @@ pub fn decode(
     for (plane, plane_sums) in sums.iter_mut().enumerate() {
         for (k, rows) in chunks.iter().enumerate() {
             let idx = plane * chunks.len() + k;
-            let as_ = ring.mul(public_a[idx], sk.coeffs());
+            let phases = phase_of(ring, sk, public_a[idx], &answer[idx]);
             let stride = n / rows.len().next_power_of_two();
-            for (pos, (&b, &a_s)) in answer[idx].iter().zip(&as_).enumerate() {
-                let phase = Q.centered(Q.sub(b, a_s));
+            for (pos, &phase) in phases.iter().enumerate() {
+                let phase = Q.centered(phase);
                 let sum = (phase + (1 << (LOG_DELTA - 1))) >> LOG_DELTA;
                 // Rows sit at multiples of the stride; the trace leaves the rest at 0.
                 let row = (pos % stride == 0).then(|| rows.start + pos / stride);
@@ -611,13 +613,7 @@ mod tests {
     fn fixture(n: usize, shape: ScoreShape, seed: u64) -> Fixture {
         let ring = Ring::new(n);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
-        let blocks: Vec<Vec<i16>> = (0..shape.blocks)
-            .map(|_| {
-                (0..shape.rows * shape.dim)
-                    .map(|_| rng.random_range(-32767..=32767))
-                    .collect()
-            })
-            .collect();
+        let blocks = crate::pir::selftest::random_blocks(&shape, &mut rng);
         let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[seed as u8; 32]);
         let db = ScoreDb::build(&ring, shape, &blocks, &QSEED, &masks).unwrap();
         Fixture {

@@ -13,8 +13,8 @@ use shared::protocol::partition::{
     KMEANS_SAMPLE_ABOVE,
 };
 use shared::protocol::publish::{
-    default_specs, document, publish_level, publish_level_to, publish_whole, GalleryView,
-    PublishedLevel, Thumbnails, COVERAGE_K,
+    default_specs, document, publish_level, publish_level_to, publish_whole, ranking_spec,
+    GalleryView, PublishedLevel, Thumbnails, COVERAGE_K,
 };
 
 use super::blockstore::{BlockStore, BlockStoreError, Checksums, LevelFile};
@@ -26,7 +26,16 @@ const NEIGHBOUR_CHUNK: usize = 256;
 
 /// Bumped whenever the partition code changes what it builds from the same gallery, so a
 /// stored version built by older code is not served as current.
-const PARTITION_FORMAT: &str = "privatemail-partition-4";
+const PARTITION_FORMAT: &str = "privatemail-partition-5";
+
+/// The levels a gallery of `n` gets after the whole gallery: the default closure levels for
+/// block retrieval, then the capped level the hintless ranking serves.
+pub fn level_specs(n: usize) -> Vec<LevelSpec> {
+    default_specs(n)
+        .into_iter()
+        .chain(ranking_spec(n))
+        .collect()
+}
 
 /// What a partition is a function of: the gallery (ids, labels, features, thumbnails, in id
 /// order), the anchors its coverage is measured on, the seed, the operator's settings and the
@@ -43,7 +52,7 @@ pub fn fingerprint(
     h.update(seed.to_le_bytes());
     h.update(settings.max_share.to_bits().to_le_bytes());
     h.update([u8::from(settings.allow_full_download)]);
-    h.update(format!("{:?}", default_specs(items.len())).as_bytes());
+    h.update(format!("{:?}", level_specs(items.len())).as_bytes());
     h.update((items.len() as u64).to_le_bytes());
     // Chunks hashed in parallel (1 GB of pixels and features at 1,000,000 items), then their
     // digests in order.
@@ -142,7 +151,7 @@ pub fn closure_neighbours(
 }
 
 /// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if
-/// allowed), then [`default_specs`]; coverage measured on the public anchors' features.
+/// allowed), then [`level_specs`]; coverage measured on the public anchors' features.
 /// CPU-heavy (seconds at 10k items): call off the async runtime. Levels build in parallel.
 pub fn build(
     items: &[Arc<GalleryItem>],
@@ -195,7 +204,7 @@ pub fn build(
         .collect();
     let (probes, coverage_probes) = coverage_probes(&features, dim, &anchors);
     let truth = nearest_k_many(&features, dim, &probes, COVERAGE_K);
-    let specs = default_specs(n);
+    let specs = level_specs(n);
     let whole = settings.allow_full_download && n <= WHOLE_MAX_ITEMS;
     if settings.allow_full_download && !whole {
         tracing::warn!(
@@ -288,7 +297,7 @@ pub fn build(
         };
         drop(level);
         tracing::info!(
-            blocks = spec.blocks,
+            blocks = p.doc.blocks,
             overlap = %spec.overlap.name(),
             coverage_own = p.doc.coverage.own,
             bytes = p.doc.bytes.iter().sum::<u64>(),

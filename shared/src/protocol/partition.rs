@@ -37,6 +37,11 @@ pub enum Overlap {
     Spill(u32),
     /// Each block also holds the `m` nearest gallery items of each member.
     Closure(u32),
+    /// Blocks of at most `rows` items (a per-block PIR database has as many rows as its largest
+    /// block): clusters whose own members exceed half of `rows` are split, then each block is
+    /// filled with its members' `m`-nearest items, those nearest the cell's boundary first,
+    /// until it holds `rows` ([`capped_members`]).
+    Capped { m: u32, rows: u32 },
 }
 
 impl Overlap {
@@ -46,6 +51,7 @@ impl Overlap {
             Overlap::None => "none".into(),
             Overlap::Spill(r) => format!("spill-{r}"),
             Overlap::Closure(m) => format!("closure-{m}"),
+            Overlap::Capped { m, rows } => format!("capped-{m}-{rows}"),
         }
     }
 }
@@ -56,7 +62,7 @@ pub fn max_closure(overlaps: impl IntoIterator<Item = Overlap>) -> usize {
     overlaps
         .into_iter()
         .filter_map(|o| match o {
-            Overlap::Closure(m) => Some(m as usize),
+            Overlap::Closure(m) | Overlap::Capped { m, .. } => Some(m as usize),
             _ => None,
         })
         .max()
@@ -686,10 +692,13 @@ pub fn build_level(
     // the level is built with exactly those: each item's home is its nearest decoded centroid
     // by the client's own rule, and spill and coverage use them too.
     let raw = kmeans_centroids(features, dim, spec.blocks as usize, seed)?;
-    let centroids = crate::protocol::centroids::quantised(&raw, dim)?;
+    let mut centroids = crate::protocol::centroids::quantised(&raw, dim)?;
     drop(raw);
-    let home = nearest_centroids_exact(features, &centroids, dim);
-    let b = spec.blocks as usize;
+    let mut home = nearest_centroids_exact(features, &centroids, dim);
+    if let Overlap::Capped { rows, .. } = spec.overlap {
+        (centroids, home) = split_cells(features, dim, centroids, home, rows as usize / 2, seed)?;
+    }
+    let b = centroids.len() / dim;
     let mut members: Vec<Vec<u32>> = vec![Vec::new(); b];
     match spec.overlap {
         Overlap::None => {
@@ -712,21 +721,24 @@ pub fn build_level(
             }
         }
         Overlap::Closure(m) => {
-            let nb = neighbours.ok_or(Error::InvalidParameter {
-                name: "neighbours",
-                reason: "closure needs each item's nearest gallery items".into(),
-            })?;
-            if nb.len() != n || nb.iter().any(|v| v.len() < (m as usize).min(n - 1)) {
-                return Err(Error::InvalidParameter {
-                    name: "neighbours",
-                    reason: format!("need {m} neighbours for each of {n} items"),
-                });
-            }
+            let nb = checked_neighbours(neighbours, n, m)?;
             for (i, &h) in home.iter().enumerate() {
                 let block = &mut members[h as usize];
                 block.push(i as u32);
                 block.extend_from_slice(&nb[i][..(m as usize).min(nb[i].len())]);
             }
+        }
+        Overlap::Capped { m, rows } => {
+            let nb = checked_neighbours(neighbours, n, m)?;
+            members = capped_members(
+                features,
+                dim,
+                &centroids,
+                &home,
+                nb,
+                m as usize,
+                rows as usize,
+            );
         }
     }
     for block in &mut members {
@@ -734,11 +746,132 @@ pub fn build_level(
         block.dedup();
     }
     Ok(Level {
-        spec,
+        // Capped levels split cells: the level has as many blocks as centroids.
+        spec: LevelSpec {
+            blocks: b as u32,
+            ..spec
+        },
         centroids,
         home,
         members,
     })
+}
+
+/// `neighbours`, checked to hold at least `m` (or all `n − 1`) items for each of `n` items.
+fn checked_neighbours(neighbours: Option<&[Vec<u32>]>, n: usize, m: u32) -> Result<&[Vec<u32>]> {
+    let nb = neighbours.ok_or(Error::InvalidParameter {
+        name: "neighbours",
+        reason: "closure needs each item's nearest gallery items".into(),
+    })?;
+    if nb.len() != n || nb.iter().any(|v| v.len() < (m as usize).min(n - 1)) {
+        return Err(Error::InvalidParameter {
+            name: "neighbours",
+            reason: format!("need {m} neighbours for each of {n} items"),
+        });
+    }
+    Ok(nb)
+}
+
+/// Rounds of [`split_cells`] at most (each reassigns every item; two usually suffice).
+const SPLIT_ROUNDS: usize = 8;
+
+/// Splits every cell holding more than `own_max` items: its members are clustered
+/// ([`kmeans`], `⌈size/own_max⌉ + 1` parts, seeded by the cell) and their centroids replace
+/// the cell's, then every item is reassigned to its nearest quantised centroid, until no cell is
+/// over (or [`SPLIT_ROUNDS`] pass; a cell still over is then refused). Returns the new
+/// centroids (quantised, as clients decode them) and homes. A function of the gallery, `own_max`
+/// and the seed only.
+pub fn split_cells(
+    features: &[f32],
+    dim: usize,
+    mut centroids: Vec<f32>,
+    mut home: Vec<u32>,
+    own_max: usize,
+    seed: u64,
+) -> Result<(Vec<f32>, Vec<u32>)> {
+    let own_max = own_max.max(1);
+    for _ in 0..SPLIT_ROUNDS {
+        let b = centroids.len() / dim;
+        let mut cells: Vec<Vec<u32>> = vec![Vec::new(); b];
+        for (i, &h) in home.iter().enumerate() {
+            cells[h as usize].push(i as u32);
+        }
+        if cells.iter().all(|c| c.len() <= own_max) {
+            return Ok((centroids, home));
+        }
+        let mut raw = centroids.clone();
+        for (c, cell) in cells.iter().enumerate().filter(|(_, c)| c.len() > own_max) {
+            let parts = cell.len().div_ceil(own_max) + 1;
+            let sub: Vec<f32> = cell
+                .iter()
+                .flat_map(|&i| features[i as usize * dim..][..dim].iter().copied())
+                .collect();
+            let (sc, _) = kmeans(&sub, dim, parts, seed ^ (c as u64) << 20 ^ b as u64)?;
+            raw[c * dim..(c + 1) * dim].copy_from_slice(&sc[..dim]);
+            raw.extend_from_slice(&sc[dim..]);
+        }
+        centroids = crate::protocol::centroids::quantised(&raw, dim)?;
+        home = nearest_centroids_exact(features, &centroids, dim);
+    }
+    Err(Error::InvalidParameter {
+        name: "rows",
+        reason: format!("cells still hold more than {own_max} items after {SPLIT_ROUNDS} splits"),
+    })
+}
+
+/// The blocks of [`Overlap::Capped`]: each cell's own members, then its members' `m`-nearest
+/// items from other cells, nearest to the cell's boundary first, while the block holds fewer
+/// than `rows`. An item `x` of cell `h` is `(‖x − c‖² − ‖x − h‖²) / (2‖c − h‖)` from the
+/// bisector of centroids `c` and `h`, and a query in cell `c` is at least that far from `x`:
+/// items beyond the boundary are a query's nearest neighbours only when they lie close to it.
+/// Blocks come out ascending; a block whose own members exceed `rows` keeps them all.
+pub fn capped_members(
+    features: &[f32],
+    dim: usize,
+    centroids: &[f32],
+    home: &[u32],
+    neighbours: &[Vec<u32>],
+    m: usize,
+    rows: usize,
+) -> Vec<Vec<u32>> {
+    let b = centroids.len() / dim;
+    let row = |i: u32| &features[i as usize * dim..][..dim];
+    let centroid = |c: u32| &centroids[c as usize * dim..][..dim];
+    let mut cells: Vec<Vec<u32>> = vec![Vec::new(); b];
+    for (i, &h) in home.iter().enumerate() {
+        cells[h as usize].push(i as u32);
+    }
+    cells
+        .into_iter()
+        .enumerate()
+        .map(|(c, mut block)| {
+            let c = c as u32;
+            let mut cands: Vec<u32> = block
+                .iter()
+                .flat_map(|&i| neighbours[i as usize].iter().take(m).copied())
+                .filter(|&x| home[x as usize] != c)
+                .collect();
+            cands.sort_unstable();
+            cands.dedup();
+            let mut keyed: Vec<(f32, u32)> = cands
+                .into_iter()
+                .map(|x| {
+                    let h = home[x as usize];
+                    let gap = sq_dist(centroid(c), centroid(h))
+                        .sqrt()
+                        .max(f32::MIN_POSITIVE);
+                    let d =
+                        (sq_dist(row(x), centroid(c)) - sq_dist(row(x), centroid(h))) / (2.0 * gap);
+                    (d, x)
+                })
+                .collect();
+            keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let room = rows.saturating_sub(block.len());
+            block.extend(keyed.into_iter().take(room).map(|(_, x)| x));
+            block.sort_unstable();
+            block
+        })
+        .collect()
 }
 
 /// Indices of the `probes` (`p × d`) that are not copies of a gallery item (no gallery item
@@ -1148,5 +1281,108 @@ mod tests {
             t.push(d, i);
         }
         assert_eq!(t.into_ids(), vec![4, 9, 2]);
+    }
+
+    #[test]
+    fn capped_levels_bound_every_block_and_keep_each_item_home() {
+        let (n, dim, rows) = (2_000, 6, 300u32);
+        // Five tight blobs of 400 items, unit-norm as the gallery's features (the centroids file
+        // quantises within ±1): every starting cell is over half a block.
+        let unit = |v: Vec<f32>| -> Vec<f32> {
+            v.chunks(dim)
+                .flat_map(|r| {
+                    let norm = r.iter().map(|a| a * a).sum::<f32>().sqrt();
+                    r.iter().map(move |a| a / norm)
+                })
+                .collect()
+        };
+        let x = unit(blobs(n, dim, 5, 3));
+        let nb = gallery_neighbours(&x, dim, 32, 0..n, None).unwrap();
+        let spec = LevelSpec {
+            blocks: 4,
+            overlap: Overlap::Capped { m: 32, rows },
+        };
+        let level = build_level(&x, dim, spec, 9, Some(&nb)).unwrap();
+        let b = level.members.len();
+        assert!(b > 4, "cells were split: {b} blocks");
+        assert_eq!(level.spec.blocks as usize, b);
+        assert_eq!(level.centroids.len(), b * dim);
+        let mut own = vec![0usize; b];
+        for (i, &h) in level.home.iter().enumerate() {
+            assert_eq!(
+                h,
+                nearest_centroid(&level.centroids, dim, &x[i * dim..][..dim])
+            );
+            assert!(level.members[h as usize].binary_search(&(i as u32)).is_ok());
+            own[h as usize] += 1;
+        }
+        assert!(own.iter().all(|&o| o <= rows as usize / 2), "{own:?}");
+        for block in &level.members {
+            assert!(block.len() <= rows as usize);
+            assert!(block.windows(2).all(|w| w[0] < w[1]));
+        }
+        // Blocks were filled beyond their own cells, and the build is a function of its inputs.
+        assert!(level.members.iter().zip(&own).any(|(m, &o)| m.len() > o));
+        assert_eq!(build_level(&x, dim, spec, 9, Some(&nb)).unwrap(), level);
+        // Filling only adds items: coverage is at least that of the bare cells.
+        let probes = unit(blobs(200, dim, 5, 4));
+        let truth: Vec<Vec<u32>> = probes
+            .chunks(dim)
+            .map(|p| nearest_k(&x, dim, p, 8))
+            .collect();
+        let mut cells = vec![Vec::new(); b];
+        for (i, &h) in level.home.iter().enumerate() {
+            cells[h as usize].push(i as u32);
+        }
+        let bare = Level {
+            members: cells,
+            ..level.clone()
+        };
+        let (capped, none) = (
+            coverage(&level, dim, &probes, &truth).own,
+            coverage(&bare, dim, &probes, &truth).own,
+        );
+        assert!(capped >= none && capped > 0.0, "{capped} {none}");
+    }
+
+    #[test]
+    fn capped_blocks_take_the_items_nearest_their_boundary_first() {
+        // One dimension: cell 0 around 0, cell 1 around 10 (the bisector at 5).
+        let x = [0.0f32, 1.0, 2.0, 3.0, 6.0, 9.0, 10.0];
+        let centroids = [1.5f32, 8.0];
+        let home = [0u32, 0, 0, 0, 1, 1, 1];
+        let everyone: Vec<Vec<u32>> = (0..7u32)
+            .map(|i| (0..7).filter(|&j| j != i).collect())
+            .collect();
+        let blocks = capped_members(&x, 1, &centroids, &home, &everyone, 6, 5);
+        // Cell 0 has room for one more: 6.0 (1.25 past the bisector at 4.75), not 9 or 10.
+        assert_eq!(blocks[0], vec![0, 1, 2, 3, 4]);
+        // Cell 1 has room for two: 3.0 then 2.0.
+        assert_eq!(blocks[1], vec![2, 3, 4, 5, 6]);
+        // Only the members' first `m` neighbours are candidates.
+        let near: Vec<Vec<u32>> = (0..7u32)
+            .map(|i| {
+                let mut o: Vec<u32> = (0..7).filter(|&j| j != i).collect();
+                o.sort_by(|&a, &b| {
+                    (x[a as usize] - x[i as usize])
+                        .abs()
+                        .total_cmp(&(x[b as usize] - x[i as usize]).abs())
+                });
+                o
+            })
+            .collect();
+        let blocks = capped_members(&x, 1, &centroids, &home, &near, 1, 7);
+        // Cell 0's members' nearest items are all its own; 6.0's (a tie, the lower index) is 3.0.
+        assert_eq!(blocks[0], vec![0, 1, 2, 3]);
+        assert_eq!(blocks[1], vec![3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn cells_that_cannot_be_split_are_refused() {
+        // Ten copies of one point cannot be cut into cells of three.
+        let x = vec![0.5f32; 10 * 2];
+        let centroids = crate::protocol::centroids::quantised(&[0.5, 0.5], 2).unwrap();
+        let home = vec![0u32; 10];
+        assert!(split_cells(&x, 2, centroids, home, 3, 1).is_err());
     }
 }

@@ -12,6 +12,7 @@ use shared::api::PartitionDoc;
 use shared::params::limits;
 use shared::pir::client::Hint;
 use shared::pir::doc::{PirDbDoc, PirDoc};
+use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
 use shared::protocol::pir_search::{
     plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirPlan, PirRanking,
     Ranked,
@@ -38,6 +39,9 @@ fn cache_dir() -> Option<PathBuf> {
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("pir-cache")))
 }
+
+/// The hintless ranking's path segment (`{answer_url}/scores`, its public file `…/scores/hint`).
+const SCORES: &str = "scores";
 
 /// A public file by its SHA-256 (hints, the ranking table, a level's centroids): from the
 /// cache, else fetched within `limit` (and cached). Returns the bytes and how many were
@@ -138,6 +142,35 @@ pub fn search(
             let t0 = Instant::now();
             let r =
                 rank_level(&doc, level, &pending, &level_hint, &answer, features, k).map_err(mal);
+            client_ms += t0.elapsed().as_secs_f64() * 1e3;
+            r
+        }
+        PirRanking::Scores { .. } => {
+            let sd = doc.scores.as_ref().expect("the plan chose offered scores");
+            let (bytes, n) = public_file(
+                server,
+                &format!("{}/{SCORES}/hint", doc.answer_url),
+                &sd.public.sha256,
+                BodyLimit::both(sd.public.bytes),
+            )?;
+            once += n;
+            let (centroids, n) = crate::search::level_centroids(server, &part, sd.level)?;
+            once += n;
+            let t0 = Instant::now();
+            let public = ScoresPublic::decode(sd, &part, &bytes).map_err(mal)?;
+            let keys = ScoresKeys::new(sd).map_err(mal)?;
+            let (body, pending) =
+                hintless::query(&part, sd, &keys, &centroids, features, rng).map_err(mal)?;
+            client_ms += t0.elapsed().as_secs_f64() * 1e3;
+            up += body.len() as u64;
+            let answer = server.post_bytes(
+                &format!("{}/{SCORES}", doc.answer_url),
+                body,
+                sd.answer_bytes as usize,
+            )?;
+            down += answer.len() as u64;
+            let t0 = Instant::now();
+            let r = hintless::rank(sd, &keys, &public, &pending, &answer, k).map_err(mal);
             client_ms += t0.elapsed().as_secs_f64() * 1e3;
             r
         }

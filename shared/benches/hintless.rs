@@ -54,10 +54,10 @@ fn main() {
             query(&ring, &shape, &qseed, &masks, block, &q, &mut rng).expect("query");
         let client_query = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let sums = db.plane_sums(&ring, &upload).expect("scoring pass");
+        let sums = db.plane_sums(&ring, &upload, None).expect("scoring pass");
         let scoring = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let answer = db.pack_sums(&ring, &sums, &bodies);
+        let answer = db.pack_sums(&ring, &sums, &bodies, None);
         let packing = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let scores = decode(&ring, &shape, &sk, &public_a, &answer).expect("decode");

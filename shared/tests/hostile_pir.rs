@@ -132,6 +132,7 @@ proptest! {
             thumbs: db_doc(shape),
             rank_table: table.map(|b| FileDoc { bytes: b, transfer_bytes: b / 2, sha256: "cd".repeat(32) }),
             levels: vec![None],
+            scores: None,
         };
         if validate(&doc, records, 1).is_ok() {
             prop_assert!(shape.validate().is_ok());
@@ -151,6 +152,7 @@ fn answers_are_asked_only_of_the_server_itself() {
         thumbs: db_doc(shape),
         rank_table: None,
         levels: vec![],
+        scores: None,
     };
     assert!(validate(&doc("/api/v1/pir/v1"), 10, 0).is_ok());
     for bad in [
@@ -178,6 +180,7 @@ fn a_document_for_another_scheme_is_refused() {
         thumbs: db_doc(shape),
         rank_table: None,
         levels: vec![],
+        scores: None,
     };
     assert!(validate(&doc, 10, 0).is_err());
 }

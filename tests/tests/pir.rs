@@ -10,7 +10,10 @@ use reqwest::StatusCode;
 use shared::api::{ErrorResponse, PartitionDoc};
 use shared::pir::client::Hint;
 use shared::pir::doc::PirDoc;
-use shared::protocol::blocks::{decode, rank};
+use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
+use shared::pir::ring::scores::plaintext_scores;
+use shared::protocol::blocks::{decode, quantise, rank};
+use shared::protocol::partition::{nearest_centroid, Overlap};
 use shared::protocol::pir_search::{
     plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirRanking, Ranked,
 };
@@ -181,6 +184,111 @@ fn table_and_level_searches_are_exact_and_verified() {
         3 + 2 * offered.len() as u64
     );
     assert!(st["pir"]["core_ms_per_search"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
+    let srv = server("pir-scores");
+    let (base, http) = (&srv.base, Client::new());
+    let (part, pir) = docs(&http, base);
+    let sd = hintless::entry(&part, &pir).expect("the capped level's ranking is offered");
+    assert!(matches!(
+        part.levels[sd.level].overlap,
+        Overlap::Capped { .. }
+    ));
+    let file = get(&http, &format!("{base}{}/scores/hint", pir.answer_url));
+    assert_eq!(file.len() as u64, sd.public.bytes);
+    let public = ScoresPublic::decode(sd, &part, &file).unwrap();
+    let keys = ScoresKeys::new(sd).unwrap();
+    let th = hint(&http, base, &pir, "thumbs");
+    let cents = privatemail_e2e::level_centroids(&http, base, &part, sd.level);
+    let mut rng = ChaCha20Rng::seed_from_u64(8);
+    let url = format!("{base}{}/scores", pir.answer_url);
+    let mut sizes = Vec::new();
+    for i in [3usize, 77, 600] {
+        let q = features(i);
+        let (body, pending) = hintless::query(&part, sd, &keys, &cents, &q, &mut rng).unwrap();
+        sizes.push(body.len());
+        let (st, answer) = post(&http, &url, body);
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(answer.len() as u64, sd.answer_bytes);
+        let r = hintless::rank(sd, &keys, &public, &pending, &answer, 8).unwrap();
+        // The photo's block file, checked by its hash: the public rows are its items, and the
+        // hits are its exact top 8 by distance from the quantised photo (integer scores).
+        let x = nearest_centroid(&cents.values, part.feature_dim, &q) as usize;
+        let ld = &part.levels[sd.level];
+        let bytes = get(
+            &http,
+            &format!("{base}{}/{}/{x}", part.blocks_url, sd.level),
+        );
+        let block = decode(&bytes, Some(&ld.hashes[x])).unwrap();
+        let row_ids: Vec<u64> = public.rows[x]
+            .iter()
+            .map(|&g| public.ids[g as usize])
+            .collect();
+        assert_eq!(row_ids, block.ids, "photo {i}");
+        let qi: Vec<i16> = q.iter().map(|&v| quantise(v)).collect();
+        let fi: Vec<i16> = block.features.iter().map(|&v| quantise(v)).collect();
+        let t = plaintext_scores(&qi, &fi, part.feature_dim);
+        let mut want: Vec<usize> = (0..block.ids.len()).collect();
+        want.sort_by(|&a, &b| t[b].cmp(&t[a]).then(block.ids[a].cmp(&block.ids[b])));
+        let want: Vec<u64> = want[..8].iter().map(|&r| block.ids[r]).collect();
+        let got: Vec<u64> = r.hits.iter().map(|h| h.id).collect();
+        assert_eq!(got, want, "photo {i}");
+        // The same as ranking the block's features in f32 (no ties at these photos).
+        let f32_rank: Vec<u64> = rank(&q, std::slice::from_ref(&block), 8)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(got, f32_rank, "photo {i}");
+        for h in &r.hits {
+            let f = &block.features[h.index * part.feature_dim..][..part.feature_dim];
+            let exact: f32 = f.iter().zip(&q).map(|(a, b)| (a - b) * (a - b)).sum();
+            assert!((h.distance - exact).abs() < 1e-3, "{h:?} {exact}");
+        }
+        // Thumbnails by PIR, checked against the public file's digests.
+        let (_, px) = thumbs(&http, base, &pir, &th, &r, &mut rng);
+        for (h, p) in r.hits.iter().zip(&px) {
+            let at = block.ids.iter().position(|&id| id == h.id).unwrap();
+            assert_eq!(p.as_slice(), block.thumbnail(at));
+        }
+
+        // A damaged answer or a truncated one: typed errors, never a ranking.
+        let mut bad = answer.clone();
+        let at = bad.len() / 3;
+        bad[at + 5] ^= 0x10;
+        let e = hintless::rank(sd, &keys, &public, &pending, &bad, 8).unwrap_err();
+        assert!(e.to_string().contains("error bound"), "{e}");
+        let e = hintless::rank(sd, &keys, &public, &pending, &answer[8..], 8).unwrap_err();
+        assert!(e.to_string().contains("PIR answer has"), "{e}");
+    }
+    // Every photo sends the same number of bytes: the document's.
+    assert!(
+        sizes.iter().all(|&n| n as u64 == sd.upload_bytes),
+        "{sizes:?}"
+    );
+
+    // A damaged public file is refused by its hash; a malformed query is a typed 422.
+    let mut f = file.clone();
+    f[40] ^= 1;
+    assert!(ScoresPublic::decode(sd, &part, &f).is_err());
+    for body in [
+        Vec::new(),
+        vec![0u8; sd.upload_bytes as usize - 8],
+        vec![0xffu8; sd.upload_bytes as usize],
+    ] {
+        let (st, b) = post(&http, &url, body);
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY);
+        let e: ErrorResponse = serde_json::from_slice(&b).unwrap();
+        assert!(
+            e.error.message.contains("scores query"),
+            "{}",
+            e.error.message
+        );
+    }
+    let st = status_json(&http, base);
+    assert!(st["pir"]["core_ms_per_request"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use shared::api::{ErrorCode, ErrorResponse};
 
 use super::cache::{send_held, IMMUTABLE, NO_CACHE};
 use super::error::ApiError;
-use crate::partition::pir::{PirServe, QueryError};
+use crate::partition::pir::{answer_scores, PirServe, QueryError, SCORES};
 use crate::partition::Published;
 use crate::state::AppState;
 
@@ -63,7 +63,7 @@ fn bad_path(e: PathRejection) -> ApiError {
 fn no_db(pir: &PirServe, db: &str) -> ApiError {
     let db: String = db.chars().take(ECHO_MAX).collect();
     ApiError::Missing(format!(
-        "PIR version {} has no database {db:?} (thumbs, or a level offered in its document)",
+        "PIR version {} has no database {db:?} (thumbs, scores or a level offered in its document)",
         pir.doc.version
     ))
 }
@@ -93,6 +93,23 @@ async fn hint(
 ) -> Result<Response, ApiError> {
     let Path((version, db)) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
+    if db == SCORES {
+        // The hintless ranking's public file (gzip when accepted: its row map compresses).
+        let sc = pir.scores.as_ref().ok_or_else(|| no_db(&pir, &db))?;
+        let sha = pir
+            .doc
+            .scores
+            .as_ref()
+            .map_or("", |d| d.public.sha256.as_str());
+        return Ok(send_held(
+            &headers,
+            quoted(sha),
+            IMMUTABLE,
+            "application/octet-stream",
+            &sc.public.0,
+            Some(&sc.public.1),
+        ));
+    }
     let d = pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
     // Random-looking words: gzip would not help.
     Ok(send_held(
@@ -139,7 +156,12 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let Path((version, db)) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
-    pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
+    let scores = db == SCORES;
+    if scores {
+        pir.scores.as_ref().ok_or_else(|| no_db(&pir, &db))?;
+    } else {
+        pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
+    }
     let slots = Arc::clone(&s.pir_slots);
     let permit = tokio::time::timeout(QUEUE_WAIT, slots.acquire_owned())
         .await
@@ -148,8 +170,13 @@ async fn answer(
     let state = Arc::clone(&s);
     let out = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let d = pir.db(&db).expect("checked above");
-        crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
+        match pir.scores.as_ref().filter(|_| scores) {
+            Some(sc) => answer_scores(sc, &body, &state.pir_counters),
+            None => {
+                let d = pir.db(&db).expect("checked above");
+                crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
+            }
+        }
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?

@@ -57,12 +57,7 @@ pub struct PirDbDoc {
 impl PirDbDoc {
     /// The decoded seed.
     pub fn seed(&self) -> Result<[u8; 32]> {
-        let v = hex::decode(&self.a_seed).ok().filter(|v| v.len() == 32);
-        v.map(|v| v.try_into().expect("32 bytes"))
-            .ok_or_else(|| Error::InvalidParameter {
-                name: "pir a_seed",
-                reason: "must be 32 bytes of hex".into(),
-            })
+        seed_hex("pir a_seed", &self.a_seed)
     }
 }
 
@@ -75,6 +70,42 @@ pub struct FileDoc {
     pub transfer_bytes: u64,
     /// SHA-256 (hex) of the uncompressed bytes.
     pub sha256: String,
+}
+
+/// The hintless ranking of a capped level (`pir::hintless`): encrypted exact scores of every
+/// item of the photo's block, with no hint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoresDoc {
+    /// The partition level whose blocks are scored.
+    pub level: usize,
+    /// The ring degree (only [`crate::pir::ring::N`] is spoken).
+    pub ring_n: usize,
+    pub blocks: usize,
+    pub dim: usize,
+    /// Rows of the database: at least the level's largest block.
+    pub rows: usize,
+    /// 32 bytes, hex: the seed of the query's public masks.
+    pub query_seed: String,
+    /// 32 bytes, hex: the seed of the packing keys' public masks.
+    pub packing_seed: String,
+    /// `GET {answer_url}/scores/hint`: the answers' public parts, each block's gallery indices
+    /// and each item's id, label and thumbnail digest (`pir::hintless::ScoresPublic`).
+    pub public: FileDoc,
+    /// Bytes of a query (`POST {answer_url}/scores`) and of its answer.
+    pub upload_bytes: u64,
+    pub answer_bytes: u64,
+    /// log2 of the probability that one query decodes wrongly.
+    pub failure_log2: f64,
+}
+
+/// A 32-byte seed from its hex form.
+pub fn seed_hex(what: &'static str, hex_seed: &str) -> Result<[u8; 32]> {
+    let v = hex::decode(hex_seed).ok().filter(|v| v.len() == 32);
+    v.map(|v| v.try_into().expect("32 bytes"))
+        .ok_or_else(|| Error::InvalidParameter {
+            name: what,
+            reason: "must be 32 bytes of hex".into(),
+        })
 }
 
 /// `GET /api/v1/pir`: the PIR databases of a partition version.
@@ -94,6 +125,9 @@ pub struct PirDoc {
     /// Per partition level: a database whose records are its blocks' ranking records (`None`
     /// where the level's shape is too costly to offer).
     pub levels: Vec<Option<PirDbDoc>>,
+    /// The hintless ranking, where the partition has a capped level.
+    #[serde(default)]
+    pub scores: Option<ScoresDoc>,
 }
 
 fn check_db(db: &PirDbDoc, what: &'static str, with_hashes: bool) -> Result<()> {
@@ -168,15 +202,28 @@ pub fn validate(doc: &PirDoc, gallery_size: usize, levels: usize) -> Result<()> 
         check_db(db, "pir level", true)?;
     }
     if let Some(t) = &doc.rank_table {
-        if t.bytes > limits::MAX_PIR_TABLE_BYTES as u64
-            || t.transfer_bytes > t.bytes.saturating_mul(2).saturating_add(1024)
-        {
-            return Err(Error::TooLarge {
-                what: "PIR ranking table bytes",
-                count: t.bytes as usize,
-                limit: limits::MAX_PIR_TABLE_BYTES,
-            });
-        }
+        check_file(t, "PIR ranking table bytes")?;
+    }
+    Ok(())
+}
+
+/// A public file's declared sizes, bounded before it is fetched.
+pub fn check_file(t: &FileDoc, what: &'static str) -> Result<()> {
+    let hex64 = t.sha256.len() == 64 && t.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+    if t.bytes > limits::MAX_PIR_TABLE_BYTES as u64
+        || t.transfer_bytes > t.bytes.saturating_mul(2).saturating_add(1024)
+    {
+        return Err(Error::TooLarge {
+            what,
+            count: t.bytes as usize,
+            limit: limits::MAX_PIR_TABLE_BYTES,
+        });
+    }
+    if !hex64 {
+        return Err(Error::InvalidParameter {
+            name: what,
+            reason: "the hash is not SHA-256 hex".into(),
+        });
     }
     Ok(())
 }

@@ -14,10 +14,13 @@
 //! - [`layout`] — records as columns, the server's hint and answers;
 //! - [`client`] — queries and decoding, with the query-privacy guarantee;
 //! - [`records`] — ranking and thumbnail records and their verification;
-//! - [`doc`] — the published document, its validation, the geometry rules.
+//! - [`doc`] — the published document, its validation, the geometry rules;
+//! - [`ring`] — Ring-LWE with packing, and [`hintless`] — the ranking built on it for large
+//!   galleries: encrypted exact scores of the photo's block, no hint.
 
 pub mod client;
 pub mod doc;
+pub mod hintless;
 pub mod layout;
 pub mod lwe;
 pub mod records;
@@ -107,7 +110,7 @@ pub mod selftest {
         let q: Vec<i16> = (0..shape.dim as i16).map(|j| 2_000 * j - 11_000).collect();
         let (upload, bodies, sk) =
             query(&ring, &shape, &[1; 32], &masks, 2, &q, &mut rng).expect("query");
-        let answer = db.answer(&ring, &upload, &bodies).expect("answer");
+        let answer = db.answer(&ring, &upload, &bodies, None).expect("answer");
         let scores = decode(&ring, &shape, &sk, &db.public_a(), &answer).expect("decode");
         let want = plaintext_scores(&q, &blocks[2], shape.dim);
         assert_eq!(

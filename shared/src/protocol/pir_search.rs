@@ -8,7 +8,9 @@
 //! 1. the ranking payload: with the plan's `Table`, the public ranking table (`GET`, fetched
 //!    once per version and cached — identical for every client); with `Level`, one `POST` of
 //!    `queries_per_record` query vectors to the level's database, for the record of the photo's
-//!    nearest block (the only photo-dependent choice, hidden by the queries);
+//!    nearest block (the only photo-dependent choice, hidden by the queries); with `Scores`,
+//!    one `POST` of an encrypted query to the hintless ranking ([`crate::pir::hintless`]: the
+//!    block and the photo's features are inside the RLWE ciphertexts);
 //! 2. one `POST` of exactly `k` query vectors to the thumbnail database, for the top k items.
 //!
 //! Hints are `GET`s of public files, the same for everyone. If step 1 fails its checks (a
@@ -39,6 +41,9 @@ pub enum PirRanking {
     Table,
     /// The photo's nearest block at a partition level, by PIR.
     Level { level: usize },
+    /// Encrypted exact scores of every item of the photo's nearest block at the capped level,
+    /// no hint ([`crate::pir::hintless`]).
+    Scores { level: usize },
 }
 
 /// A PIR search's plan and costs (public: from the documents, `k` and the budget only).
@@ -72,8 +77,10 @@ impl PirPlan {
 }
 
 /// The plan for a PIR search of `k` results whose per-search bytes stay within `max_bytes`:
-/// the table where offered and its thumbnail queries fit (exact), else the offered level with
-/// the highest predicted fidelity that fits (fewer bytes on ties).
+/// among the plans that fit, those whose one-time download is bounded
+/// ([`PirPlan::page_default`]) first, then the highest predicted fidelity (the table's exact
+/// ranking where offered), then fewer bytes. At 1,000,000 items the hintless scores (a bounded
+/// one-time download) come before the 150 MB table.
 pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Result<PirPlan> {
     validate_doc(part)?;
     validate(pir, part.gallery_size, part.levels.len())?;
@@ -119,17 +126,37 @@ pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Resu
             .with_default(),
         )
     });
+    let scores = match &pir.scores {
+        Some(doc) => {
+            crate::pir::hintless::check(part, doc)?;
+            Some(
+                PirPlan {
+                    ranking: PirRanking::Scores { level: doc.level },
+                    k,
+                    predicted_fidelity: part.levels[doc.level].coverage.own,
+                    up_bytes: doc.upload_bytes + thumb_up,
+                    down_bytes: doc.answer_bytes + thumb_down,
+                    one_time_bytes: doc.public.transfer_bytes + t.hint_bytes() as u64,
+                    page_default: false,
+                }
+                .with_default(),
+            )
+        }
+        None => None,
+    };
     let mut best: Option<PirPlan> = None;
     let mut cheapest = u64::MAX;
-    for p in table.into_iter().chain(levels) {
+    for p in table.into_iter().chain(levels).chain(scores) {
         cheapest = cheapest.min(p.up_bytes + p.down_bytes);
         if (p.up_bytes + p.down_bytes) as f64 > max_bytes {
             continue;
         }
         let better = best.as_ref().is_none_or(|b| {
-            p.predicted_fidelity > b.predicted_fidelity
-                || (p.predicted_fidelity == b.predicted_fidelity
-                    && p.up_bytes + p.down_bytes < b.up_bytes + b.down_bytes)
+            (p.page_default && !b.page_default)
+                || (p.page_default == b.page_default
+                    && (p.predicted_fidelity > b.predicted_fidelity
+                        || (p.predicted_fidelity == b.predicted_fidelity
+                            && p.up_bytes + p.down_bytes < b.up_bytes + b.down_bytes)))
         });
         if better {
             best = Some(p);

@@ -140,14 +140,15 @@ pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
 }
 
 /// The level the hintless ranking serves (`pir::ring::scores`: a per-block database has as
-/// many rows as its largest block), or `None` for galleries too small to cut: blocks of at most
-/// `max(n/125, 1,024)` items ([`Overlap::Capped`], drawing on [`RANKING_CLOSURE`] neighbours),
-/// from `2n/rows` clusters split until each holds at most half a block. At 1,000,000 items:
-/// 8,000 rows and own-block coverage 0.960 on the held-out anchors, where the default B = 256
-/// level's largest block holds 21,046 items for 0.958 (`partbench`, `docs/eval/pir.md`).
+/// many rows as its largest block), or `None` below 256 items: blocks of at most
+/// `max(n/125, min(1,024, n/4))` items ([`Overlap::Capped`], drawing on [`RANKING_CLOSURE`]
+/// neighbours), from `2n/rows` clusters split until each holds at most half a block. At
+/// 1,000,000 items: 8,000 rows, 492 blocks and own-block coverage 0.960 on the held-out
+/// anchors, where the default B = 256 level's largest block holds 21,046 items for 0.958
+/// (`partbench`, `docs/eval/pir.md`).
 pub fn ranking_spec(gallery_size: usize) -> Option<LevelSpec> {
-    let rows = (gallery_size / 125).max(1024);
-    (gallery_size >= 2 * rows).then(|| LevelSpec {
+    let rows = (gallery_size / 125).max((gallery_size / 4).min(1024));
+    (rows >= 64).then(|| LevelSpec {
         blocks: (2 * gallery_size / rows) as u32,
         overlap: Overlap::Capped {
             m: RANKING_CLOSURE,

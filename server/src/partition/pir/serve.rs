@@ -8,8 +8,11 @@ use rayon::prelude::*;
 use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::pir::layout::Database;
+use shared::pir::ring::rlwe::Ring;
+use shared::pir::ring::scores::{decode_upload, encode_answer, ScoreDb};
 
-/// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}`.
+/// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}` (`thumbs`, a level, or
+/// `scores`).
 pub const PIR_PREFIX: &str = "/api/v1/pir";
 /// A level database is offered only if one search's upload stays within this.
 pub const MAX_LEVEL_UPLOAD: usize = 1 << 20;
@@ -23,6 +26,8 @@ pub const MAX_TABLE_BYTES: usize = shared::params::limits::MAX_PIR_TABLE_BYTES;
 /// cores, logged with progress), and the thumbnail database and the table take about
 /// 0.6 GB of memory per version at that size.
 pub const MAX_PIR_ITEMS: usize = 1 << 20;
+/// The hintless ranking's path segment (its public file is its `hint`).
+pub const SCORES: &str = "scores";
 /// Rows of a hint or an answer given to one rayon task.
 pub(super) const ROW_CHUNK: usize = 64;
 
@@ -34,6 +39,23 @@ pub struct PirDb {
     pub hint: Bytes,
 }
 
+/// The hintless ranking, ready to answer (`shared::pir::hintless`).
+pub struct ScoresServe {
+    pub ring: Ring,
+    pub db: ScoreDb,
+    /// The public file, plain and gzip.
+    pub public: (Bytes, Bytes),
+}
+
+impl std::fmt::Debug for ScoresServe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScoresServe")
+            .field("shape", &self.db.shape())
+            .field("bytes", &self.db.bytes())
+            .finish()
+    }
+}
+
 /// The PIR side of one partition version.
 #[derive(Debug)]
 pub struct PirServe {
@@ -43,6 +65,7 @@ pub struct PirServe {
     pub levels: Vec<Option<PirDb>>,
     /// The ranking table, plain and gzip.
     pub table: Option<(Bytes, Bytes)>,
+    pub scores: Option<ScoresServe>,
     pub build_secs: f64,
 }
 
@@ -78,6 +101,9 @@ pub struct PirStatus {
 impl PirServe {
     /// The database named by a path segment: `thumbs` or a level index.
     pub fn db(&self, name: &str) -> Option<&PirDb> {
+        if name == SCORES {
+            return None;
+        }
         if name == "thumbs" {
             return Some(&self.thumbs);
         }
@@ -85,11 +111,18 @@ impl PirServe {
         self.levels.get(l)?.as_ref()
     }
 
+    /// Bytes of the databases (with the scores' plans) and of the public per-database files
+    /// (hints, the scores' public file).
     pub fn bytes(&self) -> (u64, u64) {
         let dbs = std::iter::once(&self.thumbs).chain(self.levels.iter().flatten());
-        dbs.fold((0, 0), |(d, h), x| {
+        let (d, h) = dbs.fold((0, 0), |(d, h), x| {
             (d + x.db.data.len() as u64, h + x.hint.len() as u64)
-        })
+        });
+        let (sd, sh) = self
+            .scores
+            .as_ref()
+            .map_or((0, 0), |s| (s.db.bytes() as u64, s.public.0.len() as u64));
+        (d + sd, h + sh)
     }
 }
 
@@ -98,6 +131,26 @@ impl PirServe {
 pub enum QueryError {
     #[error("the body must be 1..={max} query vectors of {per} bytes each; got {got} bytes")]
     Size { per: usize, max: usize, got: usize },
+    #[error("the scores query is malformed: {0}")]
+    Scores(String),
+}
+
+/// Answers a hintless scores query (exactly the document's `upload_bytes`; CPU-bound: call on
+/// the blocking pool, rayon inside). Counts as one search's ranking request.
+pub fn answer_scores(
+    s: &ScoresServe,
+    body: &[u8],
+    counters: &PirCounters,
+) -> Result<Vec<u8>, QueryError> {
+    let n = s.ring.n();
+    let (query, bodies) =
+        decode_upload(&s.db.shape(), n, body).map_err(|e| QueryError::Scores(e.to_string()))?;
+    let answer =
+        s.db.answer(&s.ring, &query, &bodies, Some(&counters.core_us))
+            .map_err(|e| QueryError::Scores(e.to_string()))?;
+    counters.requests.fetch_add(1, Ordering::Relaxed);
+    counters.queries.fetch_add(1, Ordering::Relaxed);
+    Ok(encode_answer(&answer))
 }
 
 /// Answers a request body of query vectors (CPU-bound: call on the blocking pool). Rows are

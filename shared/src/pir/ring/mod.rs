@@ -20,6 +20,38 @@ pub mod pack;
 pub mod rlwe;
 pub mod scores;
 
+/// `f` over `items`, in order: on every core with the `parallel` feature (the server), serially
+/// otherwise (the browser). With `micros`, the calls' summed time (≈ the CPU time of this
+/// compute-bound work) is added to it, µs — what the server reports per search; not measured on
+/// wasm32, which has no clock here.
+pub(crate) fn par_map<T: Sync, U: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> U + Sync + Send,
+    micros: Option<&std::sync::atomic::AtomicU64>,
+) -> Vec<U> {
+    let timed = |x: &T| {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(m) = micros {
+            let t = std::time::Instant::now();
+            let out = f(x);
+            let us = t.elapsed().as_micros() as u64;
+            m.fetch_add(us, std::sync::atomic::Ordering::Relaxed);
+            return out;
+        }
+        let _ = micros;
+        f(x)
+    };
+    #[cfg(feature = "parallel")]
+    {
+        use rayon::prelude::*;
+        items.par_iter().map(timed).collect()
+    }
+    #[cfg(not(feature = "parallel"))]
+    {
+        items.iter().map(timed).collect()
+    }
+}
+
 /// The ring degree of the deployed parameter set.
 pub const N: usize = 4096;
 

@@ -43,6 +43,8 @@
 //! [`ScoreShape::check`] refuses shapes where `|Δ·S|` could reach `Q/2` (the centered value must
 //! be exact; at 64 dimensions `|S| < 2³⁰`) or the bound exceeds 2⁻⁴⁰.
 
+use std::sync::atomic::AtomicU64;
+
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -241,10 +243,13 @@ impl ScoreDb {
         let masks_ntt: Vec<Vec<u64>> = (0..shape.chunks(n))
             .map(|c| ring.to_ntt(&query_mask(ring, query_seed, c)))
             .collect();
-        let chunks = shape.row_chunks(n);
-        let mut plans = Vec::with_capacity(PLANES * chunks.len());
-        for plane in 0..PLANES {
-            for rows in &chunks {
+        // One plan per plane and row chunk, in that order (on every core in the server).
+        let jobs: Vec<(usize, std::ops::Range<usize>)> = (0..PLANES)
+            .flat_map(|plane| shape.row_chunks(n).into_iter().map(move |r| (plane, r)))
+            .collect();
+        let plans = super::par_map(
+            &jobs,
+            |(plane, rows)| {
                 let a_parts: Vec<Vec<u64>> = rows
                     .clone()
                     .map(|i| {
@@ -255,9 +260,10 @@ impl ScoreDb {
                         row_mask(ring, &masks_ntt, row)
                     })
                     .collect();
-                plans.push(PackingPlan::new(ring, masks, &a_parts));
-            }
-        }
+                PackingPlan::new(ring, masks, &a_parts)
+            },
+            None,
+        );
         Ok(ScoreDb {
             shape,
             lo,
@@ -281,19 +287,31 @@ impl ScoreDb {
         self.plans.iter().map(|p| p.bytes()).sum()
     }
 
-    /// The answer to a query: per plane and row chunk, the packed ciphertext's `b` part.
+    /// The answer to a query: per plane and row chunk, the packed ciphertext's `b` part. With
+    /// `micros`, the work's summed time is added to it (see [`super::par_map`]).
     pub fn answer(
         &self,
         ring: &Ring,
         query: &[u64],
         bodies: &PackingBodies,
+        micros: Option<&AtomicU64>,
     ) -> Result<Vec<Vec<u64>>> {
-        let sums = self.plane_sums(ring, query)?;
-        Ok(self.pack_sums(ring, &sums, bodies))
+        let sums = self.plane_sums(ring, query, micros)?;
+        Ok(self.pack_sums(ring, &sums, bodies, micros))
+    }
+
+    /// Bytes held: the planes and the plans.
+    pub fn bytes(&self) -> usize {
+        self.lo.len() + self.hi.len() + self.plan_bytes()
     }
 
     /// The scoring pass: each plane's `D·b`, row by row (each an LWE ciphertext's `b` value).
-    pub fn plane_sums(&self, ring: &Ring, query: &[u64]) -> Result<Vec<Vec<u64>>> {
+    pub fn plane_sums(
+        &self,
+        ring: &Ring,
+        query: &[u64],
+        micros: Option<&AtomicU64>,
+    ) -> Result<Vec<Vec<u64>>> {
         let cols = self.shape.cols(ring.n());
         if query.len() != cols || query.iter().any(|&x| x >= Q.value) {
             return Err(Error::InvalidParameter {
@@ -304,17 +322,9 @@ impl ScoreDb {
         // Split into 31-bit halves so each row's sums fit an i64: |d| ≤ 255, ≤ 2¹⁵ columns.
         let q_lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
         let q_hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
-        let combine =
-            |(s_lo, s_hi): (i64, i64)| Q.add(Q.mul(Q.from_i64(s_hi), 1 << 31), Q.from_i64(s_lo));
         Ok(vec![
-            self.lo
-                .chunks_exact(cols)
-                .map(|row| combine(dot_split(row, &q_lo, &q_hi)))
-                .collect(),
-            self.hi
-                .chunks_exact(cols)
-                .map(|row| combine(dot_split(row, &q_lo, &q_hi)))
-                .collect(),
+            plane_sums(&self.lo, cols, &q_lo, &q_hi, micros),
+            plane_sums(&self.hi, cols, &q_lo, &q_hi, micros),
         ])
     }
 
@@ -324,18 +334,48 @@ impl ScoreDb {
         ring: &Ring,
         sums: &[Vec<u64>],
         bodies: &PackingBodies,
+        micros: Option<&AtomicU64>,
     ) -> Vec<Vec<u64>> {
         let chunks = self.shape.row_chunks(ring.n());
-        let mut plans = self.plans.iter();
-        let mut out = Vec::with_capacity(self.plans.len());
-        for plane_sums in sums {
-            for rows in &chunks {
-                let plan = plans.next().expect("a plan per plane and chunk");
-                out.push(plan.pack_b(ring, bodies, &plane_sums[rows.clone()]));
-            }
-        }
-        out
+        // The plans are in (plane, chunk) order, as `build` made them.
+        let jobs: Vec<(&PackingPlan, &[u64])> = sums
+            .iter()
+            .flat_map(|plane_sums| chunks.iter().map(move |rows| &plane_sums[rows.clone()]))
+            .zip(&self.plans)
+            .map(|(values, plan)| (plan, values))
+            .collect();
+        super::par_map(
+            &jobs,
+            |(plan, values)| plan.pack_b(ring, bodies, values),
+            micros,
+        )
     }
+}
+
+/// One plane's `D·b` modulo `Q`, each row from its two 31-bit halves, in runs of rows (on every
+/// core in the server).
+fn plane_sums<T: Copy + Into<i64> + Sync>(
+    data: &[T],
+    cols: usize,
+    q_lo: &[i64],
+    q_hi: &[i64],
+    micros: Option<&AtomicU64>,
+) -> Vec<u64> {
+    const RUN: usize = 256;
+    let runs: Vec<&[T]> = data.chunks(RUN * cols).collect();
+    super::par_map(
+        &runs,
+        |run| {
+            run.chunks_exact(cols)
+                .map(|row| {
+                    let (s_lo, s_hi) = dot_split(row, q_lo, q_hi);
+                    Q.add(Q.mul(Q.from_i64(s_hi), 1 << 31), Q.from_i64(s_lo))
+                })
+                .collect::<Vec<u64>>()
+        },
+        micros,
+    )
+    .concat()
 }
 
 /// `(Σ d·q_lo, Σ d·q_hi)` over a row.
@@ -701,7 +741,7 @@ mod tests {
             let (upload, bodies, sk) =
                 query(&ring, &shape, &qseed, &masks, block, &q, &mut rng).unwrap();
             sizes.push(upload.len());
-            let answer = db.answer(&ring, &upload, &bodies).unwrap();
+            let answer = db.answer(&ring, &upload, &bodies, None).unwrap();
             let got = decode(&ring, &shape, &sk, &public_a, &answer).unwrap();
             let want = plaintext_scores(&q, &blocks[block], shape.dim);
             assert_eq!(&got[..want.len()], &want[..], "block {block}");
@@ -732,7 +772,7 @@ mod tests {
         } = fixture(256, shape, 12);
         let q = vec![1234i16; 16];
         let (up, bodies, sk) = query(&ring, &shape, &QSEED, &masks, 1, &q, &mut rng).unwrap();
-        let answer = db.answer(&ring, &up, &bodies).unwrap();
+        let answer = db.answer(&ring, &up, &bodies, None).unwrap();
         let public_a = db.public_a();
         assert!(decode(&ring, &shape, &sk, &public_a, &answer).is_ok());
         assert!(error_bound(&shape, n) < (1u64 << (LOG_DELTA - 2)) as f64);
@@ -814,7 +854,7 @@ mod tests {
         assert_eq!(bytes.len(), upload_len(&shape, n));
         let (up2, bodies2) = decode_upload(&shape, n, &bytes).unwrap();
         assert_eq!(up2, up);
-        let answer = encode_answer(&db.answer(&ring, &up2, &bodies2).unwrap());
+        let answer = encode_answer(&db.answer(&ring, &up2, &bodies2, None).unwrap());
         assert_eq!(answer.len(), answer_len(&shape, n));
         let decoded = decode_answer(&shape, n, &answer).unwrap();
         let got = decode(&ring, &shape, &sk, &db.public_a(), &decoded).unwrap();
@@ -888,11 +928,11 @@ mod tests {
         assert!(query(&ring, &shape, &[0; 32], &masks, 0, &[0; 3], &mut rng).is_err());
         let (up, bodies, sk) =
             query(&ring, &shape, &[0; 32], &masks, 1, &[5; 4], &mut rng).unwrap();
-        assert!(db.answer(&ring, &up[1..], &bodies).is_err());
+        assert!(db.answer(&ring, &up[1..], &bodies, None).is_err());
         let mut bad = up.clone();
         bad[0] = Q.value;
-        assert!(db.answer(&ring, &bad, &bodies).is_err());
-        let answer = db.answer(&ring, &up, &bodies).unwrap();
+        assert!(db.answer(&ring, &bad, &bodies, None).is_err());
+        let answer = db.answer(&ring, &up, &bodies, None).unwrap();
         assert!(decode(&ring, &shape, &sk, &db.public_a(), &answer[1..]).is_err());
     }
 }

@@ -1,0 +1,408 @@
+//! The hintless ranking as published and as every client runs it (browser and command line):
+//! the document entry's checks, the public file, the query for the photo's block and the exact
+//! top k from the answer. The scheme is [`super::ring::scores`]; the level is a capped one
+//! (`protocol::partition::Overlap::Capped`), so the database has as many rows as its cap.
+//!
+//! # What leaves the client, and why it reveals nothing
+//! One `POST` of exactly [`ScoresDoc::upload_bytes`]: RLWE samples under a fresh secret and the
+//! packing-key bodies for it ([`super::ring::scores`], "Guarantee"). The block (the photo's
+//! nearest centroid among the level's public centroids) and the photo's quantised features are
+//! inside the encrypted query vector, nowhere else; the size is the public shape's. The public
+//! file is the same for everyone and fetched whole.
+//!
+//! # What the client checks
+//! The public file against its published SHA-256, then its structure (every value reduced,
+//! every block's count equal to the partition document's, indices ascending and inside the
+//! gallery, the exact length); the answer's size and that every coefficient decodes within the
+//! proven error bound ([`super::ring::scores::decode`]). A hostile server can still return
+//! wrong scores on purpose (encrypted scores carry no checksum); it cannot learn the photo, and
+//! the thumbnails fetched next are checked against the public file's digests.
+
+use rand::RngCore;
+
+use crate::api::PartitionDoc;
+use crate::error::{Error, Result};
+use crate::pir::client::PirError;
+use crate::pir::doc::{check_file, seed_hex, PirDoc, ScoresDoc};
+use crate::pir::records::DIGEST;
+use crate::pir::ring::modq::Q;
+use crate::pir::ring::pack::PackingMasks;
+use crate::pir::ring::rlwe::{Gadget, Ring, SecretKey};
+use crate::pir::ring::scores::{
+    self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape, PLANES,
+};
+use crate::pir::ring::N;
+use crate::protocol::blocks::{hash_hex, quantise, Hit, FEATURE_SCALE};
+use crate::protocol::centroids::Centroids;
+use crate::protocol::partition::{nearest_centroid, Overlap};
+use crate::protocol::pir_search::Ranked;
+
+/// The public file's first bytes.
+const MAGIC: &[u8; 8] = b"PMSCORE1";
+/// Bytes per gallery item in the public file: id, label, thumbnail digest.
+const ITEM_BYTES: usize = 8 + 1 + DIGEST;
+
+impl ScoresDoc {
+    pub fn shape(&self) -> ScoreShape {
+        ScoreShape {
+            blocks: self.blocks,
+            dim: self.dim,
+            rows: self.rows,
+        }
+    }
+}
+
+/// Checks the document's scores entry against the partition before anything is allocated from
+/// it: the ring this code speaks, a capped level of the same block count whose blocks fit the
+/// rows, the feature dimension, a servable shape, the sizes the shape implies, seeds, and a
+/// bounded public file.
+pub fn check(part: &PartitionDoc, doc: &ScoresDoc) -> Result<()> {
+    let invalid = |reason: String| Error::InvalidParameter {
+        name: "pir scores",
+        reason,
+    };
+    let ld = part
+        .levels
+        .get(doc.level)
+        .ok_or_else(|| invalid(format!("level {} does not exist", doc.level)))?;
+    if doc.ring_n != N {
+        return Err(invalid(format!("ring degree {} is not {N}", doc.ring_n)));
+    }
+    if !matches!(ld.overlap, Overlap::Capped { .. })
+        || ld.blocks as usize != doc.blocks
+        || doc.dim != part.feature_dim
+        || ld.sizes.iter().any(|&s| s as usize > doc.rows)
+    {
+        return Err(invalid(format!(
+            "the shape {:?} does not fit level {}",
+            doc.shape(),
+            doc.level
+        )));
+    }
+    let shape = doc.shape();
+    shape.check(N)?;
+    if doc.upload_bytes != upload_len(&shape, N) as u64
+        || doc.answer_bytes != answer_len(&shape, N) as u64
+    {
+        return Err(invalid("the declared sizes are not the shape's".into()));
+    }
+    seed_hex("pir scores query_seed", &doc.query_seed)?;
+    seed_hex("pir scores packing_seed", &doc.packing_seed)?;
+    check_file(&doc.public, "PIR scores public file")?;
+    let (least, most) = public_len(
+        doc,
+        part.gallery_size,
+        ld.sizes.iter().map(|&s| s as u64).sum(),
+    );
+    if !(least..=most).contains(&doc.public.bytes) {
+        return Err(invalid(
+            "the public file's length does not fit its contents".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The public file's least and largest length for `rows` rows in all: the row map's varints
+/// take 1 to 5 bytes each.
+fn public_len(doc: &ScoresDoc, items: usize, rows: u64) -> (u64, u64) {
+    let parts = PLANES * doc.shape().row_chunks(N).len() * N * 8;
+    let fixed = (MAGIC.len() + parts + doc.blocks * 4 + items * ITEM_BYTES) as u64;
+    (fixed + rows, fixed + 5 * rows)
+}
+
+/// The public file, decoded and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoresPublic {
+    /// The packed answers' `a` parts, per plane and row chunk.
+    pub public_a: Vec<Vec<u64>>,
+    /// Each block's rows: gallery indices, ascending.
+    pub rows: Vec<Vec<u32>>,
+    pub ids: Vec<u64>,
+    pub labels: Vec<u8>,
+    pub digests: Vec<[u8; DIGEST]>,
+}
+
+impl ScoresPublic {
+    /// The file's bytes (the server writes it; [`ScoresPublic::decode`] reads it).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        for a in &self.public_a {
+            a.iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        for block in &self.rows {
+            out.extend_from_slice(&(block.len() as u32).to_le_bytes());
+            let mut prev = 0u32;
+            for (k, &i) in block.iter().enumerate() {
+                // Ascending: the first index, then gaps of at least 1, as LEB128 varints.
+                put_varint(&mut out, if k == 0 { i } else { i - prev });
+                prev = i;
+            }
+        }
+        // Column by column: the ids and labels compress, the digests do not.
+        self.ids
+            .iter()
+            .for_each(|id| out.extend_from_slice(&id.to_le_bytes()));
+        out.extend_from_slice(&self.labels);
+        self.digests.iter().for_each(|d| out.extend_from_slice(d));
+        out
+    }
+
+    /// Reads the file fetched for `doc`: its SHA-256 first, then every structural rule (module
+    /// docs), the block sizes from the partition document.
+    pub fn decode(doc: &ScoresDoc, part: &PartitionDoc, bytes: &[u8]) -> Result<ScoresPublic> {
+        check(part, doc)?;
+        let got = hash_hex(bytes);
+        if got != doc.public.sha256 {
+            return Err(PirError::HashMismatch {
+                what: "scores public file",
+                expected: doc.public.sha256.clone(),
+                got,
+            }
+            .into());
+        }
+        let bad =
+            |what: &str| -> Error { PirError::Malformed(format!("scores file: {what}")).into() };
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(MAGIC.len()).ok_or_else(|| bad("short"))? != MAGIC {
+            return Err(bad("not a scores file"));
+        }
+        let polys = PLANES * doc.shape().row_chunks(N).len();
+        let mut public_a = Vec::with_capacity(polys);
+        for _ in 0..polys {
+            let raw = r.take(N * 8).ok_or_else(|| bad("short"))?;
+            let a: Vec<u64> = raw
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            if a.iter().any(|&v| v >= Q.value) {
+                return Err(bad("a value is not reduced modulo Q"));
+            }
+            public_a.push(a);
+        }
+        let sizes = &part.levels[doc.level].sizes;
+        let items = part.gallery_size;
+        let mut rows = Vec::with_capacity(doc.blocks);
+        for &size in sizes {
+            let count = r.u32().ok_or_else(|| bad("short"))?;
+            if count != size {
+                return Err(bad("a block's row count is not the partition's"));
+            }
+            let mut block = Vec::with_capacity(count as usize);
+            let mut prev: Option<u32> = None;
+            for _ in 0..count {
+                let v = r.varint().ok_or_else(|| bad("a malformed index"))?;
+                let i = match prev {
+                    None => Some(v),
+                    Some(p) if v > 0 => p.checked_add(v),
+                    Some(_) => None,
+                }
+                .filter(|&i| (i as usize) < items)
+                .ok_or_else(|| bad("indices must ascend within the gallery"))?;
+                block.push(i);
+                prev = Some(i);
+            }
+            rows.push(block);
+        }
+        let ids = r.take(items * 8).ok_or_else(|| bad("short"))?;
+        let labels = r.take(items).ok_or_else(|| bad("short"))?;
+        let digests = r.take(items * DIGEST).ok_or_else(|| bad("short"))?;
+        if r.at != bytes.len() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(ScoresPublic {
+            public_a,
+            rows,
+            ids: ids
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+            labels: labels.to_vec(),
+            digests: digests
+                .chunks_exact(DIGEST)
+                .map(|c| c.try_into().expect("the digest's length"))
+                .collect(),
+        })
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    /// A LEB128 `u32` of at most 5 bytes, canonical (no trailing zero groups).
+    fn varint(&mut self) -> Option<u32> {
+        let mut v = 0u64;
+        for k in 0..5 {
+            let b = *self.take(1)?.first()?;
+            v |= u64::from(b & 0x7f) << (7 * k);
+            if b & 0x80 == 0 {
+                let canonical = k == 0 || b != 0;
+                return u32::try_from(v).ok().filter(|_| canonical);
+            }
+        }
+        None
+    }
+}
+
+/// What decoding an answer needs: the secret of this query only, the block asked for and the
+/// quantised photo.
+pub struct ScoresPending {
+    sk: SecretKey,
+    block: usize,
+    q: Vec<i16>,
+}
+
+/// The ring and the public masks of a document (built once per version by a client that keeps
+/// them; a few milliseconds).
+pub struct ScoresKeys {
+    ring: Ring,
+    masks: PackingMasks,
+    query_seed: [u8; 32],
+}
+
+impl ScoresKeys {
+    pub fn new(doc: &ScoresDoc) -> Result<ScoresKeys> {
+        if doc.ring_n != N {
+            return Err(Error::InvalidParameter {
+                name: "pir scores",
+                reason: format!("ring degree {} is not {N}", doc.ring_n),
+            });
+        }
+        let ring = Ring::new(N);
+        let packing = seed_hex("pir scores packing_seed", &doc.packing_seed)?;
+        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &packing);
+        Ok(ScoresKeys {
+            masks,
+            query_seed: seed_hex("pir scores query_seed", &doc.query_seed)?,
+            ring,
+        })
+    }
+
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    pub fn masks(&self) -> &PackingMasks {
+        &self.masks
+    }
+}
+
+/// The query for the photo's block (its nearest centroid among the level's verified
+/// `centroids`): the body to `POST` to `{answer_url}/scores` (exactly
+/// [`ScoresDoc::upload_bytes`]) and what decoding its answer needs. A fresh secret from `rng`
+/// (the CSPRNG) every time: reusing one would expose the difference of two photos.
+pub fn query(
+    part: &PartitionDoc,
+    doc: &ScoresDoc,
+    keys: &ScoresKeys,
+    centroids: &Centroids,
+    features: &[f32],
+    rng: &mut impl RngCore,
+) -> Result<(Vec<u8>, ScoresPending)> {
+    crate::error::ensure_query_f32(features, part.feature_dim)?;
+    check(part, doc)?;
+    centroids.check_for(part, &part.levels[doc.level])?;
+    let block = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
+    let q: Vec<i16> = features.iter().map(|&v| quantise(v)).collect();
+    let (upload, bodies, sk) = scores::query(
+        &keys.ring,
+        &doc.shape(),
+        &keys.query_seed,
+        &keys.masks,
+        block,
+        &q,
+        rng,
+    )?;
+    let body = encode_upload(&upload, &bodies);
+    debug_assert_eq!(body.len() as u64, doc.upload_bytes);
+    Ok((body, ScoresPending { sk, block, q }))
+}
+
+/// The exact top `k` of the photo's block from the answer: the scores decoded (refused beyond
+/// the proven error bound), the block's rows ranked by `T = 2⟨q, f⟩ − ‖f‖²` (highest first, ties
+/// to the lower id) — exactly the order of the squared distance from the quantised photo to
+/// the items' `i16` features. Each hit's gallery index and digest come from the public file.
+pub fn rank(
+    doc: &ScoresDoc,
+    keys: &ScoresKeys,
+    public: &ScoresPublic,
+    pending: &ScoresPending,
+    answer: &[u8],
+    k: usize,
+) -> Result<Ranked> {
+    let shape = doc.shape();
+    let answer = decode_answer(&shape, N, answer)?;
+    let a: Vec<&[u64]> = public.public_a.iter().map(Vec::as_slice).collect();
+    let t = scores::decode(&keys.ring, &shape, &pending.sk, &a, &answer)?;
+    let rows = public
+        .rows
+        .get(pending.block)
+        .ok_or(Error::InvalidParameter {
+            name: "pir scores",
+            reason: "block out of range".into(),
+        })?;
+    if k == 0 || k > crate::params::limits::MAX_RANK_K {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={}", crate::params::limits::MAX_RANK_K),
+        });
+    }
+    let q2: i64 = pending.q.iter().map(|&v| i64::from(v) * i64::from(v)).sum();
+    let mut order: Vec<(i64, u64, usize)> = rows
+        .iter()
+        .enumerate()
+        .map(|(r, &g)| (t[r], public.ids[g as usize], r))
+        .collect();
+    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    order.truncate(k);
+    let scale = f64::from(FEATURE_SCALE) * f64::from(FEATURE_SCALE);
+    let hits: Vec<Hit> = order
+        .iter()
+        .map(|&(t, id, r)| Hit {
+            id,
+            label: public.labels[rows[r] as usize],
+            distance: ((q2 - t) as f64 / scale) as f32,
+            block: 0,
+            index: r,
+        })
+        .collect();
+    Ok(Ranked {
+        indices: order.iter().map(|&(_, _, r)| rows[r]).collect(),
+        digests: order
+            .iter()
+            .map(|&(_, _, r)| public.digests[rows[r] as usize])
+            .collect(),
+        hits,
+    })
+}
+
+/// The document's scores entry, checked against the partition (see [`check`]).
+pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> {
+    let doc = pir.scores.as_ref().ok_or(Error::InvalidParameter {
+        name: "pir",
+        reason: "no hintless ranking is offered".into(),
+    })?;
+    check(part, doc)?;
+    Ok(doc)
+}

@@ -100,6 +100,7 @@ $("cancel").addEventListener("click", () => {
 });
 $("protocol").addEventListener("change", () => { $("protocol").dataset.chosen = "1"; updateProtocol(); });
 $("budget").addEventListener("change", updateEpsilon); // the plan, and the hint that follows it
+$("pir-ranking").addEventListener("change", updateEpsilon);
 $("limit").addEventListener("change", () => localStorage.setItem(LIMIT_KEY, $("limit").value));
 $("reset").addEventListener("click", () => {
   localStorage.removeItem(RECEIPTS_KEY);

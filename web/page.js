@@ -28,5 +28,7 @@ export function showError(text) {
 }
 
 export function protocol() { return $("protocol").value; }
+// The PIR ranking a person chose, or undefined for the plan's own choice.
+export function pirRanking() { return $("pir-ranking").value || undefined; }
 
 export function epsilon() { return EPSILONS[Number($("epsilon").value)]; }

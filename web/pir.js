@@ -3,8 +3,9 @@
 // this module only moves bytes.
 //
 // Leakage rule: every search makes the same requests of the same sizes in the same order,
-// whatever the photo — the public files (hints, the ranking table, a level's centroids:
-// identical for everyone, immutable, cached by the browser), then the ranking query (a `level` plan), then exactly K
+// whatever the photo — the public files (hints, the ranking table, the scores' public file, a
+// level's centroids: identical for everyone, immutable, cached by the browser), then the
+// ranking query (a `level` or `scores` plan), then exactly K
 // thumbnail queries. The ranking step never throws on a bad answer (the wasm client keeps the
 // error), so the thumbnail request goes out either way; nothing is ever retried.
 
@@ -87,6 +88,20 @@ async function search(client, doc, plan, k, onStep, signal) {
     }
     onStep("Ranking the whole gallery in your browser…");
     timed(() => client.pir_rank_table(k));
+  } else if (r.kind === "scores") {
+    const sd = doc.scores;
+    if (!client.pir_has_scores(sd.public.sha256)) {
+      const file = await exact(`${doc.answer_url}/scores/hint`, sd.public.bytes, signal);
+      bytes.once += file.length;
+      timed(() => client.pir_set_scores(file));
+    }
+    bytes.once += await fetchCentroids(client, sd.level);
+    onStep("Scoring your photo's part of the gallery, encrypted, without revealing which…");
+    const body = timed(() => client.pir_scores_query());
+    bytes.up += body.length;
+    const answer = await post("scores", body, sd.answer_bytes);
+    bytes.down += answer.length;
+    timed(() => client.pir_scores_answer(answer, k));
   } else {
     const db = doc.levels[r.level];
     await hint(String(r.level), db);

@@ -1,7 +1,7 @@
 // The plan view: what the next search will download and spend, from public documents only
 // (ε, the byte budget, the partition and the PIR document; never the photo), as text — with
 // what the server learns, in figures — as a point on the plan plot, and as the block map.
-import { $, K, epsilon, protocol, state } from "./page.js";
+import { $, K, epsilon, pirRanking, protocol, state } from "./page.js";
 import { fmtKiB, pct } from "./format.js";
 import { drawPlanPlot } from "./plot.js";
 import { drawBlockMap } from "./map.js";
@@ -45,15 +45,17 @@ function updatePirPlan() {
   let curve = [];
   try { curve = JSON.parse(state.client.plans(epsilon())); } catch { curve = []; }
   try {
-    state.pirPlan = JSON.parse(state.client.pir_plan(K, Number($("budget").value)));
+    state.pirPlan = JSON.parse(state.client.pir_plan(K, Number($("budget").value), pirRanking()));
   } catch (e) {
     $("plan").textContent = `No private-retrieval search fits these settings: ${e.message || e}. Choose a larger data budget.`;
     drawPlanPlot(curve, null, null);
     return;
   }
-  const how = state.pirPlan.ranking.kind === "table"
-    ? "ranks the whole gallery in your browser from a public list of every image's numbers"
-    : `asks for your photo's part of the gallery (level ${state.pirPlan.ranking.level}) without revealing which`;
+  const how = {
+    table: "ranks the whole gallery in your browser from a public list of every image's numbers",
+    scores: "has the server score every image of your photo's part of the gallery, encrypted: it sees neither the part nor your photo, and only your browser can read the scores",
+    level: `asks for your photo's part of the gallery (level ${state.pirPlan.ranking.level}) without revealing which`,
+  }[state.pirPlan.ranking.kind];
   const lines = [
     "The server learns nothing about your photo: every request looks the same whatever the photo (lattice-based private information retrieval). Privacy spent: ε = 0.",
     `This search ${how}, then fetches the ${K} pictures the same way: ${fmtKiB(state.pirPlan.up_bytes)} up and ${fmtKiB(state.pirPlan.down_bytes)} down per search, plus ${fmtKiB(state.pirPlan.one_time_bytes)} of public files once per gallery version (kept by your browser).`,

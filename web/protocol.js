@@ -1,7 +1,7 @@
 // The ways to search the page offers and shows: which the server's public documents allow
 // (the partition for block download, the PIR document for private retrieval) and the parts of
 // the page for the chosen one.
-import { $, K, protocol, state } from "./page.js";
+import { $, K, pirRanking, protocol, state } from "./page.js";
 import { LIMITS, getJson } from "./api.js";
 import { loadPir } from "./pir.js";
 import { updateEpsilon } from "./budget.js";
@@ -30,7 +30,7 @@ export async function loadPartition() {
 // download within the shared bound; `PirPlan.page_default`).
 function pirIsDefault() {
   try {
-    return JSON.parse(state.client.pir_plan(K, Number($("budget").value))).page_default === true;
+    return JSON.parse(state.client.pir_plan(K, Number($("budget").value), pirRanking())).page_default === true;
   } catch {
     return false;
   }
@@ -55,6 +55,7 @@ export async function updateProtocol() {
   document.querySelectorAll(".eps-only").forEach((e) => { e.hidden = p === "pir"; });
   document.querySelectorAll(".frame-only").forEach((e) => { e.hidden = p !== "frame"; });
   document.querySelectorAll(".paper-only").forEach((e) => { e.hidden = p !== "paper"; });
+  document.querySelectorAll(".pir-only").forEach((e) => { e.hidden = p !== "pir"; });
   document.querySelectorAll(".gaussian-only").forEach((e) => { e.hidden = blocks; });
   document.querySelectorAll(".blocks-only").forEach((e) => { e.hidden = p !== "blocks" && p !== "pir"; });
   $("frame-figure").hidden = p !== "frame";

@@ -23,6 +23,7 @@ use serde::Serialize;
 use shared::api::{AddItemsRequest, ChangeResponse, NewItem};
 use shared::embed::model::Model;
 use shared::params::limits;
+use shared::protocol::pir_search::RankingKind;
 use shared::protocol::plan::{candidates, pareto};
 
 use error::{CliError, Result};
@@ -104,6 +105,9 @@ enum Command {
         /// (public files fetched once are not counted; 1,000,000 images need about 2,100).
         #[arg(long, default_value_t = 512.0)]
         max_kib: f64,
+        /// PIR: how to rank (`table`, `level` or `scores`); by default the plan's own choice.
+        #[arg(long)]
+        pir_ranking: Option<RankingKind>,
         /// Blocks: download the whole gallery (exact, no release, no privacy spent) where the
         /// server allows it.
         #[arg(long)]
@@ -201,6 +205,7 @@ fn run(cli: Cli) -> Result<()> {
             protocol,
             k,
             max_kib,
+            pir_ranking,
             whole,
             max_epsilon,
             delta,
@@ -222,6 +227,7 @@ fn run(cli: Cli) -> Result<()> {
                 delta,
                 k,
                 max_bytes: max_kib * 1024.0,
+                pir_ranking,
                 whole,
                 max_epsilon,
                 progress: !json && std::io::stderr().is_terminal(),
@@ -289,6 +295,7 @@ fn run(cli: Cli) -> Result<()> {
                 delta: 1e-5,
                 k: 8,
                 max_bytes: max_kib * 1024.0,
+                pir_ranking: None,
                 whole: false,
                 max_epsilon: None,
                 progress: false,

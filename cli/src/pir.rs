@@ -14,8 +14,8 @@ use shared::pir::client::Hint;
 use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
 use shared::protocol::pir_search::{
-    plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirPlan, PirRanking,
-    Ranked,
+    plan_of, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirPlan, PirRanking,
+    Ranked, RankingKind,
 };
 
 use crate::error::{CliError, Result};
@@ -90,12 +90,14 @@ pub fn search(
     features: &[f32],
     k: usize,
     max_bytes: f64,
+    ranking: Option<RankingKind>,
     rng: &mut impl RngCore,
 ) -> Result<(Ranked, PirCosts)> {
     let part: PartitionDoc =
         server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
     let doc: PirDoc = server.get_json("/api/v1/pir")?;
-    let p = plan(&part, &doc, k, max_bytes).map_err(|e| CliError::Malformed(e.to_string()))?;
+    let p = plan_of(&part, &doc, k, max_bytes, ranking)
+        .map_err(|e| CliError::Malformed(e.to_string()))?;
     let (mut up, mut down, mut once, mut client_ms) = (0u64, 0u64, 0u64, 0.0);
     let mal = |e: shared::Error| CliError::Malformed(e.to_string());
     // The public files first: every search fetches the same ones.

@@ -51,6 +51,8 @@ pub struct Query {
     pub delta: f64,
     pub k: usize,
     pub max_bytes: f64,
+    /// PIR: the ranking kind a person chose.
+    pub pir_ranking: Option<shared::protocol::pir_search::RankingKind>,
     pub whole: bool,
     pub max_epsilon: Option<f64>,
     pub progress: bool,
@@ -125,8 +127,14 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
     let (receipt, plan, bytes, results) = match q.protocol {
         Protocol::Blocks => blocks(server, &config, &inf.features, q, &mut rng)?,
         Protocol::Pir => {
-            let (ranked, costs) =
-                crate::pir::search(server, &inf.features, q.k, q.max_bytes, &mut rng)?;
+            let (ranked, costs) = crate::pir::search(
+                server,
+                &inf.features,
+                q.k,
+                q.max_bytes,
+                q.pir_ranking,
+                &mut rng,
+            )?;
             let hits = ranked
                 .hits
                 .iter()

@@ -2,8 +2,9 @@
 //! learns nothing about the photo, the results are exact, no ε is spent.
 //!
 //! What leaves the browser per search: the query bodies [`Client::pir_rank_query`] (a `Level`
-//! plan only) and [`Client::pir_thumbs_query`] return — LWE ciphertexts of the same size for
-//! every photo — and `GET`s of public, immutable files (hints, the ranking table). The page
+//! plan), [`Client::pir_scores_query`] (a `Scores` plan) and [`Client::pir_thumbs_query`]
+//! return — (R)LWE ciphertexts of the same size for every photo — and `GET`s of public,
+//! immutable files (hints, the ranking table, the scores' public file). The page
 //! sends both queries for every search, in this order, by one code path: the ranking step never
 //! throws on a bad answer (the error is kept and thrown by [`Client::pir_thumbs_answer`], after
 //! the thumbnail request has gone out), so what follows a hostile answer looks like what
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 
 use shared::pir::client::{Hint, Pending};
 use shared::pir::doc::PirDoc;
+use shared::pir::hintless::{self, ScoresKeys, ScoresPending, ScoresPublic};
 use shared::pir::records::RankRecord;
 use shared::protocol::pir_search::{self, Ranked};
 use wasm_bindgen::prelude::*;
@@ -31,6 +33,9 @@ pub(crate) struct PirSession {
     hints: HashMap<String, Hint>,
     /// The checked, decoded ranking table, by its SHA-256 (kept for the version's searches).
     table: Option<(String, RankRecord)>,
+    /// The hintless ranking's checked public file and the keys' masks, by the file's SHA-256.
+    scores: Option<(String, ScoresPublic, ScoresKeys)>,
+    scores_pending: Option<ScoresPending>,
     rank_pending: Option<(usize, Pending)>,
     ranked: Option<Result<Ranked, String>>,
     thumbs_pending: Option<Pending>,
@@ -61,11 +66,21 @@ impl Client {
         Ok(())
     }
 
-    /// The plan for `k` results within `max_bytes` per search (JSON `PirPlan`). Public: reads
-    /// no photo. Sends nothing.
-    pub fn pir_plan(&self, k: usize, max_bytes: f64) -> Result<String, JsError> {
-        let plan =
-            pir_search::plan(self.partition()?, self.pir_doc()?, k, max_bytes).map_err(js_err)?;
+    /// The plan for `k` results within `max_bytes` per search (JSON `PirPlan`), of the ranking
+    /// kind a person chose (`table`, `level`, `scores`; none: the plan's own choice). Public:
+    /// reads no photo. Sends nothing.
+    pub fn pir_plan(
+        &self,
+        k: usize,
+        max_bytes: f64,
+        ranking: Option<String>,
+    ) -> Result<String, JsError> {
+        let kind = ranking
+            .map(|r| r.parse::<pir_search::RankingKind>())
+            .transpose()
+            .map_err(js_err)?;
+        let plan = pir_search::plan_of(self.partition()?, self.pir_doc()?, k, max_bytes, kind)
+            .map_err(js_err)?;
         serde_json::to_string(&plan).map_err(js_err)
     }
 
@@ -159,6 +174,69 @@ impl Client {
                 None => Err("the level's hint is not loaded".to_string()),
             },
             None => Err("the level has no PIR database".to_string()),
+        };
+        self.pir.ranked = Some(r);
+        Ok(())
+    }
+
+    /// Whether the hintless ranking's public file with this SHA-256 is already checked and held.
+    pub fn pir_has_scores(&self, sha256: &str) -> bool {
+        self.pir
+            .scores
+            .as_ref()
+            .is_some_and(|(h, _, _)| h.eq_ignore_ascii_case(sha256))
+    }
+
+    /// Give the hintless ranking's public file: checked against its SHA-256 and the partition,
+    /// decoded and kept for this version's searches, with the keys' public masks. Sends
+    /// nothing.
+    pub fn pir_set_scores(&mut self, bytes: &[u8]) -> Result<(), JsError> {
+        let part = self.partition()?;
+        let sd = hintless::entry(part, self.pir_doc()?).map_err(js_err)?;
+        let public = ScoresPublic::decode(sd, part, bytes).map_err(js_err)?;
+        let keys = ScoresKeys::new(sd).map_err(js_err)?;
+        self.pir.scores = Some((sd.public.sha256.to_ascii_lowercase(), public, keys));
+        Ok(())
+    }
+
+    /// The query of a `Scores` plan: the body to `POST` to `{answer_url}/scores` (the photo's
+    /// nearest block among the capped level's centroids, loaded first with
+    /// [`Client::set_centroids`], and its features, all inside RLWE ciphertexts under a fresh
+    /// secret that stays here).
+    pub fn pir_scores_query(&mut self) -> Result<Vec<u8>, JsError> {
+        let query = self.query_features()?;
+        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let part = self.partition()?;
+        let sd = hintless::entry(part, self.pir_doc()?).map_err(js_err)?;
+        let cents = self.level_centroids(sd.level)?;
+        let (_, _, keys) = self
+            .pir
+            .scores
+            .as_ref()
+            .ok_or_else(|| js_err("the hintless ranking's public file is not loaded"))?;
+        let (body, pending) =
+            hintless::query(part, sd, keys, cents, &query, &mut rng).map_err(js_err)?;
+        self.pir.scores_pending = Some(pending);
+        self.pir.ranked = None;
+        Ok(body)
+    }
+
+    /// The answer to the scores query: decoded within its proven error bound and ranked — or
+    /// the error kept for [`Client::pir_thumbs_answer`]. Never throws for a bad answer. Sends
+    /// nothing.
+    pub fn pir_scores_answer(&mut self, answer: &[u8], k: usize) -> Result<(), JsError> {
+        let pending = self
+            .pir
+            .scores_pending
+            .take()
+            .ok_or_else(|| js_err("no PIR scores query is pending"))?;
+        let part = self.partition()?;
+        let sd = hintless::entry(part, self.pir_doc()?).map_err(js_err)?;
+        let r = match &self.pir.scores {
+            Some((_, public, keys)) => {
+                hintless::rank(sd, keys, public, &pending, answer, k).map_err(|e| e.to_string())
+            }
+            None => Err("the hintless ranking's public file is not loaded".to_string()),
         };
         self.pir.ranked = Some(r);
         Ok(())

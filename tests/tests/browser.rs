@@ -638,6 +638,103 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
     c.close().await.unwrap();
 }
 
+/// The hintless ranking in the page, chosen by name: the plan says the server scores the
+/// photo's part of the gallery encrypted; each search shows the exact top 8 of the photo's
+/// capped block (computed natively from its block file with integer scores), spends nothing,
+/// and after the first (which fetches the public files) two different photos make exactly the
+/// same requests — the scores query among them, of the document's size.
+#[tokio::test(flavor = "multi_thread")]
+async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_not_depend_on_the_photo(
+) {
+    use shared::pir::ring::scores::plaintext_scores;
+    use shared::protocol::blocks::{decode, quantise};
+    let srv = server();
+    let doc = partition(&srv.base).await;
+    let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
+        &privatemail_e2e::browser::get_bytes(&srv.base, "/api/v1/pir").await,
+    )
+    .unwrap();
+    let sd = pir
+        .scores
+        .clone()
+        .expect("the capped level's ranking is offered");
+    let cents = privatemail_e2e::browser::get_bytes(
+        &srv.base,
+        &shared::protocol::centroids::centroids_url(&doc, sd.level),
+    )
+    .await;
+    let cents = shared::protocol::centroids::decode(&cents).unwrap().1;
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    choose(&c, "protocol", "pir").await;
+    choose(&c, "budget", "2097152").await;
+    choose(&c, "pir-ranking", "scores").await;
+    let plan = text(&c, "plan").await;
+    for want in [
+        "learns nothing",
+        "ε = 0",
+        "encrypted",
+        "once per gallery version",
+    ] {
+        assert!(plan.contains(want), "plan text lacks {want:?}: {plan}");
+    }
+    js(
+        &c,
+        "window.__log = []; const f = window.fetch.bind(window);
+         window.fetch = (u, o) => {
+           const body = o && o.body ? o.body.length ?? o.body.byteLength : 0;
+           window.__log.push(`${(o && o.method) || 'GET'} ${new URL(u, location.href).pathname} ${body}`);
+           return f(u, o);
+         }; return 0;",
+    )
+    .await;
+    let mut logs = Vec::new();
+    for (round, i) in [5003usize, 5100, 5003].into_iter().enumerate() {
+        let (path, _) = image_file(i);
+        load_photo(&c, &path).await;
+        js(&c, "window.__log = []; return 0;").await;
+        let labels = search(&c).await;
+        assert_eq!(labels.len(), 8);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let log: Vec<String> =
+            serde_json::from_value(js(&c, "return window.__log;").await).unwrap();
+        let ids: Vec<u64> = serde_json::from_value(
+            js(
+                &c,
+                "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
+            )
+            .await,
+        )
+        .unwrap();
+        // The photo's block by the client's rule, and its exact top 8 by integer score.
+        let q = native_features(i);
+        let x = shared::protocol::partition::nearest_centroid(&cents, doc.feature_dim, &q);
+        let bytes = privatemail_e2e::browser::get_bytes(
+            &srv.base,
+            &format!("{}/{}/{x}", doc.blocks_url, sd.level),
+        )
+        .await;
+        let block = decode(&bytes, Some(&doc.levels[sd.level].hashes[x as usize])).unwrap();
+        let qi: Vec<i16> = q.iter().map(|&v| quantise(v)).collect();
+        let fi: Vec<i16> = block.features.iter().map(|&v| quantise(v)).collect();
+        let t = plaintext_scores(&qi, &fi, doc.feature_dim);
+        let mut order: Vec<usize> = (0..block.ids.len()).collect();
+        order.sort_by(|&a, &b| t[b].cmp(&t[a]).then(block.ids[a].cmp(&block.ids[b])));
+        let want: Vec<u64> = order[..8].iter().map(|&r| block.ids[r]).collect();
+        assert_eq!(ids, want, "photo {i}: the exact top 8 of its block");
+        if round > 0 {
+            logs.push(log);
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    assert_eq!(logs[0], logs[1], "requests differ between photos");
+    let scores = format!("POST {}/scores {}", pir.answer_url, sd.upload_bytes);
+    assert!(logs[0].contains(&scores), "{scores} not in {:?}", logs[0]);
+    let spent = text(&c, "spent").await;
+    assert!(spent.contains("over 0 searches"), "nothing spent: {spent}");
+    c.close().await.unwrap();
+}
+
 /// The text of the element with this id.
 async fn text(c: &fantoccini::Client, id: &str) -> String {
     js(

@@ -46,6 +46,40 @@ pub enum PirRanking {
     Scores { level: usize },
 }
 
+/// A kind of [`PirRanking`], for a person who chooses it (`None`: the plan's own choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankingKind {
+    Table,
+    Level,
+    Scores,
+}
+
+impl PirRanking {
+    pub fn kind(&self) -> RankingKind {
+        match self {
+            PirRanking::Table => RankingKind::Table,
+            PirRanking::Level { .. } => RankingKind::Level,
+            PirRanking::Scores { .. } => RankingKind::Scores,
+        }
+    }
+}
+
+impl std::str::FromStr for RankingKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "table" => Ok(RankingKind::Table),
+            "level" => Ok(RankingKind::Level),
+            "scores" => Ok(RankingKind::Scores),
+            _ => Err(Error::InvalidParameter {
+                name: "ranking",
+                reason: "must be table, level or scores".into(),
+            }),
+        }
+    }
+}
+
 /// A PIR search's plan and costs (public: from the documents, `k` and the budget only).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PirPlan {
@@ -82,6 +116,17 @@ impl PirPlan {
 /// ranking where offered), then fewer bytes. At 1,000,000 items the hintless scores (a bounded
 /// one-time download) come before the 150 MB table.
 pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Result<PirPlan> {
+    plan_of(part, pir, k, max_bytes, None)
+}
+
+/// [`plan`] among the plans of one kind only, where a person chose it (`None`: any kind).
+pub fn plan_of(
+    part: &PartitionDoc,
+    pir: &PirDoc,
+    k: usize,
+    max_bytes: f64,
+    kind: Option<RankingKind>,
+) -> Result<PirPlan> {
     validate_doc(part)?;
     validate(pir, part.gallery_size, part.levels.len())?;
     if pir.version != part.version {
@@ -146,7 +191,8 @@ pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Resu
     };
     let mut best: Option<PirPlan> = None;
     let mut cheapest = u64::MAX;
-    for p in table.into_iter().chain(levels).chain(scores) {
+    let plans = table.into_iter().chain(levels).chain(scores);
+    for p in plans.filter(|p| kind.is_none_or(|k| p.ranking.kind() == k)) {
         cheapest = cheapest.min(p.up_bytes + p.down_bytes);
         if (p.up_bytes + p.down_bytes) as f64 > max_bytes {
             continue;
@@ -166,6 +212,7 @@ pub fn plan(part: &PartitionDoc, pir: &PirDoc, k: usize, max_bytes: f64) -> Resu
     best.ok_or_else(|| Error::InvalidParameter {
         name: "budget",
         reason: match cheapest {
+            u64::MAX if kind.is_some() => "this server offers no PIR ranking of that kind".into(),
             u64::MAX => "this server offers no PIR ranking".into(),
             c => format!(
                 "no PIR plan fits this many bytes per search; the cheapest sends and receives {} KiB",

@@ -19,6 +19,7 @@ use shared::api::PartitionDoc;
 use shared::embed::model::Model;
 use shared::pir::client::Hint;
 use shared::pir::doc::PirDoc;
+use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
 use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
 use shared::protocol::blocks::{decode, rank, Block};
 use shared::protocol::pir_search::{
@@ -135,6 +136,44 @@ fn pir_rows(
         acc.server_ms = server_core_ms(http, base) - s0;
         let once = (tdoc.transfer_bytes + pir.thumbs.shape.hint_bytes() as u64) as f64;
         rows.push(("pir-table".into(), acc, once));
+    }
+    // PIR with the hintless ranking of the capped level (the public file and the keys' masks
+    // once per version, as the page keeps them; the CLI redoes them per search).
+    if let Some(sd) = &pir.scores {
+        let file = get(http, &format!("{base}{}/scores/hint", pir.answer_url));
+        let t = Instant::now();
+        let public = ScoresPublic::decode(sd, part, &file).unwrap();
+        let keys = ScoresKeys::new(sd).unwrap();
+        eprintln!(
+            "pirbench: hintless ranking at level {} ({} blocks of at most {} rows): public file {} KiB ({} KiB gzip), decoded with the keys' masks in {:.0} ms",
+            sd.level,
+            sd.blocks,
+            sd.rows,
+            sd.public.bytes / 1024,
+            sd.public.transfer_bytes / 1024,
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        let cents = privatemail_e2e::level_centroids(http, base, part, sd.level);
+        let url = format!("{base}{}/scores", pir.answer_url);
+        let mut acc = Acc::default();
+        let s0 = server_core_ms(http, base);
+        for (q, tr) in feats.iter().zip(truth) {
+            let t = Instant::now();
+            let (body, pending) = hintless::query(part, sd, &keys, &cents, q, rng).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.up += body.len() as f64;
+            let ans = post(http, &url, body);
+            acc.down += ans.len() as f64;
+            let t = Instant::now();
+            let r = hintless::rank(sd, &keys, &public, &pending, &ans, 8).unwrap();
+            acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
+            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            thumbs_round(&r, rng, &mut acc);
+            acc.n += 1;
+        }
+        acc.server_ms = server_core_ms(http, base) - s0;
+        let once = (sd.public.transfer_bytes + pir.thumbs.shape.hint_bytes() as u64) as f64;
+        rows.push((format!("pir-scores-B{}", sd.blocks), acc, once));
     }
     // PIR with each offered level's database.
     for (l, db) in pir.levels.iter().enumerate() {

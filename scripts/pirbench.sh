@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # PIR, DP blocks and the whole gallery side by side (docs/eval/pir.csv): starts the release
 # server at each gallery size on a temporary store, runs `pirbench` against it, stops it.
-# Usage: bash scripts/pirbench.sh [size[:queries]…]   (default: 10000 70000 1000000:100)
+# Usage: bash scripts/pirbench.sh [size[:queries]…]   (default: 10000 70000 1000000:300)
 # Each server's log is kept in /tmp/pirbench-logs/ with its peak RSS (VmHWM) at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=0 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release -q -p privatemail-server --bin server -p privatemail-e2e --bin pirbench
-sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 70000 1000000:100)
+sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 70000 1000000:300)
 logs=/tmp/pirbench-logs; mkdir -p "$logs"
 out=docs/eval/pir.csv
 header=--header

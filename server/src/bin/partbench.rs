@@ -21,7 +21,9 @@ use shared::protocol::partition::{
 };
 use shared::protocol::publish::{ranking_spec, COVERAGE_K, DEFAULT_CLOSURE, RANKING_CLOSURE};
 
-use privatemail_server::gallery::data::{balanced_anchors, demo_gallery, load_split, DEFAULT_DIR};
+use privatemail_server::gallery::data::{
+    balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR,
+};
 use privatemail_server::partition::{closure_neighbours, coverage_probes};
 
 #[derive(Parser)]
@@ -48,6 +50,9 @@ struct Args {
     /// Closure neighbours the study's capped levels draw from.
     #[arg(long, default_value_t = RANKING_CLOSURE as usize)]
     m: usize,
+    /// Held-out photos (reserved training images) coverage is also measured on.
+    #[arg(long, default_value_t = 1_000)]
+    photos: usize,
     /// Read the features from (or write them to) this file.
     #[arg(long)]
     cache: Option<PathBuf>,
@@ -120,12 +125,34 @@ fn features(args: &Args) -> Result<Features, Box<dyn std::error::Error>> {
     Ok((g, a))
 }
 
+/// Features of the held-out photos `pirbench` searches with (the first `--photos` reserved
+/// training images).
+fn reserved_features(args: &Args) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
+    let train = load_split(&args.data_dir, "train")?;
+    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS)?;
+    let idx: Vec<usize> = reserved_train(train.labels.len(), &[])
+        .into_iter()
+        .take(args.photos)
+        .collect();
+    let images: Vec<&[u8]> = idx.iter().map(|&i| train.images.image(i)).collect();
+    Ok(model
+        .infer_batch(&images)?
+        .into_iter()
+        .flat_map(|r| r.features)
+        .collect())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let (features, anchors) = features(&args)?;
     let dim = EMBED;
     let n = features.len() / dim;
-    let (probes, held_out) = coverage_probes(&features, dim, &anchors);
+    let (mut probes, held_out) = coverage_probes(&features, dim, &anchors);
+    // Also `pirbench`'s held-out photos (the reserved training images), which the fidelity
+    // figures are measured on: coverage on both, reported apart.
+    let photos = reserved_features(&args)?;
+    let n_anchor_probes = probes.len() / dim;
+    probes.extend_from_slice(&photos);
     let truth = nearest_k_many(&features, dim, &probes, COVERAGE_K);
     let t = Instant::now();
     let m = args.m.max(RANKING_CLOSURE as usize);
@@ -134,7 +161,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "partbench: {n} items, {held_out} held-out probes, neighbours (exact: {exact}) in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    println!("blocks,overlap,share,coverage_own,largest,mean,largest_own,secs");
+    println!("blocks,overlap,share,coverage_own,coverage_photos,largest,mean,largest_own,secs");
     // The level the server builds for the hintless ranking, then the study's variants.
     let mut runs: Vec<(u32, Overlap, f32)> = ranking_spec(n)
         .map(|s| (s.blocks, s.overlap, 0.0))
@@ -173,17 +200,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 _ => build_level(&features, dim, spec, args.seed, Some(&nb))?,
             };
-            let cov = coverage(&level, dim, &probes, &truth);
+            let split = n_anchor_probes * dim;
+            let cov = coverage(&level, dim, &probes[..split], &truth[..n_anchor_probes]);
+            let photo_cov = coverage(&level, dim, &probes[split..], &truth[n_anchor_probes..]);
             let sizes: Vec<usize> = level.members.iter().map(Vec::len).collect();
             let mut own = vec![0usize; level.members.len()];
             for &h in &level.home {
                 own[h as usize] += 1;
             }
             println!(
-                "{},{},{share},{:.4},{},{},{},{:.1}",
+                "{},{},{share},{:.4},{:.4},{},{},{},{:.1}",
                 level.members.len(),
                 overlap.name(),
                 cov.own,
+                photo_cov.own,
                 sizes.iter().max().unwrap_or(&0),
                 sizes.iter().sum::<usize>() / sizes.len().max(1),
                 own.iter().max().unwrap_or(&0),

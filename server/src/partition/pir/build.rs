@@ -261,23 +261,20 @@ fn build_scores(
         rows: rows as usize,
     };
     let members = level_indices(p, partitions, level, shape.blocks, index)?;
-    let blocks: Vec<Vec<i16>> = members
-        .par_iter()
-        .map(|block| {
-            block
-                .iter()
-                .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
-                .collect()
-        })
-        .collect();
     let ring = Ring::new(RING_N);
     let (query_seed, packing_seed) = (
         a_seed(version, "scores-query"),
         a_seed(version, "scores-packing"),
     );
     let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &packing_seed);
-    let db = ScoreDb::build(&ring, shape, &blocks, &query_seed, &masks)?;
-    drop(blocks);
+    // Each block's i16 features as the planes are laid out (one block held at a time).
+    let features = |b: usize| -> Result<Vec<i16>, shared::Error> {
+        Ok(members[b]
+            .iter()
+            .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
+            .collect())
+    };
+    let db = ScoreDb::build_from(&ring, shape, features, &query_seed, &masks)?;
     let public = ScoresPublic {
         public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
         rows: members,

@@ -204,24 +204,37 @@ impl ScoreDb {
         query_seed: &[u8; 32],
         masks: &PackingMasks,
     ) -> Result<ScoreDb> {
+        if blocks.len() != shape.blocks {
+            return Err(Error::InvalidParameter {
+                name: "score database",
+                reason: format!("{} blocks for a shape of {}", blocks.len(), shape.blocks),
+            });
+        }
+        Self::build_from(ring, shape, |b| Ok(blocks[b].clone()), query_seed, masks)
+    }
+
+    /// [`ScoreDb::build`] with block `b`'s features made by `block(b)` when the planes are laid
+    /// out, so only one block's features are held at a time (at 1,000,000 items the blocks'
+    /// `i16` features would take 0.5 GB besides the planes).
+    pub fn build_from(
+        ring: &Ring,
+        shape: ScoreShape,
+        block: impl Fn(usize) -> Result<Vec<i16>>,
+        query_seed: &[u8; 32],
+        masks: &PackingMasks,
+    ) -> Result<ScoreDb> {
         let n = ring.n();
         let invalid = |reason: String| Error::InvalidParameter {
             name: "score database",
             reason,
         };
         shape.check(n)?;
-        if blocks.len() != shape.blocks {
-            return Err(invalid(format!(
-                "{} blocks for a shape of {}",
-                blocks.len(),
-                shape.blocks
-            )));
-        }
         let cols = shape.cols(n);
         let cpb = shape.cols_per_block();
         let mut lo = vec![0u8; shape.rows * cols];
         let mut hi = vec![0i8; shape.rows * cols];
-        for (b, feats) in blocks.iter().enumerate() {
+        for b in 0..shape.blocks {
+            let feats = block(b)?;
             if feats.len() % shape.dim != 0 || feats.len() / shape.dim > shape.rows {
                 return Err(invalid(format!("block {b} does not fit {shape:?}")));
             }

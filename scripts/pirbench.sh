@@ -20,6 +20,8 @@ for spec in "${sizes[@]}"; do
   target/release/server --bind "127.0.0.1:$port" --gallery-size "$n" --store "$dir/gallery.redb" \
     > "$dir/server.log" 2>&1 &
   pid=$!
+  # A failed run (e.g. a full disk) must not leave the server or its store behind.
+  trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
   # Peak resident memory: VmHWM counts mapped block files (page cache the kernel can reclaim);
   # the process's own memory is RssAnon, sampled every 2 s for its peak.
   ( peak=0; while kill -0 "$pid" 2>/dev/null; do
@@ -40,6 +42,7 @@ for spec in "${sizes[@]}"; do
   kill "$pid"; wait "$pid" || true
   cp "$dir/server.log" "$logs/server-$n.log"
   rm -rf "$dir"
+  trap - EXIT
 done
 mv "$out.tmp" "$out"
 echo "pirbench: wrote $out"

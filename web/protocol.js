@@ -26,14 +26,23 @@ export async function loadPartition() {
   else if (!allowed && protocol() === "whole") $("protocol").value = "blocks";
 }
 
-// Whether the PIR plan at the current budget is light enough to be the default (its one-time
-// download within the shared bound; `PirPlan.page_default`).
-function pirIsDefault() {
-  try {
-    return JSON.parse(state.client.pir_plan(K, Number($("budget").value), pirRanking())).page_default === true;
-  } catch {
-    return false;
-  }
+// The smallest offered budget (from the current one up to 4 MiB, the per-search target) at
+// which the PIR plan is light enough to be the default (its one-time download within the
+// shared bound; `PirPlan.page_default`), or null. At 1,000,000 images the hintless plan needs
+// about 3.8 MiB a search, above the page's 512 KiB default for blocks.
+function pirDefaultBudget() {
+  const fits = (v) => {
+    try {
+      return JSON.parse(state.client.pir_plan(K, Number(v), pirRanking())).page_default === true;
+    } catch {
+      return false;
+    }
+  };
+  if (fits($("budget").value)) return $("budget").value;
+  const options = [...$("budget").options].filter((o) => !o.disabled && Number(o.value) <= 4 << 20);
+  const larger = options.filter((o) => Number(o.value) > Number($("budget").value));
+  const o = larger.find((o) => fits(o.value));
+  return o ? o.value : null;
 }
 
 // The PIR document: public, the same for everyone. Where the server offers PIR it is the
@@ -43,7 +52,11 @@ export async function loadPirDoc() {
   const opt = $("protocol").querySelector("option[value='pir']");
   opt.hidden = !state.pirDoc;
   opt.disabled = !state.pirDoc;
-  if (state.pirDoc && !$("protocol").dataset.chosen && pirIsDefault()) $("protocol").value = "pir";
+  const budget = state.pirDoc && !$("protocol").dataset.chosen ? pirDefaultBudget() : null;
+  if (budget) {
+    $("budget").value = budget;
+    $("protocol").value = "pir";
+  }
   else if (!state.pirDoc && protocol() === "pir") $("protocol").value = state.partition ? "blocks" : "frame";
 }
 

@@ -406,3 +406,166 @@ pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> 
     check(part, doc)?;
     Ok(doc)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pir::doc::FileDoc;
+    use crate::pir::ring::scores::failure_log2;
+
+    const SIZES: [u32; 4] = [250, 260, 240, 250];
+
+    /// The planner tests' partition with a capped fourth level of 4 blocks of at most 300 rows,
+    /// its scores entry and a public file (block `b` holds items `100·b …`).
+    fn fixture() -> (PartitionDoc, ScoresDoc, ScoresPublic) {
+        let mut part = crate::protocol::plan::tests::doc();
+        let mut l = part.levels[1].clone();
+        l.blocks = 4;
+        l.overlap = Overlap::Capped { m: 8, rows: 300 };
+        l.sizes = SIZES.to_vec();
+        l.bytes.truncate(4);
+        l.transfer_bytes.truncate(4);
+        l.hashes.truncate(4);
+        part.levels.push(l);
+        let shape = ScoreShape {
+            blocks: 4,
+            dim: 2,
+            rows: 300,
+        };
+        let public = ScoresPublic {
+            public_a: vec![vec![1u64; N]; PLANES * shape.row_chunks(N).len()],
+            rows: SIZES
+                .iter()
+                .enumerate()
+                .map(|(b, &s)| (0..s).map(|i| 100 * b as u32 + i).collect())
+                .collect(),
+            ids: (0..1000).map(|i| i + 7).collect(),
+            labels: (0..1000).map(|i| (i % 10) as u8).collect(),
+            digests: (0..1000u32).map(|i| [i as u8; DIGEST]).collect(),
+        };
+        let doc = ScoresDoc {
+            level: 3,
+            ring_n: N,
+            blocks: 4,
+            dim: 2,
+            rows: 300,
+            query_seed: "11".repeat(32),
+            packing_seed: "22".repeat(32),
+            public: FileDoc {
+                bytes: 0,
+                transfer_bytes: 0,
+                sha256: String::new(),
+            },
+            upload_bytes: upload_len(&shape, N) as u64,
+            answer_bytes: answer_len(&shape, N) as u64,
+            failure_log2: failure_log2(&shape, N),
+        };
+        let doc = published(doc, &public.encode());
+        (part, doc, public)
+    }
+
+    /// `doc` naming `bytes` as its public file.
+    fn published(mut doc: ScoresDoc, bytes: &[u8]) -> ScoresDoc {
+        doc.public = FileDoc {
+            bytes: bytes.len() as u64,
+            transfer_bytes: bytes.len() as u64,
+            sha256: hash_hex(bytes),
+        };
+        doc
+    }
+
+    #[test]
+    fn the_public_file_round_trips_and_is_bound_to_its_hash() {
+        let (part, doc, public) = fixture();
+        check(&part, &doc).unwrap();
+        let bytes = public.encode();
+        assert_eq!(ScoresPublic::decode(&doc, &part, &bytes).unwrap(), public);
+        let mut other = bytes.clone();
+        other[20] ^= 1;
+        let e = ScoresPublic::decode(&doc, &part, &other).unwrap_err();
+        assert!(e.to_string().contains("SHA-256"), "{e}");
+    }
+
+    #[test]
+    fn malformed_public_files_are_refused_even_with_a_matching_hash() {
+        let (part, doc, public) = fixture();
+        let refused = |bytes: &[u8], want: &str| {
+            let doc = published(doc.clone(), bytes);
+            let e = ScoresPublic::decode(&doc, &part, bytes).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        };
+        let good = public.encode();
+        let map = MAGIC.len() + public.public_a.len() * N * 8;
+        let mut b = good.clone();
+        b[0] = b'X';
+        refused(&b, "not a scores file");
+        let mut b = good.clone();
+        b[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&Q.value.to_le_bytes());
+        refused(&b, "not reduced");
+        let mut b = good.clone();
+        b.push(0);
+        refused(&b, "trailing");
+        refused(&good[..good.len() - 1], "short");
+        // A block's count that is not the partition's.
+        let mut b = good.clone();
+        b[map..map + 4].copy_from_slice(&251u32.to_le_bytes());
+        refused(&b, "row count");
+        // A repeated index (a zero gap), an index outside the gallery.
+        let mut p = public.clone();
+        p.rows[0][1] = p.rows[0][0];
+        refused(&p.encode(), "ascend");
+        let mut p = public.clone();
+        *p.rows[3].last_mut().unwrap() = 1000;
+        refused(&p.encode(), "ascend");
+        // A varint with a needless zero group (0 written as 0x80 0x00).
+        let mut b = good.clone();
+        assert_eq!(b[map + 4], 0, "block 0 starts at item 0");
+        b.insert(map + 4, 0x80);
+        refused(&b, "malformed index");
+    }
+
+    #[test]
+    fn entries_that_do_not_fit_the_partition_are_refused() {
+        let (part, doc, _) = fixture();
+        let refused = |d: ScoresDoc| assert!(check(&part, &d).is_err(), "{d:?}");
+        refused(ScoresDoc {
+            ring_n: 2048,
+            ..doc.clone()
+        });
+        // A level that is not capped, one that does not exist, rows below a block's size.
+        refused(ScoresDoc {
+            level: 1,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            level: 9,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            rows: 259,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            dim: 3,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            upload_bytes: doc.upload_bytes - 8,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            answer_bytes: doc.answer_bytes + 8,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            query_seed: "zz".repeat(32),
+            ..doc.clone()
+        });
+        let mut d = doc.clone();
+        d.public.bytes = 1 << 40;
+        refused(d);
+        let mut d = doc.clone();
+        d.public.bytes -= 2_000;
+        refused(d);
+    }
+}

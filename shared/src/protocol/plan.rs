@@ -432,7 +432,7 @@ pub fn plan(doc: &PartitionDoc, epsilon: f64, max_bytes: f64) -> Result<Plan> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::partition::{Coverage, Overlap};
 

@@ -11,7 +11,6 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use clap::Parser;
-use privatemail_e2e::get_json;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
@@ -206,7 +205,20 @@ fn main() {
     let a = Args::parse();
     let http = Client::builder().no_gzip().build().unwrap();
     let base = a.base.trim_end_matches('/');
-    let part: PartitionDoc = get_json(&http, base, "/api/v1/partition");
+    // A server whose partition build failed serves without one: say so, not a decode error.
+    let r = http
+        .get(format!("{base}/api/v1/partition"))
+        .send()
+        .expect("the server answers");
+    if !r.status().is_success() {
+        eprintln!(
+            "pirbench: the server has no partition ({}): {}",
+            r.status(),
+            r.text().unwrap_or_default()
+        );
+        std::process::exit(1);
+    }
+    let part: PartitionDoc = r.json().expect("the partition document");
     // Absent where the server offers no PIR (above `MAX_PIR_ITEMS`): the other rows still run.
     let pir: Option<PirDoc> = http
         .get(format!("{base}/api/v1/pir"))

@@ -147,6 +147,22 @@ pub fn build(
         index: i as u32,
         thumbnail: &packed[i],
     };
+    // The hintless ranking of the capped level, where there is one — first, so that its
+    // transient memory (the plans' row masks) is freed before the thumbnail database and
+    // the table are held: at 1,000,000 items the build's peak is what bounds the server.
+    let scores = p
+        .doc
+        .levels
+        .iter()
+        .rposition(|l| matches!(l.overlap, Overlap::Capped { .. }))
+        .map(|l| build_scores(p, partitions, l, &version, &index, items, &packed))
+        .transpose()
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
+            None
+        });
+    crate::ops::progress::release_freed_memory();
+
     let thumbs = build_db(
         "thumbs",
         thumbs_shape(items.len(), thumbs::packed_len(side))?,
@@ -182,19 +198,6 @@ pub fn build(
         });
         levels.push(built);
     }
-
-    // The hintless ranking of the capped level, where there is one.
-    let scores = p
-        .doc
-        .levels
-        .iter()
-        .rposition(|l| matches!(l.overlap, Overlap::Capped { .. }))
-        .map(|l| build_scores(p, partitions, l, &version, &index, items, &packed))
-        .transpose()
-        .unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
-            None
-        });
 
     let doc = PirDoc {
         version: version.clone(),

@@ -56,7 +56,7 @@ fn hintless_scores_at_the_deployed_degree_in_wasm() {
     let db = ScoreDb::build(&ring, small, &blocks, &[4; 32], &masks).unwrap();
     let q: Vec<i16> = (0..8).map(|j| 3_000 * j - 9_000).collect();
     let (up, bodies, sk) = query(&ring, &small, &[4; 32], &masks, 1, &q, &mut rng).unwrap();
-    let answer = db.answer(&ring, &up, &bodies).unwrap();
+    let answer = db.answer(&ring, &up, &bodies, None).unwrap();
     let scores = decode(&ring, &small, &sk, &db.public_a(), &answer).unwrap();
     assert_eq!(&scores[..40], &plaintext_scores(&q, &blocks[1], 8)[..]);
     // The client's work at the million-image shape (256 blocks, 11,000 rows): the query and

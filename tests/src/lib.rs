@@ -304,3 +304,16 @@ pub fn post_search<T: serde::de::DeserializeOwned>(
         .json()
         .expect("search response")
 }
+
+/// The exact top 8 of `block` for the photo `q` by integer score `T = 2⟨q, f⟩ − ‖f‖²` over the
+/// quantised photo and features, highest first, ties to the lower id: what the hintless ranking
+/// (`shared::pir::hintless::rank`) must return for the photo's block.
+pub fn block_top8_by_scores(q: &[f32], block: &shared::protocol::blocks::Block) -> Vec<u64> {
+    use shared::protocol::blocks::quantise;
+    let qi: Vec<i16> = q.iter().map(|&v| quantise(v)).collect();
+    let fi: Vec<i16> = block.features.iter().map(|&v| quantise(v)).collect();
+    let t = shared::pir::ring::scores::plaintext_scores(&qi, &fi, block.dim);
+    let mut order: Vec<usize> = (0..block.ids.len()).collect();
+    order.sort_by(|&a, &b| t[b].cmp(&t[a]).then(block.ids[a].cmp(&block.ids[b])));
+    order.iter().take(8).map(|&r| block.ids[r]).collect()
+}

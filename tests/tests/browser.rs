@@ -549,16 +549,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
         json!(1)
     );
     // Record every request the page makes: method, path and body size, in order.
-    js(
-        &c,
-        "window.__log = []; const f = window.fetch.bind(window);
-         window.fetch = (u, o) => {
-           const body = o && o.body ? o.body.length ?? o.body.byteLength : 0;
-           window.__log.push(`${(o && o.method) || 'GET'} ${new URL(u, location.href).pathname} ${body}`);
-           return f(u, o);
-         }; return 0;",
-    )
-    .await;
+    record_requests(&c).await;
     let mut logs = Vec::new();
     let whole = whole_gallery(&srv.base).await;
     for (round, i) in [5003usize, 5003, 5100, 5003, 5100].into_iter().enumerate() {
@@ -646,8 +637,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_not_depend_on_the_photo(
 ) {
-    use shared::pir::ring::scores::plaintext_scores;
-    use shared::protocol::blocks::{decode, quantise};
+    use shared::protocol::blocks::decode;
     let srv = server();
     let doc = partition(&srv.base).await;
     let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
@@ -678,16 +668,7 @@ async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_
     ] {
         assert!(plan.contains(want), "plan text lacks {want:?}: {plan}");
     }
-    js(
-        &c,
-        "window.__log = []; const f = window.fetch.bind(window);
-         window.fetch = (u, o) => {
-           const body = o && o.body ? o.body.length ?? o.body.byteLength : 0;
-           window.__log.push(`${(o && o.method) || 'GET'} ${new URL(u, location.href).pathname} ${body}`);
-           return f(u, o);
-         }; return 0;",
-    )
-    .await;
+    record_requests(&c).await;
     let mut logs = Vec::new();
     for (round, i) in [5003usize, 5100, 5003].into_iter().enumerate() {
         let (path, _) = image_file(i);
@@ -715,12 +696,7 @@ async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_
         )
         .await;
         let block = decode(&bytes, Some(&doc.levels[sd.level].hashes[x as usize])).unwrap();
-        let qi: Vec<i16> = q.iter().map(|&v| quantise(v)).collect();
-        let fi: Vec<i16> = block.features.iter().map(|&v| quantise(v)).collect();
-        let t = plaintext_scores(&qi, &fi, doc.feature_dim);
-        let mut order: Vec<usize> = (0..block.ids.len()).collect();
-        order.sort_by(|&a, &b| t[b].cmp(&t[a]).then(block.ids[a].cmp(&block.ids[b])));
-        let want: Vec<u64> = order[..8].iter().map(|&r| block.ids[r]).collect();
+        let want = privatemail_e2e::block_top8_by_scores(&q, &block);
         assert_eq!(ids, want, "photo {i}: the exact top 8 of its block");
         if round > 0 {
             logs.push(log);
@@ -733,6 +709,21 @@ async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_
     let spent = text(&c, "spent").await;
     assert!(spent.contains("over 0 searches"), "nothing spent: {spent}");
     c.close().await.unwrap();
+}
+
+/// Records every request the page makes from now on in `window.__log`: method, path and body
+/// size, in order.
+async fn record_requests(c: &fantoccini::Client) {
+    js(
+        c,
+        "window.__log = []; const f = window.fetch.bind(window);
+         window.fetch = (u, o) => {
+           const body = o && o.body ? o.body.length ?? o.body.byteLength : 0;
+           window.__log.push(`${(o && o.method) || 'GET'} ${new URL(u, location.href).pathname} ${body}`);
+           return f(u, o);
+         }; return 0;",
+    )
+    .await;
 }
 
 /// The text of the element with this id.

@@ -11,8 +11,7 @@ use shared::api::{ErrorResponse, PartitionDoc};
 use shared::pir::client::Hint;
 use shared::pir::doc::PirDoc;
 use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
-use shared::pir::ring::scores::plaintext_scores;
-use shared::protocol::blocks::{decode, quantise, rank};
+use shared::protocol::blocks::{decode, rank};
 use shared::protocol::partition::{nearest_centroid, Overlap};
 use shared::protocol::pir_search::{
     plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirRanking, Ranked,
@@ -227,12 +226,7 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
             .map(|&g| public.ids[g as usize])
             .collect();
         assert_eq!(row_ids, block.ids, "photo {i}");
-        let qi: Vec<i16> = q.iter().map(|&v| quantise(v)).collect();
-        let fi: Vec<i16> = block.features.iter().map(|&v| quantise(v)).collect();
-        let t = plaintext_scores(&qi, &fi, part.feature_dim);
-        let mut want: Vec<usize> = (0..block.ids.len()).collect();
-        want.sort_by(|&a, &b| t[b].cmp(&t[a]).then(block.ids[a].cmp(&block.ids[b])));
-        let want: Vec<u64> = want[..8].iter().map(|&r| block.ids[r]).collect();
+        let want = privatemail_e2e::block_top8_by_scores(&q, &block);
         let got: Vec<u64> = r.hits.iter().map(|h| h.id).collect();
         assert_eq!(got, want, "photo {i}");
         // The same as ranking the block's features in f32 (no ties at these photos).

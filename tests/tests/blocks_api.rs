@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use shared::api::{ErrorResponse, PartitionDoc};
 use shared::protocol::blocks::{decode, rank, Block};
 use shared::protocol::centroids::{self, centroids_url, Centroids};
-use shared::protocol::partition::nearest_centroid;
+use shared::protocol::partition::{nearest_centroid, Overlap};
 use shared::protocol::plan::validate_doc;
 
 const TOKEN: &str = "blocks-token";
@@ -56,6 +56,25 @@ fn get_block(http: &Client, url: &str) -> (Vec<u8>, usize) {
 fn get_centroids(http: &Client, base: &str, d: &PartitionDoc, level: usize) -> Centroids {
     let (bytes, _) = get_block(http, &format!("{base}{}", centroids_url(d, level)));
     centroids::verify(d, level, &bytes).unwrap()
+}
+
+/// The levels are the default block counts `want`, then the hintless ranking's capped level
+/// (`publish::ranking_spec`), whose every block is within its row cap.
+fn assert_default_levels_then_capped(d: &PartitionDoc, want: &[u32]) {
+    let (capped, rest) = d.levels.split_last().expect("levels");
+    let bs: Vec<u32> = rest.iter().map(|l| l.blocks).collect();
+    assert_eq!(bs, want);
+    match capped.overlap {
+        Overlap::Capped { rows, .. } => {
+            assert!(
+                capped.sizes.iter().all(|&s| s <= rows),
+                "{:?}",
+                capped.sizes
+            );
+            assert_eq!(capped.sizes.len(), capped.blocks as usize);
+        }
+        o => panic!("the last level is {o:?}, not capped"),
+    }
 }
 
 fn error_code(r: Response) -> (StatusCode, String, String) {
@@ -104,8 +123,7 @@ fn partition_is_valid_and_every_block_verifies_and_covers_the_gallery() {
     );
     assert_eq!(d.max_share, 0.25);
     assert!(d.allow_full_download);
-    let bs: Vec<u32> = d.levels.iter().map(|l| l.blocks).collect();
-    assert_eq!(bs, vec![1, 8, 16, 32]);
+    assert_default_levels_then_capped(&d, &[1, 8, 16, 32]);
     let all = whole(&http, base, &d);
     assert_eq!(all.len(), 1000);
     let gallery: BTreeSet<u64> = all.ids.iter().copied().collect();
@@ -162,7 +180,8 @@ fn partition_is_valid_and_every_block_verifies_and_covers_the_gallery() {
     assert!(status["pir"].is_object(), "{status}");
     assert_valid(&api, "Status", &status);
     assert_eq!(status["partition"]["version"], d.version);
-    assert_eq!(status["partition"]["levels"], json!([1, 8, 16, 32]));
+    let blocks: Vec<u32> = d.levels.iter().map(|l| l.blocks).collect();
+    assert_eq!(status["partition"]["levels"], json!(blocks));
     let err: Value = http
         .get(format!("{base}/api/v1/blocks/nope/0/0"))
         .send()
@@ -375,7 +394,7 @@ fn bad_block_requests_get_typed_errors() {
         );
         assert!(msg.contains(v.as_str()), "{p}: {msg}");
     };
-    not_found(format!("{v}/4/0")); // level out of range
+    not_found(format!("{v}/{}/0", d.levels.len())); // level out of range
     not_found(format!("{v}/0/1")); // block out of range (the whole level has one)
     not_found(format!("{v}/3/32"));
     not_found(format!("{v}/99999999999999999999999/0")); // too big for any index
@@ -530,8 +549,7 @@ fn full_download_can_be_turned_off() {
     assert!(!d.allow_full_download);
     assert_eq!(d.max_share, 0.5);
     assert!(d.levels.iter().all(|l| !l.whole && l.blocks > 1));
-    let bs: Vec<u32> = d.levels.iter().map(|l| l.blocks).collect();
-    assert_eq!(bs, vec![8, 16, 32]);
+    assert_default_levels_then_capped(&d, &[8, 16, 32]);
     // No level holds the whole gallery in one block, and one past the last level is a 404.
     let (status, code, _) = error_code(
         http.get(block_url(base, &d, d.levels.len(), 0))

@@ -20,7 +20,7 @@ const NATIVE_TRANSCRIPT_7: &str =
 
 /// `shared::pir::tests::HINTLESS_TRANSCRIPT_7`, computed natively.
 const NATIVE_HINTLESS_TRANSCRIPT_7: &str =
-    "081a3b847db319c043e7d3a2be0eb89b292adc715bfef547cec475075e034558";
+    "d9c96f5cf8b4f87559a1c53c6f454e915af52fba903e02207587dccb7151fed8";
 
 #[wasm_bindgen_test]
 fn wasm_queries_answers_and_decoding_equal_the_native_ones() {

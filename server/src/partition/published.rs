@@ -1,7 +1,7 @@
 //! A partition version as served: the document, its block files (held, mapped or read on
 //! first request) and their ETags; the operator's settings and the errors of serving.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -24,8 +24,40 @@ pub const MAX_GONE: usize = 256;
 /// allows a process 65,530 (`vm.max_map_count`). Both files of every block of a 1,000,000-item
 /// version are 15,872. Beyond this, a file is mapped per request.
 pub const MAX_KEPT_MAPS: usize = 16_384;
-/// Mapped block files kept now.
-pub(super) static KEPT_MAPS: AtomicUsize = AtomicUsize::new(0);
+/// The mapped block files kept now (all versions): how many, and their bytes.
+pub(super) struct KeptMaps {
+    count: AtomicUsize,
+    bytes: AtomicU64,
+}
+
+pub(super) static KEPT_MAPS: KeptMaps = KeptMaps {
+    count: AtomicUsize::new(0),
+    bytes: AtomicU64::new(0),
+};
+
+impl KeptMaps {
+    /// Reserves room for keeping one more mapping of `len` bytes: false (nothing reserved)
+    /// past [`MAX_KEPT_MAPS`] or past `budget` bytes of kept mappings. A kept mapping was
+    /// populated, so its pages count in the server's resident size for as long as it is kept:
+    /// the bytes bound holds that to the operator's memory budget for blocks
+    /// (`--blocks-cache-mib`) however many block files clients ask for.
+    pub(super) fn reserve(&self, len: usize, budget: u64) -> bool {
+        let len = len as u64;
+        let count = self.count.fetch_add(1, Ordering::Relaxed);
+        let bytes = self.bytes.fetch_add(len, Ordering::Relaxed);
+        if count >= MAX_KEPT_MAPS || bytes + len > budget {
+            self.release(1, len);
+            return false;
+        }
+        true
+    }
+
+    /// Undoes [`KeptMaps::reserve`] for `count` mappings of `bytes` in all.
+    pub(super) fn release(&self, count: usize, bytes: u64) {
+        self.count.fetch_sub(count, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
 
 /// What the operator sets (flags of the `server` binary).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -117,11 +149,14 @@ pub struct Published {
 
 impl Drop for Published {
     fn drop(&mut self) {
-        let kept = self.mapped.iter().flatten().flatten();
-        KEPT_MAPS.fetch_sub(
-            kept.filter(|m| m.get().is_some()).count(),
-            Ordering::Relaxed,
-        );
+        let kept: Vec<usize> = self
+            .mapped
+            .iter()
+            .flatten()
+            .flatten()
+            .filter_map(|m| m.get().map(Bytes::len))
+            .collect();
+        KEPT_MAPS.release(kept.len(), kept.iter().map(|&l| l as u64).sum());
     }
 }
 
@@ -271,4 +306,29 @@ pub(super) fn assemble(
 
 pub(super) fn quoted(s: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{s}\"")).expect("hex digits are a valid header value")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_mappings_stay_within_the_byte_budget_and_the_count() {
+        let kept = KeptMaps {
+            count: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
+        };
+        assert!(kept.reserve(600, 1_000));
+        assert!(!kept.reserve(500, 1_000), "1,100 bytes would pass the budget");
+        assert!(kept.reserve(400, 1_000), "a refusal reserves nothing");
+        assert!(!kept.reserve(1, 1_000));
+        kept.release(1, 600);
+        assert!(kept.reserve(600, 1_000), "a released mapping frees its bytes");
+        let many = KeptMaps {
+            count: AtomicUsize::new(MAX_KEPT_MAPS - 1),
+            bytes: AtomicU64::new(0),
+        };
+        assert!(many.reserve(1, u64::MAX));
+        assert!(!many.reserve(1, u64::MAX), "past the count bound");
+    }
 }

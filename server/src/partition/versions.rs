@@ -2,7 +2,6 @@
 //! expired ones remembered (410, not 404), and the store's garbage collection.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -291,7 +290,8 @@ impl Partitions {
     ///
     /// With checksums, the file is checked against its CRC-32 when first read; a local
     /// store's file is read by mapping it, and the checked mapping is kept and sent from
-    /// then on (the bytes are the page cache's: no copy, no per-request system call). Stored
+    /// then on (the bytes are the page cache's: no copy, no per-request system call) while the
+    /// kept mappings fit the memory budget ([`KeptMaps::reserve`]). Stored
     /// files are immutable (the block store's invariant), so a kept mapping always holds the
     /// bytes checked. A damaged stored file is an error, never served; and whatever is sent,
     /// every client checks each block against the document's SHA-256 (held in this server's
@@ -302,6 +302,30 @@ impl Partitions {
         level: usize,
         block: LevelFile,
         gz: bool,
+    ) -> Result<Bytes, BlockError> {
+        self.read(p, level, block, gz, true).await
+    }
+
+    /// [`Partitions::block`] for a one-off read (the PIR build reads every block of a level
+    /// once, for its ids): a mapping is not kept, so those pages leave the server's resident
+    /// size when the caller drops the bytes.
+    pub async fn block_once(
+        &self,
+        p: &Published,
+        level: usize,
+        block: LevelFile,
+        gz: bool,
+    ) -> Result<Bytes, BlockError> {
+        self.read(p, level, block, gz, false).await
+    }
+
+    async fn read(
+        &self,
+        p: &Published,
+        level: usize,
+        block: LevelFile,
+        gz: bool,
+        keep_map: bool,
     ) -> Result<Bytes, BlockError> {
         let missing = || BlockError::Missing {
             version: p.doc.version.clone(),
@@ -337,11 +361,12 @@ impl Partitions {
                 return Err(fail(format!("stored bytes do not match CRC-32 {want:08x}")));
             }
             // A bucket's bytes are a copy in this process's memory: not kept. Nor is a mapping
-            // past the bound (sent, then unmapped).
-            if !store.is_mapped() || KEPT_MAPS.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_MAPS {
-                if store.is_mapped() {
-                    KEPT_MAPS.fetch_sub(1, Ordering::Relaxed);
-                }
+            // of a one-off read, or past the bounds (sent, then unmapped).
+            let len = bytes.len();
+            if !store.is_mapped()
+                || !keep_map
+                || !KEPT_MAPS.reserve(len, self.settings.cache_bytes)
+            {
                 return Ok(bytes);
             }
             let mut kept = false;
@@ -352,7 +377,7 @@ impl Partitions {
                 })
                 .clone();
             if !kept {
-                KEPT_MAPS.fetch_sub(1, Ordering::Relaxed);
+                KEPT_MAPS.release(1, len as u64);
             }
             return Ok(sent);
         }

@@ -294,7 +294,7 @@ mod tests {
 
     /// The digest the wasm test compares the hintless scores' transcript against.
     pub const HINTLESS_TRANSCRIPT_7: &str =
-        "081a3b847db319c043e7d3a2be0eb89b292adc715bfef547cec475075e034558";
+        "d9c96f5cf8b4f87559a1c53c6f454e915af52fba903e02207587dccb7151fed8";
 
     #[test]
     fn the_hintless_transcript_is_stable() {

@@ -40,6 +40,11 @@ struct Args {
     /// wasm clients on the same server and browser.
     #[arg(long)]
     web_dir: Option<String>,
+    /// A running server to measure (e.g. the release server at 1,000,000 images, whose debug
+    /// build would take hours to start): its page is this server's; `--gallery-size` and
+    /// `--web-dir` are then only reported.
+    #[arg(long)]
+    base: Option<String>,
 }
 
 const EPSILONS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 100.0];
@@ -71,16 +76,21 @@ async fn main() {
         .unwrap_or_else(|| format!("{ROOT}/web"));
     let store = privatemail_e2e::temp_store("pagebench");
     let size = args.gallery_size.to_string();
-    let srv = privatemail_e2e::start_server(&[
-        "--gallery-size",
-        &size,
-        "--anchors",
-        "1000",
-        "--store",
-        store.to_str().unwrap(),
-        "--web-dir",
-        &web_dir,
-    ]);
+    let srv = args.base.is_none().then(|| {
+        privatemail_e2e::start_server(&[
+            "--gallery-size",
+            &size,
+            "--anchors",
+            "1000",
+            "--store",
+            store.to_str().unwrap(),
+            "--web-dir",
+            &web_dir,
+        ])
+    });
+    let base = srv
+        .as_ref()
+        .map_or_else(|| args.base.clone().unwrap_or_default(), |s| s.base.clone());
     let flags: &[&str] = if args.cold {
         &[
             "--disable-http-cache",
@@ -93,7 +103,7 @@ async fn main() {
     let (_driver, c) = browser_with(flags).await;
     let mut ready = Vec::new();
     for _ in 0..3 {
-        open_page(&c, &srv.base).await;
+        open_page(&c, &base).await;
         ready.push(
             js(&c, "return window.pmTimings.ready_ms;")
                 .await

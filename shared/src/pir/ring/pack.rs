@@ -163,7 +163,7 @@ impl PackingPlan {
 
     /// Bytes the plan holds (its steps' transformed digits dominate).
     pub fn bytes(&self) -> usize {
-        8 * (self.a.len() + self.steps.iter().map(SwitchDigits::len).sum::<usize>())
+        8 * self.a.len() + self.steps.iter().map(SwitchDigits::bytes).sum::<usize>()
     }
 
     /// The packed ciphertext of LWE ciphertexts with these `b` values (the same order and

@@ -22,12 +22,14 @@
 //! the secret's non-zero coefficients). We model the remainders as independent uniform (the
 //! standard heuristic of RLWE noise analyses, e.g. Costache & Smart 2016): each is
 //! sub-Gaussian with proxy ¼ (Hoeffding), so the term has proxy `(1 + N)/4`. Both together:
-//! [`Gadget::switch_variance`]. With `P ≈ 2⁴⁶` two digits of 31 bits suffice: the first term
-//! is below 2⁻¹³, and a switch adds an error with variance proxy ≈ 2¹⁰ (sub-Gaussian parameter 32)
-//! at `N = 4,096`.
+//! [`Gadget::switch_variance`]. With `P ≈ 2³²` two digits of 31 bits give a first term of
+//! `2·4,096·(2³⁰ + 1)²·6.4²/P² ≈ 2¹⁴·³⁶`, so a switch adds an error with variance proxy
+//! ≈ 2¹⁴·⁴ (sub-Gaussian parameter ≈ 150) at `N = 4,096`; packing's `(N² − 1)/3` growth takes
+//! it to a parameter of about 2¹⁸·⁶, against the scores' margin `Δ/2 = 2²⁹`
+//! ([`super::scores::failure_log2`] checks the whole bound).
 //!
-//! Security: the keys are RLWE samples modulo `P·Q < 2¹⁰⁸` (see the module above for the
-//! standard's bound at `N = 4,096`).
+//! Security: the keys are RLWE samples modulo `P·Q < 2⁹⁴` (see the module above for the
+//! standard's bound at `N = 4,096`: `log₂ Q ≤ 109`).
 //!
 //! # Automorphisms
 //! `τ_k: X ↦ Xᵏ` (k odd) is a ring automorphism, so `τ_k(a, b)` has phase `τ_k(m + e)` under
@@ -379,19 +381,17 @@ impl KeyRow {
 }
 
 /// The transformed digits of one `a` in both residues: everything a switch needs from `a`.
+/// The residues modulo `P` are below 2³² and kept as `u32` (a server holds many of these: the
+/// packing plans).
 pub struct SwitchDigits {
     q: Vec<Vec<u64>>,
-    p: Vec<Vec<u64>>,
+    p: Vec<Vec<u32>>,
 }
 
 impl SwitchDigits {
-    /// Words held.
-    pub fn len(&self) -> usize {
-        self.q.iter().chain(&self.p).map(Vec::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        8 * self.q.iter().map(Vec::len).sum::<usize>() + 4 * self.p.iter().map(Vec::len).sum::<usize>()
     }
 }
 
@@ -459,7 +459,11 @@ impl KeyMask {
                 .collect(),
             p: digits
                 .iter()
-                .map(|d| ring.to_ntt_p(&reduce_signed(P, d)))
+                .map(|d| {
+                    let t = ring.to_ntt_p(&reduce_signed(P, d));
+                    // Reduced modulo P < 2³²: exact in a u32.
+                    t.into_iter().map(|x| x as u32).collect()
+                })
                 .collect(),
         };
         let a_new = ring.divide_by_p(&digits, &self.rows);
@@ -469,9 +473,9 @@ impl KeyMask {
 
 impl KeyBody {
     /// Bytes of a body on the wire: per digit, `N` values modulo `Q` (8 bytes each) and `N`
-    /// modulo `P` (6 bytes: `P < 2⁴⁸`), little-endian, transformed.
+    /// modulo `P` (4 bytes: `P < 2³²`), little-endian, transformed.
     pub fn wire_len(n: usize, gadget: Gadget) -> usize {
-        gadget.digits * n * (8 + 6)
+        gadget.digits * n * (8 + 4)
     }
 
     pub fn write(&self, out: &mut Vec<u8>) {
@@ -481,7 +485,7 @@ impl KeyBody {
                 .for_each(|w| out.extend_from_slice(&w.value().to_le_bytes()));
             row.p
                 .iter()
-                .for_each(|w| out.extend_from_slice(&w.value().to_le_bytes()[..6]));
+                .for_each(|w| out.extend_from_slice(&(w.value() as u32).to_le_bytes()));
         }
     }
 
@@ -502,7 +506,7 @@ impl KeyBody {
                 .ok_or_else(|| PirError::Malformed("a key body value is not reduced".into()))
         };
         let rows = bytes
-            .chunks_exact(n * 14)
+            .chunks_exact(n * 12)
             .map(|row| {
                 let (q, p) = row.split_at(n * 8);
                 let q = q
@@ -510,11 +514,12 @@ impl KeyBody {
                     .map(|c| reduced(Q, u64::from_le_bytes(c.try_into().expect("8 bytes"))))
                     .collect::<std::result::Result<Vec<u64>, _>>()?;
                 let p = p
-                    .chunks_exact(6)
+                    .chunks_exact(4)
                     .map(|c| {
-                        let mut w = [0u8; 8];
-                        w[..6].copy_from_slice(c);
-                        reduced(P, u64::from_le_bytes(w))
+                        reduced(
+                            P,
+                            u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes"))),
+                        )
                     })
                     .collect::<std::result::Result<Vec<u64>, _>>()?;
                 Ok(KeyRow::new(&q, &p))
@@ -559,7 +564,7 @@ impl Ring {
                 *x = Q.add(*x, k.times(d));
             }
             for ((x, &d), k) in xp.iter_mut().zip(dp).zip(&row.p) {
-                *x = P.add(*x, k.times(d));
+                *x = P.add(*x, k.times(u64::from(d)));
             }
         }
         self.ntt.inverse(&mut xq);

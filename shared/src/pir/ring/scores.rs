@@ -28,7 +28,7 @@
 //! # Guarantee (query privacy)
 //! The server sees RLWE samples `(a_c, a_c·s + e_c + Δ·u_c)` and key bodies, which are RLWE
 //! samples under the same fresh `s` encrypting `P·Bᵗ·τ(s)`. Under decision-RLWE for
-//! `N = 4,096`, `P·Q < 2¹⁰⁸`, ternary secrets, σ = 6.4 (128-bit, see [`super`]) and the
+//! `N = 4,096`, `P·Q < 2⁹⁴`, ternary secrets, σ = 6.4 (128-bit, see [`super`]) and the
 //! circular-security assumption every RLWE key-switching key relies on, the whole upload is
 //! indistinguishable from uniform whatever `u` is: it reveals neither the block nor the
 //! photo's features. Its size depends only on the public shape. The secret is never reused
@@ -149,9 +149,9 @@ fn error_variance(shape: &ScoreShape, n: usize) -> f64 {
 
 /// What every decoded coefficient's error stays below except with probability 2⁻⁴⁰ per query
 /// (the sub-Gaussian tail with a union bound over the `N` coefficients of every ciphertext).
-/// Far below `Δ/2` (2²¹ against 2²⁹ at the 1M shape), so [`decode`] can refuse an answer
+/// Far below `Δ/2` (2²² against 2²⁹ at the 1M shape), so [`decode`] can refuse an answer
 /// whose phases are not all that close to multiples of `Δ`: a wrong key, a damaged answer or
-/// wrong public parts leave phases uniform, each inside the bound with probability 2⁻⁸.
+/// wrong public parts leave phases uniform, each inside the bound with probability 2⁻⁷.
 pub fn error_bound(shape: &ScoreShape, n: usize) -> f64 {
     let coefficients = (PLANES * shape.row_chunks(n).len() * n) as f64;
     let nats = (2.0 * coefficients).ln() + 40.0 * std::f64::consts::LN_2;

@@ -76,7 +76,8 @@ struct Args {
     blocks_public_url: Option<String>,
     /// Block retrieval: a partition version whose block files (plain + gzip) exceed this many
     /// MiB is not held in memory; each block file is read from the block store on request (a
-    /// local store's file is mapped on its first request, checked and kept mapped).
+    /// local store's file is mapped on its first request, checked and kept mapped while the
+    /// kept mappings total at most this many MiB; past that, mapped per request).
     #[arg(long, env = "PM_BLOCKS_CACHE_MIB", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     blocks_cache_mib: u64,

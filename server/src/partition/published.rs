@@ -319,11 +319,17 @@ mod tests {
             bytes: AtomicU64::new(0),
         };
         assert!(kept.reserve(600, 1_000));
-        assert!(!kept.reserve(500, 1_000), "1,100 bytes would pass the budget");
+        assert!(
+            !kept.reserve(500, 1_000),
+            "1,100 bytes would pass the budget"
+        );
         assert!(kept.reserve(400, 1_000), "a refusal reserves nothing");
         assert!(!kept.reserve(1, 1_000));
         kept.release(1, 600);
-        assert!(kept.reserve(600, 1_000), "a released mapping frees its bytes");
+        assert!(
+            kept.reserve(600, 1_000),
+            "a released mapping frees its bytes"
+        );
         let many = KeptMaps {
             count: AtomicUsize::new(MAX_KEPT_MAPS - 1),
             bytes: AtomicU64::new(0),

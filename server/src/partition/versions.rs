@@ -363,9 +363,7 @@ impl Partitions {
             // A bucket's bytes are a copy in this process's memory: not kept. Nor is a mapping
             // of a one-off read, or past the bounds (sent, then unmapped).
             let len = bytes.len();
-            if !store.is_mapped()
-                || !keep_map
-                || !KEPT_MAPS.reserve(len, self.settings.cache_bytes)
+            if !store.is_mapped() || !keep_map || !KEPT_MAPS.reserve(len, self.settings.cache_bytes)
             {
                 return Ok(bytes);
             }

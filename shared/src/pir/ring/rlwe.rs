@@ -391,7 +391,8 @@ pub struct SwitchDigits {
 impl SwitchDigits {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        8 * self.q.iter().map(Vec::len).sum::<usize>() + 4 * self.p.iter().map(Vec::len).sum::<usize>()
+        8 * self.q.iter().map(Vec::len).sum::<usize>()
+            + 4 * self.p.iter().map(Vec::len).sum::<usize>()
     }
 }
 

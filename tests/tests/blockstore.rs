@@ -93,6 +93,13 @@ fn wait_for_size(http: &Client, base: &str, size: usize) -> PartitionDoc {
     }
 }
 
+/// Bytes of block files the server keeps mapped (`/status`).
+fn kept_map_bytes(http: &Client, base: &str) -> u64 {
+    status_json(http, base)["partition"]["kept_map_bytes"]
+        .as_u64()
+        .expect("kept_map_bytes in /status")
+}
+
 fn startup(http: &Client, base: &str) -> Value {
     status_json(http, base)["startup"].clone()
 }
@@ -157,6 +164,48 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     assert_eq!(gz.headers()["content-encoding"], "gzip");
     let plain = gunzip(&gz.bytes().unwrap());
     shared::protocol::blocks::decode(&plain, Some(&first.levels[level].hashes[0])).unwrap();
+    assert_eq!(
+        kept_map_bytes(&http, &s.base),
+        0,
+        "a budget of 0 keeps no mapping"
+    );
+    drop(s);
+    // A budget of 1 MiB, below the version's block bytes: the PIR build at start-up read every
+    // block of its levels without keeping a mapping, and a GET of every block file keeps at
+    // most 1 MiB mapped; every file is still served, checked, past the bound.
+    let budget = {
+        let mut a = args(&store, "600");
+        a.extend(["--blocks-cache-mib".to_string(), "1".to_string()]);
+        a
+    };
+    let budget: Vec<&str> = budget.iter().map(String::as_str).collect();
+    let s = start_server_env(&budget, &[]);
+    let part = status_json(&http, &s.base)["partition"].clone();
+    let total = part["bytes"].as_u64().unwrap() + part["transfer_bytes"].as_u64().unwrap();
+    assert!(total > 2 << 20, "twice the budget at least: {total} bytes");
+    assert_eq!(
+        kept_map_bytes(&http, &s.base),
+        0,
+        "nothing kept by the start-up"
+    );
+    // Every file of every level: more than 2 MiB, so the bound is reached.
+    for (l, ld) in first.levels.iter().enumerate() {
+        for (block, hash) in ld.hashes.iter().enumerate() {
+            for gzip in [false, true] {
+                let mut r = http.get(format!("{}/api/v1/blocks/{v}/{l}/{block}", s.base));
+                if gzip {
+                    r = r.header("accept-encoding", "gzip");
+                }
+                let r = r.send().unwrap();
+                assert_eq!(r.status().as_u16(), 200, "level {l} block {block}");
+                let body = r.bytes().unwrap();
+                let plain = if gzip { gunzip(&body) } else { body.to_vec() };
+                shared::protocol::blocks::decode(&plain, Some(hash)).unwrap();
+            }
+        }
+    }
+    let kept = kept_map_bytes(&http, &s.base);
+    assert!(kept > 0 && kept <= 1 << 20, "kept {kept} bytes");
     drop(s);
     // A damaged stored file is never served. Block 0's plain file and block 1's gzip file
     // are damaged; each request is checked on exactly the file it sends.
@@ -172,7 +221,8 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
         let msg = e["error"]["message"].as_str().unwrap().to_string();
         assert!(msg.contains(check), "{e}");
     };
-    let s = start_server_env(&over, &[]);
+    // (A budget of 1 MiB: the files asked for here fit in it, so their mappings are kept.)
+    let s = start_server_env(&budget, &[]);
     refused(get(&s.base, 0, false, None), "CRC-32");
     assert_eq!(get(&s.base, 0, true, None).status().as_u16(), 200);
     refused(get(&s.base, 1, true, None), "CRC-32");

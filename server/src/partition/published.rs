@@ -52,6 +52,11 @@ impl KeptMaps {
         true
     }
 
+    /// Bytes of the mappings kept now.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
     /// Undoes [`KeptMaps::reserve`] for `count` mappings of `bytes` in all.
     pub(super) fn release(&self, count: usize, bytes: u64) {
         self.count.fetch_sub(count, Ordering::Relaxed);

@@ -31,6 +31,9 @@ pub struct PartitionStatus {
     pub transfer_bytes: u64,
     /// Replaced versions still served (grace period).
     pub retired: usize,
+    /// Bytes of block files kept mapped, all versions (they count in the resident size; at
+    /// most the blocks' memory budget).
+    pub kept_map_bytes: u64,
 }
 
 /// The served partitions: the current one and, for their grace period, the ones it replaced;
@@ -495,6 +498,7 @@ impl Partitions {
             bytes,
             transfer_bytes,
             retired: self.retired_count(),
+            kept_map_bytes: KEPT_MAPS.bytes(),
         })
     }
 

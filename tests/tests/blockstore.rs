@@ -33,6 +33,13 @@ fn args(store: &Path, grace: &str) -> Vec<String> {
     .collect()
 }
 
+/// [`args`] with the blocks' memory budget set to `mib`.
+fn budget_args(store: &Path, mib: &str) -> Vec<String> {
+    let mut a = args(store, "600");
+    a.extend(["--blocks-cache-mib".to_string(), mib.to_string()]);
+    a
+}
+
 fn start(store: &Path, grace: &str, env: &[(&str, &str)]) -> Server {
     let a = args(store, grace);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
@@ -139,11 +146,7 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     drop(s);
     // Over the memory budget: every block is read from the store per request (only the file
     // asked for, checked against the version's CRC-32), the same bytes plain and gzip.
-    let over = {
-        let mut a = args(&store, "600");
-        a.extend(["--blocks-cache-mib".to_string(), "0".to_string()]);
-        a
-    };
+    let over = budget_args(&store, "0");
     let over: Vec<&str> = over.iter().map(String::as_str).collect();
     let s = start_server_env(&over, &[]);
     assert_eq!(assert_whole_version(&http, &s.base), first);
@@ -173,11 +176,7 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     // A budget of 1 MiB, below the version's block bytes: the PIR build at start-up read every
     // block of its levels without keeping a mapping, and a GET of every block file keeps at
     // most 1 MiB mapped; every file is still served, checked, past the bound.
-    let budget = {
-        let mut a = args(&store, "600");
-        a.extend(["--blocks-cache-mib".to_string(), "1".to_string()]);
-        a
-    };
+    let budget = budget_args(&store, "1");
     let budget: Vec<&str> = budget.iter().map(String::as_str).collect();
     let s = start_server_env(&budget, &[]);
     let part = status_json(&http, &s.base)["partition"].clone();
@@ -277,8 +276,7 @@ fn a_version_over_the_memory_budget_is_streamed_to_the_store_identically() {
         d
     };
     let store = temp_store("bs-stream");
-    let mut a = args(&store, "600");
-    a.extend(["--blocks-cache-mib".to_string(), "0".to_string()]);
+    let a = budget_args(&store, "0");
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     let s = start_server_env(&a, &[]);
     assert_eq!(startup(&http, &s.base)["partition_reused"], false);

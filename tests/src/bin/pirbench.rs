@@ -43,6 +43,13 @@ struct Args {
     /// Print the CSV header first.
     #[arg(long)]
     header: bool,
+    /// Throughput instead of the table: this many concurrent clients run whole hintless-scores
+    /// searches (query, scores, ranking, 8 thumbnails, checks) for `--seconds`, and the
+    /// searches/s, latencies, failures and server core-ms per search are printed.
+    #[arg(long)]
+    throughput: Option<usize>,
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
 }
 
 #[derive(Default)]
@@ -201,6 +208,116 @@ fn pir_rows(
     }
 }
 
+/// `clients` threads, each running whole hintless-scores searches of held-out photos back to
+/// back for `seconds` (the public file, the keys' masks and the thumbnail hint fetched once,
+/// as the page keeps them). A search counts when every answer came back and was checked.
+fn throughput(
+    http: &Client,
+    base: &str,
+    part: &PartitionDoc,
+    pir: &PirDoc,
+    clients: usize,
+    seconds: u64,
+) {
+    let sd = pir
+        .scores
+        .as_ref()
+        .expect("the server offers the hintless ranking");
+    let public = ScoresPublic::decode(
+        sd,
+        part,
+        &get(http, &format!("{base}{}/scores/hint", pir.answer_url)),
+    )
+    .unwrap();
+    let keys = ScoresKeys::new(sd).unwrap();
+    let th = Hint::from_bytes(
+        &pir.thumbs.shape,
+        &get(http, &format!("{base}{}/thumbs/hint", pir.answer_url)),
+        &pir.thumbs.hint_sha256,
+    )
+    .unwrap();
+    let cents = privatemail_e2e::level_centroids(http, base, part, sd.level);
+    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let feats: Vec<Vec<f32>> =
+        privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
+            .into_iter()
+            .take(200)
+            .map(|i| model.infer(train.images.image(i)).unwrap().features)
+            .collect();
+    let (scores_url, thumbs_url) = (
+        format!("{base}{}/scores", pir.answer_url),
+        format!("{base}{}/thumbs", pir.answer_url),
+    );
+    let s0 = server_core_ms(http, base);
+    let deadline = Instant::now() + std::time::Duration::from_secs(seconds);
+    let t0 = Instant::now();
+    // Per client: (latencies of the searches done, failures).
+    let per_client: Vec<(Vec<f64>, usize)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let (public, keys, th, cents, feats) = (&public, &keys, &th, &cents, &feats);
+                let (scores_url, thumbs_url) = (&scores_url, &thumbs_url);
+                scope.spawn(move || {
+                    let http = Client::builder().no_gzip().build().unwrap();
+                    let mut rng = ChaCha20Rng::seed_from_u64(100 + c as u64);
+                    let (mut done, mut failed) = (Vec::new(), 0usize);
+                    let try_post = |url: &str, body: Vec<u8>| -> Option<Vec<u8>> {
+                        let r = http
+                            .post(url)
+                            .header("content-type", "application/octet-stream")
+                            .body(body)
+                            .send()
+                            .ok()?;
+                        r.status()
+                            .is_success()
+                            .then(|| r.bytes().ok().map(|b| b.to_vec()))?
+                    };
+                    let mut i = c;
+                    while Instant::now() < deadline {
+                        let q = &feats[i % feats.len()];
+                        i += clients;
+                        let t = Instant::now();
+                        let ok = (|| {
+                            let (body, pending) =
+                                hintless::query(part, sd, keys, cents, q, &mut rng).ok()?;
+                            let ans = try_post(scores_url, body)?;
+                            let r = hintless::rank(sd, keys, public, &pending, &ans, 8).ok()?;
+                            let (body, pending) = thumbs_query(pir, Some(&r), 8, &mut rng).ok()?;
+                            let ans = try_post(thumbs_url, body)?;
+                            thumbs_decode(&pending, th, &ans, &r, 28).ok()
+                        })();
+                        match ok {
+                            Some(_) => done.push(t.elapsed().as_secs_f64()),
+                            None => failed += 1,
+                        }
+                    }
+                    (done, failed)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let wall = t0.elapsed().as_secs_f64();
+    let mut lat: Vec<f64> = per_client.iter().flat_map(|(d, _)| d.clone()).collect();
+    let failed: usize = per_client.iter().map(|(_, f)| f).sum();
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)));
+    let core_ms = (server_core_ms(http, base) - s0) / lat.len().max(1) as f64;
+    println!(
+        "pirbench throughput: {} items, hintless scores (level {}, {} blocks of at most {} rows), {clients} clients, {wall:.1} s: {} searches, {:.3} searches/s, p50 {:.2} s, p99 {:.2} s, {failed} failed, server {core_ms:.0} core-ms per search",
+        part.gallery_size,
+        sd.level,
+        sd.blocks,
+        sd.rows,
+        lat.len(),
+        lat.len() as f64 / wall,
+        pct(0.5).copied().unwrap_or(0.0),
+        pct(0.99).copied().unwrap_or(0.0),
+    );
+}
+
 fn main() {
     let a = Args::parse();
     let http = Client::builder().no_gzip().build().unwrap();
@@ -227,6 +344,11 @@ fn main() {
         .filter(|r| r.status().is_success())
         .map(|r| r.json().expect("PIR document"));
     let n = part.gallery_size;
+    if let Some(clients) = a.throughput {
+        let pir = pir.expect("throughput needs a server that offers PIR");
+        throughput(&http, base, &part, &pir, clients, a.seconds);
+        return;
+    }
     let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
     let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
     let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");

@@ -242,6 +242,10 @@ mod tests {
         assert_eq!(Q.value, (1u64 << 62) - (1 << 16) + 1);
         assert_eq!((Q.bits(), P.bits()), (62, 32));
         assert!(u32::try_from(P.value).is_ok(), "P's residues fit a u32");
+        // The gadget's extreme digits, ±(2³⁰ + 1), are centered residues modulo P.
+        for d in [-(1i64 << 30) - 1, (1 << 30) + 1] {
+            assert_eq!(P.centered(P.from_i64(d)), d);
+        }
         assert!(
             ((Q.value as u128 * P.value as u128) >> 94) == 0,
             "P·Q < 2⁹⁴"
@@ -281,8 +285,8 @@ mod tests {
         #[test]
         fn signed_values_round_trip(x in -(1i64 << 45)..(1i64 << 45)) {
             prop_assert_eq!(Q.centered(Q.from_i64(x)), x);
-            // P holds the gadget's digits, |d| ≤ 2³⁰ + 1.
-            let d = x >> 14;
+            // P holds the gadget's digits, |d| ≤ 2³⁰ + 1 (below P/2 ≈ 2³¹ − 2¹⁹).
+            let d = (x >> 15) + x.signum();
             prop_assert_eq!(P.centered(P.from_i64(d)), d);
         }
     }

@@ -81,8 +81,8 @@ struct Args {
     #[arg(long, env = "PM_BLOCKS_CACHE_MIB", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     blocks_cache_mib: u64,
-    /// PIR: answers computed at once at most (each spreads over every core); further requests
-    /// wait up to a second, then get 503 `busy`.
+    /// PIR: answers computed at once at most (each spreads over every core); up to four times
+    /// as many further requests wait (each up to 30 s), more get 503 `busy` at once.
     #[arg(long, env = "PM_PIR_CONCURRENCY", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pir_concurrency: u64,

@@ -1,9 +1,10 @@
 //! The PIR endpoints (`/api/v1/pir…`): the document, the immutable hint and table files, and
 //! the answers. Answers run on the blocking pool (rayon inside), at most `pir_concurrency` at
-//! once; a request that waits longer than [`QUEUE_WAIT`] for a slot is a 503 `busy`.
+//! once, with a bounded queue ([`crate::partition::pir::PirSlots`]): a request beyond it is a
+//! 503 `busy`.
 
+use crate::partition::pir::SlotRefusal;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
@@ -25,8 +26,6 @@ type Shared = State<Arc<AppState>>;
 /// Largest query body: `MAX_PIR_QUERIES` vectors of a database's width (a level database's
 /// upload is bounded by `pir::MAX_LEVEL_UPLOAD` per search when it is built).
 pub const MAX_BODY: usize = 16 << 20;
-/// How long an answer waits for a free slot.
-pub const QUEUE_WAIT: Duration = Duration::from_secs(1);
 /// Path segments echoed in messages are cut to this many characters.
 const ECHO_MAX: usize = 64;
 
@@ -162,11 +161,12 @@ async fn answer(
     } else {
         pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
     }
-    let slots = Arc::clone(&s.pir_slots);
-    let permit = tokio::time::timeout(QUEUE_WAIT, slots.acquire_owned())
-        .await
-        .map_err(|_| ApiError::Busy("too many PIR answers in progress; retry later".into()))?
-        .map_err(|_| ApiError::Internal("PIR slots closed".into()))?;
+    let permit = s.pir_slots.acquire().await.map_err(|r| {
+        ApiError::Busy(match r {
+            SlotRefusal::QueueFull => "too many PIR requests waiting; retry later".into(),
+            SlotRefusal::Timeout => "no PIR answer slot came free in time; retry later".into(),
+        })
+    })?;
     let state = Arc::clone(&s);
     let out = tokio::task::spawn_blocking(move || {
         let _permit = permit;

@@ -138,7 +138,7 @@ pub struct AppState {
     pub startup: StartupReport,
     /// PIR work done (for `/status`) and the cap on concurrent PIR answers.
     pub pir_counters: crate::partition::pir::PirCounters,
-    pub pir_slots: Arc<tokio::sync::Semaphore>,
+    pub pir_slots: crate::partition::pir::PirSlots,
     /// Items whose features are in the store (by identity: a re-added id is a new item).
     features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
 }

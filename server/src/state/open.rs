@@ -368,7 +368,7 @@ impl AppState {
             startup: StartupReport::default(),
             features_stored: Mutex::new(features_stored),
             pir_counters: Default::default(),
-            pir_slots: Arc::new(tokio::sync::Semaphore::new(opts.pir_concurrency.max(1))),
+            pir_slots: crate::partition::pir::PirSlots::new(opts.pir_concurrency),
         };
         // The embedding (stored or computed) and the stored partition are independent: loaded
         // side by side. A partition that must be rebuilt is built after both.

@@ -1,7 +1,8 @@
 //! The PIR databases of one version, ready to answer; the work counters `/status` shows.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use rayon::prelude::*;
@@ -67,6 +68,68 @@ pub struct PirServe {
     pub table: Option<(Bytes, Bytes)>,
     pub scores: Option<ScoresServe>,
     pub build_secs: f64,
+}
+
+/// The cap on PIR answers computed at once (`--pir-concurrency`), and on the requests waiting
+/// for one: at most [`WAITING_PER_SLOT`] per slot wait, each up to [`QUEUE_WAIT`]; a request
+/// beyond that is refused at once (503 `busy`). Bounding the queue by its length, not by a
+/// short wait, sheds load without dropping requests that would be answered in a few seconds:
+/// a hintless answer at 1,000,000 items takes about 1.6 s of both cores, so a one-second wait
+/// (the rule before) refused most requests of four concurrent clients, after their other
+/// requests' work was done.
+pub struct PirSlots {
+    slots: Arc<tokio::sync::Semaphore>,
+    waiting: AtomicUsize,
+    max_waiting: usize,
+}
+
+/// Requests that may wait per answer slot.
+pub const WAITING_PER_SLOT: usize = 4;
+/// How long a waiting request waits for a slot at most.
+pub const QUEUE_WAIT: Duration = Duration::from_secs(30);
+
+/// Why no slot was given.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SlotRefusal {
+    /// The queue is full.
+    QueueFull,
+    /// No slot came free within [`QUEUE_WAIT`].
+    Timeout,
+}
+
+impl PirSlots {
+    pub fn new(concurrency: usize) -> PirSlots {
+        let concurrency = concurrency.max(1);
+        PirSlots {
+            slots: Arc::new(tokio::sync::Semaphore::new(concurrency)),
+            waiting: AtomicUsize::new(0),
+            max_waiting: WAITING_PER_SLOT * concurrency,
+        }
+    }
+
+    /// A slot: at once if one is free, else after waiting behind fewer than the queue bound.
+    pub async fn acquire(&self) -> Result<tokio::sync::OwnedSemaphorePermit, SlotRefusal> {
+        if let Ok(p) = Arc::clone(&self.slots).try_acquire_owned() {
+            return Ok(p);
+        }
+        // Counted while waiting, also when the request is dropped (a client gone).
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.max_waiting {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(SlotRefusal::QueueFull);
+        }
+        let _waiting = Waiting(&self.waiting);
+        match tokio::time::timeout(QUEUE_WAIT, Arc::clone(&self.slots).acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            // The semaphore is never closed; a closed one gives no slot either.
+            _ => Err(SlotRefusal::Timeout),
+        }
+    }
 }
 
 /// Work done answering queries (for `/status`).
@@ -222,5 +285,43 @@ pub fn status(pir: &PirServe, counters: &PirCounters) -> PirStatus {
         core_ms_per_search: core_ms / searches.max(1) as f64,
         database_bytes,
         hint_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_queue_is_bounded_by_length_and_a_dropped_waiter_leaves_it() {
+        let slots = Arc::new(PirSlots::new(1));
+        let held = slots.acquire().await.expect("a free slot");
+        // WAITING_PER_SLOT requests wait; the next is refused at once.
+        let waiters: Vec<_> = (0..WAITING_PER_SLOT)
+            .map(|_| {
+                let s = Arc::clone(&slots);
+                tokio::spawn(async move { s.acquire().await.map(drop) })
+            })
+            .collect();
+        while slots.waiting.load(Ordering::Relaxed) < WAITING_PER_SLOT {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(slots.acquire().await.err(), Some(SlotRefusal::QueueFull));
+        // A waiter whose client went away no longer counts.
+        waiters[0].abort();
+        while slots.waiting.load(Ordering::Relaxed) >= WAITING_PER_SLOT {
+            tokio::task::yield_now().await;
+        }
+        let late = {
+            let s = Arc::clone(&slots);
+            tokio::spawn(async move { s.acquire().await.map(drop) })
+        };
+        // Releasing the slot serves every waiter in turn.
+        drop(held);
+        for w in waiters.into_iter().skip(1) {
+            assert_eq!(w.await.unwrap(), Ok(()));
+        }
+        assert_eq!(late.await.unwrap(), Ok(()));
+        assert_eq!(slots.waiting.load(Ordering::Relaxed), 0);
     }
 }

@@ -68,15 +68,22 @@ fn get(http: &Client, url: &str) -> Vec<u8> {
     r.bytes().expect("body").to_vec()
 }
 
-fn post(http: &Client, url: &str, body: Vec<u8>) -> Vec<u8> {
+/// An answer's body, or `None` for a failed request or a non-success status (the throughput
+/// run counts those).
+fn try_post(http: &Client, url: &str, body: Vec<u8>) -> Option<Vec<u8>> {
     let r = http
         .post(url)
         .header("content-type", "application/octet-stream")
         .body(body)
         .send()
-        .expect("POST");
-    assert!(r.status().is_success(), "{url}: {}", r.status());
-    r.bytes().expect("body").to_vec()
+        .ok()?;
+    r.status()
+        .is_success()
+        .then(|| r.bytes().ok().map(|b| b.to_vec()))?
+}
+
+fn post(http: &Client, url: &str, body: Vec<u8>) -> Vec<u8> {
+    try_post(http, url, body).unwrap_or_else(|| panic!("POST {url} failed"))
 }
 
 fn server_core_ms(http: &Client, base: &str) -> f64 {
@@ -208,6 +215,19 @@ fn pir_rows(
     }
 }
 
+/// The on-device model's features of the first `count` held-out photos: Fashion-MNIST training
+/// images the demo gallery never holds, at any size (`data::reserved_train`).
+fn held_out_features(count: usize) -> Vec<Vec<f32>> {
+    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
+        .into_iter()
+        .take(count)
+        .map(|i| model.infer(train.images.image(i)).unwrap().features)
+        .collect()
+}
+
 /// `clients` threads, each running whole hintless-scores searches of held-out photos back to
 /// back for `seconds` (the public file, the keys' masks and the thumbnail hint fetched once,
 /// as the page keeps them). A search counts when every answer came back and was checked.
@@ -237,15 +257,7 @@ fn throughput(
     )
     .unwrap();
     let cents = privatemail_e2e::level_centroids(http, base, part, sd.level);
-    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
-    let feats: Vec<Vec<f32>> =
-        privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
-            .into_iter()
-            .take(200)
-            .map(|i| model.infer(train.images.image(i)).unwrap().features)
-            .collect();
+    let feats = held_out_features(200);
     let (scores_url, thumbs_url) = (
         format!("{base}{}/scores", pir.answer_url),
         format!("{base}{}/thumbs", pir.answer_url),
@@ -263,17 +275,6 @@ fn throughput(
                     let http = Client::builder().no_gzip().build().unwrap();
                     let mut rng = ChaCha20Rng::seed_from_u64(100 + c as u64);
                     let (mut done, mut failed) = (Vec::new(), 0usize);
-                    let try_post = |url: &str, body: Vec<u8>| -> Option<Vec<u8>> {
-                        let r = http
-                            .post(url)
-                            .header("content-type", "application/octet-stream")
-                            .body(body)
-                            .send()
-                            .ok()?;
-                        r.status()
-                            .is_success()
-                            .then(|| r.bytes().ok().map(|b| b.to_vec()))?
-                    };
                     let mut i = c;
                     while Instant::now() < deadline {
                         let q = &feats[i % feats.len()];
@@ -282,10 +283,10 @@ fn throughput(
                         let ok = (|| {
                             let (body, pending) =
                                 hintless::query(part, sd, keys, cents, q, &mut rng).ok()?;
-                            let ans = try_post(scores_url, body)?;
+                            let ans = try_post(&http, scores_url, body)?;
                             let r = hintless::rank(sd, keys, public, &pending, &ans, 8).ok()?;
                             let (body, pending) = thumbs_query(pir, Some(&r), 8, &mut rng).ok()?;
-                            let ans = try_post(thumbs_url, body)?;
+                            let ans = try_post(&http, thumbs_url, body)?;
                             thumbs_decode(&pending, th, &ans, &r, 28).ok()
                         })();
                         match ok {
@@ -349,20 +350,7 @@ fn main() {
         throughput(&http, base, &part, &pir, clients, a.seconds);
         return;
     }
-    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
-    // Held out at every size: the demo gallery never holds these training images.
-    let photos: Vec<Vec<u8>> =
-        privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
-            .into_iter()
-            .take(a.queries)
-            .map(|i| train.images.image(i).to_vec())
-            .collect();
-    let feats: Vec<Vec<f32>> = photos
-        .iter()
-        .map(|p| model.infer(p).unwrap().features)
-        .collect();
+    let feats = held_out_features(a.queries);
 
     // The exact top 8 over the same i16 features every client ranks: the whole gallery's block,
     // or (1,000,000 items publish no whole level) the PIR ranking table, which holds them all.

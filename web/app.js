@@ -25,7 +25,8 @@ import { drawPlot, renderLegend } from "./plot.js";
 import { loadPartition, loadPirDoc, updateProtocol } from "./protocol.js";
 import { onFrameSearch, send } from "./flows/frame.js";
 import { fetchBlocks, onBlockSearch } from "./flows/blocks.js";
-import { onPirSearch } from "./flows/pir.js";
+import { onPirSearch, showStopped } from "./flows/pir.js";
+import { clearRefusal, storedRefusal } from "./pir.js";
 
 const t0 = performance.now();
 
@@ -58,6 +59,8 @@ async function start() {
   updateEpsilon();
   updateBudget();
   updateProtocol();
+  const refusal = storedRefusal();
+  if (refusal) showStopped(state.client.refusal_message(refusal));
   timings.ready_ms = performance.now() - t0;
   status(`Ready (${Math.round(timings.ready_ms)} ms). Choose a photo to search with.`);
   document.body.dataset.ready = "true";
@@ -69,6 +72,10 @@ async function onSearch() {
   showError("");
   $("warning").hidden = true;
   if (!state.image) return;
+  // After a failed check against this server, no search of any kind is sent (no fallback
+  // to a less private protocol) until the person clears the stop.
+  const refusal = storedRefusal();
+  if (refusal) return showStopped(state.client.refusal_message(refusal));
   if (protocol() === "pir") return onPirSearch();
   if (protocol() === "blocks" || protocol() === "whole") return onBlockSearch();
   return onFrameSearch();
@@ -101,6 +108,11 @@ $("cancel").addEventListener("click", () => {
 $("protocol").addEventListener("change", () => { $("protocol").dataset.chosen = "1"; updateProtocol(); });
 $("budget").addEventListener("change", updateEpsilon); // the plan, and the hint that follows it
 $("pir-ranking").addEventListener("change", updateEpsilon);
+$("clear-refusal").addEventListener("click", () => {
+  clearRefusal();
+  $("stopped").hidden = true;
+  status("Searches against this server are allowed again. Do not search a photo you searched when the check failed.");
+});
 $("limit").addEventListener("change", () => localStorage.setItem(LIMIT_KEY, $("limit").value));
 $("reset").addEventListener("click", () => {
   localStorage.removeItem(RECEIPTS_KEY);

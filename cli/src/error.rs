@@ -27,11 +27,20 @@ pub enum CliError {
     State { path: String, reason: String },
     #[error("{0}")]
     Usage(String),
+    /// An answer the client decrypted failed its checks; searches against this server are
+    /// now stopped (`privatemail clear-refusal`).
+    #[error("{0}")]
+    Hostile(String),
+    /// An earlier such failure stopped searches against this server; nothing was sent.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 impl CliError {
     /// 3 unreachable or too slow, 4 bad photo, 5 budget exceeded, 6 refused by the server, 7 a malformed
-    /// or unverifiable answer, 8 a local state file, 9 invalid parameters (clap uses 2).
+    /// or unverifiable answer, 8 a local state file, 9 invalid parameters (clap uses 2), 10 an
+    /// answer that failed a check after decryption (searches against the server now stopped),
+    /// 11 searches against this server stopped by such a failure earlier (nothing sent).
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Unreachable { .. } | CliError::TimedOut { .. } => 3,
@@ -41,6 +50,8 @@ impl CliError {
             CliError::Malformed(_) => 7,
             CliError::State { .. } => 8,
             CliError::Privacy(_) | CliError::Usage(_) => 9,
+            CliError::Hostile(_) => 10,
+            CliError::Stopped(_) => 11,
         }
     }
 }

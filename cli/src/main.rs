@@ -4,13 +4,16 @@
 //! Exit codes: 0 ok, 2 usage, 3 server unreachable or too slow (connect, first-byte and total
 //! timeouts), 4 bad photo, 5 budget exceeded (nothing sent), 6 server refused, 7 malformed,
 //! oversized or unverifiable answer (or a redirect to another origin, or too many), 8 budget
-//! file, 9 invalid parameters.
+//! file, 9 invalid parameters, 10 an answer failed a check after decryption (searches against
+//! that server are stopped from then on), 11 searches against this server are stopped
+//! (`clear-refusal` lifts it).
 
 mod budget;
 mod error;
 mod http;
 mod photo;
 mod pir;
+mod refusal;
 mod search;
 
 use std::io::IsTerminal;
@@ -143,6 +146,18 @@ enum Command {
         delta: f64,
         #[arg(long)]
         json: bool,
+    },
+    /// Lift the stop on searches against a server, set after one of its answers failed a
+    /// check. Only do this if you trust that server again: a malicious server can use such
+    /// failures to learn about one bit of a photo per search.
+    ClearRefusal {
+        /// The server whose searches were stopped.
+        #[arg(
+            long,
+            env = "PRIVATEMAIL_SERVER",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        server: String,
     },
     /// Change the gallery (operators: needs the server's admin token).
     Gallery {
@@ -344,6 +359,14 @@ fn run(cli: Cli) -> Result<()> {
                 t.releases, t.epsilon, t.delta, t.zcdp_rho, t.basic_epsilon
             );
             println!("receipts: {}", budget::path()?.display());
+            Ok(())
+        }
+        Command::ClearRefusal { server } => {
+            if refusal::clear(&server)? {
+                println!("searches against {server} are allowed again");
+            } else {
+                println!("searches against {server} were not stopped");
+            }
             Ok(())
         }
         Command::Gallery { action } => match action {

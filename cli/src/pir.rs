@@ -6,17 +6,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use rand::RngCore;
+use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 use shared::api::PartitionDoc;
 use shared::params::limits;
-use shared::pir::client::Hint;
-use shared::pir::doc::{PirDbDoc, PirDoc};
-use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
-use shared::protocol::pir_search::{
-    plan_of, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirPlan, PirRanking,
-    Ranked, RankingKind,
-};
+use shared::pir::doc::PirDoc;
+use shared::protocol::pir_search::driver::{FailureKind, PirCache, PirSearch, Request, Step};
+use shared::protocol::pir_search::{plan_of, PirPlan, Ranked, RankingKind};
 
 use crate::error::{CliError, Result};
 use crate::http::{BodyLimit, Server};
@@ -39,9 +35,6 @@ fn cache_dir() -> Option<PathBuf> {
         .ok()
         .and_then(|p| p.parent().map(|d| d.join("pir-cache")))
 }
-
-/// The hintless ranking's path segment (`{answer_url}/scores`, its public file `…/scores/hint`).
-const SCORES: &str = "scores";
 
 /// A public file by its SHA-256 (hints, the ranking table, a level's centroids): from the
 /// cache, else fetched within `limit` (and cached). Returns the bytes and how many were
@@ -72,134 +65,91 @@ pub(crate) fn public_file(
     Ok((bytes, n))
 }
 
-fn hint(server: &Server, doc: &PirDoc, name: &str, db: &PirDbDoc) -> Result<(Hint, u64)> {
-    let (bytes, n) = public_file(
-        server,
-        &format!("{}/{name}/hint", doc.answer_url),
-        &db.hint_sha256,
-        BodyLimit::both(db.shape.hint_bytes() as u64),
-    )?;
-    let h = Hint::from_bytes(&db.shape, &bytes, &db.hint_sha256)
-        .map_err(|e| CliError::Malformed(e.to_string()))?;
-    Ok((h, n))
-}
-
-/// The ranked top k (ids, labels, distances) with their thumbnails checked.
+/// The ranked top k (ids, labels, distances) with their thumbnails checked: the sequence of
+/// `shared::protocol::pir_search::driver` over HTTP. This function only moves bytes; the
+/// order, sizes and failure handling are the driver's. A hostile failure is persisted
+/// ([`crate::refusal`]) before it is reported.
 pub fn search(
     server: &Server,
     features: &[f32],
     k: usize,
     max_bytes: f64,
     ranking: Option<RankingKind>,
-    rng: &mut impl RngCore,
+    rng: ChaCha20Rng,
 ) -> Result<(Ranked, PirCosts)> {
     let part: PartitionDoc =
         server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
     let doc: PirDoc = server.get_json("/api/v1/pir")?;
     let p = plan_of(&part, &doc, k, max_bytes, ranking)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
-    let (mut up, mut down, mut once, mut client_ms) = (0u64, 0u64, 0u64, 0.0);
-    let mal = |e: shared::Error| CliError::Malformed(e.to_string());
-    // The public files first: every search fetches the same ones.
-    let (thumb_hint, n) = hint(server, &doc, "thumbs", &doc.thumbs)?;
-    once += n;
-    // 1. The ranking payload. A failure is kept until the thumbnail request has gone out.
-    let ranked: std::result::Result<Ranked, CliError> = match p.ranking {
-        PirRanking::Table => {
-            let t = doc
-                .rank_table
-                .as_ref()
-                .expect("the plan chose an offered table");
-            let (bytes, n) = public_file(
+    let refusal = crate::refusal::load(&server.base)?;
+    let mut cache = PirCache::default();
+    let (mut once, mut client_ms) = (0u64, 0.0);
+    let t0 = Instant::now();
+    let (mut search, mut step) =
+        PirSearch::start(&part, &doc, &p, features, &cache, refusal.as_ref(), rng);
+    client_ms += t0.elapsed().as_secs_f64() * 1e3;
+    let found = loop {
+        let req = match step {
+            Step::Done(out) => break out,
+            Step::Send(req) => req,
+        };
+        let answer = match &req {
+            Request::Get {
+                url,
+                bytes,
+                wire_bytes,
+                sha256,
+                ..
+            } => public_file(
                 server,
-                &format!("{}/rank", doc.answer_url),
-                &t.sha256,
-                BodyLimit::both(t.bytes),
-            )?;
-            once += n;
-            let t0 = Instant::now();
-            let r = rank_table(&doc, &bytes, features, k).map_err(mal);
-            client_ms += t0.elapsed().as_secs_f64() * 1e3;
-            r
-        }
-        PirRanking::Level { level } => {
-            let db = doc.levels[level]
-                .as_ref()
-                .expect("the plan chose an offered level");
-            let (level_hint, n) = hint(server, &doc, &level.to_string(), db)?;
-            once += n;
-            let (centroids, n) = crate::search::level_centroids(server, &part, level)?;
-            once += n;
-            let t0 = Instant::now();
-            let (body, pending) =
-                rank_query(&part, &doc, level, &centroids, features, rng).map_err(mal)?;
-            client_ms += t0.elapsed().as_secs_f64() * 1e3;
-            up += body.len() as u64;
-            let answer = server.post_bytes(
-                &format!("{}/{level}", doc.answer_url),
-                body,
-                pending.answer_bytes(),
-            )?;
-            down += answer.len() as u64;
-            let t0 = Instant::now();
-            let r =
-                rank_level(&doc, level, &pending, &level_hint, &answer, features, k).map_err(mal);
-            client_ms += t0.elapsed().as_secs_f64() * 1e3;
-            r
-        }
-        PirRanking::Scores { .. } => {
-            let sd = doc.scores.as_ref().expect("the plan chose offered scores");
-            let (bytes, n) = public_file(
-                server,
-                &format!("{}/{SCORES}/hint", doc.answer_url),
-                &sd.public.sha256,
-                BodyLimit::both(sd.public.bytes),
-            )?;
-            once += n;
-            let (centroids, n) = crate::search::level_centroids(server, &part, sd.level)?;
-            once += n;
-            let t0 = Instant::now();
-            let public = ScoresPublic::decode(sd, &part, &bytes).map_err(mal)?;
-            let keys = ScoresKeys::new(sd).map_err(mal)?;
-            let (body, pending) =
-                hintless::query(&part, sd, &keys, &centroids, features, rng).map_err(mal)?;
-            client_ms += t0.elapsed().as_secs_f64() * 1e3;
-            up += body.len() as u64;
-            let answer = server.post_bytes(
-                &format!("{}/{SCORES}", doc.answer_url),
-                body,
-                sd.answer_bytes as usize,
-            )?;
-            down += answer.len() as u64;
-            let t0 = Instant::now();
-            let r = hintless::rank(sd, &keys, &public, &pending, &answer, k).map_err(mal);
-            client_ms += t0.elapsed().as_secs_f64() * 1e3;
-            r
-        }
+                url,
+                sha256,
+                BodyLimit {
+                    wire: *wire_bytes,
+                    decoded: *bytes,
+                },
+            )
+            .map(|(b, n)| {
+                once += n;
+                b
+            }),
+            Request::Post {
+                url, answer_bytes, ..
+            } => server.post_bytes(url, search.body().to_vec(), *answer_bytes as usize),
+        };
+        let t0 = Instant::now();
+        step = match answer {
+            Ok(bytes) => search.answer(&mut cache, &bytes),
+            Err(e) => {
+                // Nothing follows a transport failure; its error keeps its exit code.
+                let _ = search.transport_failed(&e.to_string());
+                return Err(e);
+            }
+        };
+        client_ms += t0.elapsed().as_secs_f64() * 1e3;
     };
-    // 2. Exactly k thumbnail queries, whether or not the ranking checked out.
-    let t0 = Instant::now();
-    let (body, pending) = thumbs_query(&doc, ranked.as_ref().ok(), k, rng).map_err(mal)?;
-    client_ms += t0.elapsed().as_secs_f64() * 1e3;
-    up += body.len() as u64;
-    let answer = server.post_bytes(
-        &format!("{}/thumbs", doc.answer_url),
-        body,
-        pending.answer_bytes(),
-    )?;
-    down += answer.len() as u64;
-    let ranked = ranked?;
-    let t0 = Instant::now();
-    thumbs_decode(&pending, &thumb_hint, &answer, &ranked, part.thumb_side).map_err(mal)?;
-    client_ms += t0.elapsed().as_secs_f64() * 1e3;
-    Ok((
-        ranked,
-        PirCosts {
-            plan: p,
-            bytes_up: up,
-            bytes_down: down,
-            one_time_bytes_downloaded: once,
-            client_ms,
-        },
-    ))
+    let traffic = search.traffic();
+    match found {
+        Ok(found) => Ok((
+            found.ranked,
+            PirCosts {
+                plan: p,
+                bytes_up: traffic.up,
+                bytes_down: traffic.down,
+                one_time_bytes_downloaded: once,
+                client_ms,
+            },
+        )),
+        Err(failure) => {
+            if let (FailureKind::Hostile, Some(r)) = (failure.kind, &failure.refusal) {
+                crate::refusal::record(&server.base, r)?;
+            }
+            Err(match failure.kind {
+                FailureKind::Hostile => CliError::Hostile(failure.message),
+                FailureKind::Locked => CliError::Stopped(failure.message),
+                _ => CliError::Malformed(failure.message),
+            })
+        }
+    }
 }

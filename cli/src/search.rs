@@ -108,6 +108,9 @@ fn spend(receipt: Option<&Receipt>, q: &Query) -> Result<()> {
 }
 
 pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<Outcome> {
+    // After a failed check against this server nothing is sent, whatever the protocol (no
+    // fallback to a less private one), until `privatemail clear-refusal`.
+    crate::refusal::guard(&server.base)?;
     let start = Instant::now();
     let config: ConfigResponse = server.get_json("/api/v1/config")?;
     let ours = shared::embed::model::weights_version(crate::MODEL_WEIGHTS);
@@ -133,7 +136,7 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
                 q.k,
                 q.max_bytes,
                 q.pir_ranking,
-                &mut rng,
+                shared::dp::rng::secure_rng()?,
             )?;
             let hits = ranked
                 .hits

@@ -1,64 +1,65 @@
-//! Private information retrieval in the browser (`shared::protocol::pir_search`): the server
-//! learns nothing about the photo, the results are exact, no ε is spent.
+//! Private information retrieval in the browser: `shared::protocol::pir_search::driver` behind
+//! four calls. The driver decides every request of a search (order, sizes, what follows a
+//! failure); the page only moves bytes: [`Client::pir_start`] gives the first request,
+//! [`Client::pir_answer`] takes each answer and gives the next, [`Client::pir_body`] is a
+//! `POST`'s body, and [`Client::pir_transport_failed`] ends a search whose request failed.
 //!
-//! What leaves the browser per search: the query bodies [`Client::pir_rank_query`] (a `Level`
-//! plan), [`Client::pir_scores_query`] (a `Scores` plan) and [`Client::pir_thumbs_query`]
-//! return — (R)LWE ciphertexts of the same size for every photo — and `GET`s of public,
-//! immutable files (hints, the ranking table, the scores' public file). The page
-//! sends both queries for every search, in this order, by one code path: the ranking step never
-//! throws on a bad answer (the error is kept and thrown by [`Client::pir_thumbs_answer`], after
-//! the thumbnail request has gone out), so what follows a hostile answer looks like what
-//! follows a good one.
+//! Each call returns JSON: `{"send": Request}` (the driver's `Request`, tagged by `method`:
+//! `get` with `url`, `bytes`, `wire_bytes`; `post` with `url`, `body_bytes`, `answer_bytes`) or
+//! `{"done": …}` — `{"ok": true, "results", "thumb_side", "traffic"}`, or `{"ok": false,
+//! "kind", "message", "refusal"}`. A `refusal` (after an answer failed a check that involved
+//! the photo's secret) must be stored by the page and passed to every later `pir_start`.
 
-use std::collections::HashMap;
-
-use shared::pir::client::{Hint, Pending};
 use shared::pir::doc::PirDoc;
-use shared::pir::hintless::{self, ScoresKeys, ScoresPending, ScoresPublic};
-use shared::pir::records::RankRecord;
-use shared::protocol::pir_search::{self, Ranked};
+use shared::protocol::pir_search::driver::{Failure, PirCache, PirSearch, Refusal, Step, Traffic};
+use shared::protocol::pir_search::{self, PirPlan};
 use wasm_bindgen::prelude::*;
 
 use crate::blocks::BlockHit;
 use crate::{js_err, Client};
 
-/// Parsed hints kept at most (one version's thumbnail and level hints).
-const MAX_HINTS: usize = 4;
-
 /// The PIR state of a session.
 #[derive(Default)]
 pub(crate) struct PirSession {
     doc: Option<PirDoc>,
-    /// Checked hints by their SHA-256.
-    hints: HashMap<String, Hint>,
-    /// The checked, decoded ranking table, by its SHA-256 (kept for the version's searches).
-    table: Option<(String, RankRecord)>,
-    /// The hintless ranking's checked public file and the keys' masks, by the file's SHA-256.
-    scores: Option<(String, ScoresPublic, ScoresKeys)>,
-    scores_pending: Option<ScoresPending>,
-    rank_pending: Option<(usize, Pending)>,
-    ranked: Option<Result<Ranked, String>>,
-    thumbs_pending: Option<Pending>,
+    /// Checked public files (hints, the table, the scores' public file, centroids).
+    cache: PirCache,
+    search: Option<PirSearch>,
 }
 
 #[derive(serde::Serialize)]
-struct PirResults {
-    results: Vec<BlockHit>,
-    thumb_side: usize,
+#[serde(rename_all = "snake_case")]
+enum StepJson {
+    Send(shared::protocol::pir_search::driver::Request),
+    Done(DoneJson),
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum DoneJson {
+    Found {
+        ok: bool,
+        results: Vec<BlockHit>,
+        thumb_side: usize,
+        traffic: Traffic,
+    },
+    Failed {
+        ok: bool,
+        #[serde(flatten)]
+        failure: Failure,
+        traffic: Traffic,
+    },
 }
 
 #[wasm_bindgen]
 impl Client {
     /// Load the body of `GET /api/v1/pir` (after the partition): validated against the
-    /// partition (same version, sizes bounded, our scheme's constants). Sends nothing.
+    /// partition (same version, sizes bounded, our scheme's constants, every seed the one
+    /// this client derives). Sends nothing.
     pub fn load_pir(&mut self, pir_json: &str) -> Result<(), JsError> {
         let doc: PirDoc = serde_json::from_str(pir_json)
             .map_err(|e| js_err(format!("the server's PIR document is malformed: {e}")))?;
-        let p = self.partition()?;
-        shared::pir::doc::validate(&doc, p.gallery_size, p.levels.len()).map_err(js_err)?;
-        if doc.version != p.version {
-            return Err(js_err("the PIR document is for another partition version"));
-        }
+        pir_search::check_docs(self.partition()?, &doc).map_err(js_err)?;
         self.pir = PirSession {
             doc: Some(doc),
             ..Default::default()
@@ -84,224 +85,75 @@ impl Client {
         serde_json::to_string(&plan).map_err(js_err)
     }
 
-    /// Whether the hint with this SHA-256 is already checked and held.
-    pub fn pir_has_hint(&self, sha256: &str) -> bool {
-        self.pir.hints.contains_key(&sha256.to_ascii_lowercase())
-    }
-
-    /// Give the hint file of database `db` (`thumbs` or a level): checked against its SHA-256
-    /// and kept. Sends nothing.
-    pub fn pir_set_hint(&mut self, db: &str, bytes: &[u8]) -> Result<(), JsError> {
-        let d = self.pir_db(db)?;
-        let hint = Hint::from_bytes(&d.shape, bytes, &d.hint_sha256).map_err(js_err)?;
-        let key = d.hint_sha256.to_ascii_lowercase();
-        if self.pir.hints.len() >= MAX_HINTS {
-            self.pir.hints.clear();
-        }
-        self.pir.hints.insert(key, hint);
-        Ok(())
-    }
-
-    /// Whether the ranking table with this SHA-256 is already checked and held.
-    pub fn pir_has_table(&self, sha256: &str) -> bool {
-        self.pir
-            .table
-            .as_ref()
-            .is_some_and(|(h, _)| h.eq_ignore_ascii_case(sha256))
-    }
-
-    /// Give the ranking table file: checked against its SHA-256, decoded and kept for this
-    /// version's searches. Sends nothing.
-    pub fn pir_set_table(&mut self, bytes: &[u8]) -> Result<(), JsError> {
+    /// Start a search of the loaded photo under `plan_json` (from [`Client::pir_plan`]);
+    /// `refusal_json` is the stored refusal against this server, if any (then the search is
+    /// refused and nothing is sent). Returns the first step (module docs).
+    pub fn pir_start(
+        &mut self,
+        plan_json: &str,
+        refusal_json: Option<String>,
+    ) -> Result<String, JsError> {
+        let plan: PirPlan = serde_json::from_str(plan_json).map_err(js_err)?;
+        let refusal: Option<Refusal> =
+            refusal_json
+                .map(|r| serde_json::from_str(&r))
+                .transpose()
+                .map_err(|e| js_err(format!("the stored refusal is unreadable: {e}")))?;
+        let features = self
+            .query_f32
+            .clone()
+            .ok_or_else(|| js_err("load an image before searching"))?;
+        let rng = shared::dp::rng::secure_rng().map_err(js_err)?;
         let doc = self.pir_doc()?;
-        let record = pir_search::load_table(doc, bytes).map_err(js_err)?;
-        let sha = doc
-            .rank_table
-            .as_ref()
-            .map(|t| t.sha256.to_ascii_lowercase())
-            .unwrap_or_default();
-        self.pir.table = Some((sha, record));
-        Ok(())
-    }
-
-    /// Rank with the held ranking table (a `Table` plan). Keeps the ranking, or the error
-    /// (thrown later by [`Client::pir_thumbs_answer`]). Sends nothing.
-    pub fn pir_rank_table(&mut self, k: usize) -> Result<(), JsError> {
-        let query = self.query_features()?;
-        let r = match &self.pir.table {
-            Some((_, record)) => pir_search::ranked(record, &query, k).map_err(|e| e.to_string()),
-            None => Err("the ranking table is not loaded".to_string()),
-        };
-        self.pir.ranked = Some(r);
-        Ok(())
-    }
-
-    /// The ranking query of a `Level` plan: the body to `POST` to `{answer_url}/{level}` (the
-    /// photo's nearest block among the level's centroids, loaded first with
-    /// [`Client::set_centroids`], hidden). Its secret stays here.
-    pub fn pir_rank_query(&mut self, level: usize) -> Result<Vec<u8>, JsError> {
-        let query = self.query_features()?;
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let cents = self.level_centroids(level)?;
-        let (body, pending) = pir_search::rank_query(
+        let (search, step) = PirSearch::start(
             self.partition()?,
-            self.pir_doc()?,
-            level,
-            cents,
-            &query,
-            &mut rng,
-        )
-        .map_err(js_err)?;
-        self.pir.rank_pending = Some((level, pending));
-        self.pir.ranked = None;
-        Ok(body)
+            doc,
+            &plan,
+            &features,
+            &self.pir.cache,
+            refusal.as_ref(),
+            rng,
+        );
+        self.pir.search = Some(search);
+        self.step_json(step)
     }
 
-    /// The answer to the ranking query: decoded, checked and ranked — or the error kept for
-    /// [`Client::pir_thumbs_answer`]. Never throws for a bad answer. Sends nothing.
-    pub fn pir_rank_answer(&mut self, answer: &[u8], k: usize) -> Result<(), JsError> {
-        let query = self.query_features()?;
-        let (level, pending) = self
+    /// The words for a stored refusal (`refusal_json` as [`Client::pir_start`] takes it): why
+    /// searches against this server are stopped and what to do. One text with the CLI's.
+    pub fn refusal_message(&self, refusal_json: &str) -> Result<String, JsError> {
+        let r: Refusal = serde_json::from_str(refusal_json)
+            .map_err(|e| js_err(format!("the stored refusal is unreadable: {e}")))?;
+        Ok(r.failure().message)
+    }
+
+    /// The body of the current `post` request.
+    pub fn pir_body(&self) -> Result<Vec<u8>, JsError> {
+        Ok(self.current()?.body().to_vec())
+    }
+
+    /// The answer to the current request (its bytes, uncompressed); returns the next step.
+    pub fn pir_answer(&mut self, answer: &[u8]) -> Result<String, JsError> {
+        let mut search = self
             .pir
-            .rank_pending
+            .search
             .take()
-            .ok_or_else(|| js_err("no PIR ranking query is pending"))?;
-        let doc = self.pir_doc()?;
-        let r = match doc.levels.get(level).and_then(Option::as_ref) {
-            Some(db) => match self.pir.hints.get(&db.hint_sha256.to_ascii_lowercase()) {
-                Some(h) => pir_search::rank_level(doc, level, &pending, h, answer, &query, k)
-                    .map_err(|e| e.to_string()),
-                None => Err("the level's hint is not loaded".to_string()),
-            },
-            None => Err("the level has no PIR database".to_string()),
-        };
-        self.pir.ranked = Some(r);
-        Ok(())
+            .ok_or_else(|| js_err("no PIR search is under way"))?;
+        let step = search.answer(&mut self.pir.cache, answer);
+        self.pir.search = Some(search);
+        self.step_json(step)
     }
 
-    /// Whether the hintless ranking's public file with this SHA-256 is already checked and held.
-    pub fn pir_has_scores(&self, sha256: &str) -> bool {
-        self.pir
-            .scores
-            .as_ref()
-            .is_some_and(|(h, _, _)| h.eq_ignore_ascii_case(sha256))
-    }
-
-    /// Give the hintless ranking's public file: checked against its SHA-256 and the partition,
-    /// decoded and kept for this version's searches, with the keys' public masks. Sends
-    /// nothing.
-    pub fn pir_set_scores(&mut self, bytes: &[u8]) -> Result<(), JsError> {
-        let part = self.partition()?;
-        let sd = hintless::entry(part, self.pir_doc()?).map_err(js_err)?;
-        let public = ScoresPublic::decode(sd, part, bytes).map_err(js_err)?;
-        let keys = ScoresKeys::new(sd).map_err(js_err)?;
-        self.pir.scores = Some((sd.public.sha256.to_ascii_lowercase(), public, keys));
-        Ok(())
-    }
-
-    /// The query of a `Scores` plan: the body to `POST` to `{answer_url}/scores` (the photo's
-    /// nearest block among the capped level's centroids, loaded first with
-    /// [`Client::set_centroids`], and its features, all inside RLWE ciphertexts under a fresh
-    /// secret that stays here).
-    pub fn pir_scores_query(&mut self) -> Result<Vec<u8>, JsError> {
-        let query = self.query_features()?;
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let part = self.partition()?;
-        let sd = hintless::entry(part, self.pir_doc()?).map_err(js_err)?;
-        let cents = self.level_centroids(sd.level)?;
-        let (_, _, keys) = self
+    /// The current request failed in transport (an HTTP error, a timeout, a wrong size):
+    /// ends the search (no refusal: the failure came before any secret met the answer).
+    pub fn pir_transport_failed(&mut self, reason: &str) -> Result<String, JsError> {
+        let mut search = self
             .pir
-            .scores
-            .as_ref()
-            .ok_or_else(|| js_err("the hintless ranking's public file is not loaded"))?;
-        let (body, pending) =
-            hintless::query(part, sd, keys, cents, &query, &mut rng).map_err(js_err)?;
-        self.pir.scores_pending = Some(pending);
-        self.pir.ranked = None;
-        Ok(body)
-    }
-
-    /// The answer to the scores query: decoded within its proven error bound and ranked — or
-    /// the error kept for [`Client::pir_thumbs_answer`]. Never throws for a bad answer. Sends
-    /// nothing.
-    pub fn pir_scores_answer(&mut self, answer: &[u8], k: usize) -> Result<(), JsError> {
-        let pending = self
-            .pir
-            .scores_pending
+            .search
             .take()
-            .ok_or_else(|| js_err("no PIR scores query is pending"))?;
-        let part = self.partition()?;
-        let sd = hintless::entry(part, self.pir_doc()?).map_err(js_err)?;
-        let r = match &self.pir.scores {
-            Some((_, public, keys)) => {
-                hintless::rank(sd, keys, public, &pending, answer, k).map_err(|e| e.to_string())
-            }
-            None => Err("the hintless ranking's public file is not loaded".to_string()),
-        };
-        self.pir.ranked = Some(r);
-        Ok(())
-    }
-
-    /// Exactly `k` thumbnail queries (for the ranked items, or random ones if the ranking
-    /// failed): the body to `POST` to `{answer_url}/thumbs`.
-    pub fn pir_thumbs_query(&mut self, k: usize) -> Result<Vec<u8>, JsError> {
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let ranked = self.pir.ranked.as_ref().and_then(|r| r.as_ref().ok());
-        let (body, pending) =
-            pir_search::thumbs_query(self.pir_doc()?, ranked, k, &mut rng).map_err(js_err)?;
-        self.pir.thumbs_pending = Some(pending);
-        Ok(body)
-    }
-
-    /// The thumbnail answer: returns JSON `{results: [{id, label, class_name, distance,
-    /// thumbnail}], thumb_side}`, every thumbnail checked against the ranking record's digest;
-    /// throws the ranking's error if it failed. For the user's screen only.
-    pub fn pir_thumbs_answer(&mut self, answer: &[u8]) -> Result<String, JsError> {
-        let pending = self
-            .pir
-            .thumbs_pending
-            .take()
-            .ok_or_else(|| js_err("no PIR thumbnail query is pending"))?;
-        let ranked = match self.pir.ranked.take() {
-            Some(Ok(r)) => r,
-            Some(Err(e)) => {
-                return Err(js_err(format!(
-                    "the server's PIR answer did not check out, so nothing is shown: {e}"
-                )))
-            }
-            None => return Err(js_err("no PIR ranking was made")),
-        };
-        let doc = self.pir_doc()?;
-        let hint = self
-            .pir
-            .hints
-            .get(&doc.thumbs.hint_sha256.to_ascii_lowercase())
-            .ok_or_else(|| js_err("the thumbnail hint is not loaded"))?;
-        let side = self.partition()?.thumb_side;
-        let thumbs =
-            pir_search::thumbs_decode(&pending, hint, answer, &ranked, side).map_err(|e| {
-                js_err(format!(
-                    "a thumbnail did not match the fingerprint the gallery published: {e}"
-                ))
-            })?;
-        let results = ranked
-            .hits
-            .iter()
-            .zip(thumbs)
-            .map(|(h, thumbnail)| BlockHit {
-                id: h.id,
-                label: h.label,
-                class_name: self.class_name(h.label as u32),
-                distance: h.distance,
-                thumbnail,
-            })
-            .collect();
-        let side = self.partition()?.thumb_side;
-        serde_json::to_string(&PirResults {
-            results,
-            thumb_side: side,
-        })
-        .map_err(js_err)
+            .ok_or_else(|| js_err("no PIR search is under way"))?;
+        let step = search.transport_failed(reason);
+        self.pir.search = Some(search);
+        self.step_json(step)
     }
 }
 
@@ -313,21 +165,46 @@ impl Client {
             .ok_or_else(|| js_err("the gallery's PIR document is not loaded yet"))
     }
 
-    fn pir_db(&self, db: &str) -> Result<&shared::pir::doc::PirDbDoc, JsError> {
-        let doc = self.pir_doc()?;
-        if db == "thumbs" {
-            return Ok(&doc.thumbs);
-        }
-        db.parse::<usize>()
-            .ok()
-            .and_then(|l| doc.levels.get(l))
-            .and_then(Option::as_ref)
-            .ok_or_else(|| js_err(format!("no PIR database {db:?}")))
+    fn current(&self) -> Result<&PirSearch, JsError> {
+        self.pir
+            .search
+            .as_ref()
+            .ok_or_else(|| js_err("no PIR search is under way"))
     }
 
-    fn query_features(&self) -> Result<Vec<f32>, JsError> {
-        self.query_f32
-            .clone()
-            .ok_or_else(|| js_err("load an image before searching"))
+    fn step_json(&mut self, step: Step) -> Result<String, JsError> {
+        let traffic = self.current()?.traffic();
+        let out = match step {
+            Step::Send(req) => StepJson::Send(req),
+            Step::Done(done) => {
+                self.pir.search = None;
+                StepJson::Done(match done {
+                    Ok(found) => DoneJson::Found {
+                        ok: true,
+                        results: found
+                            .ranked
+                            .hits
+                            .iter()
+                            .zip(found.thumbnails)
+                            .map(|(h, thumbnail)| BlockHit {
+                                id: h.id,
+                                label: h.label,
+                                class_name: self.class_name(h.label as u32),
+                                distance: h.distance,
+                                thumbnail,
+                            })
+                            .collect(),
+                        thumb_side: self.partition()?.thumb_side,
+                        traffic,
+                    },
+                    Err(failure) => DoneJson::Failed {
+                        ok: false,
+                        failure,
+                        traffic,
+                    },
+                })
+            }
+        };
+        serde_json::to_string(&out).map_err(js_err)
     }
 }

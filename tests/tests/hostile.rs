@@ -45,6 +45,8 @@ enum Case {
     SlowPlanning,
     DamagedCentroids,
     LongCentroids,
+    /// Not in `CASES` (its own tests): every PIR thumbnail answer with one byte changed.
+    DamagedPirThumbs,
 }
 
 const CASES: [Case; 15] = [
@@ -83,6 +85,7 @@ impl Case {
             Case::SlowPlanning => "slow-planning",
             Case::DamagedCentroids => "damaged-centroids",
             Case::LongCentroids => "long-centroids",
+            Case::DamagedPirThumbs => "damaged-pir-thumbs",
         }
     }
 
@@ -103,6 +106,7 @@ impl Case {
             Case::SlowPlanning => "16 levels × 8,192 blocks, 8,193 multiplicities (O(B³) planning)",
             Case::DamagedCentroids => "a level's centroids file with one byte flipped (wrong hash)",
             Case::LongCentroids => "a level's centroids file one byte longer than declared",
+            Case::DamagedPirThumbs => "every PIR thumbnail answer with one byte changed",
         }
     }
 
@@ -117,7 +121,11 @@ impl Case {
     }
 
     fn from_name(n: &str) -> Option<Case> {
-        CASES.iter().copied().find(|c| c.name() == n)
+        CASES
+            .iter()
+            .copied()
+            .chain([Case::DamagedPirThumbs])
+            .find(|c| c.name() == n)
     }
 }
 
@@ -129,6 +137,9 @@ struct Hostile {
     doc: PartitionDoc,
     bomb: Vec<u8>,
     other_hits: Arc<AtomicUsize>,
+    /// Requests answered in `Case::DamagedPirThumbs`, and PIR queries (`POST`) among them.
+    damaged_hits: AtomicUsize,
+    damaged_posts: AtomicUsize,
     /// The case for requests without a `/case/{name}` prefix (the page's).
     page_case: Mutex<Case>,
 }
@@ -196,7 +207,26 @@ impl Hostile {
         let partition = path == "/api/v1/partition";
         let block = path.starts_with("/api/v1/blocks/");
         let centroids = block && path.ends_with("/centroids");
+        if case == Case::DamagedPirThumbs {
+            self.damaged_hits.fetch_add(1, Ordering::SeqCst);
+            if req.method == "POST" && path.starts_with("/api/v1/pir/") {
+                self.damaged_posts.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         match case {
+            Case::DamagedPirThumbs if req.method == "POST" && path.ends_with("/thumbs") => {
+                let r = fake::forward(&self.http, &self.real, path, req).await;
+                let Body::Bytes(mut bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                // The top byte of one value: the record it carries decodes wrong.
+                bytes[103] ^= 0x40;
+                Reply {
+                    status: r.status,
+                    headers: r.headers,
+                    body: Body::Bytes(bytes),
+                }
+            }
             Case::DamagedCentroids if centroids => {
                 let mut bytes = self.real_centroids(path).await;
                 *bytes.last_mut().unwrap() ^= 1;
@@ -311,6 +341,8 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         doc,
         bomb,
         other_hits,
+        damaged_hits: AtomicUsize::new(0),
+        damaged_posts: AtomicUsize::new(0),
         page_case: Mutex::new(Case::Honest),
     });
     let s = state.clone();
@@ -433,6 +465,68 @@ fn run_measured(bin: &Path, args: &[String], state: &Path, tag: &str) -> Run {
     let _ = std::fs::remove_file(&o);
     let _ = std::fs::remove_file(&e);
     run
+}
+
+/// After one answer fails its checks, the CLI stores a refusal and sends nothing more to that
+/// server — no PIR query, no request at all, whatever the protocol — until `clear-refusal`.
+#[test]
+fn the_cli_stops_searching_a_server_whose_pir_answer_failed_a_check() {
+    let real = demo_server("hostile-pir-cli", &[]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (base, hostile) = rt.block_on(hostile(&real.base));
+    let bin = cli_bin();
+    let dir = std::env::temp_dir().join(format!("pm-hostile-pir-{}", std::process::id()));
+    let state = dir.join("state");
+    let server = format!("{base}/case/{}", Case::DamagedPirThumbs.name());
+    let search = |i: usize, protocol: &str| -> Vec<String> {
+        vec![
+            "search".into(),
+            photo(&dir, i).to_str().unwrap().into(),
+            "--server".into(),
+            server.clone(),
+            "--protocol".into(),
+            protocol.into(),
+        ]
+    };
+    let first = run_measured(&bin, &search(0, "pir"), &state, "pir-1");
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.code, 10, "{err}");
+    assert!(
+        err.contains("Do not search the same photo here again"),
+        "{err}"
+    );
+    assert!(state.join("refusals.json").exists());
+    let posts = hostile.damaged_posts.load(Ordering::SeqCst);
+    assert!(posts >= 1, "the first search sent its queries");
+    // Another photo, another protocol: nothing is sent, and the CLI says why.
+    for (i, protocol) in [(1, "pir"), (2, "blocks"), (3, "frame")] {
+        let hits = hostile.damaged_hits.load(Ordering::SeqCst);
+        let r = run_measured(&bin, &search(i, protocol), &state, "pir-again");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.code, 11, "{protocol}: {err}");
+        assert!(err.contains("stopped"), "{err}");
+        assert_eq!(
+            hostile.damaged_hits.load(Ordering::SeqCst),
+            hits,
+            "{protocol}: a request was sent"
+        );
+    }
+    assert_eq!(hostile.damaged_posts.load(Ordering::SeqCst), posts);
+    // Cleared by hand, the next search runs (and fails again on this server's answer).
+    let clear = run_measured(
+        &bin,
+        &["clear-refusal".into(), "--server".into(), server.clone()],
+        &state,
+        "pir-clear",
+    );
+    assert_eq!(clear.code, 0, "{}", String::from_utf8_lossy(&clear.stderr));
+    let again = run_measured(&bin, &search(4, "pir"), &state, "pir-3");
+    assert_eq!(again.code, 10, "{}", String::from_utf8_lossy(&again.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -645,6 +739,99 @@ async fn the_page_shows_a_plain_error_for_hostile_answers_and_stays_alive() {
     let artifacts = format!("{ROOT}/target/e2e-artifacts");
     let _ = std::fs::create_dir_all(&artifacts);
     let _ = std::fs::write(format!("{artifacts}/hostile-page.md"), &table);
+    let _ = std::fs::remove_file(&file);
+    c.close().await.unwrap();
+}
+
+/// The page after a PIR answer fails its checks: it says what happened in plain words, stores
+/// the refusal, and sends no further search of any kind to this server — across a reload —
+/// until the person clears it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_stops_searching_a_server_whose_pir_answer_failed_a_check() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let (_driver, c) = browser::browser().await;
+    *hostile.page_case.lock().unwrap() = Case::DamagedPirThumbs;
+    browser::open_page(&c, &base).await;
+    js(
+        &c,
+        "localStorage.removeItem('privatemail.refusal'); return 0;",
+    )
+    .await;
+    assert_eq!(
+        js(&c, "return document.getElementById('protocol').value;").await,
+        json!("pir")
+    );
+    let (file, _) = browser::image_file(0);
+    load_photo(&c, &file).await;
+    browser::click(&c, "search").await;
+    wait_for(&c, "!document.getElementById('stopped').hidden", "the stop").await;
+    let text = js(
+        &c,
+        "return document.getElementById('stopped-text').textContent;",
+    )
+    .await;
+    let text = text.as_str().unwrap().to_string();
+    assert!(
+        text.contains("Do not search the same photo here again"),
+        "{text}"
+    );
+    assert_eq!(
+        js(
+            &c,
+            "return document.querySelectorAll('#results li').length;"
+        )
+        .await,
+        json!(0)
+    );
+    let posts = hostile.damaged_posts.load(Ordering::SeqCst);
+    assert!(posts >= 1);
+    // Another search, of any protocol: nothing is sent, the stop is shown again.
+    for protocol in ["pir", "blocks", "frame"] {
+        browser::choose(&c, "protocol", protocol).await;
+        js(
+            &c,
+            "document.getElementById('stopped').hidden = true; return 0;",
+        )
+        .await;
+        let hits = hostile.damaged_hits.load(Ordering::SeqCst);
+        browser::click(&c, "search").await;
+        wait_for(
+            &c,
+            "!document.getElementById('stopped').hidden",
+            "the stop again",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            hostile.damaged_hits.load(Ordering::SeqCst),
+            hits,
+            "{protocol}: a request"
+        );
+    }
+    // A reload keeps it.
+    browser::open_page(&c, &base).await;
+    wait_for(
+        &c,
+        "!document.getElementById('stopped').hidden",
+        "the stop after a reload",
+    )
+    .await;
+    let artifacts = format!("{ROOT}/target/e2e-artifacts");
+    let _ = std::fs::create_dir_all(&artifacts);
+    if let Ok(png) = c.screenshot().await {
+        let _ = std::fs::write(format!("{artifacts}/page-stopped.png"), png);
+    }
+    // Cleared by hand against an honest server, searches run again.
+    browser::click(&c, "clear-refusal").await;
+    assert_eq!(
+        js(&c, "return localStorage.getItem('privatemail.refusal');").await,
+        Value::Null
+    );
+    *hostile.page_case.lock().unwrap() = Case::Honest;
+    load_photo(&c, &file).await;
+    assert_eq!(browser::search(&c).await.len(), 8);
+    assert_eq!(hostile.damaged_posts.load(Ordering::SeqCst), posts);
     let _ = std::fs::remove_file(&file);
     c.close().await.unwrap();
 }

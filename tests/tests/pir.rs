@@ -72,12 +72,13 @@ fn whole(http: &Client, base: &str, part: &PartitionDoc) -> shared::protocol::bl
 fn thumbs(
     http: &Client,
     base: &str,
+    part: &PartitionDoc,
     pir: &PirDoc,
     h: &Hint,
     ranked: &Ranked,
     rng: &mut ChaCha20Rng,
 ) -> (usize, Vec<Vec<u8>>) {
-    let (body, pending) = thumbs_query(pir, Some(ranked), 8, rng).unwrap();
+    let (body, pending) = thumbs_query(part, pir, Some(ranked), 8, rng).unwrap();
     let n = body.len();
     let (st, answer) = post(http, &format!("{base}{}/thumbs", pir.answer_url), body);
     assert_eq!(st, StatusCode::OK);
@@ -124,7 +125,7 @@ fn table_and_level_searches_are_exact_and_verified() {
         let want = rank(&q, std::slice::from_ref(&all), 8).unwrap();
         let ids = |h: &[shared::protocol::blocks::Hit]| h.iter().map(|h| h.id).collect::<Vec<_>>();
         assert_eq!(ids(&r.hits), ids(&want), "photo {i}");
-        let (n, px) = thumbs(&http, base, &pir, &th, &r, &mut rng);
+        let (n, px) = thumbs(&http, base, &part, &pir, &th, &r, &mut rng);
         sizes.push(n);
         for (h, p) in want.iter().zip(&px) {
             assert_eq!(
@@ -165,7 +166,7 @@ fn table_and_level_searches_are_exact_and_verified() {
                 .collect();
             let got: Vec<u64> = r.hits.iter().map(|h| h.id).collect();
             assert_eq!(got, want, "level {l}, photo {i}");
-            thumbs(&http, base, &pir, &th, &r, &mut rng);
+            thumbs(&http, base, &part, &pir, &th, &r, &mut rng);
         }
     }
     // Two photos, one level: the same request size.
@@ -198,7 +199,7 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
     let file = get(&http, &format!("{base}{}/scores/hint", pir.answer_url));
     assert_eq!(file.len() as u64, sd.public.bytes);
     let public = ScoresPublic::decode(sd, &part, &file).unwrap();
-    let keys = ScoresKeys::new(sd).unwrap();
+    let keys = ScoresKeys::new(&part, sd).unwrap();
     let th = hint(&http, base, &pir, "thumbs");
     let cents = privatemail_e2e::level_centroids(&http, base, &part, sd.level);
     let mut rng = ChaCha20Rng::seed_from_u64(8);
@@ -242,7 +243,7 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
             assert!((h.distance - exact).abs() < 1e-3, "{h:?} {exact}");
         }
         // Thumbnails by PIR, checked against the public file's digests.
-        let (_, px) = thumbs(&http, base, &pir, &th, &r, &mut rng);
+        let (_, px) = thumbs(&http, base, &part, &pir, &th, &r, &mut rng);
         for (h, p) in r.hits.iter().zip(&px) {
             let at = block.ids.iter().position(|&id| id == h.id).unwrap();
             assert_eq!(p.as_slice(), block.thumbnail(at));
@@ -297,7 +298,7 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
     let mut rng = ChaCha20Rng::seed_from_u64(6);
 
     // A damaged answer never yields a thumbnail: the digest check refuses it.
-    let (body, pending) = thumbs_query(&pir, Some(&r), 8, &mut rng).unwrap();
+    let (body, pending) = thumbs_query(&part, &pir, Some(&r), 8, &mut rng).unwrap();
     let (_, mut answer) = post(&http, &format!("{base}{}/thumbs", pir.answer_url), body);
     let at = answer.len() / 2;
     answer[at] ^= 0x80;

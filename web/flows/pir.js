@@ -14,31 +14,52 @@ export async function onPirSearch() {
   }
   $("progress").hidden = false;
   $("progress").value = 2;
+  $("results").replaceChildren();
   let out;
   try {
-    out = await pirSearch(state.client, state.pirDoc, state.pirPlan, K, status);
+    out = await pirSearch(state.client, state.pirPlan, status);
   } catch (e) {
+    // Only a fault of this page (the driver answers every server fault itself).
     $("progress").hidden = true;
-    showError(`The private search failed: ${e.message || e}. Nothing was retried; nothing about your photo was revealed.`);
+    showError(`The private search could not run: ${e.message || e}.`);
     status("Search failed.");
-    if (e.status === 404 || e.status === 410 || e.status === 503) { await loadPartition(); await loadPirDoc(); updatePlan(); }
+    return;
+  }
+  $("progress").hidden = true;
+  const done = out.done;
+  if (!done.ok) {
+    status("Search failed.");
+    if (done.kind === "hostile" || done.kind === "locked") {
+      showStopped(done.message);
+      return;
+    }
+    showError(done.message);
+    if (done.status === 404 || done.status === 410 || done.status === 503) { await loadPartition(); await loadPirDoc(); updatePlan(); }
     return;
   }
   $("progress").value = 3;
-  $("progress").hidden = true;
   Object.assign(timings, { pir_client_ms: out.timings.client_ms, pir_search_ms: out.timings.total_ms });
-  showPirResults(out);
+  showPirResults({ results: done.results, thumb_side: done.thumb_side });
   status(`Done in ${Math.round(out.timings.total_ms)} ms: ${fmtKiB(out.bytes.up)} up, ${fmtKiB(out.bytes.down)} down` +
-    (out.bytes.once ? `, ${fmtKiB(out.bytes.once)} of public files read once` : "") +
+    (out.bytes.once ? `, ${fmtKiB(out.bytes.once)} of public files checked once` : "") +
     `; queries and checks took ${Math.round(out.timings.client_ms)} ms here. The server learned nothing about your photo.`);
 }
 
-function showPirResults(out) {
-  const same = out.ranked.results.filter((m) => m.label === state.image.label).length;
+// After an answer failed a check that involved the photo: the driver's words, and the only
+// way on — clearing the stop by hand.
+export function showStopped(message) {
+  $("stopped-text").textContent = message;
+  $("stopped").hidden = false;
+  $("results").replaceChildren();
+  $("results-summary").textContent = "";
+}
+
+function showPirResults(ranked) {
+  const same = ranked.results.filter((m) => m.label === state.image.label).length;
   const exact = state.pirPlan.predicted_fidelity >= 0.9995;
   $("results-summary").textContent =
-    `The ${out.ranked.results.length} nearest images ${exact ? "in the whole gallery" : "in your photo's part of the gallery"}, ` +
+    `The ${ranked.results.length} nearest images ${exact ? "in the whole gallery" : "in your photo's part of the gallery"}, ` +
     "ranked exactly in your browser; the server computed its answers without learning which images you asked for. " +
     `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${state.image.class_name}).`;
-  renderResults(out.ranked);
+  renderResults(ranked);
 }

@@ -18,6 +18,7 @@
 //! requests whether or not a record checks out (see `protocol::pir_search`).
 
 use rand::RngCore;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::{Error, Result};
 use crate::params::limits;
@@ -92,11 +93,19 @@ pub fn u32s_to_bytes(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// A batch of queries sent, waiting for its answer. Holds the secrets.
+/// A batch of queries sent, waiting for its answer. Holds the secrets. **The secrets, and the
+/// records asked for, are zeroised on drop** ([`Drop`] below).
 pub struct Pending {
     shape: Shape,
     secrets: Vec<Vec<u32>>,
     records: Vec<usize>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.secrets.zeroize();
+        self.records.zeroize();
+    }
 }
 
 impl std::fmt::Debug for Pending {
@@ -133,10 +142,13 @@ pub fn query(
             reason: format!("{r} is not below {}", shape.records),
         });
     }
-    let columns: Vec<usize> = records
-        .iter()
-        .flat_map(|&r| (0..per).map(move |k| shape.first_column(r) + k))
-        .collect();
+    // Which column each query selects: as private as the records (wiped when done).
+    let columns: Zeroizing<Vec<usize>> = Zeroizing::new(
+        records
+            .iter()
+            .flat_map(|&r| (0..per).map(move |k| shape.first_column(r) + k))
+            .collect(),
+    );
     let secrets: Vec<Vec<u32>> = (0..c).map(|_| lwe::sample_secret(rng)).collect();
     let n = shape.cols;
     let mut out = vec![0u32; c * n];
@@ -190,7 +202,8 @@ impl Pending {
             .into());
         }
         let per = self.shape.queries_per_record();
-        let mut columns = vec![0u8; m * per];
+        // The decoded columns (wiped when done: they reveal which records were asked for).
+        let mut columns = Zeroizing::new(vec![0u8; m * per]);
         let mut out = Vec::with_capacity(self.records.len());
         for (ri, &r) in self.records.iter().enumerate() {
             for k in 0..per {

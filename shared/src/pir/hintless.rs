@@ -32,6 +32,7 @@ use crate::pir::ring::scores::{
     self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape, PLANES,
 };
 use crate::pir::ring::N;
+use crate::pir::seeds::{self, Purpose};
 use crate::protocol::blocks::{hash_hex, quantise, Hit, FEATURE_SCALE};
 use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::{nearest_centroid, Overlap};
@@ -282,19 +283,40 @@ pub struct ScoresKeys {
 }
 
 impl ScoresKeys {
-    pub fn new(doc: &ScoresDoc) -> Result<ScoresKeys> {
+    /// The ring and masks for `doc`, from the seeds the client derives for the partition's
+    /// version and content ([`crate::pir::seeds`]), never from the document's: a server that
+    /// publishes related seeds (the packing seed equal to the query seed) would otherwise make
+    /// a key body and a query chunk share a mask and expose the secret. A document whose
+    /// seeds are not the derived ones is refused.
+    pub fn new(part: &PartitionDoc, doc: &ScoresDoc) -> Result<ScoresKeys> {
         if doc.ring_n != N {
             return Err(Error::InvalidParameter {
                 name: "pir scores",
                 reason: format!("ring degree {} is not {N}", doc.ring_n),
             });
         }
+        check(part, doc)?;
+        let digest = seeds::partition_digest(part);
+        let (query_seed, packing) = (
+            seeds::derive_from(&digest, Purpose::ScoresQuery),
+            seeds::derive_from(&digest, Purpose::ScoresPacking),
+        );
+        if seed_hex("pir scores query_seed", &doc.query_seed)? != query_seed
+            || seed_hex("pir scores packing_seed", &doc.packing_seed)? != packing
+        {
+            return Err(Error::InvalidParameter {
+                name: "pir scores",
+                reason: "its seeds are not the ones derived from the published version and \
+                         content; this server's document could expose a query's secret, so \
+                         nothing was sent"
+                    .into(),
+            });
+        }
         let ring = Ring::new(N);
-        let packing = seed_hex("pir scores packing_seed", &doc.packing_seed)?;
         let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &packing);
         Ok(ScoresKeys {
             masks,
-            query_seed: seed_hex("pir scores query_seed", &doc.query_seed)?,
+            query_seed,
             ring,
         })
     }
@@ -354,7 +376,10 @@ pub fn rank(
     let shape = doc.shape();
     let answer = decode_answer(&shape, N, answer)?;
     let a: Vec<&[u64]> = public.public_a.iter().map(Vec::as_slice).collect();
-    let t = scores::decode(&keys.ring, &shape, &pending.sk, &a, &answer)?;
+    // Every coefficient is decoded and the block ranked whether or not the answer checks out
+    // (a failure depends on the photo's block when the server damages one block's answer on
+    // purpose; the work, and so the moment the next request leaves, does not).
+    let (t, ok) = scores::decode_all(&keys.ring, &shape, &pending.sk, &a, &answer)?;
     let rows = public
         .rows
         .get(pending.block)
@@ -387,14 +412,23 @@ pub fn rank(
             index: r,
         })
         .collect();
-    Ok(Ranked {
+    let ranked = Ranked {
         indices: order.iter().map(|&(_, _, r)| rows[r]).collect(),
         digests: order
             .iter()
             .map(|&(_, _, r)| public.digests[rows[r] as usize])
             .collect(),
         hits,
-    })
+    };
+    if !ok {
+        return Err(PirError::Malformed(
+            "the scores' answer does not decode within its error bound (a wrong key, a damaged \
+             answer or wrong public parts)"
+                .into(),
+        )
+        .into());
+    }
+    Ok(ranked)
 }
 
 /// The document's scores entry, checked against the partition (see [`check`]).

@@ -3,11 +3,31 @@
 //!
 //! # Parameters and their security
 //! Secret dimension `N = 1024`, modulus `q = 2³²` (native `u32` wrapping arithmetic), error a
-//! discrete Gaussian of standard deviation `σ = 6.4`, secrets uniform in `Z_q^N`. These are the
-//! parameters of SimplePIR (Henzinger, Hong, Corrigan-Gibbs, Meiklejohn, Vaikuntanathan, USENIX
-//! Security 2023, §4.2 and Appendix C), which the lattice estimator of Albrecht–Player–Scott
-//! puts at **128-bit security** for up to 2²⁰ LWE samples; a database here has at most
-//! [`MAX_COLS`] = 2²⁰ columns, i.e. at most 2²⁰ samples per secret.
+//! discrete Gaussian of standard deviation `σ = 6.4`, secrets uniform in `Z_q^N`.
+//!
+//! **Where "128-bit" comes from — and only from.** These are the parameters of SimplePIR
+//! (Henzinger, Hong, Corrigan-Gibbs, Meiklejohn, Vaikuntanathan, USENIX Security 2023, §4.2
+//! and Appendix C), which chose them with the lattice estimator (Albrecht, Player & Scott
+//! 2015) for 128-bit security against an attacker holding a *bounded* number of samples, at
+//! most 2²⁰ (SimplePIR's published parameter table, `pir/params.csv` of its code, pairs
+//! `n = 2¹⁰`, `log q = 32`, `σ = 6.4` with every sample count from 2¹³ to 2²¹). We did not rerun
+//! the estimator: [`SECURITY_BITS`] is SimplePIR's figure, not ours.
+//!
+//! It does *not* follow from the Homomorphic Encryption Standard (Albrecht et al. 2018,
+//! Table 1): for `n = 1024` with `σ ≈ 3.2` and an unbounded number of samples, 128-bit
+//! classical security allows only `log q ≈ 29`, and `q = 2³²` is past that. Our claim rests on
+//! SimplePIR's estimate, which credits the bounded sample count and the doubled `σ`. The
+//! margin option, should that estimate move: a larger dimension with the same `q` — HintlessPIR
+//! (Li, Micciancio, Raykova, Schultz-Wu, CRYPTO 2024) uses `n = 1408`, also set with the
+//! lattice estimator — at 1.375× the hint and the client's work; YPIR's implementation (Menon &
+//! Wu 2024) instead keeps `n = 1024`, `q = 2³²` with a wider error, `σ = 11`.
+//!
+//! **The samples a database gives.** Each query has its own fresh secret, and the server sees
+//! one LWE sample per column of the database it queries: at most [`MAX_COLS`] = 2²⁰ =
+//! [`ESTIMATE_MAX_SAMPLES`] (checked at compile time below, and by
+//! [`super::layout::Shape::validate`] for every shape, the served thumbnail and level shapes
+//! included). The hint (`rows × N`, a function of `A` and the database) and the answer depend
+//! on no secret and add no samples.
 //!
 //! Plaintexts are bytes (`p = 2⁸`, scaling `Δ = q/p = 2²⁴`): one database byte per matrix
 //! entry, which keeps the layout byte-aligned. SimplePIR would allow a larger `p` at our
@@ -42,10 +62,15 @@ pub const LOG_Q: u32 = 32;
 pub const PLAINTEXT_BITS: u32 = 8;
 /// Δ = q / p.
 pub const DELTA: u32 = 1 << (LOG_Q - PLAINTEXT_BITS);
-/// Estimated security of the parameter set, in bits (SimplePIR's estimate).
+/// Estimated security of the parameter set, in bits: SimplePIR's lattice-estimator figure for
+/// at most [`ESTIMATE_MAX_SAMPLES`] samples (module docs), not the HE standard's.
 pub const SECURITY_BITS: u32 = 128;
+/// The most LWE samples per secret SimplePIR's 128-bit estimate covers (module docs).
+pub const ESTIMATE_MAX_SAMPLES: usize = 1 << 20;
 /// Most columns (LWE samples per secret) a database may have.
 pub const MAX_COLS: usize = 1 << 20;
+// A database never gives an attacker more samples per secret than the estimate assumed.
+const _: () = assert!(MAX_COLS <= ESTIMATE_MAX_SAMPLES);
 /// Most rows (bytes per column) a database may have.
 pub const MAX_ROWS: usize = 1 << 20;
 /// Largest allowed log2 failure probability of one query.
@@ -113,12 +138,14 @@ fn cdt() -> &'static [u64] {
     })
 }
 
-/// One error sample (as a `u32` mod q). Constant time in the value: the whole table is read.
+/// One error sample (as a `u32` mod q). Constant time in the value: the whole table is read
+/// and compared, and the clamp is arithmetic (a `min` may compile to a branch).
 pub fn sample_error(rng: &mut impl RngCore) -> u32 {
     let u = rng.next_u64();
     let below = cdt().iter().map(|&c| u64::from(c <= u)).sum::<u64>() as i32;
-    // `below` entries have cumulative mass ≤ u, so X = below − TAIL.
-    (below.min(2 * TAIL) - TAIL) as u32
+    // `below` entries have cumulative mass ≤ u, so X = below − TAIL; `below` reaches
+    // 2·TAIL + 1 only when u = 2⁶⁴ − 1 (the saturated last entry), clamped to 2·TAIL.
+    (below - i32::from(below > 2 * TAIL) - TAIL) as u32
 }
 
 /// A uniform secret in Z_q^N.
@@ -168,6 +195,37 @@ mod tests {
         assert!(failure_log2(1 << 20, MAX_COLS) < -50.0);
         assert!(failure_log2(4096, 10_000) < -1000.0);
         assert!(failure_log2(4096, 100) < failure_log2(4096, 10_000));
+    }
+
+    #[test]
+    fn no_shape_gives_more_samples_than_the_estimate_assumes() {
+        use crate::pir::layout::Shape;
+        // Every shape is validated, and a column more than the estimate covers is refused.
+        let at = Shape {
+            record_len: 1,
+            records: ESTIMATE_MAX_SAMPLES,
+            rows: 1,
+            cols: ESTIMATE_MAX_SAMPLES,
+        };
+        assert!(at.validate().is_ok());
+        let past = Shape {
+            records: ESTIMATE_MAX_SAMPLES + 1,
+            cols: ESTIMATE_MAX_SAMPLES + 1,
+            ..at
+        };
+        assert!(past.validate().is_err());
+        // The served shapes: thumbnails at a million images (294-byte records), and level
+        // databases of many blocks with long and short records.
+        for items in [10_000, 70_000, 1_000_000] {
+            let s = crate::pir::doc::thumbs_shape(items, 294).unwrap();
+            assert!(s.cols <= ESTIMATE_MAX_SAMPLES, "{items}: {s:?}");
+        }
+        for (blocks, longest) in [(256, 57_344), (64, 110_592), (64, 100)] {
+            let s = crate::pir::doc::level_shape(blocks, longest).unwrap();
+            assert!(s.cols <= ESTIMATE_MAX_SAMPLES, "{blocks}: {s:?}");
+        }
+        // A level whose records would need more columns is refused, not served.
+        assert!(crate::pir::doc::level_shape(4_096, 1_700_000).is_err());
     }
 
     #[test]

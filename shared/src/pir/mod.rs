@@ -25,6 +25,7 @@ pub mod layout;
 pub mod lwe;
 pub mod records;
 pub mod ring;
+pub mod seeds;
 
 /// A deterministic run of the whole scheme for cross-target checks: the wasm tests compare its
 /// digest with the native one (same records, seeds and RNG ⇒ the same query bytes, answers and

@@ -123,7 +123,7 @@ fn pir_rows(
     let th = hint_of("thumbs", &pir.thumbs);
     let thumbs_round = |r: &Ranked, rng: &mut ChaCha20Rng, acc: &mut Acc| {
         let t = Instant::now();
-        let (body, pending) = thumbs_query(pir, Some(r), 8, rng).unwrap();
+        let (body, pending) = thumbs_query(part, pir, Some(r), 8, rng).unwrap();
         acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
         acc.up += body.len() as f64;
         let ans = post(http, &format!("{base}{}/thumbs", pir.answer_url), body);
@@ -156,7 +156,7 @@ fn pir_rows(
         let file = get(http, &format!("{base}{}/scores/hint", pir.answer_url));
         let t = Instant::now();
         let public = ScoresPublic::decode(sd, part, &file).unwrap();
-        let keys = ScoresKeys::new(sd).unwrap();
+        let keys = ScoresKeys::new(part, sd).unwrap();
         eprintln!(
             "pirbench: hintless ranking at level {} ({} blocks of at most {} rows): public file {} KiB ({} KiB gzip), decoded with the keys' masks in {:.0} ms",
             sd.level,
@@ -249,7 +249,7 @@ fn throughput(
         &get(http, &format!("{base}{}/scores/hint", pir.answer_url)),
     )
     .unwrap();
-    let keys = ScoresKeys::new(sd).unwrap();
+    let keys = ScoresKeys::new(part, sd).unwrap();
     let th = Hint::from_bytes(
         &pir.thumbs.shape,
         &get(http, &format!("{base}{}/thumbs/hint", pir.answer_url)),
@@ -285,7 +285,8 @@ fn throughput(
                                 hintless::query(part, sd, keys, cents, q, &mut rng).ok()?;
                             let ans = try_post(&http, scores_url, body)?;
                             let r = hintless::rank(sd, keys, public, &pending, &ans, 8).ok()?;
-                            let (body, pending) = thumbs_query(pir, Some(&r), 8, &mut rng).ok()?;
+                            let (body, pending) =
+                                thumbs_query(part, pir, Some(&r), 8, &mut rng).ok()?;
                             let ans = try_post(&http, thumbs_url, body)?;
                             thumbs_decode(&pending, th, &ans, &r, 28).ok()
                         })();

@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use rayon::prelude::*;
-use sha2::{Digest, Sha256};
 use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{
     level_shape, thumbs_shape, FileDoc, PirDbDoc, PirDoc, SchemeDoc, ScoresDoc,
@@ -20,6 +19,7 @@ use shared::pir::ring::pack::PackingMasks;
 use shared::pir::ring::rlwe::{Gadget, Ring};
 use shared::pir::ring::scores::{answer_len, failure_log2, upload_len, ScoreDb, ScoreShape};
 use shared::pir::ring::N as RING_N;
+use shared::pir::seeds::{self, Purpose};
 use shared::protocol::blocks::quantise;
 use shared::protocol::blocks::{decode_ids, hash_hex};
 use shared::protocol::partition::Overlap;
@@ -39,16 +39,6 @@ pub enum PirBuildError {
     Shared(#[from] shared::Error),
     #[error("pir: {0}")]
     Invalid(String),
-}
-
-/// The public seed of a database's matrix `A`.
-fn a_seed(version: &str, db: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(b"PrivateMail PIR A v1\0");
-    h.update(version.as_bytes());
-    h.update([0]);
-    h.update(db.as_bytes());
-    h.finalize().into()
 }
 
 /// Lays out `records`, computes the hint (rows split over rayon tasks; `rows × cols × 1,024`
@@ -159,7 +149,7 @@ pub fn build(
         .levels
         .iter()
         .rposition(|l| matches!(l.overlap, Overlap::Capped { .. }))
-        .map(|l| build_scores(p, partitions, l, &version, &index, items, &packed))
+        .map(|l| build_scores(p, partitions, l, &index, items, &packed))
         .transpose()
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
@@ -170,7 +160,7 @@ pub fn build(
     let thumbs = build_db(
         "thumbs",
         thumbs_shape(items.len(), thumbs::packed_len(side))?,
-        a_seed(&version, "thumbs"),
+        seeds::derive(&p.doc, Purpose::Thumbs),
         packed.iter().map(Vec::as_slice),
         Vec::new(),
     )?;
@@ -193,13 +183,11 @@ pub fn build(
     let mut levels = Vec::with_capacity(p.doc.levels.len());
     for (l, ld) in p.doc.levels.iter().enumerate() {
         let blocks = ld.blocks as usize;
-        let built = build_level(
-            p, partitions, l, blocks, &version, dim, &index, items, &packed,
-        )
-        .unwrap_or_else(|e| {
-            tracing::warn!(level = l, error = %e, "pir: level not offered");
-            None
-        });
+        let built = build_level(p, partitions, l, blocks, dim, &index, items, &packed)
+            .unwrap_or_else(|e| {
+                tracing::warn!(level = l, error = %e, "pir: level not offered");
+                None
+            });
         levels.push(built);
     }
 
@@ -249,7 +237,6 @@ fn build_scores(
     p: &Published,
     partitions: &Partitions,
     level: usize,
-    version: &str,
     index: &HashMap<u64, u32>,
     items: &[Arc<GalleryItem>],
     packed: &[Vec<u8>],
@@ -270,8 +257,8 @@ fn build_scores(
     let members = level_indices(p, partitions, level, shape.blocks, index)?;
     let ring = Ring::new(RING_N);
     let (query_seed, packing_seed) = (
-        a_seed(version, "scores-query"),
-        a_seed(version, "scores-packing"),
+        seeds::derive(&p.doc, Purpose::ScoresQuery),
+        seeds::derive(&p.doc, Purpose::ScoresPacking),
     );
     let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &packing_seed);
     // Each block's i16 features as the planes are laid out (one block held at a time).
@@ -343,7 +330,6 @@ fn build_level(
     partitions: &Partitions,
     level: usize,
     blocks: usize,
-    version: &str,
     dim: usize,
     index: &HashMap<u64, u32>,
     items: &[Arc<GalleryItem>],
@@ -390,7 +376,7 @@ fn build_level(
     build_db(
         &format!("level {level}"),
         shape,
-        a_seed(version, &level.to_string()),
+        seeds::derive(&p.doc, Purpose::Level(level)),
         records.iter().map(Vec::as_slice),
         hashes,
     )

@@ -9,6 +9,29 @@
 //! `N ≤ 2¹⁵` (the negacyclic NTT needs one). `P·Q < 2⁹⁴`. Values are kept reduced in
 //! `[0, q)`; `q < 2⁶²` leaves two spare bits, so sums of up to four reduced values never
 //! overflow a `u64` (the lazy NTT relies on it).
+//!
+//! # Constant time
+//! The client runs this arithmetic on its secrets (ternary keys, errors, the query vector, the
+//! decrypted phases), so no operation here branches on a value: every conditional
+//! subtraction is [`csub`] (the sign bit of a wrapped difference selects), [`Modulus::centered`]
+//! and [`Modulus::from_i64`] are mask arithmetic, and nothing indexes a table by a value. The
+//! results are bit-identical to the branching forms (the transcript digests pin them). Only
+//! [`Modulus::pow`], [`Modulus::inv`] and [`Modulus::root_of_unity`] branch, on public
+//! exponents and constants.
+
+/// `x − m` if `x ≥ m`, else `x`, without a branch: the wrapped difference's sign bit selects.
+/// Needs `m < 2⁶³` and `x < m + 2⁶³` (so `x − m`, when it does not wrap, is below 2⁶³).
+#[inline(always)]
+pub fn csub(x: u64, m: u64) -> u64 {
+    let t = x.wrapping_sub(m);
+    t.wrapping_add(m & sign_mask(t))
+}
+
+/// All ones if the top bit of `x` is set, else 0.
+#[inline(always)]
+fn sign_mask(x: u64) -> u64 {
+    ((x as i64) >> 63) as u64
+}
 
 /// A prime modulus below 2⁶² with its Barrett constant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,50 +64,35 @@ impl Modulus {
         self.bits
     }
 
+    /// `a + b` (both reduced); branch-free (module docs).
     #[inline]
     pub fn add(self, a: u64, b: u64) -> u64 {
-        let s = a + b;
-        if s >= self.value {
-            s - self.value
-        } else {
-            s
-        }
+        csub(a + b, self.value)
     }
 
+    /// `a − b` (both reduced); branch-free: `q` is added back when the difference wraps.
     #[inline]
     pub fn sub(self, a: u64, b: u64) -> u64 {
-        if a >= b {
-            a - b
-        } else {
-            a + self.value - b
-        }
+        let t = a.wrapping_sub(b);
+        t.wrapping_add(self.value & sign_mask(t))
     }
 
+    /// `−a` (reduced; `−0 = 0`); branch-free.
     #[inline]
     pub fn neg(self, a: u64) -> u64 {
-        if a == 0 {
-            0
-        } else {
-            self.value - a
-        }
+        csub(self.value - a, self.value)
     }
 
     /// `x mod q` for `x < 2^(2·bits)` (Barrett): the estimate
     /// `q̂ = ⌊⌊x/2^(bits−1)⌋·μ / 2^(bits+1)⌋` is below `⌊x/q⌋` by at most 2 (Barrett 1986;
     /// Menezes et al., Handbook of Applied Cryptography, Fact 14.43), so `x − q̂·q < 3q` and two
-    /// conditional subtractions finish.
+    /// conditional subtractions (branch-free) finish.
     #[inline]
     pub fn reduce(self, x: u128) -> u64 {
         debug_assert!(x >> (2 * self.bits) == 0);
         let qhat = ((x >> (self.bits - 1)) * self.mu as u128) >> (self.bits + 1);
-        let mut r = (x - qhat * self.value as u128) as u64;
-        if r >= self.value {
-            r -= self.value;
-        }
-        if r >= self.value {
-            r -= self.value;
-        }
-        r
+        let r = (x - qhat * self.value as u128) as u64;
+        csub(csub(r, self.value), self.value)
     }
 
     #[inline]
@@ -110,16 +118,26 @@ impl Modulus {
         self.pow(a, self.value - 2)
     }
 
-    /// A signed integer as an element of `Z_q`.
+    /// A signed integer `x` with `|x| < q` as an element of `Z_q`, branch-free (`x + q` when
+    /// `x` is negative: its sign, as a mask, selects `q`). Secrets pass through here — ternary
+    /// key coefficients and Gaussian errors (`rlwe`, `pack`), the client's query vector
+    /// (`scores::query`) — all far below `q`; so do public values: gadget digits (`|d| ≤ 2³⁰ +
+    /// 1 < P`), the other prime's centered residues (`< P/2 < Q`), the server's plane sums and
+    /// database entries (`< 2⁵⁹`). A larger magnitude is a caller's bug (checked in debug
+    /// builds); [`Modulus::from_i64_wide`] takes any `i64`, for public values only.
     #[inline]
     pub fn from_i64(self, x: i64) -> u64 {
-        let mag = x.unsigned_abs();
-        // The common case (digits, errors, residues of the other prime) needs no division.
-        let r = if mag < self.value {
-            mag
-        } else {
-            mag % self.value
-        };
+        debug_assert!(
+            x.unsigned_abs() < self.value,
+            "from_i64 needs |x| < q; use from_i64_wide"
+        );
+        (x as u64).wrapping_add(self.value & sign_mask(x as u64))
+    }
+
+    /// Any `i64` as an element of `Z_q`. It divides when `|x| ≥ q`, so its time depends on
+    /// `x`: for public values only (no caller in the scheme needs it today).
+    pub fn from_i64_wide(self, x: i64) -> u64 {
+        let r = x.unsigned_abs() % self.value;
         if x >= 0 {
             r
         } else {
@@ -127,14 +145,12 @@ impl Modulus {
         }
     }
 
-    /// The centered representative of `a` in `(−q/2, q/2]`.
+    /// The centered representative of `a` (reduced) in `(−q/2, q/2]`, branch-free: `q` is
+    /// subtracted under the mask of `q/2 − a`'s sign (decrypted phases pass through here).
     #[inline]
     pub fn centered(self, a: u64) -> i64 {
-        if a > self.value / 2 {
-            a as i64 - self.value as i64
-        } else {
-            a as i64
-        }
+        let above = sign_mask((self.value / 2).wrapping_sub(a));
+        a as i64 - (self.value & above) as i64
     }
 
     /// A primitive `order`-th root of unity (`order` a power of two dividing `2¹⁶`).
@@ -174,15 +190,10 @@ impl Shoup {
         self.w
     }
 
-    /// `a·w mod q` for any `a < 2⁶⁴`.
+    /// `a·w mod q` for any `a < 2⁶⁴` (branch-free: key bodies multiply secrets by it).
     #[inline]
     pub fn times(self, a: u64) -> u64 {
-        let r = self.times_lazy(a);
-        if r >= self.q {
-            r - self.q
-        } else {
-            r
-        }
+        csub(self.times_lazy(a), self.q)
     }
 
     /// `a·w mod q` up to one extra `q` (in `[0, 2q)`): the estimate `⌊a·w_shoup/2⁶⁴⌋` is at
@@ -277,6 +288,18 @@ mod tests {
             prop_assert_eq!(m.add(a, b) as u128, (a as u128 + b as u128) % q);
             prop_assert_eq!(m.add(m.sub(a, b), b), a);
             prop_assert_eq!(m.add(a, m.neg(a)), 0);
+            // The branch-free forms agree with the branching ones they replaced.
+            prop_assert_eq!(m.add(a, b), if a + b >= m.value { a + b - m.value } else { a + b });
+            prop_assert_eq!(m.sub(a, b), if a >= b { a - b } else { a + m.value - b });
+            prop_assert_eq!(m.neg(a), if a == 0 { 0 } else { m.value - a });
+            let half = m.value / 2;
+            let c = if a > half { a as i64 - m.value as i64 } else { a as i64 };
+            prop_assert_eq!(m.centered(a), c);
+            prop_assert_eq!(csub(a + m.value, m.value), a);
+            prop_assert_eq!(csub(x as u64 % (4 * m.value), 2 * m.value), {
+                let y = x as u64 % (4 * m.value);
+                if y >= 2 * m.value { y - 2 * m.value } else { y }
+            });
             if a != 0 {
                 prop_assert_eq!(m.mul(a, m.inv(a)), 1);
             }
@@ -285,6 +308,7 @@ mod tests {
         #[test]
         fn signed_values_round_trip(x in -(1i64 << 45)..(1i64 << 45)) {
             prop_assert_eq!(Q.centered(Q.from_i64(x)), x);
+            prop_assert_eq!(Q.from_i64(x), Q.from_i64_wide(x));
             // P holds the gadget's digits, |d| ≤ 2³⁰ + 1 (below P/2 ≈ 2³¹ − 2¹⁹).
             let d = (x >> 15) + x.signum();
             prop_assert_eq!(P.centered(P.from_i64(d)), d);

@@ -5,8 +5,11 @@
 //! bit-reversed order (Longa & Naehrig 2016, Algorithm 1), so no separate twist or
 //! permutation is needed; the output is in bit-reversed order, which is fine for pointwise
 //! products. Inverse: Gentleman–Sande with `ψ⁻¹`, then the factor `N⁻¹`.
+//!
+//! The client transforms its secret key and errors, so the butterflies' conditional
+//! subtractions are branch-free ([`csub`]); the loops' shape depends only on `N`.
 
-use super::modq::{Modulus, Shoup};
+use super::modq::{csub, Modulus, Shoup};
 
 /// Twiddle tables for one ring degree.
 #[derive(Debug)]
@@ -81,10 +84,7 @@ impl Ntt {
         while m < self.n {
             t /= 2;
             stage(a, t, &self.psi_rev[m..2 * m], |x, y, s| {
-                let mut u = *x;
-                if u >= two_q {
-                    u -= two_q;
-                }
+                let u = csub(*x, two_q);
                 let v = s.times_lazy(*y);
                 *x = u + v;
                 *y = u + two_q - v;
@@ -94,12 +94,7 @@ impl Ntt {
         let q = self.m.value;
         for x in a.iter_mut() {
             // From [0, 4q) to [0, q).
-            if *x >= 2 * q {
-                *x -= 2 * q;
-            }
-            if *x >= q {
-                *x -= q;
-            }
+            *x = csub(csub(*x, 2 * q), q);
         }
     }
 
@@ -132,11 +127,7 @@ impl Ntt {
             let h = m / 2;
             stage(a, t, &self.inv_psi_rev[h..m], |x, y, s| {
                 let (u, v) = (*x, *y);
-                let mut sum = u + v;
-                if sum >= two_q {
-                    sum -= two_q;
-                }
-                *x = sum;
+                *x = csub(u + v, two_q);
                 *y = s.times_lazy(u + two_q - v);
             });
             t *= 2;

@@ -15,12 +15,24 @@
 //! at a message coefficient is exactly the input's `m + e` plus key-switching errors. At a
 //! merge of height `h` (combining `2ʰ` inputs; the trace steps count as further heights up to
 //! `log N`), `ct_even + Xʳ·ct_odd + τ(ct_even − Xʳ·ct_odd)` takes each message coefficient
-//! from exactly one child, twice (`τ` fixes message positions up to the sign the construction
-//! cancels), and adds one switch error. So the switch error of a height-`h` merge reaches the
-//! output multiplied by `2^(log N − h)`, once per level: the output error is the input error
-//! plus a sum of independent sub-Gaussians with variance proxy
-//! `Σ_h 4^(log N − h)·v = (N² − 1)/3 · v`, `v` = [`Gadget::switch_variance`]
-//! ([`added_variance`]).
+//! from exactly one child, twice: `τ` fixes the even child's message positions and negates
+//! the odd child's, so the other child's value there cancels — an identity on the whole phase,
+//! errors included. So a message coefficient's output error is **exactly** the input's error
+//! plus `Σ_h 2^(log N − h)·k_h`, `k_h` one coefficient of the error of the one switch of
+//! height `h` on that coefficient's path (the multipliers add up to `N − 1`). Hence:
+//!
+//! - **Rigorous.** The switches on one path use different keys (one per level), whose errors
+//!   are independent, so their `E/P` parts ([`super::rlwe`]) add to a sub-Gaussian with proxy
+//!   `(N² − 1)/3 · v_E`, `v_E` = [`Gadget::switch_gaussian_variance`]; their rounding parts
+//!   are at most `(N − 1)·(1 + N)/2 = (N² − 1)/2` in the worst case ([`rounding_worst_case`]:
+//!   about 2²³ at `N = 4,096`).
+//! - **Heuristic (independence assumption).** [`added_variance`] = `(N² − 1)/3 · v`, `v` =
+//!   [`Gadget::switch_variance`], also treats the rounding parts as independent
+//!   sub-Gaussians (proxy `(1 + N)/4` each, about 5 % of `v` at `N = 4,096`): a
+//!   sub-Gaussian parameter of about 2¹⁸·⁴ in all, where the rigorous bound has 2¹⁸·⁴ and a
+//!   worst-case rounding share of 2²³. At the coefficients the trace clears, each
+//!   level mixes two coefficients of each child (no cancellation), and the same proxy holds
+//!   only under the same assumption (a worst case there grows fourfold a level).
 
 use super::modq::Q;
 use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, Ring, SecretKey, SwitchDigits};
@@ -271,9 +283,23 @@ fn merge_strided(
         .collect()
 }
 
-/// Variance proxy of the error packing adds to each coefficient (module docs).
+/// Variance proxy of the error packing adds to each coefficient (module docs): heuristic
+/// (independence assumption) in its rounding share.
 pub fn added_variance(n: usize, gadget: Gadget) -> f64 {
     (n as f64 * n as f64 - 1.0) / 3.0 * gadget.switch_variance(n)
+}
+
+/// The rigorous part of packing's error at a message coefficient (module docs): the proxy of
+/// the key errors' share, `(N² − 1)/3 · v_E`; the rounding share is bounded separately by
+/// [`rounding_worst_case`].
+pub fn added_gaussian_variance(n: usize, gadget: Gadget) -> f64 {
+    (n as f64 * n as f64 - 1.0) / 3.0 * gadget.switch_gaussian_variance(n)
+}
+
+/// The rounding share of packing's error at a message coefficient, worst case:
+/// `(N − 1)·(1 + N)/2` (module docs).
+pub fn rounding_worst_case(n: usize) -> f64 {
+    (n as f64 - 1.0) * Gadget::rounding_worst_case(n)
 }
 
 /// An LWE encryption of `m` under the coefficients of `sk` with a fresh uniform `a` (tests and

@@ -14,19 +14,31 @@
 //! with signed digits `|d_t| ≤ B/2 + 1` ([`Gadget::decompose`]), forms `(A, B) = Σ_t d_t·(a_t, b_t)`
 //! modulo `P·Q`, and divides by `P` with rounding: `(−⌊A/P⌉, b − ⌊B/P⌉)`. Since
 //! `B − A·s ≡ E + P·a·s' (mod P·Q)` with `E = Σ_t d_t·e_t`, the new phase is
-//! `b − a·s' + k` with `k = (β − α·s − E)/P`, where `α, β ∈ (−P/2, P/2]` are the remainders
-//! the rounding drops. So the added error is `E/P` — sub-Gaussian with proxy
-//! `ℓ·N·(B/2 + 1)²·σ²/P²` (each coefficient of `E` a signed sum of `ℓ·N` products `d·e`,
-//! `|d| ≤ B/2 + 1`, `e` independent centered discrete Gaussians with proxy σ², Micciancio–Peikert
-//! 2012) — plus the rounding term `(β − α·s)/P`, `1 + h` remainders of magnitude ≤ ½ (`h` ≤ N
-//! the secret's non-zero coefficients). We model the remainders as independent uniform (the
-//! standard heuristic of RLWE noise analyses, e.g. Costache & Smart 2016): each is
-//! sub-Gaussian with proxy ¼ (Hoeffding), so the term has proxy `(1 + N)/4`. Both together:
-//! [`Gadget::switch_variance`]. With `P ≈ 2³²` two digits of 31 bits give a first term of
-//! `2·4,096·(2³⁰ + 1)²·6.4²/P² ≈ 2¹⁴·³⁶`, so a switch adds an error with variance proxy
-//! ≈ 2¹⁴·⁴ (sub-Gaussian parameter ≈ 150) at `N = 4,096`; packing's `(N² − 1)/3` growth takes
-//! it to a parameter of about 2¹⁸·⁶, against the scores' margin `Δ/2 = 2²⁹`
-//! ([`super::scores::failure_log2`] checks the whole bound).
+//! `b − a·s' + k` with `k = (β − α·s − E)/P` exactly, where `α, β ∈ (−P/2, P/2]` are the
+//! remainders the rounding drops. Of the two parts of `k`:
+//!
+//! - **`E/P` — rigorous.** The digits `d_t` are functions of the public `a` being switched
+//!   (nothing here switches a secret-dependent `a`), the key errors `e_t` fresh and
+//!   independent of them; each coefficient of `E` is a signed sum of `ℓ·N` products `d·e`
+//!   with `|d| ≤ B/2 + 1` and distinct `e`s, each a centered discrete Gaussian with variance
+//!   proxy σ² (Micciancio–Peikert 2012, Lemma 2.8). So, given the digits, `E/P` is
+//!   sub-Gaussian with proxy `ℓ·N·(B/2 + 1)²·σ²/P²` — a theorem, not a model.
+//! - **The rounding term `(β − α·s)/P`.** *Rigorous worst case:* `|β|, |α_j| ≤ P/2` and the
+//!   secret has `h ≤ N` non-zero coefficients `±1`, so every coefficient is at most
+//!   `(1 + h)/2 ≤ (1 + N)/2` ([`Gadget::rounding_worst_case`]). *Heuristic (independence
+//!   assumption):* modelling the remainders as independent uniform values, independent of
+//!   `s` (the standard model of RLWE noise analyses, e.g. Costache & Smart 2016) makes the
+//!   term a sum of `1 + h` independent terms of magnitude ≤ ½, sub-Gaussian with proxy
+//!   `(1 + N)/4` (Hoeffding). The remainders are in fact deterministic functions of public
+//!   data and of the keys, so this is a model, not a proof.
+//!
+//! [`Gadget::switch_variance`] adds the rigorous proxy of `E/P` and the heuristic one of the
+//! rounding term. With `P ≈ 2³²` two digits of 31 bits give `E/P` a proxy of
+//! `2·4,096·(2³⁰ + 1)²·6.4²/P² ≈ 2¹⁴·³⁶` and the rounding term `4,097/4 ≈ 2¹⁰`: a switch
+//! adds an error with variance proxy ≈ 2¹⁴·⁴³ (sub-Gaussian parameter ≈ 148) at `N = 4,096`
+//! (its rigorous worst-case rounding is 2,048.5). Packing's `(N² − 1)/3` growth takes the
+//! parameter to about 2¹⁸·⁴ ([`super::pack`], which also gives the rigorous bound), against
+//! the scores' margin `Δ/2 = 2²⁹` ([`super::scores::failure_log2`] checks the whole bound).
 //!
 //! Security: the keys are RLWE samples modulo `P·Q < 2⁹⁴` (see the module above for the
 //! standard's bound at `N = 4,096`: `log₂ Q ≤ 109`).
@@ -38,6 +50,7 @@
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use zeroize::{Zeroize, Zeroizing};
 
 use super::modq::{Modulus, Shoup, P, Q};
 use super::ntt::Ntt;
@@ -134,7 +147,9 @@ impl Ring {
 }
 
 /// A secret with ternary coefficients, uniform in `{−1, 0, 1}ᴺ` (the distribution the
-/// homomorphic-encryption security standard assumes).
+/// homomorphic-encryption security standard assumes), held in every form the scheme uses
+/// (signed, modulo `Q`, transformed modulo `Q` and `P`). **Every form is zeroised on drop**
+/// ([`Drop`] below); no temporary copy outlives its construction.
 pub struct SecretKey {
     signed: Vec<i64>,
     coeffs: Vec<u64>,
@@ -142,11 +157,22 @@ pub struct SecretKey {
     ntt_p: Vec<u64>,
 }
 
+impl Drop for SecretKey {
+    fn drop(&mut self) {
+        self.signed.zeroize();
+        self.coeffs.zeroize();
+        self.ntt.zeroize();
+        self.ntt_p.zeroize();
+    }
+}
+
 impl SecretKey {
     pub fn generate(ring: &Ring, rng: &mut impl RngCore) -> SecretKey {
         let mut signed = Vec::with_capacity(ring.n());
         while signed.len() < ring.n() {
-            // Rejection keeps each value exactly uniform: 255 = 3·85.
+            // Rejection keeps each value exactly uniform: 255 = 3·85. Whether a byte is
+            // rejected is independent of the values kept; `% 3` by a constant is a
+            // multiplication, not a division, and `− 1` maps to {−1, 0, 1} without a branch.
             let byte = (rng.next_u32() & 0xff) as u8;
             if byte < 255 {
                 signed.push(i64::from(byte % 3) - 1);
@@ -157,9 +183,12 @@ impl SecretKey {
 
     fn from_signed(ring: &Ring, signed: Vec<i64>) -> SecretKey {
         let coeffs = reduce_signed(Q, &signed);
+        // Transformed in place: no untransformed copy is left behind unzeroised.
+        let mut ntt_p = reduce_signed(P, &signed);
+        ring.ntt_p.forward(&mut ntt_p);
         SecretKey {
             ntt: ring.to_ntt(&coeffs),
-            ntt_p: ring.to_ntt_p(&reduce_signed(P, &signed)),
+            ntt_p,
             coeffs,
             signed,
         }
@@ -176,6 +205,7 @@ impl SecretKey {
         let mut out = vec![0i64; n];
         for (i, &c) in self.signed.iter().enumerate() {
             let j = i * k % (2 * n);
+            // The branch is on the public position only; the value is moved or negated.
             if j < n {
                 out[j] = c;
             } else {
@@ -186,6 +216,8 @@ impl SecretKey {
     }
 }
 
+/// Signed values (`|v| < m`: secrets, errors, digits) modulo `m`, branch-free
+/// ([`Modulus::from_i64`]).
 fn reduce_signed(m: Modulus, x: &[i64]) -> Vec<u64> {
     x.iter().map(|&v| m.from_i64(v)).collect()
 }
@@ -240,7 +272,8 @@ fn zip_with(x: &[u64], y: &[u64], f: impl Fn(u64, u64) -> u64) -> Vec<u64> {
     x.iter().zip(y).map(|(&a, &b)| f(a, b)).collect()
 }
 
-/// Fresh error polynomial (signed): independent discrete Gaussians, σ = 6.4.
+/// Fresh error polynomial (signed): independent discrete Gaussians, σ = 6.4. Errors are as
+/// secret as the key (with `a` and `b` they give `a·s`): callers hold them in [`Zeroizing`].
 pub fn sample_error_poly(n: usize, rng: &mut impl RngCore) -> Vec<i64> {
     (0..n)
         .map(|_| i64::from(sample_error(rng) as i32))
@@ -262,8 +295,11 @@ pub fn encrypt_under(
     m: &[u64],
     rng: &mut impl RngCore,
 ) -> Vec<u64> {
-    let e = reduce_signed(Q, &sample_error_poly(ring.n(), rng));
-    let as_ = ring.mul_ntt(a, &sk.ntt);
+    let e = Zeroizing::new(reduce_signed(
+        Q,
+        &Zeroizing::new(sample_error_poly(ring.n(), rng)),
+    ));
+    let as_ = Zeroizing::new(ring.mul_ntt(a, &sk.ntt));
     (0..ring.n())
         .map(|i| Q.add(Q.add(as_[i], e[i]), m[i]))
         .collect()
@@ -276,7 +312,7 @@ pub fn phase(ring: &Ring, sk: &SecretKey, ct: &Ciphertext) -> Vec<u64> {
 
 /// [`phase`] of a ciphertext held as its two parts.
 pub fn phase_of(ring: &Ring, sk: &SecretKey, a: &[u64], b: &[u64]) -> Vec<u64> {
-    let as_ = ring.mul_ntt(a, &sk.ntt);
+    let as_ = Zeroizing::new(ring.mul_ntt(a, &sk.ntt));
     zip_with(b, &as_, |x, y| Q.sub(x, y))
 }
 
@@ -317,7 +353,8 @@ impl Gadget {
     }
 
     /// Signed digits `|d_t| ≤ B/2 + 1` (all but the top one `≤ B/2`) with `Σ_t Bᵗ·d_t` = the
-    /// centered value of each coefficient of `a`.
+    /// centered value of each coefficient of `a`. Only public `a`s are decomposed (the
+    /// server's plans), so its branches leak nothing.
     pub fn decompose(&self, a: &[u64]) -> Vec<Vec<i64>> {
         let base = 1i64 << self.log_base;
         let half = base / 2;
@@ -340,12 +377,24 @@ impl Gadget {
     }
 
     /// Variance proxy of the error one key switch adds to a coefficient (module docs):
-    /// `ℓ·N·(B/2 + 1)²·σ²/P² + (1 + N)/4`.
+    /// `ℓ·N·(B/2 + 1)²·σ²/P² + (1 + N)/4` — the first term rigorous, the second the rounding
+    /// term's heuristic (independence assumption) proxy.
     pub fn switch_variance(&self, n: usize) -> f64 {
+        self.switch_gaussian_variance(n) + (1.0 + n as f64) / 4.0
+    }
+
+    /// The rigorous part of [`Gadget::switch_variance`]: the proxy of `E/P`, the key errors'
+    /// share, `ℓ·N·(B/2 + 1)²·σ²/P²` (module docs).
+    pub fn switch_gaussian_variance(&self, n: usize) -> f64 {
         let half = (1u64 << self.log_base) as f64 / 2.0 + 1.0;
         let p = P.value as f64;
         self.digits as f64 * n as f64 * half * half * crate::pir::lwe::SIGMA.powi(2) / (p * p)
-            + (1.0 + n as f64) / 4.0
+    }
+
+    /// The rounding term's rigorous worst case per coefficient of one switch: `(1 + N)/2`
+    /// (`|β|, |α_j| ≤ P/2`, at most `N` non-zero ternary coefficients; module docs).
+    pub fn rounding_worst_case(n: usize) -> f64 {
+        (1.0 + n as f64) / 2.0
     }
 }
 
@@ -431,9 +480,11 @@ impl KeyMask {
                     p_mod_q,
                     Q.pow(2, u64::from(self.gadget.log_base) * t as u64),
                 );
-                let e = sample_error_poly(n, rng);
-                let e_q = ring.to_ntt(&reduce_signed(Q, &e));
-                let e_p = ring.to_ntt_p(&reduce_signed(P, &e));
+                let e = Zeroizing::new(sample_error_poly(n, rng));
+                let mut e_q = Zeroizing::new(reduce_signed(Q, &e));
+                ring.ntt.forward(&mut e_q);
+                let mut e_p = Zeroizing::new(reduce_signed(P, &e));
+                ring.ntt_p.forward(&mut e_p);
                 let b_q: Vec<u64> = (0..n)
                     .map(|i| {
                         let m = Q.mul(factor, from.ntt[i]);

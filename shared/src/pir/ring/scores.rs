@@ -35,21 +35,41 @@
 //! (two queries under one secret and the same public `a_c` would differ by `Δ·(u − u')`).
 //!
 //! # Correctness
-//! Row `i`'s decoded phase is `Δ·S + E_lwe + E_pack`: `E_lwe = Σ_j D_ij·e_j` is sub-Gaussian with
-//! proxy `σ²·Σ_j D_ij² ≤ σ²·cols·255²`, `E_pack` with proxy [`super::pack::added_variance`]
-//! (the inputs' error passes through packing unchanged). Both are independent of the data, so
-//! `P(|E| ≥ Δ/2) ≤ 2·exp(−(Δ/2)²/(2·(v_lwe + v_pack)))`, and a union bound over the rows of a
-//! query gives [`failure_log2`] (about −3.4·10⁶ at the million-image shape: never).
-//! [`ScoreShape::check`] refuses shapes where `|Δ·S|` could reach `Q/2` (the centered value must
-//! be exact; at 64 dimensions `|S| < 2³⁰`) or the bound exceeds 2⁻⁴⁰.
+//! Row `i`'s decoded phase (in each plane) is `Δ·S + E_lwe + E_pack`.
+//! - `E_lwe = Σ_j D_ij·e_j` — **rigorous**: the query's errors are fresh and independent, so
+//!   it is sub-Gaussian with proxy `σ²·Σ_j D_ij² ≤ σ²·cols·255²`; packing passes it through
+//!   unchanged.
+//! - `E_pack` ([`super::pack`]) — **rigorous** at a row's coefficient: a sub-Gaussian with
+//!   proxy [`added_gaussian_variance`] (the key errors', independent of the query's) plus a
+//!   rounding share of at most [`rounding_worst_case`] `= (N² − 1)/2` (≈ 2²³ at `N = 4,096`).
+//!   So `P(|E| ≥ Δ/2) ≤ 2·exp(−(Δ/2 − (N² − 1)/2)²/(2·(v_lwe + v_E)))`, and a union bound over
+//!   the rows of a query gives [`failure_log2_worst_case`].
+//! - [`failure_log2`] is the same bound with packing's **heuristic (independence assumption)**
+//!   proxy [`added_variance`] — the rounding share modelled as a sub-Gaussian — in place of
+//!   the worst case.
+//!
+//! Both are far beyond any concern: at the served million-image shape (492 blocks of at most
+//! 8,000 rows, 64 dimensions: 36,864 query columns, 2 row chunks a plane) the heuristic gives
+//! 2^−939,706 and the rigorous one 2^−934,770 (at the 256 × 11,000 bench shape:
+//! 2^−1,170,584 and 2^−1,172,089). [`ScoreShape::check`] refuses shapes where `|Δ·S|` could
+//! reach `Q/2` (the centered value must be exact; at 64 dimensions `|S| < 2³⁰`) or either
+//! bound exceeds 2⁻⁴⁰.
+//!
+//! The decoding check ([`error_bound`], ≈ 2²² at 1M) is a 2⁻⁴⁰ tail of the *heuristic*
+//! proxy: an honest answer whose rounding shares came near their worst case (2²³) would be
+//! refused — a false refusal, never a wrong score; how rare that is rests on the heuristic.
 
 use std::sync::atomic::AtomicU64;
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use zeroize::Zeroizing;
 
 use super::modq::Q;
-use super::pack::{added_variance, PackingBodies, PackingMasks, PackingPlan};
+use super::pack::{
+    added_gaussian_variance, added_variance, rounding_worst_case, PackingBodies, PackingMasks,
+    PackingPlan,
+};
 use super::rlwe::{encrypt_under, phase_of, uniform, Gadget, Ring, SecretKey};
 use crate::error::{Error, Result};
 use crate::pir::client::PirError;
@@ -75,7 +95,8 @@ pub struct ScoreShape {
 impl ScoreShape {
     /// Refuses a shape the scheme cannot serve exactly: no blocks, rows or dimensions; plane
     /// sums that could reach `Q/(2Δ)` (`dim·2·32,767·255 + 255`, the low plane's largest); more
-    /// than 2²⁰ query columns or 2²⁰ rows; a failure bound above 2⁻⁴⁰.
+    /// than 2²⁰ query columns or 2²⁰ rows; a failure bound, heuristic or rigorous, above
+    /// 2⁻⁴⁰.
     pub fn check(&self, n: usize) -> Result<()> {
         let largest_sum = self.dim as u64 * 2 * FEATURE_MAX as u64 * 255 + 255;
         let ok = self.blocks > 0
@@ -84,7 +105,8 @@ impl ScoreShape {
             && self.rows <= 1 << 20
             && self.blocks.saturating_mul(self.cols_per_block()) <= 1 << 20
             && largest_sum < (Q.value / 2) >> LOG_DELTA
-            && failure_log2(self, n) <= -40.0;
+            && failure_log2(self, n) <= -40.0
+            && failure_log2_worst_case(self, n) <= -40.0;
         if ok {
             Ok(())
         } else {
@@ -134,21 +156,43 @@ impl ScoreShape {
     }
 }
 
-/// log2 of the probability that a query decodes any score wrongly (module docs).
+/// log2 of the probability that a query decodes any score wrongly, with packing's heuristic
+/// (independence assumption) error proxy (module docs).
 pub fn failure_log2(shape: &ScoreShape, n: usize) -> f64 {
     let half = (1u64 << (LOG_DELTA - 1)) as f64;
     let nats = half * half / (2.0 * error_variance(shape, n));
     (2.0 * (PLANES * shape.rows) as f64).log2() - nats / std::f64::consts::LN_2
 }
 
-/// Variance proxy of a decoded phase's error: the LWE pass's plus packing's (module docs).
+/// log2 of a rigorous bound on the probability that a query decodes any score wrongly:
+/// packing's rounding share at its worst case, the rest sub-Gaussian with proven proxies
+/// (module docs). 0 (no bound) when the worst case alone reaches `Δ/2`.
+pub fn failure_log2_worst_case(shape: &ScoreShape, n: usize) -> f64 {
+    let margin = (1u64 << (LOG_DELTA - 1)) as f64 - rounding_worst_case(n);
+    if margin <= 0.0 {
+        return 0.0;
+    }
+    let v = lwe_variance(shape, n) + added_gaussian_variance(n, Gadget::DEFAULT);
+    let nats = margin * margin / (2.0 * v);
+    ((2.0 * (PLANES * shape.rows) as f64).log2() - nats / std::f64::consts::LN_2).min(0.0)
+}
+
+/// Variance proxy of a decoded phase's error: the LWE pass's plus packing's heuristic one
+/// (module docs).
 fn error_variance(shape: &ScoreShape, n: usize) -> f64 {
+    lwe_variance(shape, n) + added_variance(n, Gadget::DEFAULT)
+}
+
+/// The LWE pass's error proxy, `σ²·cols·255²` (rigorous).
+fn lwe_variance(shape: &ScoreShape, n: usize) -> f64 {
     let sigma = crate::pir::lwe::SIGMA;
-    sigma * sigma * shape.cols(n) as f64 * 255.0 * 255.0 + added_variance(n, Gadget::DEFAULT)
+    sigma * sigma * shape.cols(n) as f64 * 255.0 * 255.0
 }
 
 /// What every decoded coefficient's error stays below except with probability 2⁻⁴⁰ per query
-/// (the sub-Gaussian tail with a union bound over the `N` coefficients of every ciphertext).
+/// (the sub-Gaussian tail with a union bound over the `N` coefficients of every ciphertext),
+/// under packing's heuristic (independence assumption) proxy: see the module docs for what
+/// that means for an honest answer.
 /// Far below `Δ/2` (2²² against 2²⁹ at the 1M shape), so [`decode`] can refuse an answer
 /// whose phases are not all that close to multiples of `Δ`: a wrong key, a damaged answer or
 /// wrong public parts leave phases uniform, each inside the bound with probability 2⁻⁷.
@@ -467,20 +511,28 @@ pub fn query(
             ),
         });
     }
-    let mut u = vec![0i64; shape.cols(n)];
-    let base = block * shape.cols_per_block();
-    for (j, &v) in q.iter().enumerate() {
-        u[base + j] = 2 * i64::from(v);
-    }
-    u[base + shape.dim] = -1;
-    for k in 1..NORM_DIGITS {
-        u[base + shape.dim + k] = -(1i64 << (8 * (k - 1)));
-    }
+    // One block's values (`2q`, then the norm digits' weights), placed in every column under
+    // the mask of "this column's block is the one asked for": the block chosen decides no
+    // branch and no memory address (every column is written once, in order).
+    let cpb = shape.cols_per_block();
+    let template: Zeroizing<Vec<i64>> = Zeroizing::new(
+        q.iter()
+            .map(|&v| 2 * i64::from(v))
+            .chain(std::iter::once(-1))
+            .chain((1..NORM_DIGITS).map(|k| -(1i64 << (8 * (k - 1)))))
+            .collect(),
+    );
+    let u: Zeroizing<Vec<i64>> = Zeroizing::new(
+        (0..shape.cols(n))
+            .map(|c| template[c % cpb] & -i64::from(c / cpb == block))
+            .collect(),
+    );
     let sk = SecretKey::generate(ring, rng);
     let delta = 1u64 << LOG_DELTA;
     let mut upload = Vec::with_capacity(u.len());
     for (c, chunk) in u.chunks(n).enumerate() {
-        let m: Vec<u64> = chunk.iter().map(|&v| Q.mul(Q.from_i64(v), delta)).collect();
+        let m: Zeroizing<Vec<u64>> =
+            Zeroizing::new(chunk.iter().map(|&v| Q.mul(Q.from_i64(v), delta)).collect());
         upload.extend(encrypt_under(
             ring,
             &sk,
@@ -590,6 +642,8 @@ fn read_reduced(bytes: &[u8]) -> std::result::Result<Vec<u64>, PirError> {
 /// than [`error_bound`], or carries a value where the packing leaves none — what a wrong key,
 /// a damaged answer or wrong public parts produce. A server that computes a *different*
 /// answer on purpose is not detected: encrypted scores carry no checksum (`docs/eval/pir.md`).
+///
+/// A thin wrapper over [`decode_all`], which does the same work whatever the answer holds.
 pub fn decode(
     ring: &Ring,
     shape: &ScoreShape,
@@ -597,6 +651,35 @@ pub fn decode(
     public_a: &[&[u64]],
     answer: &[Vec<u64>],
 ) -> Result<Vec<i64>> {
+    let (scores, ok) = decode_all(ring, shape, sk, public_a, answer)?;
+    if !ok {
+        return Err(PirError::Malformed(
+            "the scores' answer does not decode within its proven error bound (a wrong key, a \
+             damaged answer or wrong public parts)"
+                .into(),
+        )
+        .into());
+    }
+    Ok(scores)
+}
+
+/// [`decode`] without the early exit: the scores of every row and whether the answer checks
+/// out (`false`: the scores are garbage and must not be used).
+///
+/// Only the *public* sizes are checked up front (the shape, the number and length of the
+/// polynomials, every value reduced — none depends on the secret), and an error there is
+/// returned at once. After that every coefficient of every polynomial is decrypted, rounded
+/// and checked, and every row's score is formed, with no early return and no branch on a
+/// value derived from the secret: a hostile server that damages chosen coefficients learns
+/// nothing from how long the client takes, only what the caller then does with `ok`. The
+/// checks are folded into a mask with arithmetic shifts and `|`, not `||` or `if`.
+pub fn decode_all(
+    ring: &Ring,
+    shape: &ScoreShape,
+    sk: &SecretKey,
+    public_a: &[&[u64]],
+    answer: &[Vec<u64>],
+) -> Result<(Vec<i64>, bool)> {
     let n = ring.n();
     shape.check(n)?;
     let chunks = shape.row_chunks(n);
@@ -615,35 +698,39 @@ pub fn decode(
         });
     }
     let bound = error_bound(shape, n).ceil() as i64;
+    // All ones once any check fails: the sign bits of the checks below, or-ed in.
+    let mut bad = 0i64;
     let mut sums = vec![vec![0i64; shape.rows]; PLANES];
     for (plane, plane_sums) in sums.iter_mut().enumerate() {
         for (k, rows) in chunks.iter().enumerate() {
             let idx = plane * chunks.len() + k;
-            let phases = phase_of(ring, sk, public_a[idx], &answer[idx]);
+            let phases = Zeroizing::new(phase_of(ring, sk, public_a[idx], &answer[idx]));
             let stride = n / rows.len().next_power_of_two();
             for (pos, &phase) in phases.iter().enumerate() {
+                // Branch-free from here on: the phase is the plaintext plus the secret error.
                 let phase = Q.centered(phase);
                 let sum = (phase + (1 << (LOG_DELTA - 1))) >> LOG_DELTA;
-                // Rows sit at multiples of the stride; the trace leaves the rest at 0.
-                let row = (pos % stride == 0).then(|| rows.start + pos / stride);
-                let row = row.filter(|&r| r < rows.end);
-                if (phase - (sum << LOG_DELTA)).abs() > bound || (row.is_none() && sum != 0) {
-                    return Err(PirError::Malformed(
-                        "the scores' answer does not decode within its proven error bound (a \
-                         wrong key, a damaged answer or wrong public parts)"
-                            .into(),
-                    )
-                    .into());
-                }
-                if let Some(r) = row {
-                    plane_sums[r] = sum;
+                let off = phase - (sum << LOG_DELTA);
+                let sign = off >> 63;
+                // |off| > bound ⇔ bound − |off| < 0: its sign bit.
+                bad |= (bound - ((off ^ sign) - sign)) >> 63;
+                // Rows sit at multiples of the stride; the trace leaves the rest at 0. Which
+                // positions hold rows is public (the shape), so this branch leaks nothing.
+                let row = rows.start + pos / stride;
+                if pos % stride == 0 && row < rows.end {
+                    plane_sums[row] = sum;
+                } else {
+                    // sum ≠ 0 ⇔ sum | −sum has its sign bit set (|sum| < 2⁶²).
+                    bad |= (sum | sum.wrapping_neg()) >> 63;
                 }
             }
         }
     }
-    Ok((0..shape.rows)
+    // Every row's score, garbage or not (|sum| < 2³², so nothing overflows).
+    let scores = (0..shape.rows)
         .map(|i| 256 * sums[1][i] + sums[0][i])
-        .collect())
+        .collect();
+    Ok((scores, bad == 0))
 }
 
 #[cfg(test)]
@@ -816,6 +903,63 @@ mod tests {
     }
 
     #[test]
+    fn decode_all_does_every_row_and_reports_a_bad_answer_without_stopping() {
+        let shape = ScoreShape {
+            blocks: 3,
+            dim: 8,
+            rows: 70,
+        };
+        let Fixture {
+            n,
+            ring,
+            db,
+            masks,
+            blocks,
+            mut rng,
+            ..
+        } = fixture(64, shape, 21);
+        let q = vec![-4321i16; 8];
+        let (up, bodies, sk) = query(&ring, &shape, &QSEED, &masks, 1, &q, &mut rng).unwrap();
+        let answer = db.answer(&ring, &up, &bodies, None).unwrap();
+        let public_a = db.public_a();
+        let (scores, ok) = decode_all(&ring, &shape, &sk, &public_a, &answer).unwrap();
+        assert!(ok);
+        assert_eq!(
+            scores,
+            decode(&ring, &shape, &sk, &public_a, &answer).unwrap()
+        );
+        let want = plaintext_scores(&q, &blocks[1], shape.dim);
+        assert_eq!(&scores[..want.len()], &want[..]);
+        // One corrupted coefficient — at a row's position, and at one the trace leaves empty:
+        // refused, yet every row still gets a (garbage) score.
+        // The last row chunk holds 2 rows, at positions 0 and N/2 of its polynomial.
+        let chunks = shape.row_chunks(n);
+        let last = chunks.len() - 1;
+        assert_eq!(chunks[last].len(), 2);
+        let delta = 1u64 << LOG_DELTA;
+        for (pos, by) in [
+            (0, 3 << 27),
+            (n / 2, 3 << 27),
+            (1, 3 << 27),
+            (n - 1, 3 << 27),
+            // A whole Δ where the trace leaves nothing: within the error, but not zero.
+            (1, delta),
+        ] {
+            let mut damaged = answer.clone();
+            damaged[last][pos] = Q.add(damaged[last][pos], by);
+            let (garbage, ok) = decode_all(&ring, &shape, &sk, &public_a, &damaged).unwrap();
+            assert!(!ok, "damage {by} at {pos}");
+            assert_eq!(garbage.len(), shape.rows);
+            assert!(decode(&ring, &shape, &sk, &public_a, &damaged).is_err());
+        }
+        // Public sizes are still refused up front, as an error.
+        assert!(decode_all(&ring, &shape, &sk, &public_a, &answer[1..]).is_err());
+        let mut unreduced = answer.clone();
+        unreduced[1][3] = Q.value;
+        assert!(decode_all(&ring, &shape, &sk, &public_a, &unreduced).is_err());
+    }
+
+    #[test]
     fn the_upload_looks_uniform() {
         // Sanity, not a proof: the query values' top byte over Q's range is flat whatever the
         // block (a chi-square test with 255 degrees of freedom, far above its 0.1 % quantile
@@ -893,6 +1037,42 @@ mod tests {
         let mut bad = answer.clone();
         bad[..8].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(decode_answer(&shape, n, &bad).is_err());
+    }
+
+    #[test]
+    fn the_documented_bounds_are_what_the_code_computes() {
+        // The figures quoted in this module's docs, `rlwe`'s, `pack`'s and docs/eval/pir.md.
+        let n = super::super::N;
+        let shape = |blocks, rows| ScoreShape {
+            blocks,
+            dim: 64,
+            rows,
+        };
+        let served = shape(492, 8_000);
+        let bench = shape(256, 11_000);
+        let near = |got: f64, want: f64, tol: f64| {
+            assert!((got - want).abs() <= tol, "{got} is not {want} ± {tol}")
+        };
+        near(failure_log2(&served, n), -939_706.3, 0.5);
+        near(failure_log2_worst_case(&served, n), -934_770.3, 0.5);
+        near(failure_log2(&bench, n), -1_170_584.3, 0.5);
+        near(failure_log2_worst_case(&bench, n), -1_172_089.1, 0.5);
+        near(error_bound(&served, n).log2(), 22.0, 0.05);
+        let g = Gadget::DEFAULT;
+        near(g.switch_variance(n).log2(), 14.43, 0.005);
+        near(g.switch_gaussian_variance(n).log2(), 14.36, 0.005);
+        near(g.switch_variance(n).sqrt(), 148.0, 0.5);
+        near(added_variance(n, g).log2() / 2.0, 18.42, 0.005);
+        near(added_gaussian_variance(n, g).log2() / 2.0, 18.39, 0.005);
+        near(rounding_worst_case(n).log2(), 23.0, 0.001);
+        // At 2⁻⁴⁰ (the tail the packing tests use): parameter 2²¹·³.
+        near(
+            (2.0 * 41.0 * std::f64::consts::LN_2 * added_variance(n, g))
+                .sqrt()
+                .log2(),
+            21.33,
+            0.01,
+        );
     }
 
     #[test]

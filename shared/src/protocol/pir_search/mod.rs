@@ -21,12 +21,15 @@
 
 use rand::RngCore;
 
+pub mod driver;
+
 use crate::api::PartitionDoc;
 use crate::dp::exact::uniform_below;
 use crate::error::{Error, Result};
 use crate::pir::client::{query, Hint, Pending, PirError};
 use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
-use crate::pir::records::{check_thumbnail, decode_rank_record, RankRecord, DIGEST};
+use crate::pir::records::{decode_rank_record, thumb_digest, RankRecord, DIGEST};
+use crate::pir::seeds::{self, Purpose};
 use crate::protocol::blocks::{rank, Hit};
 use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::nearest_centroid;
@@ -129,14 +132,7 @@ pub fn plan_of(
     max_bytes: f64,
     kind: Option<RankingKind>,
 ) -> Result<PirPlan> {
-    validate_doc(part)?;
-    validate(pir, part.gallery_size, part.levels.len())?;
-    if pir.version != part.version {
-        return Err(Error::InvalidParameter {
-            name: "pir document",
-            reason: "its version is not the partition's".into(),
-        });
-    }
+    check_docs(part, pir)?;
     if k == 0 || k > MAX_THUMB_QUERIES || k > part.gallery_size {
         return Err(Error::InvalidParameter {
             name: "k",
@@ -224,6 +220,21 @@ pub fn plan_of(
     })
 }
 
+/// Every check a client makes of the two documents before it plans: the PIR document's shape
+/// against the partition's, the same version, and every seed the one the client derives
+/// ([`seeds::check`]: a server-chosen seed never touches a secret).
+pub fn check_docs(part: &PartitionDoc, pir: &PirDoc) -> Result<()> {
+    validate_doc(part)?;
+    validate(pir, part.gallery_size, part.levels.len())?;
+    if pir.version != part.version {
+        return Err(Error::InvalidParameter {
+            name: "pir document",
+            reason: "its version is not the partition's".into(),
+        });
+    }
+    seeds::check(part, pir)
+}
+
 /// The ranking query of a `Level` plan: the record of the photo's nearest block among the
 /// level's `centroids` (verified with [`crate::protocol::centroids::verify`]; the level is
 /// public, so fetching them reveals nothing). Returns the body to `POST` to
@@ -247,7 +258,12 @@ pub fn rank_query(
         })?;
     centroids.check_for(part, ld)?;
     let x = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
-    query(&db.shape, &db.seed()?, &[x], rng)
+    query(
+        &db.shape,
+        &seeds::derive(part, Purpose::Level(level)),
+        &[x],
+        rng,
+    )
 }
 
 /// The ranked top k with what fetching their thumbnails needs.
@@ -287,6 +303,13 @@ pub fn rank_table(pir: &PirDoc, table: &[u8], features: &[f32], k: usize) -> Res
 }
 
 /// Exact top k from a `Level` plan's answer (decoded, checked against the record's hash).
+///
+/// # Failures say nothing
+/// A hostile server can damage the record of one chosen block, so whether this check fails
+/// depends on the photo. The work does not: the padded record is hashed and a record of the
+/// longest size the database holds is ranked whether or not the check passes (a dummy after a
+/// failure), so the request that follows (the thumbnails, sent for random records after a
+/// failure) goes out after the same work. Only sizes, which are public, fail early.
 pub fn rank_level(
     pir: &PirDoc,
     level: usize,
@@ -311,19 +334,47 @@ pub fn rank_level(
             name: "pir",
             reason: "empty answer".into(),
         })?;
-    // The record asked for is the photo's block; its hash is in the document. Check against
-    // every hash would leak nothing either, but the pending state knows which one it asked.
-    let record = pending
+    // The record asked for is the photo's block; its hash is in the document (the pending
+    // state knows which one it asked; the index is the client's own).
+    let expected = pending
         .records()
         .first()
         .and_then(|&r| db.record_hashes.get(r))
         .ok_or(Error::InvalidParameter {
             name: "pir",
             reason: "record out of range".into(),
-        })
-        .and_then(|h| Ok(decode_rank_record(&padded, h)?))?;
-    check_indices(&record, pir.thumbs.shape.records)?;
-    ranked(&record, features, k)
+        })?;
+    let record = decode_rank_record(&padded, expected)
+        .map_err(Error::from)
+        .and_then(|r| check_indices(&r, pir.thumbs.shape.records).map(|()| r));
+    match record {
+        Ok(record) => ranked(&record, features, k),
+        Err(e) => {
+            let _ = crate::protocol::blocks::hash_hex(&padded);
+            let dummy = dummy_record(features.len(), padded.len());
+            let _ = std::hint::black_box(ranked(&dummy, features, k));
+            Err(e)
+        }
+    }
+}
+
+/// A ranking record of as many zero items as a padded record of `len` bytes could hold (an
+/// upper bound of the work a real one takes): the ranking's stand-in after a failed check.
+fn dummy_record(dim: usize, len: usize) -> RankRecord {
+    // Per item: id, label, i16 features, gallery index, digest.
+    let n = (len / (8 + 1 + 2 * dim + 4 + DIGEST)).max(1);
+    RankRecord {
+        block: crate::protocol::blocks::Block {
+            dim,
+            thumb_side: 0,
+            ids: (0..n as u64).collect(),
+            labels: vec![0; n],
+            features: vec![0.0; n * dim],
+            thumbnails: Vec::new(),
+        },
+        indices: vec![0; n],
+        digests: vec![[0; DIGEST]; n],
+    }
 }
 
 fn check_indices(record: &RankRecord, items: usize) -> Result<()> {
@@ -340,6 +391,7 @@ fn check_indices(record: &RankRecord, items: usize) -> Result<()> {
 /// if fewer), or — after a failed ranking, `None` — for `k` uniformly random records, so the
 /// request looks the same either way.
 pub fn thumbs_query(
+    part: &PartitionDoc,
     pir: &PirDoc,
     ranked: Option<&Ranked>,
     k: usize,
@@ -352,11 +404,22 @@ pub fn thumbs_query(
     while records.len() < k {
         records.push(uniform_below(rng, t.shape.records as u128) as usize);
     }
-    query(&t.shape, &t.seed()?, &records, rng)
+    query(
+        &t.shape,
+        &seeds::derive(part, Purpose::Thumbs),
+        &records,
+        rng,
+    )
 }
 
 /// The thumbnails of the ranked hits (`thumb_side²` grey bytes each), each record checked
-/// against its digest before it is unpacked.
+/// against its digest before it is shown.
+///
+/// # Failures say nothing
+/// A hostile server can damage one chosen record, so a failure depends on whether that record
+/// is among the top k. Every record is hashed and unpacked whether an earlier one failed or
+/// not (no early return; digests compared without a data-dependent exit), and the error names
+/// no record.
 pub fn thumbs_decode(
     pending: &Pending,
     hint: &Hint,
@@ -365,18 +428,29 @@ pub fn thumbs_decode(
     thumb_side: usize,
 ) -> Result<Vec<Vec<u8>>> {
     let all = pending.decode(hint, answer)?;
-    all.into_iter()
-        .zip(ranked.indices.iter().zip(&ranked.digests))
-        .map(|(packed, (&i, d))| {
-            // Records are padded to the database's record length; the digest covers the
-            // packed thumbnail alone.
-            let packed = packed
-                .get(..thumbs::packed_len(thumb_side))
-                .ok_or_else(|| PirError::Malformed("record shorter than a thumbnail".into()))?;
-            check_thumbnail(i, packed, d)?;
-            thumbs::unpack(packed, thumb_side)
-        })
-        .collect()
+    let len = thumbs::packed_len(thumb_side);
+    let mut ok = all.len() >= ranked.indices.len();
+    let mut out = Vec::with_capacity(ranked.indices.len());
+    for (packed, (&i, d)) in all.iter().zip(ranked.indices.iter().zip(&ranked.digests)) {
+        // Records are padded to the database's record length (public); the digest covers the
+        // packed thumbnail alone.
+        let packed = packed.get(..len).unwrap_or(&[]);
+        let got = thumb_digest(i, packed);
+        ok &= got.iter().zip(d).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        let pixels = thumbs::unpack(packed, thumb_side);
+        ok &= pixels.is_ok();
+        out.push(pixels.unwrap_or_default());
+    }
+    if ok {
+        Ok(out)
+    } else {
+        Err(PirError::HashMismatch {
+            what: "thumbnail",
+            expected: "the digests of the ranking".into(),
+            got: "a record that does not match".into(),
+        }
+        .into())
+    }
 }
 
 #[cfg(test)]

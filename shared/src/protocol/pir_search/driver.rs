@@ -1,0 +1,716 @@
+//! One PIR search as a sans-IO state machine: it says which request to make next and takes
+//! the answer; the page (through the wasm client) and the CLI only move bytes. The order and
+//! sizes of a search's requests are the privacy rule, so they exist here once.
+//!
+//! # The sequence (the same for every photo)
+//! 1. `GET`s of the public files the plan needs and the client does not hold yet: the
+//!    thumbnail hint, then the ranking table (`Table`), the level's hint and centroids
+//!    (`Level`) or the scores' public file and the level's centroids (`Scores`). Each is the
+//!    same for every client and is checked (size, SHA-256, structure) before it is kept.
+//! 2. `Level`/`Scores`: one `POST` of the ranking query (fixed size from the public shape).
+//! 3. One `POST` of exactly `k` thumbnail queries, for the ranked items — or for uniformly
+//!    random records when the ranking failed its checks, so the request is the same.
+//!
+//! # Guarantee (against a server that does not follow the protocol)
+//! *No server-chosen input touches a secret*: every seed is derived by the client
+//! ([`crate::pir::seeds`]; a document with any other seed is refused at [`PirSearch::start`],
+//! before a query exists). *Failures say nothing within a search*: what the client sends —
+//! requests, their count, sizes and order — is a function of the public documents, the plan
+//! and fresh randomness only, whether or not an answer passes its checks; the checks of a
+//! secret-dependent answer do the same work whether they fail or not (no early return; a dummy
+//! ranking after a failure). *At most one failure is ever observed*: a failed check of an answer
+//! the client decrypted ([`FailureKind::Hostile`]) returns a [`Refusal`] that the caller must
+//! persist, and [`PirSearch::start`] refuses every later search against that server until the
+//! person clears it. A server that damages answers on purpose can therefore learn, from whether
+//! the client comes back, one bit about one photo — and never a second. Transport failures
+//! (an HTTP error, a timeout, an answer of the wrong size) happen before the client touches
+//! the answer with its secret, so they cannot depend on the photo; they end the search with a
+//! plain error and no refusal.
+//!
+//! Proof sketch: the server's view of a search is the sequence of requests. Step 1 depends on
+//! the plan and the cache (public). Step 2's body is (R)LWE ciphertexts under a fresh secret
+//! (indistinguishable from uniform under (R)LWE, with masks the server did not choose). Step
+//! 3's body is LWE ciphertexts for records chosen from the ranking, under fresh secrets — the
+//! same distribution whatever the records. Its timing follows the work of step 2's checks and
+//! ranking, which is independent of their outcome. Nothing is sent after step 3's answer.
+
+use rand_chacha::ChaCha20Rng;
+
+use crate::api::PartitionDoc;
+use crate::error::{Error, Result};
+use crate::pir::client::{Hint, Pending};
+use crate::pir::doc::PirDoc;
+use crate::pir::hintless::{self, ScoresKeys, ScoresPending, ScoresPublic};
+use crate::pir::records::RankRecord;
+use crate::protocol::blocks::max_transfer_len;
+use crate::protocol::centroids::{self, centroids_url, Centroids};
+
+use super::{
+    check_docs, load_table, rank_level, rank_query, ranked, thumbs_decode, thumbs_query, PirPlan,
+    PirRanking, Ranked,
+};
+
+/// Public files kept at most per kind (one version's thumbnail hint and a level's).
+const MAX_HINTS: usize = 4;
+const MAX_CENTROIDS: usize = 8;
+
+/// What a client keeps between searches: checked public files, by their SHA-256 (the same for
+/// every client, so holding them reveals nothing).
+#[derive(Default)]
+pub struct PirCache {
+    hints: Vec<(String, Hint)>,
+    table: Option<(String, RankRecord)>,
+    scores: Option<(String, ScoresPublic, ScoresKeys)>,
+    centroids: Vec<(String, Centroids)>,
+}
+
+impl PirCache {
+    fn hint(&self, sha: &str) -> Option<&Hint> {
+        self.hints
+            .iter()
+            .find(|(h, _)| h.eq_ignore_ascii_case(sha))
+            .map(|(_, v)| v)
+    }
+
+    fn centroids(&self, sha: &str) -> Option<&Centroids> {
+        self.centroids
+            .iter()
+            .find(|(h, _)| h.eq_ignore_ascii_case(sha))
+            .map(|(_, v)| v)
+    }
+
+    fn holds(&self, file: &PublicFile, sha: &str) -> bool {
+        match file {
+            PublicFile::Hint(_) => self.hint(sha).is_some(),
+            PublicFile::Table => self
+                .table
+                .as_ref()
+                .is_some_and(|(h, _)| h.eq_ignore_ascii_case(sha)),
+            PublicFile::Scores => self
+                .scores
+                .as_ref()
+                .is_some_and(|(h, _, _)| h.eq_ignore_ascii_case(sha)),
+            PublicFile::Centroids(_) => self.centroids(sha).is_some(),
+        }
+    }
+}
+
+/// Which public file a `GET` is for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum PublicFile {
+    /// A SimplePIR database's hint (`thumbs` or a level).
+    Hint(String),
+    Table,
+    Scores,
+    Centroids(usize),
+}
+
+/// The next request of a search.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "method")]
+pub enum Request {
+    /// A public, immutable file: `GET url`; at most `bytes` uncompressed and `wire_bytes` on
+    /// the wire; checked against `sha256` by the driver.
+    Get {
+        url: String,
+        bytes: u64,
+        wire_bytes: u64,
+        sha256: String,
+        file: PublicFile,
+    },
+    /// A query: `POST url` with the body from [`PirSearch::body`]
+    /// (`application/octet-stream`); the answer must be exactly `answer_bytes`.
+    Post {
+        url: String,
+        body_bytes: u64,
+        answer_bytes: u64,
+    },
+}
+
+/// Why a search ended without results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The documents were refused before anything secret existed (a derived seed differs, a
+    /// shape is wrong): nothing about the photo was used.
+    Refused,
+    /// A public file did not match the document (same for every client; photo not used).
+    PublicFile,
+    /// The transport failed (HTTP error, timeout, wrong size): before the answer met a secret.
+    Transport,
+    /// An answer the client decrypted failed its checks. A malicious server can cause this on
+    /// purpose to learn about one bit of the photo; the caller must persist the refusal.
+    Hostile,
+    /// An earlier hostile failure stopped private searches against this server.
+    Locked,
+}
+
+/// A search that ended without results.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// What happened, in plain words (with the advice where it matters).
+    pub message: String,
+    /// Set for [`FailureKind::Hostile`]: store it (page: localStorage; CLI: its state
+    /// directory) and pass it to every later [`PirSearch::start`] against this server.
+    pub refusal: Option<Refusal>,
+}
+
+/// The persisted refusal after a hostile failure: private searches against this server stop
+/// until the person clears it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Refusal {
+    /// The gallery version the failure happened on (for the person's reference).
+    pub version: String,
+    /// What failed (the check, not the record: the message names no item).
+    pub what: String,
+}
+
+/// The advice shown with a hostile failure and with every refused search after it. One text
+/// for the page and the CLI; it claims no more than the guarantee above.
+pub const REFUSAL_ADVICE: &str = "The server sent an answer that failed the checks this search \
+makes. A malicious server can cause such a failure on purpose to learn about one bit of your \
+photo (for example, whether it lies in one part of the gallery), so private searches against \
+this server are stopped until you clear this. Do not search the same photo here again.";
+
+impl Refusal {
+    /// The failure a later search gets while this refusal stands.
+    pub fn failure(&self) -> Failure {
+        Failure {
+            kind: FailureKind::Locked,
+            message: format!(
+                "Searches against this server are stopped: on gallery version {} it sent an \
+                 answer that failed a check ({}). {REFUSAL_ADVICE}",
+                crate::text::excerpt(&self.version, 16),
+                self.what
+            ),
+            refusal: Some(self.clone()),
+        }
+    }
+}
+
+/// What a finished search found: the exact top k of what was retrieved, with their checked
+/// thumbnails (`thumb_side²` grey bytes each).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub ranked: Ranked,
+    pub thumbnails: Vec<Vec<u8>>,
+}
+
+/// What crossed the wire in one search.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Traffic {
+    /// Query bodies sent and answers received.
+    pub up: u64,
+    pub down: u64,
+    /// Public files downloaded by this search (0 when all were held).
+    pub once: u64,
+}
+
+/// What [`PirSearch::start`] and [`PirSearch::answer`] return.
+#[derive(Debug)]
+pub enum Step {
+    /// Make this request and hand its answer to [`PirSearch::answer`] (or, if the transport
+    /// fails, call [`PirSearch::transport_failed`]).
+    Send(Request),
+    /// The search is over; make no further request for it.
+    Done(std::result::Result<Found, Failure>),
+}
+
+enum Stage {
+    /// Public files still to fetch (the first is in flight when `in_flight`).
+    Files(Vec<(PublicFile, Request)>),
+    Rank(RankPending),
+    Thumbs {
+        pending: Pending,
+        ranked: std::result::Result<Ranked, Error>,
+    },
+    Over,
+}
+
+enum RankPending {
+    Level(usize, Pending),
+    Scores(Box<ScoresPending>),
+}
+
+/// One PIR search of the photo's `features` under a plan (see the module docs).
+pub struct PirSearch {
+    part: PartitionDoc,
+    pir: PirDoc,
+    plan: PirPlan,
+    features: zeroize::Zeroizing<Vec<f32>>,
+    rng: ChaCha20Rng,
+    stage: Stage,
+    body: Vec<u8>,
+    traffic: Traffic,
+}
+
+fn hostile(what: &str, e: impl std::fmt::Display) -> Failure {
+    Failure {
+        kind: FailureKind::Hostile,
+        message: format!(
+            "{} {REFUSAL_ADVICE}",
+            crate::text::excerpt(&format!("{what}: {e}."), 300)
+        ),
+        refusal: None,
+    }
+}
+
+impl PirSearch {
+    /// Starts a search, or refuses: while `refusal` stands (a hostile failure earlier against
+    /// this server), or when the documents do not check out (shapes, versions, every seed the
+    /// derived one). `rng` must be a CSPRNG freshly seeded from the operating system's source
+    /// ([`crate::dp::rng::secure_rng`]); a fixed seed is for the cross-target transcript tests
+    /// only. The documents are the ones the plan was made from.
+    pub fn start(
+        part: &PartitionDoc,
+        pir: &PirDoc,
+        plan: &PirPlan,
+        features: &[f32],
+        cache: &PirCache,
+        refusal: Option<&Refusal>,
+        rng: ChaCha20Rng,
+    ) -> (PirSearch, Step) {
+        let mut s = PirSearch {
+            part: part.clone(),
+            pir: pir.clone(),
+            plan: plan.clone(),
+            features: zeroize::Zeroizing::new(features.to_vec()),
+            rng,
+            stage: Stage::Over,
+            body: Vec::new(),
+            traffic: Traffic::default(),
+        };
+        if let Some(r) = refusal {
+            return (s, Step::Done(Err(r.failure())));
+        }
+        let refused = |e: Error| Failure {
+            kind: FailureKind::Refused,
+            message: format!(
+                "This server's search documents were refused, so nothing about your photo was \
+                 sent: {}",
+                crate::text::excerpt(&e.to_string(), 300)
+            ),
+            refusal: None,
+        };
+        let checked = check_docs(part, pir)
+            .and_then(|()| crate::error::ensure_query_f32(features, part.feature_dim))
+            .and_then(|()| s.check_plan());
+        if let Err(e) = checked {
+            return (s, Step::Done(Err(refused(e))));
+        }
+        let files = s
+            .files()
+            .into_iter()
+            .filter(|(f, r)| match r {
+                Request::Get { sha256, .. } => !cache.holds(f, sha256),
+                Request::Post { .. } => true,
+            })
+            .collect();
+        s.stage = Stage::Files(files);
+        let step = s.advance(cache);
+        (s, step)
+    }
+
+    /// The body of the last [`Request::Post`].
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// What crossed the wire so far.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic
+    }
+
+    /// The plan this search runs.
+    pub fn plan(&self) -> &PirPlan {
+        &self.plan
+    }
+
+    /// The plan must be one [`super::plan_of`] could make from these documents (the level
+    /// or table it names is offered, `k` within bounds).
+    fn check_plan(&self) -> Result<()> {
+        let bad = |reason: &str| Error::InvalidParameter {
+            name: "pir plan",
+            reason: reason.into(),
+        };
+        let k = self.plan.k;
+        if k == 0 || k > super::MAX_THUMB_QUERIES || k > self.part.gallery_size {
+            return Err(bad("k is out of range"));
+        }
+        match self.plan.ranking {
+            PirRanking::Table if self.pir.rank_table.is_none() => Err(bad("no table is offered")),
+            PirRanking::Level { level }
+                if self
+                    .pir
+                    .levels
+                    .get(level)
+                    .and_then(Option::as_ref)
+                    .is_none() =>
+            {
+                Err(bad("the level has no PIR database"))
+            }
+            PirRanking::Scores { level } => {
+                let sd = hintless::entry(&self.part, &self.pir)?;
+                if sd.level != level {
+                    return Err(bad("the scores' level is not the plan's"));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Every public file the plan needs, in the order they are fetched.
+    fn files(&self) -> Vec<(PublicFile, Request)> {
+        let (pir, part) = (&self.pir, &self.part);
+        let url = |tail: &str| format!("{}/{tail}", pir.answer_url);
+        let get = |file: PublicFile, url: String, bytes: u64, wire: u64, sha: &str| {
+            let req = Request::Get {
+                url,
+                bytes,
+                wire_bytes: wire,
+                sha256: sha.to_ascii_lowercase(),
+                file: file.clone(),
+            };
+            (file, req)
+        };
+        let hint = |name: String, db: &crate::pir::doc::PirDbDoc| {
+            let b = db.shape.hint_bytes() as u64;
+            get(
+                PublicFile::Hint(name.clone()),
+                url(&format!("{name}/hint")),
+                b,
+                max_transfer_len(b),
+                &db.hint_sha256,
+            )
+        };
+        let cents = |level: usize| {
+            let l = &part.levels[level];
+            get(
+                PublicFile::Centroids(level),
+                centroids_url(part, level),
+                l.centroids_bytes,
+                max_transfer_len(l.centroids_bytes),
+                &l.centroids_hash,
+            )
+        };
+        let mut out = vec![hint("thumbs".into(), &pir.thumbs)];
+        match self.plan.ranking {
+            PirRanking::Table => {
+                let t = pir.rank_table.as_ref().expect("checked by check_plan");
+                out.push(get(
+                    PublicFile::Table,
+                    url("rank"),
+                    t.bytes,
+                    max_transfer_len(t.bytes),
+                    &t.sha256,
+                ));
+            }
+            PirRanking::Level { level } => {
+                let db = pir.levels[level].as_ref().expect("checked by check_plan");
+                out.push(hint(level.to_string(), db));
+                out.push(cents(level));
+            }
+            PirRanking::Scores { level } => {
+                let sd = pir.scores.as_ref().expect("checked by check_plan");
+                let b = sd.public.bytes;
+                out.push(get(
+                    PublicFile::Scores,
+                    url("scores/hint"),
+                    b,
+                    max_transfer_len(b),
+                    &sd.public.sha256,
+                ));
+                out.push(cents(level));
+            }
+        }
+        out
+    }
+
+    /// The answer to the last request: `bytes` as received (uncompressed).
+    pub fn answer(&mut self, cache: &mut PirCache, bytes: &[u8]) -> Step {
+        match std::mem::replace(&mut self.stage, Stage::Over) {
+            Stage::Files(mut files) => {
+                if files.is_empty() {
+                    return self.end_transport("no request was pending");
+                }
+                let (file, _) = files.remove(0);
+                self.traffic.once += bytes.len() as u64;
+                if let Err(e) = self.keep(cache, &file, bytes) {
+                    return Step::Done(Err(Failure {
+                        kind: FailureKind::PublicFile,
+                        message: format!(
+                            "A public search file did not match what the gallery published \
+                             (the server sent different data, or the gallery changed), so \
+                             nothing about your photo was sent: {}",
+                            crate::text::excerpt(&e.to_string(), 300)
+                        ),
+                        refusal: None,
+                    }));
+                }
+                self.stage = Stage::Files(files);
+                self.advance(cache)
+            }
+            Stage::Rank(pending) => {
+                self.traffic.down += bytes.len() as u64;
+                let ranked = self.rank_answer(cache, pending, bytes);
+                self.thumbs(ranked)
+            }
+            Stage::Thumbs { pending, ranked } => {
+                self.traffic.down += bytes.len() as u64;
+                self.finish(cache, pending, ranked, bytes)
+            }
+            Stage::Over => self.end_transport("the search is over"),
+        }
+    }
+
+    /// The last request failed in transport (HTTP error, timeout, wrong size). Ends the
+    /// search with a plain error; no refusal (the failure cannot depend on the photo).
+    pub fn transport_failed(&mut self, reason: &str) -> Step {
+        self.stage = Stage::Over;
+        self.end_transport(reason)
+    }
+
+    fn end_transport(&mut self, reason: &str) -> Step {
+        self.stage = Stage::Over;
+        Step::Done(Err(Failure {
+            kind: FailureKind::Transport,
+            message: format!(
+                "The search did not complete ({}). Nothing about your photo was revealed; \
+                 you can search again.",
+                crate::text::excerpt(reason, 200)
+            ),
+            refusal: None,
+        }))
+    }
+
+    /// Checks a public file and keeps it.
+    fn keep(&self, cache: &mut PirCache, file: &PublicFile, bytes: &[u8]) -> Result<()> {
+        let (part, pir) = (&self.part, &self.pir);
+        match file {
+            PublicFile::Hint(name) => {
+                let db = if name == "thumbs" {
+                    &pir.thumbs
+                } else {
+                    name.parse::<usize>()
+                        .ok()
+                        .and_then(|l| pir.levels.get(l))
+                        .and_then(Option::as_ref)
+                        .expect("the driver names offered databases")
+                };
+                let hint = Hint::from_bytes(&db.shape, bytes, &db.hint_sha256)?;
+                if cache.hints.len() >= MAX_HINTS {
+                    cache.hints.clear();
+                }
+                cache
+                    .hints
+                    .push((db.hint_sha256.to_ascii_lowercase(), hint));
+            }
+            PublicFile::Table => {
+                let record = load_table(pir, bytes)?;
+                let sha = pir.rank_table.as_ref().expect("offered").sha256.clone();
+                cache.table = Some((sha.to_ascii_lowercase(), record));
+            }
+            PublicFile::Scores => {
+                let sd = hintless::entry(part, pir)?;
+                let public = ScoresPublic::decode(sd, part, bytes)?;
+                let keys = ScoresKeys::new(part, sd)?;
+                cache.scores = Some((sd.public.sha256.to_ascii_lowercase(), public, keys));
+            }
+            PublicFile::Centroids(level) => {
+                let c = centroids::verify(part, *level, bytes)?;
+                if cache.centroids.len() >= MAX_CENTROIDS {
+                    cache.centroids.clear();
+                }
+                cache.centroids.push((c.hash.to_ascii_lowercase(), c));
+            }
+        }
+        Ok(())
+    }
+
+    /// The next public file, or — once all are held — the ranking step.
+    fn advance(&mut self, cache: &PirCache) -> Step {
+        if let Stage::Files(files) = &self.stage {
+            if let Some((_, req)) = files.first() {
+                return Step::Send(req.clone());
+            }
+        }
+        let (part, pir) = (&self.part, &self.pir);
+        let features: &[f32] = &self.features;
+        let cents = |level: usize| {
+            cache
+                .centroids(&part.levels[level].centroids_hash)
+                .ok_or(Error::InvalidParameter {
+                    name: "centroids",
+                    reason: "not held".into(),
+                })
+        };
+        let query = match self.plan.ranking {
+            PirRanking::Table => {
+                let r = match &cache.table {
+                    Some((_, t)) => ranked(t, features, self.plan.k),
+                    None => Err(Error::InvalidParameter {
+                        name: "pir table",
+                        reason: "not held".into(),
+                    }),
+                };
+                return self.thumbs(r);
+            }
+            PirRanking::Level { level } => cents(level)
+                .and_then(|c| rank_query(part, pir, level, c, features, &mut self.rng))
+                .map(|(body, p)| (format!("{level}"), body, RankPending::Level(level, p))),
+            PirRanking::Scores { level } => cents(level)
+                .and_then(|c| {
+                    let (_, _, keys) = cache.scores.as_ref().ok_or(Error::InvalidParameter {
+                        name: "pir scores",
+                        reason: "not held".into(),
+                    })?;
+                    let sd = hintless::entry(part, pir)?;
+                    hintless::query(part, sd, keys, c, features, &mut self.rng)
+                })
+                .map(|(body, p)| ("scores".into(), body, RankPending::Scores(Box::new(p)))),
+        };
+        match query {
+            Ok((tail, body, pending)) => {
+                let answer_bytes = match &pending {
+                    RankPending::Level(_, p) => p.answer_bytes() as u64,
+                    RankPending::Scores(_) => pir.scores.as_ref().expect("offered").answer_bytes,
+                };
+                self.stage = Stage::Rank(pending);
+                self.post(format!("{}/{tail}", pir.answer_url), body, answer_bytes)
+            }
+            // Only a local fault (the files were all checked): nothing was sent.
+            Err(e) => self.end_transport(&e.to_string()),
+        }
+    }
+
+    fn post(&mut self, url: String, body: Vec<u8>, answer_bytes: u64) -> Step {
+        self.traffic.up += body.len() as u64;
+        let body_bytes = body.len() as u64;
+        self.body = body;
+        Step::Send(Request::Post {
+            url,
+            body_bytes,
+            answer_bytes,
+        })
+    }
+
+    /// Decodes, checks and ranks the ranking answer with the same work whatever the outcome.
+    fn rank_answer(
+        &mut self,
+        cache: &PirCache,
+        pending: RankPending,
+        bytes: &[u8],
+    ) -> std::result::Result<Ranked, Error> {
+        let (pir, k) = (&self.pir, self.plan.k);
+        match pending {
+            RankPending::Level(level, p) => {
+                let db = pir.levels[level].as_ref().expect("offered");
+                let hint = cache.hint(&db.hint_sha256).ok_or(Error::InvalidParameter {
+                    name: "pir hint",
+                    reason: "not held".into(),
+                })?;
+                rank_level(pir, level, &p, hint, bytes, &self.features, k)
+            }
+            RankPending::Scores(p) => {
+                let sd = hintless::entry(&self.part, pir)?;
+                let (_, public, keys) = cache.scores.as_ref().ok_or(Error::InvalidParameter {
+                    name: "pir scores",
+                    reason: "not held".into(),
+                })?;
+                hintless::rank(sd, keys, public, &p, bytes, k)
+            }
+        }
+    }
+
+    /// Step 3: exactly `k` thumbnail queries, for the ranking or (after a failure) random
+    /// records.
+    fn thumbs(&mut self, ranked: std::result::Result<Ranked, Error>) -> Step {
+        let (part, pir, k) = (&self.part, &self.pir, self.plan.k);
+        match thumbs_query(part, pir, ranked.as_ref().ok(), k, &mut self.rng) {
+            Ok((body, pending)) => {
+                let answer_bytes = pending.answer_bytes() as u64;
+                self.stage = Stage::Thumbs { pending, ranked };
+                self.post(format!("{}/thumbs", pir.answer_url), body, answer_bytes)
+            }
+            Err(e) => self.end_transport(&e.to_string()),
+        }
+    }
+
+    fn finish(
+        &mut self,
+        cache: &PirCache,
+        pending: Pending,
+        ranked: std::result::Result<Ranked, Error>,
+        bytes: &[u8],
+    ) -> Step {
+        let hint = match cache.hint(&self.pir.thumbs.hint_sha256) {
+            Some(h) => h,
+            None => return self.end_transport("the thumbnail hint is not held"),
+        };
+        let side = self.part.thumb_side;
+        let refusal = |what: &str| Refusal {
+            version: self.part.version.clone(),
+            what: what.into(),
+        };
+        let out = match ranked {
+            Ok(r) => match thumbs_decode(&pending, hint, bytes, &r, side) {
+                Ok(thumbnails) => Ok(Found {
+                    ranked: r,
+                    thumbnails,
+                }),
+                Err(e) => Err(Failure {
+                    refusal: Some(refusal("a thumbnail did not match its published digest")),
+                    ..hostile(
+                        "A picture did not match the fingerprint the gallery published",
+                        e,
+                    )
+                }),
+            },
+            Err(e) => Err(Failure {
+                refusal: Some(refusal("the ranking answer did not check out")),
+                ..hostile("The server's ranking answer did not check out", e)
+            }),
+        };
+        Step::Done(out)
+    }
+}
+
+/// Drives a whole search against `serve`, a function answering each request with the bytes
+/// (or a transport error): the loop every caller runs, for callers without awaits between
+/// steps (the CLI, tests). Returns the outcome and the traffic.
+pub fn run(
+    search: &mut PirSearch,
+    first: Step,
+    cache: &mut PirCache,
+    mut serve: impl FnMut(&Request, &[u8]) -> std::result::Result<Vec<u8>, String>,
+) -> std::result::Result<Found, Failure> {
+    let mut step = first;
+    loop {
+        match step {
+            Step::Done(out) => return out,
+            Step::Send(req) => {
+                step = match serve(&req, search.body()) {
+                    Ok(bytes) => search.answer(cache, &bytes),
+                    Err(e) => search.transport_failed(&e),
+                }
+            }
+        }
+    }
+}
+
+/// A fresh CSPRNG for a search (the operating system's source).
+pub fn search_rng() -> Result<ChaCha20Rng> {
+    crate::dp::rng::secure_rng()
+}
+
+impl std::fmt::Debug for PirSearch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PirSearch")
+            .field("plan", &self.plan)
+            .field("traffic", &self.traffic)
+            .finish_non_exhaustive()
+    }
+}

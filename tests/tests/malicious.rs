@@ -1,0 +1,632 @@
+//! A malicious server against the one search driver every client runs
+//! (`shared::protocol::pir_search::driver`, the CLI's and the page's). The real server binary
+//! serves a 1,000-image gallery; a server imitation in front of it changes what a hostile
+//! server would change, per attack:
+//!
+//! - **chosen seeds** — the hintless ranking's packing seed equal to its query seed (the
+//!   attack that exposed the secret from one upload), a level's seed equal to the thumbnails',
+//!   seeds of the old version-only derivation, a document that leaves out the ranking table to
+//!   steer clients to the hintless ranking, a per-client version: refused before any query;
+//! - **a crafted scores answer** that fails to decode exactly when the photo is in a chosen
+//!   block (an imitation with the client-side effect of the crafted packed answer);
+//! - **one damaged thumbnail record** — the database changed consistently (the record's bytes
+//!   and the hint's rows both), so the record decodes wrong exactly when it is asked for;
+//! - **one damaged hint slot** — every record at one slot of its column decodes wrong;
+//! - **a damaged level record** (an imitation: the answer damaged exactly when the photo is in
+//!   a chosen block).
+//!
+//! For each answer attack, 100 photos whose search fails and 100 whose search succeeds: the
+//! server's view of every search (requests, their order, sizes and answer sizes) is the same
+//! for all 200, and the client's work between the attacked answer and its next request takes
+//! the same time within a stated tolerance. After a failure, the refusal stops the next search
+//! before any request.
+
+use std::time::{Duration, Instant};
+
+use privatemail_e2e::{get_json, small_server};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use reqwest::blocking::Client;
+use shared::api::PartitionDoc;
+use shared::embed::model::Model;
+use shared::pir::doc::PirDoc;
+use shared::pir::lwe::{matrix_a, LWE_N};
+use shared::pir::seeds::{self, Purpose};
+use shared::protocol::partition::nearest_centroid;
+use shared::protocol::pir_search::driver::{
+    Failure, FailureKind, Found, PirCache, PirSearch, Refusal, Request, Step,
+};
+use shared::protocol::pir_search::{plan_of, rank_table, PirPlan, RankingKind};
+
+/// What the server sees of one search: each request's method, URL, body size and the size of
+/// the answer it gave.
+type View = Vec<(&'static str, String, u64, usize)>;
+
+struct Outcome {
+    result: Result<Found, Failure>,
+    view: View,
+    /// The client's time from holding each answer to its next request (or its end).
+    work: Vec<Duration>,
+}
+
+/// The real server's answer to a request.
+fn forward(http: &Client, base: &str, req: &Request, body: &[u8]) -> Vec<u8> {
+    let r = match req {
+        Request::Get { url, .. } => http.get(format!("{base}{url}")).send(),
+        Request::Post { url, .. } => http
+            .post(format!("{base}{url}"))
+            .header("content-type", "application/octet-stream")
+            .body(body.to_vec())
+            .send(),
+    }
+    .unwrap();
+    assert!(r.status().is_success(), "{req:?}: {}", r.status());
+    r.bytes().unwrap().to_vec()
+}
+
+/// One search through the driver, every answer from `serve` (the real server's, possibly
+/// changed).
+#[allow(clippy::too_many_arguments)]
+fn search(
+    part: &PartitionDoc,
+    pir: &PirDoc,
+    plan: &PirPlan,
+    features: &[f32],
+    cache: &mut PirCache,
+    refusal: Option<&Refusal>,
+    seed: u64,
+    mut serve: impl FnMut(&Request, &[u8]) -> Vec<u8>,
+) -> Outcome {
+    let rng = ChaCha20Rng::seed_from_u64(seed);
+    let (mut s, mut step) = PirSearch::start(part, pir, plan, features, cache, refusal, rng);
+    let (mut view, mut work) = (View::new(), Vec::new());
+    loop {
+        let req = match step {
+            Step::Done(result) => return Outcome { result, view, work },
+            Step::Send(req) => req,
+        };
+        let answer = serve(&req, s.body());
+        view.push(match &req {
+            Request::Get { url, .. } => ("GET", url.clone(), 0, answer.len()),
+            Request::Post {
+                url, body_bytes, ..
+            } => ("POST", url.clone(), *body_bytes, answer.len()),
+        });
+        let t = Instant::now();
+        step = s.answer(cache, &answer);
+        work.push(t.elapsed());
+    }
+}
+
+struct Gallery {
+    http: Client,
+    base: String,
+    part: PartitionDoc,
+    pir: PirDoc,
+    /// Features of held-out Fashion-MNIST test photos, as the on-device model computes them.
+    photos: Vec<Vec<f32>>,
+}
+
+fn photos(n: usize) -> Vec<Vec<f32>> {
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
+    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    (0..n)
+        .map(|i| model.infer(test.images.image(i)).unwrap().features)
+        .collect()
+}
+
+impl Gallery {
+    fn plan(&self, kind: RankingKind) -> PirPlan {
+        plan_of(&self.part, &self.pir, 8, 1e12, Some(kind)).unwrap()
+    }
+
+    fn honest(&self) -> impl FnMut(&Request, &[u8]) -> Vec<u8> + '_ {
+        |req, body| forward(&self.http, &self.base, req, body)
+    }
+}
+
+/// Medians of the client's work after the attacked answer must agree within 25 % or 2 ms
+/// (loopback and a loaded 2-core CI machine; the work itself is the same code path).
+fn assert_same_timing(what: &str, failed: &mut [Duration], passed: &mut [Duration]) {
+    failed.sort();
+    passed.sort();
+    let (a, b) = (failed[failed.len() / 2], passed[passed.len() / 2]);
+    let diff = a.abs_diff(b);
+    let tolerance = Duration::from_millis(2).max(a.max(b) / 4);
+    eprintln!("{what}: median client work after the answer {a:?} (failed) vs {b:?} (passed)");
+    assert!(diff <= tolerance, "{what}: {a:?} vs {b:?}");
+}
+
+/// Runs `n` searches of photos that the attack makes fail and `n` it does not, checks the
+/// outcome of each, that all 2n views are the same, and the timing of the step at `step`.
+#[allow(clippy::too_many_arguments)]
+fn indistinguishable(
+    g: &Gallery,
+    what: &str,
+    plan: &PirPlan,
+    inside: &[usize],
+    outside: &[usize],
+    step: usize,
+    mut serve: impl FnMut(&Request, &[u8], &[f32]) -> Vec<u8>,
+) {
+    let n = inside.len().min(outside.len());
+    assert!(
+        n >= 100,
+        "{what}: {} inside, {} outside",
+        inside.len(),
+        outside.len()
+    );
+    let mut cache = PirCache::default();
+    // Public files first, as any returning client holds them.
+    let warm = search(
+        &g.part,
+        &g.pir,
+        plan,
+        &g.photos[outside[0]],
+        &mut cache,
+        None,
+        1,
+        |r, b| serve(r, b, &g.photos[outside[0]]),
+    );
+    assert!(warm.result.is_ok(), "{what}: {:?}", warm.result.err());
+    let (mut views, mut failed, mut passed) = (Vec::new(), Vec::new(), Vec::new());
+    for (j, (&i, &o)) in inside.iter().zip(outside).take(n).enumerate() {
+        for (photo, should_fail) in [(i, true), (o, false)] {
+            let f = &g.photos[photo];
+            let out = search(
+                &g.part,
+                &g.pir,
+                plan,
+                f,
+                &mut cache,
+                None,
+                10 + j as u64,
+                |r, b| serve(r, b, f),
+            );
+            match (&out.result, should_fail) {
+                (Err(e), true) => {
+                    assert_eq!(e.kind, FailureKind::Hostile, "{what}: {e:?}");
+                    assert!(e.refusal.is_some());
+                    failed.push(out.work[step]);
+                }
+                (Ok(found), false) => {
+                    assert_eq!(found.thumbnails.len(), 8);
+                    passed.push(out.work[step]);
+                }
+                (r, _) => panic!(
+                    "{what}: photo {photo} should_fail={should_fail}: {:?}",
+                    r.as_ref().err()
+                ),
+            }
+            views.push(out.view);
+        }
+    }
+    assert!(
+        views.iter().all(|v| v == &views[0]),
+        "{what}: the server's view differs between searches"
+    );
+    eprintln!(
+        "{what}: {} searches, one view: {:?}",
+        views.len(),
+        views[0].iter().map(|v| (v.0, v.2, v.3)).collect::<Vec<_>>()
+    );
+    assert_same_timing(what, &mut failed, &mut passed);
+}
+
+/// The thumbnail database's record `r`: its column and its rows.
+fn record_rows(pir: &PirDoc, r: usize) -> (usize, std::ops::Range<usize>) {
+    let s = pir.thumbs.shape;
+    let per = s.rows / s.record_len;
+    let at = (r % per) * s.record_len;
+    (s.first_column(r), at..at + s.record_len)
+}
+
+fn u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
+    let srv = small_server("malicious", &[]);
+    let http = Client::new();
+    let part: PartitionDoc = get_json(&http, &srv.base, "/api/v1/partition");
+    let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
+    let g = Gallery {
+        http,
+        base: srv.base.clone(),
+        part,
+        pir,
+        photos: photos(4_000),
+    };
+    seeds_chosen_by_the_server_are_refused_before_any_query(&g);
+    a_crafted_scores_answer(&g);
+    a_damaged_thumbnail_record(&g);
+    a_damaged_hint_slot(&g);
+    a_damaged_level_record(&g);
+    one_failure_stops_every_later_search(&g);
+}
+
+fn seeds_chosen_by_the_server_are_refused_before_any_query(g: &Gallery) {
+    let plan = g.plan(RankingKind::Scores);
+    let f = &g.photos[0];
+    let mut attacks: Vec<(&str, PirDoc)> = Vec::new();
+    let mut d = g.pir.clone();
+    let sd = d.scores.as_mut().unwrap();
+    sd.packing_seed = sd.query_seed.clone();
+    attacks.push(("packing seed = query seed", d.clone()));
+    // The same, steering every client to the hintless ranking.
+    d.rank_table = None;
+    attacks.push(("no table, packing seed = query seed", d));
+    let mut d = g.pir.clone();
+    let level = d.levels.iter().position(Option::is_some).unwrap();
+    d.levels[level].as_mut().unwrap().a_seed = d.thumbs.a_seed.clone();
+    attacks.push(("a level's seed = the thumbnails'", d));
+    // The seeds a server derived before: SHA-256 of a label and the version only.
+    let old = |db: &str| {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"PrivateMail PIR A v1\0");
+        h.update(g.part.version.as_bytes());
+        h.update([0]);
+        h.update(db.as_bytes());
+        hex::encode(h.finalize())
+    };
+    let mut d = g.pir.clone();
+    d.thumbs.a_seed = old("thumbs");
+    let sd = d.scores.as_mut().unwrap();
+    sd.query_seed = old("scores-query");
+    sd.packing_seed = old("scores-packing");
+    attacks.push(("seeds of the version-only derivation", d));
+    for (what, doc) in &attacks {
+        // The planner refuses it, and so does the driver given a plan made elsewhere.
+        assert!(plan_of(&g.part, doc, 8, 1e12, None).is_err(), "{what}");
+        let mut cache = PirCache::default();
+        let mut sent = 0;
+        let out = search(&g.part, doc, &plan, f, &mut cache, None, 3, |r, b| {
+            sent += 1;
+            forward(&g.http, &g.base, r, b)
+        });
+        let e = out.result.unwrap_err();
+        assert_eq!(e.kind, FailureKind::Refused, "{what}: {e:?}");
+        assert!(
+            e.message.contains("nothing about your photo was sent"),
+            "{}",
+            e.message
+        );
+        assert_eq!(sent, 0, "{what}: requests were made");
+    }
+    // A per-client version: the partition document's version changed (its blocks unchanged)
+    // and the PIR document with it. With the seeds the server built with, refused; a server
+    // that derives new seeds for each client must also build new databases for each — and
+    // then it can link that client's searches, as its address lets it anyway; the photo stays
+    // hidden (ARCHITECTURE.md, threat model).
+    let mut part = g.part.clone();
+    part.version = "f".repeat(part.version.len());
+    let mut doc = g.pir.clone();
+    doc.version = part.version.clone();
+    assert!(plan_of(&part, &doc, 8, 1e12, None).is_err());
+    let mut cache = PirCache::default();
+    let out = search(
+        &part,
+        &doc,
+        &plan,
+        f,
+        &mut cache,
+        None,
+        4,
+        |_, _| unreachable!(),
+    );
+    assert_eq!(out.result.unwrap_err().kind, FailureKind::Refused);
+    assert_ne!(
+        seeds::derive(&part, Purpose::Thumbs),
+        seeds::derive(&g.part, Purpose::Thumbs)
+    );
+    // The honest document passes.
+    let mut cache = PirCache::default();
+    let out = search(&g.part, &g.pir, &plan, f, &mut cache, None, 5, g.honest());
+    assert!(out.result.is_ok(), "{:?}", out.result.err());
+}
+
+fn a_crafted_scores_answer(g: &Gallery) {
+    let plan = g.plan(RankingKind::Scores);
+    let sd = g.pir.scores.as_ref().unwrap();
+    let cents = privatemail_e2e::level_centroids(&g.http, &g.base, &g.part, sd.level);
+    let block = |f: &[f32]| nearest_centroid(&cents.values, g.part.feature_dim, f) as usize;
+    // The target: the block most of these photos fall in.
+    let mut counts = vec![0usize; sd.blocks];
+    g.photos.iter().for_each(|f| counts[block(f)] += 1);
+    let target = (0..sd.blocks).max_by_key(|&b| counts[b]).unwrap();
+    let (inside, outside): (Vec<usize>, Vec<usize>) =
+        (0..g.photos.len()).partition(|&i| block(&g.photos[i]) == target);
+    // Requests: the ranking query is the first POST after the public files (step index 0 once
+    // the files are held), the thumbnails' the second.
+    indistinguishable(
+        g,
+        "crafted scores answer",
+        &plan,
+        &inside,
+        &outside,
+        0,
+        |req, body, f| {
+            let mut answer = forward(&g.http, &g.base, req, body);
+            if matches!(req, Request::Post { url, .. } if url.ends_with("/scores"))
+                && block(f) == target
+            {
+                // A coefficient far off every multiple of Δ: what a crafted answer for block
+                // `target` does to the photos in it, and only to them.
+                let at = answer.len() / 2;
+                answer[at + 3] ^= 0x40;
+            }
+            answer
+        },
+    );
+}
+
+fn a_damaged_thumbnail_record(g: &Gallery) {
+    let plan = g.plan(RankingKind::Table);
+    let table = forward(
+        &g.http,
+        &g.base,
+        &Request::Get {
+            url: format!("{}/rank", g.pir.answer_url),
+            bytes: 0,
+            wire_bytes: 0,
+            sha256: String::new(),
+            file: shared::protocol::pir_search::driver::PublicFile::Table,
+        },
+        &[],
+    );
+    let top = |f: &[f32]| rank_table(&g.pir, &table, f, 8).unwrap().indices;
+    let tops: Vec<Vec<u32>> = g.photos.iter().map(|f| top(f)).collect();
+    // The record in the most top-8 lists.
+    let mut counts = vec![0usize; g.part.gallery_size];
+    tops.iter().flatten().for_each(|&r| counts[r as usize] += 1);
+    let target = (0..counts.len()).max_by_key(|&r| counts[r]).unwrap();
+    let (inside, outside): (Vec<usize>, Vec<usize>) =
+        (0..g.photos.len()).partition(|&i| tops[i].contains(&(target as u32)));
+    // The database with record `target` changed by +1 in every byte, consistently: each
+    // answer gets δ·q[c] on the record's rows, and the hint δ·A[c] on the same rows.
+    let (col, rows) = record_rows(&g.pir, target);
+    let shape = g.pir.thumbs.shape;
+    let a = matrix_a(&seeds::derive(&g.part, Purpose::Thumbs), shape.cols);
+    let hint_url = format!("{}/thumbs/hint", g.pir.answer_url);
+    let mut hint = u32s(&forward(
+        &g.http,
+        &g.base,
+        &Request::Get {
+            url: hint_url.clone(),
+            bytes: 0,
+            wire_bytes: 0,
+            sha256: String::new(),
+            file: shared::protocol::pir_search::driver::PublicFile::Hint("thumbs".into()),
+        },
+        &[],
+    ));
+    for i in rows.clone() {
+        for j in 0..LWE_N {
+            hint[i * LWE_N + j] = hint[i * LWE_N + j].wrapping_add(a[col * LWE_N + j]);
+        }
+    }
+    let hint = bytes(&hint);
+    let mut doc = g.pir.clone();
+    doc.thumbs.hint_sha256 = shared::protocol::blocks::hash_hex(&hint);
+    let g2 = Gallery {
+        http: g.http.clone(),
+        base: g.base.clone(),
+        part: g.part.clone(),
+        pir: doc,
+        photos: g.photos.clone(),
+    };
+    indistinguishable(
+        &g2,
+        "one damaged thumbnail record",
+        &plan,
+        &inside,
+        &outside,
+        0,
+        |req, body, _| match req {
+            Request::Get { url, .. } if url == &hint_url => hint.clone(),
+            Request::Post { url, .. } if url.ends_with("/thumbs") => {
+                let mut ans = u32s(&forward(&g.http, &g.base, req, body));
+                let q = u32s(body);
+                for k in 0..q.len() / shape.cols {
+                    let qc = q[k * shape.cols + col];
+                    for i in rows.clone() {
+                        ans[k * shape.rows + i] = ans[k * shape.rows + i].wrapping_add(qc);
+                    }
+                }
+                bytes(&ans)
+            }
+            _ => forward(&g.http, &g.base, req, body),
+        },
+    );
+}
+
+fn a_damaged_hint_slot(g: &Gallery) {
+    let plan = g.plan(RankingKind::Table);
+    let shape = g.pir.thumbs.shape;
+    let per = shape.rows / shape.record_len;
+    assert!(per >= 2, "records are stacked in the thumbnail columns");
+    let hint_url = format!("{}/thumbs/hint", g.pir.answer_url);
+    let get = |url: String, file| {
+        forward(
+            &g.http,
+            &g.base,
+            &Request::Get {
+                url,
+                bytes: 0,
+                wire_bytes: 0,
+                sha256: String::new(),
+                file,
+            },
+            &[],
+        )
+    };
+    let table = get(
+        format!("{}/rank", g.pir.answer_url),
+        shared::protocol::pir_search::driver::PublicFile::Table,
+    );
+    let tops: Vec<Vec<u32>> = g
+        .photos
+        .iter()
+        .map(|f| rank_table(&g.pir, &table, f, 8).unwrap().indices)
+        .collect();
+    // One row of the hint, in the slot the fewest top-8 lists avoid: every record stacked at
+    // that slot decodes one byte wrong.
+    let slot_of = |r: u32| r as usize % per;
+    let slot = (0..per)
+        .max_by_key(|&s| {
+            tops.iter()
+                .filter(|t| t.iter().any(|&r| slot_of(r) == s))
+                .count()
+                .min(
+                    tops.iter()
+                        .filter(|t| !t.iter().any(|&r| slot_of(r) == s))
+                        .count(),
+                )
+        })
+        .unwrap();
+    let (inside, outside): (Vec<usize>, Vec<usize>) =
+        (0..g.photos.len()).partition(|&i| tops[i].iter().any(|&r| slot_of(r) == slot));
+    let mut hint = u32s(&get(
+        hint_url.clone(),
+        shared::protocol::pir_search::driver::PublicFile::Hint("thumbs".into()),
+    ));
+    // Random changes on every row of the slot: whatever the query's secret, some byte of every
+    // record stacked there decodes wrong.
+    let mut rng = ChaCha20Rng::seed_from_u64(77);
+    for row in slot * shape.record_len..(slot + 1) * shape.record_len {
+        for j in 0..4 {
+            hint[row * LWE_N + j] =
+                hint[row * LWE_N + j].wrapping_add(rand::RngCore::next_u32(&mut rng));
+        }
+    }
+    let hint = bytes(&hint);
+    let mut doc = g.pir.clone();
+    doc.thumbs.hint_sha256 = shared::protocol::blocks::hash_hex(&hint);
+    let g2 = Gallery {
+        http: g.http.clone(),
+        base: g.base.clone(),
+        part: g.part.clone(),
+        pir: doc,
+        photos: g.photos.clone(),
+    };
+    indistinguishable(
+        &g2,
+        "one damaged hint slot",
+        &plan,
+        &inside,
+        &outside,
+        0,
+        |req, body, _| match req {
+            Request::Get { url, .. } if url == &hint_url => hint.clone(),
+            _ => forward(&g.http, &g.base, req, body),
+        },
+    );
+}
+
+fn a_damaged_level_record(g: &Gallery) {
+    let Some(level) = g.pir.levels.iter().position(Option::is_some) else {
+        panic!("the server offers a level database");
+    };
+    let plan = plan_of(&g.part, &g.pir, 8, 1e12, Some(RankingKind::Level)).unwrap();
+    let level = match plan.ranking {
+        shared::protocol::pir_search::PirRanking::Level { level } => level,
+        _ => level,
+    };
+    let cents = privatemail_e2e::level_centroids(&g.http, &g.base, &g.part, level);
+    let block = |f: &[f32]| nearest_centroid(&cents.values, g.part.feature_dim, f) as usize;
+    let blocks = g.part.levels[level].blocks as usize;
+    let mut counts = vec![0usize; blocks];
+    g.photos.iter().for_each(|f| counts[block(f)] += 1);
+    let target = (0..blocks).max_by_key(|&b| counts[b]).unwrap();
+    let (inside, outside): (Vec<usize>, Vec<usize>) =
+        (0..g.photos.len()).partition(|&i| block(&g.photos[i]) == target);
+    let tail = format!("/{level}");
+    indistinguishable(
+        g,
+        "damaged level record",
+        &plan,
+        &inside,
+        &outside,
+        0,
+        |req, body, f| {
+            let mut answer = forward(&g.http, &g.base, req, body);
+            if matches!(req, Request::Post { url, .. } if url.ends_with(&tail))
+                && block(f) == target
+            {
+                // Record bytes off by a multiple of Δ: the record's hash check fails.
+                answer[100] = answer[100].wrapping_add(1);
+                answer[103] = answer[103].wrapping_add(2);
+            }
+            answer
+        },
+    );
+}
+
+fn one_failure_stops_every_later_search(g: &Gallery) {
+    let plan = g.plan(RankingKind::Table);
+    let mut cache = PirCache::default();
+    let f = &g.photos[1];
+    let out = search(
+        &g.part,
+        &g.pir,
+        &plan,
+        f,
+        &mut cache,
+        None,
+        7,
+        |req, body| {
+            let mut answer = forward(&g.http, &g.base, req, body);
+            if matches!(req, Request::Post { .. }) {
+                answer[10] ^= 0x80;
+            }
+            answer
+        },
+    );
+    let e = out.result.unwrap_err();
+    assert_eq!(e.kind, FailureKind::Hostile);
+    assert!(
+        e.message
+            .contains("Do not search the same photo here again"),
+        "{}",
+        e.message
+    );
+    let refusal = e.refusal.expect("a hostile failure carries its refusal");
+    // The next search, of any photo, sends nothing and says why.
+    let mut sent = 0;
+    let out = search(
+        &g.part,
+        &g.pir,
+        &plan,
+        &g.photos[2],
+        &mut cache,
+        Some(&refusal),
+        8,
+        |r, b| {
+            sent += 1;
+            forward(&g.http, &g.base, r, b)
+        },
+    );
+    let e = out.result.unwrap_err();
+    assert_eq!((e.kind, sent), (FailureKind::Locked, 0));
+    assert!(e.message.contains("stopped"), "{}", e.message);
+    // A transport failure is not a refusal: it happened before the answer met a secret.
+    let rng = ChaCha20Rng::seed_from_u64(9);
+    let (mut s, step) = PirSearch::start(&g.part, &g.pir, &plan, f, &cache, None, rng);
+    assert!(matches!(step, Step::Send(_)));
+    match s.transport_failed("HTTP 503") {
+        Step::Done(Err(e)) => {
+            assert_eq!(e.kind, FailureKind::Transport);
+            assert!(e.refusal.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -4,10 +4,11 @@
 //! A query for column `j` of a database with `n` columns is `A·s + e + Δ·u_j ∈ Z_q^n`, with `A`
 //! the public matrix, `s` a fresh uniform secret and `e` fresh Gaussian errors from the
 //! caller's CSPRNG, `u_j` the j-th unit vector. Under decision-LWE with the parameters of
-//! [`super::lwe`] (128-bit), `A·s + e` is indistinguishable from uniform, so the query is too,
-//! whatever `j` is: the server's view of a query — and of a batch of them, each with its own
-//! secret — is computationally independent of the columns asked for. Its size is
-//! `4·n` bytes for every `j`. Secrets are never reused (a reused secret would let the server
+//! [`super::lwe`] (128-bit by SimplePIR's lattice-estimator figure for at most 2²⁰ samples,
+//! which a database never exceeds: see there), `A·s + e` is indistinguishable from uniform, so
+//! the query is too, whatever `j` is: the server's view of a query — and of a batch of them,
+//! each with its own secret — is computationally independent of the columns asked for. Its
+//! size is `4·n` bytes for every `j`. Secrets are never reused (a reused secret would let the server
 //! subtract two queries and see `Δ·(u_j − u_j')`), and never leave [`Pending`].
 //!
 //! # What is not hidden

@@ -14,7 +14,7 @@
 //! The public file against its published SHA-256, then its structure (every value reduced,
 //! every block's count equal to the partition document's, indices ascending and inside the
 //! gallery, the exact length); the answer's size and that every coefficient decodes within the
-//! proven error bound ([`super::ring::scores::decode`]). A hostile server can still return
+//! error bound ([`super::ring::scores::decode`]: the key-error share proven, the rounding share heuristic). A hostile server can still return
 //! wrong scores on purpose (encrypted scores carry no checksum); it cannot learn the photo, and
 //! the thumbnails fetched next are checked against the public file's digests.
 
@@ -274,6 +274,16 @@ pub struct ScoresPending {
     q: Vec<i16>,
 }
 
+/// The photo's block and quantised features are zeroised with the pending state (the secret
+/// key zeroises itself).
+impl Drop for ScoresPending {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.q.zeroize();
+        self.block.zeroize();
+    }
+}
+
 /// The ring and the public masks of a document (built once per version by a client that keeps
 /// them; a few milliseconds).
 pub struct ScoresKeys {
@@ -362,7 +372,7 @@ pub fn query(
 }
 
 /// The exact top `k` of the photo's block from the answer: the scores decoded (refused beyond
-/// the proven error bound), the block's rows ranked by `T = 2⟨q, f⟩ − ‖f‖²` (highest first, ties
+/// the error bound; decoded and ranked in full whether or not it passes), the block's rows ranked by `T = 2⟨q, f⟩ − ‖f‖²` (highest first, ties
 /// to the lower id) — exactly the order of the squared distance from the quantised photo to
 /// the items' `i16` features. Each hit's gallery index and digest come from the public file.
 pub fn rank(
@@ -394,13 +404,18 @@ pub fn rank(
         });
     }
     let q2: i64 = pending.q.iter().map(|&v| i64::from(v) * i64::from(v)).sum();
-    let mut order: Vec<(i64, u64, usize)> = rows
-        .iter()
-        .enumerate()
-        .map(|(r, &g)| (t[r], public.ids[g as usize], r))
+    // One key a database row (the block's rows first, the rest never chosen): higher score
+    // first, ties to the lower id. The same number of rows whatever the block.
+    let keys: Vec<i128> = (0..shape.rows)
+        .map(|r| match rows.get(r) {
+            Some(&g) => (i128::from(t[r]) << 64) | i128::from(u64::MAX - public.ids[g as usize]),
+            None => i128::MIN,
+        })
         .collect();
-    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    order.truncate(k);
+    let order: Vec<(i64, u64, usize)> = top_k_fixed(&keys, k.min(rows.len()))
+        .into_iter()
+        .map(|(_, r)| (t[r], public.ids[rows[r] as usize], r))
+        .collect();
     let scale = f64::from(FEATURE_SCALE) * f64::from(FEATURE_SCALE);
     let hits: Vec<Hit> = order
         .iter()
@@ -431,6 +446,27 @@ pub fn rank(
     Ok(ranked)
 }
 
+/// The `k` largest of `keys` with their positions, largest first, by a fixed sequence of
+/// compare-exchanges: the same work whatever the keys (the photo's scores, or garbage after a
+/// failed check), so the moment the next request leaves does not depend on them.
+fn top_k_fixed(keys: &[i128], k: usize) -> Vec<(i128, usize)> {
+    let mut best = vec![(i128::MIN, 0usize); k];
+    for (r, &key) in keys.iter().enumerate() {
+        let (mut key, mut at) = (key, r);
+        for slot in best.iter_mut() {
+            // Swap where the candidate is larger, as masks (no branch on the key).
+            let m = -i128::from(key > slot.0);
+            let mu = m as usize;
+            let (k0, a0) = (slot.0, slot.1);
+            slot.0 = (k0 & !m) | (key & m);
+            slot.1 = (a0 & !mu) | (at & mu);
+            key = (key & !m) | (k0 & m);
+            at = (at & !mu) | (a0 & mu);
+        }
+    }
+    best
+}
+
 /// The document's scores entry, checked against the partition (see [`check`]).
 pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> {
     let doc = pir.scores.as_ref().ok_or(Error::InvalidParameter {
@@ -444,6 +480,26 @@ pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fixed_top_k_is_a_sort() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(4);
+        for n in [1usize, 5, 8, 100, 1000] {
+            let mut keys: Vec<i128> = (0..n)
+                .map(|_| rng.random_range(-50i128..50) << 64)
+                .collect();
+            keys.iter_mut()
+                .enumerate()
+                .for_each(|(i, k)| *k |= i as i128); // distinct
+            keys.extend([i128::MIN; 3]);
+            let mut want: Vec<(i128, usize)> = keys[..n].iter().copied().zip(0..).collect();
+            want.sort_by(|a, b| b.0.cmp(&a.0));
+            for k in [1, 8].into_iter().filter(|&k| k <= n) {
+                assert_eq!(top_k_fixed(&keys, k), want[..k].to_vec(), "n {n} k {k}");
+            }
+        }
+    }
     use crate::pir::doc::FileDoc;
     use crate::pir::ring::scores::failure_log2;
 

@@ -9,7 +9,8 @@
 //! `H·s` and rounds to get column `j`. The server's work per query is one pass over the
 //! database (`m·n` byte × word products); the client's is `(m + n)·N`.
 //!
-//! - [`lwe`] — parameters (128-bit security, failure ≤ 2⁻⁴⁰ per query, proven in its docs),
+//! - [`lwe`] — parameters (128-bit security by SimplePIR's lattice-estimator run for at most
+//!   2²⁰ samples; failure ≤ 2⁻⁴⁰ per query, proven in its docs),
 //!   the public matrix, the error sampler;
 //! - [`layout`] — records as columns, the server's hint and answers;
 //! - [`client`] — queries and decoding, with the query-privacy guarantee;

@@ -165,7 +165,7 @@ pub fn failure_log2(shape: &ScoreShape, n: usize) -> f64 {
 }
 
 /// log2 of a rigorous bound on the probability that a query decodes any score wrongly:
-/// packing's rounding share at its worst case, the rest sub-Gaussian with proven proxies
+/// packing's rounding share at its worst case, the rest sub-Gaussian with rigorous proxies
 /// (module docs). 0 (no bound) when the worst case alone reaches `Δ/2`.
 pub fn failure_log2_worst_case(shape: &ScoreShape, n: usize) -> f64 {
     let margin = (1u64 << (LOG_DELTA - 1)) as f64 - rounding_worst_case(n);

@@ -502,7 +502,9 @@ impl PirSearch {
                 };
                 let hint = Hint::from_bytes(&db.shape, bytes, &db.hint_sha256)?;
                 if cache.hints.len() >= MAX_HINTS {
-                    cache.hints.clear();
+                    // Room for this search's files: drop those it does not need.
+                    let needed = self.needed();
+                    cache.hints.retain(|(h, _)| needed.contains(h));
                 }
                 cache
                     .hints
@@ -522,12 +524,24 @@ impl PirSearch {
             PublicFile::Centroids(level) => {
                 let c = centroids::verify(part, *level, bytes)?;
                 if cache.centroids.len() >= MAX_CENTROIDS {
-                    cache.centroids.clear();
+                    let needed = self.needed();
+                    cache.centroids.retain(|(h, _)| needed.contains(h));
                 }
                 cache.centroids.push((c.hash.to_ascii_lowercase(), c));
             }
         }
         Ok(())
+    }
+
+    /// The SHA-256 (lower-case) of every public file this search uses.
+    fn needed(&self) -> Vec<String> {
+        self.files()
+            .into_iter()
+            .filter_map(|(_, r)| match r {
+                Request::Get { sha256, .. } => Some(sha256),
+                Request::Post { .. } => None,
+            })
+            .collect()
     }
 
     /// The next public file, or — once all are held — the ranking step.

@@ -49,7 +49,7 @@ fn hintless_scores_at_the_deployed_degree_in_wasm() {
     let blocks: Vec<Vec<i16>> = (0..3)
         .map(|b| {
             (0..40 * 8)
-                .map(|i| (((i * 337 + b * 91) % 60_001) as i32 - 30_000) as i16)
+                .map(|i| (((i * 337 + b * 91) % 60_001) - 30_000) as i16)
                 .collect()
         })
         .collect();

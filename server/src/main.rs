@@ -86,6 +86,11 @@ struct Args {
     #[arg(long, env = "PM_PIR_CONCURRENCY", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pir_concurrency: u64,
+    /// PIR: thumbnail records also carry each item's features (1.4× the thumbnail bytes and
+    /// hint), so a client checks the encrypted scores of the items it is returned — a server
+    /// computing other scores on purpose is then caught (ARCHITECTURE.md, "Threat model").
+    #[arg(long, env = "PM_PIR_VERIFIED_SCORES")]
+    pir_verified_scores: bool,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -139,6 +144,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         allow_full_download: args.allow_full_download,
         grace: std::time::Duration::from_secs(args.partition_grace_secs),
         cache_bytes: args.blocks_cache_mib << 20,
+        verified_scores: args.pir_verified_scores,
     };
     let state = tokio::task::spawn_blocking(move || {
         AppState::open_with(

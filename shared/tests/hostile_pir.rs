@@ -133,6 +133,7 @@ proptest! {
             rank_table: table.map(|b| FileDoc { bytes: b, transfer_bytes: b / 2, sha256: "cd".repeat(32) }),
             levels: vec![None],
             scores: None,
+            thumb_features: false,
         };
         if validate(&doc, records, 1).is_ok() {
             prop_assert!(shape.validate().is_ok());
@@ -153,6 +154,7 @@ fn answers_are_asked_only_of_the_server_itself() {
         rank_table: None,
         levels: vec![],
         scores: None,
+        thumb_features: false,
     };
     assert!(validate(&doc("/api/v1/pir/v1"), 10, 0).is_ok());
     for bad in [
@@ -181,6 +183,7 @@ fn a_document_for_another_scheme_is_refused() {
         rank_table: None,
         levels: vec![],
         scores: None,
+        thumb_features: false,
     };
     assert!(validate(&doc, 10, 0).is_err());
 }

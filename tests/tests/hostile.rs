@@ -140,6 +140,8 @@ struct Hostile {
     /// Requests answered in `Case::DamagedPirThumbs`, and PIR queries (`POST`) among them.
     damaged_hits: AtomicUsize,
     damaged_posts: AtomicUsize,
+    /// Every PIR request (`METHOD path body-bytes`, the case prefix removed), in order.
+    pir_log: Mutex<Vec<String>>,
     /// The case for requests without a `/case/{name}` prefix (the page's).
     page_case: Mutex<Case>,
 }
@@ -207,6 +209,10 @@ impl Hostile {
         let partition = path == "/api/v1/partition";
         let block = path.starts_with("/api/v1/blocks/");
         let centroids = block && path.ends_with("/centroids");
+        if path.starts_with("/api/v1/pir/") {
+            let line = format!("{} {path} {}", req.method, req.body.len());
+            self.pir_log.lock().unwrap().push(line);
+        }
         if case == Case::DamagedPirThumbs {
             self.damaged_hits.fetch_add(1, Ordering::SeqCst);
             if req.method == "POST" && path.starts_with("/api/v1/pir/") {
@@ -343,6 +349,7 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         other_hits,
         damaged_hits: AtomicUsize::new(0),
         damaged_posts: AtomicUsize::new(0),
+        pir_log: Mutex::new(Vec::new()),
         page_case: Mutex::new(Case::Honest),
     });
     let s = state.clone();
@@ -765,7 +772,22 @@ async fn the_page_stops_searching_a_server_whose_pir_answer_failed_a_check() {
     let (file, _) = browser::image_file(0);
     load_photo(&c, &file).await;
     browser::click(&c, "search").await;
-    wait_for(&c, "!document.getElementById('stopped').hidden", "the stop").await;
+    wait_for(
+        &c,
+        "!document.getElementById('stopped').hidden || !document.getElementById('error').hidden",
+        "the stop",
+    )
+    .await;
+    let shown = js(
+        &c,
+        "return [document.getElementById('error').textContent, document.getElementById('status').textContent];",
+    )
+    .await;
+    assert_eq!(
+        js(&c, "return document.getElementById('stopped').hidden;").await,
+        json!(false),
+        "{shown}"
+    );
     let text = js(
         &c,
         "return document.getElementById('stopped-text').textContent;",
@@ -834,4 +856,66 @@ async fn the_page_stops_searching_a_server_whose_pir_answer_failed_a_check() {
     assert_eq!(hostile.damaged_posts.load(Ordering::SeqCst), posts);
     let _ = std::fs::remove_file(&file);
     c.close().await.unwrap();
+}
+
+/// The page and the CLI run one search driver: for the same plan they make the same PIR
+/// requests — the same public files, the same queries of the same sizes, in the same order
+/// (the bodies differ only by their fresh randomness).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_and_the_cli_make_the_same_pir_requests_for_the_same_plan() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let take = |h: &Hostile| std::mem::take(&mut *h.pir_log.lock().unwrap());
+    // The page: its default plan (PIR, 512 KiB), two searches of different photos.
+    let (_driver, c) = browser::browser().await;
+    browser::open_page(&c, &base).await;
+    assert_eq!(
+        js(&c, "return document.getElementById('protocol').value;").await,
+        json!("pir")
+    );
+    let mut page = Vec::new();
+    for i in [3usize, 40] {
+        let (file, _) = browser::image_file(i);
+        load_photo(&c, &file).await;
+        take(&hostile);
+        assert_eq!(browser::search(&c).await.len(), 8);
+        page.push(take(&hostile));
+        let _ = std::fs::remove_file(&file);
+    }
+    c.close().await.unwrap();
+    // The CLI: the same plan (`--max-kib 512`, the plan's own ranking), a fresh state
+    // directory, two searches of other photos.
+    let bin = tokio::task::spawn_blocking(cli_bin).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("pm-same-plan-{}", std::process::id()));
+    let state = dir.join("state");
+    let mut cli = Vec::new();
+    for i in [5usize, 77] {
+        let args: Vec<String> = vec![
+            "search".into(),
+            photo(&dir, i).to_str().unwrap().into(),
+            "--server".into(),
+            format!("{base}/case/honest"),
+            "--protocol".into(),
+            "pir".into(),
+            "--max-kib".into(),
+            "512".into(),
+        ];
+        let (bin, state) = (bin.clone(), state.clone());
+        let r = tokio::task::spawn_blocking(move || run_measured(&bin, &args, &state, "same-plan"))
+            .await
+            .unwrap();
+        assert_eq!(r.code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+        cli.push(take(&hostile));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("page: {page:?}\ncli: {cli:?}");
+    assert!(
+        page[0].iter().any(|l| l.starts_with("GET ")),
+        "the first search fetches the public files"
+    );
+    assert!(
+        page[1].iter().all(|l| l.starts_with("POST ")),
+        "later ones only query"
+    );
+    assert_eq!(page, cli, "the page and the CLI differ");
 }

@@ -214,6 +214,19 @@ fn indistinguishable(
     assert_same_timing(what, &mut failed, &mut passed);
 }
 
+/// A scores answer that decodes cleanly to other scores: row 0 of the photo's block gets
+/// `256·2²⁹` more (Δ·2²⁹ added to the high plane's first coefficient), more than any real
+/// score, so it comes first — what a server computing other scores on purpose can do.
+fn raise_row_zero(answer: &mut [u8]) {
+    let n = shared::pir::ring::N;
+    let chunks = answer.len() / (2 * n * 8);
+    let at = chunks * n * 8;
+    let v = u64::from_le_bytes(answer[at..at + 8].try_into().unwrap());
+    let q = shared::pir::ring::modq::Q.value;
+    let v = ((u128::from(v) + (1u128 << 59)) % u128::from(q)) as u64;
+    answer[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
 /// The thumbnail database's record `r`: its column and its rows.
 fn record_rows(pir: &PirDoc, r: usize) -> (usize, std::ops::Range<usize>) {
     let s = pir.thumbs.shape;
@@ -251,6 +264,106 @@ fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     a_damaged_hint_slot(&g);
     a_damaged_level_record(&g);
     one_failure_stops_every_later_search(&g);
+    other_scores_pass_unless_the_records_carry_features(&g);
+}
+
+/// Without `--pir-verified-scores`, a server that computes other scores chooses what a search
+/// returns, undetected (the threat model says so); the pictures are still the real ones.
+fn other_scores_pass_unless_the_records_carry_features(g: &Gallery) {
+    assert!(!g.pir.thumb_features);
+    let plan = g.plan(RankingKind::Scores);
+    let mut cache = PirCache::default();
+    let f = &g.photos[7];
+    let honest = search(&g.part, &g.pir, &plan, f, &mut cache, None, 11, g.honest());
+    let honest = honest.result.unwrap().ranked;
+    let out = search(
+        &g.part,
+        &g.pir,
+        &plan,
+        f,
+        &mut cache,
+        None,
+        12,
+        |req, body| {
+            let mut answer = forward(&g.http, &g.base, req, body);
+            if matches!(req, Request::Post { url, .. } if url.ends_with("/scores")) {
+                raise_row_zero(&mut answer);
+            }
+            answer
+        },
+    );
+    let crafted = out.result.unwrap().ranked;
+    assert_ne!(
+        crafted.indices[0], honest.indices[0],
+        "the crafted score came first"
+    );
+}
+
+/// With `--pir-verified-scores` every thumbnail record carries its item's features and the
+/// client checks the decrypted score of each returned item: the same crafted answer fails
+/// (and stops later searches), an honest one passes.
+#[test]
+fn verified_scores_catch_a_server_that_computes_other_scores() {
+    let srv = small_server("malicious-verified", &["--pir-verified-scores"]);
+    let http = Client::new();
+    let part: PartitionDoc = get_json(&http, &srv.base, "/api/v1/partition");
+    let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
+    assert!(pir.thumb_features);
+    let g = Gallery {
+        http,
+        base: srv.base.clone(),
+        part,
+        pir,
+        photos: photos(40),
+    };
+    let plan = g.plan(RankingKind::Scores);
+    let mut cache = PirCache::default();
+    for (i, f) in g.photos.iter().enumerate().take(20) {
+        let out = search(
+            &g.part,
+            &g.pir,
+            &plan,
+            f,
+            &mut cache,
+            None,
+            i as u64,
+            g.honest(),
+        );
+        let found = out.result.unwrap();
+        assert_eq!(found.ranked.scores.len(), 8);
+        let out = search(
+            &g.part,
+            &g.pir,
+            &plan,
+            f,
+            &mut cache,
+            None,
+            100 + i as u64,
+            |req, body| {
+                let mut answer = forward(&g.http, &g.base, req, body);
+                if matches!(req, Request::Post { url, .. } if url.ends_with("/scores")) {
+                    raise_row_zero(&mut answer);
+                }
+                answer
+            },
+        );
+        let e = out.result.unwrap_err();
+        assert_eq!(e.kind, FailureKind::Hostile, "{e:?}");
+        assert!(e.message.contains("scores"), "{}", e.message);
+        assert!(e.refusal.is_some());
+    }
+    // The table plan on the same server: records with features, thumbnails still exact.
+    let out = search(
+        &g.part,
+        &g.pir,
+        &g.plan(RankingKind::Table),
+        &g.photos[0],
+        &mut cache,
+        None,
+        9,
+        g.honest(),
+    );
+    assert_eq!(out.result.unwrap().thumbnails.len(), 8);
 }
 
 fn seeds_chosen_by_the_server_are_refused_before_any_query(g: &Gallery) {
@@ -405,7 +518,9 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
             bytes: 0,
             wire_bytes: 0,
             sha256: String::new(),
-            file: PublicFile::Hint("thumbs".into()),
+            file: PublicFile::Hint {
+                db: "thumbs".into(),
+            },
         },
         &[],
     ));
@@ -484,7 +599,12 @@ fn a_damaged_hint_slot(g: &Gallery) {
             n.min(tops.len() - n)
         })
         .unwrap();
-    let mut hint = u32s(&get(hint_url.clone(), PublicFile::Hint("thumbs".into())));
+    let mut hint = u32s(&get(
+        hint_url.clone(),
+        PublicFile::Hint {
+            db: "thumbs".into(),
+        },
+    ));
     // Random changes on every row of the slot: whatever the query's secret, some byte of every
     // record stacked there decodes wrong.
     let mut rng = ChaCha20Rng::seed_from_u64(77);

@@ -76,6 +76,9 @@ pub struct PartitionSettings {
     /// A version whose block files (plain + gzip) exceed this many bytes is not held in
     /// memory: a request's block file is read from the block store (and checked).
     pub cache_bytes: u64,
+    /// PIR: each thumbnail record also carries its item's features, so clients check the
+    /// hintless ranking's scores of the items they are returned (records 1.4× as large).
+    pub verified_scores: bool,
 }
 
 impl Default for PartitionSettings {
@@ -85,6 +88,7 @@ impl Default for PartitionSettings {
             allow_full_download: true,
             grace: Duration::from_secs(600),
             cache_bytes: 1 << 30,
+            verified_scores: false,
         }
     }
 }

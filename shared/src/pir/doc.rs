@@ -128,6 +128,12 @@ pub struct PirDoc {
     /// The hintless ranking, where the partition has a capped level.
     #[serde(default)]
     pub scores: Option<ScoresDoc>,
+    /// Whether each thumbnail record also carries its item's `i16` features (`2·dim` bytes,
+    /// little-endian, after the packed thumbnail; covered by the digest): then a client checks
+    /// the hintless ranking's decrypted scores of the items it returns against them (the
+    /// operator's choice: `--pir-verified-scores`, thumbnail records 1.4× as large).
+    #[serde(default)]
+    pub thumb_features: bool,
 }
 
 fn check_db(db: &PirDbDoc, what: &'static str, with_hashes: bool) -> Result<()> {

@@ -428,6 +428,7 @@ pub fn rank(
         })
         .collect();
     let ranked = Ranked {
+        scores: order.iter().map(|&(t, _, _)| t).collect(),
         indices: order.iter().map(|&(_, _, r)| rows[r]).collect(),
         digests: order
             .iter()
@@ -494,7 +495,7 @@ mod tests {
                 .for_each(|(i, k)| *k |= i as i128); // distinct
             keys.extend([i128::MIN; 3]);
             let mut want: Vec<(i128, usize)> = keys[..n].iter().copied().zip(0..).collect();
-            want.sort_by(|a, b| b.0.cmp(&a.0));
+            want.sort_by_key(|w| std::cmp::Reverse(w.0));
             for k in [1, 8].into_iter().filter(|&k| k <= n) {
                 assert_eq!(top_k_fixed(&keys, k), want[..k].to_vec(), "n {n} k {k}");
             }

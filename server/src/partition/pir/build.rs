@@ -130,10 +130,19 @@ pub fn build(
     }
     // Thumbnails as the blocks hold them (3 bits a pixel): one record per item.
     let side = p.doc.thumb_side;
+    // With verified scores each record also carries the item's i16 features (the digests,
+    // computed over the record, cover them).
+    let with_features = partitions.settings.verified_scores;
     let packed: Vec<Vec<u8>> = items
         .par_iter()
-        .map(|it| thumbs::pack(&it.pixels, side))
-        .collect::<Result<_, _>>()?;
+        .map(|it| {
+            let mut r = thumbs::pack(&it.pixels, side)?;
+            if with_features {
+                r.extend(it.features.iter().flat_map(|&v| quantise(v).to_le_bytes()));
+            }
+            Ok(r)
+        })
+        .collect::<Result<_, shared::Error>>()?;
     let rank_item = |i: usize| RankItem {
         id: items[i].id,
         label: items[i].label as u8,
@@ -159,7 +168,7 @@ pub fn build(
 
     let thumbs = build_db(
         "thumbs",
-        thumbs_shape(items.len(), thumbs::packed_len(side))?,
+        thumbs_shape(items.len(), packed.first().map_or(1, Vec::len))?,
         seeds::derive(&p.doc, Purpose::Thumbs),
         packed.iter().map(Vec::as_slice),
         Vec::new(),
@@ -206,6 +215,7 @@ pub fn build(
             .map(|l| l.as_ref().map(|d| d.doc.clone()))
             .collect(),
         scores: scores.as_ref().map(|(_, d)| d.clone()),
+        thumb_features: with_features,
     };
     let doc_json =
         Bytes::from(serde_json::to_vec(&doc).map_err(|e| PirBuildError::Invalid(e.to_string()))?);

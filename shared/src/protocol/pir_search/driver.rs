@@ -46,8 +46,8 @@ use crate::protocol::blocks::max_transfer_len;
 use crate::protocol::centroids::{self, centroids_url, Centroids};
 
 use super::{
-    check_docs, load_table, rank_level, rank_query, ranked, thumbs_decode, thumbs_query, PirPlan,
-    PirRanking, Ranked,
+    check_docs, load_table, rank_level, rank_query, ranked, thumbs_decode_records, thumbs_query,
+    verify_scores, PirPlan, PirRanking, Ranked,
 };
 
 /// Public files kept at most per kind (one version's thumbnail hint and a level's).
@@ -81,7 +81,7 @@ impl PirCache {
 
     fn holds(&self, file: &PublicFile, sha: &str) -> bool {
         match file {
-            PublicFile::Hint(_) => self.hint(sha).is_some(),
+            PublicFile::Hint { .. } => self.hint(sha).is_some(),
             PublicFile::Table => self
                 .table
                 .as_ref()
@@ -90,7 +90,7 @@ impl PirCache {
                 .scores
                 .as_ref()
                 .is_some_and(|(h, _, _)| h.eq_ignore_ascii_case(sha)),
-            PublicFile::Centroids(_) => self.centroids(sha).is_some(),
+            PublicFile::Centroids { .. } => self.centroids(sha).is_some(),
         }
     }
 }
@@ -100,10 +100,14 @@ impl PirCache {
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum PublicFile {
     /// A SimplePIR database's hint (`thumbs` or a level).
-    Hint(String),
+    Hint {
+        db: String,
+    },
     Table,
     Scores,
-    Centroids(usize),
+    Centroids {
+        level: usize,
+    },
 }
 
 /// The next request of a search.
@@ -169,10 +173,10 @@ pub struct Refusal {
 
 /// The advice shown with a hostile failure and with every refused search after it. One text
 /// for the page and the CLI; it claims no more than the guarantee above.
-pub const REFUSAL_ADVICE: &str = "The server sent an answer that failed the checks this search \
-makes. A malicious server can cause such a failure on purpose to learn about one bit of your \
-photo (for example, whether it lies in one part of the gallery), so private searches against \
-this server are stopped until you clear this. Do not search the same photo here again.";
+pub const REFUSAL_ADVICE: &str = "A malicious server can cause such a failure on purpose to \
+learn about one bit of your photo (for example, whether it lies in one part of the gallery), so \
+searches against this server are stopped until you allow them again. Do not search the same \
+photo here again.";
 
 impl Refusal {
     /// The failure a later search gets while this refusal stands.
@@ -250,7 +254,8 @@ fn hostile(what: &str, e: impl std::fmt::Display) -> Failure {
     Failure {
         kind: FailureKind::Hostile,
         message: format!(
-            "{} {REFUSAL_ADVICE}",
+            "{} The server sent an answer that failed the checks this search makes. \
+             {REFUSAL_ADVICE}",
             crate::text::excerpt(&format!("{what}: {e}."), 300)
         ),
         refusal: None,
@@ -379,7 +384,7 @@ impl PirSearch {
         let hint = |name: String, db: &crate::pir::doc::PirDbDoc| {
             let b = db.shape.hint_bytes() as u64;
             get(
-                PublicFile::Hint(name.clone()),
+                PublicFile::Hint { db: name.clone() },
                 url(&format!("{name}/hint")),
                 b,
                 max_transfer_len(b),
@@ -389,7 +394,7 @@ impl PirSearch {
         let cents = |level: usize| {
             let l = &part.levels[level];
             get(
-                PublicFile::Centroids(level),
+                PublicFile::Centroids { level },
                 centroids_url(part, level),
                 l.centroids_bytes,
                 max_transfer_len(l.centroids_bytes),
@@ -490,7 +495,7 @@ impl PirSearch {
     fn keep(&self, cache: &mut PirCache, file: &PublicFile, bytes: &[u8]) -> Result<()> {
         let (part, pir) = (&self.part, &self.pir);
         match file {
-            PublicFile::Hint(name) => {
+            PublicFile::Hint { db: name } => {
                 let db = if name == "thumbs" {
                     &pir.thumbs
                 } else {
@@ -521,7 +526,7 @@ impl PirSearch {
                 let keys = ScoresKeys::new(part, sd)?;
                 cache.scores = Some((sd.public.sha256.to_ascii_lowercase(), public, keys));
             }
-            PublicFile::Centroids(level) => {
+            PublicFile::Centroids { level } => {
                 let c = centroids::verify(part, *level, bytes)?;
                 if cache.centroids.len() >= MAX_CENTROIDS {
                     let needed = self.needed();
@@ -669,20 +674,42 @@ impl PirSearch {
             version: self.part.version.clone(),
             what: what.into(),
         };
+        let dim = if self.pir.thumb_features {
+            self.part.feature_dim
+        } else {
+            0
+        };
+        let verify =
+            self.pir.thumb_features && matches!(self.plan.ranking, PirRanking::Scores { .. });
         let out = match ranked {
-            Ok(r) => match thumbs_decode(&pending, hint, bytes, &r, side) {
-                Ok(thumbnails) => Ok(Found {
-                    ranked: r,
-                    thumbnails,
-                }),
-                Err(e) => Err(Failure {
-                    refusal: Some(refusal("a thumbnail did not match its published digest")),
-                    ..hostile(
-                        "A picture did not match the fingerprint the gallery published",
-                        e,
-                    )
-                }),
-            },
+            Ok(r) => {
+                // Both checks run whatever the first says.
+                let thumbs = thumbs_decode_records(&pending, hint, bytes, &r, side, dim);
+                let scores = match (&thumbs, verify) {
+                    (Ok(t), true) => verify_scores(&r, t, &self.features),
+                    _ => Ok(()),
+                };
+                match (thumbs, scores) {
+                    (Ok(t), Ok(())) => Ok(Found {
+                        ranked: r,
+                        thumbnails: t.pixels,
+                    }),
+                    (Err(e), _) => Err(Failure {
+                        refusal: Some(refusal("a thumbnail did not match its published digest")),
+                        ..hostile(
+                            "A picture did not match the fingerprint the gallery published",
+                            e,
+                        )
+                    }),
+                    (_, Err(e)) => Err(Failure {
+                        refusal: Some(refusal("a returned item's score was not its own")),
+                        ..hostile(
+                            "The server's encrypted scores do not match the items it returned",
+                            e,
+                        )
+                    }),
+                }
+            }
             Err(e) => Err(Failure {
                 refusal: Some(refusal("the ranking answer did not check out")),
                 ..hostile("The server's ranking answer did not check out", e)
@@ -726,5 +753,55 @@ impl std::fmt::Debug for PirSearch {
             .field("plan", &self.plan)
             .field("traffic", &self.traffic)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The page reads every step as JSON: each request kind and a failure with its refusal
+    /// serialise.
+    #[test]
+    fn requests_and_failures_serialise_for_the_page() {
+        let files = [
+            PublicFile::Hint {
+                db: "thumbs".into(),
+            },
+            PublicFile::Table,
+            PublicFile::Scores,
+            PublicFile::Centroids { level: 3 },
+        ];
+        for file in files {
+            let req = Request::Get {
+                url: "/x".into(),
+                bytes: 1,
+                wire_bytes: 2,
+                sha256: "ab".into(),
+                file,
+            };
+            let json = serde_json::to_string(&req).unwrap();
+            assert!(json.contains("\"method\":\"get\""), "{json}");
+        }
+        let post = Request::Post {
+            url: "/y".into(),
+            body_bytes: 3,
+            answer_bytes: 4,
+        };
+        assert!(serde_json::to_string(&post)
+            .unwrap()
+            .contains("\"answer_bytes\":4"));
+        let refusal = Refusal {
+            version: "v1".into(),
+            what: "a thumbnail did not match its published digest".into(),
+        };
+        let locked = refusal.failure();
+        assert_eq!(locked.kind, FailureKind::Locked);
+        assert!(locked.message.contains(REFUSAL_ADVICE));
+        let json = serde_json::to_string(&locked).unwrap();
+        assert!(json.contains("\"kind\":\"locked\""), "{json}");
+        let back: Refusal =
+            serde_json::from_str(&serde_json::to_string(&refusal).unwrap()).unwrap();
+        assert_eq!(back, refusal);
     }
 }

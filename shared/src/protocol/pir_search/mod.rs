@@ -232,6 +232,18 @@ pub fn check_docs(part: &PartitionDoc, pir: &PirDoc) -> Result<()> {
             reason: "its version is not the partition's".into(),
         });
     }
+    let record = thumbs::packed_len(part.thumb_side)
+        + if pir.thumb_features {
+            2 * part.feature_dim
+        } else {
+            0
+        };
+    if pir.thumbs.shape.record_len != record {
+        return Err(Error::InvalidParameter {
+            name: "pir thumbnails",
+            reason: "the record length is not the thumbnail's (and features') size".into(),
+        });
+    }
     seeds::check(part, pir)
 }
 
@@ -273,6 +285,10 @@ pub struct Ranked {
     /// Each hit's gallery index (its thumbnail record) and thumbnail digest.
     pub indices: Vec<u32>,
     pub digests: Vec<[u8; DIGEST]>,
+    /// The hintless ranking's decrypted score `T = 2⟨q, f⟩ − ‖f‖²` of each hit (empty for the
+    /// table and levels, whose records are verified by hash): checked against the features
+    /// the thumbnail records carry where the server publishes them ([`verify_scores`]).
+    pub scores: Vec<i64>,
 }
 
 /// The exact top k of a verified ranking record (the table, or a level's record).
@@ -282,6 +298,7 @@ pub fn ranked(record: &RankRecord, features: &[f32], k: usize) -> Result<Ranked>
         indices: hits.iter().map(|h| record.indices[h.index]).collect(),
         digests: hits.iter().map(|h| record.digests[h.index]).collect(),
         hits,
+        scores: Vec::new(),
     })
 }
 
@@ -421,14 +438,17 @@ pub fn thumbs_query(
     )
 }
 
+/// The thumbnail records of the ranked hits, each checked against its digest: the pixels
+/// (`thumb_side²` grey bytes each) and, where the records carry them
+/// ([`PirDoc::thumb_features`]), each item's `i16` features.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Thumbs {
+    pub pixels: Vec<Vec<u8>>,
+    pub features: Vec<Vec<i16>>,
+}
+
 /// The thumbnails of the ranked hits (`thumb_side²` grey bytes each), each record checked
 /// against its digest before it is shown.
-///
-/// # Failures say nothing
-/// A hostile server can damage one chosen record, so a failure depends on whether that record
-/// is among the top k. Every record is hashed and unpacked whether an earlier one failed or
-/// not (no early return; digests compared without a data-dependent exit), and the error names
-/// no record.
 pub fn thumbs_decode(
     pending: &Pending,
     hint: &Hint,
@@ -436,19 +456,46 @@ pub fn thumbs_decode(
     ranked: &Ranked,
     thumb_side: usize,
 ) -> Result<Vec<Vec<u8>>> {
+    thumbs_decode_records(pending, hint, answer, ranked, thumb_side, 0).map(|t| t.pixels)
+}
+
+/// [`thumbs_decode`] for records that also carry `dim` features (0: none): the digest covers
+/// the whole record.
+///
+/// # Failures say nothing
+/// A hostile server can damage one chosen record, so a failure depends on whether that record
+/// is among the top k. Every record is hashed and unpacked whether an earlier one failed or
+/// not (no early return; digests compared without a data-dependent exit), and the error names
+/// no record.
+pub fn thumbs_decode_records(
+    pending: &Pending,
+    hint: &Hint,
+    answer: &[u8],
+    ranked: &Ranked,
+    thumb_side: usize,
+    dim: usize,
+) -> Result<Thumbs> {
     let all = pending.decode(hint, answer)?;
     let len = thumbs::packed_len(thumb_side);
     let mut ok = all.len() >= ranked.indices.len();
-    let mut out = Vec::with_capacity(ranked.indices.len());
-    for (packed, (&i, d)) in all.iter().zip(ranked.indices.iter().zip(&ranked.digests)) {
+    let mut out = Thumbs::default();
+    for (record, (&i, d)) in all.iter().zip(ranked.indices.iter().zip(&ranked.digests)) {
         // Records are padded to the database's record length (public); the digest covers the
-        // packed thumbnail alone.
-        let packed = packed.get(..len).unwrap_or(&[]);
-        let got = thumb_digest(i, packed);
+        // packed thumbnail and the features, if any.
+        let record = record.get(..len + 2 * dim).unwrap_or(&[]);
+        let got = thumb_digest(i, record);
         ok &= got.iter().zip(d).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-        let pixels = thumbs::unpack(packed, thumb_side);
+        let pixels = thumbs::unpack(record.get(..len).unwrap_or(&[]), thumb_side);
         ok &= pixels.is_ok();
-        out.push(pixels.unwrap_or_default());
+        out.pixels.push(pixels.unwrap_or_default());
+        out.features.push(
+            record
+                .get(len..)
+                .unwrap_or(&[])
+                .chunks_exact(2)
+                .map(|c| i16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        );
     }
     if ok {
         Ok(out)
@@ -458,6 +505,35 @@ pub fn thumbs_decode(
             expected: "the digests of the ranking".into(),
             got: "a record that does not match".into(),
         }
+        .into())
+    }
+}
+
+/// Checks the hintless ranking's decrypted scores of the returned items against the features
+/// their thumbnail records carry (verified by digest): `T = 2⟨q, f⟩ − ‖f‖²` with the photo's
+/// quantised features `q`. A server that computed other scores on purpose — to choose which
+/// items a search returns — fails here whenever a returned item's score is not its own. Every
+/// item is checked (no early return).
+pub fn verify_scores(ranked: &Ranked, thumbs: &Thumbs, features: &[f32]) -> Result<()> {
+    let q: Vec<i64> = features
+        .iter()
+        .map(|&v| i64::from(crate::protocol::blocks::quantise(v)))
+        .collect();
+    let mut ok =
+        ranked.scores.len() == ranked.hits.len() && thumbs.features.len() >= ranked.hits.len();
+    for (t, f) in ranked.scores.iter().zip(&thumbs.features) {
+        ok &= f.len() == q.len();
+        let (dot, norm) = f.iter().zip(&q).fold((0i64, 0i64), |(d, n), (&f, &q)| {
+            (d + q * i64::from(f), n + i64::from(f) * i64::from(f))
+        });
+        ok &= 2 * dot - norm == *t;
+    }
+    if ok {
+        Ok(())
+    } else {
+        Err(PirError::Malformed(
+            "a returned item's encrypted score is not the score of its published features".into(),
+        )
         .into())
     }
 }

@@ -59,8 +59,7 @@ async function start() {
   updateEpsilon();
   updateBudget();
   updateProtocol();
-  const refusal = storedRefusal();
-  if (refusal) showStopped(state.client.refusal_message(refusal));
+  if (storedRefusal()) showStopped(refusalWords());
   timings.ready_ms = performance.now() - t0;
   status(`Ready (${Math.round(timings.ready_ms)} ms). Choose a photo to search with.`);
   document.body.dataset.ready = "true";
@@ -68,14 +67,23 @@ async function start() {
 
 // ---- search ----------------------------------------------------------------------------------
 
+// The words for the stored refusal (from the wasm client: one text with the CLI's); a record
+// this page cannot read still stops searches.
+function refusalWords() {
+  try {
+    return state.client.refusal_message(storedRefusal());
+  } catch {
+    return "Searches against this server are stopped: an answer failed a check earlier. Allow them again only if you trust this server.";
+  }
+}
+
 async function onSearch() {
   showError("");
   $("warning").hidden = true;
   if (!state.image) return;
   // After a failed check against this server, no search of any kind is sent (no fallback
   // to a less private protocol) until the person clears the stop.
-  const refusal = storedRefusal();
-  if (refusal) return showStopped(state.client.refusal_message(refusal));
+  if (storedRefusal()) return showStopped(refusalWords());
   if (protocol() === "pir") return onPirSearch();
   if (protocol() === "blocks" || protocol() === "whole") return onBlockSearch();
   return onFrameSearch();

@@ -37,23 +37,34 @@ async function exact(url, bytes, wire, signal, init, follow = true) {
   return got;
 }
 
+// Why the last PIR document was refused by the wasm client ("" when it was not).
+export let pirRefused = "";
+
 // The PIR document (public, the same for everyone), loaded into the wasm client; null when the
-// server offers none (yet) or its document is refused.
+// server offers none (yet) or its document is refused (then `pirRefused` says why: e.g. a seed
+// that is not the one the client derives — nothing about the photo was used).
 export async function loadPir(client) {
+  pirRefused = "";
   const d = deadline((await clientLimits()).total_timeout_secs);
+  let text;
   try {
     const { resp, bytes } = await fetchBounded("/api/v1/pir", {
       maxBytes: (await clientLimits()).max_json_bytes,
       signal: d.signal,
     });
     if (!resp.ok) return null;
-    const text = new TextDecoder().decode(bytes);
-    client.load_pir(text);
-    return JSON.parse(text);
+    text = new TextDecoder().decode(bytes);
   } catch {
     return null;
   } finally {
     d.done();
+  }
+  try {
+    client.load_pir(text);
+    return JSON.parse(text);
+  } catch (e) {
+    pirRefused = String(e.message || e);
+    return null;
   }
 }
 

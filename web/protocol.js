@@ -1,9 +1,9 @@
 // The ways to search the page offers and shows: which the server's public documents allow
 // (the partition for block download, the PIR document for private retrieval) and the parts of
 // the page for the chosen one.
-import { $, K, pirRanking, protocol, state } from "./page.js";
+import { $, K, pirRanking, protocol, showError, state } from "./page.js";
 import { LIMITS, getJson } from "./api.js";
-import { loadPir } from "./pir.js";
+import { loadPir, pirRefused } from "./pir.js";
 import { updateEpsilon } from "./budget.js";
 
 // The partition document is public and the same for everyone; a stale one is refetched whole.
@@ -49,6 +49,12 @@ function pirDefaultBudget() {
 // default, unless its one-time download is large (the ranking table of a million images).
 export async function loadPirDoc() {
   state.pirDoc = state.partition ? await loadPir(state.client) : null;
+  // A refused document is said plainly; the page does not quietly move to another way of
+  // searching as if nothing happened.
+  if (pirRefused) {
+    showError(`This server's private information retrieval was refused, so nothing was sent: ${pirRefused}. ` +
+      "The other ways to search below protect your photo only as far as their plans say.");
+  }
   const opt = $("protocol").querySelector("option[value='pir']");
   opt.hidden = !state.pirDoc;
   opt.disabled = !state.pirDoc;

@@ -31,25 +31,35 @@ fn state_err(path: &std::path::Path, e: impl std::fmt::Display) -> CliError {
 }
 
 pub fn load() -> Result<Vec<Receipt>> {
-    let p = path()?;
-    match std::fs::read(&p) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| state_err(&p, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(state_err(&p, e)),
+    Ok(read_json(&path()?)?.unwrap_or_default())
+}
+
+/// A state file's JSON, or `None` if there is none yet (any other failure is an error: a
+/// state file that cannot be read is never taken as empty).
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(p: &std::path::Path) -> Result<Option<T>> {
+    match std::fs::read(p) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| state_err(p, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(state_err(p, e)),
     }
 }
 
-/// Write atomically (a temporary file renamed over the old one), so a crash never loses the
-/// receipts already spent.
-fn store(receipts: &[Receipt]) -> Result<()> {
-    let p = path()?;
+/// Write a state file atomically (a temporary file renamed over the old one), so a crash
+/// never loses what it held (the receipts already spent, a refusal).
+pub(crate) fn write_json(p: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
     if let Some(dir) = p.parent() {
         std::fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
     }
     let tmp = p.with_extension("json.tmp");
-    let json = serde_json::to_vec_pretty(receipts).map_err(|e| state_err(&p, e))?;
+    let json = serde_json::to_vec_pretty(value).map_err(|e| state_err(p, e))?;
     std::fs::write(&tmp, json).map_err(|e| state_err(&tmp, e))?;
-    std::fs::rename(&tmp, &p).map_err(|e| state_err(&p, e))
+    std::fs::rename(&tmp, p).map_err(|e| state_err(p, e))
+}
+
+fn store(receipts: &[Receipt]) -> Result<()> {
+    write_json(&path()?, &receipts)
 }
 
 pub fn total(receipts: &[Receipt], delta: f64) -> Result<Total> {

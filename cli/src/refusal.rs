@@ -14,34 +14,14 @@ fn path() -> Result<PathBuf> {
     Ok(crate::budget::path()?.with_file_name("refusals.json"))
 }
 
-fn state_err(path: &std::path::Path, e: impl std::fmt::Display) -> CliError {
-    CliError::State {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    }
-}
-
 /// The servers' refusals. A file that cannot be read is an error, never "no refusal": losing
 /// the record would let a hostile server ask again.
 fn load_all() -> Result<BTreeMap<String, Refusal>> {
-    let p = path()?;
-    match std::fs::read(&p) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| state_err(&p, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
-        Err(e) => Err(state_err(&p, e)),
-    }
+    Ok(crate::budget::read_json(&path()?)?.unwrap_or_default())
 }
 
-/// Written atomically (a temporary file renamed over the old one).
 fn store(all: &BTreeMap<String, Refusal>) -> Result<()> {
-    let p = path()?;
-    if let Some(dir) = p.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
-    }
-    let tmp = p.with_extension("json.tmp");
-    let json = serde_json::to_vec_pretty(all).map_err(|e| state_err(&p, e))?;
-    std::fs::write(&tmp, json).map_err(|e| state_err(&tmp, e))?;
-    std::fs::rename(&tmp, &p).map_err(|e| state_err(&p, e))
+    crate::budget::write_json(&path()?, all)
 }
 
 fn key(server: &str) -> String {

@@ -47,6 +47,8 @@ enum Case {
     LongCentroids,
     /// Not in `CASES` (its own tests): every PIR thumbnail answer with one byte changed.
     DamagedPirThumbs,
+    /// Not in `CASES`: a PIR document whose packing seed is its query seed.
+    RelatedSeeds,
 }
 
 const CASES: [Case; 15] = [
@@ -86,6 +88,7 @@ impl Case {
             Case::DamagedCentroids => "damaged-centroids",
             Case::LongCentroids => "long-centroids",
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
+            Case::RelatedSeeds => "related-seeds",
         }
     }
 
@@ -107,6 +110,7 @@ impl Case {
             Case::DamagedCentroids => "a level's centroids file with one byte flipped (wrong hash)",
             Case::LongCentroids => "a level's centroids file one byte longer than declared",
             Case::DamagedPirThumbs => "every PIR thumbnail answer with one byte changed",
+            Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
         }
     }
 
@@ -124,7 +128,7 @@ impl Case {
         CASES
             .iter()
             .copied()
-            .chain([Case::DamagedPirThumbs])
+            .chain([Case::DamagedPirThumbs, Case::RelatedSeeds])
             .find(|c| c.name() == n)
     }
 }
@@ -220,6 +224,24 @@ impl Hostile {
             }
         }
         match case {
+            Case::RelatedSeeds if req.method == "POST" && path.starts_with("/api/v1/pir/") => {
+                self.damaged_posts.fetch_add(1, Ordering::SeqCst);
+                fake::forward(&self.http, &self.real, path, req).await
+            }
+            Case::RelatedSeeds if path == "/api/v1/pir" => {
+                let r = fake::forward(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                let mut doc: shared::pir::doc::PirDoc = serde_json::from_slice(&bytes).unwrap();
+                let sd = doc
+                    .scores
+                    .as_mut()
+                    .expect("the hintless ranking is offered");
+                sd.packing_seed = sd.query_seed.clone();
+                doc.rank_table = None; // steer every client to the hintless ranking
+                json_reply(&doc)
+            }
             Case::DamagedPirThumbs if req.method == "POST" && path.ends_with("/thumbs") => {
                 let r = fake::forward(&self.http, &self.real, path, req).await;
                 let Body::Bytes(mut bytes) = r.body else {
@@ -918,4 +940,57 @@ async fn the_page_and_the_cli_make_the_same_pir_requests_for_the_same_plan() {
         "later ones only query"
     );
     assert_eq!(page, cli, "the page and the CLI differ");
+}
+
+/// A PIR document with related seeds (the attack that exposed the secret from one upload):
+/// the CLI refuses it before sending any query (exit 7, saying why), and the page says it
+/// refused private retrieval rather than quietly offering another way.
+#[tokio::test(flavor = "multi_thread")]
+async fn related_seeds_are_refused_by_the_cli_and_the_page_before_any_query() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let bin = tokio::task::spawn_blocking(cli_bin).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("pm-seeds-{}", std::process::id()));
+    let args: Vec<String> = vec![
+        "search".into(),
+        photo(&dir, 0).to_str().unwrap().into(),
+        "--server".into(),
+        format!("{base}/case/{}", Case::RelatedSeeds.name()),
+        "--protocol".into(),
+        "pir".into(),
+        "--max-kib".into(),
+        "4096".into(),
+    ];
+    let state = dir.join("state");
+    let r = tokio::task::spawn_blocking(move || run_measured(&bin, &args, &state, "seeds"))
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr).to_string();
+    assert_eq!(r.code, 7, "{err}");
+    assert!(err.contains("seed"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (_driver, c) = browser::browser().await;
+    *hostile.page_case.lock().unwrap() = Case::RelatedSeeds;
+    browser::open_page(&c, &base).await;
+    let error = js(&c, "return document.getElementById('error').textContent;").await;
+    let error = error.as_str().unwrap().to_string();
+    assert!(
+        error.contains("private information retrieval was refused"),
+        "{error}"
+    );
+    assert!(error.contains("seed"), "{error}");
+    assert_eq!(
+        js(
+            &c,
+            "return document.querySelector(\"#protocol option[value='pir']\").disabled;"
+        )
+        .await,
+        json!(true)
+    );
+    assert_eq!(
+        hostile.damaged_posts.load(Ordering::SeqCst),
+        0,
+        "a PIR query was sent"
+    );
+    c.close().await.unwrap();
 }

@@ -117,6 +117,66 @@ fn photos(n: usize) -> Vec<Vec<f32>> {
 }
 
 impl Gallery {
+    /// The real server's documents, and `n` held-out photos.
+    fn open(base: &str, n: usize) -> Gallery {
+        let http = Client::new();
+        Gallery {
+            part: get_json(&http, base, "/api/v1/partition"),
+            pir: get_json(&http, base, "/api/v1/pir"),
+            http,
+            base: base.to_string(),
+            photos: photos(n),
+        }
+    }
+
+    /// One search of `f` against this gallery's documents.
+    fn search(
+        &self,
+        plan: &PirPlan,
+        f: &[f32],
+        cache: &mut PirCache,
+        seed: u64,
+        serve: impl FnMut(&Request, &[u8]) -> Vec<u8>,
+    ) -> Outcome {
+        search(&self.part, &self.pir, plan, f, cache, None, seed, serve)
+    }
+
+    /// The real server's answers, with the scores answer raised at row 0 ([`raise_row_zero`]).
+    fn crafted_scores(&self) -> impl FnMut(&Request, &[u8]) -> Vec<u8> + '_ {
+        |req, body| {
+            let mut answer = forward(&self.http, &self.base, req, body);
+            if matches!(req, Request::Post { url, .. } if url.ends_with("/scores")) {
+                raise_row_zero(&mut answer);
+            }
+            answer
+        }
+    }
+
+    /// A public file of the real server (GET `url`).
+    fn public(&self, url: String, file: PublicFile) -> Vec<u8> {
+        let req = Request::Get {
+            url,
+            bytes: 0,
+            wire_bytes: 0,
+            sha256: String::new(),
+            file,
+        };
+        forward(&self.http, &self.base, &req, &[])
+    }
+
+    /// The same gallery with the thumbnail hint `hint` published in its PIR document.
+    fn with_thumbs_hint(&self, hint: &[u8]) -> Gallery {
+        let mut pir = self.pir.clone();
+        pir.thumbs.hint_sha256 = shared::protocol::blocks::hash_hex(hint);
+        Gallery {
+            http: self.http.clone(),
+            base: self.base.clone(),
+            part: self.part.clone(),
+            pir,
+            photos: self.photos.clone(),
+        }
+    }
+
     fn plan(&self, kind: RankingKind) -> PirPlan {
         plan_of(&self.part, &self.pir, 8, 1e12, Some(kind)).unwrap()
     }
@@ -248,16 +308,7 @@ fn bytes(v: &[u32]) -> Vec<u8> {
 #[test]
 fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     let srv = small_server("malicious", &[]);
-    let http = Client::new();
-    let part: PartitionDoc = get_json(&http, &srv.base, "/api/v1/partition");
-    let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
-    let g = Gallery {
-        http,
-        base: srv.base.clone(),
-        part,
-        pir,
-        photos: photos(4_000),
-    };
+    let g = Gallery::open(&srv.base, 4_000);
     seeds_chosen_by_the_server_are_refused_before_any_query(&g);
     a_crafted_scores_answer(&g);
     a_damaged_thumbnail_record(&g);
@@ -274,24 +325,9 @@ fn other_scores_pass_unless_the_records_carry_features(g: &Gallery) {
     let plan = g.plan(RankingKind::Scores);
     let mut cache = PirCache::default();
     let f = &g.photos[7];
-    let honest = search(&g.part, &g.pir, &plan, f, &mut cache, None, 11, g.honest());
+    let honest = g.search(&plan, f, &mut cache, 11, g.honest());
     let honest = honest.result.unwrap().ranked;
-    let out = search(
-        &g.part,
-        &g.pir,
-        &plan,
-        f,
-        &mut cache,
-        None,
-        12,
-        |req, body| {
-            let mut answer = forward(&g.http, &g.base, req, body);
-            if matches!(req, Request::Post { url, .. } if url.ends_with("/scores")) {
-                raise_row_zero(&mut answer);
-            }
-            answer
-        },
-    );
+    let out = g.search(&plan, f, &mut cache, 12, g.crafted_scores());
     let crafted = out.result.unwrap().ranked;
     assert_ne!(
         crafted.indices[0], honest.indices[0],
@@ -305,48 +341,15 @@ fn other_scores_pass_unless_the_records_carry_features(g: &Gallery) {
 #[test]
 fn verified_scores_catch_a_server_that_computes_other_scores() {
     let srv = small_server("malicious-verified", &["--pir-verified-scores"]);
-    let http = Client::new();
-    let part: PartitionDoc = get_json(&http, &srv.base, "/api/v1/partition");
-    let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
-    assert!(pir.thumb_features);
-    let g = Gallery {
-        http,
-        base: srv.base.clone(),
-        part,
-        pir,
-        photos: photos(40),
-    };
+    let g = Gallery::open(&srv.base, 40);
+    assert!(g.pir.thumb_features);
     let plan = g.plan(RankingKind::Scores);
     let mut cache = PirCache::default();
     for (i, f) in g.photos.iter().enumerate().take(20) {
-        let out = search(
-            &g.part,
-            &g.pir,
-            &plan,
-            f,
-            &mut cache,
-            None,
-            i as u64,
-            g.honest(),
-        );
+        let out = g.search(&plan, f, &mut cache, i as u64, g.honest());
         let found = out.result.unwrap();
         assert_eq!(found.ranked.scores.len(), 8);
-        let out = search(
-            &g.part,
-            &g.pir,
-            &plan,
-            f,
-            &mut cache,
-            None,
-            100 + i as u64,
-            |req, body| {
-                let mut answer = forward(&g.http, &g.base, req, body);
-                if matches!(req, Request::Post { url, .. } if url.ends_with("/scores")) {
-                    raise_row_zero(&mut answer);
-                }
-                answer
-            },
-        );
+        let out = g.search(&plan, f, &mut cache, 100 + i as u64, g.crafted_scores());
         let e = out.result.unwrap_err();
         assert_eq!(e.kind, FailureKind::Hostile, "{e:?}");
         assert!(e.message.contains("scores"), "{}", e.message);
@@ -484,18 +487,7 @@ fn a_crafted_scores_answer(g: &Gallery) {
 
 fn a_damaged_thumbnail_record(g: &Gallery) {
     let plan = g.plan(RankingKind::Table);
-    let table = forward(
-        &g.http,
-        &g.base,
-        &Request::Get {
-            url: format!("{}/rank", g.pir.answer_url),
-            bytes: 0,
-            wire_bytes: 0,
-            sha256: String::new(),
-            file: PublicFile::Table,
-        },
-        &[],
-    );
+    let table = g.public(format!("{}/rank", g.pir.answer_url), PublicFile::Table);
     let top = |f: &[f32]| rank_table(&g.pir, &table, f, 8).unwrap().indices;
     let tops: Vec<Vec<u32>> = g.photos.iter().map(|f| top(f)).collect();
     // The record in the most top-8 lists.
@@ -510,19 +502,11 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
     let shape = g.pir.thumbs.shape;
     let a = matrix_a(&seeds::derive(&g.part, Purpose::Thumbs), shape.cols);
     let hint_url = format!("{}/thumbs/hint", g.pir.answer_url);
-    let mut hint = u32s(&forward(
-        &g.http,
-        &g.base,
-        &Request::Get {
-            url: hint_url.clone(),
-            bytes: 0,
-            wire_bytes: 0,
-            sha256: String::new(),
-            file: PublicFile::Hint {
-                db: "thumbs".into(),
-            },
+    let mut hint = u32s(&g.public(
+        hint_url.clone(),
+        PublicFile::Hint {
+            db: "thumbs".into(),
         },
-        &[],
     ));
     for i in rows.clone() {
         for j in 0..LWE_N {
@@ -530,15 +514,7 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
         }
     }
     let hint = bytes(&hint);
-    let mut doc = g.pir.clone();
-    doc.thumbs.hint_sha256 = shared::protocol::blocks::hash_hex(&hint);
-    let g2 = Gallery {
-        http: g.http.clone(),
-        base: g.base.clone(),
-        part: g.part.clone(),
-        pir: doc,
-        photos: g.photos.clone(),
-    };
+    let g2 = g.with_thumbs_hint(&hint);
     indistinguishable(
         &g2,
         "one damaged thumbnail record",
@@ -569,21 +545,7 @@ fn a_damaged_hint_slot(g: &Gallery) {
     let shape = g.pir.thumbs.shape;
     let per = shape.rows / shape.record_len;
     let hint_url = format!("{}/thumbs/hint", g.pir.answer_url);
-    let get = |url: String, file| {
-        forward(
-            &g.http,
-            &g.base,
-            &Request::Get {
-                url,
-                bytes: 0,
-                wire_bytes: 0,
-                sha256: String::new(),
-                file,
-            },
-            &[],
-        )
-    };
-    let table = get(format!("{}/rank", g.pir.answer_url), PublicFile::Table);
+    let table = g.public(format!("{}/rank", g.pir.answer_url), PublicFile::Table);
     let tops: Vec<Vec<u32>> = g
         .photos
         .iter()
@@ -599,7 +561,7 @@ fn a_damaged_hint_slot(g: &Gallery) {
             n.min(tops.len() - n)
         })
         .unwrap();
-    let mut hint = u32s(&get(
+    let mut hint = u32s(&g.public(
         hint_url.clone(),
         PublicFile::Hint {
             db: "thumbs".into(),
@@ -615,15 +577,7 @@ fn a_damaged_hint_slot(g: &Gallery) {
         }
     }
     let hint = bytes(&hint);
-    let mut doc = g.pir.clone();
-    doc.thumbs.hint_sha256 = shared::protocol::blocks::hash_hex(&hint);
-    let g2 = Gallery {
-        http: g.http.clone(),
-        base: g.base.clone(),
-        part: g.part.clone(),
-        pir: doc,
-        photos: g.photos.clone(),
-    };
+    let g2 = g.with_thumbs_hint(&hint);
     let serve = |req: &Request, body: &[u8], _: &[f32]| match req {
         Request::Get { url, .. } if url == &hint_url => hint.clone(),
         _ => forward(&g.http, &g.base, req, body),

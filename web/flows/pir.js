@@ -42,7 +42,7 @@ export async function onPirSearch() {
   showPirResults({ results: done.results, thumb_side: done.thumb_side });
   status(`Done in ${Math.round(out.timings.total_ms)} ms: ${fmtKiB(out.bytes.up)} up, ${fmtKiB(out.bytes.down)} down` +
     (out.bytes.once ? `, ${fmtKiB(out.bytes.once)} of public files checked once` : "") +
-    `; queries and checks took ${Math.round(out.timings.client_ms)} ms here. The server learned nothing about your photo.`);
+    `; queries and checks took ${Math.round(out.timings.client_ms)} ms here. Every request was the same whatever your photo, and every answer passed its checks.`);
 }
 
 // After an answer failed a check that involved the photo: the driver's words, and the only

@@ -192,7 +192,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     });
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let store_owner = std::sync::Arc::clone(&state);
-    let app = router(state, web);
+    let app = router(state, web, args.blocks_public_url.as_deref());
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
     // Tests and scripts read this line to find an ephemeral port.
     println!("listening on http://{}", listener.local_addr()?);

@@ -216,7 +216,15 @@ pub async fn forward(http: &reqwest::Client, base: &str, path: &str, req: &Reque
     };
     let status = resp.status().as_u16();
     let mut headers = Vec::new();
-    for name in ["content-type", "content-encoding", "etag", "cache-control"] {
+    for name in [
+        "content-type",
+        "content-encoding",
+        "etag",
+        "cache-control",
+        "content-security-policy",
+        "x-content-type-options",
+        "referrer-policy",
+    ] {
         if let Some(v) = resp.headers().get(name).and_then(|v| v.to_str().ok()) {
             headers.push((name.to_string(), v.to_string()));
         }

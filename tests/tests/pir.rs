@@ -360,11 +360,50 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
         let e: ErrorResponse = serde_json::from_slice(&b).unwrap();
         assert!(e.error.message.len() < 400, "{}", e.error.message.len());
     }
+    // Only the declared type: a cross-site "simple" POST (text/plain, or no type) gets a 415
+    // before any work, with a JSON error.
+    let good = vec![0u8; pir.thumbs.shape.query_bytes()];
+    for ct in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let mut rq = http.post(&url).body(good.clone());
+        if let Some(ct) = ct {
+            rq = rq.header("content-type", ct);
+        }
+        let r = rq.send().unwrap();
+        assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{ct:?}");
+        let e: ErrorResponse = r.json().unwrap();
+        assert!(
+            e.error.message.contains("octet-stream"),
+            "{}",
+            e.error.message
+        );
+    }
+    let r = http
+        .post(&url)
+        .header("content-type", "Application/Octet-Stream; charset=binary")
+        .body(good)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     let r = http
         .get(format!("{base}{}/thumbs/hint", pir.answer_url))
         .send()
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+    // Every answer carries the security headers.
+    for (name, want) in [
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+    ] {
+        assert_eq!(r.headers()[name].to_str().unwrap(), want);
+    }
+    assert!(r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("frame-ancestors 'none'"));
     assert!(r.headers()["cache-control"]
         .to_str()
         .unwrap()

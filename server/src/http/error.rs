@@ -42,6 +42,9 @@ pub enum ApiError {
     /// At the operator's cap of concurrent work: 503 `busy`.
     #[error("{0}")]
     Busy(String),
+    /// A body of another type than the endpoint declares: 415 `invalid_input`.
+    #[error("{0}")]
+    MediaType(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -108,6 +111,10 @@ impl ApiError {
             ApiError::Busy(msg) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorResponse::new(ErrorCode::Busy, msg.clone()),
+            ),
+            ApiError::MediaType(msg) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorResponse::new(ErrorCode::InvalidInput, msg.clone()),
             ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

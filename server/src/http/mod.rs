@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use shared::api::ErrorCode;
 use tower_http::services::ServeDir;
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::state::AppState;
@@ -25,8 +26,40 @@ use error::plain_error;
 pub use items::MAX_ADD;
 pub use search::{GALLERY_MAP_MAX, OPENAPI};
 
-/// The whole application. `web_dir`, if given, is served at `/`.
-pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
+/// The Content-Security-Policy of every answer: the page may load scripts, styles, images and
+/// data only from this origin (plus `data:` images, the sample photos, and `blob:`), compile
+/// its WebAssembly, and connect only to this origin and the blocks' public origin if blocks
+/// are served from elsewhere (`--blocks-public-url`). The page's promise — no request that
+/// depends on the photo goes anywhere but the search server — is then the browser's to
+/// enforce, even against a script injected into it; no framing, no forms, no `<base>`.
+pub fn content_security_policy(blocks_public_url: Option<&str>) -> String {
+    let extra = blocks_public_url
+        .and_then(origin_of)
+        .map(|o| format!(" {o}"))
+        .unwrap_or_default();
+    format!(
+        "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'{extra}; \
+         img-src 'self' data: blob:; style-src 'self'; base-uri 'none'; form-action 'none'; \
+         frame-ancestors 'none'"
+    )
+}
+
+/// `scheme://host[:port]` of an absolute http(s) URL made only of URL-safe characters.
+fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let host = rest.split('/').next()?;
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-._:[]".contains(c);
+    (matches!(scheme, "http" | "https") && !host.is_empty() && host.chars().all(safe))
+        .then(|| format!("{scheme}://{host}"))
+}
+
+/// The whole application. `web_dir`, if given, is served at `/`; every answer carries the
+/// security headers ([`content_security_policy`], `nosniff`, no referrer).
+pub fn router(
+    state: Arc<AppState>,
+    web_dir: Option<PathBuf>,
+    blocks_public_url: Option<&str>,
+) -> Router {
     let body_limit = state.config.limits.max_body_bytes;
     let api = Router::new()
         .merge(search::routes(Arc::clone(&state)))
@@ -49,5 +82,48 @@ pub fn router(state: Arc<AppState>, web_dir: Option<PathBuf>) -> Router {
     if let Some(dir) = web_dir {
         app = app.fallback_service(ServeDir::new(dir));
     }
-    app
+    let csp = HeaderValue::from_str(&content_security_policy(blocks_public_url))
+        .expect("the policy is ASCII");
+    app.layer(SetResponseHeaderLayer::overriding(
+        header::CONTENT_SECURITY_POLICY,
+        csp,
+    ))
+    .layer(SetResponseHeaderLayer::overriding(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    ))
+    .layer(SetResponseHeaderLayer::overriding(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_names_only_this_origin_and_a_valid_blocks_origin() {
+        let own = content_security_policy(None);
+        assert!(own.contains("connect-src 'self';"), "{own}");
+        assert!(own.contains("frame-ancestors 'none'"));
+        let cdn = content_security_policy(Some("https://cdn.example.com:8443/bucket/blocks"));
+        assert!(
+            cdn.contains("connect-src 'self' https://cdn.example.com:8443;"),
+            "{cdn}"
+        );
+        // Anything that is not a plain http(s) origin adds nothing.
+        for bad in [
+            "ftp://x",
+            "https://a b",
+            "https://x;script-src *",
+            "/relative",
+            "https://",
+        ] {
+            assert!(
+                content_security_policy(Some(bad)).contains("connect-src 'self';"),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -147,12 +147,25 @@ async fn table(
 
 /// `POST /pir/{version}/{db}`: answers the query vectors in the body (`application/
 /// octet-stream`, little-endian u32). The answer reveals nothing the queries did not already:
-/// the server computes the same function of every query.
+/// the server computes the same function of every query. Any other Content-Type is a 415
+/// before any work: a cross-site "simple" request (`text/plain`, no preflight) from another
+/// page cannot make this server compute for it.
 async fn answer(
     State(s): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let octets = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/octet-stream"));
+    if !octets {
+        return Err(ApiError::MediaType(
+            "PIR queries are sent as application/octet-stream".into(),
+        ));
+    }
     let Path((version, db)) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
     let scores = db == SCORES;

@@ -408,8 +408,15 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
         .to_str()
         .unwrap()
         .contains("immutable"));
+    // The framework's own errors in the API's format too: a method the endpoint does not take.
+    let r = http.get(&url).send().unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let e: ErrorResponse = r.json().unwrap();
+    assert!(e.error.message.contains("method"), "{}", e.error.message);
     // Last: the server answers 413 without reading the body and closes that connection.
     let too_big = vec![0u8; 17 << 20];
-    let (st, _) = post(&http, &url, too_big);
+    let (st, b) = post(&http, &url, too_big);
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
+    let e: ErrorResponse = serde_json::from_slice(&b).unwrap();
+    assert_eq!(e.error.code, shared::api::ErrorCode::PayloadTooLarge);
 }

@@ -45,6 +45,9 @@ pub enum ApiError {
     /// A body of another type than the endpoint declares: 415 `invalid_input`.
     #[error("{0}")]
     MediaType(String),
+    /// A body over the size limit (or unreadable): 413 `payload_too_large`.
+    #[error("{0}")]
+    TooLarge(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -111,6 +114,10 @@ impl ApiError {
             ApiError::Busy(msg) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorResponse::new(ErrorCode::Busy, msg.clone()),
+            ),
+            ApiError::TooLarge(msg) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorResponse::new(ErrorCode::PayloadTooLarge, msg.clone()),
             ),
             ApiError::MediaType(msg) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -72,6 +72,14 @@ pub fn router(
                 ErrorCode::NotFound,
                 "no such endpoint",
             )
+        })
+        // The framework's own 405 in the API's JSON format, like every other error.
+        .method_not_allowed_fallback(|| async {
+            plain_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorCode::InvalidInput,
+                "this endpoint does not take that method",
+            )
         });
     let mut app = Router::new()
         .route("/healthz", get(|| async { "ok" }))

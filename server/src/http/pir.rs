@@ -7,7 +7,7 @@ use crate::partition::pir::SlotRefusal;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::PathRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
@@ -154,7 +154,7 @@ async fn answer(
     State(s): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let octets = headers
         .get(axum::http::header::CONTENT_TYPE)
@@ -166,6 +166,14 @@ async fn answer(
             "PIR queries are sent as application/octet-stream".into(),
         ));
     }
+    // A body over the limit is a JSON 413 like every other error (the framework's is text).
+    let body = body.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge(e.body_text())
+        } else {
+            ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
+        }
+    })?;
     let Path((version, db)) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
     let scores = db == SCORES;

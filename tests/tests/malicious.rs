@@ -450,37 +450,47 @@ fn seeds_chosen_by_the_server_are_refused_before_any_query(g: &Gallery) {
     assert!(out.result.is_ok(), "{:?}", out.result.err());
 }
 
-fn a_crafted_scores_answer(g: &Gallery) {
-    let plan = g.plan(RankingKind::Scores);
-    let sd = g.pir.scores.as_ref().unwrap();
-    let cents = privatemail_e2e::level_centroids(&g.http, &g.base, &g.part, sd.level);
+/// A ranking answer damaged exactly when the photo is in the block of `level` most of these
+/// photos fall in (the server imitation knows the block; a real attack gets the same client-side
+/// effect without it): the plan's ranking POST (`…{tail}`) is answered, then changed by `damage`.
+fn a_targeted_block(
+    g: &Gallery,
+    what: &str,
+    plan: &PirPlan,
+    level: usize,
+    tail: &str,
+    damage: fn(&mut [u8]),
+) {
+    let cents = privatemail_e2e::level_centroids(&g.http, &g.base, &g.part, level);
     let block = |f: &[f32]| nearest_centroid(&cents.values, g.part.feature_dim, f) as usize;
-    // The target: the block most of these photos fall in.
-    let mut counts = vec![0usize; sd.blocks];
+    let mut counts = vec![0usize; g.part.levels[level].blocks as usize];
     g.photos.iter().for_each(|f| counts[block(f)] += 1);
-    let target = (0..sd.blocks).max_by_key(|&b| counts[b]).unwrap();
+    let target = (0..counts.len()).max_by_key(|&b| counts[b]).unwrap();
     let (inside, outside): (Vec<usize>, Vec<usize>) =
         (0..g.photos.len()).partition(|&i| block(&g.photos[i]) == target);
-    // Requests: the ranking query is the first POST after the public files (step index 0 once
-    // the files are held), the thumbnails' the second.
-    indistinguishable(
+    // Once the files are held, the ranking query is the first request (work index 0).
+    indistinguishable(g, what, plan, &inside, &outside, 0, |req, body, f| {
+        let mut answer = forward(&g.http, &g.base, req, body);
+        if matches!(req, Request::Post { url, .. } if url.ends_with(tail)) && block(f) == target {
+            damage(&mut answer);
+        }
+        answer
+    });
+}
+
+fn a_crafted_scores_answer(g: &Gallery) {
+    let level = g.pir.scores.as_ref().unwrap().level;
+    // A coefficient far off every multiple of Δ: what a crafted answer for the target block
+    // does to the photos in it, and only to them.
+    a_targeted_block(
         g,
         "crafted scores answer",
-        &plan,
-        &inside,
-        &outside,
-        0,
-        |req, body, f| {
-            let mut answer = forward(&g.http, &g.base, req, body);
-            if matches!(req, Request::Post { url, .. } if url.ends_with("/scores"))
-                && block(f) == target
-            {
-                // A coefficient far off every multiple of Δ: what a crafted answer for block
-                // `target` does to the photos in it, and only to them.
-                let at = answer.len() / 2;
-                answer[at + 3] ^= 0x04;
-            }
-            answer
+        &g.plan(RankingKind::Scores),
+        level,
+        "/scores",
+        |a| {
+            let at = a.len() / 2;
+            a[at + 3] ^= 0x04;
         },
     );
 }
@@ -624,40 +634,20 @@ fn a_damaged_hint_slot(g: &Gallery) {
 }
 
 fn a_damaged_level_record(g: &Gallery) {
-    let Some(level) = g.pir.levels.iter().position(Option::is_some) else {
+    let plan = plan_of(&g.part, &g.pir, 8, 1e12, Some(RankingKind::Level)).unwrap();
+    let shared::protocol::pir_search::PirRanking::Level { level } = plan.ranking else {
         panic!("the server offers a level database");
     };
-    let plan = plan_of(&g.part, &g.pir, 8, 1e12, Some(RankingKind::Level)).unwrap();
-    let level = match plan.ranking {
-        shared::protocol::pir_search::PirRanking::Level { level } => level,
-        _ => level,
-    };
-    let cents = privatemail_e2e::level_centroids(&g.http, &g.base, &g.part, level);
-    let block = |f: &[f32]| nearest_centroid(&cents.values, g.part.feature_dim, f) as usize;
-    let blocks = g.part.levels[level].blocks as usize;
-    let mut counts = vec![0usize; blocks];
-    g.photos.iter().for_each(|f| counts[block(f)] += 1);
-    let target = (0..blocks).max_by_key(|&b| counts[b]).unwrap();
-    let (inside, outside): (Vec<usize>, Vec<usize>) =
-        (0..g.photos.len()).partition(|&i| block(&g.photos[i]) == target);
-    let tail = format!("/{level}");
-    indistinguishable(
+    // Record bytes off by a multiple of Δ: the record's hash check fails.
+    a_targeted_block(
         g,
         "damaged level record",
         &plan,
-        &inside,
-        &outside,
-        0,
-        |req, body, f| {
-            let mut answer = forward(&g.http, &g.base, req, body);
-            if matches!(req, Request::Post { url, .. } if url.ends_with(&tail))
-                && block(f) == target
-            {
-                // Record bytes off by a multiple of Δ: the record's hash check fails.
-                answer[100] = answer[100].wrapping_add(1);
-                answer[103] = answer[103].wrapping_add(2);
-            }
-            answer
+        level,
+        &format!("/{level}"),
+        |a| {
+            a[100] = a[100].wrapping_add(1);
+            a[103] = a[103].wrapping_add(2);
         },
     );
 }

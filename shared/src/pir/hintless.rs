@@ -307,21 +307,16 @@ impl ScoresKeys {
         }
         check(part, doc)?;
         let digest = seeds::partition_digest(part);
-        let (query_seed, packing) = (
+        let query_seed = seeds::check_one(
+            "pir scores query_seed",
+            &doc.query_seed,
             seeds::derive_from(&digest, Purpose::ScoresQuery),
+        )?;
+        let packing = seeds::check_one(
+            "pir scores packing_seed",
+            &doc.packing_seed,
             seeds::derive_from(&digest, Purpose::ScoresPacking),
-        );
-        if seed_hex("pir scores query_seed", &doc.query_seed)? != query_seed
-            || seed_hex("pir scores packing_seed", &doc.packing_seed)? != packing
-        {
-            return Err(Error::InvalidParameter {
-                name: "pir scores",
-                reason: "its seeds are not the ones derived from the published version and \
-                         content; this server's document could expose a query's secret, so \
-                         nothing was sent"
-                    .into(),
-            });
-        }
+        )?;
         let ring = Ring::new(N);
         let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &packing);
         Ok(ScoresKeys {

@@ -137,17 +137,22 @@ pub fn check(part: &PartitionDoc, pir: &PirDoc) -> Result<()> {
         ));
     }
     for (what, hex_seed, purpose) in published {
-        if seed_hex(what, hex_seed)? != derive_from(&digest, purpose) {
-            return Err(Error::InvalidParameter {
-                name: what,
-                reason: "is not the seed derived from the published version and content; \
-                         this server's document could expose a query's secret, so nothing \
-                         was sent"
-                    .into(),
-            });
-        }
+        check_one(what, hex_seed, derive_from(&digest, purpose))?;
     }
     Ok(())
+}
+
+/// One published seed against the derived one: the derived seed, or the refusal.
+pub fn check_one(what: &'static str, hex_seed: &str, derived: [u8; 32]) -> Result<[u8; 32]> {
+    if seed_hex(what, hex_seed)? != derived {
+        return Err(Error::InvalidParameter {
+            name: what,
+            reason: "is not the seed derived from the published version and content; this \
+                     server's document could expose a query's secret, so nothing was sent"
+                .into(),
+        });
+    }
+    Ok(derived)
 }
 
 #[cfg(test)]

@@ -79,7 +79,14 @@ impl PirCache {
             .map(|(_, v)| v)
     }
 
-    fn holds(&self, file: &PublicFile, sha: &str) -> bool {
+    /// Whether the file a `GET` names is already checked and held.
+    fn holds(&self, req: &Request) -> bool {
+        let Request::Get {
+            file, sha256: sha, ..
+        } = req
+        else {
+            return false;
+        };
         match file {
             PublicFile::Hint { .. } => self.hint(sha).is_some(),
             PublicFile::Table => self
@@ -223,8 +230,8 @@ pub enum Step {
 }
 
 enum Stage {
-    /// Public files still to fetch (the first is in flight when `in_flight`).
-    Files(Vec<(PublicFile, Request)>),
+    /// Public files still to fetch (`GET`s; the first is in flight).
+    Files(Vec<Request>),
     Rank(RankPending),
     Thumbs {
         pending: Pending,
@@ -305,14 +312,7 @@ impl PirSearch {
         if let Err(e) = checked {
             return (s, Step::Done(Err(refused(e))));
         }
-        let files = s
-            .files()
-            .into_iter()
-            .filter(|(f, r)| match r {
-                Request::Get { sha256, .. } => !cache.holds(f, sha256),
-                Request::Post { .. } => true,
-            })
-            .collect();
+        let files = s.files().into_iter().filter(|r| !cache.holds(r)).collect();
         s.stage = Stage::Files(files);
         let step = s.advance(cache);
         (s, step)
@@ -326,11 +326,6 @@ impl PirSearch {
     /// What crossed the wire so far.
     pub fn traffic(&self) -> Traffic {
         self.traffic
-    }
-
-    /// The plan this search runs.
-    pub fn plan(&self) -> &PirPlan {
-        &self.plan
     }
 
     /// The plan must be one [`super::plan_of`] could make from these documents (the level
@@ -367,19 +362,16 @@ impl PirSearch {
         }
     }
 
-    /// Every public file the plan needs, in the order they are fetched.
-    fn files(&self) -> Vec<(PublicFile, Request)> {
+    /// Every public file the plan needs (`GET`s), in the order they are fetched.
+    fn files(&self) -> Vec<Request> {
         let (pir, part) = (&self.pir, &self.part);
         let url = |tail: &str| format!("{}/{tail}", pir.answer_url);
-        let get = |file: PublicFile, url: String, bytes: u64, wire: u64, sha: &str| {
-            let req = Request::Get {
-                url,
-                bytes,
-                wire_bytes: wire,
-                sha256: sha.to_ascii_lowercase(),
-                file: file.clone(),
-            };
-            (file, req)
+        let get = |file: PublicFile, url: String, bytes: u64, wire: u64, sha: &str| Request::Get {
+            url,
+            bytes,
+            wire_bytes: wire,
+            sha256: sha.to_ascii_lowercase(),
+            file,
         };
         let hint = |name: String, db: &crate::pir::doc::PirDbDoc| {
             let b = db.shape.hint_bytes() as u64;
@@ -441,7 +433,9 @@ impl PirSearch {
                 if files.is_empty() {
                     return self.end_transport("no request was pending");
                 }
-                let (file, _) = files.remove(0);
+                let Request::Get { file, .. } = files.remove(0) else {
+                    unreachable!("the files stage holds GETs only")
+                };
                 self.traffic.once += bytes.len() as u64;
                 if let Err(e) = self.keep(cache, &file, bytes) {
                     return Step::Done(Err(Failure {
@@ -542,7 +536,7 @@ impl PirSearch {
     fn needed(&self) -> Vec<String> {
         self.files()
             .into_iter()
-            .filter_map(|(_, r)| match r {
+            .filter_map(|r| match r {
                 Request::Get { sha256, .. } => Some(sha256),
                 Request::Post { .. } => None,
             })
@@ -552,7 +546,7 @@ impl PirSearch {
     /// The next public file, or — once all are held — the ranking step.
     fn advance(&mut self, cache: &PirCache) -> Step {
         if let Stage::Files(files) = &self.stage {
-            if let Some((_, req)) = files.first() {
+            if let Some(req) = files.first() {
                 return Step::Send(req.clone());
             }
         }
@@ -717,34 +711,6 @@ impl PirSearch {
         };
         Step::Done(out)
     }
-}
-
-/// Drives a whole search against `serve`, a function answering each request with the bytes
-/// (or a transport error): the loop every caller runs, for callers without awaits between
-/// steps (the CLI, tests). Returns the outcome and the traffic.
-pub fn run(
-    search: &mut PirSearch,
-    first: Step,
-    cache: &mut PirCache,
-    mut serve: impl FnMut(&Request, &[u8]) -> std::result::Result<Vec<u8>, String>,
-) -> std::result::Result<Found, Failure> {
-    let mut step = first;
-    loop {
-        match step {
-            Step::Done(out) => return out,
-            Step::Send(req) => {
-                step = match serve(&req, search.body()) {
-                    Ok(bytes) => search.answer(cache, &bytes),
-                    Err(e) => search.transport_failed(&e),
-                }
-            }
-        }
-    }
-}
-
-/// A fresh CSPRNG for a search (the operating system's source).
-pub fn search_rng() -> Result<ChaCha20Rng> {
-    crate::dp::rng::secure_rng()
 }
 
 impl std::fmt::Debug for PirSearch {

@@ -128,3 +128,51 @@ pub(crate) fn send_held(
         body,
     )
 }
+
+/// A public JSON document (the same for everyone, e.g. the anchors or the gallery map) with a
+/// strong ETag over its bytes and `no-cache`: a browser revalidates it on every load and gets
+/// a 304 without a body while it has not changed. Compression is the router's
+/// ([`super::statics::compression`]), on the fly.
+pub(crate) fn json_revalidated<T: serde::Serialize>(headers: &HeaderMap, value: &T) -> Response {
+    let body = match serde_json::to_vec(value) {
+        Ok(b) => Bytes::from(b),
+        Err(e) => {
+            return super::error::plain_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                shared::api::ErrorCode::Internal,
+                &format!("the document could not be written: {e}"),
+            )
+        }
+    };
+    let etag = content_etag(&body);
+    let reply = if etag_matches(headers, &etag) {
+        Reply::NotModified
+    } else {
+        Reply::Plain
+    };
+    let body = if reply == Reply::NotModified {
+        Bytes::new()
+    } else {
+        body
+    };
+    cacheable(
+        reply,
+        etag,
+        NO_CACHE,
+        HeaderValue::from_static("application/json"),
+        body,
+    )
+}
+
+/// A strong ETag naming these bytes: the first 16 bytes of their SHA-256, quoted.
+pub(crate) fn content_etag(bytes: &[u8]) -> HeaderValue {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(bytes);
+    HeaderValue::from_str(&format!("\"{}\"", hex::encode(&digest[..16])))
+        .expect("hex is a valid header value")
+}
+
+/// Whether this request's `If-None-Match` names `etag` (for [`super::statics`]).
+pub(crate) fn if_none_match(headers: &HeaderMap, etag: &HeaderValue) -> bool {
+    etag_matches(headers, etag)
+}

@@ -7,6 +7,7 @@ pub mod error;
 mod items;
 pub mod pir;
 mod search;
+mod statics;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,7 +17,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use shared::api::ErrorCode;
-use tower_http::services::ServeDir;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
@@ -88,8 +88,9 @@ pub fn router(
         .layer(TraceLayer::new_for_http())
         .with_state(state);
     if let Some(dir) = web_dir {
-        app = app.fallback_service(ServeDir::new(dir));
+        app = app.fallback_service(statics::web(dir));
     }
+    let app = app.layer(statics::compression());
     let csp = HeaderValue::from_str(&content_security_policy(blocks_public_url))
         .expect("the policy is ASCII");
     app.layer(SetResponseHeaderLayer::overriding(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -57,15 +57,17 @@ async fn config(State(s): Shared) -> Json<ConfigResponse> {
     Json(s.config.clone())
 }
 
-async fn anchors(State(s): Shared) -> Json<AnchorsResponse> {
-    Json(s.anchors.clone())
+/// The anchors never change while the server runs: revalidated by their ETag (304 on reload).
+async fn anchors(State(s): Shared, headers: HeaderMap) -> Response {
+    super::cache::json_revalidated::<AnchorsResponse>(&headers, &s.anchors)
 }
 
 /// Most gallery items `GET /gallery-map` returns.
 pub const GALLERY_MAP_MAX: usize = 2_000;
 
-async fn gallery_map(State(s): Shared) -> Json<GalleryMap> {
-    Json(s.gallery_map(GALLERY_MAP_MAX))
+/// Changes only with the gallery: revalidated by its ETag (304 while unchanged).
+async fn gallery_map(State(s): Shared, headers: HeaderMap) -> Response {
+    super::cache::json_revalidated::<GalleryMap>(&headers, &s.gallery_map(GALLERY_MAP_MAX))
 }
 
 async fn status(State(s): Shared) -> Json<ServerStatus> {

@@ -8,6 +8,7 @@
 pub mod gallery;
 pub mod http;
 pub mod item;
+pub mod net;
 pub mod ops;
 pub mod partition;
 pub mod state;

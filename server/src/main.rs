@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 use privatemail_server::gallery::data::DEFAULT_DIR;
 use privatemail_server::http::router;
+use privatemail_server::net::{self, NetLimits};
 use privatemail_server::partition::PartitionSettings;
 use privatemail_server::state::{AppState, Options};
 
@@ -86,6 +87,43 @@ struct Args {
     #[arg(long, env = "PM_PIR_CONCURRENCY", default_value_t = 2,
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pir_concurrency: u64,
+    /// PIR: bytes of request bodies in flight at most, in MiB (each body's declared length is
+    /// reserved before it is read; beyond the budget: 503 with `Retry-After`).
+    #[arg(long, env = "PM_PIR_UPLOAD_BUDGET_MIB", default_value_t = 128,
+          value_parser = clap::value_parser!(u64).range(16..=1 << 16))]
+    pir_upload_budget_mib: u64,
+    /// Per-client limits key on the peer address; behind a proxy you run, name the header it
+    /// sets (e.g. `X-Forwarded-For`: its last entry is used). Never set this without such a
+    /// proxy: clients could then choose their own key.
+    #[arg(long, env = "PM_CLIENT_ADDRESS_HEADER")]
+    client_address_header: Option<String>,
+    /// Seconds a client has to send a request head; also how long an idle keep-alive
+    /// connection stays open.
+    #[arg(long, env = "PM_HEADER_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=600))]
+    header_timeout_secs: u64,
+    /// Seconds a client has to send a request body, from the end of its head (408 after).
+    #[arg(long, env = "PM_BODY_TIMEOUT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    body_timeout_secs: u64,
+    /// Seconds an answer may take, queueing for a PIR slot included (408 after).
+    #[arg(long, env = "PM_REQUEST_TIMEOUT_SECS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    request_timeout_secs: u64,
+    /// Seconds a response write may make no progress before the connection is closed.
+    #[arg(long, env = "PM_WRITE_TIMEOUT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    write_timeout_secs: u64,
+    /// Open connections at most (the process's open-file limit is raised to match; at the
+    /// cap the oldest idle connection is closed for a new one).
+    #[arg(long, env = "PM_MAX_CONNECTIONS", default_value_t = 4096,
+          value_parser = clap::value_parser!(u64).range(16..=1 << 20))]
+    max_connections: u64,
+    /// On SIGTERM or Ctrl-C: seconds the answers in progress may take to finish before the
+    /// remaining connections are closed and the store is closed.
+    #[arg(long, env = "PM_SHUTDOWN_GRACE_SECS", default_value_t = 8,
+          value_parser = clap::value_parser!(u64).range(0..=600))]
+    shutdown_grace_secs: u64,
     /// PIR: thumbnail records also carry each item's features (1.4× the thumbnail bytes and
     /// hint), so a client checks the encrypted scores of the items it is returned — a server
     /// computing other scores on purpose is then caught (ARCHITECTURE.md, "Threat model").
@@ -133,12 +171,33 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.blocks_store.clone(),
         args.blocks_public_url.clone(),
     );
-    let (gallery_size, anchor_count, seed, pir_concurrency) = (
+    let (gallery_size, anchor_count, seed, pir_concurrency, pir_upload_budget_mib) = (
         args.gallery_size as usize,
         args.anchors as usize,
         args.seed,
         args.pir_concurrency,
+        args.pir_upload_budget_mib,
     );
+    let client_address_header = args.client_address_header.clone();
+    let secs = std::time::Duration::from_secs;
+    let open_files = net::raise_open_files(args.max_connections + net::FD_RESERVE);
+    let net_limits = NetLimits {
+        header_timeout: secs(args.header_timeout_secs),
+        body_timeout: secs(args.body_timeout_secs),
+        request_timeout: secs(args.request_timeout_secs),
+        write_timeout: secs(args.write_timeout_secs),
+        max_connections: (args.max_connections)
+            .min(open_files.saturating_sub(net::FD_RESERVE).max(16)) as usize,
+        shutdown_grace: secs(args.shutdown_grace_secs),
+        body_budget: NetLimits::default().body_budget,
+    };
+    if net_limits.max_connections < args.max_connections as usize {
+        tracing::warn!(
+            open_files,
+            max_connections = net_limits.max_connections,
+            "the open-file limit caps the connections below --max-connections"
+        );
+    }
     let partition = PartitionSettings {
         max_share: args.max_share,
         allow_full_download: args.allow_full_download,
@@ -159,6 +218,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 blocks_store: blocks_store.as_deref(),
                 blocks_public_url: blocks_public_url.as_deref(),
                 pir_concurrency: pir_concurrency as usize,
+                pir_upload_budget: (pir_upload_budget_mib << 20) as usize,
+                client_address_header,
             },
             partition,
         )
@@ -192,18 +253,31 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     });
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let store_owner = std::sync::Arc::clone(&state);
-    let app = router(state, web, args.blocks_public_url.as_deref());
+    let refusals = std::sync::Arc::clone(&state.refusals);
+    let app = router(
+        state,
+        web,
+        args.blocks_public_url.as_deref(),
+        &net_limits,
+    );
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
+    tracing::info!(
+        max_connections = net_limits.max_connections,
+        open_files,
+        header_timeout_secs = args.header_timeout_secs,
+        body_timeout_secs = args.body_timeout_secs,
+        "accepting connections"
+    );
     // Tests and scripts read this line to find an ephemeral port.
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    net::serve(listener, app, &net_limits, refusals, shutdown_signal()).await;
     // Background threads may still hold the state: close the store explicitly so the next
     // start opens it without a repair.
     store_owner.store.close();
     tracing::info!("store closed; exiting");
-    Ok(())
+    // Exit now: answers still computing on the blocking pool (past the grace period) would
+    // otherwise hold the runtime's shutdown; their results have nowhere to go.
+    std::process::exit(0)
 }
 
 /// Ctrl-C, or SIGTERM (what service managers and `kill` send).

@@ -282,6 +282,11 @@ pub enum ErrorCode {
     Unavailable,
     /// The server is at its limit of concurrent work; retry later.
     Busy,
+    /// The request (its body, or its answer) did not complete within the server's time
+    /// limit (408).
+    Timeout,
+    /// The URI or the header section is over the server's limits (414, 431).
+    HeadTooLarge,
     Internal,
 }
 

@@ -301,6 +301,8 @@ fn transformed_server_rows_find_themselves_and_their_class() {
         blocks_store: None,
         blocks_public_url: None,
         pir_concurrency: 2,
+        pir_upload_budget: 64 << 20,
+        client_address_header: None,
     })
     .unwrap();
     let snap = local.snapshot();

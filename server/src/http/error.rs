@@ -8,6 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shared::api::{ErrorCode, ErrorResponse};
 
+/// `Retry-After` of a 503 `unavailable` (a version being built takes seconds to minutes).
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 10;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
@@ -39,9 +42,13 @@ pub enum ApiError {
     /// Not ready yet: 503 `unavailable`.
     #[error("{0}")]
     Unavailable(String),
-    /// At the operator's cap of concurrent work: 503 `busy`.
+    /// At the operator's cap of concurrent work, or the client's share of it: 503 `busy`
+    /// with `Retry-After`.
+    #[error("{message}")]
+    Busy { message: String, retry_after: u64 },
+    /// A body whose length must be declared but was not: 411.
     #[error("{0}")]
-    Busy(String),
+    LengthRequired(String),
     /// A body of another type than the endpoint declares: 415 `invalid_input`.
     #[error("{0}")]
     MediaType(String),
@@ -111,9 +118,13 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorResponse::new(ErrorCode::Unavailable, msg.clone()),
             ),
-            ApiError::Busy(msg) => (
+            ApiError::Busy { message, .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                ErrorResponse::new(ErrorCode::Busy, msg.clone()),
+                ErrorResponse::new(ErrorCode::Busy, message.clone()),
+            ),
+            ApiError::LengthRequired(msg) => (
+                StatusCode::LENGTH_REQUIRED,
+                ErrorResponse::new(ErrorCode::InvalidInput, msg.clone()),
             ),
             ApiError::TooLarge(msg) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -146,10 +157,22 @@ impl From<crate::partition::VersionError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, body) = self.status_and_body();
-        if status.is_server_error() {
+        // Refusals (503) are counted and logged, throttled, where they arise
+        // (`ops::refusals`); only a fault of the server itself is an error line.
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %self, "request failed");
         }
-        (status, Json(body)).into_response()
+        let mut resp = (status, Json(body)).into_response();
+        let retry = match &self {
+            ApiError::Busy { retry_after, .. } => Some(*retry_after),
+            ApiError::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_SECS),
+            _ => None,
+        };
+        if let Some(secs) = retry {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
     }
 }
 

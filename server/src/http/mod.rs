@@ -4,6 +4,7 @@
 mod blocks;
 pub mod cache;
 pub mod error;
+pub mod guard;
 mod items;
 pub mod pir;
 mod search;
@@ -59,7 +60,15 @@ pub fn router(
     state: Arc<AppState>,
     web_dir: Option<PathBuf>,
     blocks_public_url: Option<&str>,
+    limits: &crate::net::NetLimits,
 ) -> Router {
+    let guard_state = guard::Guard {
+        body_timeout: limits.body_timeout,
+        request_timeout: limits.request_timeout,
+        refusals: Arc::clone(&state.refusals),
+        body_budget: guard::BodyBudget::new(limits.body_budget),
+        max_body_bytes: state.config.limits.max_body_bytes,
+    };
     let body_limit = state.config.limits.max_body_bytes;
     let api = Router::new()
         .merge(search::routes(Arc::clone(&state)))
@@ -85,7 +94,9 @@ pub fn router(
         .route("/healthz", get(|| async { "ok" }))
         .nest("/api/v1", api)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(TraceLayer::new_for_http())
+        // Failures are counted and logged where they arise (`ApiError`, `ops::refusals`), not
+        // once more per response: an attack must not turn into a log flood.
+        .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state);
     if let Some(dir) = web_dir {
         app = app.fallback_service(statics::web(dir));
@@ -105,6 +116,7 @@ pub fn router(
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     ))
+    .layer(axum::middleware::from_fn_with_state(guard_state, guard::guard))
 }
 
 #[cfg(test)]

@@ -1,15 +1,16 @@
 //! The PIR endpoints (`/api/v1/pir…`): the document, the immutable hint and table files, and
 //! the answers. Answers run on the blocking pool (rayon inside), at most `pir_concurrency` at
-//! once, with a bounded queue ([`crate::partition::pir::PirSlots`]): a request beyond it is a
-//! 503 `busy`.
+//! once, admitted fairly by client ([`crate::net::admission`]): a request beyond its share or
+//! the queue is a 503 `busy` with `Retry-After`.
 
-use crate::partition::pir::SlotRefusal;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::Extension;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
@@ -17,7 +18,10 @@ use shared::api::{ErrorCode, ErrorResponse};
 
 use super::cache::{send_held, IMMUTABLE, NO_CACHE};
 use super::error::ApiError;
-use crate::partition::pir::{answer_scores, PirServe, QueryError, SCORES};
+use crate::net::admission::SlotRefusal;
+use crate::net::client::ClientKey;
+use crate::ops::refusals::Refusal;
+use crate::partition::pir::{answer_scores, decode_scores, PirServe, QueryError, SCORES};
 use crate::partition::Published;
 use crate::state::AppState;
 
@@ -34,10 +38,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/pir", get(document))
         .route("/pir/{version}/rank", get(table))
         .route("/pir/{version}/{db}/hint", get(hint))
-        .route(
-            "/pir/{version}/{db}",
-            post(answer).layer(DefaultBodyLimit::max(MAX_BODY)),
-        )
+        .route("/pir/{version}/{db}", post(answer))
 }
 
 fn quoted(s: &str) -> HeaderValue {
@@ -147,17 +148,24 @@ async fn table(
 
 /// `POST /pir/{version}/{db}`: answers the query vectors in the body (`application/
 /// octet-stream`, little-endian u32). The answer reveals nothing the queries did not already:
-/// the server computes the same function of every query. Any other Content-Type is a 415
-/// before any work: a cross-site "simple" request (`text/plain`, no preflight) from another
-/// page cannot make this server compute for it.
+/// the server computes the same function of every query.
+///
+/// Cheap checks first, so a request that cannot be answered never waits or holds memory:
+/// the type (415: a cross-site "simple" request, `text/plain` without preflight, cannot make
+/// this server compute for another page), the version and database (404/410/503), the
+/// declared length (411 without one, 413 over the limit, 422 if no query has it). Then the
+/// body's bytes are reserved and it is read (within the body timeout), a scores query is
+/// decoded (422 if malformed), and only then does it queue for an answer slot
+/// (`net::admission`: fair by client; 503 with `Retry-After` beyond its share).
 async fn answer(
     State(s): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let octets = headers
-        .get(axum::http::header::CONTENT_TYPE)
+        .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/octet-stream"));
@@ -166,14 +174,6 @@ async fn answer(
             "PIR queries are sent as application/octet-stream".into(),
         ));
     }
-    // A body over the limit is a JSON 413 like every other error (the framework's is text).
-    let body = body.map_err(|e| {
-        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge(e.body_text())
-        } else {
-            ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
-        }
-    })?;
     let Path((version, db)) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
     let scores = db == SCORES;
@@ -182,18 +182,52 @@ async fn answer(
     } else {
         pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
     }
-    let permit = s.pir_slots.acquire().await.map_err(|r| {
-        ApiError::Busy(match r {
-            SlotRefusal::QueueFull => "too many PIR requests waiting; retry later".into(),
-            SlotRefusal::Timeout => "no PIR answer slot came free in time; retry later".into(),
-        })
+    let len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .ok_or_else(|| ApiError::LengthRequired("PIR queries must declare their Content-Length".into()))?;
+    if len > MAX_BODY {
+        return Err(ApiError::TooLarge(format!(
+            "a PIR query body is at most {MAX_BODY} bytes; {len} declared"
+        )));
+    }
+    pir.check_length(&db, len).map_err(invalid)?;
+    let client = ClientKey::from_request(
+        peer.map(|Extension(ConnectInfo(a))| a),
+        &headers,
+        s.client_address_header.as_deref(),
+    );
+    let upload = s
+        .admission
+        .begin_upload(client, len)
+        .map_err(|r| refused(&s, r))?;
+    let body = axum::body::to_bytes(body, len).await.map_err(|e| {
+        ApiError::BadRequest(ErrorResponse::new(
+            ErrorCode::InvalidInput,
+            format!("the query body could not be read: {e}"),
+        ))
     })?;
+    let decoded = match pir.scores.as_ref().filter(|_| scores) {
+        Some(_) => {
+            let (pir, body) = (Arc::clone(&pir), body.clone());
+            let q = tokio::task::spawn_blocking(move || {
+                decode_scores(pir.scores.as_ref().expect("checked above"), &body)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(invalid)?;
+            Some(q)
+        }
+        None => None,
+    };
+    let slot = s.admission.acquire(client).await.map_err(|r| refused(&s, r))?;
     let state = Arc::clone(&s);
     let out = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        match pir.scores.as_ref().filter(|_| scores) {
-            Some(sc) => answer_scores(sc, &body, &state.pir_counters),
-            None => {
+        let (_slot, _upload) = (slot, upload);
+        match (pir.scores.as_ref(), decoded) {
+            (Some(sc), Some(q)) => answer_scores(sc, &q, &state.pir_counters),
+            _ => {
                 let d = pir.db(&db).expect("checked above");
                 crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
             }
@@ -201,17 +235,38 @@ async fn answer(
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?
-    .map_err(|e: QueryError| {
-        ApiError::Invalid(ErrorResponse::new(ErrorCode::InvalidInput, e.to_string()))
-    })?;
-    let mut resp = Response::new(axum::body::Body::from(out));
+    .map_err(invalid)?;
+    let mut resp = Response::new(Body::from(out));
     resp.headers_mut().insert(
-        axum::http::header::CONTENT_TYPE,
+        header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    resp.headers_mut().insert(
-        axum::http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-store"),
-    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(resp)
+}
+
+fn invalid(e: QueryError) -> ApiError {
+    ApiError::Invalid(ErrorResponse::new(ErrorCode::InvalidInput, e.to_string()))
+}
+
+/// A refused admission: counted, and a 503 saying when to retry.
+fn refused(s: &AppState, r: SlotRefusal) -> ApiError {
+    let (kind, message) = match r {
+        SlotRefusal::QueueFull => (Refusal::Busy, "too many PIR requests waiting; retry later"),
+        SlotRefusal::Timeout => (Refusal::Busy, "no PIR answer slot came free in time; retry later"),
+        SlotRefusal::ClientLimit => (
+            Refusal::ClientLimit,
+            "this client already has its share of PIR answers running or waiting; retry when one is done",
+        ),
+        SlotRefusal::UploadBudget => (
+            Refusal::UploadBudget,
+            "too many PIR query bytes are being received; retry later",
+        ),
+    };
+    s.refusals.record(kind);
+    ApiError::Busy {
+        message: message.into(),
+        retry_after: r.retry_after_secs(),
+    }
 }

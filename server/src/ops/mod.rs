@@ -3,3 +3,4 @@
 pub mod failpoint;
 pub mod latency;
 pub mod progress;
+pub mod refusals;

@@ -114,6 +114,10 @@ pub struct ServerStatus {
     /// How the last start went (what was reused, where the time went).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup: Option<StartupReport>,
+    /// Requests and connections refused or cut off since start, by kind
+    /// (`ops::refusals`: timeouts, caps, shed PIR load).
+    #[serde(default)]
+    pub refusals: crate::ops::refusals::RefusalStatus,
 }
 
 pub struct AppState {
@@ -138,7 +142,12 @@ pub struct AppState {
     pub startup: StartupReport,
     /// PIR work done (for `/status`) and the cap on concurrent PIR answers.
     pub pir_counters: crate::partition::pir::PirCounters,
-    pub pir_slots: crate::partition::pir::PirSlots,
+    /// Fair admission of PIR answers and their uploads (`net::admission`).
+    pub admission: Arc<crate::net::admission::Admission>,
+    /// The client-address header the operator trusts (`--client-address-header`).
+    pub client_address_header: Option<String>,
+    /// What was refused or cut off to protect the server (`/status`, throttled log).
+    pub refusals: Arc<crate::ops::refusals::Refusals>,
     /// Items whose features are in the store (by identity: a re-added id is a new item).
     features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
 }
@@ -162,9 +171,13 @@ pub struct Options<'a> {
     pub blocks_store: Option<&'a str>,
     /// Where clients fetch blocks from (a bucket or CDN URL); `None` = this server.
     pub blocks_public_url: Option<&'a str>,
-    /// PIR answers computed at once at most (each uses every core through rayon); more wait
-    /// up to a second, then get 503 `busy`.
+    /// PIR answers computed at once at most (each uses every core through rayon); the rest
+    /// are admitted fairly by client (`net::admission`).
     pub pir_concurrency: usize,
+    /// Bytes of PIR request bodies in flight at most (`net::admission`).
+    pub pir_upload_budget: usize,
+    /// A header naming the client's address, set by a proxy the operator runs.
+    pub client_address_header: Option<String>,
 }
 
 impl Options<'_> {
@@ -228,6 +241,7 @@ impl AppState {
                 .and_then(|p| p.pir.get().cloned())
                 .map(|pir| crate::partition::pir::status(&pir, &self.pir_counters)),
             startup: Some(self.startup.clone()),
+            refusals: self.refusals.status(),
         }
     }
 }

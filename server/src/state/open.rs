@@ -368,7 +368,12 @@ impl AppState {
             startup: StartupReport::default(),
             features_stored: Mutex::new(features_stored),
             pir_counters: Default::default(),
-            pir_slots: crate::partition::pir::PirSlots::new(opts.pir_concurrency),
+            admission: crate::net::admission::Admission::new(
+                opts.pir_concurrency,
+                opts.pir_upload_budget,
+            ),
+            client_address_header: opts.client_address_header.clone(),
+            refusals: Default::default(),
         };
         // The embedding (stored or computed) and the stored partition are independent: loaded
         // side by side. A partition that must be rebuilt is built after both.

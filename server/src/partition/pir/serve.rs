@@ -1,8 +1,7 @@
 //! The PIR databases of one version, ready to answer; the work counters `/status` shows.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use axum::body::Bytes;
 use rayon::prelude::*;
@@ -10,7 +9,8 @@ use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::pir::layout::Database;
 use shared::pir::ring::rlwe::Ring;
-use shared::pir::ring::scores::{decode_upload, encode_answer, ScoreDb};
+use shared::pir::ring::pack::PackingBodies;
+use shared::pir::ring::scores::{decode_upload, encode_answer, upload_len, ScoreDb};
 
 /// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}` (`thumbs`, a level, or
 /// `scores`).
@@ -70,68 +70,6 @@ pub struct PirServe {
     pub build_secs: f64,
 }
 
-/// The cap on PIR answers computed at once (`--pir-concurrency`), and on the requests waiting
-/// for one: at most [`WAITING_PER_SLOT`] per slot wait, each up to [`QUEUE_WAIT`]; a request
-/// beyond that is refused at once (503 `busy`). Bounding the queue by its length, not by a
-/// short wait, sheds load without dropping requests that would be answered in a few seconds:
-/// a hintless answer at 1,000,000 items takes about 1.6 s of both cores, so a one-second wait
-/// (the rule before) refused most requests of four concurrent clients, after their other
-/// requests' work was done.
-pub struct PirSlots {
-    slots: Arc<tokio::sync::Semaphore>,
-    waiting: AtomicUsize,
-    max_waiting: usize,
-}
-
-/// Requests that may wait per answer slot.
-pub const WAITING_PER_SLOT: usize = 4;
-/// How long a waiting request waits for a slot at most.
-pub const QUEUE_WAIT: Duration = Duration::from_secs(30);
-
-/// Why no slot was given.
-#[derive(Debug, PartialEq, Eq)]
-pub enum SlotRefusal {
-    /// The queue is full.
-    QueueFull,
-    /// No slot came free within [`QUEUE_WAIT`].
-    Timeout,
-}
-
-impl PirSlots {
-    pub fn new(concurrency: usize) -> PirSlots {
-        let concurrency = concurrency.max(1);
-        PirSlots {
-            slots: Arc::new(tokio::sync::Semaphore::new(concurrency)),
-            waiting: AtomicUsize::new(0),
-            max_waiting: WAITING_PER_SLOT * concurrency,
-        }
-    }
-
-    /// A slot: at once if one is free, else after waiting behind fewer than the queue bound.
-    pub async fn acquire(&self) -> Result<tokio::sync::OwnedSemaphorePermit, SlotRefusal> {
-        if let Ok(p) = Arc::clone(&self.slots).try_acquire_owned() {
-            return Ok(p);
-        }
-        // Counted while waiting, also when the request is dropped (a client gone).
-        struct Waiting<'a>(&'a AtomicUsize);
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
-        if self.waiting.fetch_add(1, Ordering::Relaxed) >= self.max_waiting {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-            return Err(SlotRefusal::QueueFull);
-        }
-        let _waiting = Waiting(&self.waiting);
-        match tokio::time::timeout(QUEUE_WAIT, Arc::clone(&self.slots).acquire_owned()).await {
-            Ok(Ok(p)) => Ok(p),
-            // The semaphore is never closed; a closed one gives no slot either.
-            _ => Err(SlotRefusal::Timeout),
-        }
-    }
-}
-
 /// Work done answering queries (for `/status`).
 #[derive(Debug, Default)]
 pub struct PirCounters {
@@ -174,6 +112,29 @@ impl PirServe {
         self.levels.get(l)?.as_ref()
     }
 
+    /// Whether a body of `len` bytes can be a query to database `db` (checked on the declared
+    /// length, before the body is read): the scores' exact upload size, or 1 to
+    /// `MAX_PIR_QUERIES` query vectors of a database's width.
+    pub fn check_length(&self, db: &str, len: usize) -> Result<(), QueryError> {
+        if db == SCORES {
+            if let Some(sc) = &self.scores {
+                let want = upload_len(&sc.db.shape(), sc.ring.n());
+                if len != want {
+                    return Err(QueryError::Size {
+                        per: want,
+                        max: 1,
+                        got: len,
+                    });
+                }
+            }
+            return Ok(());
+        }
+        match self.db(db) {
+            Some(d) => check_query_size(d.db.shape.query_bytes(), len),
+            None => Ok(()),
+        }
+    }
+
     /// Bytes of the databases (with the scores' plans) and of the public per-database files
     /// (hints, the scores' public file).
     pub fn bytes(&self) -> (u64, u64) {
@@ -198,22 +159,41 @@ pub enum QueryError {
     Scores(String),
 }
 
-/// Answers a hintless scores query (exactly the document's `upload_bytes`; CPU-bound: call on
-/// the blocking pool, rayon inside). Counts as one search's ranking request.
+/// A scores query decoded (cheap next to its answer: done before it takes an answer slot, so
+/// a malformed one is refused without waiting for one).
+pub struct ScoresQuery {
+    query: Vec<u64>,
+    bodies: PackingBodies,
+}
+
+/// Decodes a hintless scores query (exactly the document's `upload_bytes`).
+pub fn decode_scores(s: &ScoresServe, body: &[u8]) -> Result<ScoresQuery, QueryError> {
+    let (query, bodies) = decode_upload(&s.db.shape(), s.ring.n(), body)
+        .map_err(|e| QueryError::Scores(e.to_string()))?;
+    Ok(ScoresQuery { query, bodies })
+}
+
+/// Answers a decoded scores query (CPU-bound: call on the blocking pool, rayon inside).
+/// Counts as one search's ranking request.
 pub fn answer_scores(
     s: &ScoresServe,
-    body: &[u8],
+    q: &ScoresQuery,
     counters: &PirCounters,
 ) -> Result<Vec<u8>, QueryError> {
-    let n = s.ring.n();
-    let (query, bodies) =
-        decode_upload(&s.db.shape(), n, body).map_err(|e| QueryError::Scores(e.to_string()))?;
     let answer =
-        s.db.answer(&s.ring, &query, &bodies, Some(&counters.core_us))
+        s.db.answer(&s.ring, &q.query, &q.bodies, Some(&counters.core_us))
             .map_err(|e| QueryError::Scores(e.to_string()))?;
     counters.requests.fetch_add(1, Ordering::Relaxed);
     counters.queries.fetch_add(1, Ordering::Relaxed);
     Ok(encode_answer(&answer))
+}
+
+fn check_query_size(per: usize, len: usize) -> Result<(), QueryError> {
+    let max = shared::params::limits::MAX_PIR_QUERIES;
+    if len == 0 || !len.is_multiple_of(per) || len / per > max {
+        return Err(QueryError::Size { per, max, got: len });
+    }
+    Ok(())
 }
 
 /// Answers a request body of query vectors (CPU-bound: call on the blocking pool). Rows are
@@ -226,14 +206,7 @@ pub fn answer(
 ) -> Result<Vec<u8>, QueryError> {
     let shape = db.db.shape;
     let per = shape.query_bytes();
-    let max = shared::params::limits::MAX_PIR_QUERIES;
-    if body.is_empty() || !body.len().is_multiple_of(per) || body.len() / per > max {
-        return Err(QueryError::Size {
-            per,
-            max,
-            got: body.len(),
-        });
-    }
+    check_query_size(per, body.len())?;
     let c = body.len() / per;
     let queries: Vec<u32> = body
         .chunks_exact(4)
@@ -285,43 +258,5 @@ pub fn status(pir: &PirServe, counters: &PirCounters) -> PirStatus {
         core_ms_per_search: core_ms / searches.max(1) as f64,
         database_bytes,
         hint_bytes,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn the_queue_is_bounded_by_length_and_a_dropped_waiter_leaves_it() {
-        let slots = Arc::new(PirSlots::new(1));
-        let held = slots.acquire().await.expect("a free slot");
-        // WAITING_PER_SLOT requests wait; the next is refused at once.
-        let waiters: Vec<_> = (0..WAITING_PER_SLOT)
-            .map(|_| {
-                let s = Arc::clone(&slots);
-                tokio::spawn(async move { s.acquire().await.map(drop) })
-            })
-            .collect();
-        while slots.waiting.load(Ordering::Relaxed) < WAITING_PER_SLOT {
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(slots.acquire().await.err(), Some(SlotRefusal::QueueFull));
-        // A waiter whose client went away no longer counts.
-        waiters[0].abort();
-        while slots.waiting.load(Ordering::Relaxed) >= WAITING_PER_SLOT {
-            tokio::task::yield_now().await;
-        }
-        let late = {
-            let s = Arc::clone(&slots);
-            tokio::spawn(async move { s.acquire().await.map(drop) })
-        };
-        // Releasing the slot serves every waiter in turn.
-        drop(held);
-        for w in waiters.into_iter().skip(1) {
-            assert_eq!(w.await.unwrap(), Ok(()));
-        }
-        assert_eq!(late.await.unwrap(), Ok(()));
-        assert_eq!(slots.waiting.load(Ordering::Relaxed), 0);
     }
 }

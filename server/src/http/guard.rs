@@ -1,0 +1,285 @@
+//! The outermost API middleware: bounds on a request's head, its body's arrival and its
+//! answer's time, and the JSON error format for every error status, including those the
+//! framework and tower layers produce with a text or empty body.
+//!
+//! - A URI over [`MAX_URI_BYTES`]: 414; a header section over [`MAX_HEADERS`] fields or
+//!   [`MAX_HEAD_BYTES`]: 431 (hyper's own, bodiless limits are set well above these, in
+//!   `net`).
+//! - A body not received within the body timeout of the head: 408 and the connection closed
+//!   (the body is cut off where it stands, whatever the handler was doing with it).
+//! - An answer not ready within the request timeout: 408.
+//! - Every 503 carries `Retry-After`.
+
+use std::future::Future as _;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use shared::api::ErrorCode;
+
+use super::error::plain_error;
+use crate::partition::pir::PIR_PREFIX;
+use crate::ops::refusals::{Refusal, Refusals};
+
+/// Longest URI (path and query) accepted.
+pub const MAX_URI_BYTES: usize = 8 << 10;
+/// Most header fields, and most bytes of names and values, in one request.
+pub const MAX_HEADERS: usize = 100;
+pub const MAX_HEAD_BYTES: usize = 16 << 10;
+/// `Retry-After` of a 503 that did not set its own.
+pub const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
+
+/// What the middleware needs.
+#[derive(Clone)]
+pub struct Guard {
+    pub body_timeout: Duration,
+    pub request_timeout: Duration,
+    pub refusals: Arc<Refusals>,
+    /// Bytes of (non-PIR) request bodies in flight at most; a body is counted at its declared
+    /// length, or at `max_body_bytes` when it declares none.
+    pub body_budget: Arc<BodyBudget>,
+    pub max_body_bytes: usize,
+}
+
+/// Bytes of request bodies in flight, bounded: thousands of connections each stalling a body
+/// just under the limit would otherwise pin gigabytes. PIR answers have their own, per-client
+/// budget (`net::admission`) and are not counted here.
+#[derive(Debug)]
+pub struct BodyBudget {
+    cap: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+/// Reserved bytes, returned when the request is done.
+struct Reserved<'a>(&'a BodyBudget, usize);
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(self.1, Ordering::AcqRel);
+    }
+}
+
+impl BodyBudget {
+    pub fn new(cap: usize) -> Arc<BodyBudget> {
+        Arc::new(BodyBudget {
+            cap,
+            used: Default::default(),
+        })
+    }
+
+    fn reserve(&self, bytes: usize) -> Option<Reserved<'_>> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u.saturating_add(bytes) <= self.cap).then_some(u + bytes)
+            })
+            .ok()
+            .map(|_| Reserved(self, bytes))
+    }
+}
+
+/// `Retry-After` of a request refused for the body budget.
+const BODY_BUDGET_RETRY_SECS: u64 = 2;
+
+/// A request body that ends with an error once its deadline passes, flagging that it did.
+struct DeadlineBody {
+    inner: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    expired: Arc<AtomicBool>,
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if self.inner.is_end_stream() {
+            return Poll::Ready(None);
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            self.expired.store(true, Ordering::Release);
+            return Poll::Ready(Some(Err(axum::Error::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the request body did not arrive in time",
+            )))));
+        }
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn head_error(refusals: &Refusals, status: StatusCode, message: &str) -> Response {
+    refusals.record(Refusal::HeadTooLarge);
+    plain_error(status, ErrorCode::HeadTooLarge, message)
+}
+
+fn timeout_error(refusals: &Refusals, kind: Refusal, message: &str) -> Response {
+    refusals.record(kind);
+    let mut r = plain_error(StatusCode::REQUEST_TIMEOUT, ErrorCode::Timeout, message);
+    // The rest of a late body may still be on its way: not worth reading, close.
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
+    let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if uri_len > MAX_URI_BYTES {
+        return head_error(
+            &g.refusals,
+            StatusCode::URI_TOO_LONG,
+            &format!("the URI is {uri_len} bytes; at most {MAX_URI_BYTES} are accepted"),
+        );
+    }
+    let h = req.headers();
+    let head_bytes: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+    if h.len() > MAX_HEADERS || head_bytes > MAX_HEAD_BYTES {
+        return head_error(
+            &g.refusals,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            &format!(
+                "{} header fields of {head_bytes} bytes; at most {MAX_HEADERS} fields and \
+                 {MAX_HEAD_BYTES} bytes are accepted",
+                h.len()
+            ),
+        );
+    }
+    // Bytes a body may pin: its declared length (hyper enforces it), else the route limit.
+    let pir = req.method() == axum::http::Method::POST && req.uri().path().starts_with(PIR_PREFIX);
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let has_body = declared.map_or(req.headers().contains_key(header::TRANSFER_ENCODING), |n| n > 0);
+    let pinned = if has_body && !pir {
+        declared.unwrap_or(g.max_body_bytes).min(g.max_body_bytes)
+    } else {
+        0
+    };
+    let Some(_reserved) = g.body_budget.reserve(pinned) else {
+        g.refusals.record(Refusal::UploadBudget);
+        let mut r = plain_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Busy,
+            "too many request bytes are being received; retry later",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(BODY_BUDGET_RETRY_SECS));
+        return r;
+    };
+    let expired = Arc::new(AtomicBool::new(false));
+    let deadline = Box::pin(tokio::time::sleep(g.body_timeout));
+    let flag = Arc::clone(&expired);
+    let req = req.map(|inner| {
+        Body::new(DeadlineBody {
+            inner,
+            deadline,
+            expired: flag,
+        })
+    });
+    let resp = match tokio::time::timeout(g.request_timeout, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => {
+            return timeout_error(
+                &g.refusals,
+                Refusal::RequestTimeout,
+                "the answer was not ready in time; retry later",
+            )
+        }
+    };
+    if expired.load(Ordering::Acquire) {
+        return timeout_error(
+            &g.refusals,
+            Refusal::BodyTimeout,
+            &format!(
+                "the request body did not arrive within {} s",
+                g.body_timeout.as_secs()
+            ),
+        );
+    }
+    as_json_error(resp)
+}
+
+/// An error response not already in the JSON format (the framework's 405/413, a layer's
+/// 408, a static file's 404, …) rewritten into it; every 503 given a `Retry-After`.
+fn as_json_error(resp: Response) -> Response {
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let mut resp = if is_json {
+        resp
+    } else {
+        let code = match status {
+            StatusCode::NOT_FOUND => ErrorCode::NotFound,
+            StatusCode::REQUEST_TIMEOUT => ErrorCode::Timeout,
+            StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+            StatusCode::URI_TOO_LONG | StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
+                ErrorCode::HeadTooLarge
+            }
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => ErrorCode::Busy,
+            s if s.is_server_error() => ErrorCode::Internal,
+            _ => ErrorCode::InvalidInput,
+        };
+        let message = status.canonical_reason().unwrap_or("error").to_lowercase();
+        let retry = resp.headers().get(header::RETRY_AFTER).cloned();
+        let mut r = plain_error(status, code, &message);
+        if let Some(v) = retry {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        r
+    };
+    if status == StatusCode::SERVICE_UNAVAILABLE && !resp.headers().contains_key(header::RETRY_AFTER)
+    {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(DEFAULT_RETRY_AFTER_SECS));
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::response::IntoResponse;
+
+    #[test]
+    fn framework_errors_become_json_and_every_503_says_when_to_retry() {
+        let text = (StatusCode::METHOD_NOT_ALLOWED, "nope").into_response();
+        let r = as_json_error(text);
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE].to_str().unwrap(),
+            "application/json"
+        );
+        let busy = as_json_error(StatusCode::SERVICE_UNAVAILABLE.into_response());
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "5");
+        let ok = as_json_error((StatusCode::OK, "fine").into_response());
+        assert!(!ok.headers().contains_key(header::RETRY_AFTER));
+        assert_eq!(
+            ok.headers()[header::CONTENT_TYPE].to_str().unwrap(),
+            "text/plain; charset=utf-8"
+        );
+    }
+}

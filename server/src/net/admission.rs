@@ -1,0 +1,452 @@
+//! Fair admission of expensive work (PIR answers): the operator's global cap kept, and no
+//! client able to take more than its share of it.
+//!
+//! Two gates, in the order a request meets them:
+//! 1. **Uploads** ([`Admission::begin_upload`]): before a body is read, its declared length is
+//!    reserved from a byte budget for bodies in flight, and the client may have at most
+//!    [`Shares::uploads`] of them. Bodies are thus never buffered beyond the budget, whatever
+//!    number of stalled uploads is open (256 stalled 16 MiB uploads once took 3.2 GB).
+//! 2. **Answer slots** ([`Admission::acquire`]): at most `concurrency` answers run at once,
+//!    one client at most [`Shares::running`] of them, with at most [`Shares::waiting`] of its
+//!    requests queued and [`WAITING_PER_SLOT`] × `concurrency` queued in all, each for up to
+//!    [`QUEUE_WAIT`]. A free slot goes to the waiting client with the fewest answers running
+//!    (then the longest wait), so one client with many connections gets one turn per round,
+//!    not one per connection. A request beyond any bound is refused at once (503 with
+//!    `Retry-After`), never queued behind work it could not get.
+//!
+//! The running share is below the global cap whenever the cap is above 1, so a client can
+//! always be served at once while another is using its full share.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::client::ClientKey;
+
+/// Requests that may wait per answer slot (in all clients).
+pub const WAITING_PER_SLOT: usize = 4;
+/// How long a waiting request waits for a slot at most.
+pub const QUEUE_WAIT: Duration = Duration::from_secs(30);
+
+/// Why no slot or upload was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotRefusal {
+    /// The queue is full.
+    QueueFull,
+    /// No slot came free within [`QUEUE_WAIT`].
+    Timeout,
+    /// This client already has its share running, waiting or uploading.
+    ClientLimit,
+    /// The bytes of bodies in flight would exceed the budget.
+    UploadBudget,
+}
+
+impl SlotRefusal {
+    /// Seconds a client should wait before retrying (`Retry-After`): a queue turns over in
+    /// about an answer's time, a client's own share when its own requests finish.
+    pub fn retry_after_secs(self) -> u64 {
+        match self {
+            SlotRefusal::QueueFull | SlotRefusal::UploadBudget => 2,
+            SlotRefusal::Timeout => 5,
+            SlotRefusal::ClientLimit => 1,
+        }
+    }
+}
+
+/// One client's shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shares {
+    pub running: usize,
+    pub waiting: usize,
+    pub uploads: usize,
+}
+
+impl Shares {
+    /// Half the slots (rounded up) running, two waiting, and as many uploads as both.
+    pub fn for_concurrency(concurrency: usize) -> Shares {
+        let running = concurrency.div_ceil(2).max(1);
+        Shares {
+            running,
+            waiting: 2,
+            uploads: running + 2,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Client {
+    running: usize,
+    uploads: usize,
+    /// When it was last given a slot (the count of grants then): among clients with as many
+    /// answers running, the one served longest ago goes first — round robin.
+    last_grant: u64,
+    /// Waiting requests: ticket (arrival order) and where to send the slot.
+    queue: VecDeque<(u64, oneshot::Sender<Slot>)>,
+}
+
+#[derive(Default)]
+struct Sched {
+    running: usize,
+    waiting: usize,
+    upload_bytes: usize,
+    next_ticket: u64,
+    grants: u64,
+    clients: HashMap<ClientKey, Client>,
+}
+
+/// The admission state (one per server).
+pub struct Admission {
+    sched: Mutex<Sched>,
+    concurrency: usize,
+    max_waiting: usize,
+    upload_budget: usize,
+    shares: Shares,
+}
+
+/// An answer slot; dropping it gives the slot to the next waiting client.
+pub struct Slot {
+    adm: Arc<Admission>,
+    client: ClientKey,
+}
+
+/// Bytes of an admitted body in flight; dropping it returns them to the budget.
+pub struct Upload {
+    adm: Arc<Admission>,
+    client: ClientKey,
+    bytes: usize,
+}
+
+impl Admission {
+    /// `concurrency` answers at once (≥ 1), `upload_budget` bytes of bodies in flight.
+    pub fn new(concurrency: usize, upload_budget: usize) -> Arc<Admission> {
+        let concurrency = concurrency.max(1);
+        Arc::new(Admission {
+            sched: Mutex::new(Sched::default()),
+            concurrency,
+            max_waiting: WAITING_PER_SLOT * concurrency,
+            upload_budget,
+            shares: Shares::for_concurrency(concurrency),
+        })
+    }
+
+    pub fn shares(&self) -> Shares {
+        self.shares
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sched> {
+        self.sched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reserves `bytes` (a body's declared length) before the body is read.
+    pub fn begin_upload(
+        self: &Arc<Self>,
+        client: ClientKey,
+        bytes: usize,
+    ) -> Result<Upload, SlotRefusal> {
+        let mut s = self.lock();
+        if s.upload_bytes.saturating_add(bytes) > self.upload_budget {
+            return Err(SlotRefusal::UploadBudget);
+        }
+        let c = s.clients.entry(client).or_default();
+        if c.uploads >= self.shares.uploads {
+            return Err(SlotRefusal::ClientLimit);
+        }
+        c.uploads += 1;
+        s.upload_bytes += bytes;
+        Ok(Upload {
+            adm: Arc::clone(self),
+            client,
+            bytes,
+        })
+    }
+
+    /// An answer slot for `client`: at once if a slot and its share allow, else after
+    /// waiting in its queue (see the module's rules).
+    pub async fn acquire(self: &Arc<Self>, client: ClientKey) -> Result<Slot, SlotRefusal> {
+        let (ticket, rx) = {
+            let mut s = self.lock();
+            let free = s.running < self.concurrency;
+            let (max_waiting, shares) = (self.max_waiting, self.shares);
+            let (total_waiting, grants) = (s.waiting, s.grants + 1);
+            let c = s.clients.entry(client).or_default();
+            // Invariant: while a slot is free no waiter is eligible (grants run at every
+            // release), so a request within its share may take a free slot at once.
+            if free && c.running < shares.running {
+                c.running += 1;
+                c.last_grant = grants;
+                s.grants = grants;
+                s.running += 1;
+                return Ok(Slot {
+                    adm: Arc::clone(self),
+                    client,
+                });
+            }
+            let refusal = if c.queue.len() >= shares.waiting {
+                Some(SlotRefusal::ClientLimit)
+            } else if total_waiting >= max_waiting {
+                Some(SlotRefusal::QueueFull)
+            } else {
+                None
+            };
+            if let Some(r) = refusal {
+                forget_if_idle(&mut s, client);
+                return Err(r);
+            }
+            let (tx, rx) = oneshot::channel();
+            let ticket = s.next_ticket;
+            s.next_ticket += 1;
+            s.waiting += 1;
+            s.clients
+                .get_mut(&client)
+                .expect("entry made above")
+                .queue
+                .push_back((ticket, tx));
+            (ticket, rx)
+        };
+        // Leaves the queue if the request is dropped (its client gone) or times out; a slot
+        // already sent to it is dropped with the channel, which releases it.
+        struct Leave<'a>(&'a Admission, ClientKey, u64);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.leave_queue(self.1, self.2);
+            }
+        }
+        let _leave = Leave(self, client, ticket);
+        match tokio::time::timeout(QUEUE_WAIT, rx).await {
+            Ok(Ok(slot)) => Ok(slot),
+            _ => Err(SlotRefusal::Timeout),
+        }
+    }
+
+    fn leave_queue(&self, client: ClientKey, ticket: u64) {
+        let mut s = self.lock();
+        let Some(c) = s.clients.get_mut(&client) else {
+            return;
+        };
+        let before = c.queue.len();
+        c.queue.retain(|(t, _)| *t != ticket);
+        let left = before - c.queue.len();
+        s.waiting -= left;
+        forget_if_idle(&mut s, client);
+    }
+
+    /// A slot came free: hand slots to eligible waiters (outside the lock): fewest running
+    /// first, then the client served longest ago, then the oldest request.
+    fn release(self: &Arc<Self>, client: ClientKey) {
+        let mut grants = Vec::new();
+        {
+            let mut s = self.lock();
+            s.running -= 1;
+            if let Some(c) = s.clients.get_mut(&client) {
+                c.running -= 1;
+            }
+            forget_if_idle(&mut s, client);
+            while s.running < self.concurrency {
+                let next = s
+                    .clients
+                    .iter()
+                    .filter(|(_, c)| c.running < self.shares.running)
+                    .filter_map(|(k, c)| {
+                        c.queue
+                            .front()
+                            .map(|(t, _)| (c.running, c.last_grant, *t, *k))
+                    })
+                    .min();
+                let Some((_, _, _, k)) = next else { break };
+                let grant = s.grants + 1;
+                s.grants = grant;
+                let c = s.clients.get_mut(&k).expect("found above");
+                let (_, tx) = c.queue.pop_front().expect("non-empty");
+                c.running += 1;
+                c.last_grant = grant;
+                s.running += 1;
+                s.waiting -= 1;
+                grants.push((
+                    tx,
+                    Slot {
+                        adm: Arc::clone(self),
+                        client: k,
+                    },
+                ));
+            }
+        }
+        // A waiter gone meanwhile returns its slot here (its `Slot` dropped: released again).
+        for (tx, slot) in grants {
+            let _ = tx.send(slot);
+        }
+    }
+
+    fn end_upload(&self, client: ClientKey, bytes: usize) {
+        let mut s = self.lock();
+        s.upload_bytes -= bytes;
+        if let Some(c) = s.clients.get_mut(&client) {
+            c.uploads -= 1;
+        }
+        forget_if_idle(&mut s, client);
+    }
+
+    /// (running, waiting, bytes of bodies in flight, clients tracked): for tests and status.
+    pub fn load(&self) -> (usize, usize, usize, usize) {
+        let s = self.lock();
+        (s.running, s.waiting, s.upload_bytes, s.clients.len())
+    }
+}
+
+/// A client with nothing running, waiting or uploading is not kept (the map stays as small as
+/// the set of active clients, whatever number of addresses send requests).
+fn forget_if_idle(s: &mut Sched, client: ClientKey) {
+    if s
+        .clients
+        .get(&client)
+        .is_some_and(|c| c.running == 0 && c.uploads == 0 && c.queue.is_empty())
+    {
+        s.clients.remove(&client);
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let adm = Arc::clone(&self.adm);
+        adm.release(self.client);
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        self.adm.end_upload(self.client, self.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn client(i: u8) -> ClientKey {
+        ClientKey(IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)))
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn one_client_gets_its_share_and_another_is_served_at_once() {
+        let adm = Admission::new(2, 1 << 20);
+        let a = client(1);
+        let held = adm.acquire(a).await.expect("a free slot");
+        // Its share (1 of 2) is running: its next requests wait (2), then are refused.
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let adm = Arc::clone(&adm);
+                tokio::spawn(async move { adm.acquire(a).await.map(drop) })
+            })
+            .collect();
+        settle().await;
+        assert_eq!(adm.load().1, 2);
+        assert_eq!(adm.acquire(a).await.err(), Some(SlotRefusal::ClientLimit));
+        // Another client takes the free slot at once, although a's requests are queued.
+        let b_slot = adm.acquire(client(2)).await.expect("b's share is free");
+        drop(held);
+        drop(b_slot);
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), Ok(()));
+        }
+        assert_eq!(adm.load(), (0, 0, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn freed_slots_go_round_robin_over_clients() {
+        let adm = Admission::new(1, 1 << 20);
+        let first = adm.acquire(client(1)).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // Client 1 queues two requests first, then clients 2 and 3 one each.
+        for c in [1, 1, 2, 3] {
+            let (adm, order) = (Arc::clone(&adm), Arc::clone(&order));
+            tasks.push(tokio::spawn(async move {
+                let slot = adm.acquire(client(c)).await.unwrap();
+                order.lock().unwrap().push(c);
+                settle().await;
+                drop(slot);
+            }));
+            settle().await;
+        }
+        drop(first);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // Client 1 had the first turn: 2 and 3 go before its queued requests.
+        assert_eq!(*order.lock().unwrap(), vec![2, 3, 1, 1]);
+    }
+
+    #[tokio::test]
+    async fn the_global_queue_is_bounded_and_a_dropped_waiter_leaves_it() {
+        let adm = Admission::new(1, 1 << 20);
+        let held = adm.acquire(client(0)).await.unwrap();
+        let waiters: Vec<_> = (1..=WAITING_PER_SLOT as u8)
+            .map(|i| {
+                let adm = Arc::clone(&adm);
+                tokio::spawn(async move { adm.acquire(client(i)).await.map(drop) })
+            })
+            .collect();
+        settle().await;
+        assert_eq!(
+            adm.acquire(client(99)).await.err(),
+            Some(SlotRefusal::QueueFull)
+        );
+        waiters[0].abort();
+        settle().await;
+        assert_eq!(adm.load().1, WAITING_PER_SLOT - 1);
+        drop(held);
+        for w in waiters.into_iter().skip(1) {
+            assert_eq!(w.await.unwrap(), Ok(()));
+        }
+        assert_eq!(adm.load(), (0, 0, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_slot_sent_to_a_waiter_that_is_gone_passes_on() {
+        let adm = Admission::new(1, 1 << 20);
+        let held = adm.acquire(client(1)).await.unwrap();
+        let gone = {
+            let adm = Arc::clone(&adm);
+            tokio::spawn(async move { adm.acquire(client(2)).await.map(drop) })
+        };
+        settle().await;
+        let next = {
+            let adm = Arc::clone(&adm);
+            tokio::spawn(async move { adm.acquire(client(3)).await.map(drop) })
+        };
+        settle().await;
+        gone.abort();
+        drop(held);
+        assert_eq!(next.await.unwrap(), Ok(()));
+        assert_eq!(adm.load(), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn uploads_are_bounded_in_bytes_and_per_client() {
+        let adm = Admission::new(2, 100);
+        let shares = adm.shares();
+        let a: Vec<_> = (0..shares.uploads)
+            .map(|_| adm.begin_upload(client(1), 10).unwrap())
+            .collect();
+        assert_eq!(
+            adm.begin_upload(client(1), 10).err(),
+            Some(SlotRefusal::ClientLimit)
+        );
+        let big = adm.begin_upload(client(2), 100 - 10 * shares.uploads).unwrap();
+        assert_eq!(
+            adm.begin_upload(client(3), 1).err(),
+            Some(SlotRefusal::UploadBudget)
+        );
+        drop(big);
+        drop(a);
+        assert_eq!(adm.load(), (0, 0, 0, 0));
+    }
+}

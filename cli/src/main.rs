@@ -95,11 +95,14 @@ enum Command {
         photo: PathBuf,
         #[command(flatten)]
         server: ServerArg,
-        /// Privacy level of this search (pure ε for blocks; (ε, δ) for frame and paper).
+        /// Privacy level of this search (pure ε for blocks; (ε, δ) for frame and paper; PIR
+        /// and the whole gallery release nothing and spend no ε).
         #[arg(long, default_value_t = 8.0)]
         epsilon: f64,
-        #[arg(long, value_enum, default_value_t = Protocol::Blocks)]
-        protocol: Protocol,
+        /// How to search. Default: pir, as on the page (the server learns nothing about the
+        /// photo, exact results, no ε spent); blocks with --whole.
+        #[arg(long, value_enum)]
+        protocol: Option<Protocol>,
         /// Results to show.
         #[arg(short, long, default_value_t = 8)]
         k: usize,
@@ -230,6 +233,17 @@ fn run(cli: Cli) -> Result<()> {
             if !(max_kib.is_finite() && max_kib > 0.0) {
                 return Err(CliError::Usage("--max-kib must be > 0".into()));
             }
+            // The page's default (PIR) unless told otherwise; --whole is block download's.
+            let protocol = match (protocol, whole) {
+                (None, false) => Protocol::Pir,
+                (None | Some(Protocol::Blocks), true) => Protocol::Blocks,
+                (Some(p), false) => p,
+                (Some(_), true) => {
+                    return Err(CliError::Usage(
+                        "--whole downloads the whole gallery by block download: use it without --protocol or with --protocol blocks".into(),
+                    ))
+                }
+            };
             if !(delta > 0.0 && delta < 1.0) {
                 return Err(CliError::Usage("--delta must be in (0, 1)".into()));
             }

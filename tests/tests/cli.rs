@@ -206,6 +206,42 @@ fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
     }
 }
 
+/// Without `--protocol` the CLI searches as the page does by default: PIR, nothing released,
+/// nothing spent; `--whole` alone is block download of the whole gallery; `--whole` with
+/// another protocol is a usage error. The help says so.
+#[test]
+fn the_default_protocol_is_the_pages_pir() {
+    let s = server();
+    let cli = Cli::new("default-pir");
+    let p = photo(&cli.state.join("photos"), 5003);
+    let p = p.to_str().unwrap();
+    let out = cli.json(&["search", p, "--server", &s.base, "--json"]);
+    assert_eq!(ids(&out).len(), 8);
+    assert!(out["pir"].is_object(), "not a PIR search: {out}");
+    assert!(out["receipt"].is_null(), "{out}");
+    assert_eq!(cli.json(&["budget", "--json"])["releases"], 0);
+    let text = cli.run(&["search", p, "--server", &s.base]);
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains("PIR (the server learns nothing"), "{text}");
+    assert!(text.contains("spent nothing on this search"), "{text}");
+    let whole = cli.json(&["search", p, "--server", &s.base, "--whole", "--json"]);
+    assert!(whole["pir"].is_null(), "{whole}");
+    assert!(whole["plan"]["whole"].as_bool().unwrap(), "{whole}");
+    let bad = cli.run(&[
+        "search",
+        p,
+        "--server",
+        &s.base,
+        "--whole",
+        "--protocol",
+        "pir",
+    ]);
+    assert_eq!(bad.status.code(), Some(9));
+    let help = cli.run(&["search", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    assert!(help.contains("Default: pir, as on the page"), "{help}");
+}
+
 #[test]
 fn every_protocol_searches_and_the_budget_composes_and_guards() {
     let s = server();
@@ -218,6 +254,8 @@ fn every_protocol_searches_and_the_budget_composes_and_guards() {
         p,
         "--server",
         &s.base,
+        "--protocol",
+        "blocks",
         "--epsilon",
         "8",
         "--max-kib",
@@ -256,6 +294,8 @@ fn every_protocol_searches_and_the_budget_composes_and_guards() {
         p,
         "--server",
         &s.base,
+        "--protocol",
+        "blocks",
         "--epsilon",
         "2",
         "--max-epsilon",

@@ -581,6 +581,9 @@ fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() 
                         photo.to_str().unwrap().into(),
                         "--server".into(),
                         format!("{base}/case/{}", case.name()),
+                        // These cases attack block download (the CLI's default is PIR).
+                        "--protocol".into(),
+                        "blocks".into(),
                         "--json".into(),
                     ];
                     if case == Case::SlowDripShortTimeout {

@@ -149,14 +149,13 @@ fn spawn_server(extra: &[&str], env: &[(&str, &str)], capture: bool) -> Server {
         assert!(capture, "unexpected first line from server: {line:?}");
         keep(&log, &line);
     };
-    if capture {
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                keep(&sink, &line);
-            }
-        });
-    }
+    // Read on even when not kept: a closed pipe would make every later log line fail.
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            keep(&sink, &line);
+        }
+    });
     Server { child, base, log }
 }
 

@@ -10,9 +10,9 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
-use axum::Extension;
 use axum::response::Response;
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use shared::api::{ErrorCode, ErrorResponse};
 
@@ -157,12 +157,42 @@ async fn table(
 /// body's bytes are reserved and it is read (within the body timeout), a scores query is
 /// decoded (422 if malformed), and only then does it queue for an answer slot
 /// (`net::admission`: fair by client; 503 with `Retry-After` beyond its share).
+///
+/// A request refused before its body was read still has its body read and dropped (within
+/// the body timeout, never held), if it declared one within the limit: an HTTP/1.1 client
+/// that is still sending sees the refusal — and its `Retry-After` — instead of a reset.
 async fn answer(
     State(s): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     body: Body,
+) -> Result<Response, ApiError> {
+    let mut body = Some(body);
+    let r = answer_within(&s, path, peer, &headers, &mut body).await;
+    // (`&r` is not held across the await: a `Response` is not `Sync`.)
+    if let (true, Some(b)) = (r.is_err(), body) {
+        if declared_length(&headers).is_some_and(|n| n <= MAX_BODY) {
+            let mut frames = b.into_data_stream();
+            while let Some(Ok(_)) = futures::StreamExt::next(&mut frames).await {}
+        }
+    }
+    r
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+async fn answer_within(
+    s: &Arc<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: &HeaderMap,
+    body: &mut Option<Body>,
 ) -> Result<Response, ApiError> {
     let octets = headers
         .get(header::CONTENT_TYPE)
@@ -175,18 +205,16 @@ async fn answer(
         ));
     }
     let Path((version, db)) = path.map_err(bad_path)?;
-    let (_, pir) = served(&s, &version)?;
+    let (_, pir) = served(s, &version)?;
     let scores = db == SCORES;
     if scores {
         pir.scores.as_ref().ok_or_else(|| no_db(&pir, &db))?;
     } else {
         pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
     }
-    let len = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .ok_or_else(|| ApiError::LengthRequired("PIR queries must declare their Content-Length".into()))?;
+    let len = declared_length(headers).ok_or_else(|| {
+            ApiError::LengthRequired("PIR queries must declare their Content-Length".into())
+        })?;
     if len > MAX_BODY {
         return Err(ApiError::TooLarge(format!(
             "a PIR query body is at most {MAX_BODY} bytes; {len} declared"
@@ -195,13 +223,14 @@ async fn answer(
     pir.check_length(&db, len).map_err(invalid)?;
     let client = ClientKey::from_request(
         peer.map(|Extension(ConnectInfo(a))| a),
-        &headers,
+        headers,
         s.client_address_header.as_deref(),
     );
     let upload = s
         .admission
         .begin_upload(client, len)
-        .map_err(|r| refused(&s, r))?;
+        .map_err(|r| refused(s, r))?;
+    let body = body.take().expect("the body is read once, here");
     let body = axum::body::to_bytes(body, len).await.map_err(|e| {
         ApiError::BadRequest(ErrorResponse::new(
             ErrorCode::InvalidInput,
@@ -221,17 +250,21 @@ async fn answer(
         }
         None => None,
     };
-    let slot = s.admission.acquire(client).await.map_err(|r| refused(&s, r))?;
+    let slot = s
+        .admission
+        .acquire(client)
+        .await
+        .map_err(|r| refused(&s, r))?;
     let state = Arc::clone(&s);
     let out = tokio::task::spawn_blocking(move || {
-        let (_slot, _upload) = (slot, upload);
-        match (pir.scores.as_ref(), decoded) {
+        let (_upload, pools) = (upload, &state.pir_pools);
+        pools[slot.index() % pools.len()].install(|| match (pir.scores.as_ref(), decoded) {
             (Some(sc), Some(q)) => answer_scores(sc, &q, &state.pir_counters),
             _ => {
                 let d = pir.db(&db).expect("checked above");
                 crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
             }
-        }
+        })
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?

@@ -88,6 +88,8 @@ struct Client {
 
 #[derive(Default)]
 struct Sched {
+    /// Slot numbers not in use (`Slot::index`).
+    free: Vec<usize>,
     running: usize,
     waiting: usize,
     upload_bytes: usize,
@@ -109,6 +111,17 @@ pub struct Admission {
 pub struct Slot {
     adm: Arc<Admission>,
     client: ClientKey,
+    index: usize,
+}
+
+impl Slot {
+    /// Which of the `concurrency` slots this is (distinct among slots held at once): the
+    /// server runs each slot's answer on a thread pool of its own, so concurrent answers
+    /// share the cores by the operating system's scheduler rather than queueing behind one
+    /// another in one pool.
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
 /// Bytes of an admitted body in flight; dropping it returns them to the budget.
@@ -123,7 +136,10 @@ impl Admission {
     pub fn new(concurrency: usize, upload_budget: usize) -> Arc<Admission> {
         let concurrency = concurrency.max(1);
         Arc::new(Admission {
-            sched: Mutex::new(Sched::default()),
+            sched: Mutex::new(Sched {
+                free: (0..concurrency).rev().collect(),
+                ..Sched::default()
+            }),
             concurrency,
             max_waiting: WAITING_PER_SLOT * concurrency,
             upload_budget,
@@ -178,9 +194,11 @@ impl Admission {
                 c.last_grant = grants;
                 s.grants = grants;
                 s.running += 1;
+                let index = s.free.pop().expect("a slot is free");
                 return Ok(Slot {
                     adm: Arc::clone(self),
                     client,
+                    index,
                 });
             }
             let refusal = if c.queue.len() >= shares.waiting {
@@ -234,11 +252,12 @@ impl Admission {
 
     /// A slot came free: hand slots to eligible waiters (outside the lock): fewest running
     /// first, then the client served longest ago, then the oldest request.
-    fn release(self: &Arc<Self>, client: ClientKey) {
+    fn release(self: &Arc<Self>, client: ClientKey, index: usize) {
         let mut grants = Vec::new();
         {
             let mut s = self.lock();
             s.running -= 1;
+            s.free.push(index);
             if let Some(c) = s.clients.get_mut(&client) {
                 c.running -= 1;
             }
@@ -263,11 +282,13 @@ impl Admission {
                 c.last_grant = grant;
                 s.running += 1;
                 s.waiting -= 1;
+                let index = s.free.pop().expect("a slot is free");
                 grants.push((
                     tx,
                     Slot {
                         adm: Arc::clone(self),
                         client: k,
+                        index,
                     },
                 ));
             }
@@ -297,8 +318,7 @@ impl Admission {
 /// A client with nothing running, waiting or uploading is not kept (the map stays as small as
 /// the set of active clients, whatever number of addresses send requests).
 fn forget_if_idle(s: &mut Sched, client: ClientKey) {
-    if s
-        .clients
+    if s.clients
         .get(&client)
         .is_some_and(|c| c.running == 0 && c.uploads == 0 && c.queue.is_empty())
     {
@@ -309,7 +329,7 @@ fn forget_if_idle(s: &mut Sched, client: ClientKey) {
 impl Drop for Slot {
     fn drop(&mut self) {
         let adm = Arc::clone(&self.adm);
-        adm.release(self.client);
+        adm.release(self.client, self.index);
     }
 }
 
@@ -351,6 +371,8 @@ mod tests {
         assert_eq!(adm.acquire(a).await.err(), Some(SlotRefusal::ClientLimit));
         // Another client takes the free slot at once, although a's requests are queued.
         let b_slot = adm.acquire(client(2)).await.expect("b's share is free");
+        assert_ne!(held.index(), b_slot.index());
+        assert!(held.index() < 2 && b_slot.index() < 2);
         drop(held);
         drop(b_slot);
         for w in waiters {
@@ -440,7 +462,9 @@ mod tests {
             adm.begin_upload(client(1), 10).err(),
             Some(SlotRefusal::ClientLimit)
         );
-        let big = adm.begin_upload(client(2), 100 - 10 * shares.uploads).unwrap();
+        let big = adm
+            .begin_upload(client(2), 100 - 10 * shares.uploads)
+            .unwrap();
         assert_eq!(
             adm.begin_upload(client(3), 1).err(),
             Some(SlotRefusal::UploadBudget)

@@ -144,6 +144,10 @@ pub struct AppState {
     pub pir_counters: crate::partition::pir::PirCounters,
     /// Fair admission of PIR answers and their uploads (`net::admission`).
     pub admission: Arc<crate::net::admission::Admission>,
+    /// One thread pool per answer slot (`Slot::index`, modulo their number): answers running
+    /// at once share the cores fairly, where in one pool a small answer waited for a large one
+    /// already split across every worker.
+    pub pir_pools: Vec<rayon::ThreadPool>,
     /// The client-address header the operator trusts (`--client-address-header`).
     pub client_address_header: Option<String>,
     /// What was refused or cut off to protect the server (`/status`, throttled log).
@@ -210,6 +214,8 @@ pub enum StateError {
     Item(#[from] crate::item::ItemError),
     #[error(transparent)]
     Blocks(#[from] crate::partition::blockstore::BlockStoreError),
+    #[error("PIR thread pool: {0}")]
+    Threads(#[from] rayon::ThreadPoolBuildError),
 }
 
 impl AppState {

@@ -187,7 +187,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         request_timeout: secs(args.request_timeout_secs),
         write_timeout: secs(args.write_timeout_secs),
         max_connections: (args.max_connections)
-            .min(open_files.saturating_sub(net::FD_RESERVE).max(16)) as usize,
+            .min(open_files.saturating_sub(net::FD_RESERVE).max(16))
+            as usize,
         shutdown_grace: secs(args.shutdown_grace_secs),
         body_budget: NetLimits::default().body_budget,
     };
@@ -254,12 +255,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let store_owner = std::sync::Arc::clone(&state);
     let refusals = std::sync::Arc::clone(&state.refusals);
-    let app = router(
-        state,
-        web,
-        args.blocks_public_url.as_deref(),
-        &net_limits,
-    );
+    let app = router(state, web, args.blocks_public_url.as_deref(), &net_limits);
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
     tracing::info!(
         max_connections = net_limits.max_connections,

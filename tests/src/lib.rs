@@ -4,6 +4,7 @@ pub mod browser;
 pub mod cdn;
 pub mod fake;
 pub mod pageload;
+pub mod pirsearch;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

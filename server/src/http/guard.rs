@@ -25,8 +25,8 @@ use axum::response::Response;
 use shared::api::ErrorCode;
 
 use super::error::plain_error;
-use crate::partition::pir::PIR_PREFIX;
 use crate::ops::refusals::{Refusal, Refusals};
+use crate::partition::pir::PIR_PREFIX;
 
 /// Longest URI (path and query) accepted.
 pub const MAX_URI_BYTES: usize = 8 << 10;
@@ -167,7 +167,9 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    let has_body = declared.map_or(req.headers().contains_key(header::TRANSFER_ENCODING), |n| n > 0);
+    let has_body = declared.map_or(req.headers().contains_key(header::TRANSFER_ENCODING), |n| {
+        n > 0
+    });
     let pinned = if has_body && !pir {
         declared.unwrap_or(g.max_body_bytes).min(g.max_body_bytes)
     } else {
@@ -180,8 +182,10 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             ErrorCode::Busy,
             "too many request bytes are being received; retry later",
         );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(BODY_BUDGET_RETRY_SECS));
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(BODY_BUDGET_RETRY_SECS),
+        );
         return r;
     };
     let expired = Arc::new(AtomicBool::new(false));
@@ -251,10 +255,13 @@ fn as_json_error(resp: Response) -> Response {
         }
         r
     };
-    if status == StatusCode::SERVICE_UNAVAILABLE && !resp.headers().contains_key(header::RETRY_AFTER)
+    if status == StatusCode::SERVICE_UNAVAILABLE
+        && !resp.headers().contains_key(header::RETRY_AFTER)
     {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(DEFAULT_RETRY_AFTER_SECS));
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(DEFAULT_RETRY_AFTER_SECS),
+        );
     }
     resp
 }

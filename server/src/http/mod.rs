@@ -116,7 +116,10 @@ pub fn router(
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     ))
-    .layer(axum::middleware::from_fn_with_state(guard_state, guard::guard))
+    .layer(axum::middleware::from_fn_with_state(
+        guard_state,
+        guard::guard,
+    ))
 }
 
 #[cfg(test)]

@@ -68,11 +68,10 @@ impl Connections {
         let mut evicted = false;
         if g.1.len() >= self.max {
             // O(open) only at the cap; 4,096 entries scan in microseconds.
-            let idle = g
-                .1
-                .iter()
-                .find(|(_, e)| e.busy.load(Ordering::Acquire) == 0)
-                .map(|(id, _)| *id);
+            let idle =
+                g.1.iter()
+                    .find(|(_, e)| e.busy.load(Ordering::Acquire) == 0)
+                    .map(|(id, _)| *id);
             match idle {
                 Some(id) => {
                     let e = g.1.remove(&id).expect("found above");

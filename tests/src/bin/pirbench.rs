@@ -15,7 +15,6 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
-use shared::embed::model::Model;
 use shared::pir::client::Hint;
 use shared::pir::doc::PirDoc;
 use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
@@ -25,6 +24,8 @@ use shared::protocol::pir_search::{
     rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, Ranked,
 };
 use shared::protocol::plan::plan;
+
+use privatemail_e2e::pirsearch::{get, held_out_features, try_post, ScoresSearch};
 
 #[derive(Parser)]
 struct Args {
@@ -60,26 +61,6 @@ struct Acc {
     client_ms: f64,
     server_ms: f64,
     n: usize,
-}
-
-fn get(http: &Client, url: &str) -> Vec<u8> {
-    let r = http.get(url).send().expect("GET");
-    assert!(r.status().is_success(), "{url}: {}", r.status());
-    r.bytes().expect("body").to_vec()
-}
-
-/// An answer's body, or `None` for a failed request or a non-success status (the throughput
-/// run counts those).
-fn try_post(http: &Client, url: &str, body: Vec<u8>) -> Option<Vec<u8>> {
-    let r = http
-        .post(url)
-        .header("content-type", "application/octet-stream")
-        .body(body)
-        .send()
-        .ok()?;
-    r.status()
-        .is_success()
-        .then(|| r.bytes().ok().map(|b| b.to_vec()))?
 }
 
 fn post(http: &Client, url: &str, body: Vec<u8>) -> Vec<u8> {
@@ -215,19 +196,6 @@ fn pir_rows(
     }
 }
 
-/// The on-device model's features of the first `count` held-out photos: Fashion-MNIST training
-/// images the demo gallery never holds, at any size (`data::reserved_train`).
-fn held_out_features(count: usize) -> Vec<Vec<f32>> {
-    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
-    privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
-        .into_iter()
-        .take(count)
-        .map(|i| model.infer(train.images.image(i)).unwrap().features)
-        .collect()
-}
-
 /// `clients` threads, each running whole hintless-scores searches of held-out photos back to
 /// back for `seconds` (the public file, the keys' masks and the thumbnail hint fetched once,
 /// as the page keeps them). A search counts when every answer came back and was checked.
@@ -239,29 +207,8 @@ fn throughput(
     clients: usize,
     seconds: u64,
 ) {
-    let sd = pir
-        .scores
-        .as_ref()
-        .expect("the server offers the hintless ranking");
-    let public = ScoresPublic::decode(
-        sd,
-        part,
-        &get(http, &format!("{base}{}/scores/hint", pir.answer_url)),
-    )
-    .unwrap();
-    let keys = ScoresKeys::new(part, sd).unwrap();
-    let th = Hint::from_bytes(
-        &pir.thumbs.shape,
-        &get(http, &format!("{base}{}/thumbs/hint", pir.answer_url)),
-        &pir.thumbs.hint_sha256,
-    )
-    .unwrap();
-    let cents = privatemail_e2e::level_centroids(http, base, part, sd.level);
+    let searcher = ScoresSearch::new(http, base, part, pir);
     let feats = held_out_features(200);
-    let (scores_url, thumbs_url) = (
-        format!("{base}{}/scores", pir.answer_url),
-        format!("{base}{}/thumbs", pir.answer_url),
-    );
     let s0 = server_core_ms(http, base);
     let deadline = Instant::now() + std::time::Duration::from_secs(seconds);
     let t0 = Instant::now();
@@ -269,8 +216,7 @@ fn throughput(
     let per_client: Vec<(Vec<f64>, usize)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
-                let (public, keys, th, cents, feats) = (&public, &keys, &th, &cents, &feats);
-                let (scores_url, thumbs_url) = (&scores_url, &thumbs_url);
+                let (searcher, feats) = (&searcher, &feats);
                 scope.spawn(move || {
                     let http = Client::builder().no_gzip().build().unwrap();
                     let mut rng = ChaCha20Rng::seed_from_u64(100 + c as u64);
@@ -280,16 +226,7 @@ fn throughput(
                         let q = &feats[i % feats.len()];
                         i += clients;
                         let t = Instant::now();
-                        let ok = (|| {
-                            let (body, pending) =
-                                hintless::query(part, sd, keys, cents, q, &mut rng).ok()?;
-                            let ans = try_post(&http, scores_url, body)?;
-                            let r = hintless::rank(sd, keys, public, &pending, &ans, 8).ok()?;
-                            let (body, pending) =
-                                thumbs_query(part, pir, Some(&r), 8, &mut rng).ok()?;
-                            let ans = try_post(&http, thumbs_url, body)?;
-                            thumbs_decode(&pending, th, &ans, &r, 28).ok()
-                        })();
+                        let ok = searcher.search(&http, q, &mut rng);
                         match ok {
                             Some(_) => done.push(t.elapsed().as_secs_f64()),
                             None => failed += 1,
@@ -310,9 +247,9 @@ fn throughput(
     println!(
         "pirbench throughput: {} items, hintless scores (level {}, {} blocks of at most {} rows), {clients} clients, {wall:.1} s: {} searches, {:.3} searches/s, p50 {:.2} s, p99 {:.2} s, {failed} failed, server {core_ms:.0} core-ms per search",
         part.gallery_size,
-        sd.level,
-        sd.blocks,
-        sd.rows,
+        searcher.sd.level,
+        searcher.sd.blocks,
+        searcher.sd.rows,
         lat.len(),
         lat.len() as f64 / wall,
         pct(0.5).copied().unwrap_or(0.0),

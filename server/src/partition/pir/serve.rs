@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::pir::layout::Database;
-use shared::pir::ring::rlwe::Ring;
 use shared::pir::ring::pack::PackingBodies;
+use shared::pir::ring::rlwe::Ring;
 use shared::pir::ring::scores::{decode_upload, encode_answer, upload_len, ScoreDb};
 
 /// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}` (`thumbs`, a level, or

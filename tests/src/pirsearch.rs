@@ -1,0 +1,114 @@
+//! Whole hintless-scores PIR searches from native code, for the benches (`pirbench
+//! --throughput`, `hostilebench`): the public file, the keys' masks and the thumbnail hint
+//! fetched once, as the page keeps them; then per search the scores query, its answer, the
+//! ranking, 8 thumbnail queries and their checks.
+
+use rand_chacha::ChaCha20Rng;
+use reqwest::blocking::Client;
+use shared::api::PartitionDoc;
+use shared::pir::client::Hint;
+use shared::pir::doc::{PirDoc, ScoresDoc};
+use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
+use shared::protocol::centroids::Centroids;
+use shared::protocol::pir_search::{thumbs_decode, thumbs_query};
+
+/// `GET`, panicking on failure (setup only).
+pub fn get(http: &Client, url: &str) -> Vec<u8> {
+    let r = http.get(url).send().expect("GET");
+    assert!(r.status().is_success(), "{url}: {}", r.status());
+    r.bytes().expect("body").to_vec()
+}
+
+/// An answer's body, or `None` for a failed request or a non-success status.
+pub fn try_post(http: &Client, url: &str, body: Vec<u8>) -> Option<Vec<u8>> {
+    let r = http
+        .post(url)
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .send()
+        .ok()?;
+    r.status()
+        .is_success()
+        .then(|| r.bytes().ok().map(|b| b.to_vec()))?
+}
+
+/// What a client keeps between searches.
+pub struct ScoresSearch<'a> {
+    pub part: &'a PartitionDoc,
+    pub pir: &'a PirDoc,
+    pub sd: &'a ScoresDoc,
+    public: ScoresPublic,
+    keys: ScoresKeys,
+    thumbs_hint: Hint,
+    cents: Centroids,
+    pub scores_url: String,
+    pub thumbs_url: String,
+}
+
+impl<'a> ScoresSearch<'a> {
+    /// Fetches and checks the public files; panics if the server offers no hintless ranking.
+    pub fn new(http: &Client, base: &str, part: &'a PartitionDoc, pir: &'a PirDoc) -> Self {
+        let sd = pir
+            .scores
+            .as_ref()
+            .expect("the server offers the hintless ranking");
+        let public = ScoresPublic::decode(
+            sd,
+            part,
+            &get(http, &format!("{base}{}/scores/hint", pir.answer_url)),
+        )
+        .unwrap();
+        let keys = ScoresKeys::new(part, sd).unwrap();
+        let thumbs_hint = Hint::from_bytes(
+            &pir.thumbs.shape,
+            &get(http, &format!("{base}{}/thumbs/hint", pir.answer_url)),
+            &pir.thumbs.hint_sha256,
+        )
+        .unwrap();
+        let cents = crate::level_centroids(http, base, part, sd.level);
+        ScoresSearch {
+            part,
+            pir,
+            sd,
+            public,
+            keys,
+            thumbs_hint,
+            cents,
+            scores_url: format!("{base}{}/scores", pir.answer_url),
+            thumbs_url: format!("{base}{}/thumbs", pir.answer_url),
+        }
+    }
+
+    /// One whole search of features `q`: `Some` when every answer came back and was checked.
+    pub fn search(&self, http: &Client, q: &[f32], rng: &mut ChaCha20Rng) -> Option<()> {
+        let (body, pending) =
+            hintless::query(self.part, self.sd, &self.keys, &self.cents, q, rng).ok()?;
+        let ans = try_post(http, &self.scores_url, body)?;
+        let r = hintless::rank(self.sd, &self.keys, &self.public, &pending, &ans, 8).ok()?;
+        let (body, pending) = thumbs_query(self.part, self.pir, Some(&r), 8, rng).ok()?;
+        let ans = try_post(http, &self.thumbs_url, body)?;
+        thumbs_decode(&pending, &self.thumbs_hint, &ans, &r, 28)
+            .ok()
+            .map(|_| ())
+    }
+
+    /// A scores query of `q` (the heaviest answer the server computes), without its keys.
+    pub fn scores_body(&self, q: &[f32], rng: &mut ChaCha20Rng) -> Vec<u8> {
+        hintless::query(self.part, self.sd, &self.keys, &self.cents, q, rng)
+            .unwrap()
+            .0
+    }
+}
+
+/// The on-device model's features of the first `count` held-out photos: Fashion-MNIST training
+/// images the demo gallery never holds, at any size (`data::reserved_train`).
+pub fn held_out_features(count: usize) -> Vec<Vec<f32>> {
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
+        .into_iter()
+        .take(count)
+        .map(|i| model.infer(train.images.image(i)).unwrap().features)
+        .collect()
+}

@@ -18,7 +18,7 @@
 // Algorithm 1; blocks.js: blocks and the whole gallery; pir.js).
 import { Client } from "./pkg/privatemail_client_wasm.js";
 import { $, protocol, showError, state, status, timings } from "./page.js";
-import { LIMIT_KEY, RECEIPTS_KEY, updateBudget, updateEpsilon } from "./budget.js";
+import { LIMIT_KEY, RECEIPTS_KEY, forgetLastAddition, updateBudget, updateEpsilon } from "./budget.js";
 import { getJson, wasmReady } from "./api.js";
 import { loadFromFile, renderSamples } from "./photo.js";
 import { drawPlot, renderLegend } from "./plot.js";
@@ -27,10 +27,15 @@ import { onFrameSearch, send } from "./flows/frame.js";
 import { fetchBlocks, onBlockSearch } from "./flows/blocks.js";
 import { onPirSearch, showStopped } from "./flows/pir.js";
 import { clearRefusal, storedRefusal } from "./pir.js";
+import { loadEvaluation } from "./evaluation.js";
 
 const t0 = performance.now();
+// Room for every request of a long session: the page reads Resource Timing to tell what came
+// from the browser's cache.
+performance.setResourceTimingBufferSize?.(100000);
 
 async function start() {
+  const evaluation = loadEvaluation();
   try {
     const [, weights, configText, anchorsText, mapText] = await Promise.all([
       wasmReady,
@@ -52,6 +57,7 @@ async function start() {
   }
   await loadPartition();
   await loadPirDoc();
+  await evaluation;
   $("delta").textContent = state.config.privacy_defaults.delta.toExponential(0);
   renderSamples();
   renderLegend();
@@ -116,6 +122,7 @@ $("cancel").addEventListener("click", () => {
 $("protocol").addEventListener("change", () => { $("protocol").dataset.chosen = "1"; updateProtocol(); });
 $("budget").addEventListener("change", updateEpsilon); // the plan, and the hint that follows it
 $("pir-ranking").addEventListener("change", updateEpsilon);
+$("ranking").addEventListener("change", updateEpsilon); // the frame's figures follow its ranking
 $("clear-refusal").addEventListener("click", () => {
   clearRefusal();
   $("stopped").hidden = true;
@@ -124,6 +131,7 @@ $("clear-refusal").addEventListener("click", () => {
 $("limit").addEventListener("change", () => localStorage.setItem(LIMIT_KEY, $("limit").value));
 $("reset").addEventListener("click", () => {
   localStorage.removeItem(RECEIPTS_KEY);
+  forgetLastAddition();
   updateBudget();
   status("Spent budget forgotten on this browser (the server never knew it).");
 });

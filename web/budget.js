@@ -34,29 +34,79 @@ function total(list) {
   return JSON.parse(compose_budget(JSON.stringify(list), state.config.privacy_defaults.delta));
 }
 
+// What a release was, in words ("a frame search at ε = 8, δ = 1e-5").
+const VIA = { blocks: "a block search", frame: "an anchor-frame search", paper: "an Algorithm 1 search" };
+export function releaseWords(r) {
+  const via = VIA[r.via] ?? (r.mechanism === "block_subset" ? "a block search" : "a noisy-numbers search");
+  return r.mechanism === "block_subset"
+    ? `${via} at ε = ${r.epsilon} (pure ε-DP)`
+    : `${via} at ε = ${r.epsilon}, δ = ${r.delta.toExponential(0)} (discrete Gaussian noise, ρ = ${r.zcdp_rho.toFixed(2)} in zero-concentrated DP)`;
+}
+
+// How a total was composed (`shared::dp::budget::Total`: the smallest of the valid
+// compositions), in words with its figures.
+export function compositionWords(t, list) {
+  const d = t.delta.toExponential(0);
+  const eps = list.map((r) => r.epsilon);
+  const sum = eps.length <= 8 ? `${eps.join(" + ")} = ${t.basic_epsilon.toFixed(2)}` : `${t.basic_epsilon.toFixed(2)} in all`;
+  switch (t.method) {
+    case "basic":
+      return `Each search's ε is added (basic composition; their δ's add up to ${t.basic_delta.toExponential(1)}, within δ = ${d}): ${sum}.`;
+    case "zcdp":
+      return `Each search's ρ is added (zero-concentrated DP): ρ = ${t.zcdp_rho.toFixed(2)} in all, which is ε = ${t.epsilon.toFixed(2)} at δ = ${d}. ` +
+        `(Adding the ε's instead would give ${t.basic_epsilon.toFixed(2)}${t.basic_delta > t.delta ? `, and their δ's, ${t.basic_delta.toExponential(1)}, would pass δ = ${d}` : ""}.)`;
+    case "pure_plus_zcdp": {
+      const gauss = t.epsilon - t.pure_epsilon;
+      return `The block searches' ε's are added (pure ε-DP): ${t.pure_epsilon.toFixed(2)}; the noisy-numbers searches' ρ's are added ` +
+        `(zero-concentrated DP): ρ = ${t.gaussian_rho.toFixed(2)}, which is ε = ${gauss.toFixed(2)} at δ = ${d}; together ε = ${t.epsilon.toFixed(2)} at δ = ${d}. ` +
+        `(Adding every ε would give ${t.basic_epsilon.toFixed(2)}${t.basic_delta > t.delta ? ` at δ = ${t.basic_delta.toExponential(1)}, above ${d}` : ""}.)`;
+    }
+    default:
+      return "Nothing has been released by this browser yet.";
+  }
+}
+
+// The last addition this page made, for its explanation ("… added 4.31: 19.00 → 23.31").
+let lastAddition = "";
+
 export function updateBudget() {
-  const t = total(receipts());
+  const list = receipts();
+  const t = total(list);
   $("spent").textContent = `ε = ${t.epsilon.toFixed(2)} over ${t.releases} search${t.releases === 1 ? "" : "es"}`;
+  $("spent-how").textContent = (list.length ? `${compositionWords(t, list)} ` : "") + lastAddition;
   const stored = localStorage.getItem(LIMIT_KEY);
   if (stored && document.activeElement !== $("limit")) $("limit").value = stored;
 }
 
-// Add a release's receipt to the budget this browser has spent (the request is leaving).
+// Add a release's receipt to the budget this browser has spent (the request is leaving),
+// with the protocol it came from (words only: the wasm client composes the receipt's figures).
 export function spend(receipt) {
-  localStorage.setItem(RECEIPTS_KEY, JSON.stringify([...receipts(), receipt]));
+  const before = total(receipts());
+  const r = { ...receipt, via: protocol() };
+  localStorage.setItem(RECEIPTS_KEY, JSON.stringify([...receipts(), r]));
+  const after = total(receipts());
+  lastAddition = `The last search, ${releaseWords(r)}, added ${(after.epsilon - before.epsilon).toFixed(2)}: ` +
+    `${before.epsilon.toFixed(2)} → ${after.epsilon.toFixed(2)}.`;
   updateBudget();
 }
+
+// Forget the explanation of the last addition (the receipts were forgotten).
+export function forgetLastAddition() { lastAddition = ""; }
 
 // If this release would bring the spent budget over the user's limit, keep it unsent and ask.
 // Nothing has been sent or fetched yet: a release that is never used spends no budget.
 export function holdOverBudget(out) {
-  const after = total([...receipts(), out.receipt]);
+  const before = total(receipts());
+  const r = { ...out.receipt, via: protocol() };
+  const list = [...receipts(), r];
+  const after = total(list);
   const limit = Number($("limit").value);
   if (after.epsilon <= limit) return false;
   state.pending = out;
   $("warning-text").textContent =
-    `This search would bring the privacy spent by this browser to ε = ${after.epsilon.toFixed(2)}, ` +
-    `above your limit of ${limit}.`;
+    `This search, ${releaseWords(r)}, would bring the privacy spent by this browser from ` +
+    `ε = ${before.epsilon.toFixed(2)} to ε = ${after.epsilon.toFixed(2)}, above your limit of ${limit}. ` +
+    `How: ${compositionWords(after, list)}`;
   $("warning").hidden = false;
   $("search-anyway").focus();
   status("Waiting for your decision.");

@@ -17,7 +17,8 @@ export function yesNoWords(eps, delta = 0) {
 
 // The posterior sentence for a plan that releases something.
 export function posteriorWords(d) {
-  return `the server learns that your photo is in one of these ${d.regions} regions (of ${d.of}) ` +
+  const where = d.regions === 1 ? `this one region (of ${d.of})` : `one of these ${d.regions} regions (of ${d.of})`;
+  return `the server learns that your photo is in ${where} ` +
     `with probability ${pct(d.posterior)}% (by chance alone: ${pct(d.prior)}%)`;
 }
 
@@ -30,14 +31,15 @@ export function blockHint(eps, plan) {
       ? "With this data budget the whole gallery fits: the server learns nothing about your photo, whatever ε."
       : "With this data budget every block is downloaded: the server learns nothing about your photo, whatever ε.";
   }
-  return `ε = ${eps}: ${yesNoWords(eps)}; with this plan the server learns your photo is in one of ` +
-    `${d.regions} of ${d.of} regions with probability ${pct(d.posterior)}%.`;
+  return `ε = ${eps}: ${yesNoWords(eps)}; with this plan the server learns your photo is in ` +
+    `${d.regions === 1 ? "one region" : `one of ${d.regions} regions`} of ${d.of} with probability ${pct(d.posterior)}%.`;
 }
 
 // The slider's hint for the noisy-numbers searches (ε, δ): the yes/no bound still applies.
+// What the results are worth at this ε is the plan's (web/evaluation.js: the committed
+// evaluation's figures), not this hint's.
 export function frameHint(eps, delta, paper) {
-  const after = eps <= 4 ? " At this ε the matches are still mostly random."
-    : eps <= 16 ? " Matches start to follow your photo." : "";
+  const after = "";
   if (paper) {
     return `ε = ${eps}, δ = ${delta.toExponential(0)}: given the category the model sees in your photo, ` +
       `${yesNoWords(eps, delta).replace("about your photo", "about its features")}; the category itself ` +

@@ -13,3 +13,15 @@ export function pctFine(x) {
   if (x >= 0.99) return (100 * x).toFixed(2);
   return String(Math.round(100 * x));
 }
+// "a" or "an" before a word read aloud ("an ankle boot", "a bag", "an 8").
+export function article(word) {
+  return /^[aeiou8]/i.test(String(word)) ? "an" : "a";
+}
+// "1 region", "3 regions".
+export function plural(n, one, many = `${one}s`) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+// Whole KiB with thousands separators ("1,423 KiB").
+export function fmtKiBWhole(bytes) {
+  return `${Math.ceil(kib(bytes)).toLocaleString("en-US")} KiB`;
+}

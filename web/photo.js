@@ -3,6 +3,7 @@
 import { $, showError, state, status, timings } from "./page.js";
 import { SAMPLES } from "./samples.js";
 import { clearBlockMarks } from "./map.js";
+import { article } from "./format.js";
 
 export function renderSamples() {
   const box = $("samples");
@@ -40,11 +41,15 @@ function loadBitmap(bitmap) {
   clearBlockMarks();
 }
 
+// A sample (a data: URL) is decoded as an image, not fetched: the Content-Security-Policy
+// allows data: images but no connection except to this origin.
 async function loadFromUrl(url) {
   showError("");
   try {
-    const blob = await (await fetch(url)).blob();
-    loadBitmap(await createImageBitmap(blob));
+    const img = new Image();
+    img.src = url;
+    await img.decode();
+    loadBitmap(await createImageBitmap(img));
   } catch (e) {
     showError("That sample could not be opened.");
   }
@@ -69,7 +74,7 @@ function showImage() {
   state.image.pixels.forEach((v, i) => px.data.set([v, v, v, 255], 4 * i));
   ctx.putImageData(px, 0, 0);
   $("prediction").textContent =
-    `The model thinks this is a ${state.image.class_name.toLowerCase()} ` +
+    `The model thinks this is ${article(state.image.class_name)} ${state.image.class_name.toLowerCase()} ` +
     `(${Math.round(100 * state.image.probability)}% sure). That stays in your browser.`;
   $("query").hidden = false;
   $("search").disabled = false;

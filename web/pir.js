@@ -9,7 +9,7 @@
 // it is stored here (localStorage, per origin) before the error is shown, and every later
 // search on this page — of any protocol — is refused until the person clears it.
 
-import { clientLimits, deadline, fetchBounded } from "./net.js";
+import { clientLimits, deadline, fetchBounded, wireOf } from "./net.js";
 
 const ANSWER_TYPE = { "content-type": "application/octet-stream" };
 export const REFUSAL_KEY = "privatemail.refusal";
@@ -87,7 +87,7 @@ const STEP_WORDS = {
 
 async function drive(client, plan, onStep, signal) {
   const t = { started: performance.now(), client_ms: 0 };
-  const once = { wire: 0 };
+  const once = { wire: 0, files: 0, cached: 0 };
   const timed = (f) => { const s = performance.now(); const v = f(); t.client_ms += performance.now() - s; return v; };
   let step = JSON.parse(timed(() => client.pir_start(JSON.stringify(plan), storedRefusal() ?? undefined)));
   while (step.send) {
@@ -99,7 +99,10 @@ async function drive(client, plan, onStep, signal) {
         // Public files: from the browser's cache when it has them. Centroids may live on the
         // blocks' origin, where no redirect is followed.
         answer = await exact(req.url, req.bytes, req.wire_bytes, signal, undefined, req.file.kind !== "centroids");
-        once.wire += answer.length;
+        // What came over the network, and what from the browser's cache (Resource Timing).
+        const w = wireOf(req.url);
+        once.files += 1;
+        if (w.known && w.cached) { once.cached += 1; once.wire += w.transfer; } else once.wire += w.known ? w.transfer : answer.length;
       } else {
         const body = timed(() => client.pir_body());
         answer = await exact(req.url, req.answer_bytes, req.answer_bytes, signal,
@@ -116,5 +119,5 @@ async function drive(client, plan, onStep, signal) {
   if (done.refusal && done.kind === "hostile") localStorage.setItem(REFUSAL_KEY, JSON.stringify(done.refusal));
   t.total_ms = performance.now() - t.started;
   const bytes = { up: done.traffic.up, down: done.traffic.down, once: done.traffic.once };
-  return { done, bytes, timings: t };
+  return { done, bytes, files: once, timings: t };
 }

@@ -2,10 +2,11 @@
 // (ε, the byte budget, the partition and the PIR document; never the photo), as text — with
 // what the server learns, in figures — as a point on the plan plot, and as the block map.
 import { $, K, epsilon, pirRanking, protocol, state } from "./page.js";
-import { fmtKiB, pct } from "./format.js";
+import { fmtKiB, fmtKiBWhole, pct } from "./format.js";
 import { drawPlanPlot } from "./plot.js";
 import { drawBlockMap } from "./map.js";
 import { planDisclosure, posteriorWords, yesNoWords } from "./disclosure.js";
+import { frameWorth, paperWorth } from "./evaluation.js";
 
 // The plan is public: a function of ε, the byte budget and the partition only, never the photo.
 export function updatePlan() {
@@ -13,7 +14,7 @@ export function updatePlan() {
   state.currentPlan = null;
   const p = protocol();
   if (p === "frame" || p === "paper") {
-    $("plan").textContent = state.partition ? "" : state.partitionProblem;
+    $("plan").replaceChildren(...paragraphs(noisyPlanLines(p)));
     return;
   }
   if (!state.partition) return;
@@ -39,15 +40,39 @@ export function updatePlan() {
   drawBlockMap(state.currentPlan);
 }
 
+// The noisy-numbers searches' plan: what is sent, what it spends, and what its results are
+// worth at this ε in the committed evaluation's figures (web/evaluation.js).
+function noisyPlanLines(p) {
+  const eps = epsilon(), delta = state.config.privacy_defaults.delta.toExponential(0);
+  const lines = [];
+  if (p === "frame") {
+    lines.push(["This search sends ten rows of 10 noisy numbers — your photo's place among the public anchor images, and nine decoys — " +
+      "and the server ranks the gallery for every row; only this page knows which row is yours."]);
+  } else {
+    lines.push(["This search embeds your photo's features with one public image of every other class (the decoys) and all public anchors, " +
+      "releases one step of that embedding with Gaussian noise of a proven bound, and the server aligns it on the anchors and ranks the gallery for every row."]);
+  }
+  const worth = p === "frame" ? frameWorth(eps, $("ranking").value) : paperWorth(eps);
+  lines.push([worth ?? "This page has no evaluation figures for this way of searching (docs/eval/results.csv was not built into it), so it cannot say what the results are worth.",
+    "worth"]);
+  lines.push([`Privacy spent by this search: ε = ${eps}, δ = ${delta}; how it adds to this browser's total is explained under 2.`]);
+  if (!state.partition && state.partitionProblem) lines.push([state.partitionProblem]);
+  return lines;
+}
+
 // The PIR plan is public too: from the documents, K and the byte budget.
 function updatePirPlan() {
   state.pirPlan = null;
   let curve = [];
   try { curve = JSON.parse(state.client.plans(epsilon())); } catch { curve = []; }
+  const needs = labelPirRankings();
   try {
     state.pirPlan = JSON.parse(state.client.pir_plan(K, Number($("budget").value), pirRanking()));
   } catch (e) {
-    $("plan").textContent = `No private-retrieval search fits these settings: ${e.message || e}. Choose a larger data budget.`;
+    const need = needs[pirRanking() ?? ""];
+    $("plan").textContent = need
+      ? `No private-retrieval search fits this data budget: ${need.words}. Choose a larger data budget or another way to rank.`
+      : "No private-retrieval search is offered by this server at these settings. Choose another way to search.";
     drawPlanPlot(curve, null, null);
     return;
   }
@@ -67,6 +92,34 @@ function updatePirPlan() {
   ];
   $("plan").replaceChildren(...paragraphs(lines.map((t) => [t])));
   drawPlanPlot(curve, null, state.pirPlan);
+}
+
+// The PIR ranking choices: one that cannot fit the chosen data budget is greyed out with the
+// reason in words (what it needs a search, from its own plan at an unbounded budget: public
+// figures only). Returns, by option value, {words} for each that does not fit ("" for the
+// plan's own choice when nothing fits).
+function labelPirRankings() {
+  const budget = Number($("budget").value);
+  const out = {};
+  let cheapest = null;
+  for (const o of $("pir-ranking").options) {
+    o.dataset.base ??= o.textContent;
+    if (!o.value) continue;
+    let need = null;
+    try { const p = JSON.parse(state.client.pir_plan(K, Number.MAX_SAFE_INTEGER, o.value)); need = p.up_bytes + p.down_bytes; } catch { /* not offered */ }
+    if (need !== null && need <= budget) {
+      o.disabled = false;
+      o.textContent = o.dataset.base;
+      continue;
+    }
+    o.disabled = true;
+    const words = need === null ? "this server does not offer it" : `needs ${fmtKiBWhole(need)} a search; raise the data budget`;
+    o.textContent = `${o.dataset.base} — ${words}`;
+    out[o.value] = { words: `this way of ranking ${words}` };
+    if (need !== null && (cheapest === null || need < cheapest)) cheapest = need;
+  }
+  if (cheapest !== null) out[""] = { words: `the least any way of ranking needs is ${fmtKiBWhole(cheapest)} a search; raise the data budget` };
+  return out;
 }
 
 // The budget choices: 8 and 16 MiB only where the gallery is large (no whole-gallery download,

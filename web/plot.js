@@ -20,8 +20,17 @@ export function renderLegend() {
 
 // ---- plot: predicted fidelity against KiB downloaded (the public Pareto curve) ---------------
 
+const PLAN_DESC = "Each dot is a plan (how many blocks of which size); the line joins the best ones; the ringed dot is " +
+  "the plan this search uses. More data buys a better chance of the exact answer at the same privacy; the whole gallery " +
+  "(top right, where offered) is exact and costs no privacy.";
+const PIR_DESC = "The ringed red square is this search: private information retrieval, at its bytes per search (up and down; " +
+  "the public files fetched once are not counted), exact, ε = 0. The dots are the block-download plans at the chosen ε, " +
+  "for comparison (how many blocks of which size); the line joins the best ones.";
+
 export function drawPlanPlot(curve, chosen, pir) {
   const svg = $("plan-plot");
+  // The caption says what this plot shows.
+  $("plan-plot-desc").textContent = pir ? PIR_DESC : PLAN_DESC;
   const W = 400, H = 260, L = 48, R = 12, T = 12, B = 40;
   const pts = [...curve];
   // PIR's point: its bytes per search (up and down), at ε = 0.
@@ -144,7 +153,22 @@ export function drawPlot(picked) {
 
 // ---- plot: Algorithm 1's aligned 2-d embedding ----------------------------------------------
 
+const PAPER_DESC = "The ten rows your browser sent (your photo and nine decoys), as the server placed them in its " +
+  "2-dimensional embedding after aligning on the public anchors (Kabsch–Umeyama), scaled to fit: rings are the rows, " +
+  "the filled star your real one — only this page knows which.";
+
 export function drawPaperPlot(picked) {
+  // The caption says what the plot shows: when every row landed on one point (the noise
+  // swamps the release), one ring under the star is all there is to see, and the caption says so.
+  const spread = Math.max(0, ...picked.rows.flatMap((a) => picked.rows.map((b) => Math.hypot(a[0] - b[0], a[1] - b[1]))));
+  const size = Math.max(1e-12, ...picked.rows.flat().map((v) => Math.abs(v)));
+  const together = spread <= 1e-6 * size;
+  $("paper-plot-desc").textContent = together
+    ? "All ten rows your browser sent (your photo and nine decoys) landed on the same point of the server's embedding " +
+      "after aligning on the public anchors: one ring, under the star of your real row. The noise swamps the release, so " +
+      "where a row lands — and the matches it gets — does not depend on the photo."
+    : PAPER_DESC;
+  $("paper-figure").dataset.together = String(together);
   const scale = Math.max(1e-9, ...picked.rows.flat().map((v) => Math.abs(v)));
   const at = (r) => [r[0] / scale, -r[1] / scale];
   const nodes = [el("line", { x1: -1.2, y1: 0, x2: 1.2, y2: 0, stroke: "#ccc", "stroke-width": 0.006 }),

@@ -71,7 +71,10 @@ export async function updateProtocol() {
   const p = protocol();
   const blocks = p === "blocks" || p === "whole" || p === "pir";
   if (state.client && !state.partition && blocks) await loadPartition();
-  document.querySelectorAll(".eps-only").forEach((e) => { e.hidden = p === "pir"; });
+  // ε and the spent budget do not apply where nothing is released (PIR, the whole gallery).
+  const releases = p !== "pir" && p !== "whole";
+  document.querySelectorAll(".eps-only").forEach((e) => { e.hidden = !releases; });
+  document.querySelectorAll(".no-eps-only").forEach((e) => { e.hidden = releases; });
   document.querySelectorAll(".frame-only").forEach((e) => { e.hidden = p !== "frame"; });
   document.querySelectorAll(".paper-only").forEach((e) => { e.hidden = p !== "paper"; });
   document.querySelectorAll(".pir-only").forEach((e) => { e.hidden = p !== "pir"; });

@@ -1,6 +1,20 @@
 // The matches as the wasm client ranked them (block download and PIR): grey thumbnails drawn
 // from bytes already downloaded, so showing them fetches nothing.
-import { $, state } from "./page.js";
+import { $, showError, state, status } from "./page.js";
+import { clearBlockMarks } from "./map.js";
+import { drawPlot } from "./plot.js";
+
+// A search that failed: its reason shown, and nothing of an earlier search left on screen as
+// if it were this one's (matches, their summary, the rows and rings drawn for them).
+export function searchFailed(message) {
+  showError(message);
+  status("Search failed.");
+  $("results").replaceChildren();
+  $("results-summary").textContent = "No matches: the search failed (the reason is shown above).";
+  clearBlockMarks();
+  if (state.map) drawPlot(null);
+  $("paper-plot").replaceChildren();
+}
 
 export function renderResults(ranked) {
   const side = ranked.thumb_side;

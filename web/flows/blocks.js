@@ -2,18 +2,18 @@
 // flow requests after a release is a function of the release alone.
 import { $, K, showError, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";
-import { HostileAnswer, deadline, fetchBounded, fetchCentroids } from "../net.js";
+import { HostileAnswer, deadline, fetchBounded, fetchCentroids, wireOf } from "../net.js";
 import { holdOverBudget, spend } from "../budget.js";
 import { pct } from "../format.js";
 import { loadPartition } from "../protocol.js";
 import { updatePlan } from "../plan.js";
-import { renderResults } from "../results.js";
+import { renderResults, searchFailed } from "../results.js";
 import { markBlocks } from "../map.js";
 
 export async function onBlockSearch() {
   const t = performance.now();
   if (!state.currentPlan) {
-    showError("No search plan fits these settings. Choose a larger data budget or another way to search.");
+    searchFailed("No search plan fits these settings. Choose a larger data budget or another way to search.");
     return;
   }
   let out;
@@ -24,7 +24,7 @@ export async function onBlockSearch() {
     if (plan.size < plan.blocks) await fetchCentroids(state.client, plan.level);
     out = JSON.parse(state.client.release_blocks(JSON.stringify(plan)));
   } catch (e) {
-    showError(`Could not prepare the search: ${e.message || e}`);
+    searchFailed(`Could not prepare the search: ${e.message || e}`);
     // A replaced gallery version: fetch the (public, identical for everyone) partition anew.
     if (e.status === 404 || e.status === 410) { await loadPartition(); updatePlan(); }
     return;
@@ -74,11 +74,10 @@ export async function fetchBlocks(out) {
       : e?.name === "TimeoutError" || d.signal.reason?.name === "TimeoutError"
         ? `no complete answer within ${L.total_timeout_secs} s`
         : "cannot reach the search server";
-    showError(
+    searchFailed(
       `Downloading the gallery blocks failed (${reason}). Nothing was retried: retrying only some ` +
       "blocks could reveal which one you need. Search again to make a new private choice of blocks — " +
       "that spends privacy budget again.");
-    status("Search failed.");
     // A replaced gallery version: fetch the (public, identical for everyone) partition anew.
     if (e.status === 404 || e.status === 410) { await loadPartition(); updatePlan(); }
     return;
@@ -92,8 +91,7 @@ export async function fetchBlocks(out) {
     ranked = JSON.parse(state.client.rank_blocks(buffers, K));
   } catch (e) {
     $("progress").hidden = true;
-    showError(`The downloaded blocks could not be used: ${e.message || e}`);
-    status("Search failed.");
+    searchFailed(`The downloaded blocks could not be used: ${e.message || e}`);
     return;
   }
   timings.rank_ms = performance.now() - r0;
@@ -101,7 +99,12 @@ export async function fetchBlocks(out) {
   $("progress").hidden = true;
   showBlockResults(ranked, out);
   timings.block_search_ms = performance.now() - out.started;
-  status(`Done: ${out.urls.length} block${out.urls.length === 1 ? "" : "s"} downloaded in ` +
+  // Immutable block files the browser already held come from its cache: said so, not
+  // counted as downloaded (Resource Timing).
+  const cached = out.urls.filter((u) => { const w = wireOf(u); return w.known && w.cached; }).length;
+  const fetched = out.urls.length - cached;
+  status(`Done: ${fetched} block${fetched === 1 ? "" : "s"} downloaded` +
+    (cached ? ` and ${cached} from your browser's cache` : "") + ` in ` +
     `${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
 }
 

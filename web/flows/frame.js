@@ -1,11 +1,12 @@
 // The noisy-numbers searches: the anchor frame and the paper's Algorithm 1. The wasm client
 // privatizes the photo (placement, noise, the real row's position, all kept in wasm); this
 // module sends the one request, `POST /api/v1/search`, and shows the real row's matches.
-import { $, K, epsilon, protocol, showError, state, status, timings } from "../page.js";
+import { $, K, epsilon, protocol, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";
 import { HostileAnswer, deadline, fetchBounded, serverMessage } from "../net.js";
 import { holdOverBudget, spend } from "../budget.js";
 import { drawPaperPlot, drawPlot } from "../plot.js";
+import { searchFailed } from "../results.js";
 
 function privatize() {
   const t = performance.now();
@@ -28,7 +29,7 @@ export async function onFrameSearch() {
     out = privatize();
   } catch (e) {
     $("progress").hidden = true;
-    showError(`Could not prepare the search: ${e.message || e}`);
+    searchFailed(`Could not prepare the search: ${e.message || e}`);
     return;
   }
   if (holdOverBudget(out)) {
@@ -56,10 +57,9 @@ export async function send(out) {
     text = new TextDecoder().decode(bytes);
   } catch (e) {
     $("progress").hidden = true;
-    showError(e instanceof HostileAnswer ? `The server's answer was refused: ${e.message}.`
+    searchFailed(e instanceof HostileAnswer ? `The server's answer was refused: ${e.message}.`
       : d.signal.aborted ? "The search server did not answer in time."
       : "Cannot reach the search server. Check that it is running and try again.");
-    status("Search failed.");
     return;
   } finally {
     d.done();
@@ -68,8 +68,7 @@ export async function send(out) {
   if (!resp.ok) {
     $("progress").hidden = true;
     const msg = serverMessage(bytes, `HTTP ${resp.status}`, L);
-    showError(`The server refused the search: ${msg}`);
-    status("Search failed.");
+    searchFailed(`The server refused the search: ${msg}`);
     return;
   }
   // The request reached the server: the budget is spent.
@@ -80,7 +79,7 @@ export async function send(out) {
     picked.paper = out.paper;
   } catch (e) {
     $("progress").hidden = true;
-    showError(`The server's answer could not be read: ${e.message || e}`);
+    searchFailed(`The server's answer could not be read: ${e.message || e}`);
     return;
   }
   $("progress").value = 3;
@@ -104,6 +103,7 @@ function showResults(picked) {
     cap.textContent = name;
     if (m.label === state.image.label) cap.className = "same";
     li.dataset.label = m.label;
+    li.dataset.id = m.id;
     li.append(img, cap);
     return li;
   }));

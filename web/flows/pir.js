@@ -1,15 +1,15 @@
 // The private information retrieval search on the page: `../pir.js` moves the bytes, the wasm
 // client makes the queries, checks the answers and ranks; this shows progress and the matches.
-import { $, K, showError, state, status, timings } from "../page.js";
+import { $, K, state, status, timings } from "../page.js";
 import { pirSearch } from "../pir.js";
 import { fmtKiB } from "../format.js";
 import { loadPartition, loadPirDoc } from "../protocol.js";
 import { updatePlan } from "../plan.js";
-import { renderResults } from "../results.js";
+import { renderResults, searchFailed } from "../results.js";
 
 export async function onPirSearch() {
   if (!state.pirPlan) {
-    showError("No private-retrieval plan fits these settings. Choose a larger data budget or another way to search.");
+    searchFailed($("plan").textContent || "No private-retrieval search fits these settings. Choose a larger data budget or another way to search.");
     return;
   }
   $("progress").hidden = false;
@@ -21,8 +21,7 @@ export async function onPirSearch() {
   } catch (e) {
     // Only a fault of this page (the driver answers every server fault itself).
     $("progress").hidden = true;
-    showError(`The private search could not run: ${e.message || e}.`);
-    status("Search failed.");
+    searchFailed(`The private search could not run: ${e.message || e}.`);
     return;
   }
   $("progress").hidden = true;
@@ -33,7 +32,7 @@ export async function onPirSearch() {
       showStopped(done.message);
       return;
     }
-    showError(done.message);
+    searchFailed(done.message);
     if (done.status === 404 || done.status === 410 || done.status === 503) { await loadPartition(); await loadPirDoc(); updatePlan(); }
     return;
   }
@@ -41,8 +40,19 @@ export async function onPirSearch() {
   Object.assign(timings, { pir_client_ms: out.timings.client_ms, pir_search_ms: out.timings.total_ms });
   showPirResults({ results: done.results, thumb_side: done.thumb_side });
   status(`Done in ${Math.round(out.timings.total_ms)} ms: ${fmtKiB(out.bytes.up)} up, ${fmtKiB(out.bytes.down)} down` +
-    (out.bytes.once ? `, ${fmtKiB(out.bytes.once)} of public files checked once` : "") +
+    filesWords(out.files) +
     `; queries and checks took ${Math.round(out.timings.client_ms)} ms here. Every request was the same whatever your photo, and every answer passed its checks.`);
+}
+
+// The public files of this search in the plan's terms: downloaded (what came over the network,
+// as the browser measured it) or read from the browser's cache; none when the page already
+// held them checked from an earlier search.
+function filesWords(f) {
+  if (!f.files) return "";
+  const n = (k) => `${k} public file${k === 1 ? "" : "s"}`;
+  if (f.cached === f.files) return `; the ${n(f.files)} (${fmtKiB(state.pirPlan.one_time_bytes)} in the plan) came from your browser's cache (${fmtKiB(f.wire)} over the network) and were checked`;
+  if (!f.cached) return `, ${fmtKiB(f.wire)} of public files downloaded once and checked (${fmtKiB(state.pirPlan.one_time_bytes)} in the plan)`;
+  return `, ${fmtKiB(f.wire)} of public files downloaded and ${n(f.cached)} from your browser's cache, all checked (${fmtKiB(state.pirPlan.one_time_bytes)} in the plan)`;
 }
 
 // After an answer failed a check that involved the photo: the driver's words, and the only

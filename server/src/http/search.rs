@@ -53,8 +53,9 @@ async fn time_search(
     resp
 }
 
-async fn config(State(s): Shared) -> Json<ConfigResponse> {
-    Json(s.config.clone())
+/// Fixed while the server runs: revalidated by its ETag (304 on reload).
+async fn config(State(s): Shared, headers: HeaderMap) -> Response {
+    super::cache::json_revalidated::<ConfigResponse>(&headers, &s.config)
 }
 
 /// The anchors never change while the server runs: revalidated by their ETag (304 on reload).

@@ -35,12 +35,9 @@ const MAX_HASHED: usize = 64 << 20;
 /// gzip and brotli (quality 4, tower-http's default for on-the-fly brotli) for answers that
 /// gain from it; see the module documentation for what is left alone.
 pub fn compression() -> CompressionLayer<impl Predicate> {
-    CompressionLayer::new()
-        .gzip(true)
-        .br(true)
-        .compress_when(
-            DefaultPredicate::new().and(NotForContentType::const_new("application/octet-stream")),
-        )
+    CompressionLayer::new().gzip(true).br(true).compress_when(
+        DefaultPredicate::new().and(NotForContentType::const_new("application/octet-stream")),
+    )
 }
 
 /// The static files of `dir`, with ETags and revalidation.

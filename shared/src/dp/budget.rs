@@ -209,8 +209,14 @@ mod tests {
         assert!((t.pure_epsilon - 11.0).abs() < 1e-12);
         assert!((t.gaussian_rho - 2.0 * frame.zcdp_rho).abs() < 1e-12);
         // Pure releases alone: basic composition; Gaussian ones alone: zCDP.
-        assert_eq!(compose(&[pure(1.0); 3], 1e-5).unwrap().method, Composition::Basic);
-        assert_eq!(compose(&[frame; 30], 1e-5).unwrap().method, Composition::Zcdp);
+        assert_eq!(
+            compose(&[pure(1.0); 3], 1e-5).unwrap().method,
+            Composition::Basic
+        );
+        assert_eq!(
+            compose(&[frame; 30], 1e-5).unwrap().method,
+            Composition::Zcdp
+        );
         assert_eq!(compose(&[], 1e-5).unwrap().method, Composition::Nothing);
     }
 

@@ -45,6 +45,24 @@ struct Args {
     /// `--web-dir` are then only reported.
     #[arg(long)]
     base: Option<String>,
+    /// Only measure the page's weight, with Chromium's HTTP cache on: the bytes of its first
+    /// load over the network (Resource Timing's transferSize of the document and everything
+    /// it loads before it is ready), then of a reload, each file listed.
+    #[arg(long)]
+    weight: bool,
+}
+
+/// Transfer sizes of the document and every resource it loaded: (total, per file).
+async fn weight(c: &fantoccini::Client) -> (f64, Vec<(String, f64, f64, f64)>) {
+    let v = js(
+        c,
+        "const n = performance.getEntriesByType('navigation')[0];
+         return [n, ...performance.getEntriesByType('resource')]
+           .map((e) => [new URL(e.name).pathname, e.transferSize, e.encodedBodySize, e.decodedBodySize]);",
+    )
+    .await;
+    let files: Vec<(String, f64, f64, f64)> = serde_json::from_value(v).unwrap();
+    (files.iter().map(|f| f.1).sum(), files)
 }
 
 const EPSILONS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 100.0];
@@ -100,6 +118,29 @@ async fn main() {
     } else {
         &[]
     };
+    if args.weight {
+        let (_driver, c) = browser_with(&[]).await;
+        open_page(&c, &base).await;
+        for what in ["first load", "reload"] {
+            if what == "reload" {
+                c.refresh().await.unwrap();
+                c.wait()
+                    .at_most(std::time::Duration::from_secs(60))
+                    .for_element(fantoccini::Locator::Css("body[data-ready='true']"))
+                    .await
+                    .expect("the page never became ready after the reload");
+            }
+            let (total, files) = weight(&c).await;
+            println!("{what}: {:.1} KB over the network ({total} bytes)", total / 1000.0);
+            for f in files {
+                println!(
+                    "  {:<44} transfer {:>9} encoded {:>9} decoded {:>9}",
+                    f.0, f.1, f.2, f.3
+                );
+            }
+        }
+        return;
+    }
     let (_driver, c) = browser_with(flags).await;
     let mut ready = Vec::new();
     for _ in 0..3 {

@@ -76,6 +76,10 @@ function showImage() {
   $("prediction").textContent =
     `The model thinks this is ${article(state.image.class_name)} ${state.image.class_name.toLowerCase()} ` +
     `(${Math.round(100 * state.image.probability)}% sure). That stays in your browser.`;
+  // The model names a class for anything; the wasm client's out-of-distribution check
+  // (shared::embed::ood, computed in the browser) says when the photo looks like none.
+  $("unfamiliar").textContent = state.image.unfamiliar_message || "";
+  $("unfamiliar").hidden = !state.image.unfamiliar;
   $("query").hidden = false;
   $("search").disabled = false;
   status(`Photo ready (model: ${timings.infer_ms.toFixed(1)} ms). Choose a privacy level and search.`);

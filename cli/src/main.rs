@@ -266,6 +266,9 @@ fn run(cli: Cli) -> Result<()> {
                 return print_json(&out);
             }
             println!("photo: {} (on-device model)", out.predicted_class);
+            if out.unfamiliar {
+                println!("{}", shared::embed::ood::UNFAMILIAR_MESSAGE);
+            }
             if let Some(c) = &out.pir {
                 println!(
                     "PIR (the server learns nothing about the photo; ε = 0): {} up, {} down; {} of public files downloaded once per version; predicted fidelity@{} {:.3}",

@@ -76,6 +76,10 @@ pub struct Timings {
 pub struct Outcome {
     pub protocol: Protocol,
     pub predicted_class: String,
+    /// The photo's cosine distance to the nearest public anchor, and whether it is above the
+    /// calibrated threshold (`shared::embed::ood`): then it does not look like clothing.
+    pub unfamiliar_distance: f32,
+    pub unfamiliar: bool,
     /// This search's release (none when the whole gallery was downloaded).
     pub receipt: Option<Receipt>,
     pub plan: Option<Plan>,
@@ -87,6 +91,25 @@ pub struct Outcome {
     pub results: Vec<Hit>,
     pub budget: shared::dp::budget::Total,
     pub timings: Timings,
+}
+
+/// Does the photo look like something the gallery holds? Its distance to the nearest public
+/// anchor (`shared::embed::ood`), computed here; the anchors are the same public file for every
+/// client, so fetching them reveals nothing about the photo.
+fn familiarity(
+    server: &Server,
+    pixels: &[u8],
+    features: &[f32],
+) -> Result<shared::embed::ood::Familiarity> {
+    let anchors: AnchorsResponse = server.get_json("/api/v1/anchors")?;
+    if anchors.features.iter().any(|f| f.len() != features.len()) {
+        return Err(CliError::Malformed(
+            "the anchors do not match the model's features".into(),
+        ));
+    }
+    let flat: Vec<f32> = anchors.features.into_iter().flatten().collect();
+    shared::embed::ood::assess_input(pixels, features, &flat)
+        .map_err(|e| CliError::Malformed(e.to_string()))
 }
 
 /// A class name for the terminal: the server's text, cut and without control characters.
@@ -125,6 +148,7 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         .infer(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
+    let ood = familiarity(server, pixels, &inf.features)?;
     let mut rng = shared::dp::rng::secure_rng()?;
     let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {
@@ -161,6 +185,8 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
     Ok(Outcome {
         protocol: q.protocol,
         predicted_class: class_name(&config, inf.label),
+        unfamiliar_distance: ood.distance,
+        unfamiliar: ood.unfamiliar,
         receipt,
         plan,
         pir,

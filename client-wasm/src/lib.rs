@@ -65,6 +65,9 @@ pub struct Client {
     /// The public anchors' features and labels, for Algorithm 1 (its kernel cache is built on
     /// the first Algorithm 1 search, so page load does not pay for it).
     anchor_features: DMatrix<f64>,
+    /// The same features flat in f32, for the photo's out-of-distribution score
+    /// (`shared::embed::ood`).
+    anchor_features_f32: Vec<f32>,
     anchor_labels: Vec<u32>,
     paper: Option<Anchors>,
     /// The on-device model's label of the loaded photo (Algorithm 1's query label; it never
@@ -123,6 +126,7 @@ impl Client {
             centroids: Default::default(),
             pending_blocks: None,
             anchor_features: feats,
+            anchor_features_f32: anchors.features.iter().flatten().copied().collect(),
             anchor_labels: anchors.labels,
             paper: None,
             query_label: None,

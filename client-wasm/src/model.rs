@@ -43,13 +43,20 @@ struct ImageInfo {
     class_name: String,
     probability: f32,
     probabilities: Vec<f32>,
+    /// The photo's cosine distance to the nearest public anchor and whether it is above the
+    /// calibrated threshold (`shared::embed::ood`): the photo does not look like clothing.
+    unfamiliar_distance: f32,
+    unfamiliar: bool,
+    /// The sentence to show when `unfamiliar` (`shared::embed::ood::UNFAMILIAR_MESSAGE`).
+    unfamiliar_message: Option<&'static str>,
 }
 
 #[wasm_bindgen]
 impl Client {
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
     /// (`shared::embed::model::from_rgba`), run the model, keep the features. Returns JSON
-    /// `{pixels, label, class_name, probability, probabilities}`.
+    /// `{pixels, label, class_name, probability, probabilities, unfamiliar_distance,
+    /// unfamiliar, unfamiliar_message}`.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
         let pixels = from_rgba(rgba, width as usize, height as usize).map_err(js_err)?;
         self.load_pixels(&pixels)
@@ -59,12 +66,20 @@ impl Client {
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
         let inf = self.model.infer(pixels).map_err(js_err)?;
         let class_name = self.class_name(inf.label);
+        let ood =
+            shared::embed::ood::assess_input(pixels, &inf.features, &self.anchor_features_f32)
+                .map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
             label: inf.label,
             class_name,
             probability: inf.probabilities[inf.label as usize],
             probabilities: inf.probabilities,
+            unfamiliar_distance: ood.distance,
+            unfamiliar: ood.unfamiliar,
+            unfamiliar_message: ood
+                .unfamiliar
+                .then_some(shared::embed::ood::UNFAMILIAR_MESSAGE),
         };
         self.query = Some(inf.features.iter().map(|&v| v as f64).collect());
         self.query_f32 = Some(inf.features);

@@ -152,3 +152,43 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(total["epsilon"].as_f64().unwrap() < 2.0);
     assert!(compose_budget("[{}]", 1e-5).is_err());
 }
+
+/// The photo's out-of-distribution check: the distance and decision are the native
+/// `shared::embed::ood::assess_input` of its input and features against the anchors the client was given,
+/// and the sentence comes with the decision.
+#[wasm_bindgen_test]
+fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
+    let (config, anchors, _, _) = server_json();
+    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let q = model.infer(&image(0)).unwrap().features;
+    let check = |anchors: &str| -> Value {
+        let mut client = Client::new(WEIGHTS, &config, anchors).unwrap();
+        let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
+        let parsed: Value = serde_json::from_str(anchors).unwrap();
+        let flat: Vec<f32> = parsed["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .collect();
+        let native = shared::embed::ood::assess_input(&image(0), &q, &flat).unwrap();
+        let d = info["unfamiliar_distance"].as_f64().unwrap() as f32;
+        assert!((d - native.distance).abs() < 1e-5, "{d} vs {}", native.distance);
+        assert_eq!(info["unfamiliar"].as_bool().unwrap(), native.unfamiliar);
+        assert_eq!(info["unfamiliar_message"].is_string(), native.unfamiliar);
+        info
+    };
+    // Random anchors: far from any photo.
+    let far = check(&anchors);
+    assert!(far["unfamiliar"].as_bool().unwrap());
+    assert_eq!(
+        far["unfamiliar_message"].as_str().unwrap(),
+        shared::embed::ood::UNFAMILIAR_MESSAGE
+    );
+    // An anchor with the photo's own features: familiar, no sentence.
+    let mut near: Value = serde_json::from_str(&anchors).unwrap();
+    near["features"][0] = json!(q);
+    let near = check(&near.to_string());
+    assert!(!near["unfamiliar"].as_bool().unwrap());
+    assert!(near["unfamiliar_message"].is_null());
+}

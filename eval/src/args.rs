@@ -113,6 +113,17 @@ pub(crate) struct Args {
     /// the two best closures on the 10,000 gallery).
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     pub(crate) blocks_large_variants: Vec<String>,
+    /// Run the photo evaluation instead (`eval/src/photos/`: `photos.md`, `photos.csv` and
+    /// `photos-ood.csv` in `--out`). Uses `--anchors`, `--seed` and the `--photos-*` flags.
+    #[arg(long)]
+    pub(crate) photos: bool,
+    /// Photo evaluation: held-out photos (and calibration photos, and non-clothing images).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) photos_count: usize,
+    /// Photo evaluation: weights files to compare, as `label=path` (default: the committed
+    /// weights).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) photos_weights: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]

@@ -6,6 +6,7 @@
 mod args;
 mod blocks;
 mod chart;
+mod photos;
 mod rng;
 mod table;
 
@@ -26,6 +27,13 @@ fn main() {
     if !args.blocks_served.is_empty() {
         if let Err(e) = blocks::served::run(&args) {
             eprintln!("eval --blocks-served: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
+    if args.photos {
+        if let Err(e) = photos::run(&args) {
+            eprintln!("eval --photos: {e}");
             std::process::exit(2);
         }
         return;

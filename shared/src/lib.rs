@@ -36,6 +36,8 @@ pub mod embed {
     pub mod laplacian;
     pub mod model;
     pub mod nystrom;
+    pub mod ood;
+    pub mod photo;
     pub mod smlq;
 }
 

@@ -1,5 +1,5 @@
-//! `train`: fits the on-device model (`shared::embed::model`) on the 60,000 Fashion-MNIST training
-//! images and writes the weights file the repository commits (`server/assets/model.bin`).
+//! `train`: fits the on-device model (`shared::embed::model`) on the Fashion-MNIST training images
+//! (all but the 1,000 reserved ones), half of them drawn as product photos, and writes the weights file the repository commits (`server/assets/model.bin`).
 //! Deterministic for a given seed (see `privatemail_server::gallery::training`).
 
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::Parser;
 use shared::embed::model::preprocess;
 
-use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
+use privatemail_server::gallery::data::{load_split, DEFAULT_DIR, RESERVED};
 use privatemail_server::gallery::quality::model_quality;
 use privatemail_server::gallery::training::{train, TrainConfig};
 
@@ -28,6 +28,13 @@ struct Args {
     /// Disable the flip/shift augmentation.
     #[arg(long)]
     no_augment: bool,
+    /// Share of samples drawn as product photos through the client's photo pipeline
+    /// (`gallery::photos`, `shared::embed::photo`); 0 disables it.
+    #[arg(long, default_value_t = 0.5)]
+    photo_share: f32,
+    /// Weight of the consistency term pulling a photo's embedding towards the clean image's.
+    #[arg(long, default_value_t = 1.0)]
+    consistency: f32,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
     out: PathBuf,
     /// Only measure the quality of an existing weights file on the test split.
@@ -52,7 +59,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         report(&model, &test);
         return Ok(());
     }
-    let xs: Vec<Vec<f32>> = (0..train_split.labels.len())
+    // The reserved images (`data::reserved_train`) stay out of training too, so the photo
+    // evaluation (`eval --photos`) and the out-of-distribution threshold's check measure on
+    // images the model never saw.
+    let n = train_split.labels.len().saturating_sub(RESERVED);
+    let xs: Vec<Vec<f32>> = (0..n)
         .map(|i| preprocess(train_split.images.image(i)))
         .collect::<Result<_, _>>()?;
     let cfg = TrainConfig {
@@ -61,9 +72,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lr: args.lr,
         seed: args.seed,
         augment: !args.no_augment,
+        photo_share: args.photo_share,
+        consistency: args.consistency,
     };
     let t0 = Instant::now();
-    let model = train(&xs, &train_split.labels, &cfg, |epoch, model, loss| {
+    let model = train(&xs, &train_split.labels[..n], &cfg, |epoch, model, loss| {
         let q = model_quality(model, &test, 2000);
         println!(
             "epoch {}: train loss {loss:.4}, test accuracy (first 2,000) {:.4}, {:.0} s",

@@ -4,6 +4,7 @@
 pub mod data;
 pub mod index;
 pub mod packed;
+pub mod photos;
 pub mod quality;
 pub mod store;
 pub mod training;

@@ -17,6 +17,39 @@ pub struct TrainConfig {
     /// Random horizontal flips and ±1-pixel shifts of the training images (Fashion-MNIST
     /// products are roughly mirror-symmetric and not perfectly centred).
     pub augment: bool,
+    /// Share of training samples drawn as product photos instead (`gallery::photos`: a random
+    /// background, shift, scale, rotation and noise) and brought back by the client's own
+    /// photo pipeline (`shared::embed::photo`), so the model learns what that pipeline leaves
+    /// of a photo: its resampling blur, rotations, noise. 0 disables it.
+    pub photo_share: f32,
+    /// Weight of the consistency term on photo samples: the photo's embedding pulled towards
+    /// the clean image's (`Model::backward_with`), so its exact neighbours stay the same.
+    pub consistency: f32,
+}
+
+/// How one training sample is drawn.
+#[derive(Debug, Clone, Copy)]
+enum Draw {
+    Plain,
+    /// Mirrored if the flag is set, shifted by `(dx, dy)`.
+    Shifted(bool, i32, i32),
+    /// A photo taken with `Shot` (noise from a stream seeded with the `u64`), mirrored if set.
+    Photo(crate::gallery::photos::Shot, u64, bool),
+}
+
+/// The model input of a photo of the preprocessed image `x` (values `p / 255`).
+fn photo_input(x: &[f32], shot: &crate::gallery::photos::Shot, seed: u64, flip: bool) -> Vec<f32> {
+    let img: Vec<u8> = x.iter().map(|v| (v * 255.0).round() as u8).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let photo = crate::gallery::photos::render(&img, shot, &mut rng);
+    let pixels = shared::embed::photo::to_model_input(&photo, shot.side, shot.side)
+        .expect("a rendered photo has a valid size");
+    let x = shared::embed::model::preprocess(&pixels).expect("28×28");
+    if flip {
+        shared::embed::model::mirror(&x)
+    } else {
+        x
+    }
 }
 
 /// One augmented copy of a preprocessed image: mirrored if `flip`, shifted by `(dx, dy)`
@@ -112,17 +145,22 @@ pub fn train(
         );
         for (bi, batch) in order.chunks(cfg.batch).enumerate() {
             // Drawn sequentially, so the augmentation is the same whatever the thread count.
-            let aug: Vec<(bool, i32, i32)> = batch
+            let aug: Vec<Draw> = batch
                 .iter()
                 .map(|_| {
-                    if cfg.augment {
-                        (
+                    if cfg.photo_share > 0.0 && rng.random::<f32>() < cfg.photo_share {
+                        let side = if rng.random::<bool>() { 56 } else { 112 };
+                        let mut shot = crate::gallery::photos::Shot::random(side, &mut rng);
+                        shot.noise = rng.random_range(0.0..8.0);
+                        Draw::Photo(shot, rng.random(), rng.random())
+                    } else if cfg.augment {
+                        Draw::Shifted(
                             rng.random::<bool>(),
                             rng.random_range(-1..=1),
                             rng.random_range(-1..=1),
                         )
                     } else {
-                        (false, 0, 0)
+                        Draw::Plain
                     }
                 })
                 .collect();
@@ -134,11 +172,31 @@ pub fn train(
                 .map(|(chunk, augs)| {
                     let mut g = Weights::zeros();
                     let mut l = 0.0;
-                    for (&i, &(flip, dx, dy)) in chunk.iter().zip(augs) {
-                        let t = if cfg.augment {
-                            model.forward(&augment(&xs[i], flip, dx, dy))
-                        } else {
-                            model.forward(&xs[i])
+                    for (&i, draw) in chunk.iter().zip(augs) {
+                        let t = match *draw {
+                            Draw::Plain => model.forward(&xs[i]),
+                            Draw::Shifted(flip, dx, dy) => {
+                                model.forward(&augment(&xs[i], flip, dx, dy))
+                            }
+                            Draw::Photo(ref shot, seed, flip) if cfg.consistency > 0.0 => {
+                                let clean = if flip {
+                                    shared::embed::model::mirror(&xs[i])
+                                } else {
+                                    xs[i].clone()
+                                };
+                                let target = model.forward(&clean).h;
+                                let t = model.forward(&photo_input(&xs[i], shot, seed, flip));
+                                l += model.backward_with(
+                                    &t,
+                                    labels[i] as usize,
+                                    Some((&target, cfg.consistency)),
+                                    &mut g,
+                                );
+                                continue;
+                            }
+                            Draw::Photo(ref shot, seed, flip) => {
+                                model.forward(&photo_input(&xs[i], shot, seed, flip))
+                            }
                         };
                         l += model.backward(&t, labels[i] as usize, &mut g);
                     }
@@ -183,6 +241,8 @@ mod tests {
             lr: 1e-3,
             seed: 9,
             augment: true,
+            photo_share: 0.5,
+            consistency: 1.0,
         };
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()

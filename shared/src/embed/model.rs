@@ -151,6 +151,11 @@ pub struct Inference {
     pub features: Vec<f32>,
     pub label: u32,
     pub probabilities: Vec<f32>,
+    /// The logits' free energy `−log Σ exp(logit)` (of the mirrored pair's averaged logits):
+    /// low for inputs like the training data, high for inputs unlike any class
+    /// (Liu et al., *Energy-based out-of-distribution detection*, 2020); see
+    /// [`super::ood`].
+    pub energy: f32,
 }
 
 /// Scale pixels to the model's input.
@@ -173,73 +178,15 @@ pub fn mirror(x: &[f32]) -> Vec<f32> {
 }
 
 /// Largest side of an image accepted by [`from_rgba`].
-pub const MAX_IMAGE_SIDE: usize = 4_096;
+pub use super::photo::MAX_IMAGE_SIDE;
 
 /// Any decoded image (RGBA, row-major, 4 bytes a pixel, as a browser's `ImageData`) → the
-/// model's 28×28 input, in integer arithmetic so every platform gets the same bytes:
-/// 1. grey `l = (299·R + 587·G + 114·B + 500) / 1000`, composited over white by alpha;
-/// 2. if the border is light (mean > 127: a photo on a light background), invert, because
-///    Fashion-MNIST shows a light object on a dark background;
-/// 3. fit the longer side into 28 pixels keeping the aspect ratio, each target pixel the exact
-///    mean of the source pixels that fall in it, centred on a dark (0) canvas.
-///
-/// A 28×28 image with a dark border comes back unchanged.
+/// model's 28×28 input: [`super::photo::to_model_input`], which frames a photo the way
+/// Fashion-MNIST frames its products (background level and colour removed, cropped to the
+/// object, longest side 28, centred, dark background), in integer arithmetic so every
+/// platform gets the same bytes. A Fashion-MNIST image comes back unchanged.
 pub fn from_rgba(rgba: &[u8], width: usize, height: usize) -> Result<Vec<u8>> {
-    if width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
-        return Err(Error::InvalidParameter {
-            name: "image size",
-            reason: format!("{width}×{height}: each side must be in 1..={MAX_IMAGE_SIDE}"),
-        });
-    }
-    if rgba.len() != width * height * 4 {
-        return Err(Error::DimensionMismatch {
-            what: "RGBA bytes",
-            expected: width * height * 4,
-            got: rgba.len(),
-        });
-    }
-    let grey: Vec<u32> = rgba
-        .chunks_exact(4)
-        .map(|p| {
-            let l = (299 * p[0] as u32 + 587 * p[1] as u32 + 114 * p[2] as u32 + 500) / 1000;
-            let a = p[3] as u32;
-            (l * a + 255 * (255 - a) + 127) / 255
-        })
-        .collect();
-    let border: Vec<u32> = (0..width)
-        .flat_map(|x| [x, (height - 1) * width + x])
-        .chain((0..height).flat_map(|y| [y * width, y * width + width - 1]))
-        .map(|i| grey[i])
-        .collect();
-    let invert = border.iter().sum::<u32>() as u64 > 127 * border.len() as u64;
-    let long = width.max(height);
-    let (tw, th) = (
-        (width * SIDE).div_ceil(long).max(1),
-        (height * SIDE).div_ceil(long).max(1),
-    );
-    let (mut sum, mut count) = (vec![0u64; tw * th], vec![0u64; tw * th]);
-    for y in 0..height {
-        let ty = y * th / height;
-        for x in 0..width {
-            let tx = x * tw / width;
-            let v = if invert {
-                255 - grey[y * width + x]
-            } else {
-                grey[y * width + x]
-            };
-            sum[ty * tw + tx] += v as u64;
-            count[ty * tw + tx] += 1;
-        }
-    }
-    let (ox, oy) = ((SIDE - tw) / 2, (SIDE - th) / 2);
-    let mut out = vec![0u8; PIXELS];
-    for ty in 0..th {
-        for tx in 0..tw {
-            let c = count[ty * tw + tx].max(1);
-            out[(oy + ty) * SIDE + ox + tx] = ((sum[ty * tw + tx] + c / 2) / c) as u8;
-        }
-    }
-    Ok(out)
+    super::photo::to_model_input(rgba, width, height)
 }
 
 fn conv_relu_pool(
@@ -569,9 +516,23 @@ impl Model {
     }
 
     /// Add the cross-entropy gradient of one sample (given its trace) to `g`; returns the loss.
+    pub fn backward(&self, t: &Trace, label: usize, g: &mut Weights) -> f32 {
+        self.backward_with(t, label, None, g)
+    }
+
+    /// [`Model::backward`] plus `anchor_weight · ‖(h − target)/‖target‖‖²` on the embedding
+    /// `h` when `target = Some((target, anchor_weight))`: training pulls a photo's embedding
+    /// towards the clean image's, so exact neighbours survive what the photo pipeline leaves
+    /// of a photo (the returned loss includes the term).
     // Index loops mirror the tensor algebra (several arrays share each index).
     #[allow(clippy::needless_range_loop)]
-    pub fn backward(&self, t: &Trace, label: usize, g: &mut Weights) -> f32 {
+    pub fn backward_with(
+        &self,
+        t: &Trace,
+        label: usize,
+        target: Option<(&[f32], f32)>,
+        g: &mut Weights,
+    ) -> f32 {
         let w = &self.w;
         let prob = softmax(&t.logits);
         let loss = -prob[label].max(1e-12).ln();
@@ -586,11 +547,20 @@ impl Model {
                 dr[e] += dlog[o] * w.w4[o * EMBED + e];
             }
         }
-        let dh: Vec<f32> = dr
+        let mut dh: Vec<f32> = dr
             .iter()
             .zip(&t.h)
             .map(|(d, h)| if *h > 0.0 { *d } else { 0.0 })
             .collect();
+        let mut loss = loss;
+        if let Some((target, weight)) = target {
+            let scale = 1.0 / target.iter().map(|v| v * v).sum::<f32>().max(1e-12);
+            for e in 0..EMBED {
+                let d = t.h[e] - target[e];
+                loss += weight * d * d * scale;
+                dh[e] += 2.0 * weight * d * scale;
+            }
+        }
         let mut dp2 = vec![0.0f32; FLAT];
         for e in 0..EMBED {
             g.b3[e] += dh[e];
@@ -671,6 +641,8 @@ fn combine(ha: &[f32], hb: &[f32], la: &[f32], lb: &[f32]) -> Inference {
     let h: Vec<f32> = ha.iter().zip(hb).map(|(p, q)| p + q).collect();
     let probabilities = softmax(&logits);
     let label = argmax(&probabilities) as u32;
+    let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let energy = -(m + logits.iter().map(|v| (v - m).exp()).sum::<f32>().ln());
     let norm = h
         .iter()
         .map(|v| v * v)
@@ -681,6 +653,7 @@ fn combine(ha: &[f32], hb: &[f32], la: &[f32], lb: &[f32]) -> Inference {
         features: h.iter().map(|v| v / norm).collect(),
         label,
         probabilities,
+        energy,
     }
 }
 
@@ -785,18 +758,20 @@ mod tests {
 
     #[test]
     fn from_rgba_is_identity_on_dataset_images_and_handles_photos() {
+        // Dataset-like: a 20-wide object spanning all 28 rows, box-centred, on 0.
         let grey: Vec<u8> = (0..PIXELS)
             .map(|i| {
-                if (i / SIDE).is_multiple_of(27) || i.is_multiple_of(SIDE) {
-                    0
-                } else {
+                if (4..24).contains(&(i % SIDE)) {
                     (i * 7 % 256) as u8
+                } else {
+                    0
                 }
             })
             .collect();
         let rgba: Vec<u8> = grey.iter().flat_map(|&g| [g, g, g, 255]).collect();
         assert_eq!(from_rgba(&rgba, SIDE, SIDE).unwrap(), grey);
-        // A dark square on a white 56×112 photo: inverted, halved, centred, aspect kept.
+        // A dark 16×32 rectangle on a white 56×112 photo: cropped to it, inverted, fitted to
+        // 14×28 and centred.
         let (w, h) = (56, 112);
         let photo: Vec<u8> = (0..w * h)
             .flat_map(|i| {
@@ -810,11 +785,11 @@ mod tests {
             })
             .collect();
         let out = from_rgba(&photo, w, h).unwrap();
-        // 56×112 → 14×28, placed at columns 7..21.
-        assert_eq!(out[14 * SIDE + 3], 0); // outside the fitted image: padding
-        assert_eq!(out[14 * SIDE + 7 + 7], 255); // the square, inverted to light
-        assert_eq!(out[2 * SIDE + 7 + 7], 0); // the white background, inverted to dark
-                                              // Fully transparent pixels count as white background.
+        assert_eq!(out[14 * SIDE + 6], 0); // left of the fitted box: padding
+        assert_eq!(out[14 * SIDE + 7], 255); // the rectangle's first column
+        assert_eq!(out[27 * SIDE + 20], 255); // its last column, last row
+        assert_eq!(out[14 * SIDE + 21], 0); // right of it
+                                            // Fully transparent pixels count as white background.
         let clear = vec![0u8; 30 * 30 * 4];
         assert!(from_rgba(&clear, 30, 30).unwrap().iter().all(|&v| v == 0));
         assert!(from_rgba(&[0u8; 12], 2, 2).is_err());

@@ -1,0 +1,517 @@
+//! `eval --photos`: the on-device model on photos rather than dataset images. Each held-out
+//! Fashion-MNIST image (`data::reserved_train`: never in the gallery, never trained on) is
+//! drawn as a 112×112 RGBA product photo (`gallery::photos`: dark object on a light
+//! background) under one perturbation at a time and under the whole family at once (background
+//! 200–255, shifts up to 10 %, scale 0.7–1.0, rotations up to 10°, Gaussian noise σ = 5, JPEG
+//! quality 60), and preprocessed by the client's pipeline (`from_rgba`) and by the one before
+//! it (`legacy`). Reported: class accuracy and the exact top-8 agreement over the gallery (the
+//! 10,000 test images' features) with the same photo clean; that the pipeline leaves the
+//! dataset's own images unchanged; and the out-of-distribution scores on procedurally
+//! generated non-clothing images (`ood`): AUROC, and the flagged share at a threshold
+//! calibrated on photos of the test split (`photos.md`, `photos.csv`, `photos-ood.csv`).
+
+mod legacy;
+mod ood;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use shared::embed::model::{from_rgba, weights_version, Inference, Model, PIXELS};
+
+use privatemail_server::gallery::data::{balanced_anchors, load_split, reserved_train, Split};
+use privatemail_server::gallery::photos::{render, Shot};
+
+use crate::args::Args;
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const SIDE: usize = 112;
+const K: usize = 8;
+const JPEG_QUALITY: u8 = 60;
+/// Share of calibration photos flagged at the threshold (the held-out target is ≤ 2 %).
+const CALIBRATION_FLAG: f64 = 0.01;
+
+/// One perturbation: how the photo is taken and whether it is JPEG-compressed.
+struct Condition {
+    name: &'static str,
+    shot: fn(&mut ChaCha8Rng) -> Shot,
+    jpeg: bool,
+}
+
+fn conditions() -> Vec<Condition> {
+    let c = |name, shot, jpeg| Condition { name, shot, jpeg };
+    vec![
+        c("clean", |_| Shot::clean(SIDE), false),
+        c(
+            "background 240",
+            |_| Shot {
+                background: 240,
+                ..Shot::clean(SIDE)
+            },
+            false,
+        ),
+        c(
+            "background 230",
+            |_| Shot {
+                background: 230,
+                ..Shot::clean(SIDE)
+            },
+            false,
+        ),
+        c(
+            "background 200",
+            |_| Shot {
+                background: 200,
+                ..Shot::clean(SIDE)
+            },
+            false,
+        ),
+        c(
+            "shift 10% right and down",
+            |_| Shot {
+                shift: (0.1, 0.1),
+                ..Shot::clean(SIDE)
+            },
+            false,
+        ),
+        c(
+            "scale 0.7",
+            |_| Shot {
+                scale: 0.7,
+                ..Shot::clean(SIDE)
+            },
+            false,
+        ),
+        c(
+            "rotation ±10°",
+            |r| Shot {
+                degrees: if r.random() { 10.0 } else { -10.0 },
+                ..Shot::clean(SIDE)
+            },
+            false,
+        ),
+        c(
+            "noise σ=5",
+            |_| Shot {
+                noise: 5.0,
+                ..Shot::clean(SIDE)
+            },
+            false,
+        ),
+        c("JPEG q60", |_| Shot::clean(SIDE), true),
+        c(
+            "family, object kept in frame",
+            |r| {
+                // The same draws, the shift limited to the margin the scale leaves, so nothing
+                // of the 28×28 frame is cut off: what the pipeline can recover at best.
+                let mut s = Shot::random(SIDE, r);
+                let m = (1.0 - s.scale) / 2.0;
+                s.shift = (s.shift.0.clamp(-m, m), s.shift.1.clamp(-m, m));
+                s
+            },
+            true,
+        ),
+        c(
+            "family (all at once, random)",
+            |r| Shot::random(SIDE, r),
+            true,
+        ),
+    ]
+}
+
+fn jpeg_round_trip(rgba: &[u8]) -> Res<Vec<u8>> {
+    let rgb: Vec<u8> = rgba
+        .chunks_exact(4)
+        .flat_map(|p| [p[0], p[1], p[2]])
+        .collect();
+    let mut buf = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut buf, JPEG_QUALITY).encode(
+        &rgb,
+        SIDE as u32,
+        SIDE as u32,
+        image::ExtendedColorType::Rgb8,
+    )?;
+    let img = image::load_from_memory_with_format(&buf, image::ImageFormat::Jpeg)?;
+    Ok(img.to_rgba8().into_raw())
+}
+
+/// The photo of held-out image `i` under `cond` (its own seeded stream, so both pipelines and
+/// every model see the same photo).
+fn photo(split: &Split, i: usize, cond: usize, cond_def: &Condition, seed: u64) -> Res<Vec<u8>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((i as u64) << 8) ^ cond as u64);
+    let shot = (cond_def.shot)(&mut rng);
+    let p = render(split.images.image(i), &shot, &mut rng);
+    if cond_def.jpeg {
+        jpeg_round_trip(&p)
+    } else {
+        Ok(p)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Pipeline {
+    Current,
+    Legacy,
+}
+
+impl Pipeline {
+    fn name(self) -> &'static str {
+        match self {
+            Pipeline::Current => "photo (shared::embed::photo)",
+            Pipeline::Legacy => "before (invert only)",
+        }
+    }
+    fn input(self, rgba: &[u8]) -> Res<Vec<u8>> {
+        Ok(match self {
+            Pipeline::Current => from_rgba(rgba, SIDE, SIDE)?,
+            Pipeline::Legacy => legacy::from_rgba(rgba, SIDE, SIDE)?,
+        })
+    }
+}
+
+/// Indices of the k most similar gallery rows (unit features: dot product), ties by index.
+fn top_k(gallery: &[Vec<f32>], q: &[f32]) -> Vec<usize> {
+    let mut s: Vec<(f32, usize)> = gallery
+        .iter()
+        .enumerate()
+        .map(|(j, g)| (g.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(), j))
+        .collect();
+    s.select_nth_unstable_by(K - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut top: Vec<usize> = s[..K].iter().map(|x| x.1).collect();
+    top.sort_unstable();
+    top
+}
+
+fn overlap(a: &[usize], b: &[usize]) -> usize {
+    a.iter().filter(|x| b.contains(x)).count()
+}
+
+/// Area under the ROC curve of `pos` (should score higher) against `neg` (Mann–Whitney).
+fn auroc(neg: &[f32], pos: &[f32]) -> f64 {
+    let mut neg = neg.to_vec();
+    neg.sort_by(f32::total_cmp);
+    let mut s = 0.0;
+    for &p in pos {
+        let below = neg.partition_point(|&n| n < p);
+        let ties = neg.partition_point(|&n| n <= p) - below;
+        s += below as f64 + 0.5 * ties as f64;
+    }
+    s / (neg.len() * pos.len()) as f64
+}
+
+/// The out-of-distribution scores compared (higher: less like clothing). The deployed one
+/// (`shared::embed::ood::assess_input`) is the nearest-anchor distance with an input holding
+/// less than `MIN_INK` counted as far (2, the largest distance).
+const SCORES: [&str; 5] = [
+    "energy",
+    "1 − max probability",
+    "distance to nearest anchor",
+    "deployed: nearest anchor, empty input = 2",
+    "mean distance to 5 nearest anchors",
+];
+
+fn scores(pixels: &[u8], inf: &Inference, anchors: &[Vec<f32>]) -> [f32; 5] {
+    let nearest = shared::embed::ood::assess(&inf.features, &anchors.concat())
+        .map(|f| f.distance)
+        .unwrap_or(f32::NAN);
+    let ink: u32 = pixels.iter().map(|&p| p as u32).sum();
+    let deployed = if ink < shared::embed::ood::MIN_INK {
+        2.0
+    } else {
+        nearest
+    };
+    let mut sims: Vec<f32> = anchors
+        .iter()
+        .map(|a| a.iter().zip(&inf.features).map(|(x, y)| x * y).sum::<f32>())
+        .collect();
+    sims.sort_by(|a, b| b.total_cmp(a));
+    let mean5 = 1.0 - sims.iter().take(5).sum::<f32>() / 5.0;
+    let pmax = inf.probabilities.iter().copied().fold(0.0f32, f32::max);
+    [inf.energy, 1.0 - pmax, nearest, deployed, mean5]
+}
+
+/// The model input of an RGBA photo, its inference and its scores.
+fn score_photo(
+    model: &Model,
+    rgba: &[u8],
+    side: usize,
+    anchors: &[Vec<f32>],
+) -> Res<(Inference, [f32; 5])> {
+    let pixels = from_rgba(rgba, side, side)?;
+    let inf = model.infer(&pixels)?;
+    let s = scores(&pixels, &inf, anchors);
+    Ok((inf, s))
+}
+
+struct Row {
+    weights: String,
+    pipeline: &'static str,
+    condition: &'static str,
+    photos: usize,
+    accuracy: f64,
+    agreement: f64,
+}
+
+pub(crate) fn run(args: &Args) -> Res<()> {
+    let test = load_split(&args.data_dir, "t10k")?;
+    let train = load_split(&args.data_dir, "train")?;
+    let anchor_idx = balanced_anchors(&train, args.anchors);
+    let held_out: Vec<usize> = reserved_train(train.labels.len(), &anchor_idx)
+        .into_iter()
+        .take(args.photos_count)
+        .collect();
+    let calibration: Vec<usize> = (0..args.photos_count.min(test.labels.len())).collect();
+    let weights: Vec<(String, Vec<u8>)> = if args.photos_weights.is_empty() {
+        vec![(
+            "committed".into(),
+            privatemail_server::MODEL_WEIGHTS.to_vec(),
+        )]
+    } else {
+        args.photos_weights
+            .iter()
+            .map(|s| {
+                let (label, path) = s.split_once('=').unwrap_or((s.as_str(), s.as_str()));
+                Ok((label.to_string(), std::fs::read(PathBuf::from(path))?))
+            })
+            .collect::<Res<_>>()?
+    };
+    let conds = conditions();
+    let mut md = String::new();
+    writeln!(
+        md,
+        "# The on-device model on photos\n\n`eval --photos` ({} held-out training images \
+         (`data::reserved_train`), each drawn as a {SIDE}×{SIDE} photo, dark on light; gallery: \
+         the 10,000 test images' features; seed {}). Agreement: the share of the exact top {K} \
+         over the gallery that the photo shares with the same photo clean, through the same \
+         pipeline and model.\n",
+        held_out.len(),
+        args.seed
+    )?;
+    let mut csv = String::from(
+        "weights,weights_version,pipeline,condition,photos,class_accuracy,top8_agreement\n",
+    );
+    let mut ood_csv = String::from("weights,weights_version,score,kind,images,auroc,flagged\n");
+    for (label, bytes) in &weights {
+        let model = Model::from_bytes(bytes)?;
+        let version = weights_version(bytes);
+        tracing::info!("weights {label} ({version})");
+        let gallery: Vec<Vec<f32>> = (0..test.labels.len())
+            .into_par_iter()
+            .map(|i| model.infer(test.images.image(i)).map(|r| r.features))
+            .collect::<Result<_, _>>()?;
+        // The pipeline on the dataset's own images.
+        let identity: Vec<(bool, usize)> = (0..test.labels.len())
+            .into_par_iter()
+            .map(|i| -> Res<(bool, usize)> {
+                let img = test.images.image(i);
+                let rgba: Vec<u8> = img.iter().flat_map(|&g| [g, g, g, 255]).collect();
+                let out = from_rgba(&rgba, 28, 28)?;
+                if out == img {
+                    return Ok((true, K));
+                }
+                let f = model.infer(&out)?.features;
+                Ok((
+                    false,
+                    overlap(&top_k(&gallery, &f), &top_k(&gallery, &gallery[i])),
+                ))
+            })
+            .collect::<Res<_>>()?;
+        let unchanged = identity.iter().filter(|x| x.0).count();
+        let id_agree =
+            identity.iter().map(|x| x.1).sum::<usize>() as f64 / (K * identity.len()) as f64;
+        writeln!(
+            md,
+            "## Weights `{label}` ({version})\n\nThe pipeline on the 10,000 test images \
+             themselves (28×28, as the gallery holds them): {unchanged} come back unchanged; \
+             the top {K} of their features agree with the gallery's own in {id_agree:.4}.\n\n\
+             | pipeline | condition | class accuracy | top-{K} agreement |\n|---|---|---:|---:|"
+        )?;
+        let anchors: Vec<Vec<f32>> = anchor_idx
+            .par_iter()
+            .map(|&i| model.infer(train.images.image(i)).map(|r| r.features))
+            .collect::<Result<_, _>>()?;
+        for pipeline in [Pipeline::Legacy, Pipeline::Current] {
+            // Per held-out image and condition: (correct, top-k, scores).
+            let per: Vec<Vec<(bool, Vec<usize>, [f32; 5])>> = held_out
+                .par_iter()
+                .map(|&i| {
+                    conds
+                        .iter()
+                        .enumerate()
+                        .map(|(ci, c)| -> Res<_> {
+                            let p = photo(&train, i, ci, c, args.seed)?;
+                            let pixels = pipeline.input(&p)?;
+                            let inf = model.infer(&pixels)?;
+                            Ok((
+                                inf.label == train.labels[i] as u32,
+                                top_k(&gallery, &inf.features),
+                                scores(&pixels, &inf, &anchors),
+                            ))
+                        })
+                        .collect::<Res<Vec<_>>>()
+                })
+                .collect::<Res<_>>()?;
+            for (ci, c) in conds.iter().enumerate() {
+                let n = per.len();
+                let accuracy = per.iter().filter(|r| r[ci].0).count() as f64 / n as f64;
+                let agreement = per
+                    .iter()
+                    .map(|r| overlap(&r[ci].1, &r[0].1))
+                    .sum::<usize>() as f64
+                    / (K * n) as f64;
+                writeln!(
+                    md,
+                    "| {} | {} | {accuracy:.3} | {agreement:.3} |",
+                    pipeline.name(),
+                    c.name
+                )?;
+                let row = Row {
+                    weights: label.clone(),
+                    pipeline: pipeline.name(),
+                    condition: c.name,
+                    photos: n,
+                    accuracy,
+                    agreement,
+                };
+                writeln!(
+                    csv,
+                    "{},{version},{},{},{},{:.4},{:.4}",
+                    row.weights,
+                    row.pipeline,
+                    row.condition,
+                    row.photos,
+                    row.accuracy,
+                    row.agreement
+                )?;
+            }
+            if pipeline == Pipeline::Current {
+                ood_report(
+                    args,
+                    &model,
+                    &test,
+                    &calibration,
+                    &anchors,
+                    &per,
+                    label,
+                    &version,
+                    &mut md,
+                    &mut ood_csv,
+                )?;
+            }
+        }
+        md.push('\n');
+    }
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(args.out.join("photos.md"), &md)?;
+    std::fs::write(args.out.join("photos.csv"), &csv)?;
+    std::fs::write(args.out.join("photos-ood.csv"), &ood_csv)?;
+    print!("{md}");
+    Ok(())
+}
+
+/// AUROC of each score against held-out clothing (family photos), per non-clothing kind, and
+/// the flagged shares at the threshold calibrated on family photos of the test split.
+#[allow(clippy::too_many_arguments)]
+fn ood_report(
+    args: &Args,
+    model: &Model,
+    test: &Split,
+    calibration: &[usize],
+    anchors: &[Vec<f32>],
+    held_out: &[Vec<(bool, Vec<usize>, [f32; 5])>],
+    label: &str,
+    version: &str,
+    md: &mut String,
+    csv: &mut String,
+) -> Res<()> {
+    let family = conditions().len() - 1;
+    let family_def = &conditions()[family];
+    let cal: Vec<[f32; 5]> = calibration
+        .par_iter()
+        .map(|&i| -> Res<[f32; 5]> {
+            let p = photo(test, i, family, family_def, args.seed ^ 0xca1)?;
+            Ok(score_photo(model, &p, SIDE, anchors)?.1)
+        })
+        .collect::<Res<_>>()?;
+    let per_kind = args.photos_count.div_ceil(ood::KINDS.len());
+    let ood_scores: Vec<Vec<[f32; 5]>> = (0..ood::KINDS.len())
+        .map(|kind| {
+            (0..per_kind)
+                .into_par_iter()
+                .map(|j| -> Res<[f32; 5]> {
+                    let mut rng = ChaCha8Rng::seed_from_u64(
+                        args.seed ^ 0x00d0_0000 ^ ((kind * per_kind + j) as u64),
+                    );
+                    let img = ood::generate(kind, &mut rng);
+                    Ok(score_photo(model, &img, ood::SIDE, anchors)?.1)
+                })
+                .collect::<Res<_>>()
+        })
+        .collect::<Res<_>>()?;
+    writeln!(
+        md,
+        "\nOut of distribution: {} generated images of each kind ({}), through the same \
+         pipeline. Threshold: flags {:.0} % of {} family photos of test images (calibration); \
+         \"held-out flagged\": the share of the held-out family photos (above) and clean photos \
+         above it.\n\n| score | threshold | AUROC {} | AUROC all | held-out flagged (family / clean) | non-clothing flagged |\n|---|---:|---|---:|---:|---:|",
+        per_kind,
+        ood::KINDS.join(", "),
+        100.0 * CALIBRATION_FLAG,
+        cal.len(),
+        ood::KINDS.join(" / "),
+    )?;
+    for (s, name) in SCORES.iter().enumerate() {
+        let mut c: Vec<f32> = cal.iter().map(|x| x[s]).collect();
+        c.sort_by(f32::total_cmp);
+        let threshold = c[((1.0 - CALIBRATION_FLAG) * (c.len() - 1) as f64).round() as usize];
+        let fam: Vec<f32> = held_out.iter().map(|r| r[family].2[s]).collect();
+        let clean: Vec<f32> = held_out.iter().map(|r| r[0].2[s]).collect();
+        let flagged =
+            |v: &[f32]| v.iter().filter(|&&x| x > threshold).count() as f64 / v.len() as f64;
+        let kinds: Vec<Vec<f32>> = ood_scores
+            .iter()
+            .map(|k| k.iter().map(|x| x[s]).collect())
+            .collect();
+        let all: Vec<f32> = kinds.concat();
+        let per: Vec<String> = kinds
+            .iter()
+            .map(|k| format!("{:.3}", auroc(&fam, k)))
+            .collect();
+        writeln!(
+            md,
+            "| {name} | {threshold:.4} | {} | {:.3} | {:.3} / {:.3} | {:.3} |",
+            per.join(" / "),
+            auroc(&fam, &all),
+            flagged(&fam),
+            flagged(&clean),
+            flagged(&all)
+        )?;
+        for (k, kind) in ood::KINDS.iter().enumerate() {
+            writeln!(
+                csv,
+                "{label},{version},{name},{kind},{},{:.4},{:.4}",
+                kinds[k].len(),
+                auroc(&fam, &kinds[k]),
+                flagged(&kinds[k])
+            )?;
+        }
+        writeln!(
+            csv,
+            "{label},{version},{name},held-out family photos,{},,{:.4}",
+            fam.len(),
+            flagged(&fam)
+        )?;
+        writeln!(
+            csv,
+            "{label},{version},{name},held-out clean photos,{},,{:.4}",
+            clean.len(),
+            flagged(&clean)
+        )?;
+        println!("OOD {name}: threshold {threshold} (label {label})");
+    }
+    let _ = PIXELS;
+    Ok(())
+}

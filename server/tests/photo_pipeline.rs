@@ -1,0 +1,127 @@
+//! The committed model on photos through the client's pipeline (`shared::embed::photo`) and
+//! its out-of-distribution check (`shared::embed::ood`), on a small fixed sample so a
+//! regression cannot pass silently. The full figures come from `eval --photos`
+//! (`docs/eval/photos.md`).
+
+use privatemail_server::gallery::data::{
+    balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR,
+};
+use privatemail_server::gallery::photos::{render, Shot};
+use privatemail_server::MODEL_WEIGHTS;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use shared::embed::model::{from_rgba, Model};
+use shared::embed::ood::assess_input;
+
+const SIDE: usize = 112;
+
+fn splits() -> (Split, Split) {
+    let dir = std::path::Path::new(DEFAULT_DIR);
+    (
+        load_split(dir, "t10k").unwrap(),
+        load_split(dir, "train").unwrap(),
+    )
+}
+
+fn anchor_features(model: &Model, train: &Split) -> (Vec<usize>, Vec<f32>) {
+    let idx = balanced_anchors(train, 1000);
+    let flat = idx
+        .iter()
+        .flat_map(|&i| model.infer(train.images.image(i)).unwrap().features)
+        .collect();
+    (idx, flat)
+}
+
+fn top8(gallery: &[Vec<f32>], q: &[f32]) -> Vec<usize> {
+    let mut s: Vec<(f32, usize)> = gallery
+        .iter()
+        .enumerate()
+        .map(|(j, g)| (g.iter().zip(q).map(|(a, b)| a * b).sum::<f32>(), j))
+        .collect();
+    s.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    s[..8].iter().map(|x| x.1).collect()
+}
+
+/// Held-out photos on an off-white background find (nearly) the same exact neighbours as on
+/// white, and keep their class.
+#[test]
+fn off_white_backgrounds_keep_the_neighbours() {
+    let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
+    let (test, train) = splits();
+    let (anchors, _) = anchor_features(&model, &train);
+    let gallery: Vec<Vec<f32>> = (0..2000)
+        .map(|i| model.infer(test.images.image(i)).unwrap().features)
+        .collect();
+    let held: Vec<usize> = reserved_train(train.labels.len(), &anchors)
+        .into_iter()
+        .take(60)
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let (mut shared_hits, mut same_class) = (0, 0);
+    for &i in &held {
+        let inf = |bg: u8, rng: &mut ChaCha8Rng| {
+            let shot = Shot {
+                background: bg,
+                ..Shot::clean(SIDE)
+            };
+            let photo = render(train.images.image(i), &shot, rng);
+            model.infer(&from_rgba(&photo, SIDE, SIDE).unwrap()).unwrap()
+        };
+        let (white, off) = (inf(255, &mut rng), inf(235, &mut rng));
+        let (a, b) = (top8(&gallery, &white.features), top8(&gallery, &off.features));
+        shared_hits += a.iter().filter(|x| b.contains(x)).count();
+        same_class += (white.label == off.label) as usize;
+    }
+    let agreement = shared_hits as f64 / (8 * held.len()) as f64;
+    println!("background 235: top-8 agreement {agreement:.3}, same class {same_class}/{}", held.len());
+    assert!(agreement >= 0.9, "top-8 agreement {agreement}");
+    assert!(same_class >= held.len() - 2, "same class {same_class}");
+}
+
+/// Noise and gradients are flagged; held-out clothing photos rarely are.
+#[test]
+fn non_clothing_is_flagged_and_clothing_is_not() {
+    let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
+    let (_, train) = splits();
+    let (anchors, feats) = anchor_features(&model, &train);
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let flagged = |rgba: &[u8], side: usize| {
+        let pixels = from_rgba(rgba, side, side).unwrap();
+        let inf = model.infer(&pixels).unwrap();
+        assess_input(&pixels, &inf.features, &feats).unwrap().unfamiliar
+    };
+    let mut odd = 0;
+    for k in 0..40 {
+        let img: Vec<u8> = if k % 2 == 0 {
+            // Uniform colour noise.
+            (0..64 * 64)
+                .flat_map(|_| [rng.random(), rng.random(), rng.random(), 255])
+                .collect()
+        } else {
+            // A linear gradient between two random greys, left to right.
+            let (a, b): (f32, f32) = (rng.random_range(0.0..255.0), rng.random_range(0.0..255.0));
+            (0..64 * 64)
+                .flat_map(|i| {
+                    let g = (a + (b - a) * (i % 64) as f32 / 63.0) as u8;
+                    [g, g, g, 255]
+                })
+                .collect()
+        };
+        odd += flagged(&img, 64) as usize;
+    }
+    let held: Vec<usize> = reserved_train(train.labels.len(), &anchors)
+        .into_iter()
+        .take(200)
+        .collect();
+    let clothing = held
+        .iter()
+        .filter(|&&i| {
+            let shot = Shot::random(SIDE, &mut rng);
+            flagged(&render(train.images.image(i), &shot, &mut rng), SIDE)
+        })
+        .count();
+    println!("non-clothing flagged {odd}/40, held-out clothing photos flagged {clothing}/200");
+    assert!(odd >= 36, "non-clothing flagged {odd}/40");
+    // The threshold flags 1 % of calibration photos; 10 of 200 is far in the binomial's tail.
+    assert!(clothing <= 10, "clothing flagged {clothing}/200");
+}

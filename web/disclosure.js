@@ -32,7 +32,7 @@ export function blockHint(eps, plan) {
       : "With this data budget every block is downloaded: the server learns nothing about your photo, whatever ε.";
   }
   return `ε = ${eps}: ${yesNoWords(eps)}; with this plan the server learns your photo is in ` +
-    `${d.regions === 1 ? "one region" : `one of ${d.regions} regions`} of ${d.of} with probability ${pct(d.posterior)}%.`;
+    `${d.regions === 1 ? `a single one of the ${d.of} regions` : `one of ${d.regions} of ${d.of} regions`} with probability ${pct(d.posterior)}%.`;
 }
 
 // The slider's hint for the noisy-numbers searches (ε, δ): the yes/no bound still applies.

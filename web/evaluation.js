@@ -85,7 +85,8 @@ export function paperWorth(eps) {
     `and ${range((r) => r.fidelity)} of the 8 exact nearest images are found, at ` +
     `${flat ? "every ε alike" : "these ε"} (a random order: ${share(chance.recall)} and ${share(chance.fidelity)}). ` +
     (flat
-      ? `With the proven sensitivity bound the noise swamps the release at every ε offered here (your ε = ${eps} included), ` +
-        "so the results do not depend on your photo: every photo gets the same matches."
+      ? "With the proven sensitivity bound the noise swamps the release at every ε measured, so the matches do not follow " +
+        "your photo: they are no better than a random order." +
+        (eps > eps1 ? ` (Your ε = ${eps} is beyond what the evaluation measured.)` : "")
       : "");
 }

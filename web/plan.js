@@ -73,7 +73,7 @@ function updatePirPlan() {
     $("plan").textContent = need
       ? `No private-retrieval search fits this data budget: ${need.words}. Choose a larger data budget or another way to rank.`
       : "No private-retrieval search is offered by this server at these settings. Choose another way to search.";
-    drawPlanPlot(curve, null, null);
+    drawPlanPlot(curve, null, null, true);
     return;
   }
   const how = {

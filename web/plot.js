@@ -23,14 +23,18 @@ export function renderLegend() {
 const PLAN_DESC = "Each dot is a plan (how many blocks of which size); the line joins the best ones; the ringed dot is " +
   "the plan this search uses. More data buys a better chance of the exact answer at the same privacy; the whole gallery " +
   "(top right, where offered) is exact and costs no privacy.";
+const NO_PLAN_DESC = "Each dot is a plan (how many blocks of which size); the line joins the best ones. No plan fits " +
+  "these settings, so none is ringed.";
+const NO_PIR_DESC = "No private-retrieval plan fits this data budget, so nothing is ringed; the dots are the " +
+  "block-download plans at the chosen ε, for comparison (how many blocks of which size), the line joining the best ones.";
 const PIR_DESC = "The ringed red square is this search: private information retrieval, at its bytes per search (up and down; " +
   "the public files fetched once are not counted), exact, ε = 0. The dots are the block-download plans at the chosen ε, " +
   "for comparison (how many blocks of which size); the line joins the best ones.";
 
-export function drawPlanPlot(curve, chosen, pir) {
+export function drawPlanPlot(curve, chosen, pir, pirChosen = false) {
   const svg = $("plan-plot");
   // The caption says what this plot shows.
-  $("plan-plot-desc").textContent = pir ? PIR_DESC : PLAN_DESC;
+  $("plan-plot-desc").textContent = pir ? PIR_DESC : pirChosen ? NO_PIR_DESC : chosen ? PLAN_DESC : NO_PLAN_DESC;
   const W = 400, H = 260, L = 48, R = 12, T = 12, B = 40;
   const pts = [...curve];
   // PIR's point: its bytes per search (up and down), at ε = 0.
@@ -114,11 +118,12 @@ export function el(name, attrs, title) {
   return e;
 }
 
-// The real row: a filled star at (x, y).
+// The real row: a filled star at (x, y), of this outer radius (plot units).
+const STAR_RADIUS = 0.08;
 function star(x, y) {
   const pts = Array.from({ length: 10 }, (_, i) => {
     const a = -Math.PI / 2 + (Math.PI * i) / 5;
-    const rad = i % 2 ? 0.035 : 0.08;
+    const rad = i % 2 ? 0.035 : STAR_RADIUS;
     return `${x + rad * Math.cos(a)},${y + rad * Math.sin(a)}`;
   }).join(" ");
   return el("polygon", { points: pts, fill: "#ffd400", stroke: "#111", "stroke-width": 0.01 }, "Your real row");
@@ -158,18 +163,18 @@ const PAPER_DESC = "The ten rows your browser sent (your photo and nine decoys),
   "the filled star your real one — only this page knows which.";
 
 export function drawPaperPlot(picked) {
-  // The caption says what the plot shows: when every row landed on one point (the noise
-  // swamps the release), one ring under the star is all there is to see, and the caption says so.
+  // The caption says what the plot shows: when every row landed within the star's radius of
+  // the others at this scale (the noise swamps the release), the rings hide under the star,
+  // and the caption says so instead of promising rings.
+  const scale = Math.max(1e-9, ...picked.rows.flat().map((v) => Math.abs(v)));
   const spread = Math.max(0, ...picked.rows.flatMap((a) => picked.rows.map((b) => Math.hypot(a[0] - b[0], a[1] - b[1]))));
-  const size = Math.max(1e-12, ...picked.rows.flat().map((v) => Math.abs(v)));
-  const together = spread <= 1e-6 * size;
+  const together = spread / scale < STAR_RADIUS;
   $("paper-plot-desc").textContent = together
-    ? "All ten rows your browser sent (your photo and nine decoys) landed on the same point of the server's embedding " +
-      "after aligning on the public anchors: one ring, under the star of your real row. The noise swamps the release, so " +
-      "where a row lands — and the matches it gets — does not depend on the photo."
+    ? "All ten rows your browser sent (your photo and nine decoys) landed on the same point of the server's embedding, " +
+      "as far as this plot can show, after aligning on the public anchors: their rings are hidden under the star of your " +
+      "real row. The noise swamps the release, so where a row lands — and the matches it gets — does not depend on the photo."
     : PAPER_DESC;
   $("paper-figure").dataset.together = String(together);
-  const scale = Math.max(1e-9, ...picked.rows.flat().map((v) => Math.abs(v)));
   const at = (r) => [r[0] / scale, -r[1] / scale];
   const nodes = [el("line", { x1: -1.2, y1: 0, x2: 1.2, y2: 0, stroke: "#ccc", "stroke-width": 0.006 }),
     el("line", { x1: 0, y1: -1.2, x2: 0, y2: 1.2, stroke: "#ccc", "stroke-width": 0.006 })];

@@ -131,7 +131,10 @@ async fn main() {
                     .expect("the page never became ready after the reload");
             }
             let (total, files) = weight(&c).await;
-            println!("{what}: {:.1} KB over the network ({total} bytes)", total / 1000.0);
+            println!(
+                "{what}: {:.1} KB over the network ({total} bytes)",
+                total / 1000.0
+            );
             for f in files {
                 println!(
                     "  {:<44} transfer {:>9} encoded {:>9} decoded {:>9}",

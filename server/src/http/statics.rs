@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::body::{to_bytes, Body};
 use axum::extract::Request;
@@ -42,18 +42,18 @@ pub fn compression() -> CompressionLayer<impl Predicate> {
 
 /// The static files of `dir`, with ETags and revalidation.
 pub fn web(dir: PathBuf) -> Router {
-    let etags: &'static Etags = Box::leak(Box::default());
+    let etags: Arc<Etags> = Arc::default();
     Router::new()
         .fallback_service(ServeDir::new(dir))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
-            revalidate(etags, req, next)
+            revalidate(Arc::clone(&etags), req, next)
         }))
 }
 
 /// ETags by (path, Last-Modified, Content-Length).
 type Etags = Mutex<HashMap<(String, HeaderValue, HeaderValue), HeaderValue>>;
 
-async fn revalidate(etags: &'static Etags, mut req: Request, next: Next) -> Response {
+async fn revalidate(etags: Arc<Etags>, mut req: Request, next: Next) -> Response {
     if req.method() != Method::GET {
         return next.run(req).await;
     }

@@ -190,6 +190,19 @@ async fn connection(mut sock: TcpStream, h: Handler) -> std::io::Result<()> {
     Ok(())
 }
 
+/// [`forward`] asking the real server for no content encoding: for a fake that reads and
+/// rewrites the body (the server compresses JSON when the client accepts it).
+pub async fn forward_identity(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    req: &Request,
+) -> Reply {
+    let mut plain = req.clone();
+    plain.headers.retain(|(n, _)| n != "accept-encoding");
+    forward(http, base, path, &plain).await
+}
+
 /// Forward a request to `base` (status, type, encoding, ETag and body as sent: no gzip is
 /// decoded on the way).
 pub async fn forward(http: &reqwest::Client, base: &str, path: &str, req: &Request) -> Reply {

@@ -229,7 +229,7 @@ impl Hostile {
                 fake::forward(&self.http, &self.real, path, req).await
             }
             Case::RelatedSeeds if path == "/api/v1/pir" => {
-                let r = fake::forward(&self.http, &self.real, path, req).await;
+                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
                 let Body::Bytes(bytes) = r.body else {
                     unreachable!("forward answers with bytes")
                 };

@@ -10,7 +10,9 @@
 //! - An answer not ready within the request timeout: 408.
 //! - Every 503 carries `Retry-After`.
 
+use std::collections::HashMap;
 use std::future::Future as _;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,13 +20,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use shared::api::ErrorCode;
 
 use super::error::plain_error;
+use crate::net::client::ClientKey;
 use crate::ops::refusals::{Refusal, Refusals};
 use crate::partition::pir::PIR_PREFIX;
 
@@ -46,23 +49,37 @@ pub struct Guard {
     /// length, or at `max_body_bytes` when it declares none.
     pub body_budget: Arc<BodyBudget>,
     pub max_body_bytes: usize,
+    /// `--client-address-header` (see `net::client`).
+    pub client_address_header: Option<String>,
 }
 
 /// Bytes of request bodies in flight, bounded: thousands of connections each stalling a body
-/// just under the limit would otherwise pin gigabytes. PIR answers have their own, per-client
-/// budget (`net::admission`) and are not counted here.
+/// just under the limit would otherwise pin gigabytes. One client may hold at most
+/// 1/[`CLIENT_SHARE_DIVISOR`] of the budget, so it cannot use it up for everyone else. PIR
+/// answers have their own budget (`net::admission`) and are not counted here.
 #[derive(Debug)]
 pub struct BodyBudget {
     cap: usize,
-    used: std::sync::atomic::AtomicUsize,
+    /// Bytes reserved in all, and by client.
+    used: std::sync::Mutex<(usize, HashMap<ClientKey, usize>)>,
 }
 
+/// A client may reserve at most this fraction of the body budget.
+pub const CLIENT_SHARE_DIVISOR: usize = 8;
+
 /// Reserved bytes, returned when the request is done.
-struct Reserved<'a>(&'a BodyBudget, usize);
+struct Reserved<'a>(&'a BodyBudget, ClientKey, usize);
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        self.0.used.fetch_sub(self.1, Ordering::AcqRel);
+        let mut u = self.0.lock();
+        u.0 -= self.2;
+        if let Some(c) = u.1.get_mut(&self.1) {
+            *c -= self.2;
+            if *c == 0 {
+                u.1.remove(&self.1);
+            }
+        }
     }
 }
 
@@ -74,13 +91,24 @@ impl BodyBudget {
         })
     }
 
-    fn reserve(&self, bytes: usize) -> Option<Reserved<'_>> {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u.saturating_add(bytes) <= self.cap).then_some(u + bytes)
-            })
-            .ok()
-            .map(|_| Reserved(self, bytes))
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<ClientKey, usize>)> {
+        self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn reserve(&self, client: ClientKey, bytes: usize) -> Option<Reserved<'_>> {
+        if bytes == 0 {
+            return Some(Reserved(self, client, 0));
+        }
+        let mut u = self.lock();
+        let mine = u.1.get(&client).copied().unwrap_or(0);
+        if u.0.saturating_add(bytes) > self.cap
+            || mine.saturating_add(bytes) > self.cap / CLIENT_SHARE_DIVISOR
+        {
+            return None;
+        }
+        u.0 += bytes;
+        *u.1.entry(client).or_default() += bytes;
+        Some(Reserved(self, client, bytes))
     }
 }
 
@@ -175,7 +203,14 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     } else {
         0
     };
-    let Some(_reserved) = g.body_budget.reserve(pinned) else {
+    let client = ClientKey::from_request(
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0),
+        req.headers(),
+        g.client_address_header.as_deref(),
+    );
+    let Some(_reserved) = g.body_budget.reserve(client, pinned) else {
         g.refusals.record(Refusal::UploadBudget);
         let mut r = plain_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -270,6 +305,24 @@ fn as_json_error(resp: Response) -> Response {
 mod tests {
     use super::*;
     use axum::response::IntoResponse;
+
+    #[test]
+    fn one_client_cannot_take_the_whole_body_budget() {
+        let b = BodyBudget::new(800);
+        let (a, c) = (
+            ClientKey("10.0.0.1".parse().unwrap()),
+            ClientKey("10.0.0.2".parse().unwrap()),
+        );
+        let held: Vec<_> = (0..10).map_while(|_| b.reserve(a, 30)).collect();
+        assert_eq!(held.len(), 100 / 30, "a's share is 800 / 8");
+        let other = b.reserve(c, 100).expect("another client has its own share");
+        assert!(b.reserve(c, 1).is_none());
+        drop(held);
+        assert!(b.reserve(a, 100).is_some());
+        drop(other);
+        assert_eq!(b.lock().0, 0);
+        assert!(b.lock().1.is_empty());
+    }
 
     #[test]
     fn framework_errors_become_json_and_every_503_says_when_to_retry() {

@@ -68,6 +68,7 @@ pub fn router(
         refusals: Arc::clone(&state.refusals),
         body_budget: guard::BodyBudget::new(limits.body_budget),
         max_body_bytes: state.config.limits.max_body_bytes,
+        client_address_header: state.client_address_header.clone(),
     };
     let body_limit = state.config.limits.max_body_bytes;
     let api = Router::new()

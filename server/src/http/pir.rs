@@ -158,9 +158,10 @@ async fn table(
 /// decoded (422 if malformed), and only then does it queue for an answer slot
 /// (`net::admission`: fair by client; 503 with `Retry-After` beyond its share).
 ///
-/// A request refused before its body was read still has its body read and dropped (within
-/// the body timeout, never held), if it declared one within the limit: an HTTP/1.1 client
-/// that is still sending sees the refusal — and its `Retry-After` — instead of a reset.
+/// A request refused before its body was read is answered at once, and its body (if it
+/// declared one within the limit) is read and dropped behind the answer, within the body
+/// timeout, never held: an HTTP/1.1 client that is still sending sees the refusal — and its
+/// `Retry-After` — instead of a reset.
 async fn answer(
     State(s): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -170,11 +171,14 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let mut body = Some(body);
     let r = answer_within(&s, path, peer, &headers, &mut body).await;
-    // (`&r` is not held across the await: a `Response` is not `Sync`.)
     if let (true, Some(b)) = (r.is_err(), body) {
         if declared_length(&headers).is_some_and(|n| n <= MAX_BODY) {
-            let mut frames = b.into_data_stream();
-            while let Some(Ok(_)) = futures::StreamExt::next(&mut frames).await {}
+            // Answered at once; the connection reads the rest meanwhile (bounded by the body
+            // deadline `guard` put on it) and stays usable.
+            tokio::spawn(async move {
+                let mut frames = b.into_data_stream();
+                while let Some(Ok(_)) = futures::StreamExt::next(&mut frames).await {}
+            });
         }
     }
     r

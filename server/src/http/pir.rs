@@ -258,8 +258,8 @@ async fn answer_within(
         .admission
         .acquire(client)
         .await
-        .map_err(|r| refused(&s, r))?;
-    let state = Arc::clone(&s);
+        .map_err(|r| refused(s, r))?;
+    let state = Arc::clone(s);
     let out = tokio::task::spawn_blocking(move || {
         let (_upload, pools) = (upload, &state.pir_pools);
         pools[slot.index() % pools.len()].install(|| match (pir.scores.as_ref(), decoded) {

@@ -85,8 +85,9 @@ pub fn raise_open_files(wanted: u64) -> u64 {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 1024;
         }
-        let target = wanted.min(lim.rlim_max as u64).max(lim.rlim_cur as u64);
-        if target > lim.rlim_cur as u64 {
+        let (cur, max): (u64, u64) = (lim.rlim_cur, lim.rlim_max);
+        let target = wanted.min(max).max(cur);
+        if target > cur {
             let new = libc::rlimit {
                 rlim_cur: target as libc::rlim_t,
                 rlim_max: lim.rlim_max,
@@ -95,7 +96,7 @@ pub fn raise_open_files(wanted: u64) -> u64 {
                 return target;
             }
         }
-        lim.rlim_cur as u64
+        cur
     }
 }
 

@@ -1041,7 +1041,8 @@ async fn reload(c: &fantoccini::Client) {
 /// every file revalidated by its ETag (a 304, or the browser's cache), nothing downloaded
 /// again. The favicon is the page's own (served, an SVG). A PIR search states its public files
 /// in the plan's figure — downloaded on the first search, from the browser's cache after a
-/// reload (Resource Timing says which), never "downloaded" when nothing was.
+/// reload (Resource Timing says which), never "downloaded" when nothing was; so does a block
+/// search (the whole gallery's file: downloaded, then from the cache).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_is_light_revalidated_on_reload_and_says_what_came_from_the_cache() {
     let srv = server();
@@ -1129,6 +1130,17 @@ async fn the_page_is_light_revalidated_on_reload_and_says_what_came_from_the_cac
         c.screenshot().await.unwrap(),
     )
     .unwrap();
+    // The whole gallery (one immutable file): downloaded once, then read from the cache.
+    choose(&c, "protocol", "whole").await;
+    search(&c).await;
+    let done = text(&c, "status").await;
+    assert!(done.starts_with("Done: 1 block downloaded in "), "{done}");
+    search(&c).await;
+    let done = text(&c, "status").await;
+    assert!(
+        done.starts_with("Done: 1 block read from your browser's cache (nothing downloaded) in "),
+        "{done}"
+    );
     let _ = std::fs::remove_file(path);
     c.close().await.unwrap();
 }

@@ -103,9 +103,11 @@ export async function fetchBlocks(out) {
   // counted as downloaded (Resource Timing).
   const cached = out.urls.filter((u) => { const w = wireOf(u); return w.known && w.cached; }).length;
   const fetched = out.urls.length - cached;
-  status(`Done: ${fetched} block${fetched === 1 ? "" : "s"} downloaded` +
-    (cached ? ` and ${cached} from your browser's cache` : "") + ` in ` +
-    `${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
+  const n = (k) => `${k} block${k === 1 ? "" : "s"}`;
+  const moved = !cached ? `${n(fetched)} downloaded`
+    : !fetched ? `${n(cached)} read from your browser's cache (nothing downloaded)`
+    : `${n(fetched)} downloaded and ${cached} read from your browser's cache`;
+  status(`Done: ${moved} in ${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
 }
 
 function showBlockResults(ranked, out) {

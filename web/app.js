@@ -13,6 +13,7 @@
 // page.js (shared state, DOM helpers), api.js (wasm start, the API's JSON GETs), net.js
 // (bounded fetches), photo.js, budget.js (ε and the spent budget), protocol.js (the ways to
 // search offered), plan.js (the plan view), disclosure.js (what the server learns, in words),
+// evaluation.js (what the noisy-numbers searches' results are worth, from results.csv),
 // map.js (the block map), plot.js, results.js, format.js, pir.js (PIR's
 // transport), and flows/ with one search flow a protocol (frame.js: the anchor frame and
 // Algorithm 1; blocks.js: blocks and the whole gallery; pir.js).

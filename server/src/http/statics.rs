@@ -82,9 +82,11 @@ async fn revalidate(etags: Arc<Etags>, mut req: Request, next: Next) -> Response
         None => {
             let (parts, body) = resp.into_parts();
             let Ok(bytes) = to_bytes(body, MAX_HASHED).await else {
-                let mut r = Response::new(Body::from("the file could not be read"));
-                *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                return r;
+                return super::error::plain_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    shared::api::ErrorCode::Internal,
+                    "the file could not be read",
+                );
             };
             let etag = content_etag(&bytes);
             if let Ok(mut m) = etags.lock() {

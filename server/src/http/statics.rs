@@ -75,6 +75,15 @@ async fn revalidate(etags: Arc<Etags>, mut req: Request, next: Next) -> Response
     ) else {
         return resp;
     };
+    // A file too large to hash here is sent as it is, without an ETag.
+    if length
+        .to_str()
+        .ok()
+        .and_then(|l| l.parse::<usize>().ok())
+        .is_none_or(|l| l > MAX_HASHED)
+    {
+        return resp;
+    }
     let key = (path, modified, length);
     let known = etags.lock().ok().and_then(|m| m.get(&key).cloned());
     let (mut resp, etag) = match known {

@@ -10,6 +10,10 @@
 #                                        # the plans the server serves at each size, predicted
 #                                        # against measured: docs/eval/blocks-served.md (about
 #                                        # 20 minutes on 2 cores)
+#   bash scripts/eval.sh --photos        # the model on held-out photos (backgrounds, framing,
+#                                        # rotation, noise, JPEG) and the out-of-distribution
+#                                        # check: docs/eval/photos.md, photos.csv, photos-ood.csv
+#                                        # (about a minute; it prints the OOD thresholds)
 #
 # `--help` lists every flag (the block evaluation's start with `--blocks-`).
 set -euo pipefail

@@ -103,7 +103,7 @@ fn conditions() -> Vec<Condition> {
         ),
         c("JPEG q60", |_| Shot::clean(SIDE), true),
         c(
-            "family, object kept in frame",
+            "family with the object kept in frame",
             |r| {
                 // The same draws, the shift limited to the margin the scale leaves, so nothing
                 // of the 28×28 frame is cut off: what the pipeline can recover at best.
@@ -286,7 +286,12 @@ pub(crate) fn run(args: &Args) -> Res<()> {
          (`data::reserved_train`), each drawn as a {SIDE}×{SIDE} photo, dark on light; gallery: \
          the 10,000 test images' features; seed {}). Agreement: the share of the exact top {K} \
          over the gallery that the photo shares with the same photo clean, through the same \
-         pipeline and model.\n",
+         pipeline and model. Each photo is drawn from its own seeded stream, so every model and \
+         pipeline sees the same photos. A shift moves the 28×28 frame, so at scales near 1 part \
+         of the object leaves the photo (\"family with the object kept in frame\" limits the \
+         shift to the margin the scale leaves). The reserved images are outside the training \
+         set of the weights trained with photos (`train`), but were inside it for the weights \
+         before them.\n",
         held_out.len(),
         args.seed
     )?;

@@ -32,9 +32,6 @@ struct Args {
     /// (`gallery::photos`, `shared::embed::photo`); 0 disables it.
     #[arg(long, default_value_t = 0.5)]
     photo_share: f32,
-    /// Weight of the consistency term pulling a photo's embedding towards the clean image's.
-    #[arg(long, default_value_t = 1.0)]
-    consistency: f32,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
     out: PathBuf,
     /// Only measure the quality of an existing weights file on the test split.
@@ -73,7 +70,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: args.seed,
         augment: !args.no_augment,
         photo_share: args.photo_share,
-        consistency: args.consistency,
     };
     let t0 = Instant::now();
     let model = train(&xs, &train_split.labels[..n], &cfg, |epoch, model, loss| {

@@ -22,9 +22,6 @@ pub struct TrainConfig {
     /// photo pipeline (`shared::embed::photo`), so the model learns what that pipeline leaves
     /// of a photo: its resampling blur, rotations, noise. 0 disables it.
     pub photo_share: f32,
-    /// Weight of the consistency term on photo samples: the photo's embedding pulled towards
-    /// the clean image's (`Model::backward_with`), so its exact neighbours stay the same.
-    pub consistency: f32,
 }
 
 /// How one training sample is drawn.
@@ -178,22 +175,6 @@ pub fn train(
                             Draw::Shifted(flip, dx, dy) => {
                                 model.forward(&augment(&xs[i], flip, dx, dy))
                             }
-                            Draw::Photo(ref shot, seed, flip) if cfg.consistency > 0.0 => {
-                                let clean = if flip {
-                                    shared::embed::model::mirror(&xs[i])
-                                } else {
-                                    xs[i].clone()
-                                };
-                                let target = model.forward(&clean).h;
-                                let t = model.forward(&photo_input(&xs[i], shot, seed, flip));
-                                l += model.backward_with(
-                                    &t,
-                                    labels[i] as usize,
-                                    Some((&target, cfg.consistency)),
-                                    &mut g,
-                                );
-                                continue;
-                            }
                             Draw::Photo(ref shot, seed, flip) => {
                                 model.forward(&photo_input(&xs[i], shot, seed, flip))
                             }
@@ -242,7 +223,6 @@ mod tests {
             seed: 9,
             augment: true,
             photo_share: 0.5,
-            consistency: 1.0,
         };
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()

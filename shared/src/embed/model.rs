@@ -516,23 +516,9 @@ impl Model {
     }
 
     /// Add the cross-entropy gradient of one sample (given its trace) to `g`; returns the loss.
-    pub fn backward(&self, t: &Trace, label: usize, g: &mut Weights) -> f32 {
-        self.backward_with(t, label, None, g)
-    }
-
-    /// [`Model::backward`] plus `anchor_weight · ‖(h − target)/‖target‖‖²` on the embedding
-    /// `h` when `target = Some((target, anchor_weight))`: training pulls a photo's embedding
-    /// towards the clean image's, so exact neighbours survive what the photo pipeline leaves
-    /// of a photo (the returned loss includes the term).
     // Index loops mirror the tensor algebra (several arrays share each index).
     #[allow(clippy::needless_range_loop)]
-    pub fn backward_with(
-        &self,
-        t: &Trace,
-        label: usize,
-        target: Option<(&[f32], f32)>,
-        g: &mut Weights,
-    ) -> f32 {
+    pub fn backward(&self, t: &Trace, label: usize, g: &mut Weights) -> f32 {
         let w = &self.w;
         let prob = softmax(&t.logits);
         let loss = -prob[label].max(1e-12).ln();
@@ -547,20 +533,11 @@ impl Model {
                 dr[e] += dlog[o] * w.w4[o * EMBED + e];
             }
         }
-        let mut dh: Vec<f32> = dr
+        let dh: Vec<f32> = dr
             .iter()
             .zip(&t.h)
             .map(|(d, h)| if *h > 0.0 { *d } else { 0.0 })
             .collect();
-        let mut loss = loss;
-        if let Some((target, weight)) = target {
-            let scale = 1.0 / target.iter().map(|v| v * v).sum::<f32>().max(1e-12);
-            for e in 0..EMBED {
-                let d = t.h[e] - target[e];
-                loss += weight * d * d * scale;
-                dh[e] += 2.0 * weight * d * scale;
-            }
-        }
         let mut dp2 = vec![0.0f32; FLAT];
         for e in 0..EMBED {
             g.b3[e] += dh[e];

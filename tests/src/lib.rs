@@ -5,6 +5,7 @@ pub mod cdn;
 pub mod fake;
 pub mod pageload;
 pub mod pirsearch;
+pub mod raw;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use privatemail_e2e::raw;
 use privatemail_e2e::{small_server, start_server_logged, status_json, temp_store, Server};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
@@ -22,9 +23,7 @@ fn addr(srv: &Server) -> String {
 
 /// A raw connection that has sent `bytes` and then nothing more.
 fn half_sent(srv: &Server, bytes: &[u8]) -> TcpStream {
-    let mut s = TcpStream::connect(addr(srv)).unwrap();
-    s.write_all(bytes).unwrap();
-    s
+    raw::half_sent(&addr(srv), bytes).unwrap()
 }
 
 /// [`half_sent`], with when it was sent (a timeout runs from there: opening hundreds of
@@ -34,36 +33,14 @@ fn half_sent_at(srv: &Server, bytes: &[u8]) -> (TcpStream, Instant) {
     (s, Instant::now())
 }
 
-/// Waits up to `limit` for the server to close `s`; what it sent before closing, and when.
+/// Waits up to `limit` from `started` for the server to close `s`: when (from `started`) and
+/// what it sent before closing.
 fn closed_within(
     s: &mut TcpStream,
     started: Instant,
     limit: Duration,
 ) -> Option<(Duration, String)> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let left = limit.checked_sub(started.elapsed())?;
-        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .unwrap();
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return None
-            }
-            Err(_) => break, // reset: closed too
-        }
-    }
-    Some((
-        started.elapsed(),
-        String::from_utf8_lossy(&got).into_owned(),
-    ))
+    raw::read_until_closed(s, started + limit).map(|(t, sent)| (t - started, sent))
 }
 
 /// The status line the server sends on `s` within `limit`, if any.
@@ -255,13 +232,7 @@ fn at_the_connection_cap_idle_connections_make_room_and_busy_ones_are_kept() {
     // and once the bodies time out the server serves again.
     std::thread::sleep(Duration::from_millis(300));
     let busy: Vec<TcpStream> = (0..16)
-        .map(|_| {
-            half_sent(
-                &srv,
-                b"POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-                  Content-Length: 1000\r\n\r\n{",
-            )
-        })
+        .map(|_| half_sent(&srv, &raw::stalled_search(1000)))
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
@@ -450,13 +421,7 @@ fn sigterm_with_half_sent_requests_ends_within_the_grace_and_closes_the_store() 
         .map(|_| half_sent(&srv, b"GET /api/v1/config HTTP/1.1\r\nHost: x\r\n"))
         .collect();
     let _bodies: Vec<TcpStream> = (0..10)
-        .map(|_| {
-            half_sent(
-                &srv,
-                b"POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-                  Content-Length: 1000\r\n\r\n{",
-            )
-        })
+        .map(|_| half_sent(&srv, &raw::stalled_search(1000)))
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();

@@ -211,7 +211,7 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
         g.client_address_header.as_deref(),
     );
     let Some(_reserved) = g.body_budget.reserve(client, pinned) else {
-        g.refusals.record(Refusal::UploadBudget);
+        g.refusals.record(Refusal::BodyBudget);
         let mut r = plain_error(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Busy,

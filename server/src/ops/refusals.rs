@@ -36,9 +36,12 @@ pub enum Refusal {
     ClientLimit,
     /// PIR: the memory budget for request bodies in flight was used up: 503.
     UploadBudget,
+    /// Other request bodies: the budget for bodies in flight, or the client's share of it,
+    /// was used up: 503.
+    BodyBudget,
 }
 
-const KINDS: usize = 11;
+const KINDS: usize = 12;
 
 impl Refusal {
     const ALL: [Refusal; KINDS] = [
@@ -53,6 +56,7 @@ impl Refusal {
         Refusal::Busy,
         Refusal::ClientLimit,
         Refusal::UploadBudget,
+        Refusal::BodyBudget,
     ];
 
     fn name(self) -> &'static str {
@@ -68,6 +72,7 @@ impl Refusal {
             Refusal::Busy => "pir_busy",
             Refusal::ClientLimit => "pir_client_limit",
             Refusal::UploadBudget => "pir_upload_budget",
+            Refusal::BodyBudget => "body_budget",
         }
     }
 }

@@ -14,13 +14,14 @@
 //!
 //! Prints one line per figure (`name: value`), for the README.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use privatemail_e2e::pirsearch::{held_out_features, ScoresSearch};
+use privatemail_e2e::raw;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
@@ -56,7 +57,10 @@ fn rss_mb(pid: u32) -> f64 {
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| !s.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
+        .map(|s| {
+            !s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
         .unwrap_or(false)
 }
 
@@ -95,39 +99,19 @@ fn raise_own_file_limit() {
 }
 
 fn open(addr: &str, bytes: &[u8]) -> Option<TcpStream> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.write_all(bytes).ok()?;
-    Some(s)
+    raw::half_sent(addr, bytes).ok()
 }
 
-/// Reads until the server closes `s` or `limit` passes: (when it closed, the status line).
+/// Reads until the server closes `s`: when, and its status line.
 fn wait_closed(s: &mut TcpStream, deadline: Instant) -> Option<(Instant, String)> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let left = deadline.checked_duration_since(Instant::now())?;
-        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .ok()?;
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return None
-            }
-            Err(_) => break,
-        }
-    }
-    let line = String::from_utf8_lossy(&got)
-        .lines()
-        .next()
-        .unwrap_or("(closed without an answer)")
-        .to_string();
-    Some((Instant::now(), line))
+    raw::read_until_closed(s, deadline).map(|(t, sent)| {
+        let line = sent
+            .lines()
+            .next()
+            .unwrap_or("(closed without an answer)")
+            .to_string();
+        (t, line)
+    })
 }
 
 fn timed_get(http: &Client, url: &str) -> Duration {
@@ -155,13 +139,17 @@ fn counts(lines: &[String]) -> String {
 }
 
 fn half_sent(a: &Args, addr: &str, http: &Client) {
-    let body_head = b"POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+    let body_head =
+        b"POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
                       Content-Length: 100000\r\n\r\n{\"k\": 8, \"query_rows\": [";
     let ((socks, config_ms), before, peak) = with_rss_peak(a.pid, || {
         let socks: Vec<TcpStream> = (0..a.half_sent)
             .filter_map(|i| {
                 if i % 2 == 0 {
-                    open(addr, b"GET /api/v1/config HTTP/1.1\r\nHost: x\r\nAccept: */")
+                    open(
+                        addr,
+                        b"GET /api/v1/config HTTP/1.1\r\nHost: x\r\nAccept: */",
+                    )
                 } else {
                     open(addr, body_head)
                 }
@@ -262,7 +250,9 @@ fn fairness(a: &Args, http: &Client, part: &PartitionDoc, pir: &PirDoc) {
     let feats = held_out_features(100);
     let (calm, calm_failed) = searches(&s, &feats, a.searches, 1);
     let mut rng = ChaCha20Rng::seed_from_u64(2);
-    let bodies: Vec<Vec<u8>> = (0..10).map(|i| s.scores_body(&feats[50 + i], &mut rng)).collect();
+    let bodies: Vec<Vec<u8>> = (0..10)
+        .map(|i| s.scores_body(&feats[50 + i], &mut rng))
+        .collect();
     let stop = AtomicBool::new(false);
     let ((loaded, loaded_failed), attacker) = std::thread::scope(|scope| {
         let hammers: Vec<_> = bodies
@@ -323,10 +313,7 @@ fn sigterm(a: &Args, addr: &str) {
     let _socks: Vec<TcpStream> = (0..600)
         .filter_map(|i| {
             if i % 6 == 0 {
-                open(
-                    addr,
-                    b"POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
-                )
+                open(addr, &raw::stalled_search(1000))
             } else {
                 open(addr, b"GET /api/v1/config HTTP/1.1\r\nHost: x\r\n")
             }
@@ -341,7 +328,11 @@ fn sigterm(a: &Args, addr: &str) {
     }
     println!(
         "sigterm with 600 half-sent requests open: the process {} after {:.2} s",
-        if alive(a.pid) { "still runs" } else { "was gone" },
+        if alive(a.pid) {
+            "still runs"
+        } else {
+            "was gone"
+        },
         t.elapsed().as_secs_f64()
     );
 }
@@ -350,7 +341,11 @@ fn main() {
     let a = Args::parse();
     raise_own_file_limit();
     let http = Client::builder().no_gzip().build().unwrap();
-    let addr = a.base.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let addr = a
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
     let part: PartitionDoc = http
         .get(format!("{}/api/v1/partition", a.base))
         .send()

@@ -1,0 +1,48 @@
+//! Raw HTTP/1.1 over TCP, for clients that behave as no library would: half-sent heads and
+//! bodies, connections held open (`tests/tests/hostile_clients.rs`, `hostilebench`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// The head of a search whose body (`Content-Length: {len}`) never comes after its first byte.
+pub fn stalled_search(len: usize) -> Vec<u8> {
+    format!(
+        "POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {len}\r\n\r\n{{"
+    )
+    .into_bytes()
+}
+
+/// A connection to `addr` (`host:port`) that has sent `bytes` and then nothing more.
+pub fn half_sent(addr: &str, bytes: &[u8]) -> std::io::Result<TcpStream> {
+    let mut s = TcpStream::connect(addr)?;
+    s.write_all(bytes)?;
+    Ok(s)
+}
+
+/// Reads until the server closes `s` (or resets it), at most until `deadline`: when it was
+/// closed and what it sent before; `None` if it was still open at the deadline.
+pub fn read_until_closed(s: &mut TcpStream, deadline: Instant) -> Option<(Instant, String)> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .ok()?;
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return None
+            }
+            Err(_) => break, // reset: closed too
+        }
+    }
+    Some((Instant::now(), String::from_utf8_lossy(&got).into_owned()))
+}

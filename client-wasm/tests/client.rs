@@ -169,11 +169,20 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32)
+            })
             .collect();
         let native = shared::embed::ood::assess_input(&image(0), &q, &flat).unwrap();
         let d = info["unfamiliar_distance"].as_f64().unwrap() as f32;
-        assert!((d - native.distance).abs() < 1e-5, "{d} vs {}", native.distance);
+        assert!(
+            (d - native.distance).abs() < 1e-5,
+            "{d} vs {}",
+            native.distance
+        );
         assert_eq!(info["unfamiliar"].as_bool().unwrap(), native.unfamiliar);
         assert_eq!(info["unfamiliar_message"].is_string(), native.unfamiliar);
         info

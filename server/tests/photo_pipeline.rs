@@ -65,15 +65,23 @@ fn off_white_backgrounds_keep_the_neighbours() {
                 ..Shot::clean(SIDE)
             };
             let photo = render(train.images.image(i), &shot, rng);
-            model.infer(&from_rgba(&photo, SIDE, SIDE).unwrap()).unwrap()
+            model
+                .infer(&from_rgba(&photo, SIDE, SIDE).unwrap())
+                .unwrap()
         };
         let (white, off) = (inf(255, &mut rng), inf(235, &mut rng));
-        let (a, b) = (top8(&gallery, &white.features), top8(&gallery, &off.features));
+        let (a, b) = (
+            top8(&gallery, &white.features),
+            top8(&gallery, &off.features),
+        );
         shared_hits += a.iter().filter(|x| b.contains(x)).count();
         same_class += (white.label == off.label) as usize;
     }
     let agreement = shared_hits as f64 / (8 * held.len()) as f64;
-    println!("background 235: top-8 agreement {agreement:.3}, same class {same_class}/{}", held.len());
+    println!(
+        "background 235: top-8 agreement {agreement:.3}, same class {same_class}/{}",
+        held.len()
+    );
     assert!(agreement >= 0.9, "top-8 agreement {agreement}");
     assert!(same_class >= held.len() - 2, "same class {same_class}");
 }
@@ -88,7 +96,9 @@ fn non_clothing_is_flagged_and_clothing_is_not() {
     let flagged = |rgba: &[u8], side: usize| {
         let pixels = from_rgba(rgba, side, side).unwrap();
         let inf = model.infer(&pixels).unwrap();
-        assess_input(&pixels, &inf.features, &feats).unwrap().unfamiliar
+        assess_input(&pixels, &inf.features, &feats)
+            .unwrap()
+            .unfamiliar
     };
     let mut odd = 0;
     for k in 0..40 {

@@ -115,7 +115,7 @@ fn conditions() -> Vec<Condition> {
             true,
         ),
         c(
-            "family (all at once, random)",
+            "the whole family (random draws)",
             |r| Shot::random(SIDE, r),
             true,
         ),
@@ -209,7 +209,7 @@ const SCORES: [&str; 5] = [
     "energy",
     "1 − max probability",
     "distance to nearest anchor",
-    "deployed: nearest anchor, empty input = 2",
+    "deployed: nearest anchor (empty input = 2)",
     "mean distance to 5 nearest anchors",
 ];
 
@@ -245,6 +245,9 @@ fn score_photo(
     let s = scores(&pixels, &inf, anchors);
     Ok((inf, s))
 }
+
+/// One photo's outcome: class right, its exact top k, its out-of-distribution scores.
+type Outcome = (bool, Vec<usize>, [f32; 5]);
 
 struct Row {
     weights: String,
@@ -340,7 +343,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             .collect::<Result<_, _>>()?;
         for pipeline in [Pipeline::Legacy, Pipeline::Current] {
             // Per held-out image and condition: (correct, top-k, scores).
-            let per: Vec<Vec<(bool, Vec<usize>, [f32; 5])>> = held_out
+            let per: Vec<Vec<Outcome>> = held_out
                 .par_iter()
                 .map(|&i| {
                     conds
@@ -426,7 +429,7 @@ fn ood_report(
     test: &Split,
     calibration: &[usize],
     anchors: &[Vec<f32>],
-    held_out: &[Vec<(bool, Vec<usize>, [f32; 5])>],
+    held_out: &[Vec<Outcome>],
     label: &str,
     version: &str,
     md: &mut String,

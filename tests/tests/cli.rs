@@ -404,3 +404,41 @@ fn failures_have_distinct_exit_codes_and_one_line_messages() {
         assert!(cli.run(&args).status.success(), "{args:?}");
     }
 }
+
+/// A photo that is not clothing (colour noise) is said so under the predicted class, and in
+/// `--json` as `unfamiliar`; a product photo is not.
+#[test]
+fn a_photo_that_is_not_clothing_is_said_so() {
+    let s = server();
+    let cli = Cli::new("unfamiliar");
+    let dir = cli.state.join("photos");
+    let noise = dir.join("noise.png");
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let rgb: Vec<u8> = (0..64 * 64 * 3)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 56) as u8
+        })
+        .collect();
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::create(&noise).unwrap();
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), 64, 64);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.write_header().unwrap().write_image_data(&rgb).unwrap();
+    let noise = noise.to_str().unwrap();
+    let text = cli.run(&["search", noise, "--server", &s.base]);
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE), "{text}");
+    let out = cli.json(&["search", noise, "--server", &s.base, "--json"]);
+    assert_eq!(out["unfamiliar"], true, "{out}");
+    let p = photo(&dir, 5003);
+    let p = p.to_str().unwrap();
+    let out = cli.json(&["search", p, "--server", &s.base, "--json"]);
+    assert_eq!(out["unfamiliar"], false, "{out}");
+    let text = cli.run(&["search", p, "--server", &s.base]);
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(!text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE), "{text}");
+}

@@ -431,7 +431,10 @@ fn a_photo_that_is_not_clothing_is_said_so() {
     let noise = noise.to_str().unwrap();
     let text = cli.run(&["search", noise, "--server", &s.base]);
     let text = String::from_utf8_lossy(&text.stdout).to_string();
-    assert!(text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE), "{text}");
+    assert!(
+        text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE),
+        "{text}"
+    );
     let out = cli.json(&["search", noise, "--server", &s.base, "--json"]);
     assert_eq!(out["unfamiliar"], true, "{out}");
     let p = photo(&dir, 5003);
@@ -440,5 +443,8 @@ fn a_photo_that_is_not_clothing_is_said_so() {
     assert_eq!(out["unfamiliar"], false, "{out}");
     let text = cli.run(&["search", p, "--server", &s.base]);
     let text = String::from_utf8_lossy(&text.stdout).to_string();
-    assert!(!text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE), "{text}");
+    assert!(
+        !text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE),
+        "{text}"
+    );
 }

@@ -217,8 +217,8 @@ async fn answer_within(
         pir.db(&db).ok_or_else(|| no_db(&pir, &db))?;
     }
     let len = declared_length(headers).ok_or_else(|| {
-            ApiError::LengthRequired("PIR queries must declare their Content-Length".into())
-        })?;
+        ApiError::LengthRequired("PIR queries must declare their Content-Length".into())
+    })?;
     if len > MAX_BODY {
         return Err(ApiError::TooLarge(format!(
             "a PIR query body is at most {MAX_BODY} bytes; {len} declared"

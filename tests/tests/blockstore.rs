@@ -222,7 +222,11 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
             .get("content-encoding")
             .is_some_and(|v| v == "gzip");
         let body = r.bytes().unwrap();
-        let body = if gzipped { gunzip(&body) } else { body.to_vec() };
+        let body = if gzipped {
+            gunzip(&body)
+        } else {
+            body.to_vec()
+        };
         let e: Value = serde_json::from_slice(&body).unwrap();
         let msg = e["error"]["message"].as_str().unwrap().to_string();
         assert!(msg.contains(check), "{e}");

@@ -11,7 +11,9 @@ use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use privatemail_e2e::raw;
-use privatemail_e2e::{small_server, start_server_logged, status_json, temp_store, Server};
+use privatemail_e2e::{
+    get_json, small_server, start_server_logged, status_json, temp_store, Server,
+};
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use shared::api::{ErrorCode, ErrorResponse};
@@ -82,12 +84,7 @@ fn half_sent_heads_and_bodies_are_closed_within_their_timeouts_while_others_are_
         &["--header-timeout-secs", "2", "--body-timeout-secs", "3"],
     );
     let http = Client::new();
-    let pir: PirDoc = http
-        .get(format!("{}/api/v1/pir", srv.base))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
     let heads: Vec<_> = (0..300)
         .map(|_| {
             half_sent_at(
@@ -259,12 +256,7 @@ fn post_pir(http: &Client, url: &str, body: Vec<u8>) -> reqwest::blocking::Respo
 fn one_client_hammering_pir_cannot_starve_another_and_refusals_say_when_to_retry() {
     let srv = small_server("fair", &["--pir-concurrency", "2"]);
     let http = Client::new();
-    let pir: PirDoc = http
-        .get(format!("{}/api/v1/pir", srv.base))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
     let url = format!("{}{}/thumbs", srv.base, pir.answer_url);
     let per = pir.thumbs.shape.query_bytes();
     let heavy = vec![1u8; per * shared::params::limits::MAX_PIR_QUERIES];

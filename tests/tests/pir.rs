@@ -413,7 +413,8 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
     assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
     let e: ErrorResponse = r.json().unwrap();
     assert!(e.error.message.contains("method"), "{}", e.error.message);
-    // Last: the server answers 413 without reading the body and closes that connection.
+    // Last: the server answers 413 before reading the body (then reads and drops it, so the
+    // client still sending sees the answer, not a reset).
     let too_big = vec![0u8; 17 << 20];
     let (st, b) = post(&http, &url, too_big);
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);

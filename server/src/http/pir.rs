@@ -30,6 +30,11 @@ type Shared = State<Arc<AppState>>;
 /// Largest query body: `MAX_PIR_QUERIES` vectors of a database's width (a level database's
 /// upload is bounded by `pir::MAX_LEVEL_UPLOAD` per search when it is built).
 pub const MAX_BODY: usize = 16 << 20;
+/// A refused body declared up to this size is read and dropped behind the answer (a
+/// lingering close, as web servers do): closing with unread bytes makes the kernel reset the
+/// connection, and a client still sending sees the reset, not the 413 or 503 sent before it.
+/// Larger declared bodies are not read at all.
+pub const LINGER_MAX: usize = 4 * MAX_BODY;
 /// Path segments echoed in messages are cut to this many characters.
 const ECHO_MAX: usize = 64;
 
@@ -159,7 +164,7 @@ async fn table(
 /// (`net::admission`: fair by client; 503 with `Retry-After` beyond its share).
 ///
 /// A request refused before its body was read is answered at once, and its body (if it
-/// declared one within the limit) is read and dropped behind the answer, within the body
+/// declared at most [`LINGER_MAX`]) is read and dropped behind the answer, within the body
 /// timeout, never held: an HTTP/1.1 client that is still sending sees the refusal — and its
 /// `Retry-After` — instead of a reset.
 async fn answer(
@@ -172,7 +177,7 @@ async fn answer(
     let mut body = Some(body);
     let r = answer_within(&s, path, peer, &headers, &mut body).await;
     if let (true, Some(b)) = (r.is_err(), body) {
-        if declared_length(&headers).is_some_and(|n| n <= MAX_BODY) {
+        if declared_length(&headers).is_some_and(|n| n <= LINGER_MAX) {
             // Answered at once; the connection reads the rest meanwhile (bounded by the body
             // deadline `guard` put on it) and stays usable.
             tokio::spawn(async move {

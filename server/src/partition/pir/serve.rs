@@ -120,11 +120,9 @@ impl PirServe {
             if let Some(sc) = &self.scores {
                 let want = upload_len(&sc.db.shape(), sc.ring.n());
                 if len != want {
-                    return Err(QueryError::Size {
-                        per: want,
-                        max: 1,
-                        got: len,
-                    });
+                    return Err(QueryError::Scores(format!(
+                        "a scores query has {want} bytes; {len} declared"
+                    )));
                 }
             }
             return Ok(());

@@ -45,13 +45,15 @@ enum Case {
     SlowPlanning,
     DamagedCentroids,
     LongCentroids,
+    /// The public anchors (the out-of-distribution check's input) of another feature width.
+    MismatchedAnchors,
     /// Not in `CASES` (its own tests): every PIR thumbnail answer with one byte changed.
     DamagedPirThumbs,
     /// Not in `CASES`: a PIR document whose packing seed is its query seed.
     RelatedSeeds,
 }
 
-const CASES: [Case; 15] = [
+const CASES: [Case; 16] = [
     Case::Honest,
     Case::GzipBomb,
     Case::HugeDocument,
@@ -67,6 +69,7 @@ const CASES: [Case; 15] = [
     Case::SlowPlanning,
     Case::DamagedCentroids,
     Case::LongCentroids,
+    Case::MismatchedAnchors,
 ];
 
 impl Case {
@@ -87,6 +90,7 @@ impl Case {
             Case::SlowPlanning => "slow-planning",
             Case::DamagedCentroids => "damaged-centroids",
             Case::LongCentroids => "long-centroids",
+            Case::MismatchedAnchors => "mismatched-anchors",
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
             Case::RelatedSeeds => "related-seeds",
         }
@@ -109,6 +113,9 @@ impl Case {
             Case::SlowPlanning => "16 levels × 8,192 blocks, 8,193 multiplicities (O(B³) planning)",
             Case::DamagedCentroids => "a level's centroids file with one byte flipped (wrong hash)",
             Case::LongCentroids => "a level's centroids file one byte longer than declared",
+            Case::MismatchedAnchors => {
+                "public anchors of 3 features (the photo check's input): refused before any search request"
+            }
             Case::DamagedPirThumbs => "every PIR thumbnail answer with one byte changed",
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
         }
@@ -144,6 +151,8 @@ struct Hostile {
     /// Requests answered in `Case::DamagedPirThumbs`, and PIR queries (`POST`) among them.
     damaged_hits: AtomicUsize,
     damaged_posts: AtomicUsize,
+    /// Search requests (partition, blocks, PIR) sent after mismatched anchors: must be none.
+    after_bad_anchors: AtomicUsize,
     /// Every PIR request (`METHOD path body-bytes`, the case prefix removed), in order.
     pir_log: Mutex<Vec<String>>,
     /// The case for requests without a `/case/{name}` prefix (the page's).
@@ -224,6 +233,21 @@ impl Hostile {
             }
         }
         match case {
+            Case::MismatchedAnchors if path == "/api/v1/anchors" => {
+                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                let mut a: Value = serde_json::from_slice(&bytes).unwrap();
+                for f in a["features"].as_array_mut().unwrap() {
+                    f.as_array_mut().unwrap().truncate(3);
+                }
+                json_reply(&a)
+            }
+            Case::MismatchedAnchors if partition || block || path.starts_with("/api/v1/pir") => {
+                self.after_bad_anchors.fetch_add(1, Ordering::SeqCst);
+                fake::forward(&self.http, &self.real, path, req).await
+            }
             Case::RelatedSeeds if req.method == "POST" && path.starts_with("/api/v1/pir/") => {
                 self.damaged_posts.fetch_add(1, Ordering::SeqCst);
                 fake::forward(&self.http, &self.real, path, req).await
@@ -371,6 +395,7 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         other_hits,
         damaged_hits: AtomicUsize::new(0),
         damaged_posts: AtomicUsize::new(0),
+        after_bad_anchors: AtomicUsize::new(0),
         pir_log: Mutex::new(Vec::new()),
         page_case: Mutex::new(Case::Honest),
     });
@@ -646,6 +671,11 @@ fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() 
             assert!(got > 1_000, "{v}");
         }
     }
+    assert_eq!(
+        state.after_bad_anchors.load(Ordering::SeqCst),
+        0,
+        "a search request after anchors that do not fit"
+    );
     println!("{table}");
     let artifacts = format!("{ROOT}/target/e2e-artifacts");
     let _ = std::fs::create_dir_all(&artifacts);

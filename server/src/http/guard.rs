@@ -166,6 +166,14 @@ fn timeout_error(refusals: &Refusals, kind: Refusal, message: &str) -> Response 
     r
 }
 
+/// A request's declared `Content-Length`, if it is one number.
+pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
 pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
     let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if uri_len > MAX_URI_BYTES {
@@ -190,11 +198,7 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     }
     // Bytes a body may pin: its declared length (hyper enforces it), else the route limit.
     let pir = req.method() == axum::http::Method::POST && req.uri().path().starts_with(PIR_PREFIX);
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+    let declared = declared_length(req.headers());
     let has_body = declared.map_or(req.headers().contains_key(header::TRANSFER_ENCODING), |n| {
         n > 0
     });
@@ -203,6 +207,7 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     } else {
         0
     };
+    // Computed once here; handlers read it from the request (`Extension<ClientKey>`).
     let client = ClientKey::from_request(
         req.extensions()
             .get::<ConnectInfo<SocketAddr>>()
@@ -210,6 +215,8 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
         req.headers(),
         g.client_address_header.as_deref(),
     );
+    let mut req = req;
+    req.extensions_mut().insert(client);
     let Some(_reserved) = g.body_budget.reserve(client, pinned) else {
         g.refusals.record(Refusal::BodyBudget);
         let mut r = plain_error(

@@ -3,12 +3,11 @@
 //! once, admitted fairly by client ([`crate::net::admission`]): a request beyond its share or
 //! the queue is a 503 `busy` with `Retry-After`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -18,6 +17,7 @@ use shared::api::{ErrorCode, ErrorResponse};
 
 use super::cache::{send_held, IMMUTABLE, NO_CACHE};
 use super::error::ApiError;
+use super::guard::declared_length;
 use crate::net::admission::SlotRefusal;
 use crate::net::client::ClientKey;
 use crate::ops::refusals::Refusal;
@@ -170,12 +170,14 @@ async fn table(
 async fn answer(
     State(s): Shared,
     path: Result<Path<(String, String)>, PathRejection>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    client: Option<Extension<ClientKey>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    // Set by `guard` for every request; absent only outside the router's middleware.
+    let client = client.map_or(ClientKey::UNKNOWN, |Extension(c)| c);
     let mut body = Some(body);
-    let r = answer_within(&s, path, peer, &headers, &mut body).await;
+    let r = answer_within(&s, path, client, &headers, &mut body).await;
     if let (true, Some(b)) = (r.is_err(), body) {
         if declared_length(&headers).is_some_and(|n| n <= LINGER_MAX) {
             // Answered at once; the connection reads the rest meanwhile (bounded by the body
@@ -189,17 +191,10 @@ async fn answer(
     r
 }
 
-fn declared_length(headers: &HeaderMap) -> Option<usize> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-}
-
 async fn answer_within(
     s: &Arc<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    client: ClientKey,
     headers: &HeaderMap,
     body: &mut Option<Body>,
 ) -> Result<Response, ApiError> {
@@ -230,11 +225,6 @@ async fn answer_within(
         )));
     }
     pir.check_length(&db, len).map_err(invalid)?;
-    let client = ClientKey::from_request(
-        peer.map(|Extension(ConnectInfo(a))| a),
-        headers,
-        s.client_address_header.as_deref(),
-    );
     let upload = s
         .admission
         .begin_upload(client, len)

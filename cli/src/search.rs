@@ -88,26 +88,44 @@ pub struct Outcome {
     pub pir: Option<crate::pir::PirCosts>,
     /// Bytes on the wire, counted as they arrived (not as the server declared them).
     pub bytes_downloaded: u64,
+    /// The public anchors' bytes this search downloaded (0 when this client held their copy).
+    pub anchors_bytes_downloaded: u64,
     pub results: Vec<Hit>,
     pub budget: shared::dp::budget::Total,
     pub timings: Timings,
+}
+
+/// The public anchors, kept by content: read from the cache when the configuration names a
+/// copy this client holds (nothing is sent), else downloaded, checked against the
+/// configuration's SHA-256 and kept. Returns them and the bytes downloaded.
+fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse, u64)> {
+    let limit = crate::http::BodyLimit::both(limits::MAX_JSON_BYTES);
+    let (bytes, n) =
+        crate::pir::public_file(server, "/api/v1/anchors", &config.anchors_sha256, limit)?;
+    if !shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(&config.anchors_sha256) {
+        return Err(CliError::Malformed(
+            "the anchors do not match the SHA-256 the configuration names".into(),
+        ));
+    }
+    let anchors = serde_json::from_slice(&bytes)
+        .map_err(|e| CliError::Malformed(format!("the anchors are not valid JSON: {e}")))?;
+    Ok((anchors, n))
 }
 
 /// Does the photo look like something the gallery holds? Its distance to the nearest public
 /// anchor (`shared::embed::ood`), computed here; the anchors are the same public file for every
 /// client, so fetching them reveals nothing about the photo.
 fn familiarity(
-    server: &Server,
+    anchors: &AnchorsResponse,
     pixels: &[u8],
     features: &[f32],
 ) -> Result<shared::embed::ood::Familiarity> {
-    let anchors: AnchorsResponse = server.get_json("/api/v1/anchors")?;
     if anchors.features.iter().any(|f| f.len() != features.len()) {
         return Err(CliError::Malformed(
             "the anchors do not match the model's features".into(),
         ));
     }
-    let flat: Vec<f32> = anchors.features.into_iter().flatten().collect();
+    let flat: Vec<f32> = anchors.features.iter().flatten().copied().collect();
     shared::embed::ood::assess_input(pixels, features, &flat)
         .map_err(|e| CliError::Malformed(e.to_string()))
 }
@@ -148,7 +166,8 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         .infer(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
-    let ood = familiarity(server, pixels, &inf.features)?;
+    let (public_anchors, anchor_bytes) = anchors(server, &config)?;
+    let ood = familiarity(&public_anchors, pixels, &inf.features)?;
     let mut rng = shared::dp::rng::secure_rng()?;
     let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {
@@ -177,7 +196,7 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
             (None, None, bytes, hits)
         }
         Protocol::Frame | Protocol::Paper => {
-            let (r, hits) = ranked_by_server(server, &config, &inf, q, &mut rng)?;
+            let (r, hits) = ranked_by_server(server, &config, &public_anchors, &inf, q, &mut rng)?;
             (Some(r), None, 0, hits)
         }
     };
@@ -191,6 +210,7 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         plan,
         pir,
         bytes_downloaded: bytes,
+        anchors_bytes_downloaded: anchor_bytes,
         results,
         budget: total,
         timings: Timings {
@@ -383,6 +403,7 @@ fn fetch_all(
 fn ranked_by_server(
     server: &Server,
     config: &ConfigResponse,
+    anchors: &AnchorsResponse,
     inf: &shared::embed::model::Inference,
     q: &Query,
     rng: &mut impl RngCore,
@@ -393,7 +414,6 @@ fn ranked_by_server(
             config.limits.max_k
         )));
     }
-    let anchors: AnchorsResponse = server.get_json("/api/v1/anchors")?;
     let n = anchors.features.len();
     if anchors
         .features

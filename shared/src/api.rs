@@ -29,6 +29,9 @@ pub struct ConfigResponse {
     /// Kernel scale of the placement in the anchor frame (client and server must agree).
     pub frame_kernel_scale: f64,
     pub anchor_count: usize,
+    /// SHA-256 (lower-case hex) of the `GET /anchors` body: a client keeps the anchors by
+    /// content, as it keeps PIR hints, and reads its copy without asking the server again.
+    pub anchors_sha256: String,
     pub model_version: String,
     pub limits: ApiLimits,
 }

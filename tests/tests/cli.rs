@@ -191,10 +191,13 @@ fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
         assert_eq!(pir["bytes_up"], pir["plan"]["up_bytes"]);
         assert_eq!(pir["bytes_down"], pir["plan"]["down_bytes"]);
         let once = pir["one_time_bytes_downloaded"].as_u64().unwrap();
+        let anchors = out["anchors_bytes_downloaded"].as_u64().unwrap();
         if n == 0 {
             assert!(once > 0);
+            assert!(anchors > 0);
         } else {
             assert_eq!(once, 0, "hints and table come from the cache");
+            assert_eq!(anchors, 0, "the anchors come from the cache");
         }
         // The hintless ranking, chosen by name: the photo's block scored encrypted; nothing
         // spent; the bytes the plan names.

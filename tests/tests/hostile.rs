@@ -47,13 +47,16 @@ enum Case {
     LongCentroids,
     /// The public anchors (the out-of-distribution check's input) of another feature width.
     MismatchedAnchors,
+    /// The public anchors with one value changed, the configuration still naming the real
+    /// ones' SHA-256.
+    MisnamedAnchors,
     /// Not in `CASES` (its own tests): every PIR thumbnail answer with one byte changed.
     DamagedPirThumbs,
     /// Not in `CASES`: a PIR document whose packing seed is its query seed.
     RelatedSeeds,
 }
 
-const CASES: [Case; 16] = [
+const CASES: [Case; 17] = [
     Case::Honest,
     Case::GzipBomb,
     Case::HugeDocument,
@@ -70,6 +73,7 @@ const CASES: [Case; 16] = [
     Case::DamagedCentroids,
     Case::LongCentroids,
     Case::MismatchedAnchors,
+    Case::MisnamedAnchors,
 ];
 
 impl Case {
@@ -91,6 +95,7 @@ impl Case {
             Case::DamagedCentroids => "damaged-centroids",
             Case::LongCentroids => "long-centroids",
             Case::MismatchedAnchors => "mismatched-anchors",
+            Case::MisnamedAnchors => "misnamed-anchors",
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
             Case::RelatedSeeds => "related-seeds",
         }
@@ -114,7 +119,10 @@ impl Case {
             Case::DamagedCentroids => "a level's centroids file with one byte flipped (wrong hash)",
             Case::LongCentroids => "a level's centroids file one byte longer than declared",
             Case::MismatchedAnchors => {
-                "public anchors of 3 features (the photo check's input): refused before any search request"
+                "public anchors of 3 features (the photo check's input), named in the configuration: refused before any search request"
+            }
+            Case::MisnamedAnchors => {
+                "public anchors with one value changed, not the SHA-256 the configuration names: refused before any search request"
             }
             Case::DamagedPirThumbs => "every PIR thumbnail answer with one byte changed",
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
@@ -218,6 +226,25 @@ impl Hostile {
         r.bytes().await.unwrap().to_vec()
     }
 
+    /// The real anchors, altered for `case`: 3 features each (mismatched), or one value
+    /// changed (misnamed).
+    async fn altered_anchors(&self, case: Case, req: &Request) -> Vec<u8> {
+        let r = fake::forward_identity(&self.http, &self.real, "/api/v1/anchors", req).await;
+        let Body::Bytes(bytes) = r.body else {
+            unreachable!("forward answers with bytes")
+        };
+        let mut a: Value = serde_json::from_slice(&bytes).unwrap();
+        let features = a["features"].as_array_mut().unwrap();
+        if case == Case::MismatchedAnchors {
+            for f in features {
+                f.as_array_mut().unwrap().truncate(3);
+            }
+        } else {
+            features[0][0] = json!(features[0][0].as_f64().unwrap() + 0.25);
+        }
+        serde_json::to_vec(&a).unwrap()
+    }
+
     async fn answer(&self, case: Case, path: &str, req: &Request) -> Reply {
         let partition = path == "/api/v1/partition";
         let block = path.starts_with("/api/v1/blocks/");
@@ -233,18 +260,24 @@ impl Hostile {
             }
         }
         match case {
-            Case::MismatchedAnchors if path == "/api/v1/anchors" => {
+            Case::MismatchedAnchors | Case::MisnamedAnchors if path == "/api/v1/anchors" => {
+                let bytes = self.altered_anchors(case, req).await;
+                Reply::bytes(200, "application/json", bytes)
+            }
+            Case::MismatchedAnchors if path == "/api/v1/config" => {
+                // A consistent liar: the configuration names the altered anchors.
                 let r = fake::forward_identity(&self.http, &self.real, path, req).await;
                 let Body::Bytes(bytes) = r.body else {
                     unreachable!("forward answers with bytes")
                 };
-                let mut a: Value = serde_json::from_slice(&bytes).unwrap();
-                for f in a["features"].as_array_mut().unwrap() {
-                    f.as_array_mut().unwrap().truncate(3);
-                }
-                json_reply(&a)
+                let mut config: Value = serde_json::from_slice(&bytes).unwrap();
+                let altered = self.altered_anchors(case, req).await;
+                config["anchors_sha256"] = json!(shared::protocol::blocks::hash_hex(&altered));
+                json_reply(&config)
             }
-            Case::MismatchedAnchors if partition || block || path.starts_with("/api/v1/pir") => {
+            Case::MismatchedAnchors | Case::MisnamedAnchors
+                if partition || block || path.starts_with("/api/v1/pir") =>
+            {
                 self.after_bad_anchors.fetch_add(1, Ordering::SeqCst);
                 fake::forward(&self.http, &self.real, path, req).await
             }

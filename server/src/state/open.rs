@@ -329,6 +329,10 @@ impl AppState {
             frame_rows: gallery_rows(frame.rows()),
             ..anchors
         };
+        // The same bytes `GET /anchors` serves (`http::cache::json_revalidated`).
+        let anchors_sha256 = shared::protocol::blocks::hash_hex(
+            &serde_json::to_vec(&anchors).map_err(|e| StateError::Invalid(format!("the anchors could not be written: {e}")))?,
+        );
         let config = ConfigResponse {
             smlq: params.smlq,
             privacy_defaults: params.privacy,
@@ -337,6 +341,7 @@ impl AppState {
             frame_dim: frame.dim(),
             frame_kernel_scale: shared::protocol::frame::DEFAULT_KERNEL_SCALE,
             anchor_count: anchor_idx.len(),
+            anchors_sha256,
             model_version: weights,
             limits: opts.limits,
         };

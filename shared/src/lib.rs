@@ -39,6 +39,7 @@ pub mod embed {
     pub mod ood;
     pub mod photo;
     pub mod smlq;
+    pub mod upright;
 }
 
 /// The retrieval protocols: what the client releases and what each side computes from it.

@@ -6,8 +6,9 @@
 //! (class logits; softmax gives the probabilities).
 //!
 //! Preprocessing (the same everywhere): 28×28 pixels, row-major, one byte each, 0 = background,
-//! as in Fashion-MNIST (light object on a dark background), scaled to `p / 255` as f32.
-//! All arithmetic is f32 in a fixed order, so native and wasm builds give the same results.
+//! as in Fashion-MNIST (light object on a dark background), turned upright
+//! ([`super::upright`]: the object's principal axis onto the nearest image axis, reframed) and
+//! scaled to `p / 255` as f32. All arithmetic is f32 in a fixed order, so native and wasm builds give the same results.
 
 use crate::error::{Error, Result};
 
@@ -158,7 +159,7 @@ pub struct Inference {
     pub energy: f32,
 }
 
-/// Scale pixels to the model's input.
+/// The model's input: the image turned upright ([`super::upright`]), scaled to `p / 255`.
 pub fn preprocess(pixels: &[u8]) -> Result<Vec<f32>> {
     if pixels.len() != PIXELS {
         return Err(Error::DimensionMismatch {
@@ -167,7 +168,10 @@ pub fn preprocess(pixels: &[u8]) -> Result<Vec<f32>> {
             got: pixels.len(),
         });
     }
-    Ok(pixels.iter().map(|&p| p as f32 / 255.0).collect())
+    Ok(super::upright::upright(pixels)
+        .iter()
+        .map(|&p| p as f32 / 255.0)
+        .collect())
 }
 
 /// The mirror image (left–right) of a preprocessed 28×28 input.
@@ -491,7 +495,8 @@ impl Model {
         let (mut ha, mut la) = (t.h.clone(), t.logits.clone());
         let mut out = Vec::with_capacity(images.len());
         for group in images.chunks(BATCH_LANES) {
-            // The images, as `preprocess` scales them, then their mirror images.
+            // The images, as `preprocess` makes them, then their mirror images.
+            let group: Vec<Vec<u8>> = group.iter().map(|px| super::upright::upright(px)).collect();
             for (i, x) in t.x.iter_mut().enumerate() {
                 for (lane, v) in x.iter_mut().enumerate() {
                     *v = group.get(lane).map_or(0.0, |px| px[i] as f32 / 255.0);

@@ -17,7 +17,10 @@
 //! 4. the **object** is every pixel darker (light background) or lighter (dark background)
 //!    than the background in some channel by more than [`MASK_FLOOR`] (scaled to the
 //!    background's range) and 8 × the noise level, so neither noise nor JPEG ringing widens
-//!    the box; at the dataset's own resolution (≤ 28 pixels) a one-pixel fringe of faint
+//!    the box — in a noisy photo larger than 28 pixels, by more than the floor and 3σ itself
+//!    and by more than 8 × the noise level of a mean over its k×k window (k photo pixels to a
+//!    model pixel), so noise neither widens the box nor shrinks it past the object's faint
+//!    edges; at the dataset's own resolution (≤ 28 pixels) a one-pixel fringe of faint
 //!    pixels joins it; the box is cropped (the whole image if nothing differs);
 //! 5. the box is resampled by exact area averaging so its longest side is 28 pixels, keeping
 //!    its aspect ratio, and placed centred by its box on a 0 canvas (the dataset's rounding:
@@ -134,18 +137,35 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
             .unwrap_or(0)
             > threshold
     };
-    let differs = |i: usize| differs_by(i, mask_threshold);
-    let (mut x0, mut y0, mut x1, mut y1) = (width, height, 0, 0);
-    for y in 0..height {
-        for x in 0..width {
-            if differs(y * width + x) {
-                x0 = x0.min(x);
-                x1 = x1.max(x + 1);
-                y0 = y0.min(y);
-                y1 = y1.max(y + 1);
+    // With noise, a pixel is the object's if it differs by more than the floor and 3σ, and
+    // the mean over the k×k window around it (k photo pixels to a model pixel when the object
+    // fills the photo) differs by more than 8 × the MAD of such a mean: an isolated noise
+    // pixel passes the first test but not the second. Requiring 8 × MAD of each pixel instead
+    // (σ = 5: 27 levels) shrank the box by a pixel a side against the clean photo's, which
+    // changed the model input's scale. A clean photo (no noise) is unaffected.
+    let k = (width.min(height) / SIDE).max(1);
+    let (x0, y0, x1, y1) = if mad == 0 || k == 1 {
+        let (mut x0, mut y0, mut x1, mut y1) = (width, height, 0, 0);
+        for y in 0..height {
+            for x in 0..width {
+                if differs_by(y * width + x, mask_threshold) {
+                    x0 = x0.min(x);
+                    x1 = x1.max(x + 1);
+                    y0 = y0.min(y);
+                    y1 = y1.max(y + 1);
+                }
             }
         }
-    }
+        (x0, y0, x1, y1)
+    } else {
+        let pixel_threshold = (MASK_FLOOR * range / 255)
+            .max((3 * 14_826 * mad).div_ceil(10_000) as i32)
+            .max(2);
+        let mean_threshold = ((8 * mad as usize).div_ceil(k) as i32).max(2);
+        noisy_box(&rgb, width, height, background, light, k, pixel_threshold, mean_threshold)
+            .unwrap_or((width, height, 0, 0))
+    };
+    let (mut x0, mut y0, mut x1, mut y1) = (x0, y0, x1, y1);
     if x0 >= x1 {
         (x0, y0, x1, y1) = (0, 0, width, height);
     } else if mad == 0 && width.max(height) <= SIDE {
@@ -168,30 +188,59 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
             x1 += 1;
         }
     }
-    // 5. Resample the box: longest side 28, aspect kept.
+    // 5–6. Resample the box (longest side 28), remove the background, scale the contrast and
+    // soft-threshold the noise of a mean over (long/28)² pixels: σ ≈ 1.4826·MAD·28/long; 3σ.
+    let amounts: Vec<i32> = grey.iter().map(|&g| amount(g)).collect();
+    let long = (x1 - x0).max(y1 - y0);
+    let threshold = ((3 * 14_826 * mad as u64 * SIDE as u64).div_ceil(10_000 * long as u64)) as i64;
+    let pixels = place(&amounts, width, (x0, y0, x1, y1), threshold, range as i64, false);
+    Ok(Framing {
+        pixels,
+        background,
+        light_background: light,
+        noise_level: mad,
+        bbox: (x0, y0, x1, y1),
+    })
+}
+
+/// Steps 5–6 on any image of amounts (difference from the background, towards the object):
+/// the box `(x0, y0, x1, y1)` resampled by exact area averaging so its longest side is 28
+/// (aspect kept), box-centred on a 0 canvas (an odd margin puts the extra pixel before the
+/// box); each mean, less `threshold`, scaled so `range − threshold` maps to 255. With
+/// `even_margins` each side of the target is rounded to the parity of 28, so the box sits in
+/// the middle and a mirror image is placed as the mirror image. Integer arithmetic throughout.
+pub(crate) fn place(
+    amounts: &[i32],
+    width: usize,
+    (x0, y0, x1, y1): (usize, usize, usize, usize),
+    threshold: i64,
+    range: i64,
+    even_margins: bool,
+) -> Vec<u8> {
     let (bw, bh) = (x1 - x0, y1 - y0);
     let long = bw.max(bh);
-    let fit = |n: usize| ((2 * n * SIDE + long) / (2 * long)).clamp(1, SIDE);
+    let fit = |n: usize| {
+        if even_margins {
+            // The nearest even size (ties up), at least 2.
+            (2 * ((n * SIDE + long) / (2 * long))).clamp(2, SIDE)
+        } else {
+            ((2 * n * SIDE + long) / (2 * long)).clamp(1, SIDE)
+        }
+    };
     let (tw, th) = (fit(bw), fit(bh));
     let wx = area_weights(bw, tw);
     let wy = area_weights(bh, th);
     // Horizontal pass: each box row → tw sums (weights in units of 1/tw of a source pixel).
     let mut rows = vec![0i64; bh * tw];
     for y in 0..bh {
-        let src = &grey[(y0 + y) * width + x0..(y0 + y) * width + x1];
+        let src = &amounts[(y0 + y) * width + x0..(y0 + y) * width + x1];
         for (t, ws) in wx.iter().enumerate() {
-            rows[y * tw + t] = ws
-                .iter()
-                .map(|&(s, w)| w as i64 * amount(src[s]) as i64)
-                .sum();
+            rows[y * tw + t] = ws.iter().map(|&(s, w)| w as i64 * src[s] as i64).sum();
         }
     }
-    // 6. Vertical pass, then background removal, contrast and the noise's soft threshold.
-    // The noise of a mean over (long/28)² pixels: σ ≈ 1.4826·MAD·28/long; threshold 3σ.
-    let threshold = ((3 * 14_826 * mad as u64 * SIDE as u64).div_ceil(10_000 * long as u64)) as i64;
-    let threshold = threshold.min(range as i64 - 1);
+    let threshold = threshold.min(range - 1);
     let den = (bw * bh) as i64;
-    let scale = (range as i64 - threshold) * den;
+    let scale = (range - threshold) * den;
     let (ox, oy) = ((SIDE - tw).div_ceil(2), (SIDE - th).div_ceil(2));
     let mut pixels = vec![0u8; PIXELS];
     for (ty, ws) in wy.iter().enumerate() {
@@ -201,13 +250,69 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
             pixels[(oy + ty) * SIDE + ox + tx] = v.clamp(0, 255) as u8;
         }
     }
-    Ok(Framing {
-        pixels,
-        background,
-        light_background: light,
-        noise_level: mad,
-        bbox: (x0, y0, x1, y1),
-    })
+    pixels
+}
+
+/// The object's box in a noisy photo: pixels whose largest per-channel difference from the
+/// background (towards the object) exceeds `pixel_threshold` and whose k×k window mean of
+/// that difference exceeds `mean_threshold`. `None` if no pixel qualifies.
+#[allow(clippy::too_many_arguments)]
+fn noisy_box(
+    rgb: &[[u8; 3]],
+    width: usize,
+    height: usize,
+    background: [u8; 3],
+    light: bool,
+    k: usize,
+    pixel_threshold: i32,
+    mean_threshold: i32,
+) -> Option<(usize, usize, usize, usize)> {
+    let diff: Vec<i32> = rgb
+        .iter()
+        .map(|c| {
+            (0..3)
+                .map(|j| {
+                    let d = c[j] as i32 - background[j] as i32;
+                    if light {
+                        -d
+                    } else {
+                        d
+                    }
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // Integral image (a row and a column of zeros in front).
+    let w1 = width + 1;
+    let mut sum = vec![0i64; w1 * (height + 1)];
+    for y in 0..height {
+        let mut row = 0i64;
+        for x in 0..width {
+            row += diff[y * width + x] as i64;
+            sum[(y + 1) * w1 + x + 1] = sum[y * w1 + x + 1] + row;
+        }
+    }
+    let half = k / 2;
+    let (mut x0, mut y0, mut x1, mut y1) = (width, height, 0, 0);
+    for y in 0..height {
+        let (ya, yb) = (y.saturating_sub(half), (y + k - half).min(height));
+        for x in 0..width {
+            if diff[y * width + x] <= pixel_threshold {
+                continue;
+            }
+            let (xa, xb) = (x.saturating_sub(half), (x + k - half).min(width));
+            let total =
+                sum[yb * w1 + xb] - sum[ya * w1 + xb] - sum[yb * w1 + xa] + sum[ya * w1 + xa];
+            if total > mean_threshold as i64 * ((yb - ya) * (xb - xa)) as i64 {
+                x0 = x0.min(x);
+                x1 = x1.max(x + 1);
+                y0 = y0.min(y);
+                y1 = y1.max(y + 1);
+            }
+        }
+    }
+    (x0 < x1).then_some((x0, y0, x1, y1))
 }
 
 fn luma(c: [u8; 3]) -> i32 {
@@ -350,6 +455,29 @@ mod tests {
         assert!(worst(&f.pixels, &img) <= 2, "70 %, shifted");
         let f = analyse(&photo(&img, 112, 2, 50, 3, 250), 112, 112).unwrap();
         assert!(worst(&f.pixels, &img) <= 2, "half, shifted");
+    }
+
+    #[test]
+    fn noise_does_not_shrink_the_box_past_faint_edges() {
+        // Edge columns at 20 (about 19 levels below a 240 background): above the floor, below
+        // 8 × the noise's MAD. Each pixel alone cannot tell them from noise; their window can.
+        let img = dataset_like(20);
+        let mut state = 99u64;
+        let mut photo = Vec::with_capacity(112 * 112 * 4);
+        for y in 0..112 {
+            for x in 0..112 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let n = (state % 13) as i32 - 6;
+                let v = img[(y / 4) * SIDE + x / 4] as i32;
+                let g = (240 * (255 - v) / 255 + n).clamp(0, 255) as u8;
+                photo.extend_from_slice(&[g, g, g, 255]);
+            }
+        }
+        let f = analyse(&photo, 112, 112).unwrap();
+        assert!(f.noise_level >= 2, "{}", f.noise_level);
+        assert_eq!(f.bbox, (24, 0, 88, 112));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test: the workspace's tests, `shared` built for the browser target, and the wasm tests
-# in headless Chromium (wasm-pack, Debian's chromium + chromium-driver).
+# Every test: the workspace's tests, `pir` and `shared` built for the browser target, and the
+# wasm tests in headless Chromium (wasm-pack, Debian's chromium + chromium-driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_BROWSER=1 bash scripts/setup.sh
@@ -14,8 +14,8 @@ rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 bash scripts/build-web.sh # the page the browser end-to-end test drives
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-cargo build -p privatemail-shared --target wasm32-unknown-unknown
-echo "wasm32 build of shared: ok"
+cargo build -p privatemail-pir -p privatemail-shared --target wasm32-unknown-unknown
+echo "wasm32 build of pir and shared: ok"
 CHROME_BIN=/usr/bin/chromium wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver \
   --mode no-install client-wasm
 echo "disk used by the tests' files: $(du -sh "$TMPDIR" 2>/dev/null | cut -f1)"

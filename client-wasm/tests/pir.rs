@@ -1,7 +1,7 @@
 //! PIR in the browser's WebAssembly: the same queries, answers and decoded records as the
-//! native build (fixed transcripts' digests, also checked natively in `shared::pir`), the
-//! query generation and decoding speed at the 10,000-image thumbnail shape, and the hintless
-//! scores' client work at the deployed ring degree (reported, not asserted).
+//! native build (fixed transcripts' digests, also checked natively in the `privatemail-pir`
+//! crate), the query generation and decoding speed at the 10,000-image thumbnail shape, and the
+//! hintless scores' client work at the deployed ring degree (reported, not asserted).
 
 #![cfg(target_arch = "wasm32")]
 
@@ -14,11 +14,11 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-/// `shared::pir::tests::TRANSCRIPT_7`, computed natively.
+/// `pir::tests::TRANSCRIPT_7` (crate `privatemail-pir`), computed natively.
 const NATIVE_TRANSCRIPT_7: &str =
     "b673833e0fd360640bd7716f99e5d3d47b0245376847f37bae847881369a746c";
 
-/// `shared::pir::tests::HINTLESS_TRANSCRIPT_7`, computed natively.
+/// `pir::tests::HINTLESS_TRANSCRIPT_7` (crate `privatemail-pir`), computed natively.
 const NATIVE_HINTLESS_TRANSCRIPT_7: &str =
     "d9c96f5cf8b4f87559a1c53c6f454e915af52fba903e02207587dccb7151fed8";
 

@@ -32,8 +32,8 @@ pub mod limits {
     /// Items a client ranks at once, and the `k` of a block ranking.
     pub const MAX_RANK_K: usize = 100;
     /// PIR query vectors in one request (a ranking record of many columns plus the
-    /// thumbnails of one search).
-    pub const MAX_PIR_QUERIES: usize = 128;
+    /// thumbnails of one search): the lattice code's own bound, `pir::client::MAX_QUERIES`.
+    pub const MAX_PIR_QUERIES: usize = ::pir::client::MAX_QUERIES;
     /// Bytes of one PIR hint a client accepts (a 4,096-row database has 16 MiB).
     pub const MAX_PIR_HINT_BYTES: usize = 32 << 20;
     /// Bytes of the whole ranking table a client accepts (157 B an item: 1,000,000 items are

@@ -248,12 +248,37 @@ pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
     {
         g *= 2;
     }
-    Shape::new(thumb_bytes, items, thumb_bytes * g)
+    Ok(Shape::new(thumb_bytes, items, thumb_bytes * g)?)
 }
 
 /// Columns of 4,096 bytes (a 16 MiB hint) for ranking records longer than that; shorter records
 /// get one column each, of their length rounded up to a power of two.
 pub fn level_shape(blocks: usize, longest_record: usize) -> Result<Shape> {
     let rows = longest_record.max(1).next_power_of_two().min(4096);
-    Shape::new(longest_record.max(1).next_multiple_of(rows), blocks, rows)
+    Ok(Shape::new(
+        longest_record.max(1).next_multiple_of(rows),
+        blocks,
+        rows,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn served_shapes_give_no_more_samples_than_the_estimate_assumes() {
+        // Thumbnails at a million images (294-byte records), and level databases of many
+        // blocks with long and short records (`lwe`'s own test covers every validated shape).
+        for items in [10_000, 70_000, 1_000_000] {
+            let s = thumbs_shape(items, 294).unwrap();
+            assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{items}: {s:?}");
+        }
+        for (blocks, longest) in [(256, 57_344), (64, 110_592), (64, 100)] {
+            let s = level_shape(blocks, longest).unwrap();
+            assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{blocks}: {s:?}");
+        }
+        // A level whose records would need more columns is refused, not served.
+        assert!(level_shape(4_096, 1_700_000).is_err());
+    }
 }

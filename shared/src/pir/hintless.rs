@@ -24,7 +24,7 @@ use crate::api::PartitionDoc;
 use crate::error::{Error, Result};
 use crate::pir::client::PirError;
 use crate::pir::doc::{check_file, seed_hex, PirDoc, ScoresDoc};
-use crate::pir::records::DIGEST;
+use crate::pir::records::{Ranked, DIGEST};
 use crate::pir::ring::modq::Q;
 use crate::pir::ring::pack::PackingMasks;
 use crate::pir::ring::rlwe::{Gadget, Ring, SecretKey};
@@ -36,7 +36,6 @@ use crate::pir::seeds::{self, Purpose};
 use crate::protocol::blocks::{hash_hex, quantise, Hit, FEATURE_SCALE};
 use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::{nearest_centroid, Overlap};
-use crate::protocol::pir_search::Ranked;
 
 /// The public file's first bytes.
 const MAGIC: &[u8; 8] = b"PMSCORE1";

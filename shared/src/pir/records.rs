@@ -24,7 +24,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::pir::client::PirError;
-use crate::protocol::blocks::{self, Block, BlockItem};
+use crate::protocol::blocks::{self, Block, BlockItem, Hit};
 
 const MAGIC: &[u8; 4] = b"PMRK";
 const VERSION: u16 = 1;
@@ -51,6 +51,21 @@ pub struct RankRecord {
     pub block: Block,
     pub indices: Vec<u32>,
     pub digests: Vec<[u8; DIGEST]>,
+}
+
+/// The ranked top k with what fetching their thumbnails needs (from a ranking record, the
+/// table, or the hintless scores; also `protocol::pir_search::Ranked`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    pub hits: Vec<Hit>,
+    /// Each hit's gallery index (its thumbnail record) and thumbnail digest.
+    pub indices: Vec<u32>,
+    pub digests: Vec<[u8; DIGEST]>,
+    /// The hintless ranking's decrypted score `T = 2⟨q, f⟩ − ‖f‖²` of each hit (empty for the
+    /// table and levels, whose records are verified by hash): checked against the features
+    /// the thumbnail records carry where the server publishes them
+    /// ([`crate::protocol::pir_search::verify_scores`]).
+    pub scores: Vec<i64>,
 }
 
 /// The digest of item `index`'s packed thumbnail.

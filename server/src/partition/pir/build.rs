@@ -37,6 +37,9 @@ use crate::partition::versions::Partitions;
 pub enum PirBuildError {
     #[error("pir: {0}")]
     Shared(#[from] shared::Error),
+    /// The lattice code's refusals (laying out a database).
+    #[error("pir: {0}")]
+    Lattice(#[from] shared::pir::error::Error),
     #[error("pir: {0}")]
     Invalid(String),
 }

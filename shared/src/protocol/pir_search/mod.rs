@@ -28,9 +28,10 @@ use crate::dp::exact::uniform_below;
 use crate::error::{Error, Result};
 use crate::pir::client::{query, Hint, Pending, PirError};
 use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
+pub use crate::pir::records::Ranked;
 use crate::pir::records::{decode_rank_record, thumb_digest, RankRecord, DIGEST};
 use crate::pir::seeds::{self, Purpose};
-use crate::protocol::blocks::{rank, Hit};
+use crate::protocol::blocks::rank;
 use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::nearest_centroid;
 use crate::protocol::plan::validate_doc;
@@ -270,25 +271,12 @@ pub fn rank_query(
         })?;
     centroids.check_for(part, ld)?;
     let x = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
-    query(
+    Ok(query(
         &db.shape,
         &seeds::derive(part, Purpose::Level(level)),
         &[x],
         rng,
-    )
-}
-
-/// The ranked top k with what fetching their thumbnails needs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ranked {
-    pub hits: Vec<Hit>,
-    /// Each hit's gallery index (its thumbnail record) and thumbnail digest.
-    pub indices: Vec<u32>,
-    pub digests: Vec<[u8; DIGEST]>,
-    /// The hintless ranking's decrypted score `T = 2⟨q, f⟩ − ‖f‖²` of each hit (empty for the
-    /// table and levels, whose records are verified by hash): checked against the features
-    /// the thumbnail records carry where the server publishes them ([`verify_scores`]).
-    pub scores: Vec<i64>,
+    )?)
 }
 
 /// The exact top k of a verified ranking record (the table, or a level's record).
@@ -430,12 +418,12 @@ pub fn thumbs_query(
     while records.len() < k {
         records.push(uniform_below(rng, t.shape.records as u128) as usize);
     }
-    query(
+    Ok(query(
         &t.shape,
         &seeds::derive(part, Purpose::Thumbs),
         &records,
         rng,
-    )
+    )?)
 }
 
 /// The thumbnail records of the ranked hits, each checked against its digest: the pixels

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::pir::lwe::{self, LWE_N};
+use crate::lwe::{self, LWE_N};
 
 /// The public geometry of one PIR database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,11 +3,11 @@
 //! half a server runs per query once it holds the plan for fixed `a` parts.
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use pir::ring::pack::{lwe_encrypt, lwe_to_rlwe, pack, PackingMasks, PackingPlan};
+use pir::ring::rlwe::{encrypt, AutomorphismKey, Gadget, Ring, SecretKey};
+use pir::ring::N;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::pir::ring::pack::{lwe_encrypt, lwe_to_rlwe, pack, PackingMasks, PackingPlan};
-use shared::pir::ring::rlwe::{encrypt, AutomorphismKey, Gadget, Ring, SecretKey};
-use shared::pir::ring::N;
 
 fn bench(c: &mut Criterion) {
     let ring = Ring::new(N);
@@ -51,7 +51,7 @@ fn bench(c: &mut Criterion) {
         .map(|i| ((i * 2_654_435_761) >> 7) as i8)
         .collect();
     let query: Vec<u64> = (0..cols)
-        .map(|_| shared::pir::ring::rlwe::uniform(&mut rng))
+        .map(|_| pir::ring::rlwe::uniform(&mut rng))
         .collect();
     group.bench_function("score_pass_11000x16384_i8", |b| {
         b.iter(|| score_pass(&plane, &query));
@@ -62,7 +62,7 @@ fn bench(c: &mut Criterion) {
 /// `plane · query mod Q`, row by row: the query split into 31-bit halves so every product and
 /// sum fits an `i64` (|d| ≤ 2⁷, 2¹⁴ columns: |sum| < 2⁵²).
 fn score_pass(plane: &[i8], query: &[u64]) -> Vec<u64> {
-    use shared::pir::ring::modq::Q;
+    use pir::ring::modq::Q;
     let lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
     let hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
     plane

@@ -38,7 +38,7 @@ use super::modq::Q;
 use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, Ring, SecretKey, SwitchDigits};
 use rand::RngCore;
 
-use crate::pir::client::PirError;
+use crate::error::PirError;
 
 /// An LWE ciphertext of dimension `N` modulo `Q`; phase `b − ⟨a, s⟩`.
 #[derive(Clone, Debug)]
@@ -316,7 +316,7 @@ pub fn lwe_encrypt_with(
     m: u64,
     rng: &mut impl RngCore,
 ) -> LweCiphertext {
-    let e = Q.from_i64(i64::from(crate::pir::lwe::sample_error(rng) as i32));
+    let e = Q.from_i64(i64::from(crate::lwe::sample_error(rng) as i32));
     let dot = a
         .iter()
         .zip(sk.coeffs())

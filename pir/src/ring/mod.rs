@@ -1,5 +1,5 @@
-//! Ring-LWE building blocks for private ranking without a client hint (work in progress for
-//! issue #18's million-image case; nothing in the serving path uses them yet).
+//! Ring-LWE building blocks for private ranking without a client hint (issue #18's
+//! million-image case; `shared::pir::hintless` serves [`scores`] on a capped level).
 //!
 //! - [`modq`] — arithmetic modulo the prime `Q = 2⁶² − 2¹⁶ + 1`;
 //! - [`ntt`] — the negacyclic transform of `Z_Q[X]/(Xᴺ + 1)`;

@@ -3,14 +3,14 @@
 //! modulo Q = 2⁶² − 2¹⁶ + 1 and modulo the special prime P = 2³² − 2²⁰ + 1 (as u32 in
 //! `tfhe-ntt`'s 32-bit plan). Each: a forward transform, an inverse, and a whole negacyclic
 //! product (two forwards, the pointwise product, an inverse). The products are checked equal
-//! before anything is timed. `cargo bench -p privatemail-shared --bench ntt_libs`.
+//! before anything is timed. `cargo bench -p privatemail-pir --bench ntt_libs`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use pir::ring::modq::{Modulus, P, Q};
+use pir::ring::ntt::Ntt;
+use pir::ring::N;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use shared::pir::ring::modq::{Modulus, P, Q};
-use shared::pir::ring::ntt::Ntt;
-use shared::pir::ring::N;
 
 fn ours_product(ntt: &Ntt, m: Modulus, a: &[u64], b: &[u64]) -> Vec<u64> {
     let (mut x, mut y) = (a.to_vec(), b.to_vec());

@@ -2,17 +2,17 @@
 //! 11,000 items (B = 256 at 1M with each block's closure), 64 `i16` features. Random features:
 //! the costs depend only on the shape. Prints the server's build (plans) and per-query work,
 //! the client's, the bytes, and checks the decoded scores against the plaintext ones.
-//! `cargo bench -p privatemail-shared --bench hintless [-- blocks rows]` (the real 1M partition's
+//! `cargo bench -p privatemail-pir --bench hintless [-- blocks rows]` (the real 1M partition's
 //! largest block at B = 256 is 21,046 rows; `docs/eval/pir.md`).
 
 use std::time::Instant;
 
+use pir::ring::pack::{PackingBodies, PackingMasks};
+use pir::ring::rlwe::{Gadget, Ring};
+use pir::ring::scores::{self, decode, failure_log2, query, ScoreDb, ScoreShape};
+use pir::ring::N;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use shared::pir::ring::pack::{PackingBodies, PackingMasks};
-use shared::pir::ring::rlwe::{Gadget, Ring};
-use shared::pir::ring::scores::{self, decode, failure_log2, query, ScoreDb, ScoreShape};
-use shared::pir::ring::N;
 
 fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
@@ -30,7 +30,7 @@ fn main() {
     };
     let ring = Ring::new(N);
     let mut rng = ChaCha20Rng::seed_from_u64(1);
-    let blocks = shared::pir::selftest::random_blocks(&shape, &mut rng);
+    let blocks = pir::selftest::random_blocks(&shape, &mut rng);
     let (qseed, pseed) = ([1u8; 32], [2u8; 32]);
     let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &pseed);
     println!("shape {shape:?}, {} query columns", shape.cols(N));

@@ -16,41 +16,20 @@
 //! counts from the plan). Answers are verified after decoding (the record formats carry
 //! SHA-256); a hostile server can make decoding fail on purpose for chosen columns, and learns
 //! one bit if the client's next requests depend on that failure: callers send the same
-//! requests whether or not a record checks out (see `protocol::pir_search`).
+//! requests whether or not a record checks out (the search protocol in `privatemail-shared`,
+//! `protocol::pir_search`, does).
 
 use rand::RngCore;
 use zeroize::{Zeroize, Zeroizing};
 
+pub use crate::error::PirError;
 use crate::error::{Error, Result};
-use crate::params::limits;
-use crate::pir::layout::Shape;
-use crate::pir::lwe::{self, DELTA, LWE_N};
+use crate::layout::Shape;
+use crate::lwe::{self, DELTA, LWE_N};
 
-/// Why a PIR answer or hint was refused. Never a wrong record: every path ends in a check.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PirError {
-    #[error("PIR answer has {got} bytes, expected {expected}")]
-    AnswerSize { expected: usize, got: usize },
-    #[error("PIR hint has {got} bytes, expected {expected}")]
-    HintSize { expected: usize, got: usize },
-    #[error("PIR {what} does not match its published SHA-256 (expected {expected}, got {got})")]
-    HashMismatch {
-        what: &'static str,
-        expected: String,
-        got: String,
-    },
-    #[error("PIR record is malformed: {0}")]
-    Malformed(String),
-}
-
-impl From<PirError> for Error {
-    fn from(e: PirError) -> Self {
-        Error::InvalidParameter {
-            name: "pir",
-            reason: e.to_string(),
-        }
-    }
-}
+/// Most PIR query vectors in one request (a ranking record of many columns plus the
+/// thumbnails of one search): a client never builds more, a server never answers more.
+pub const MAX_QUERIES: usize = 128;
 
 /// A hint as the client holds it: `rows × N` u32, checked against its published hash.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +49,7 @@ impl Hint {
             }
             .into());
         }
-        let got = crate::protocol::blocks::hash_hex(bytes);
+        let got = crate::sha256_hex(bytes);
         if !got.eq_ignore_ascii_case(sha256_hex) {
             return Err(PirError::HashMismatch {
                 what: "hint",
@@ -120,7 +99,8 @@ impl std::fmt::Debug for Pending {
 
 /// Queries for `records` (each spans `shape.queries_per_record()` columns): the request body
 /// (the query vectors, little-endian u32, in the order of `records`) and the state that
-/// decodes its answer. `rng` must be a CSPRNG ([`crate::dp::rng::secure_rng`]).
+/// decodes its answer. `rng` must be a CSPRNG (in this workspace,
+/// `shared::dp::rng::secure_rng`).
 pub fn query(
     shape: &Shape,
     a_seed: &[u8; 32],
@@ -130,11 +110,11 @@ pub fn query(
     shape.validate()?;
     let per = shape.queries_per_record();
     let c = records.len() * per;
-    if records.is_empty() || c > limits::MAX_PIR_QUERIES {
+    if records.is_empty() || c > MAX_QUERIES {
         return Err(Error::TooLarge {
             what: "PIR queries in one request",
             count: c,
-            limit: limits::MAX_PIR_QUERIES,
+            limit: MAX_QUERIES,
         });
     }
     if let Some(&r) = records.iter().find(|&&r| r >= shape.records) {

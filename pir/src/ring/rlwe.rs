@@ -4,7 +4,7 @@
 //! A ciphertext `(a, b)` under secret `s` has *phase* `b − a·s = m + e`: the message `m`
 //! (already scaled by the caller) plus an error `e`. Encryption draws `a` uniform from the
 //! CSPRNG the caller passes, `e` with independent coefficients from the discrete Gaussian of
-//! [`crate::pir::lwe`] (σ = 6.4).
+//! [`crate::lwe`] (σ = 6.4).
 //!
 //! # Key switching, and its error
 //! Hybrid key switching with a special modulus (Gentry, Halevi & Smart 2012, §3.2 of the
@@ -54,8 +54,8 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::modq::{Modulus, Shoup, P, Q};
 use super::ntt::Ntt;
-use crate::pir::client::PirError;
-use crate::pir::lwe::sample_error;
+use crate::error::PirError;
+use crate::lwe::sample_error;
 
 /// The ring `Z_Q[X]/(Xᴺ + 1)` of one degree, with its transform tables.
 #[derive(Debug)]
@@ -388,7 +388,7 @@ impl Gadget {
     pub fn switch_gaussian_variance(&self, n: usize) -> f64 {
         let half = (1u64 << self.log_base) as f64 / 2.0 + 1.0;
         let p = P.value as f64;
-        self.digits as f64 * n as f64 * half * half * crate::pir::lwe::SIGMA.powi(2) / (p * p)
+        self.digits as f64 * n as f64 * half * half * crate::lwe::SIGMA.powi(2) / (p * p)
     }
 
     /// The rounding term's rigorous worst case per coefficient of one switch: `(1 + N)/2`

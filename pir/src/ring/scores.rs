@@ -1,7 +1,8 @@
 //! Encrypted scores without a client hint: the client learns the exact squared-distance scores
 //! of every item in the one block it chose, the server learns nothing about the block or the
-//! photo. The ranking half of #18's million-image design (`docs/eval/pir.md`); **not in the
-//! serving path yet**.
+//! photo. The ranking half of #18's million-image design (`docs/eval/pir.md`), served as the
+//! hintless ranking (`shared::pir::hintless` lays a capped level's blocks out as this
+//! database).
 //!
 //! # The database
 //! `blocks` blocks of at most `rows` items, each item a `dim`-vector `f` of `i16` features.
@@ -71,8 +72,7 @@ use super::pack::{
     PackingPlan,
 };
 use super::rlwe::{encrypt_under, phase_of, uniform, Gadget, Ring, SecretKey};
-use crate::error::{Error, Result};
-use crate::pir::client::PirError;
+use crate::error::{Error, PirError, Result};
 
 /// Norm digits per block: `‖f‖² < 2³⁶` needs one unsigned digit and four signed ones.
 pub const NORM_DIGITS: usize = 5;
@@ -185,7 +185,7 @@ fn error_variance(shape: &ScoreShape, n: usize) -> f64 {
 
 /// The LWE pass's error proxy, `σ²·cols·255²` (rigorous).
 fn lwe_variance(shape: &ScoreShape, n: usize) -> f64 {
-    let sigma = crate::pir::lwe::SIGMA;
+    let sigma = crate::lwe::SIGMA;
     sigma * sigma * shape.cols(n) as f64 * 255.0 * 255.0
 }
 
@@ -254,19 +254,26 @@ impl ScoreDb {
                 reason: format!("{} blocks for a shape of {}", blocks.len(), shape.blocks),
             });
         }
-        Self::build_from(ring, shape, |b| Ok(blocks[b].clone()), query_seed, masks)
+        Self::build_from(
+            ring,
+            shape,
+            |b| Ok::<_, Error>(blocks[b].clone()),
+            query_seed,
+            masks,
+        )
     }
 
     /// [`ScoreDb::build`] with block `b`'s features made by `block(b)` when the planes are laid
     /// out, so only one block's features are held at a time (at 1,000,000 items the blocks'
-    /// `i16` features would take 0.5 GB besides the planes).
-    pub fn build_from(
+    /// `i16` features would take 0.5 GB besides the planes). `block`'s errors come back as
+    /// they are; this code's own are converted into the caller's error type.
+    pub fn build_from<E: From<Error>>(
         ring: &Ring,
         shape: ScoreShape,
-        block: impl Fn(usize) -> Result<Vec<i16>>,
+        block: impl Fn(usize) -> Result<Vec<i16>, E>,
         query_seed: &[u8; 32],
         masks: &PackingMasks,
-    ) -> Result<ScoreDb> {
+    ) -> Result<ScoreDb, E> {
         let n = ring.n();
         let invalid = |reason: String| Error::InvalidParameter {
             name: "score database",
@@ -280,11 +287,11 @@ impl ScoreDb {
         for b in 0..shape.blocks {
             let feats = block(b)?;
             if feats.len() % shape.dim != 0 || feats.len() / shape.dim > shape.rows {
-                return Err(invalid(format!("block {b} does not fit {shape:?}")));
+                return Err(invalid(format!("block {b} does not fit {shape:?}")).into());
             }
             for (i, f) in feats.chunks_exact(shape.dim).enumerate() {
                 if f.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX) {
-                    return Err(invalid(format!("block {b} has a feature of −32768")));
+                    return Err(invalid(format!("block {b} has a feature of −32768")).into());
                 }
                 let row = i * cols + b * cpb;
                 for (j, &v) in f.iter().enumerate() {
@@ -753,7 +760,7 @@ mod tests {
     fn fixture(n: usize, shape: ScoreShape, seed: u64) -> Fixture {
         let ring = Ring::new(n);
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
-        let blocks = crate::pir::selftest::random_blocks(&shape, &mut rng);
+        let blocks = crate::selftest::random_blocks(&shape, &mut rng);
         let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[seed as u8; 32]);
         let db = ScoreDb::build(&ring, shape, &blocks, &QSEED, &masks).unwrap();
         Fixture {

@@ -20,13 +20,13 @@ use crate::error::{Error, Result};
 /// default anchors (`data::balanced_anchors(train, 1000)`): it flags 1 % of 1,000 family
 /// photos of test-split images (backgrounds 200–255, shifts ≤ 10 %, scale 0.7–1.0, rotations
 /// ≤ 10°, noise σ = 5, JPEG q60). On photos of the 1,000 reserved training images (never
-/// trained on) it flags 0.4 % of family photos and 0.1 % of clean ones. Against 1,000 generated
-/// non-clothing images the deployed decision ([`assess_input`]) has AUROC 0.940 (noise 0.982,
-/// gradients 0.994, geometric shapes 0.883, text-like 0.901) and flags 47.3 % of them — shapes
-/// and text often look like bags and sandals to this model. The logits' energy reached 0.896
-/// and the top probability 0.784 (`docs/eval/photos.md`). Recalibrate with
-/// `bash scripts/eval.sh --photos` whenever the weights change.
-pub const UNFAMILIAR_DISTANCE: f32 = 0.147_752_76;
+/// trained on) it flags 1.1 % of family photos and 1.4 % of clean ones. Against 1,000 generated
+/// non-clothing images the deployed decision ([`assess_input`]) has AUROC 0.940 (noise 0.985,
+/// gradients 0.986, geometric shapes 0.898, text-like 0.890) and flags 54.7 % of them — shapes
+/// and text often look like bags and sandals to this model. The logits' energy reached 0.858
+/// and the top probability 0.766 (`docs/eval/photos.md`, weights cnn-v1-eac955909847049e).
+/// Recalibrate with `bash scripts/eval.sh --photos` whenever the weights change.
+pub const UNFAMILIAR_DISTANCE: f32 = 0.107_844_23;
 
 /// Below this much ink (the sum of the model input's 784 bytes) there is no object to speak
 /// of: the photo pipeline found nothing but background or removed it as noise (a blank

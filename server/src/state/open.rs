@@ -330,9 +330,10 @@ impl AppState {
             ..anchors
         };
         // The same bytes `GET /anchors` serves (`http::cache::json_revalidated`).
-        let anchors_sha256 = shared::protocol::blocks::hash_hex(
-            &serde_json::to_vec(&anchors).map_err(|e| StateError::Invalid(format!("the anchors could not be written: {e}")))?,
-        );
+        let anchors_sha256 =
+            shared::protocol::blocks::hash_hex(&serde_json::to_vec(&anchors).map_err(|e| {
+                StateError::Invalid(format!("the anchors could not be written: {e}"))
+            })?);
         let config = ConfigResponse {
             smlq: params.smlq,
             privacy_defaults: params.privacy,

@@ -162,8 +162,17 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
             .max((3 * 14_826 * mad).div_ceil(10_000) as i32)
             .max(2);
         let mean_threshold = ((8 * mad as usize).div_ceil(k) as i32).max(2);
-        noisy_box(&rgb, width, height, background, light, k, pixel_threshold, mean_threshold)
-            .unwrap_or((width, height, 0, 0))
+        noisy_box(
+            &rgb,
+            width,
+            height,
+            background,
+            light,
+            k,
+            pixel_threshold,
+            mean_threshold,
+        )
+        .unwrap_or((width, height, 0, 0))
     };
     let (mut x0, mut y0, mut x1, mut y1) = (x0, y0, x1, y1);
     if x0 >= x1 {
@@ -193,7 +202,14 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     let amounts: Vec<i32> = grey.iter().map(|&g| amount(g)).collect();
     let long = (x1 - x0).max(y1 - y0);
     let threshold = ((3 * 14_826 * mad as u64 * SIDE as u64).div_ceil(10_000 * long as u64)) as i64;
-    let pixels = place(&amounts, width, (x0, y0, x1, y1), threshold, range as i64, false);
+    let pixels = place(
+        &amounts,
+        width,
+        (x0, y0, x1, y1),
+        threshold,
+        range as i64,
+        false,
+    );
     Ok(Framing {
         pixels,
         background,

@@ -207,7 +207,10 @@ mod tests {
         for i in -100..=100 {
             let x = i as f64 / 100.0 * std::f64::consts::FRAC_PI_4;
             let (s, c) = sin_cos(x);
-            assert!((s - x.sin()).abs() < 1e-15 && (c - x.cos()).abs() < 1e-15, "{x}");
+            assert!(
+                (s - x.sin()).abs() < 1e-15 && (c - x.cos()).abs() < 1e-15,
+                "{x}"
+            );
         }
     }
 
@@ -216,7 +219,10 @@ mod tests {
         let (s, c) = (degrees.to_radians().sin(), degrees.to_radians().cos());
         (0..PIXELS)
             .map(|i| {
-                let (x, y) = ((i % SIDE) as f64 + 0.5 - 14.0, (i / SIDE) as f64 + 0.5 - 14.0);
+                let (x, y) = (
+                    (i % SIDE) as f64 + 0.5 - 14.0,
+                    (i / SIDE) as f64 + 0.5 - 14.0,
+                );
                 // Coordinates along and across the bar.
                 let (along, across) = (s * x + c * y, c * x - s * y);
                 if along.abs() <= len / 2.0 && across.abs() <= thick / 2.0 {
@@ -235,11 +241,7 @@ mod tests {
             assert!(o.anisotropy > ANISOTROPY_ON);
             // Image y points down: a bar at +deg from vertical (clockwise on screen) has its
             // axis offset by −deg in these coordinates.
-            assert!(
-                (o.applied.to_degrees() + deg).abs() < 1.5,
-                "{deg}: {:?}",
-                o
-            );
+            assert!((o.applied.to_degrees() + deg).abs() < 1.5, "{deg}: {:?}", o);
             let up = upright(&bar(22.0, 6.0, deg));
             let after = orientation(&up).unwrap();
             assert!(after.offset.to_degrees().abs() < 1.5, "{deg}: {after:?}");
@@ -301,7 +303,10 @@ mod tests {
     #[test]
     fn tilts_of_one_image_meet() {
         // The same bar at −8° and +8°: once upright, the inputs nearly agree.
-        let (a, b) = (upright(&bar(22.0, 7.0, -8.0)), upright(&bar(22.0, 7.0, 8.0)));
+        let (a, b) = (
+            upright(&bar(22.0, 7.0, -8.0)),
+            upright(&bar(22.0, 7.0, 8.0)),
+        );
         let diff: i32 = a
             .iter()
             .zip(&b)

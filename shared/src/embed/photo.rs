@@ -122,21 +122,8 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     // the background in some channel, beyond the noise and beyond JPEG ringing (which grows
     // with the object's contrast: a share of the range).
     let mask_threshold = (MASK_FLOOR * range / 255).max(8 * mad as i32).max(2);
-    let differs_by = |i: usize, threshold: i32| {
-        let c = rgb[i];
-        (0..3)
-            .map(|k| {
-                let d = c[k] as i32 - background[k] as i32;
-                if light {
-                    -d
-                } else {
-                    d
-                }
-            })
-            .max()
-            .unwrap_or(0)
-            > threshold
-    };
+    let differs_by =
+        |i: usize, threshold: i32| towards_object(rgb[i], background, light) > threshold;
     // With noise, a pixel is the object's if it differs by more than the floor and 3σ, and
     // the mean over the k×k window around it (k photo pixels to a model pixel when the object
     // fills the photo) differs by more than 8 × the MAD of such a mean: an isolated noise
@@ -285,19 +272,7 @@ fn noisy_box(
 ) -> Option<(usize, usize, usize, usize)> {
     let diff: Vec<i32> = rgb
         .iter()
-        .map(|c| {
-            (0..3)
-                .map(|j| {
-                    let d = c[j] as i32 - background[j] as i32;
-                    if light {
-                        -d
-                    } else {
-                        d
-                    }
-                })
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|&c| towards_object(c, background, light))
         .collect();
     // Integral image (a row and a column of zeros in front).
     let w1 = width + 1;
@@ -329,6 +304,22 @@ fn noisy_box(
         }
     }
     (x0 < x1).then_some((x0, y0, x1, y1))
+}
+
+/// The largest per-channel difference of `c` from the background, towards the object (darker
+/// on a light background, lighter on a dark one).
+fn towards_object(c: [u8; 3], background: [u8; 3], light: bool) -> i32 {
+    (0..3)
+        .map(|k| {
+            let d = c[k] as i32 - background[k] as i32;
+            if light {
+                -d
+            } else {
+                d
+            }
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 fn luma(c: [u8; 3]) -> i32 {

@@ -26,20 +26,22 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
         .iter()
         .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
         .collect();
+    let anchors = json!({
+        "ids": (0..n as u64).collect::<Vec<_>>(), "labels": labels,
+        "features": features, "frame_rows": frame_rows,
+    })
+    .to_string();
     let config = json!({
         "smlq": shared::SmlqParams::default(),
         "privacy_defaults": shared::PrivacyParams::default(),
         "class_names": ["T-shirt/top","Trouser","Pullover","Dress","Coat","Sandal","Shirt","Sneaker","Bag","Ankle boot"],
         "feature_dim": 64, "frame_dim": 10, "frame_kernel_scale": 0.02, "anchor_count": n,
+        "anchors_sha256": shared::protocol::blocks::hash_hex(anchors.as_bytes()),
         "model_version": "test", "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
-    });
-    let anchors = json!({
-        "ids": (0..n as u64).collect::<Vec<_>>(), "labels": labels,
-        "features": features, "frame_rows": frame_rows,
     });
     let f = DMatrix::from_fn(n, 64, |i, j| features[i][j] as f64);
     let r = DMatrix::from_fn(n, 10, |i, j| frame_rows[i][j]);
-    (config.to_string(), anchors.to_string(), f, r)
+    (config.to_string(), anchors, f, r)
 }
 
 /// A published partition of a synthetic gallery of `n` items (64-d unit features, 28×28

@@ -132,18 +132,10 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     // changed the model input's scale. A clean photo (no noise) is unaffected.
     let k = (width.min(height) / SIDE).max(1);
     let (x0, y0, x1, y1) = if mad == 0 || k == 1 {
-        let (mut x0, mut y0, mut x1, mut y1) = (width, height, 0, 0);
-        for y in 0..height {
-            for x in 0..width {
-                if differs_by(y * width + x, mask_threshold) {
-                    x0 = x0.min(x);
-                    x1 = x1.max(x + 1);
-                    y0 = y0.min(y);
-                    y1 = y1.max(y + 1);
-                }
-            }
-        }
-        (x0, y0, x1, y1)
+        bounding_box(width, height, |x, y| {
+            differs_by(y * width + x, mask_threshold)
+        })
+        .unwrap_or((width, height, 0, 0))
     } else {
         let pixel_threshold = (MASK_FLOOR * range / 255)
             .max((3 * 14_826 * mad).div_ceil(10_000) as i32)
@@ -285,17 +277,28 @@ fn noisy_box(
         }
     }
     let half = k / 2;
+    bounding_box(width, height, |x, y| {
+        if diff[y * width + x] <= pixel_threshold {
+            return false;
+        }
+        let (ya, yb) = (y.saturating_sub(half), (y + k - half).min(height));
+        let (xa, xb) = (x.saturating_sub(half), (x + k - half).min(width));
+        let total = sum[yb * w1 + xb] - sum[ya * w1 + xb] - sum[yb * w1 + xa] + sum[ya * w1 + xa];
+        total > mean_threshold as i64 * ((yb - ya) * (xb - xa)) as i64
+    })
+}
+
+/// The smallest box `(x0, y0, x1, y1)` (end exclusive) holding every pixel `inside` accepts;
+/// `None` if it accepts none.
+pub(crate) fn bounding_box(
+    width: usize,
+    height: usize,
+    inside: impl Fn(usize, usize) -> bool,
+) -> Option<(usize, usize, usize, usize)> {
     let (mut x0, mut y0, mut x1, mut y1) = (width, height, 0, 0);
     for y in 0..height {
-        let (ya, yb) = (y.saturating_sub(half), (y + k - half).min(height));
         for x in 0..width {
-            if diff[y * width + x] <= pixel_threshold {
-                continue;
-            }
-            let (xa, xb) = (x.saturating_sub(half), (x + k - half).min(width));
-            let total =
-                sum[yb * w1 + xb] - sum[ya * w1 + xb] - sum[yb * w1 + xa] + sum[ya * w1 + xa];
-            if total > mean_threshold as i64 * ((yb - ya) * (xb - xa)) as i64 {
+            if inside(x, y) {
                 x0 = x0.min(x);
                 x1 = x1.max(x + 1);
                 y0 = y0.min(y);

@@ -27,7 +27,7 @@
 //! the same bytes.
 
 use crate::embed::model::{PIXELS, SIDE};
-use crate::embed::photo::place;
+use crate::embed::photo::{bounding_box, place};
 
 /// Below this anisotropy the principal axis is not trusted (no rotation).
 pub const ANISOTROPY_OFF: f64 = 0.08;
@@ -142,21 +142,10 @@ pub fn upright(pixels: &[u8]) -> Vec<u8> {
             out[py * side + px] = (value * FIX as f64).round() as i32;
         }
     }
-    let (mut x0, mut y0, mut x1, mut y1) = (side, side, 0, 0);
-    for y in 0..side {
-        for x in 0..side {
-            if out[y * side + x] > BOX_FLOOR * FIX {
-                x0 = x0.min(x);
-                x1 = x1.max(x + 1);
-                y0 = y0.min(y);
-                y1 = y1.max(y + 1);
-            }
-        }
-    }
-    if x0 >= x1 {
+    let Some(bbox) = bounding_box(side, side, |x, y| out[y * side + x] > BOX_FLOOR * FIX) else {
         return pixels.to_vec();
-    }
-    place(&out, side, (x0, y0, x1, y1), 0, 255 * FIX as i64, true)
+    };
+    place(&out, side, bbox, 0, 255 * FIX as i64, true)
 }
 
 /// `atan(t)` for any finite `t`, to about 1e-15: `atan t = π/2·sign t − atan(1/t)` brings

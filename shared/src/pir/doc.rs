@@ -139,7 +139,7 @@ pub struct PirDoc {
 fn check_db(db: &PirDbDoc, what: &'static str, with_hashes: bool) -> Result<()> {
     db.shape.validate()?;
     db.seed()?;
-    let hex64 = |h: &str| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex64 = crate::protocol::plan::is_hash;
     if !hex64(&db.hint_sha256) {
         return Err(Error::InvalidParameter {
             name: what,
@@ -215,7 +215,7 @@ pub fn validate(doc: &PirDoc, gallery_size: usize, levels: usize) -> Result<()> 
 
 /// A public file's declared sizes, bounded before it is fetched.
 pub fn check_file(t: &FileDoc, what: &'static str) -> Result<()> {
-    let hex64 = t.sha256.len() == 64 && t.sha256.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex64 = crate::protocol::plan::is_hash(&t.sha256);
     if t.bytes > limits::MAX_PIR_TABLE_BYTES as u64
         || t.transfer_bytes > t.bytes.saturating_mul(2).saturating_add(1024)
     {

@@ -172,8 +172,9 @@ pub fn validate_doc(doc: &PartitionDoc) -> Result<()> {
     Ok(())
 }
 
-/// 64 hex digits: a SHA-256.
-fn is_hash(h: &str) -> bool {
+/// 64 hex digits: a SHA-256. Every hash a server names is checked with this before it is used
+/// (as a cache file name, a URL part).
+pub fn is_hash(h: &str) -> bool {
     h.len() == 64 && h.bytes().all(|c| c.is_ascii_hexdigit())
 }
 

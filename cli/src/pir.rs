@@ -38,13 +38,20 @@ fn cache_dir() -> Option<PathBuf> {
 
 /// A public file by its SHA-256 (hints, the ranking table, a level's centroids): from the
 /// cache, else fetched within `limit` (and cached). Returns the bytes and how many were
-/// downloaded. The caller checks the hash.
+/// downloaded. The caller checks the bytes against the hash; a name that is not 64 hex digits
+/// is refused here, before it becomes a path (a server could name `../../dev/zero`).
 pub(crate) fn public_file(
     server: &Server,
     url: &str,
     sha256: &str,
     limit: BodyLimit,
 ) -> Result<(Vec<u8>, u64)> {
+    if !shared::protocol::plan::is_hash(sha256) {
+        return Err(CliError::Malformed(format!(
+            "{url}: the server names its SHA-256 as `{}`, not 64 hex digits",
+            shared::text::excerpt(sha256, 80)
+        )));
+    }
     let cached = cache_dir().map(|d| d.join(sha256.to_ascii_lowercase()));
     if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
         if shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {

@@ -50,13 +50,16 @@ enum Case {
     /// The public anchors with one value changed, the configuration still naming the real
     /// ones' SHA-256.
     MisnamedAnchors,
+    /// The configuration names the anchors' SHA-256 as a path out of the cache
+    /// (`../../../../../../dev/zero`).
+    TraversingAnchorsName,
     /// Not in `CASES` (its own tests): every PIR thumbnail answer with one byte changed.
     DamagedPirThumbs,
     /// Not in `CASES`: a PIR document whose packing seed is its query seed.
     RelatedSeeds,
 }
 
-const CASES: [Case; 17] = [
+const CASES: [Case; 18] = [
     Case::Honest,
     Case::GzipBomb,
     Case::HugeDocument,
@@ -74,6 +77,7 @@ const CASES: [Case; 17] = [
     Case::LongCentroids,
     Case::MismatchedAnchors,
     Case::MisnamedAnchors,
+    Case::TraversingAnchorsName,
 ];
 
 impl Case {
@@ -96,6 +100,7 @@ impl Case {
             Case::LongCentroids => "long-centroids",
             Case::MismatchedAnchors => "mismatched-anchors",
             Case::MisnamedAnchors => "misnamed-anchors",
+            Case::TraversingAnchorsName => "traversing-anchors-name",
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
             Case::RelatedSeeds => "related-seeds",
         }
@@ -123,6 +128,9 @@ impl Case {
             }
             Case::MisnamedAnchors => {
                 "public anchors with one value changed, not the SHA-256 the configuration names: refused before any search request"
+            }
+            Case::TraversingAnchorsName => {
+                "the anchors' SHA-256 named as ../../../../../../dev/zero (a path out of the cache): refused before it is read or any search request"
             }
             Case::DamagedPirThumbs => "every PIR thumbnail answer with one byte changed",
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
@@ -264,6 +272,15 @@ impl Hostile {
                 let bytes = self.altered_anchors(case, req).await;
                 Reply::bytes(200, "application/json", bytes)
             }
+            Case::TraversingAnchorsName if path == "/api/v1/config" => {
+                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                let mut config: Value = serde_json::from_slice(&bytes).unwrap();
+                config["anchors_sha256"] = json!("../../../../../../dev/zero");
+                json_reply(&config)
+            }
             Case::MismatchedAnchors if path == "/api/v1/config" => {
                 // A consistent liar: the configuration names the altered anchors.
                 let r = fake::forward_identity(&self.http, &self.real, path, req).await;
@@ -275,7 +292,7 @@ impl Hostile {
                 config["anchors_sha256"] = json!(shared::protocol::blocks::hash_hex(&altered));
                 json_reply(&config)
             }
-            Case::MismatchedAnchors | Case::MisnamedAnchors
+            Case::MismatchedAnchors | Case::MisnamedAnchors | Case::TraversingAnchorsName
                 if partition || block || path.starts_with("/api/v1/pir") =>
             {
                 self.after_bad_anchors.fetch_add(1, Ordering::SeqCst);

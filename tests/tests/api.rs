@@ -238,15 +238,20 @@ fn every_bad_input_gets_a_typed_4xx() {
         r#"{{"query_rows":[[{}]],"anchor_rows":[],"k":8}}"#,
         "0,".repeat(600_000)
     );
-    check(
-        http.post(&url)
-            .header("content-type", "application/json")
-            .body(huge)
-            .send()
-            .unwrap(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
-    );
+    // Refused before its body was read: the connection ends, and the answer says so, so the
+    // client's next request does not go down a connection closing under it.
+    let refused = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .unwrap();
+    assert_eq!(refused.headers().get("connection").unwrap(), "close");
+    check(refused, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    // A body read to its end keeps the connection for the next request.
+    let read = with(&|v| v["k"] = json!(0));
+    assert!(read.headers().get("connection").is_none());
+    check(read, StatusCode::UNPROCESSABLE_ENTITY, "k_out_of_range");
     check(
         http.get(format!("{}/api/v1/gallery/123456789", srv.base))
             .send()

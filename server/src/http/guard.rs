@@ -115,11 +115,13 @@ impl BodyBudget {
 /// `Retry-After` of a request refused for the body budget.
 const BODY_BUDGET_RETRY_SECS: u64 = 2;
 
-/// A request body that ends with an error once its deadline passes, flagging that it did.
+/// A request body that ends with an error once its deadline passes, flagging that it did,
+/// and flagging when it was read to its end.
 struct DeadlineBody {
     inner: Body,
     deadline: Pin<Box<tokio::time::Sleep>>,
     expired: Arc<AtomicBool>,
+    ended: Arc<AtomicBool>,
 }
 
 impl http_body::Body for DeadlineBody {
@@ -131,6 +133,7 @@ impl http_body::Body for DeadlineBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         if self.inner.is_end_stream() {
+            self.ended.store(true, Ordering::Release);
             return Poll::Ready(None);
         }
         if self.deadline.as_mut().poll(cx).is_ready() {
@@ -140,7 +143,11 @@ impl http_body::Body for DeadlineBody {
                 "the request body did not arrive in time",
             )))));
         }
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) {
+            self.ended.store(true, Ordering::Release);
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
@@ -159,11 +166,22 @@ fn head_error(refusals: &Refusals, status: StatusCode, message: &str) -> Respons
 
 fn timeout_error(refusals: &Refusals, kind: Refusal, message: &str) -> Response {
     refusals.record(kind);
-    let mut r = plain_error(StatusCode::REQUEST_TIMEOUT, ErrorCode::Timeout, message);
     // The rest of a late body may still be on its way: not worth reading, close.
-    r.headers_mut()
+    closing(plain_error(
+        StatusCode::REQUEST_TIMEOUT,
+        ErrorCode::Timeout,
+        message,
+    ))
+}
+
+/// `resp` with `Connection: close`. A response sent before its request's body was read to
+/// the end ends its connection (hyper will not read an unknown rest to find the next
+/// request), and saying so keeps a client from sending its next request down a connection
+/// being closed under it (which it sees as a broken message, not an answer).
+pub fn closing(mut resp: Response) -> Response {
+    resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    r
+    resp
 }
 
 /// A request's declared `Content-Length`, if it is one number.
@@ -228,16 +246,18 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             header::RETRY_AFTER,
             HeaderValue::from(BODY_BUDGET_RETRY_SECS),
         );
-        return r;
+        return if has_body { closing(r) } else { r };
     };
     let expired = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(AtomicBool::new(false));
     let deadline = Box::pin(tokio::time::sleep(g.body_timeout));
-    let flag = Arc::clone(&expired);
+    let (expired_flag, ended_flag) = (Arc::clone(&expired), Arc::clone(&ended));
     let req = req.map(|inner| {
         Body::new(DeadlineBody {
             inner,
             deadline,
-            expired: flag,
+            expired: expired_flag,
+            ended: ended_flag,
         })
     });
     let resp = match tokio::time::timeout(g.request_timeout, next.run(req)).await {
@@ -260,7 +280,12 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             ),
         );
     }
-    as_json_error(resp)
+    let resp = as_json_error(resp);
+    // PIR answers linger over a refused body themselves (`http::pir`) and keep the connection.
+    if has_body && !pir && !ended.load(Ordering::Acquire) {
+        return closing(resp);
+    }
+    resp
 }
 
 /// An error response not already in the JSON format (the framework's 405/413, a layer's

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
@@ -17,7 +17,7 @@ use shared::api::{ErrorCode, ErrorResponse};
 
 use super::cache::{send_held, IMMUTABLE, NO_CACHE};
 use super::error::ApiError;
-use super::guard::declared_length;
+use super::guard::{closing, declared_length};
 use crate::net::admission::SlotRefusal;
 use crate::net::client::ClientKey;
 use crate::ops::refusals::Refusal;
@@ -178,17 +178,20 @@ async fn answer(
     let client = client.map_or(ClientKey::UNKNOWN, |Extension(c)| c);
     let mut body = Some(body);
     let r = answer_within(&s, path, client, &headers, &mut body).await;
-    if let (true, Some(b)) = (r.is_err(), body) {
-        if declared_length(&headers).is_some_and(|n| n <= LINGER_MAX) {
+    match (r, body) {
+        (Err(e), Some(b)) if declared_length(&headers).is_some_and(|n| n <= LINGER_MAX) => {
             // Answered at once; the connection reads the rest meanwhile (bounded by the body
             // deadline `guard` put on it) and stays usable.
             tokio::spawn(async move {
                 let mut frames = b.into_data_stream();
                 while let Some(Ok(_)) = futures::StreamExt::next(&mut frames).await {}
             });
+            Err(e)
         }
+        // A body too large to linger over is never read: the connection ends, and says so.
+        (Err(e), Some(_)) => Ok(closing(e.into_response())),
+        (r, _) => r,
     }
-    r
 }
 
 async fn answer_within(

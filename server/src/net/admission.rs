@@ -308,11 +308,26 @@ impl Admission {
         forget_if_idle(&mut s, client);
     }
 
-    /// (running, waiting, bytes of bodies in flight, clients tracked): for tests and status.
-    pub fn load(&self) -> (usize, usize, usize, usize) {
+    /// What is admitted now (`/status`'s `pir_load`).
+    pub fn load(&self) -> AdmissionLoad {
         let s = self.lock();
-        (s.running, s.waiting, s.upload_bytes, s.clients.len())
+        AdmissionLoad {
+            running: s.running,
+            waiting: s.waiting,
+            upload_bytes: s.upload_bytes,
+            clients: s.clients.len(),
+        }
     }
+}
+
+/// PIR answers running and waiting, bytes of PIR bodies being received, and clients with any
+/// of these, at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AdmissionLoad {
+    pub running: usize,
+    pub waiting: usize,
+    pub upload_bytes: usize,
+    pub clients: usize,
 }
 
 /// A client with nothing running, waiting or uploading is not kept (the map stays as small as
@@ -367,7 +382,7 @@ mod tests {
             })
             .collect();
         settle().await;
-        assert_eq!(adm.load().1, 2);
+        assert_eq!(adm.load().waiting, 2);
         assert_eq!(adm.acquire(a).await.err(), Some(SlotRefusal::ClientLimit));
         // Another client takes the free slot at once, although a's requests are queued.
         let b_slot = adm.acquire(client(2)).await.expect("b's share is free");
@@ -378,7 +393,7 @@ mod tests {
         for w in waiters {
             assert_eq!(w.await.unwrap(), Ok(()));
         }
-        assert_eq!(adm.load(), (0, 0, 0, 0));
+        assert_eq!(adm.load(), AdmissionLoad::default());
     }
 
     #[tokio::test]
@@ -423,12 +438,12 @@ mod tests {
         );
         waiters[0].abort();
         settle().await;
-        assert_eq!(adm.load().1, WAITING_PER_SLOT - 1);
+        assert_eq!(adm.load().waiting, WAITING_PER_SLOT - 1);
         drop(held);
         for w in waiters.into_iter().skip(1) {
             assert_eq!(w.await.unwrap(), Ok(()));
         }
-        assert_eq!(adm.load(), (0, 0, 0, 0));
+        assert_eq!(adm.load(), AdmissionLoad::default());
     }
 
     #[tokio::test]
@@ -448,7 +463,7 @@ mod tests {
         gone.abort();
         drop(held);
         assert_eq!(next.await.unwrap(), Ok(()));
-        assert_eq!(adm.load(), (0, 0, 0, 0));
+        assert_eq!(adm.load(), AdmissionLoad::default());
     }
 
     #[test]
@@ -471,6 +486,6 @@ mod tests {
         );
         drop(big);
         drop(a);
-        assert_eq!(adm.load(), (0, 0, 0, 0));
+        assert_eq!(adm.load(), AdmissionLoad::default());
     }
 }

@@ -118,6 +118,9 @@ pub struct ServerStatus {
     /// (`ops::refusals`: timeouts, caps, shed PIR load).
     #[serde(default)]
     pub refusals: crate::ops::refusals::RefusalStatus,
+    /// PIR answers and uploads admitted at this moment (`net::admission`).
+    #[serde(default)]
+    pub pir_load: crate::net::admission::AdmissionLoad,
 }
 
 pub struct AppState {
@@ -248,6 +251,7 @@ impl AppState {
                 .map(|pir| crate::partition::pir::status(&pir, &self.pir_counters)),
             startup: Some(self.startup.clone()),
             refusals: self.refusals.status(),
+            pir_load: self.admission.load(),
         }
     }
 }

@@ -3,6 +3,9 @@
 # server at each gallery size on a temporary store, runs `pirbench` against it, stops it.
 # Usage: bash scripts/pirbench.sh [size[:queries]…]   (default: 10000 70000 1000000:300)
 # Each server's log is kept in /tmp/pirbench-logs/ with its peak RSS (VmHWM) at the end.
+# PIRBENCH_THROUGHPUT_AT=n (e.g. 1000000): at that size, also the throughput of whole
+# hintless searches with 1, 2, 4 and 8 concurrent clients (PIRBENCH_CLIENTS), 60 s each, into
+# docs/eval/pir-throughput.txt (clients and server share this machine's cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=0 bash scripts/setup.sh
@@ -37,6 +40,15 @@ for spec in "${sizes[@]}"; do
   done
   target/release/pirbench --base "http://127.0.0.1:$port" --queries "$queries" $header >> "$out.tmp"
   header=
+  if [ "${PIRBENCH_THROUGHPUT_AT:-}" = "$n" ]; then
+    tp=docs/eval/pir-throughput.txt
+    echo "# $(date -u +%F), $(nproc) cores, clients and server on the same machine" > "$tp.tmp"
+    for c in ${PIRBENCH_CLIENTS:-1 2 4 8}; do
+      echo "pirbench: throughput with $c clients (60 s)…"
+      target/release/pirbench --base "http://127.0.0.1:$port" --throughput "$c" --seconds 60 >> "$tp.tmp"
+    done
+    mv "$tp.tmp" "$tp"
+  fi
   { grep -E "VmHWM|VmRSS|RssAnon|RssFile" "/proc/$pid/status"; cat "$logs/server-$n.anon"; du -sh "$dir"; } \
     > "$logs/server-$n.mem" || true
   kill "$pid"; wait "$pid" || true

@@ -68,6 +68,23 @@ export async function loadPir(client) {
   }
 }
 
+// The plan whose next search's photo-independent work is done (secrets, masks, key bodies:
+// `client.pir_prepare`), or null. A preparation is used by one search; the wasm client drops
+// one made for another plan or gallery version.
+let preparedFor = null;
+
+// Prepares the next search under `plan` while the person is busy choosing a photo: once the
+// current task ends (so the page stays responsive), and only if not already prepared.
+export function preparePir(client, plan) {
+  const key = plan ? JSON.stringify(plan) : null;
+  if (!key || key === preparedFor) return;
+  preparedFor = key;
+  setTimeout(() => {
+    if (preparedFor !== key) return;
+    try { client.pir_prepare(key); } catch { preparedFor = null; }
+  }, 0);
+}
+
 // One PIR search for the loaded photo under `plan` (from `client.pir_plan`). Returns
 // {done, bytes, timings}: `done` is the driver's outcome ({ok: true, results, thumb_side} or
 // {ok: false, kind, message, refusal}).
@@ -89,6 +106,8 @@ async function drive(client, plan, onStep, signal) {
   const t = { started: performance.now(), client_ms: 0 };
   const once = { wire: 0, files: 0, cached: 0 };
   const timed = (f) => { const s = performance.now(); const v = f(); t.client_ms += performance.now() - s; return v; };
+  t.prepared = preparedFor === JSON.stringify(plan);
+  preparedFor = null;
   let step = JSON.parse(timed(() => client.pir_start(JSON.stringify(plan), storedRefusal() ?? undefined)));
   while (step.send) {
     const req = step.send;
@@ -118,6 +137,7 @@ async function drive(client, plan, onStep, signal) {
   const done = step.done;
   if (done.refusal && done.kind === "hostile") localStorage.setItem(REFUSAL_KEY, JSON.stringify(done.refusal));
   t.total_ms = performance.now() - t.started;
+  preparePir(client, plan);
   const bytes = { up: done.traffic.up, down: done.traffic.down, once: done.traffic.once };
   return { done, bytes, files: once, timings: t };
 }

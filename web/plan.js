@@ -5,6 +5,7 @@ import { $, K, epsilon, pirRanking, protocol, state } from "./page.js";
 import { fmtKiB, fmtKiBWhole, pct } from "./format.js";
 import { drawPlanPlot } from "./plot.js";
 import { drawBlockMap } from "./map.js";
+import { preparePir } from "./pir.js";
 import { planDisclosure, posteriorWords, yesNoWords } from "./disclosure.js";
 import { frameWorth, paperWorth } from "./evaluation.js";
 
@@ -68,6 +69,7 @@ function updatePirPlan() {
   const needs = labelPirRankings();
   try {
     state.pirPlan = JSON.parse(state.client.pir_plan(K, Number($("budget").value), pirRanking()));
+    preparePir(state.client, state.pirPlan);
   } catch (e) {
     const need = needs[pirRanking() ?? ""];
     $("plan").textContent = need

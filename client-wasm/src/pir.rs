@@ -11,7 +11,9 @@
 //! the photo's secret) must be stored by the page and passed to every later `pir_start`.
 
 use shared::pir::doc::PirDoc;
-use shared::protocol::pir_search::driver::{Failure, PirCache, PirSearch, Refusal, Step, Traffic};
+use shared::protocol::pir_search::driver::{
+    Failure, PirCache, PirSearch, Prepared, Refusal, Step, Traffic,
+};
 use shared::protocol::pir_search::{self, PirPlan};
 use wasm_bindgen::prelude::*;
 
@@ -25,6 +27,8 @@ pub(crate) struct PirSession {
     /// Checked public files (hints, the table, the scores' public file, centroids).
     cache: PirCache,
     search: Option<PirSearch>,
+    /// The next search's photo-independent work, done ahead ([`Client::pir_prepare`]).
+    prepared: Option<Prepared>,
 }
 
 #[derive(serde::Serialize)]
@@ -85,6 +89,20 @@ impl Client {
         serde_json::to_string(&plan).map_err(js_err)
     }
 
+    /// Do the next search's photo-independent work now (fresh secrets, their masks and key
+    /// bodies for `plan_json`, from [`Client::pir_plan`]), so that the search itself is about
+    /// the server's time: call it when the plan is known and after each search, while the
+    /// person chooses a photo. Reads no photo; sends nothing. Returns the milliseconds it took.
+    /// A preparation is used by one search only, and dropped when the plan or version changes.
+    pub fn pir_prepare(&mut self, plan_json: &str) -> Result<f64, JsError> {
+        let plan: PirPlan = serde_json::from_str(plan_json).map_err(js_err)?;
+        let t = js_sys::Date::now();
+        let rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let prepared = Prepared::new(self.partition()?, self.pir_doc()?, &plan, rng);
+        self.pir.prepared = Some(prepared);
+        Ok(js_sys::Date::now() - t)
+    }
+
     /// Start a search of the loaded photo under `plan_json` (from [`Client::pir_plan`]);
     /// `refusal_json` is the stored refusal against this server, if any (then the search is
     /// refused and nothing is sent). Returns the first step (module docs).
@@ -103,16 +121,27 @@ impl Client {
             .query_f32
             .clone()
             .ok_or_else(|| js_err("load an image before searching"))?;
-        let rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        // One use only: taken whether or not it fits (then the search prepares afresh).
+        let held = self.pir.prepared.take();
+        let part = self.partition()?;
         let doc = self.pir_doc()?;
-        let (search, step) = PirSearch::start(
-            self.partition()?,
+        let prepared = match held {
+            Some(p) => p,
+            None => Prepared::new(
+                part,
+                doc,
+                &plan,
+                shared::dp::rng::secure_rng().map_err(js_err)?,
+            ),
+        };
+        let (search, step) = PirSearch::start_prepared(
+            part,
             doc,
             &plan,
             &features,
             &self.pir.cache,
             refusal.as_ref(),
-            rng,
+            prepared,
         );
         self.pir.search = Some(search);
         self.step_json(step)

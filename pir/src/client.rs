@@ -100,7 +100,7 @@ impl std::fmt::Debug for Pending {
 /// Queries for `records` (each spans `shape.queries_per_record()` columns): the request body
 /// (the query vectors, little-endian u32, in the order of `records`) and the state that
 /// decodes its answer. `rng` must be a CSPRNG (in this workspace,
-/// `shared::dp::rng::secure_rng`).
+/// `shared::dp::rng::secure_rng`). The same as [`prepare`] then [`Prepared::query`].
 pub fn query(
     shape: &Shape,
     a_seed: &[u8; 32],
@@ -108,48 +108,124 @@ pub fn query(
     rng: &mut impl RngCore,
 ) -> Result<(Vec<u8>, Pending)> {
     shape.validate()?;
-    let per = shape.queries_per_record();
-    let c = records.len() * per;
-    if records.is_empty() || c > MAX_QUERIES {
+    let count = records.len() * shape.queries_per_record();
+    prepare(shape, a_seed, count, rng)?.query(records)
+}
+
+/// The part of `count` queries that does not depend on what they ask for: fresh secrets and
+/// their masks `A·s + e`, computed ahead (before the photo is known, so that a search's
+/// requests leave without this work). **Used once**: [`Prepared::query`] consumes it; the
+/// secrets and masks are zeroised on drop.
+pub struct Prepared {
+    shape: Shape,
+    secrets: Vec<Vec<u32>>,
+    /// `count × cols`: query `q`'s masks in `[q·cols, (q+1)·cols)`.
+    masks: Vec<u32>,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        self.secrets.zeroize();
+        self.masks.zeroize();
+    }
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("queries", &self.secrets.len())
+            .finish()
+    }
+}
+
+/// Prepares `count` queries (1 ≤ `count` ≤ [`MAX_QUERIES`]) against `shape` under the public
+/// matrix of `a_seed`: the masks `A·s + e`, each with its own fresh secret and errors from
+/// `rng` (a CSPRNG), the same distribution as [`query`]'s. Reads nothing private.
+pub fn prepare(
+    shape: &Shape,
+    a_seed: &[u8; 32],
+    count: usize,
+    rng: &mut impl RngCore,
+) -> Result<Prepared> {
+    shape.validate()?;
+    if count == 0 || count > MAX_QUERIES {
         return Err(Error::TooLarge {
             what: "PIR queries in one request",
-            count: c,
+            count,
             limit: MAX_QUERIES,
         });
     }
-    if let Some(&r) = records.iter().find(|&&r| r >= shape.records) {
-        return Err(Error::InvalidParameter {
-            name: "pir record",
-            reason: format!("{r} is not below {}", shape.records),
-        });
-    }
-    // Which column each query selects: as private as the records (wiped when done).
-    let columns: Zeroizing<Vec<usize>> = Zeroizing::new(
-        records
-            .iter()
-            .flat_map(|&r| (0..per).map(move |k| shape.first_column(r) + k))
-            .collect(),
-    );
-    let secrets: Vec<Vec<u32>> = (0..c).map(|_| lwe::sample_secret(rng)).collect();
+    let secrets: Vec<Vec<u32>> = (0..count).map(|_| lwe::sample_secret(rng)).collect();
     let n = shape.cols;
-    let mut out = vec![0u32; c * n];
+    let mut masks = vec![0u32; count * n];
     lwe::for_each_row_of_a(a_seed, n, |j, a_j| {
         for (q, s) in secrets.iter().enumerate() {
-            // Branch-free: the selected column gets Δ.
-            let sel = DELTA.wrapping_mul(u32::from(columns[q] == j));
-            out[q * n + j] = lwe::dot(a_j, s)
-                .wrapping_add(lwe::sample_error(rng))
-                .wrapping_add(sel);
+            masks[q * n + j] = lwe::dot(a_j, s).wrapping_add(lwe::sample_error(rng));
         }
     });
-    Ok((
-        u32s_to_bytes(&out),
-        Pending {
-            shape: *shape,
-            secrets,
-            records: records.to_vec(),
-        },
-    ))
+    Ok(Prepared {
+        shape: *shape,
+        secrets,
+        masks,
+    })
+}
+
+impl Prepared {
+    /// How many queries this holds (records × queries a record).
+    pub fn count(&self) -> usize {
+        self.secrets.len()
+    }
+
+    /// The database shape it was prepared for.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// The queries for `records` from these masks: `Δ` added at each query's selected column,
+    /// by a pass over every column (the records decide no branch and no memory address).
+    /// `records` must need exactly [`Prepared::count`] queries.
+    pub fn query(mut self, records: &[usize]) -> Result<(Vec<u8>, Pending)> {
+        let shape = self.shape;
+        let per = shape.queries_per_record();
+        let c = records.len() * per;
+        if records.is_empty() || c != self.secrets.len() {
+            return Err(Error::InvalidParameter {
+                name: "pir records",
+                reason: format!("{c} queries asked of {} prepared", self.secrets.len()),
+            });
+        }
+        if let Some(&r) = records.iter().find(|&&r| r >= shape.records) {
+            return Err(Error::InvalidParameter {
+                name: "pir record",
+                reason: format!("{r} is not below {}", shape.records),
+            });
+        }
+        // Which column each query selects: as private as the records (wiped when done).
+        let columns: Zeroizing<Vec<usize>> = Zeroizing::new(
+            records
+                .iter()
+                .flat_map(|&r| (0..per).map(move |k| shape.first_column(r) + k))
+                .collect(),
+        );
+        let n = shape.cols;
+        let mut out = Vec::with_capacity(c * n * 4);
+        for (q, row) in self.masks.chunks_exact(n).enumerate() {
+            for (j, &m) in row.iter().enumerate() {
+                // Branch-free: the selected column gets Δ.
+                let sel = DELTA.wrapping_mul(u32::from(columns[q] == j));
+                out.extend_from_slice(&m.wrapping_add(sel).to_le_bytes());
+            }
+        }
+        let secrets = std::mem::take(&mut self.secrets);
+        Ok((
+            out,
+            Pending {
+                shape,
+                secrets,
+                records: records.to_vec(),
+            },
+        ))
+    }
 }
 
 impl Pending {

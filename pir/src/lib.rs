@@ -326,5 +326,37 @@ mod tests {
         assert!(query(&shape, &[0; 32], &[], &mut rng).is_err());
         let many = vec![0usize; crate::client::MAX_QUERIES + 1];
         assert!(query(&shape, &[0; 32], &many, &mut rng).is_err());
+        // A preparation answers for exactly its count of queries.
+        let p = || crate::client::prepare(&shape, &[0; 32], 2, &mut ChaCha20Rng::seed_from_u64(1));
+        assert!(p().unwrap().query(&[1]).is_err());
+        assert!(p().unwrap().query(&[1, 2, 3]).is_err());
+        assert!(p().unwrap().query(&[1, 4]).is_err());
+        assert!(p().unwrap().query(&[1, 3]).is_ok());
+        assert!(crate::client::prepare(&shape, &[0; 32], 0, &mut rng).is_err());
+    }
+
+    /// Queries made from masks prepared before the records were known decode to the records
+    /// asked for, and two preparations never share a mask.
+    #[test]
+    fn prepared_masks_query_any_records() {
+        let mut rng = ChaCha20Rng::seed_from_u64(15);
+        let shape = Shape::new(24, 30, 48).unwrap();
+        let recs = random_records(&mut rng, 30, 24);
+        let seed = [9; 32];
+        let (db, hint) = served(shape, &recs, seed);
+        let a = crate::client::prepare(&shape, &seed, 3, &mut rng).unwrap();
+        let b = crate::client::prepare(&shape, &seed, 3, &mut rng).unwrap();
+        let want = [29, 0, 17];
+        let (qa, pa) = a.query(&want).unwrap();
+        let (qb, pb) = b.query(&want).unwrap();
+        assert_ne!(qa, qb, "fresh secrets for every preparation");
+        for (body, pending) in [(qa, pa), (qb, pb)] {
+            let got = pending.decode(&hint, &answer(&db, &body)).unwrap();
+            for (r, g) in want.iter().zip(&got) {
+                let mut expect = recs[*r].clone();
+                expect.resize(24, 0);
+                assert_eq!(g, &expect);
+            }
+        }
     }
 }

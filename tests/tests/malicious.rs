@@ -34,7 +34,7 @@ use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::seeds::{self, Purpose};
 use shared::protocol::partition::nearest_centroid;
 use shared::protocol::pir_search::driver::{
-    Failure, FailureKind, Found, PirCache, PirSearch, PublicFile, Refusal, Request, Step,
+    Failure, FailureKind, Found, PirCache, PirSearch, Prepared, PublicFile, Refusal, Request, Step,
 };
 use shared::protocol::pir_search::{plan_of, rank_table, PirPlan, RankingKind};
 
@@ -75,10 +75,28 @@ fn search(
     cache: &mut PirCache,
     refusal: Option<&Refusal>,
     seed: u64,
-    mut serve: impl FnMut(&Request, &[u8]) -> Vec<u8>,
+    serve: impl FnMut(&Request, &[u8]) -> Vec<u8>,
 ) -> Outcome {
     let rng = ChaCha20Rng::seed_from_u64(seed);
-    let (mut s, mut step) = PirSearch::start(part, pir, plan, features, cache, refusal, rng);
+    let prepared = Prepared::new(part, pir, plan, rng);
+    search_prepared(part, pir, plan, features, cache, refusal, prepared, serve)
+}
+
+/// [`search`] with its photo-independent work done ahead (`prepared`, possibly for another
+/// plan or version).
+#[allow(clippy::too_many_arguments)]
+fn search_prepared(
+    part: &PartitionDoc,
+    pir: &PirDoc,
+    plan: &PirPlan,
+    features: &[f32],
+    cache: &mut PirCache,
+    refusal: Option<&Refusal>,
+    prepared: Prepared,
+    mut serve: impl FnMut(&Request, &[u8]) -> Vec<u8>,
+) -> Outcome {
+    let (mut s, mut step) =
+        PirSearch::start_prepared(part, pir, plan, features, cache, refusal, prepared);
     let (mut view, mut work) = (View::new(), Vec::new());
     loop {
         let req = match step {
@@ -316,6 +334,58 @@ fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     a_damaged_level_record(&g);
     one_failure_stops_every_later_search(&g);
     other_scores_pass_unless_the_records_carry_features(&g);
+    work_prepared_ahead_changes_nothing_the_server_sees(&g);
+}
+
+/// A search whose photo-independent work was done ahead (before the photo was known) sends
+/// the same requests, of the same sizes, and finds the same items as one that does it all at
+/// once; a preparation made for another plan or another version of the gallery is not used
+/// (the search prepares afresh and succeeds — a stale one must never pass for a hostile answer).
+fn work_prepared_ahead_changes_nothing_the_server_sees(g: &Gallery) {
+    let mut other = g.part.clone();
+    other.version = format!("{}x", other.version);
+    for (kind, ahead_for) in [
+        (RankingKind::Scores, RankingKind::Scores),
+        (RankingKind::Table, RankingKind::Table),
+        (RankingKind::Scores, RankingKind::Table),
+    ] {
+        let plan = g.plan(kind);
+        let ahead = g.plan(ahead_for);
+        for (i, f) in g.photos.iter().take(3).enumerate() {
+            let mut cache = PirCache::default();
+            let at_once = g.search(&plan, f, &mut cache, 40 + i as u64, g.honest());
+            for part in [&g.part, &other] {
+                let prepared = Prepared::new(
+                    part,
+                    &g.pir,
+                    &ahead,
+                    ChaCha20Rng::seed_from_u64(50 + i as u64),
+                );
+                let out = search_prepared(
+                    &g.part,
+                    &g.pir,
+                    &plan,
+                    f,
+                    &mut cache,
+                    None,
+                    prepared,
+                    g.honest(),
+                );
+                let (a, b) = (
+                    at_once.result.as_ref().expect("found at once"),
+                    out.result.expect("found with the work done ahead"),
+                );
+                assert_eq!(a.ranked.indices, b.ranked.indices, "{kind:?} photo {i}");
+                let sizes = |v: &View| {
+                    v.iter()
+                        .filter(|r| r.0 == "POST")
+                        .map(|r| (r.1.clone(), r.2, r.3))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(sizes(&at_once.view), sizes(&out.view));
+            }
+        }
+    }
 }
 
 /// Without `--pir-verified-scores`, a server that computes other scores chooses what a search

@@ -492,7 +492,8 @@ fn row_mask(ring: &Ring, masks_ntt: &[Vec<u64>], entry: impl Fn(usize) -> i64) -
 }
 
 /// A query for block `block` with integer features `q` (`|q_j| ≤ 32767`): the upload (the
-/// chunks' `b` values and the key bodies) and the secret that decodes the answer.
+/// chunks' `b` values and the key bodies) and the secret that decodes the answer. The same as
+/// [`prepare`] then [`Prepared::query`].
 pub fn query(
     ring: &Ring,
     shape: &ScoreShape,
@@ -502,54 +503,93 @@ pub fn query(
     q: &[i16],
     rng: &mut impl RngCore,
 ) -> Result<(Vec<u64>, PackingBodies, SecretKey)> {
+    prepare(ring, shape, query_seed, masks, rng)?.query(block, q)
+}
+
+/// The part of a query that does not depend on the photo: a fresh secret, its packing-key
+/// bodies and every chunk's `a·s + e`, computed ahead (before the photo is known). **Used
+/// once**: [`Prepared::query`] consumes it; the secret and the masks are zeroised on drop.
+pub struct Prepared {
+    shape: ScoreShape,
+    n: usize,
+    sk: SecretKey,
+    /// `a_c·s + e_c` for every chunk `c`, concatenated (`cols(n)` values).
+    masked: Zeroizing<Vec<u64>>,
+    bodies: PackingBodies,
+}
+
+/// Prepares one query against `shape`: the secret, errors and key bodies drawn from `rng` (a
+/// CSPRNG) exactly as a query draws them. Reads nothing private.
+pub fn prepare(
+    ring: &Ring,
+    shape: &ScoreShape,
+    query_seed: &[u8; 32],
+    masks: &PackingMasks,
+    rng: &mut impl RngCore,
+) -> Result<Prepared> {
     let n = ring.n();
     shape.check(n)?;
-    if block >= shape.blocks
-        || q.len() != shape.dim
-        || q.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX)
-    {
-        return Err(Error::InvalidParameter {
-            name: "score query",
-            reason: format!(
-                "block {block} of {}, {} features of {}",
-                shape.blocks,
-                q.len(),
-                shape.dim
-            ),
-        });
-    }
-    // One block's values (`2q`, then the norm digits' weights), placed in every column under
-    // the mask of "this column's block is the one asked for": the block chosen decides no
-    // branch and no memory address (every column is written once, in order).
-    let cpb = shape.cols_per_block();
-    let template: Zeroizing<Vec<i64>> = Zeroizing::new(
-        q.iter()
-            .map(|&v| 2 * i64::from(v))
-            .chain(std::iter::once(-1))
-            .chain((1..NORM_DIGITS).map(|k| -(1i64 << (8 * (k - 1)))))
-            .collect(),
-    );
-    let u: Zeroizing<Vec<i64>> = Zeroizing::new(
-        (0..shape.cols(n))
-            .map(|c| template[c % cpb] & -i64::from(c / cpb == block))
-            .collect(),
-    );
     let sk = SecretKey::generate(ring, rng);
-    let delta = 1u64 << LOG_DELTA;
-    let mut upload = Vec::with_capacity(u.len());
-    for (c, chunk) in u.chunks(n).enumerate() {
-        let m: Zeroizing<Vec<u64>> =
-            Zeroizing::new(chunk.iter().map(|&v| Q.mul(Q.from_i64(v), delta)).collect());
-        upload.extend(encrypt_under(
-            ring,
-            &sk,
-            &query_mask(ring, query_seed, c),
-            &m,
-            rng,
-        ));
-    }
+    let zero = vec![0u64; n];
+    let masked: Zeroizing<Vec<u64>> = Zeroizing::new(
+        (0..shape.chunks(n))
+            .flat_map(|c| encrypt_under(ring, &sk, &query_mask(ring, query_seed, c), &zero, rng))
+            .collect(),
+    );
     let bodies = masks.bodies(ring, &sk, rng);
-    Ok((upload, bodies, sk))
+    Ok(Prepared {
+        shape: *shape,
+        n,
+        sk,
+        masked,
+        bodies,
+    })
+}
+
+impl Prepared {
+    /// The shape it was prepared for.
+    pub fn shape(&self) -> ScoreShape {
+        self.shape
+    }
+
+    /// The query for block `block` with integer features `q` (`|q_j| ≤ 32767`) from this
+    /// preparation: each column's value added to its chunk's mask.
+    pub fn query(self, block: usize, q: &[i16]) -> Result<(Vec<u64>, PackingBodies, SecretKey)> {
+        let (shape, n) = (self.shape, self.n);
+        if block >= shape.blocks
+            || q.len() != shape.dim
+            || q.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX)
+        {
+            return Err(Error::InvalidParameter {
+                name: "score query",
+                reason: format!(
+                    "block {block} of {}, {} features of {}",
+                    shape.blocks,
+                    q.len(),
+                    shape.dim
+                ),
+            });
+        }
+        // One block's values (`2q`, then the norm digits' weights), placed in every column
+        // under the mask of "this column's block is the one asked for": the block chosen
+        // decides no branch and no memory address (every column is written once, in order).
+        let cpb = shape.cols_per_block();
+        let template: Zeroizing<Vec<i64>> = Zeroizing::new(
+            q.iter()
+                .map(|&v| 2 * i64::from(v))
+                .chain(std::iter::once(-1))
+                .chain((1..NORM_DIGITS).map(|k| -(1i64 << (8 * (k - 1)))))
+                .collect(),
+        );
+        let delta = 1u64 << LOG_DELTA;
+        let upload: Vec<u64> = (0..shape.cols(n))
+            .map(|c| {
+                let u = template[c % cpb] & -i64::from(c / cpb == block);
+                Q.add(self.masked[c], Q.mul(Q.from_i64(u), delta))
+            })
+            .collect();
+        Ok((upload, self.bodies, self.sk))
+    }
 }
 
 /// The scores [`decode`] yields for block `block` (`items × dim`, row-major), computed in the
@@ -860,6 +900,31 @@ mod tests {
             "the upload's size is public"
         );
         assert!(failure_log2(&shape, n) < -1000.0);
+    }
+
+    /// A query whose secret, masks and key bodies were drawn before the photo was known gives
+    /// the same exact scores; a block or features out of the shape are refused.
+    #[test]
+    fn a_query_prepared_ahead_gets_exact_scores() {
+        let shape = ScoreShape {
+            blocks: 5,
+            dim: 16,
+            rows: 40,
+        };
+        let mut f = fixture(256, shape, 21);
+        let ahead =
+            |f: &mut Fixture| prepare(&f.ring, &shape, &QSEED, &f.masks, &mut f.rng).unwrap();
+        let p = ahead(&mut f);
+        assert_eq!(p.shape(), shape);
+        let q: Vec<i16> = (0..16).map(|j| 2_000 * j - 15_000).collect();
+        let (upload, bodies, sk) = p.query(4, &q).unwrap();
+        assert_eq!(upload.len(), shape.cols(f.n));
+        let answer = f.db.answer(&f.ring, &upload, &bodies, None).unwrap();
+        let got = decode(&f.ring, &shape, &sk, &f.db.public_a(), &answer).unwrap();
+        let want = plaintext_scores(&q, &f.blocks[4], 16);
+        assert_eq!(&got[..want.len()], &want[..]);
+        assert!(ahead(&mut f).query(5, &q).is_err());
+        assert!(ahead(&mut f).query(0, &q[..15]).is_err());
     }
 
     #[test]

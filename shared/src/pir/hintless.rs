@@ -338,6 +338,7 @@ impl ScoresKeys {
 /// `centroids`): the body to `POST` to `{answer_url}/scores` (exactly
 /// [`ScoresDoc::upload_bytes`]) and what decoding its answer needs. A fresh secret from `rng`
 /// (the CSPRNG) every time: reusing one would expose the difference of two photos.
+/// [`prepare`] then [`query_prepared`].
 pub fn query(
     part: &PartitionDoc,
     doc: &ScoresDoc,
@@ -346,20 +347,53 @@ pub fn query(
     features: &[f32],
     rng: &mut impl RngCore,
 ) -> Result<(Vec<u8>, ScoresPending)> {
+    let prepared = prepare(part, doc, keys, rng)?;
+    query_prepared(part, doc, prepared, centroids, features)
+}
+
+/// The photo-independent part of one query (its fresh secret, key bodies and masks), computed
+/// before the photo is known. Used once ([`query_prepared`] consumes it).
+pub struct ScoresPrepared {
+    /// The partition version whose derived seeds made it: a query under another version's
+    /// masks would decode to garbage, which the client would take for a hostile answer.
+    version: String,
+    inner: scores::Prepared,
+}
+
+/// Prepares one query for `doc` under `keys` (the ring and masks of the derived seeds).
+pub fn prepare(
+    part: &PartitionDoc,
+    doc: &ScoresDoc,
+    keys: &ScoresKeys,
+    rng: &mut impl RngCore,
+) -> Result<ScoresPrepared> {
+    check(part, doc)?;
+    Ok(ScoresPrepared {
+        version: part.version.clone(),
+        inner: scores::prepare(&keys.ring, &doc.shape(), &keys.query_seed, &keys.masks, rng)?,
+    })
+}
+
+/// [`query`] from a preparation ([`prepare`] for the same documents).
+pub fn query_prepared(
+    part: &PartitionDoc,
+    doc: &ScoresDoc,
+    prepared: ScoresPrepared,
+    centroids: &Centroids,
+    features: &[f32],
+) -> Result<(Vec<u8>, ScoresPending)> {
     crate::error::ensure_query_f32(features, part.feature_dim)?;
     check(part, doc)?;
     centroids.check_for(part, &part.levels[doc.level])?;
+    if prepared.version != part.version || prepared.inner.shape() != doc.shape() {
+        return Err(Error::InvalidParameter {
+            name: "pir scores",
+            reason: "the query was prepared for another version of the gallery".into(),
+        });
+    }
     let block = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
     let q: Vec<i16> = features.iter().map(|&v| quantise(v)).collect();
-    let (upload, bodies, sk) = scores::query(
-        &keys.ring,
-        &doc.shape(),
-        &keys.query_seed,
-        &keys.masks,
-        block,
-        &q,
-        rng,
-    )?;
+    let (upload, bodies, sk) = prepared.inner.query(block, &q)?;
     let body = encode_upload(&upload, &bodies);
     debug_assert_eq!(body.len() as u64, doc.upload_bytes);
     Ok((body, ScoresPending { sk, block, q }))

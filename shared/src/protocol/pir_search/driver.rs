@@ -33,21 +33,26 @@
 //! 3's body is LWE ciphertexts for records chosen from the ranking, under fresh secrets — the
 //! same distribution whatever the records. Its timing follows the work of step 2's checks and
 //! ranking, which is independent of their outcome. Nothing is sent after step 3's answer.
+//!
+//! The queries' photo-independent parts — fresh secrets, their masks, the packing-key bodies —
+//! may be drawn ahead ([`Prepared`], before the photo is known): the same distribution, from
+//! the same derived seeds, each used by one search only; drawing them earlier moves work out of
+//! the search and changes nothing the server sees but when.
 
 use rand_chacha::ChaCha20Rng;
 
 use crate::api::PartitionDoc;
 use crate::error::{Error, Result};
-use crate::pir::client::{Hint, Pending};
+use crate::pir::client::{self, Hint, Pending};
 use crate::pir::doc::PirDoc;
-use crate::pir::hintless::{self, ScoresKeys, ScoresPending, ScoresPublic};
+use crate::pir::hintless::{self, ScoresKeys, ScoresPending, ScoresPrepared, ScoresPublic};
 use crate::pir::records::RankRecord;
 use crate::protocol::blocks::max_transfer_len;
 use crate::protocol::centroids::{self, centroids_url, Centroids};
 
 use super::{
-    check_docs, load_table, rank_level, rank_query, ranked, thumbs_decode_records, thumbs_query,
-    verify_scores, PirPlan, PirRanking, Ranked,
+    check_docs, load_table, rank_level, rank_query, ranked, thumbs_decode_records, thumbs_prepare,
+    thumbs_query_prepared, verify_scores, PirPlan, PirRanking, Ranked,
 };
 
 /// Public files kept at most per kind (one version's thumbnail hint and a level's).
@@ -252,9 +257,71 @@ pub struct PirSearch {
     plan: PirPlan,
     features: zeroize::Zeroizing<Vec<f32>>,
     rng: ChaCha20Rng,
+    /// This search's prepared queries, taken when each is sent.
+    thumbs_prep: Option<client::Prepared>,
+    scores_prep: Option<ScoresPrepared>,
     stage: Stage,
     body: Vec<u8>,
     traffic: Traffic,
+}
+
+/// The work of one search that does not depend on the photo, done ahead — while the person
+/// is still choosing a photo, or after the previous search — so that a search's requests leave
+/// without it: the `k` thumbnail queries' secrets and masks and, for a `Scores` plan, the
+/// ranking query's secret, key bodies and masks (at a million images most of a client's time).
+/// Made from the public documents, the plan and fresh randomness only: holding one reveals
+/// nothing, and it is consumed by the one search that uses it ([`PirSearch::start_prepared`]),
+/// never reused (every secret in it is fresh; the parts zeroise themselves when dropped).
+pub struct Prepared {
+    version: String,
+    plan: PirPlan,
+    /// `None` when the documents did not check out (the search started with it refuses them).
+    material: Option<Result<(client::Prepared, Option<ScoresPrepared>)>>,
+    rng: ChaCha20Rng,
+}
+
+impl Prepared {
+    /// Prepares a search under `plan` (from these documents) with `rng`, a CSPRNG freshly
+    /// seeded from the operating system's source, which the search then goes on using.
+    pub fn new(
+        part: &PartitionDoc,
+        pir: &PirDoc,
+        plan: &PirPlan,
+        mut rng: ChaCha20Rng,
+    ) -> Prepared {
+        let material = check_docs(part, pir).is_ok().then(|| {
+            let thumbs = thumbs_prepare(part, pir, plan.k, &mut rng)?;
+            let scores = match plan.ranking {
+                PirRanking::Scores { .. } => {
+                    let doc = hintless::entry(part, pir)?;
+                    let keys = ScoresKeys::new(part, doc)?;
+                    Some(hintless::prepare(part, doc, &keys, &mut rng)?)
+                }
+                _ => None,
+            };
+            Ok((thumbs, scores))
+        });
+        Prepared {
+            version: part.version.clone(),
+            plan: plan.clone(),
+            material,
+            rng,
+        }
+    }
+
+    /// Whether it was made for this version of the gallery and this plan.
+    pub fn fits(&self, part: &PartitionDoc, plan: &PirPlan) -> bool {
+        self.version == part.version && &self.plan == plan
+    }
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("version", &self.version)
+            .field("plan", &self.plan)
+            .finish()
+    }
 }
 
 fn hostile(what: &str, e: impl std::fmt::Display) -> Failure {
@@ -274,7 +341,8 @@ impl PirSearch {
     /// this server), or when the documents do not check out (shapes, versions, every seed the
     /// derived one). `rng` must be a CSPRNG freshly seeded from the operating system's source
     /// ([`crate::dp::rng::secure_rng`]); a fixed seed is for the cross-target transcript tests
-    /// only. The documents are the ones the plan was made from.
+    /// only. The documents are the ones the plan was made from. The same as
+    /// [`PirSearch::start_prepared`] with a [`Prepared`] made now.
     pub fn start(
         part: &PartitionDoc,
         pir: &PirDoc,
@@ -284,12 +352,35 @@ impl PirSearch {
         refusal: Option<&Refusal>,
         rng: ChaCha20Rng,
     ) -> (PirSearch, Step) {
+        let prepared = Prepared::new(part, pir, plan, rng);
+        PirSearch::start_prepared(part, pir, plan, features, cache, refusal, prepared)
+    }
+
+    /// [`PirSearch::start`] with the photo-independent work done ahead. A preparation made for
+    /// another version or plan is not used: the search prepares afresh, with its randomness.
+    pub fn start_prepared(
+        part: &PartitionDoc,
+        pir: &PirDoc,
+        plan: &PirPlan,
+        features: &[f32],
+        cache: &PirCache,
+        refusal: Option<&Refusal>,
+        prepared: Prepared,
+    ) -> (PirSearch, Step) {
+        let prepared = if prepared.fits(part, plan) {
+            prepared
+        } else {
+            Prepared::new(part, pir, plan, prepared.rng)
+        };
+        let Prepared { material, rng, .. } = prepared;
         let mut s = PirSearch {
             part: part.clone(),
             pir: pir.clone(),
             plan: plan.clone(),
             features: zeroize::Zeroizing::new(features.to_vec()),
             rng,
+            thumbs_prep: None,
+            scores_prep: None,
             stage: Stage::Over,
             body: Vec::new(),
             traffic: Traffic::default(),
@@ -311,6 +402,22 @@ impl PirSearch {
             .and_then(|()| s.check_plan());
         if let Err(e) = checked {
             return (s, Step::Done(Err(refused(e))));
+        }
+        match material {
+            Some(Ok((thumbs, scores))) => {
+                s.thumbs_prep = Some(thumbs);
+                s.scores_prep = scores;
+            }
+            Some(Err(e)) => return (s, Step::Done(Err(refused(e)))),
+            None => {
+                return (
+                    s,
+                    Step::Done(Err(refused(Error::InvalidParameter {
+                        name: "pir",
+                        reason: "the documents did not check out".into(),
+                    }))),
+                )
+            }
         }
         let files = s.files().into_iter().filter(|r| !cache.holds(r)).collect();
         s.stage = Stage::Files(files);
@@ -576,12 +683,12 @@ impl PirSearch {
                 .map(|(body, p)| (format!("{level}"), body, RankPending::Level(level, p))),
             PirRanking::Scores { level } => cents(level)
                 .and_then(|c| {
-                    let (_, _, keys) = cache.scores.as_ref().ok_or(Error::InvalidParameter {
+                    let prepared = self.scores_prep.take().ok_or(Error::InvalidParameter {
                         name: "pir scores",
-                        reason: "not held".into(),
+                        reason: "no prepared query".into(),
                     })?;
                     let sd = hintless::entry(part, pir)?;
-                    hintless::query(part, sd, keys, c, features, &mut self.rng)
+                    hintless::query_prepared(part, sd, prepared, c, features)
                 })
                 .map(|(body, p)| ("scores".into(), body, RankPending::Scores(Box::new(p)))),
         };
@@ -641,8 +748,15 @@ impl PirSearch {
     /// Step 3: exactly `k` thumbnail queries, for the ranking or (after a failure) random
     /// records.
     fn thumbs(&mut self, ranked: std::result::Result<Ranked, Error>) -> Step {
-        let (part, pir, k) = (&self.part, &self.pir, self.plan.k);
-        match thumbs_query(part, pir, ranked.as_ref().ok(), k, &mut self.rng) {
+        let (pir, k) = (&self.pir, self.plan.k);
+        let query = match self.thumbs_prep.take() {
+            Some(p) => thumbs_query_prepared(pir, p, ranked.as_ref().ok(), k, &mut self.rng),
+            None => Err(Error::InvalidParameter {
+                name: "pir thumbnails",
+                reason: "no prepared queries".into(),
+            }),
+        };
+        match query {
             Ok((body, pending)) => {
                 let answer_bytes = pending.answer_bytes() as u64;
                 self.stage = Stage::Thumbs { pending, ranked };

@@ -26,7 +26,7 @@ pub mod driver;
 use crate::api::PartitionDoc;
 use crate::dp::exact::uniform_below;
 use crate::error::{Error, Result};
-use crate::pir::client::{query, Hint, Pending, PirError};
+use crate::pir::client::{prepare, query, Hint, Pending, PirError, Prepared};
 use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use crate::pir::records::Ranked;
 use crate::pir::records::{decode_rank_record, thumb_digest, RankRecord, DIGEST};
@@ -403,10 +403,40 @@ fn check_indices(record: &RankRecord, items: usize) -> Result<()> {
 
 /// Exactly `k` thumbnail queries: for the ranked hits (padded with uniformly random records
 /// if fewer), or — after a failed ranking, `None` — for `k` uniformly random records, so the
-/// request looks the same either way.
+/// request looks the same either way. [`thumbs_prepare`] then [`thumbs_query_prepared`].
 pub fn thumbs_query(
     part: &PartitionDoc,
     pir: &PirDoc,
+    ranked: Option<&Ranked>,
+    k: usize,
+    rng: &mut impl RngCore,
+) -> Result<(Vec<u8>, Pending)> {
+    let prepared = thumbs_prepare(part, pir, k, rng)?;
+    thumbs_query_prepared(pir, prepared, ranked, k, rng)
+}
+
+/// The photo-independent part of `k` thumbnail queries (fresh secrets and masks under the
+/// matrix of the seed this client derives), computed before the photo is known.
+pub fn thumbs_prepare(
+    part: &PartitionDoc,
+    pir: &PirDoc,
+    k: usize,
+    rng: &mut impl RngCore,
+) -> Result<Prepared> {
+    let t = &pir.thumbs;
+    Ok(prepare(
+        &t.shape,
+        &seeds::derive(part, Purpose::Thumbs),
+        k * t.shape.queries_per_record(),
+        rng,
+    )?)
+}
+
+/// [`thumbs_query`] from a preparation ([`thumbs_prepare`] for the same documents and `k`);
+/// `rng` draws the padding records.
+pub fn thumbs_query_prepared(
+    pir: &PirDoc,
+    prepared: Prepared,
     ranked: Option<&Ranked>,
     k: usize,
     rng: &mut impl RngCore,
@@ -418,12 +448,7 @@ pub fn thumbs_query(
     while records.len() < k {
         records.push(uniform_below(rng, t.shape.records as u128) as usize);
     }
-    Ok(query(
-        &t.shape,
-        &seeds::derive(part, Purpose::Thumbs),
-        &records,
-        rng,
-    )?)
+    Ok(prepared.query(&records)?)
 }
 
 /// The thumbnail records of the ranked hits, each checked against its digest: the pixels

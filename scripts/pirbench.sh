@@ -6,11 +6,18 @@
 # PIRBENCH_THROUGHPUT_AT=n (e.g. 1000000): at that size, also the throughput of whole
 # hintless searches with 1, 2, 4 and 8 concurrent clients (PIRBENCH_CLIENTS), 60 s each, into
 # docs/eval/pir-throughput.txt (clients and server share this machine's cores).
+# PIRBENCH_PAGE_AT=n: at that size, also the page's PIR search in headless Chromium
+# (`pagebench --protocol pir`, 11 searches) into docs/eval/pir-page.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=0 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release -q -p privatemail-server --bin server -p privatemail-e2e --bin pirbench
+if [ -n "${PIRBENCH_PAGE_AT:-}" ]; then
+  PM_SETUP_BROWSER=1 bash scripts/setup.sh
+  bash scripts/build-web.sh
+  cargo build --release -q -p privatemail-e2e --bin pagebench
+fi
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 70000 1000000:300)
 logs=/tmp/pirbench-logs; mkdir -p "$logs"
 out=docs/eval/pir.csv
@@ -48,6 +55,13 @@ for spec in "${sizes[@]}"; do
       target/release/pirbench --base "http://127.0.0.1:$port" --throughput "$c" --seconds 60 >> "$tp.tmp"
     done
     mv "$tp.tmp" "$tp"
+  fi
+  if [ "${PIRBENCH_PAGE_AT:-}" = "$n" ]; then
+    echo "pirbench: the page's PIR search in headless Chromium…"
+    { echo "# $(date -u +%F), $(nproc) cores, $n images, page and server on the same machine"
+      target/release/pagebench --base "http://127.0.0.1:$port" --gallery-size "$n" --protocol pir --budget 4194304 --searches 11; } \
+      > docs/eval/pir-page.txt.tmp
+    mv docs/eval/pir-page.txt.tmp docs/eval/pir-page.txt
   fi
   { grep -E "VmHWM|VmRSS|RssAnon|RssFile" "/proc/$pid/status"; cat "$logs/server-$n.anon"; du -sh "$dir"; } \
     > "$logs/server-$n.mem" || true

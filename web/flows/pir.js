@@ -37,7 +37,7 @@ export async function onPirSearch() {
     return;
   }
   $("progress").value = 3;
-  Object.assign(timings, { pir_client_ms: out.timings.client_ms, pir_search_ms: out.timings.total_ms });
+  Object.assign(timings, { pir_client_ms: out.timings.client_ms, pir_search_ms: out.timings.total_ms, pir_prepared: out.timings.prepared });
   showPirResults({ results: done.results, thumb_side: done.thumb_side });
   status(`Done in ${Math.round(out.timings.total_ms)} ms: ${fmtKiB(out.bytes.up)} up, ${fmtKiB(out.bytes.down)} down` +
     filesWords(out.files) +

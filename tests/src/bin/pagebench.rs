@@ -164,6 +164,8 @@ async fn main() {
     let framed = matches!(args.protocol.as_str(), "frame" | "paper");
     let pir = args.protocol == "pir";
     let (mut pir_total, mut pir_client) = (Vec::new(), Vec::new());
+    // Searches whose photo-independent work the page did ahead (`pir_prepare`).
+    let mut pir_prepared = 0usize;
     let mut first_private = None;
     let (mut whole, mut release, mut fetch, mut rank) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -188,6 +190,7 @@ async fn main() {
             if i > 0 {
                 pir_total.push(t["pir_search_ms"].as_f64().unwrap());
                 pir_client.push(t["pir_client_ms"].as_f64().unwrap());
+                pir_prepared += usize::from(t["pir_prepared"].as_bool() == Some(true));
             }
         } else {
             whole.push(t["block_search_ms"].as_f64().unwrap());
@@ -248,6 +251,11 @@ async fn main() {
             "  query generation + decoding + checks + ranking (wasm)",
             &mut pir_client,
             "ms",
+        );
+        println!(
+            "  searches whose secrets, masks and key bodies were prepared before the photo: {} of {}",
+            pir_prepared,
+            pir_total.len()
         );
     } else {
         stats("whole block search (click → drawn)", &mut whole, "ms");

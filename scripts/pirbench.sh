@@ -8,6 +8,7 @@
 # docs/eval/pir-throughput.txt (clients and server share this machine's cores).
 # PIRBENCH_PAGE_AT=n: at that size, also the page's PIR search in headless Chromium
 # (`pagebench --protocol pir`, 11 searches) into docs/eval/pir-page.txt.
+# PIRBENCH_EXTRAS_ONLY=1: only those two (pir.csv is left as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=0 bash scripts/setup.sh
@@ -45,8 +46,10 @@ for spec in "${sizes[@]}"; do
     kill -0 "$pid" || { cat "$dir/server.log"; exit 1; }
     sleep 5; tail -n 1 "$dir/server.log" | cut -c1-160
   done
-  target/release/pirbench --base "http://127.0.0.1:$port" --queries "$queries" $header >> "$out.tmp"
-  header=
+  if [ "${PIRBENCH_EXTRAS_ONLY:-0}" != 1 ]; then
+    target/release/pirbench --base "http://127.0.0.1:$port" --queries "$queries" $header >> "$out.tmp"
+    header=
+  fi
   if [ "${PIRBENCH_THROUGHPUT_AT:-}" = "$n" ]; then
     tp=docs/eval/pir-throughput.txt
     echo "# $(date -u +%F), $(nproc) cores, clients and server on the same machine" > "$tp.tmp"
@@ -70,5 +73,9 @@ for spec in "${sizes[@]}"; do
   rm -rf "$dir"
   trap - EXIT
 done
-mv "$out.tmp" "$out"
-echo "pirbench: wrote $out"
+if [ "${PIRBENCH_EXTRAS_ONLY:-0}" != 1 ]; then
+  mv "$out.tmp" "$out"
+  echo "pirbench: wrote $out"
+else
+  rm -f "$out.tmp"
+fi

@@ -47,9 +47,10 @@ struct Args {
     /// Print the CSV header first.
     #[arg(long)]
     header: bool,
-    /// Throughput instead of the table: this many concurrent clients run whole hintless-scores
-    /// searches (query, scores, ranking, 8 thumbnails, checks) for `--seconds`, and the
-    /// searches/s, latencies, failures and server core-ms per search are printed.
+    /// Throughput instead of the table: this many concurrent clients (at most 200), each from
+    /// its own loopback address, run whole hintless-scores searches (query, scores, ranking, 8
+    /// thumbnails, checks) for `--seconds`, and the searches/s, latencies, failures and server
+    /// core-ms per search are printed.
     #[arg(long)]
     throughput: Option<usize>,
     #[arg(long, default_value_t = 60)]
@@ -230,7 +231,13 @@ fn throughput(
             .map(|c| {
                 let (searcher, feats) = (&searcher, &feats);
                 scope.spawn(move || {
-                    let http = Client::builder().no_gzip().build().unwrap();
+                    // Each client its own address (127.0.0.10, .11, …): the server's admission is
+                    // fair by client address, and these are distinct users, not one.
+                    let http = Client::builder()
+                        .local_address(std::net::IpAddr::from([127, 0, 0, 10 + c as u8]))
+                        .no_gzip()
+                        .build()
+                        .unwrap();
                     let mut rng = ChaCha20Rng::seed_from_u64(100 + c as u64);
                     let (mut done, mut failed) = (Vec::new(), 0usize);
                     let mut i = c;
@@ -241,7 +248,12 @@ fn throughput(
                         let ok = searcher.search(&http, q, &mut rng);
                         match ok {
                             Some(_) => done.push(t.elapsed().as_secs_f64()),
-                            None => failed += 1,
+                            None => {
+                                failed += 1;
+                                // A refused client comes back no sooner than `Retry-After`
+                                // (at least a second), as the page and the CLI would.
+                                std::thread::sleep(std::time::Duration::from_secs(1));
+                            }
                         }
                     }
                     (done, failed)
@@ -296,6 +308,10 @@ fn main() {
         .map(|r| r.json().expect("PIR document"));
     let n = part.gallery_size;
     if let Some(clients) = a.throughput {
+        if !(1..=200).contains(&clients) {
+            eprintln!("pirbench: --throughput takes 1 to 200 clients");
+            std::process::exit(2);
+        }
         let pir = pir.expect("throughput needs a server that offers PIR");
         throughput(&http, base, &part, &pir, clients, a.seconds);
         return;

@@ -52,7 +52,7 @@ for spec in "${sizes[@]}"; do
   fi
   if [ "${PIRBENCH_THROUGHPUT_AT:-}" = "$n" ]; then
     tp=docs/eval/pir-throughput.txt
-    echo "# $(date -u +%F), $(nproc) cores, clients and server on the same machine" > "$tp.tmp"
+    echo "# $(date -u +%F), $(nproc) cores, clients (each its own loopback address) and server on the same machine" > "$tp.tmp"
     for c in ${PIRBENCH_CLIENTS:-1 2 4 8}; do
       echo "pirbench: throughput with $c clients (60 s)…"
       target/release/pirbench --base "http://127.0.0.1:$port" --throughput "$c" --seconds 60 >> "$tp.tmp"

@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::held::{Held, SharedBytes};
 use crate::lwe::{self, LWE_N};
 
 /// The public geometry of one PIR database.
@@ -167,7 +168,7 @@ impl Shape {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Database {
     pub shape: Shape,
-    pub data: Vec<u8>,
+    data: Held<u8>,
 }
 
 impl Database {
@@ -203,7 +204,36 @@ impl Database {
                 shape.records
             )));
         }
-        Ok(Database { shape, data })
+        Ok(Database {
+            shape,
+            data: Held::Owned(data),
+        })
+    }
+
+    /// The `rows × cols` bytes, row-major.
+    pub fn data(&self) -> &[u8] {
+        self.data.get()
+    }
+
+    /// Bytes [`Database::write_data`] writes.
+    pub fn data_len(&self) -> usize {
+        self.data.padded_len()
+    }
+
+    /// The bytes, padded to a multiple of 8 (what [`Database::share_data`] reads back).
+    pub fn write_data(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.data.write(out)
+    }
+
+    /// Reads the bytes from `bytes[offset..]`, where [`Database::write_data`] wrote them,
+    /// instead of holding them (refused unless they are equal); returns the offset after them.
+    pub fn share_data(&mut self, bytes: &SharedBytes, offset: usize) -> Result<usize> {
+        self.data.share(bytes, offset)
+    }
+
+    /// Whether the bytes are in the database's own memory (not shared).
+    pub fn held_in_memory(&self) -> bool {
+        self.data.is_owned()
     }
 
     /// Rows `range` of the hint `H = (D − 128)·A` (`A` from [`lwe::matrix_a`]), row-major
@@ -217,7 +247,7 @@ impl Database {
         for j0 in (0..cols).step_by(TILE) {
             let j1 = (j0 + TILE).min(cols);
             for (h, i) in out.chunks_exact_mut(LWE_N).zip(range.clone()) {
-                let row = &self.data[i * cols..(i + 1) * cols];
+                let row = &self.data()[i * cols..(i + 1) * cols];
                 for j in j0..j1 {
                     let d = (row[j] as u32).wrapping_sub(128);
                     if d != 0 {
@@ -245,7 +275,7 @@ impl Database {
             .collect();
         let mut out = vec![0u32; c * len];
         for (k, i) in range.enumerate() {
-            let row = &self.data[i * cols..(i + 1) * cols];
+            let row = &self.data()[i * cols..(i + 1) * cols];
             for (q, qv) in queries.chunks_exact(cols).enumerate() {
                 out[q * len + k] = dot_u8(row, qv).wrapping_sub(offsets[q]);
             }
@@ -337,7 +367,7 @@ mod tests {
                 let mut cols = Vec::new();
                 for c in 0..shape.queries_per_record() {
                     let j = shape.first_column(r) + c;
-                    cols.extend((0..rows).map(|i| db.data[i * shape.cols + j]));
+                    cols.extend((0..rows).map(|i| db.data()[i * shape.cols + j]));
                 }
                 assert_eq!(shape.extract(r, &cols).unwrap(), &rec[..]);
             }

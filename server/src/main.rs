@@ -205,6 +205,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         grace: std::time::Duration::from_secs(args.partition_grace_secs),
         cache_bytes: args.blocks_cache_mib << 20,
         verified_scores: args.pir_verified_scores,
+        pir_dir: None,
     };
     let state = tokio::task::spawn_blocking(move || {
         AppState::open_with(

@@ -35,7 +35,8 @@
 //!   only under the same assumption (a worst case there grows fourfold a level).
 
 use super::modq::Q;
-use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, Ring, SecretKey, SwitchDigits};
+use super::rlwe::{Ciphertext, DigitsView, Gadget, KeyBody, KeyMask, Ring, SecretKey};
+use crate::held::{Held, SharedBytes};
 use rand::RngCore;
 
 use crate::error::PirError;
@@ -131,7 +132,11 @@ impl PackingMasks {
 /// ([`PackingPlan::pack`]): no transforms of digits, a quarter of the products.
 pub struct PackingPlan {
     width: usize,
-    steps: Vec<SwitchDigits>,
+    /// Key switches, in the order the online pass consumes them.
+    steps: usize,
+    /// Every step's transformed digits, one step after another, modulo `Q` and modulo `P`.
+    q: Held<u64>,
+    p: Held<u32>,
     a: Vec<u64>,
 }
 
@@ -147,20 +152,71 @@ impl PackingPlan {
             Some(p) => p.iter().map(|&x| n_inv.times(x)).collect(),
             None => vec![0; n],
         };
-        let mut steps = Vec::with_capacity(n);
+        // The merges (`width − 1`) and the trace's levels: the buffers' exact sizes.
+        let steps = width - 1 + trace_levels(ring, width).count();
+        let digits = masks.0.first().map_or(0, |m| m.gadget().digits);
+        let (mut q, mut p) = (
+            Vec::with_capacity(steps * digits * n),
+            Vec::with_capacity(steps * digits * n),
+        );
+        let mut keep = |(dq, dp): (Vec<u64>, Vec<u32>)| {
+            q.extend_from_slice(&dq);
+            p.extend_from_slice(&dp);
+        };
         let mut a = merge(ring, width, &leaf, &mut |l, diff| {
             let (digits, a) =
                 masks.0[l as usize - 1].switch_a(ring, &ring.automorphism(diff, level_k(l)));
-            steps.push(digits);
+            keep(digits.into_parts());
             a
         });
         for j in trace_levels(ring, width) {
             let (digits, switched) =
                 masks.0[j as usize - 1].switch_a(ring, &ring.automorphism(&a, level_k(j)));
-            steps.push(digits);
+            keep(digits.into_parts());
             a = add(&a, &switched);
         }
-        PackingPlan { width, steps, a }
+        debug_assert_eq!(q.len(), steps * digits * n);
+        PackingPlan {
+            width,
+            steps,
+            q: Held::Owned(q),
+            p: Held::Owned(p),
+            a,
+        }
+    }
+
+    /// Step `i`'s digits.
+    fn step(&self, i: usize) -> DigitsView<'_> {
+        let (q, p) = (self.q.get(), self.p.get());
+        let (sq, sp) = (q.len() / self.steps, p.len() / self.steps);
+        DigitsView {
+            q: &q[i * sq..(i + 1) * sq],
+            p: &p[i * sp..(i + 1) * sp],
+        }
+    }
+
+    /// Bytes [`PackingPlan::write_digits`] writes.
+    pub fn digits_len(&self) -> usize {
+        self.q.padded_len() + self.p.padded_len()
+    }
+
+    /// The steps' digits, little-endian (what [`PackingPlan::share_digits`] reads back).
+    pub fn write_digits(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.q.write(out)?;
+        self.p.write(out)
+    }
+
+    /// Reads the digits from `bytes[offset..]`, where [`PackingPlan::write_digits`] wrote
+    /// them, instead of holding them (refused unless they are equal); returns the offset after
+    /// them.
+    pub fn share_digits(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
+        let end = self.q.share(bytes, offset)?;
+        self.p.share(bytes, end)
+    }
+
+    /// Whether the digits are in the plan's own memory (not shared).
+    pub fn digits_owned(&self) -> bool {
+        self.q.is_owned() || self.p.is_owned()
     }
 
     /// Inputs the plan was built for.
@@ -175,7 +231,7 @@ impl PackingPlan {
 
     /// Bytes the plan holds (its steps' transformed digits dominate).
     pub fn bytes(&self) -> usize {
-        8 * self.a.len() + self.steps.iter().map(SwitchDigits::bytes).sum::<usize>()
+        8 * self.a.len() + self.q.byte_len() + self.p.byte_len()
     }
 
     /// The packed ciphertext of LWE ciphertexts with these `b` values (the same order and
@@ -199,7 +255,7 @@ impl PackingPlan {
             }
             p
         };
-        let mut steps = self.steps.iter();
+        let mut steps = (0..self.steps).map(|i| self.step(i));
         let mut b = merge(ring, self.width, &leaf, &mut |l, diff| {
             let digits = steps.next().expect("the plan has every step");
             bodies.0[l as usize - 1].switch_b(ring, digits, &ring.automorphism(diff, level_k(l)))

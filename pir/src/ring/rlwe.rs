@@ -429,23 +429,49 @@ impl KeyRow {
     }
 }
 
-/// The transformed digits of one `a` in both residues: everything a switch needs from `a`.
-/// The residues modulo `P` are below 2³² and kept as `u32` (a server holds many of these: the
-/// packing plans).
+/// The transformed digits of one `a` in both residues: everything a switch needs from `a`,
+/// digit after digit (`N` values each). The residues modulo `P` are below 2³² and kept as
+/// `u32` (a server holds many of these: the packing plans).
 pub struct SwitchDigits {
-    q: Vec<Vec<u64>>,
-    p: Vec<Vec<u32>>,
+    q: Vec<u64>,
+    p: Vec<u32>,
 }
 
 impl SwitchDigits {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        8 * self.q.iter().map(Vec::len).sum::<usize>()
-            + 4 * self.p.iter().map(Vec::len).sum::<usize>()
+        8 * self.q.len() + 4 * self.p.len()
+    }
+
+    /// The digits as a view (what a switch reads).
+    pub fn view(&self) -> DigitsView<'_> {
+        DigitsView {
+            q: &self.q,
+            p: &self.p,
+        }
+    }
+
+    /// The residues modulo `Q` and modulo `P`, digit after digit.
+    pub fn into_parts(self) -> (Vec<u64>, Vec<u32>) {
+        (self.q, self.p)
     }
 }
 
+/// [`SwitchDigits`] wherever they are held (a packing plan keeps every step's digits in one
+/// buffer, in memory or in a file the server mapped): `q` and `p` hold the same number of
+/// digits, `N` values each.
+#[derive(Clone, Copy)]
+pub struct DigitsView<'a> {
+    pub q: &'a [u64],
+    pub p: &'a [u32],
+}
+
 impl KeyMask {
+    /// The gadget its digits are taken with.
+    pub fn gadget(&self) -> Gadget {
+        self.gadget
+    }
+
     pub fn from_seed(ring: &Ring, gadget: Gadget, seed: &[u8; 32], stream: u64) -> KeyMask {
         let mut rng = ChaCha20Rng::from_seed(*seed);
         rng.set_stream(stream);
@@ -507,18 +533,18 @@ impl KeyMask {
         let digits = SwitchDigits {
             q: digits
                 .iter()
-                .map(|d| ring.to_ntt(&reduce_signed(Q, d)))
+                .flat_map(|d| ring.to_ntt(&reduce_signed(Q, d)))
                 .collect(),
             p: digits
                 .iter()
-                .map(|d| {
+                .flat_map(|d| {
                     let t = ring.to_ntt_p(&reduce_signed(P, d));
                     // Reduced modulo P < 2³²: exact in a u32.
-                    t.into_iter().map(|x| x as u32).collect()
+                    t.into_iter().map(|x| x as u32)
                 })
                 .collect(),
         };
-        let a_new = ring.divide_by_p(&digits, &self.rows);
+        let a_new = ring.divide_by_p(digits.view(), &self.rows);
         (digits, a_new.iter().map(|&x| Q.neg(x)).collect())
     }
 }
@@ -581,7 +607,7 @@ impl KeyBody {
     }
 
     /// The other half: `b − ⌊Σ_t d_t·b_t / P⌉`.
-    pub fn switch_b(&self, ring: &Ring, digits: &SwitchDigits, b: &[u64]) -> Vec<u64> {
+    pub fn switch_b(&self, ring: &Ring, digits: DigitsView<'_>, b: &[u64]) -> Vec<u64> {
         let q = ring.divide_by_p(digits, &self.rows);
         zip_with(b, &q, |x, y| Q.sub(x, y))
     }
@@ -590,7 +616,7 @@ impl KeyBody {
 impl Ring {
     /// `⌊Σ_t d_t·k_t / P⌉ mod Q` from the residues of `Σ_t d_t·k_t` modulo `P·Q`:
     /// `(x_Q − centered(x_P))·P⁻¹`, exact because `x − centered(x_P)` is a multiple of `P`.
-    fn divide_by_p(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
+    fn divide_by_p(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> Vec<u64> {
         #[cfg(target_arch = "x86_64")]
         {
             if super::fast_x86() {
@@ -603,15 +629,22 @@ impl Ring {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,bmi2")]
-    unsafe fn divide_by_p_avx2(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
+    unsafe fn divide_by_p_avx2(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> Vec<u64> {
         self.divide_by_p_portable(digits, key)
     }
 
     #[inline(always)]
-    fn divide_by_p_portable(&self, digits: &SwitchDigits, key: &[KeyRow]) -> Vec<u64> {
+    fn divide_by_p_portable(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> Vec<u64> {
         let n = self.n();
         let (mut xq, mut xp) = (vec![0u64; n], vec![0u64; n]);
-        for ((dq, dp), row) in digits.q.iter().zip(&digits.p).zip(key) {
+        debug_assert_eq!(digits.q.len(), key.len() * n);
+        debug_assert_eq!(digits.p.len(), key.len() * n);
+        for ((dq, dp), row) in digits
+            .q
+            .chunks_exact(n)
+            .zip(digits.p.chunks_exact(n))
+            .zip(key)
+        {
             for ((x, &d), k) in xq.iter_mut().zip(dq).zip(&row.q) {
                 *x = Q.add(*x, k.times(d));
             }
@@ -654,7 +687,7 @@ impl KeySwitchKey {
     pub fn switch(&self, ring: &Ring, ct: &Ciphertext) -> Ciphertext {
         let (digits, a) = self.mask.switch_a(ring, &ct.a);
         Ciphertext {
-            b: self.body.switch_b(ring, &digits, &ct.b),
+            b: self.body.switch_b(ring, digits.view(), &ct.b),
             a,
         }
     }

@@ -73,6 +73,7 @@ use super::pack::{
 };
 use super::rlwe::{encrypt_under, phase_of, uniform, Gadget, Ring, SecretKey};
 use crate::error::{Error, PirError, Result};
+use crate::held::{Held, SharedBytes};
 
 /// Norm digits per block: `‖f‖² < 2³⁶` needs one unsigned digit and four signed ones.
 pub const NORM_DIGITS: usize = 5;
@@ -232,8 +233,8 @@ fn query_mask(ring: &Ring, seed: &[u8; 32], chunk: usize) -> Vec<u64> {
 /// The server's side: the two planes, and the packing plans of the version.
 pub struct ScoreDb {
     shape: ScoreShape,
-    lo: Vec<u8>,
-    hi: Vec<i8>,
+    lo: Held<u8>,
+    hi: Held<i8>,
     plans: Vec<PackingPlan>,
 }
 
@@ -330,10 +331,46 @@ impl ScoreDb {
         );
         Ok(ScoreDb {
             shape,
-            lo,
-            hi,
+            lo: Held::Owned(lo),
+            hi: Held::Owned(hi),
             plans,
         })
+    }
+
+    /// Bytes [`ScoreDb::write_held`] writes.
+    pub fn held_len(&self) -> usize {
+        self.lo.padded_len()
+            + self.hi.padded_len()
+            + self
+                .plans
+                .iter()
+                .map(PackingPlan::digits_len)
+                .sum::<usize>()
+    }
+
+    /// The planes and the plans' digits, little-endian (what [`ScoreDb::share`] reads back):
+    /// for a server that writes them to a file and maps it.
+    pub fn write_held(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.lo.write(out)?;
+        self.hi.write(out)?;
+        self.plans.iter().try_for_each(|p| p.write_digits(out))
+    }
+
+    /// Reads the planes and the plans' digits from `bytes`, where [`ScoreDb::write_held`]
+    /// wrote them, instead of holding them: refused unless they equal what is held (parts
+    /// checked equal before a refusal stay shared). Answers are the same either way.
+    pub fn share(&mut self, bytes: &SharedBytes) -> Result<()> {
+        let mut at = self.lo.share(bytes, 0)?;
+        at = self.hi.share(bytes, at)?;
+        for p in &mut self.plans {
+            at = p.share_digits(bytes, at)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the planes and plans are in the database's own memory (nothing shared).
+    pub fn held_in_memory(&self) -> bool {
+        self.lo.is_owned() && self.hi.is_owned() && self.plans.iter().all(|p| p.digits_owned())
     }
 
     pub fn shape(&self) -> ScoreShape {
@@ -366,7 +403,7 @@ impl ScoreDb {
 
     /// Bytes held: the planes and the plans.
     pub fn bytes(&self) -> usize {
-        self.lo.len() + self.hi.len() + self.plan_bytes()
+        self.lo.byte_len() + self.hi.byte_len() + self.plan_bytes()
     }
 
     /// The scoring pass: each plane's `D·b`, row by row (each an LWE ciphertext's `b` value).
@@ -387,8 +424,8 @@ impl ScoreDb {
         let q_lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
         let q_hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
         Ok(vec![
-            plane_sums(&self.lo, cols, &q_lo, &q_hi, micros),
-            plane_sums(&self.hi, cols, &q_lo, &q_hi, micros),
+            plane_sums(self.lo.get(), cols, &q_lo, &q_hi, micros),
+            plane_sums(self.hi.get(), cols, &q_lo, &q_hi, micros),
         ])
     }
 
@@ -925,6 +962,54 @@ mod tests {
         assert_eq!(&got[..want.len()], &want[..]);
         assert!(ahead(&mut f).query(5, &q).is_err());
         assert!(ahead(&mut f).query(0, &q[..15]).is_err());
+    }
+
+    /// Planes and plans read in place from the bytes `write_held` wrote answer exactly as
+    /// the ones held; other bytes are refused.
+    #[test]
+    fn planes_and_plans_read_from_shared_bytes_answer_the_same() {
+        struct Words(Vec<u64>);
+        impl AsRef<[u8]> for Words {
+            fn as_ref(&self) -> &[u8] {
+                // SAFETY: plain integers; the slice covers exactly the words' memory.
+                unsafe {
+                    std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 8)
+                }
+            }
+        }
+        let shape = ScoreShape {
+            blocks: 5,
+            dim: 16,
+            rows: 300,
+        };
+        let mut f = fixture(256, shape, 31);
+        let q: Vec<i16> = (0..16).map(|j| 1_500 * j - 11_000).collect();
+        let (upload, bodies, sk) =
+            query(&f.ring, &shape, &QSEED, &f.masks, 2, &q, &mut f.rng).unwrap();
+        let held = f.db.answer(&f.ring, &upload, &bodies, None).unwrap();
+        let mut out = Vec::new();
+        f.db.write_held(&mut out).unwrap();
+        assert_eq!(out.len(), f.db.held_len());
+        let words = |out: &[u8]| -> SharedBytes {
+            std::sync::Arc::new(Words(
+                out.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            ))
+        };
+        let mut damaged = out.clone();
+        *damaged.last_mut().unwrap() ^= 1;
+        assert!(f.db.share(&words(&damaged)).is_err());
+        assert!(f.db.share(&words(&out[..out.len() - 8])).is_err());
+        f.db.share(&words(&out)).unwrap();
+        assert!(!f.db.held_in_memory());
+        let shared = f.db.answer(&f.ring, &upload, &bodies, None).unwrap();
+        assert_eq!(shared, held);
+        let got = decode(&f.ring, &shape, &sk, &f.db.public_a(), &shared).unwrap();
+        assert_eq!(
+            &got[..f.blocks[2].len() / 16],
+            &plaintext_scores(&q, &f.blocks[2], 16)[..]
+        );
     }
 
     #[test]

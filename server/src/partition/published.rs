@@ -65,7 +65,7 @@ impl KeptMaps {
 }
 
 /// What the operator sets (flags of the `server` binary).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PartitionSettings {
     /// The largest expected share of the gallery one search may download, in (0, 1].
     pub max_share: f64,
@@ -79,6 +79,12 @@ pub struct PartitionSettings {
     /// PIR: each thumbnail record also carries its item's features, so clients check the
     /// hintless ranking's scores of the items they are returned (records 1.4× as large).
     pub verified_scores: bool,
+    /// PIR: a local directory the hintless ranking's planes and packing plans, the ranking
+    /// table and the public files are written to and mapped from (each file unlinked once
+    /// mapped), so they are file pages the kernel can reclaim rather than the process's own
+    /// memory (about 2.6 GB at 1,000,000 items); `None` holds them in memory.
+    /// `AppState::open_with` puts it beside the gallery store when none is given.
+    pub pir_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for PartitionSettings {
@@ -89,6 +95,7 @@ impl Default for PartitionSettings {
             grace: Duration::from_secs(600),
             cache_bytes: 1 << 30,
             verified_scores: false,
+            pir_dir: None,
         }
     }
 }

@@ -147,9 +147,12 @@ impl AppState {
     /// before this returns, so the server never listens without one.
     pub fn open_with(
         opts: &Options,
-        partition: PartitionSettings,
+        mut partition: PartitionSettings,
     ) -> Result<Arc<Self>, StateError> {
         let t_total = std::time::Instant::now();
+        if partition.pir_dir.is_none() {
+            partition.pir_dir = Some(opts.store_path.with_extension("pir"));
+        }
         let mut report = StartupReport::default();
         let t = std::time::Instant::now();
         let d = (SIDE * SIDE) as usize;

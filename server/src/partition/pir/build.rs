@@ -26,6 +26,7 @@ use shared::protocol::partition::Overlap;
 use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 use shared::protocol::thumbs;
 
+use super::mapped;
 use super::serve::*;
 use crate::item::GalleryItem;
 use crate::ops::progress::Progress;
@@ -81,6 +82,22 @@ fn build_db<'a>(
         db,
         hint,
     })
+}
+
+/// `files` as parts of one mapped file in `pir_dir` (`mapped`), or as they are without one
+/// or when writing it fails.
+fn map_files<const K: usize>(partitions: &Partitions, what: &str, files: [Bytes; K]) -> [Bytes; K] {
+    let Some(dir) = &partitions.settings.pir_dir else {
+        return files;
+    };
+    let back = match mapped::files(dir, what, files.to_vec()) {
+        Ok(b) => b,
+        Err((e, b)) => {
+            tracing::warn!(what, error = %e, "pir: files stay in memory");
+            b
+        }
+    };
+    back.try_into().expect("as many files as given")
 }
 
 /// Builds `p`'s PIR databases and attaches them (once); failures are logged and leave the
@@ -169,13 +186,22 @@ pub fn build(
         });
     crate::ops::progress::release_freed_memory();
 
-    let thumbs = build_db(
+    let mut thumbs = build_db(
         "thumbs",
         thumbs_shape(items.len(), packed.first().map_or(1, Vec::len))?,
         seeds::derive(&p.doc, Purpose::Thumbs),
         packed.iter().map(Vec::as_slice),
         Vec::new(),
     )?;
+    if let Some(dir) = &partitions.settings.pir_dir {
+        let len = thumbs.db.data_len();
+        match mapped::shared(dir, "thumbs", len, |out| thumbs.db.write_data(out)) {
+            Ok(bytes) => {
+                thumbs.db.share_data(&bytes, 0)?;
+            }
+            Err(e) => tracing::warn!(error = %e, "pir: the thumbnail database stays in memory"),
+        }
+    }
 
     // The whole ranking table.
     let all: Vec<RankItem> = (0..items.len()).map(rank_item).collect();
@@ -188,7 +214,12 @@ pub fn build(
         } else {
             gzip(&table_bytes)
         };
-        (Bytes::from(table_bytes), Bytes::from(gz))
+        let [raw, gz] = map_files(
+            partitions,
+            "table",
+            [Bytes::from(table_bytes), Bytes::from(gz)],
+        );
+        (raw, gz)
     });
 
     // Levels: records = blocks' ranking records.
@@ -281,7 +312,23 @@ fn build_scores(
             .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
             .collect())
     };
-    let db = ScoreDb::build_from(&ring, shape, features, &query_seed, &masks)?;
+    let mut db = ScoreDb::build_from(&ring, shape, features, &query_seed, &masks)?;
+    if let Some(dir) = &partitions.settings.pir_dir {
+        // The planes and plans as file pages (`mapped`), before anything else is built.
+        let t = Instant::now();
+        let len = db.held_len();
+        match mapped::shared(dir, "scores", len, |out| db.write_held(out)) {
+            Ok(bytes) => {
+                db.share(&bytes)?;
+                tracing::info!(
+                    bytes = len,
+                    secs = t.elapsed().as_secs_f64(),
+                    "pir: the hintless ranking's planes and plans mapped from a file"
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "pir: the hintless ranking stays in memory"),
+        }
+    }
     let public = ScoresPublic {
         public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
         rows: members,
@@ -328,10 +375,11 @@ fn build_scores(
         secs = t.elapsed().as_secs_f64(),
         "pir: hintless ranking built"
     );
+    let [public, gz] = map_files(partitions, "public", [Bytes::from(public), Bytes::from(gz)]);
     let serve = ScoresServe {
         ring,
         db,
-        public: (Bytes::from(public), Bytes::from(gz)),
+        public: (public, gz),
     };
     Ok((serve, doc))
 }

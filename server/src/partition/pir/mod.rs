@@ -9,6 +9,7 @@
 //! (content-addressed by the version, cacheable).
 
 mod build;
+mod mapped;
 mod serve;
 
 pub use build::{attach, build, PirBuildError};

@@ -138,7 +138,7 @@ impl PirServe {
     pub fn bytes(&self) -> (u64, u64) {
         let dbs = std::iter::once(&self.thumbs).chain(self.levels.iter().flatten());
         let (d, h) = dbs.fold((0, 0), |(d, h), x| {
-            (d + x.db.data.len() as u64, h + x.hint.len() as u64)
+            (d + x.db.data().len() as u64, h + x.hint.len() as u64)
         });
         let (sd, sh) = self
             .scores

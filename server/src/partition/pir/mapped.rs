@@ -1,0 +1,116 @@
+//! A version's large PIR structures as file pages rather than the process's own memory
+//! (`PartitionSettings::pir_dir`): the hintless ranking's feature planes and packing plans,
+//! the thumbnail database, the ranking table and the public files are written to a file there
+//! and read through a read-only mapping of it (`pir::held`; [`axum::body::Bytes`] for files
+//! that are sent). Each answer still reads all of them, so they stay in the page cache while
+//! searches come; but the kernel may reclaim them (they are clean file pages, read again on
+//! the next answer) and the process's own memory (RssAnon) no longer holds them: at
+//! 1,000,000 items 2.9 GB of a version's 3.0 GB of PIR.
+//!
+//! Each file is unlinked as soon as it is created: only this mapping refers to it, nothing
+//! else can open or change it, and its disk space is freed when the version is dropped — or
+//! when the process ends, however it ends.
+
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use shared::pir::held::SharedBytes;
+
+/// Writes `len` bytes with `write` to a new, already unlinked file in `dir` (created if
+/// missing) and maps it read-only. Refused if `write` writes another number of bytes.
+pub fn write_and_map(
+    dir: &Path,
+    what: &str,
+    len: usize,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<memmap2::Mmap> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!(
+        "{what}-{}-{}.tmp",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    let mut out = BufWriter::with_capacity(1 << 20, &file);
+    write(&mut out)?;
+    out.flush()?;
+    drop(out);
+    let written = file.metadata()?.len();
+    if written != len as u64 {
+        return Err(std::io::Error::other(format!(
+            "{what}: {written} bytes written, {len} expected"
+        )));
+    }
+    // SAFETY: the file was unlinked right after this process created it, so no other process
+    // can open it by name, and this process never writes to it after this point: the mapping
+    // sees fixed bytes for as long as it lives.
+    unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
+}
+
+/// [`write_and_map`] as shared bytes for `pir::held`.
+pub fn shared(
+    dir: &Path,
+    what: &str,
+    len: usize,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<SharedBytes> {
+    Ok(Arc::new(write_and_map(dir, what, len, write)?))
+}
+
+/// `files` written one after another to one mapped file, each returned as a [`Bytes`] of the
+/// mapping; empty files stay empty. On failure the files are returned as they were.
+pub fn files(
+    dir: &Path,
+    what: &str,
+    files: Vec<Bytes>,
+) -> Result<Vec<Bytes>, (std::io::Error, Vec<Bytes>)> {
+    let len: usize = files.iter().map(Bytes::len).sum();
+    if len == 0 {
+        return Ok(files);
+    }
+    let map = match write_and_map(dir, what, len, |out| {
+        files.iter().try_for_each(|f| out.write_all(f))
+    }) {
+        Ok(m) => Bytes::from_owner(m),
+        Err(e) => return Err((e, files)),
+    };
+    let mut at = 0;
+    Ok(files
+        .iter()
+        .map(|f| {
+            let part = map.slice(at..at + f.len());
+            at += f.len();
+            part
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_come_back_from_the_mapping_and_leave_nothing_on_disk() {
+        let dir = std::env::temp_dir().join(format!("pm-mapped-{}", std::process::id()));
+        let given = vec![
+            Bytes::from_static(b"table"),
+            Bytes::new(),
+            Bytes::from(vec![7u8; 100_000]),
+        ];
+        let back = files(&dir, "test", given.clone()).unwrap();
+        assert_eq!(back, given);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
+        let short = write_and_map(&dir, "short", 10, |out| out.write_all(b"abc"));
+        assert!(short.is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

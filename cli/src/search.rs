@@ -76,9 +76,10 @@ pub struct Timings {
 pub struct Outcome {
     pub protocol: Protocol,
     pub predicted_class: String,
-    /// The photo's cosine distance to the nearest public anchor, and whether it is above the
-    /// calibrated threshold (`shared::embed::ood`): then it does not look like clothing.
-    pub unfamiliar_distance: f32,
+    /// The photo's out-of-distribution score against the anchors' reference, and whether it is
+    /// above the calibrated threshold (`shared::embed::ood`): then it does not look like
+    /// clothing. `None` for an input with almost no ink (an infinite score).
+    pub unfamiliar_score: Option<f32>,
     pub unfamiliar: bool,
     /// This search's release (none when the whole gallery was downloaded).
     pub receipt: Option<Receipt>,
@@ -112,22 +113,23 @@ fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse,
     Ok((anchors, n))
 }
 
-/// Does the photo look like something the gallery holds? Its distance to the nearest public
-/// anchor (`shared::embed::ood`), computed here; the anchors are the same public file for every
-/// client, so fetching them reveals nothing about the photo.
+/// Does the photo look like something the gallery holds? Its score against the anchors'
+/// public reference (`shared::embed::ood`), computed here; the anchors are the same public file
+/// for every client, so fetching them reveals nothing about the photo.
 fn familiarity(
     anchors: &AnchorsResponse,
+    model: &Model,
     pixels: &[u8],
     features: &[f32],
 ) -> Result<shared::embed::ood::Familiarity> {
-    if anchors.features.iter().any(|f| f.len() != features.len()) {
-        return Err(CliError::Malformed(
-            "the anchors do not match the model's features".into(),
-        ));
-    }
-    let flat: Vec<f32> = anchors.features.iter().flatten().copied().collect();
-    shared::embed::ood::assess_input(pixels, features, &flat)
-        .map_err(|e| CliError::Malformed(e.to_string()))
+    let malformed = |e: shared::Error| CliError::Malformed(format!("the anchors' reference: {e}"));
+    anchors
+        .familiarity
+        .check(features.len())
+        .map_err(malformed)?;
+    let layers = model.layer_means(pixels).map_err(malformed)?;
+    shared::embed::ood::assess_input(pixels, features, &layers, &anchors.familiarity)
+        .map_err(malformed)
 }
 
 /// A class name for the terminal: the server's text, cut and without control characters.
@@ -167,7 +169,7 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config)?;
-    let ood = familiarity(&public_anchors, pixels, &inf.features)?;
+    let ood = familiarity(&public_anchors, model, pixels, &inf.features)?;
     let mut rng = shared::dp::rng::secure_rng()?;
     let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {
@@ -204,7 +206,7 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
     Ok(Outcome {
         protocol: q.protocol,
         predicted_class: class_name(&config, inf.label),
-        unfamiliar_distance: ood.distance,
+        unfamiliar_score: ood.score.is_finite().then_some(ood.score),
         unfamiliar: ood.unfamiliar,
         receipt,
         plan,

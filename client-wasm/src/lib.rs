@@ -65,9 +65,9 @@ pub struct Client {
     /// The public anchors' features and labels, for Algorithm 1 (its kernel cache is built on
     /// the first Algorithm 1 search, so page load does not pay for it).
     anchor_features: DMatrix<f64>,
-    /// The same features flat in f32, for the photo's out-of-distribution score
-    /// (`shared::embed::ood`).
-    anchor_features_f32: Vec<f32>,
+    /// The anchors' reference for the photo's out-of-distribution score
+    /// (`shared::embed::ood`), checked for shape when loaded.
+    familiarity: shared::embed::ood::Reference,
     anchor_labels: Vec<u32>,
     paper: Option<Anchors>,
     /// The on-device model's label of the loaded photo (Algorithm 1's query label; it never
@@ -115,6 +115,10 @@ impl Client {
             anchors.frame_rows.iter().flatten().copied(),
         );
         let frame = AnchorFrame::new(&feats, &rows, config.frame_kernel_scale).map_err(js_err)?;
+        anchors
+            .familiarity
+            .check(config.feature_dim)
+            .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         Ok(Client {
             model,
             frame,
@@ -126,7 +130,7 @@ impl Client {
             centroids: Default::default(),
             pending_blocks: None,
             anchor_features: feats,
-            anchor_features_f32: anchors.features.iter().flatten().copied().collect(),
+            familiarity: anchors.familiarity,
             anchor_labels: anchors.labels,
             paper: None,
             query_label: None,

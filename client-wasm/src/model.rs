@@ -43,9 +43,10 @@ struct ImageInfo {
     class_name: String,
     probability: f32,
     probabilities: Vec<f32>,
-    /// The photo's cosine distance to the nearest public anchor and whether it is above the
-    /// calibrated threshold (`shared::embed::ood`): the photo does not look like clothing.
-    unfamiliar_distance: f32,
+    /// The photo's out-of-distribution score against the anchors' reference and whether it is
+    /// above the calibrated threshold (`shared::embed::ood`): the photo does not look like
+    /// clothing. `null` for an input with almost no ink (an infinite score).
+    unfamiliar_score: Option<f32>,
     unfamiliar: bool,
     /// The sentence to show when `unfamiliar` (`shared::embed::ood::UNFAMILIAR_MESSAGE`).
     unfamiliar_message: Option<&'static str>,
@@ -55,7 +56,7 @@ struct ImageInfo {
 impl Client {
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
     /// (`shared::embed::model::from_rgba`), run the model, keep the features. Returns JSON
-    /// `{pixels, label, class_name, probability, probabilities, unfamiliar_distance,
+    /// `{pixels, label, class_name, probability, probabilities, unfamiliar_score,
     /// unfamiliar, unfamiliar_message}`.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
         let pixels = from_rgba(rgba, width as usize, height as usize).map_err(js_err)?;
@@ -66,8 +67,9 @@ impl Client {
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
         let inf = self.model.infer(pixels).map_err(js_err)?;
         let class_name = self.class_name(inf.label);
+        let layers = self.model.layer_means(pixels).map_err(js_err)?;
         let ood =
-            shared::embed::ood::assess_input(pixels, &inf.features, &self.anchor_features_f32)
+            shared::embed::ood::assess_input(pixels, &inf.features, &layers, &self.familiarity)
                 .map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
@@ -75,7 +77,7 @@ impl Client {
             class_name,
             probability: inf.probabilities[inf.label as usize],
             probabilities: inf.probabilities,
-            unfamiliar_distance: ood.distance,
+            unfamiliar_score: ood.score.is_finite().then_some(ood.score),
             unfamiliar: ood.unfamiliar,
             unfamiliar_message: ood
                 .unfamiliar

@@ -153,51 +153,58 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(compose_budget("[{}]", 1e-5).is_err());
 }
 
-/// The photo's out-of-distribution check: the distance and decision are the native
-/// `shared::embed::ood::assess_input` of its input and features against the anchors the client was given,
-/// and the sentence comes with the decision.
+/// The photo's out-of-distribution check: the score and decision are the native
+/// `shared::embed::ood::assess_input` of its input, features and layer means against the
+/// reference the client was given, and the sentence comes with the decision. A malformed
+/// reference is refused when the client is made.
 #[wasm_bindgen_test]
 fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     let (config, anchors, _, _) = server_json();
     let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
     let q = model.infer(&image(0)).unwrap().features;
+    let layers = model.layer_means(&image(0)).unwrap();
     let check = |anchors: &str| -> Value {
         let mut client = Client::new(WEIGHTS, &config, anchors).unwrap();
         let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
-        let parsed: Value = serde_json::from_str(anchors).unwrap();
-        let flat: Vec<f32> = parsed["features"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_f64().unwrap() as f32)
-            })
-            .collect();
-        let native = shared::embed::ood::assess_input(&image(0), &q, &flat).unwrap();
-        let d = info["unfamiliar_distance"].as_f64().unwrap() as f32;
+        let parsed: shared::api::AnchorsResponse = serde_json::from_str(anchors).unwrap();
+        let native =
+            shared::embed::ood::assess_input(&image(0), &q, &layers, &parsed.familiarity).unwrap();
+        let s = info["unfamiliar_score"].as_f64().unwrap() as f32;
         assert!(
-            (d - native.distance).abs() < 1e-5,
-            "{d} vs {}",
-            native.distance
+            (s - native.score).abs() <= 1e-5 * native.score.max(1.0),
+            "{s} vs {}",
+            native.score
         );
         assert_eq!(info["unfamiliar"].as_bool().unwrap(), native.unfamiliar);
         assert_eq!(info["unfamiliar_message"].is_string(), native.unfamiliar);
         info
     };
-    // Random anchors: far from any photo.
-    let far = check(&anchors);
+    // The fitted reference of random anchors: the same score as natively.
+    check(&anchors);
+    let identity =
+        |d: usize| -> Vec<f32> { (0..d * d).map(|i| f32::from(i % (d + 1) == 0)).collect() };
+    let centred = |shift: f32| -> String {
+        let mut v: Value = serde_json::from_str(&anchors).unwrap();
+        let mean: Vec<f32> = q.iter().map(|x| x + shift).collect();
+        v["familiarity"] = json!({
+            "features": { "means": [mean], "precision": identity(q.len()) },
+            "layers": { "means": [layers.clone()], "precision": identity(layers.len()) },
+        });
+        v.to_string()
+    };
+    // A reference far from the photo's features (2.5 in every coordinate: 6.25 a dimension).
+    let far = check(&centred(2.5));
     assert!(far["unfamiliar"].as_bool().unwrap());
     assert_eq!(
         far["unfamiliar_message"].as_str().unwrap(),
         shared::embed::ood::UNFAMILIAR_MESSAGE
     );
-    // An anchor with the photo's own features: familiar, no sentence.
-    let mut near: Value = serde_json::from_str(&anchors).unwrap();
-    near["features"][0] = json!(q);
-    let near = check(&near.to_string());
+    // Centred on the photo's own features and layer means: familiar, no sentence.
+    let near = check(&centred(0.0));
     assert!(!near["unfamiliar"].as_bool().unwrap());
     assert!(near["unfamiliar_message"].is_null());
+    // A reference of the wrong shape: the client is not made.
+    let mut bad: Value = serde_json::from_str(&anchors).unwrap();
+    bad["familiarity"]["layers"]["precision"] = json!([1.0]);
+    assert!(Client::new(WEIGHTS, &config, &bad.to_string()).is_err());
 }

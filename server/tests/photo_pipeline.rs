@@ -11,7 +11,7 @@ use privatemail_server::MODEL_WEIGHTS;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use shared::embed::model::{from_rgba, Model};
-use shared::embed::ood::assess_input;
+use shared::embed::ood::{assess_input, Reference};
 
 const SIDE: usize = 112;
 
@@ -23,13 +23,20 @@ fn splits() -> (Split, Split) {
     )
 }
 
-fn anchor_features(model: &Model, train: &Split) -> (Vec<usize>, Vec<f32>) {
+/// The default anchors, and the out-of-distribution reference the server fits to them.
+fn anchor_features(model: &Model, train: &Split) -> (Vec<usize>, Reference) {
     let idx = balanced_anchors(train, 1000);
-    let flat = idx
+    let flat: Vec<f32> = idx
         .iter()
         .flat_map(|&i| model.infer(train.images.image(i)).unwrap().features)
         .collect();
-    (idx, flat)
+    let layers: Vec<f32> = idx
+        .iter()
+        .flat_map(|&i| model.layer_means(train.images.image(i)).unwrap())
+        .collect();
+    let labels: Vec<u32> = idx.iter().map(|&i| train.labels[i] as u32).collect();
+    let reference = Reference::fit(&flat, &layers, &labels, flat.len() / idx.len()).unwrap();
+    (idx, reference)
 }
 
 fn top8(gallery: &[Vec<f32>], q: &[f32]) -> Vec<usize> {
@@ -91,12 +98,13 @@ fn off_white_backgrounds_keep_the_neighbours() {
 fn non_clothing_is_flagged_and_clothing_is_not() {
     let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
     let (_, train) = splits();
-    let (anchors, feats) = anchor_features(&model, &train);
+    let (anchors, reference) = anchor_features(&model, &train);
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let flagged = |rgba: &[u8], side: usize| {
         let pixels = from_rgba(rgba, side, side).unwrap();
         let inf = model.infer(&pixels).unwrap();
-        assess_input(&pixels, &inf.features, &feats)
+        let layers = model.layer_means(&pixels).unwrap();
+        assess_input(&pixels, &inf.features, &layers, &reference)
             .unwrap()
             .unfamiliar
     };

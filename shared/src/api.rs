@@ -44,6 +44,9 @@ pub struct AnchorsResponse {
     pub features: Vec<Vec<f32>>,
     /// The public anchor frame (see `shared::protocol::frame`), one row per anchor.
     pub frame_rows: Vec<Vec<f64>>,
+    /// Gaussians fitted to the anchors' features and layer means, for the client's
+    /// out-of-distribution check (`shared::embed::ood`).
+    pub familiarity: crate::embed::ood::Reference,
 }
 
 /// `GET /api/v1/gallery-map`: a class-balanced sample of the gallery in the anchor frame, so

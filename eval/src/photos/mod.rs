@@ -202,35 +202,88 @@ fn auroc(neg: &[f32], pos: &[f32]) -> f64 {
     s / (neg.len() * pos.len()) as f64
 }
 
-/// The out-of-distribution scores compared (higher: less like clothing). The deployed one
-/// (`shared::embed::ood::assess_input`) is the nearest-anchor distance with an input holding
-/// less than `MIN_INK` counted as far (2, the largest distance).
-const SCORES: [&str; 5] = [
+/// The out-of-distribution scores compared (higher: less like clothing). The deployed one is
+/// `shared::embed::ood::assess_input`: the features' and layer means' Mahalanobis distances
+/// per dimension, added, with an input holding less than `MIN_INK` counted as infinitely far.
+const SCORES: [&str; NS] = [
     "energy",
     "1 − max probability",
-    "distance to nearest anchor",
-    "deployed: nearest anchor (empty input = 2)",
-    "mean distance to 5 nearest anchors",
+    "distance to nearest anchor (the decision before)",
+    "Mahalanobis, features",
+    "Mahalanobis, layer means",
+    "deployed: Mahalanobis, features + layer means (empty input = ∞)",
 ];
+const NS: usize = 6;
+type Scores = [f32; NS];
 
-fn scores(pixels: &[u8], inf: &Inference, anchors: &[Vec<f32>]) -> [f32; 5] {
-    let nearest = shared::embed::ood::assess(&inf.features, &anchors.concat())
-        .map(|f| f.distance)
-        .unwrap_or(f32::NAN);
-    let ink: u32 = pixels.iter().map(|&p| p as u32).sum();
-    let deployed = if ink < shared::embed::ood::MIN_INK {
-        2.0
-    } else {
-        nearest
+/// What the out-of-distribution scores compare a photo with: the public anchors' unit
+/// features and the reference the server fits to them (`shared::embed::ood::Reference`).
+struct Refs {
+    rows: Vec<Vec<f32>>,
+    reference: shared::embed::ood::Reference,
+}
+
+/// `model.infer`, with the features averaged over shifted copies when `PHOTOS_TTA` is set
+/// (an experiment).
+fn infer(model: &Model, pixels: &[u8]) -> Result<Inference, shared::error::Error> {
+    let mut inf = model.infer(pixels)?;
+    let Ok(kind) = std::env::var("PHOTOS_TTA") else {
+        return Ok(inf);
     };
-    let mut sims: Vec<f32> = anchors
+    let shifts: &[(i32, i32)] = match kind.as_str() {
+        "5" => &[(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1)],
+        _ => &[
+            (0, 0),
+            (1, 0),
+            (-1, 0),
+            (0, 1),
+            (0, -1),
+            (1, 1),
+            (-1, -1),
+            (1, -1),
+            (-1, 1),
+        ],
+    };
+    let x = shared::embed::model::preprocess(pixels)?;
+    let mut h = vec![0.0f32; shared::embed::model::EMBED];
+    for &(dx, dy) in shifts {
+        for flip in [false, true] {
+            let t = model.forward(&privatemail_server::gallery::training::augment(
+                &x, flip, dx, dy,
+            ));
+            h.iter_mut().zip(&t.h).for_each(|(a, b)| *a += b);
+        }
+    }
+    let n = h
         .iter()
-        .map(|a| a.iter().zip(&inf.features).map(|(x, y)| x * y).sum::<f32>())
-        .collect();
-    sims.sort_by(|a, b| b.total_cmp(a));
-    let mean5 = 1.0 - sims.iter().take(5).sum::<f32>() / 5.0;
+        .map(|v| v * v)
+        .sum::<f32>()
+        .sqrt()
+        .max(f32::MIN_POSITIVE);
+    inf.features = h.iter().map(|v| v / n).collect();
+    Ok(inf)
+}
+
+fn scores(model: &Model, pixels: &[u8], inf: &Inference, refs: &Refs) -> Scores {
+    let nearest = 1.0
+        - refs
+            .rows
+            .iter()
+            .map(|a| a.iter().zip(&inf.features).map(|(x, y)| x * y).sum::<f32>())
+            .fold(f32::NEG_INFINITY, f32::max);
     let pmax = inf.probabilities.iter().copied().fold(0.0f32, f32::max);
-    [inf.energy, 1.0 - pmax, nearest, deployed, mean5]
+    let layers = model.layer_means(pixels).expect("28×28");
+    let r = &refs.reference;
+    let deployed = shared::embed::ood::assess_input(pixels, &inf.features, &layers, r)
+        .map_or(f32::NAN, |f| f.score);
+    [
+        inf.energy,
+        1.0 - pmax,
+        nearest,
+        r.features.distance2(&inf.features) as f32,
+        r.layers.distance2(&layers) as f32,
+        deployed,
+    ]
 }
 
 /// The model input of an RGBA photo, its inference and its scores.
@@ -238,16 +291,16 @@ fn score_photo(
     model: &Model,
     rgba: &[u8],
     side: usize,
-    anchors: &[Vec<f32>],
-) -> Res<(Inference, [f32; 5])> {
+    anchors: &Refs,
+) -> Res<(Inference, Scores)> {
     let pixels = from_rgba(rgba, side, side)?;
-    let inf = model.infer(&pixels)?;
-    let s = scores(&pixels, &inf, anchors);
+    let inf = infer(model, &pixels)?;
+    let s = scores(model, &pixels, &inf, anchors);
     Ok((inf, s))
 }
 
 /// One photo's outcome: class right, its exact top k, its out-of-distribution scores.
-type Outcome = (bool, Vec<usize>, [f32; 5]);
+type Outcome = (bool, Vec<usize>, Scores);
 
 struct Row {
     weights: String,
@@ -308,7 +361,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         tracing::info!("weights {label} ({version})");
         let gallery: Vec<Vec<f32>> = (0..test.labels.len())
             .into_par_iter()
-            .map(|i| model.infer(test.images.image(i)).map(|r| r.features))
+            .map(|i| infer(&model, test.images.image(i)).map(|r| r.features))
             .collect::<Result<_, _>>()?;
         // The pipeline on the dataset's own images.
         let identity: Vec<(bool, usize)> = (0..test.labels.len())
@@ -320,7 +373,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 if out == img {
                     return Ok((true, K));
                 }
-                let f = model.infer(&out)?.features;
+                let f = infer(&model, &out)?.features;
                 Ok((
                     false,
                     overlap(&top_k(&gallery, &f), &top_k(&gallery, &gallery[i])),
@@ -339,8 +392,23 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         )?;
         let anchors: Vec<Vec<f32>> = anchor_idx
             .par_iter()
-            .map(|&i| model.infer(train.images.image(i)).map(|r| r.features))
+            .map(|&i| infer(&model, train.images.image(i)).map(|r| r.features))
             .collect::<Result<_, _>>()?;
+        let anchor_labels: Vec<u32> = anchor_idx.iter().map(|&i| train.labels[i] as u32).collect();
+        let layer_means: Vec<f32> = anchor_idx
+            .iter()
+            .map(|&i| model.layer_means(train.images.image(i)))
+            .collect::<Result<Vec<_>, _>>()?
+            .concat();
+        let anchors = Refs {
+            reference: shared::embed::ood::Reference::fit(
+                &anchors.concat(),
+                &layer_means,
+                &anchor_labels,
+                shared::embed::model::EMBED,
+            )?,
+            rows: anchors,
+        };
         for pipeline in [Pipeline::Legacy, Pipeline::Current] {
             // Per held-out image and condition: (correct, top-k, scores).
             let per: Vec<Vec<Outcome>> = held_out
@@ -352,11 +420,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                         .map(|(ci, c)| -> Res<_> {
                             let p = photo(&train, i, ci, c, args.seed)?;
                             let pixels = pipeline.input(&p)?;
-                            let inf = model.infer(&pixels)?;
+                            let inf = infer(&model, &pixels)?;
                             Ok((
                                 inf.label == train.labels[i] as u32,
                                 top_k(&gallery, &inf.features),
-                                scores(&pixels, &inf, &anchors),
+                                scores(&model, &pixels, &inf, &anchors),
                             ))
                         })
                         .collect::<Res<Vec<_>>>()
@@ -428,7 +496,7 @@ fn ood_report(
     model: &Model,
     test: &Split,
     calibration: &[usize],
-    anchors: &[Vec<f32>],
+    anchors: &Refs,
     held_out: &[Vec<Outcome>],
     label: &str,
     version: &str,
@@ -437,19 +505,19 @@ fn ood_report(
 ) -> Res<()> {
     let family = conditions().len() - 1;
     let family_def = &conditions()[family];
-    let cal: Vec<[f32; 5]> = calibration
+    let cal: Vec<Scores> = calibration
         .par_iter()
-        .map(|&i| -> Res<[f32; 5]> {
+        .map(|&i| -> Res<Scores> {
             let p = photo(test, i, family, family_def, args.seed ^ 0xca1)?;
             Ok(score_photo(model, &p, SIDE, anchors)?.1)
         })
         .collect::<Res<_>>()?;
     let per_kind = args.photos_count.div_ceil(ood::KINDS.len());
-    let ood_scores: Vec<Vec<[f32; 5]>> = (0..ood::KINDS.len())
+    let ood_scores: Vec<Vec<Scores>> = (0..ood::KINDS.len())
         .map(|kind| {
             (0..per_kind)
                 .into_par_iter()
-                .map(|j| -> Res<[f32; 5]> {
+                .map(|j| -> Res<Scores> {
                     let mut rng = ChaCha8Rng::seed_from_u64(
                         args.seed ^ 0x00d0_0000 ^ ((kind * per_kind + j) as u64),
                     );

@@ -32,6 +32,10 @@ struct Args {
     /// (`gallery::photos`, `shared::embed::photo`); 0 disables it.
     #[arg(long, default_value_t = 0.5)]
     photo_share: f32,
+    /// Weight of the contrastive loss pulling a photo's embedding to its clean image's
+    /// (`gallery::training::TrainConfig::contrast`); 0 disables it.
+    #[arg(long, default_value_t = 0.0)]
+    contrast: f32,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
     out: PathBuf,
     /// Only measure the quality of an existing weights file on the test split.
@@ -70,6 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: args.seed,
         augment: !args.no_augment,
         photo_share: args.photo_share,
+        contrast: args.contrast,
     };
     let t0 = Instant::now();
     let model = train(&xs, &train_split.labels[..n], &cfg, |epoch, model, loss| {

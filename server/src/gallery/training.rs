@@ -22,6 +22,45 @@ pub struct TrainConfig {
     /// photo pipeline (`shared::embed::photo`), so the model learns what that pipeline leaves
     /// of a photo: its resampling blur, rotations, noise. 0 disables it.
     pub photo_share: f32,
+    /// Weight of a contrastive loss (InfoNCE, temperature [`TAU`]) that pulls each photo's
+    /// unit embedding towards its clean image's (a fixed target) and away from the other clean
+    /// images of its chunk: what keeps a photo's exact nearest neighbours where the clean
+    /// image's are, under the perturbations the photo pipeline cannot undo. 0 disables it.
+    pub contrast: f32,
+}
+
+/// Temperature of the contrastive loss.
+pub const TAU: f32 = 0.1;
+
+/// The unit vector of `h` and its norm.
+fn unit(h: &[f32]) -> (Vec<f32>, f32) {
+    let n = h.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+    (h.iter().map(|v| v / n).collect(), n)
+}
+
+/// InfoNCE of the view `h` against clean unit `targets` (its own at `own`): the loss and its
+/// gradient with respect to `h`, both scaled by `weight`.
+fn contrastive(h: &[f32], targets: &[Vec<f32>], own: usize, weight: f32) -> (f32, Vec<f32>) {
+    let (u, norm) = unit(h);
+    let logits: Vec<f32> = targets
+        .iter()
+        .map(|t| t.iter().zip(&u).map(|(a, b)| a * b).sum::<f32>() / TAU)
+        .collect();
+    let p = shared::embed::model::softmax(&logits);
+    let loss = -p[own].max(1e-12).ln();
+    // dL/du = Σ_j (p_j − [j = own]) t_j / τ; through the normalisation: (I − u uᵀ)/|h|.
+    let mut du = vec![0.0f32; u.len()];
+    for (j, t) in targets.iter().enumerate() {
+        let c = (p[j] - if j == own { 1.0 } else { 0.0 }) / TAU;
+        du.iter_mut().zip(t).for_each(|(d, v)| *d += c * v);
+    }
+    let dot: f32 = du.iter().zip(&u).map(|(a, b)| a * b).sum();
+    let dh = du
+        .iter()
+        .zip(&u)
+        .map(|(d, v)| weight * (d - dot * v) / norm)
+        .collect();
+    (weight * loss, dh)
 }
 
 /// How one training sample is drawn.
@@ -169,7 +208,25 @@ pub fn train(
                 .map(|(chunk, augs)| {
                     let mut g = Weights::zeros();
                     let mut l = 0.0;
-                    for (&i, draw) in chunk.iter().zip(augs) {
+                    // The clean images' unit embeddings, the contrastive loss's fixed targets.
+                    let targets: Vec<Vec<f32>> = if cfg.contrast > 0.0 {
+                        chunk
+                            .iter()
+                            .zip(augs)
+                            .map(|(&i, draw)| {
+                                let clean = match *draw {
+                                    Draw::Photo(_, _, true) | Draw::Shifted(true, _, _) => {
+                                        shared::embed::model::mirror(&xs[i])
+                                    }
+                                    _ => xs[i].clone(),
+                                };
+                                unit(&model.forward(&clean).h).0
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    for (j, (&i, draw)) in chunk.iter().zip(augs).enumerate() {
                         let t = match *draw {
                             Draw::Plain => model.forward(&xs[i]),
                             Draw::Shifted(flip, dx, dy) => {
@@ -179,7 +236,15 @@ pub fn train(
                                 model.forward(&photo_input(&xs[i], shot, seed, flip))
                             }
                         };
-                        l += model.backward(&t, labels[i] as usize, &mut g);
+                        let extra = match draw {
+                            Draw::Photo(..) if cfg.contrast > 0.0 => {
+                                let (cl, dh) = contrastive(&t.h, &targets, j, cfg.contrast);
+                                l += cl;
+                                Some(dh)
+                            }
+                            _ => None,
+                        };
+                        l += model.backward_with(&t, labels[i] as usize, extra.as_deref(), &mut g);
                     }
                     (g, l)
                 })
@@ -208,6 +273,41 @@ pub fn train(
 mod tests {
     use super::*;
 
+    /// The contrastive loss's gradient is its derivative (central differences).
+    #[test]
+    fn contrastive_gradient_matches_finite_differences() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let h: Vec<f32> = (0..8).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let targets: Vec<Vec<f32>> = (0..5)
+            .map(|_| {
+                unit(
+                    &(0..8)
+                        .map(|_| rng.random_range(-1.0..1.0))
+                        .collect::<Vec<f32>>(),
+                )
+                .0
+            })
+            .collect();
+        let (_, grad) = contrastive(&h, &targets, 2, 0.7);
+        for k in 0..h.len() {
+            let step = 1e-3f32;
+            let at = |d: f32| {
+                let mut x = h.clone();
+                x[k] += d;
+                contrastive(&x, &targets, 2, 0.7).0
+            };
+            let numeric = (at(step) - at(-step)) / (2.0 * step);
+            assert!(
+                (numeric - grad[k]).abs() <= 2e-2 * numeric.abs().max(1.0),
+                "coordinate {k}: {numeric} against {}",
+                grad[k]
+            );
+        }
+        // At its own target's direction with the others far, the loss is near 0.
+        let own = contrastive(&targets[2], &targets, 2, 1.0).0;
+        assert!(own < contrastive(&targets[0], &targets, 2, 1.0).0);
+    }
+
     /// Same seed, same data → the same weights, with one thread or two.
     #[test]
     fn training_is_deterministic_across_thread_counts() {
@@ -223,6 +323,7 @@ mod tests {
             seed: 9,
             augment: true,
             photo_share: 0.5,
+            contrast: 0.5,
         };
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()

@@ -295,15 +295,7 @@ impl AppState {
             .collect();
         let t = std::time::Instant::now();
         let params = Params::default();
-        let anchors = AnchorsResponse {
-            ids: anchor_idx
-                .iter()
-                .map(|&i| ANCHOR_ID_BASE + i as u64)
-                .collect(),
-            labels: anchor_idx.iter().map(|&i| train.labels[i] as u32).collect(),
-            features: Vec::new(),
-            frame_rows: Vec::new(),
-        };
+        let anchor_labels: Vec<u32> = anchor_idx.iter().map(|&i| train.labels[i] as u32).collect();
         // Eight images per SIMD pass (`infer_batch`, bit-identical to `infer`), chunks in
         // parallel.
         let anchor_inf: Vec<Vec<f32>> = anchor_idx
@@ -322,15 +314,33 @@ impl AppState {
             DMatrix::from_fn(anchor_idx.len(), fd, |r, j| anchor_inf[r][j] as f64);
         let frame = AnchorFrame::class_simplex(
             &anchor_features,
-            &anchors.labels,
+            &anchor_labels,
             params.smlq.num_classes,
             shared::protocol::frame::DEFAULT_KERNEL_SCALE,
         )?;
+        // The out-of-distribution reference: Gaussians over the anchors' features and layer
+        // means (`shared::embed::ood`).
+        let layer_means: Vec<f32> = anchor_idx
+            .par_iter()
+            .map(|&i| model.layer_means(train.images.image(i)))
+            .collect::<Result<Vec<_>, _>>()?
+            .concat();
+        let familiarity = shared::embed::ood::Reference::fit(
+            &anchor_inf.concat(),
+            &layer_means,
+            &anchor_labels,
+            fd,
+        )?;
         report.data_secs += t.elapsed().as_secs_f64();
         let anchors = AnchorsResponse {
+            ids: anchor_idx
+                .iter()
+                .map(|&i| ANCHOR_ID_BASE + i as u64)
+                .collect(),
+            labels: anchor_labels,
             features: anchor_inf,
             frame_rows: gallery_rows(frame.rows()),
-            ..anchors
+            familiarity,
         };
         // The same bytes `GET /anchors` serves (`http::cache::json_revalidated`).
         let anchors_sha256 =

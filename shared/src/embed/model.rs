@@ -145,6 +145,22 @@ pub struct Trace {
     pub logits: Vec<f32>,
 }
 
+impl Trace {
+    /// The mean of each pooled channel of both convolution layers (`C1 + C2` values): what the
+    /// out-of-distribution check compares besides the embedding, since the embedding keeps
+    /// only what tells the ten classes apart.
+    pub fn channel_means(&self) -> Vec<f32> {
+        let mean = |v: &[f32], side: usize| -> Vec<f32> {
+            v.chunks_exact(side * side)
+                .map(|c| c.iter().sum::<f32>() / (side * side) as f32)
+                .collect()
+        };
+        let mut out = mean(&self.p1, P1);
+        out.extend(mean(&self.p2, P2));
+        out
+    }
+}
+
 /// What inference returns.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inference {
@@ -480,6 +496,13 @@ impl Model {
         Ok(combine(&a.h, &b.h, &a.logits, &b.logits))
     }
 
+    /// The pooled channel means of both convolution layers ([`Trace::channel_means`]) of one
+    /// image (upright, as [`Model::infer`] sees it): what the out-of-distribution check
+    /// ([`super::ood`]) compares besides the features.
+    pub fn layer_means(&self, pixels: &[u8]) -> Result<Vec<f32>> {
+        Ok(self.forward(&preprocess(pixels)?).channel_means())
+    }
+
     /// [`Model::infer`] for many images, bit-identical to it image by image and several times
     /// faster: the images go through the network eight at a time, one per SIMD lane (a last
     /// partial group is padded). A wrong-sized image is an error (nothing is computed).
@@ -524,6 +547,19 @@ impl Model {
     // Index loops mirror the tensor algebra (several arrays share each index).
     #[allow(clippy::needless_range_loop)]
     pub fn backward(&self, t: &Trace, label: usize, g: &mut Weights) -> f32 {
+        self.backward_with(t, label, None, g)
+    }
+
+    /// [`Model::backward`] with an extra gradient `extra` on the embedding (pre-activation,
+    /// as [`Trace::h`]) from a loss on the features, added to the cross-entropy's.
+    #[allow(clippy::needless_range_loop)]
+    pub fn backward_with(
+        &self,
+        t: &Trace,
+        label: usize,
+        extra: Option<&[f32]>,
+        g: &mut Weights,
+    ) -> f32 {
         let w = &self.w;
         let prob = softmax(&t.logits);
         let loss = -prob[label].max(1e-12).ln();
@@ -541,7 +577,11 @@ impl Model {
         let dh: Vec<f32> = dr
             .iter()
             .zip(&t.h)
-            .map(|(d, h)| if *h > 0.0 { *d } else { 0.0 })
+            .enumerate()
+            .map(|(e, (d, h))| {
+                let head = if *h > 0.0 { *d } else { 0.0 };
+                head + extra.map_or(0.0, |x| x[e])
+            })
             .collect();
         let mut dp2 = vec![0.0f32; FLAT];
         for e in 0..EMBED {

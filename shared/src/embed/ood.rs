@@ -2,31 +2,49 @@
 //! model, so a client can say when its results may mean little (a photo of a cat, a screenshot
 //! of text): the model always names one of its ten classes, often with high probability.
 //!
-//! The score is the cosine distance from the photo's features to the nearest public anchor
-//! (training images the server publishes, whose features every client already holds):
-//! `1 − max_a ⟨f, a⟩` over unit rows. `eval --photos` compared it with the logits' energy and
-//! with the top class probability on procedurally generated noise, gradients, geometric shapes
-//! and text-like images against held-out clothing photos, and this one separates best (figures
-//! at [`UNFAMILIAR_DISTANCE`]; the full table in `docs/eval/photos.md`). An input the photo
-//! pipeline left (nearly) empty — pure noise, a blank page — is unfamiliar too ([`MIN_INK`]).
+//! The score is a Mahalanobis distance (Lee et al., *A simple unified framework for detecting
+//! out-of-distribution samples and adversarial attacks*, 2018) under class-conditional
+//! Gaussians with one shared covariance, fitted to the public anchors (training images the
+//! server publishes), taken twice and added per dimension:
+//! - on the features (the unit embedding every search uses), and
+//! - on the pooled channel means of both convolution layers
+//!   ([`crate::embed::model::Model::layer_means`]), because the embedding keeps only what tells
+//!   the ten classes apart: a drawn rectangle or a line of text can land near a bag there,
+//!   while its edges and strokes look like no garment's in the layers below.
 //!
-//! It runs on the client with data the client already has; nothing about it is sent. A server
-//! choosing odd anchors can only change this warning, never what a search reveals.
+//! `eval --photos` compared it with the nearest anchor's cosine distance (the previous
+//! decision), the logits' energy and the top class probability on procedurally generated noise,
+//! gradients, geometric shapes and text-like images against held-out clothing photos; this one
+//! separates best (figures at [`UNFAMILIAR_SCORE`]; the table in `docs/eval/photos.md`). An
+//! input the photo pipeline left (nearly) empty — pure noise, a blank page — is unfamiliar too
+//! ([`MIN_INK`]).
+//!
+//! **Privacy.** It runs on the client, on the photo and a [`Reference`] every client receives
+//! alike (part of the public anchors file); nothing about it is sent, and nothing a search
+//! sends depends on it. A server that sends an odd reference can change this warning only,
+//! never what a search reveals — it is checked for shape and finiteness so it cannot make the
+//! client fail either.
 
+use serde::{Deserialize, Serialize};
+
+use crate::embed::model::{C1, C2};
 use crate::error::{Error, Result};
 
-/// Above this distance to the nearest anchor a photo is called unfamiliar. Calibrated by
-/// `eval --photos` for the committed weights (cnn-v1-6135bf58efcc9c0c) and the server's
-/// default anchors (`data::balanced_anchors(train, 1000)`): it flags 1 % of 1,000 family
-/// photos of test-split images (backgrounds 200–255, shifts ≤ 10 %, scale 0.7–1.0, rotations
-/// ≤ 10°, noise σ = 5, JPEG q60). On photos of the 1,000 reserved training images (never
-/// trained on) it flags 1.1 % of family photos and 1.4 % of clean ones. Against 1,000 generated
-/// non-clothing images the deployed decision ([`assess_input`]) has AUROC 0.940 (noise 0.985,
-/// gradients 0.986, geometric shapes 0.898, text-like 0.890) and flags 54.7 % of them — shapes
-/// and text often look like bags and sandals to this model. The logits' energy reached 0.858
-/// and the top probability 0.766 (`docs/eval/photos.md`, weights cnn-v1-eac955909847049e).
-/// Recalibrate with `bash scripts/eval.sh --photos` whenever the weights change.
-pub const UNFAMILIAR_DISTANCE: f32 = 0.107_844_23;
+/// Length of [`crate::embed::model::Model::layer_means`]: one mean per pooled channel.
+pub const LAYER_DIM: usize = C1 + C2;
+
+/// Above this score a photo is called unfamiliar. Calibrated by `eval --photos` for the
+/// committed weights (cnn-v1-eac955909847049e) and the server's default anchors
+/// (`data::balanced_anchors(train, 1000)`): it flags 1 % of 1,000 family photos of test-split
+/// images (backgrounds 200–255, shifts ≤ 10 %, scale 0.7–1.0, rotations ≤ 10°, noise σ = 5,
+/// JPEG q60). On photos of the 1,000 reserved training images (never trained on) it flags
+/// 0.7 % of family photos and 0.7 % of clean ones. Against 1,000 generated non-clothing images
+/// the deployed decision ([`assess_input`]) has AUROC 0.974 (noise 0.990, gradients 0.986,
+/// geometric shapes 0.960, text-like 0.959); the nearest anchor's distance reached 0.940, the
+/// features' Mahalanobis distance alone 0.949 and the logits' energy 0.858
+/// (`docs/eval/photos.md`). Recalibrate with `bash scripts/eval.sh --photos` whenever the
+/// weights change.
+pub const UNFAMILIAR_SCORE: f32 = 3.944_899_6;
 
 /// Below this much ink (the sum of the model input's 784 bytes) there is no object to speak
 /// of: the photo pipeline found nothing but background or removed it as noise (a blank
@@ -39,62 +57,222 @@ pub const MIN_INK: u32 = 4_000;
 pub const UNFAMILIAR_MESSAGE: &str =
     "This photo does not look like a clothing product the gallery holds; results may mean little.";
 
+/// Shrinkage of the shared covariance towards a multiple of the identity
+/// (`(1 − α)·S + α·tr(S)/d·I`), so 1,000 anchors in 64 dimensions give a well-conditioned
+/// precision.
+pub const SHRINKAGE: f64 = 0.1;
+
+/// Most classes a [`ClassGaussians`] received from a server may hold.
+pub const MAX_CLASSES: usize = 256;
+
+/// Class-conditional Gaussians with one shared covariance: each class's mean and the precision
+/// (inverse covariance, row-major `dim × dim`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassGaussians {
+    pub means: Vec<Vec<f32>>,
+    pub precision: Vec<f32>,
+}
+
+impl ClassGaussians {
+    /// Fits the Gaussians to `rows` (flat, `dim` values each) with their `labels`: each
+    /// present label's mean, and the within-class covariance shrunk by [`SHRINKAGE`] and
+    /// inverted (Cholesky). Fewer than two rows, a length mismatch, non-finite values or rows
+    /// without spread are typed errors.
+    pub fn fit(rows: &[f32], labels: &[u32], dim: usize) -> Result<Self> {
+        if dim == 0 || labels.len() < 2 || rows.len() != labels.len() * dim {
+            return Err(Error::DimensionMismatch {
+                what: "labelled feature rows",
+                expected: labels.len().max(2) * dim.max(1),
+                got: rows.len(),
+            });
+        }
+        if rows.iter().any(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                what: "anchor rows",
+            });
+        }
+        let mut classes: Vec<u32> = labels.to_vec();
+        classes.sort_unstable();
+        classes.dedup();
+        let index = |l: u32| classes.binary_search(&l).expect("a label of the rows");
+        let mut sums = vec![vec![0.0f64; dim]; classes.len()];
+        let mut counts = vec![0usize; classes.len()];
+        for (r, &l) in rows.chunks_exact(dim).zip(labels) {
+            let c = index(l);
+            counts[c] += 1;
+            sums[c].iter_mut().zip(r).for_each(|(s, &v)| *s += v as f64);
+        }
+        let means: Vec<Vec<f64>> = sums
+            .iter()
+            .zip(&counts)
+            .map(|(s, &n)| s.iter().map(|v| v / n as f64).collect())
+            .collect();
+        let mut cov = nalgebra::DMatrix::<f64>::zeros(dim, dim);
+        for (r, &l) in rows.chunks_exact(dim).zip(labels) {
+            let mu = &means[index(l)];
+            let d =
+                nalgebra::DVector::from_iterator(dim, r.iter().zip(mu).map(|(&v, m)| v as f64 - m));
+            cov += &d * d.transpose();
+        }
+        cov /= labels.len() as f64;
+        let mean_var = cov.trace() / dim as f64;
+        if !(mean_var > 0.0 && mean_var.is_finite()) {
+            return Err(Error::ZeroRow {
+                what: "anchor rows (no spread within their classes)",
+            });
+        }
+        let shrunk = cov * (1.0 - SHRINKAGE)
+            + nalgebra::DMatrix::<f64>::identity(dim, dim) * (SHRINKAGE * mean_var);
+        let precision = shrunk
+            .cholesky()
+            .ok_or(Error::ZeroRow {
+                what: "anchor rows (singular covariance)",
+            })?
+            .inverse();
+        Ok(ClassGaussians {
+            means: means
+                .iter()
+                .map(|m| m.iter().map(|&v| v as f32).collect())
+                .collect(),
+            // Row-major; the matrix is symmetric, so nalgebra's column order is the same.
+            precision: precision.iter().map(|&v| v as f32).collect(),
+        })
+    }
+
+    /// Checks a received value: `1..=MAX_CLASSES` means of `dim` finite values and a finite
+    /// `dim × dim` precision.
+    pub fn check(&self, dim: usize) -> Result<()> {
+        if self.means.is_empty()
+            || self.means.len() > MAX_CLASSES
+            || self.means.iter().any(|m| m.len() != dim)
+            || self.precision.len() != dim * dim
+        {
+            return Err(Error::DimensionMismatch {
+                what: "out-of-distribution reference (class means and precision)",
+                expected: dim * dim,
+                got: self.precision.len(),
+            });
+        }
+        if self
+            .means
+            .iter()
+            .flatten()
+            .chain(&self.precision)
+            .any(|v| !v.is_finite())
+        {
+            return Err(Error::NonFinite {
+                what: "out-of-distribution reference",
+            });
+        }
+        Ok(())
+    }
+
+    /// The smallest squared Mahalanobis distance of `x` to a class mean (`x` must have the
+    /// fitted length; [`ClassGaussians::check`] first for a received value).
+    pub fn distance2(&self, x: &[f32]) -> f64 {
+        let dim = x.len();
+        let mut d = vec![0.0f64; dim];
+        self.means
+            .iter()
+            .map(|mu| {
+                d.iter_mut()
+                    .zip(x.iter().zip(mu))
+                    .for_each(|(o, (&a, &m))| *o = a as f64 - m as f64);
+                self.precision
+                    .chunks_exact(dim)
+                    .zip(&d)
+                    .map(|(row, di)| {
+                        di * row
+                            .iter()
+                            .zip(&d)
+                            .map(|(&p, dj)| p as f64 * dj)
+                            .sum::<f64>()
+                    })
+                    .sum::<f64>()
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+}
+
+/// What a photo is compared with: Gaussians over the anchors' features and over their layer
+/// means. The server fits it from its anchors and publishes it with them
+/// (`api::AnchorsResponse::familiarity`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    pub features: ClassGaussians,
+    pub layers: ClassGaussians,
+}
+
+impl Reference {
+    /// Fits both to the anchors: `features` (flat rows of `feature_dim`), `layer_means` (flat
+    /// rows of [`LAYER_DIM`]) and their `labels`.
+    pub fn fit(
+        features: &[f32],
+        layer_means: &[f32],
+        labels: &[u32],
+        feature_dim: usize,
+    ) -> Result<Self> {
+        Ok(Reference {
+            features: ClassGaussians::fit(features, labels, feature_dim)?,
+            layers: ClassGaussians::fit(layer_means, labels, LAYER_DIM)?,
+        })
+    }
+
+    /// Checks a received reference against the model's feature length.
+    pub fn check(&self, feature_dim: usize) -> Result<()> {
+        self.features.check(feature_dim)?;
+        self.layers.check(LAYER_DIM)
+    }
+
+    /// The score: each squared Mahalanobis distance divided by its dimension, added (about 1
+    /// each for a photo like the anchors). Lengths that do not match the reference's, or
+    /// non-finite values, are typed errors.
+    pub fn score(&self, features: &[f32], layer_means: &[f32]) -> Result<f32> {
+        let (fd, ld) = (self.features.precision.len(), self.layers.precision.len());
+        if features.len() * features.len() != fd || layer_means.len() * layer_means.len() != ld {
+            return Err(Error::DimensionMismatch {
+                what: "features and layer means (the reference's lengths)",
+                expected: fd,
+                got: features.len() * features.len(),
+            });
+        }
+        if features.iter().chain(layer_means).any(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                what: "features or layer means",
+            });
+        }
+        let s = self.features.distance2(features) / features.len() as f64
+            + self.layers.distance2(layer_means) / layer_means.len() as f64;
+        Ok(s as f32)
+    }
+}
+
 /// A photo's out-of-distribution score and decision.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Familiarity {
-    /// Cosine distance to the nearest anchor, in [0, 2].
-    pub distance: f32,
-    /// `distance > UNFAMILIAR_DISTANCE`.
+    /// [`Reference::score`] (∞ for an input with less than [`MIN_INK`]).
+    pub score: f32,
+    /// `score > UNFAMILIAR_SCORE`.
     pub unfamiliar: bool,
 }
 
-/// The decision for a model input (`pixels`, 28×28) and its unit `features`: unfamiliar when
-/// the input holds less than [`MIN_INK`] or its features are farther than
-/// [`UNFAMILIAR_DISTANCE`] from every anchor ([`assess`]).
-pub fn assess_input(pixels: &[u8], features: &[f32], anchors: &[f32]) -> Result<Familiarity> {
-    let f = assess(features, anchors)?;
+/// The decision for a model input (`pixels`, 28×28), its unit `features` and its
+/// `layer_means`: unfamiliar when the input holds less than [`MIN_INK`] or its score exceeds
+/// [`UNFAMILIAR_SCORE`].
+pub fn assess_input(
+    pixels: &[u8],
+    features: &[f32],
+    layer_means: &[f32],
+    reference: &Reference,
+) -> Result<Familiarity> {
+    let score = reference.score(features, layer_means)?;
     let ink: u32 = pixels.iter().map(|&p| p as u32).sum();
+    let score = if ink < MIN_INK { f32::INFINITY } else { score };
     Ok(Familiarity {
-        unfamiliar: f.unfamiliar || ink < MIN_INK,
-        ..f
-    })
-}
-
-/// The score of unit `features` against `anchors` (flat rows of `features.len()` values).
-/// No anchors, only zero rows, a length that is not whole rows or non-finite values are typed
-/// errors.
-pub fn assess(features: &[f32], anchors: &[f32]) -> Result<Familiarity> {
-    let dim = features.len();
-    if dim == 0 || anchors.is_empty() || !anchors.len().is_multiple_of(dim) {
-        return Err(Error::DimensionMismatch {
-            what: "anchor features (rows of the photo's feature length)",
-            expected: dim.max(1) * (anchors.len() / dim.max(1)).max(1),
-            got: anchors.len(),
-        });
-    }
-    if features.iter().chain(anchors).any(|v| !v.is_finite()) {
-        return Err(Error::NonFinite {
-            what: "features or anchor features",
-        });
-    }
-    // Each anchor normalised here (zero rows skipped), so rows of any length cannot make
-    // every photo look familiar.
-    let nearest = anchors
-        .chunks_exact(dim)
-        .filter_map(|a| {
-            let norm = a.iter().map(|v| v * v).sum::<f32>().sqrt();
-            (norm > 0.0).then(|| a.iter().zip(features).map(|(x, y)| x * y).sum::<f32>() / norm)
-        })
-        .fold(f32::NEG_INFINITY, f32::max);
-    if nearest == f32::NEG_INFINITY {
-        return Err(Error::ZeroRow {
-            what: "anchor features",
-        });
-    }
-    let distance = (1.0 - nearest).clamp(0.0, 2.0);
-    Ok(Familiarity {
-        distance,
-        unfamiliar: distance > UNFAMILIAR_DISTANCE,
+        score,
+        unfamiliar: score > UNFAMILIAR_SCORE,
     })
 }
 
@@ -102,43 +280,109 @@ pub fn assess(features: &[f32], anchors: &[f32]) -> Result<Familiarity> {
 mod tests {
     use super::*;
 
-    fn unit(v: &[f32]) -> Vec<f32> {
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter().map(|x| x / n).collect()
+    /// Two classes of 3-d rows around (±1, 0, 0), spread by a fixed pattern.
+    fn rows() -> (Vec<f32>, Vec<u32>) {
+        let mut rows = Vec::new();
+        let mut labels = Vec::new();
+        for i in 0..200 {
+            let c = (i % 2) as u32;
+            let s = if c == 0 { 1.0 } else { -1.0 };
+            let j = ((i * 37) % 11) as f32 / 11.0 - 0.5;
+            let k = ((i * 53) % 7) as f32 / 7.0 - 0.5;
+            rows.extend([s + 0.1 * j, 0.1 * k, 0.01 * j * k]);
+            labels.push(c);
+        }
+        (rows, labels)
     }
 
     #[test]
-    fn near_an_anchor_is_familiar_and_far_from_all_is_not() {
-        let anchors = [unit(&[1.0, 0.0, 0.0]), unit(&[0.0, 1.0, 0.0])].concat();
-        let close = assess(&unit(&[1.0, 0.01, 0.0]), &anchors).unwrap();
-        assert!(close.distance < 1e-3 && !close.unfamiliar);
-        let far = assess(&[0.0, 0.0, 1.0], &anchors).unwrap();
-        assert!((far.distance - 1.0).abs() < 1e-6 && far.unfamiliar);
+    fn near_a_class_is_close_and_off_every_class_is_far() {
+        let (rows, labels) = rows();
+        let g = ClassGaussians::fit(&rows, &labels, 3).unwrap();
+        g.check(3).unwrap();
+        assert_eq!(g.means.len(), 2);
+        let near = g.distance2(&[1.0, 0.0, 0.0]);
+        let between = g.distance2(&[0.0, 0.0, 0.0]);
+        // Off the data's plane: the third coordinate barely varies, so a small step there is
+        // far — what the cosine distance to the nearest anchor could not see.
+        let off = g.distance2(&[1.0, 0.0, 0.2]);
+        assert!(near < 0.5, "{near}");
+        assert!(between > 10.0 * near.max(0.01), "{between}");
+        assert!(off > 10.0, "{off}");
     }
 
     #[test]
-    fn an_empty_input_is_unfamiliar_whatever_its_features() {
-        let anchors = unit(&[1.0, 0.0, 0.0]);
-        let q = unit(&[1.0, 0.001, 0.0]);
+    fn the_score_adds_both_distances_per_dimension() {
+        let (rows, labels) = rows();
+        let layer_rows: Vec<f32> = rows
+            .chunks_exact(3)
+            .flat_map(|r| (0..LAYER_DIM).map(move |k| r[k % 3] * (1.0 + k as f32 / 10.0)))
+            .collect();
+        let reference = Reference::fit(&rows, &layer_rows, &labels, 3).unwrap();
+        reference.check(3).unwrap();
+        let f = [1.0, 0.0, 0.0];
+        let l: Vec<f32> = (0..LAYER_DIM)
+            .map(|k| f[k % 3] * (1.0 + k as f32 / 10.0))
+            .collect();
+        let s = reference.score(&f, &l).unwrap() as f64;
+        let expect = reference.features.distance2(&f) / 3.0
+            + reference.layers.distance2(&l) / LAYER_DIM as f64;
+        assert!((s - expect).abs() < 1e-4 * expect.max(1.0), "{s} {expect}");
+        // An empty input is unfamiliar whatever its features.
         let full = [60u8; 784];
-        assert!(!assess_input(&full, &q, &anchors).unwrap().unfamiliar);
+        let ok = assess_input(&full, &f, &l, &reference).unwrap();
+        assert!(!ok.unfamiliar, "{}", ok.score);
         let mut sparse = [0u8; 784];
         sparse[..15].fill(255); // 3,825 < MIN_INK
-        assert!(assess_input(&sparse, &q, &anchors).unwrap().unfamiliar);
+        assert!(
+            assess_input(&sparse, &f, &l, &reference)
+                .unwrap()
+                .unfamiliar
+        );
+        // Far from both classes: unfamiliar.
+        let far: Vec<f32> = l.iter().map(|v| v + 5.0).collect();
+        assert!(
+            assess_input(&full, &[0.0, 3.0, 1.0], &far, &reference)
+                .unwrap()
+                .unfamiliar
+        );
     }
 
     #[test]
     fn bad_inputs_are_typed_errors() {
-        assert!(assess(&[1.0, 0.0], &[]).is_err());
-        assert!(assess(&[1.0, 0.0], &[1.0, 0.0, 1.0]).is_err());
-        assert!(assess(&[], &[1.0]).is_err());
-        assert!(assess(&[f32::NAN, 0.0], &[1.0, 0.0]).is_err());
-        assert!(assess(&[1.0, 0.0], &[0.0, 0.0]).is_err());
-        // A long anchor counts by its direction only.
-        assert!(
-            assess(&[0.0, 1.0], &[0.0, 0.0, 100.0, 1.0])
-                .unwrap()
-                .unfamiliar
-        );
+        let (rows, labels) = rows();
+        assert!(ClassGaussians::fit(&rows[..5], &labels, 3).is_err());
+        assert!(ClassGaussians::fit(&rows, &labels, 0).is_err());
+        assert!(ClassGaussians::fit(&[1.0, 2.0, 3.0], &[0], 3).is_err());
+        let mut nan = rows.clone();
+        nan[4] = f32::NAN;
+        assert!(ClassGaussians::fit(&nan, &labels, 3).is_err());
+        // Every row the same: no spread.
+        assert!(ClassGaussians::fit(&[0.5; 30], &[0; 10], 3).is_err());
+        let g = ClassGaussians::fit(&rows, &labels, 3).unwrap();
+        assert!(g.check(4).is_err());
+        let mut bad = g.clone();
+        bad.precision[2] = f32::INFINITY;
+        assert!(bad.check(3).is_err());
+        let mut none = g.clone();
+        none.means.clear();
+        assert!(none.check(3).is_err());
+        let identity: Vec<f32> = (0..LAYER_DIM * LAYER_DIM)
+            .map(|i| if i % (LAYER_DIM + 1) == 0 { 1.0 } else { 0.0 })
+            .collect();
+        let reference = Reference {
+            features: g,
+            layers: ClassGaussians {
+                means: vec![vec![0.0; LAYER_DIM]],
+                precision: identity,
+            },
+        };
+        reference.check(3).unwrap();
+        assert!(reference.score(&[1.0, 0.0, 0.0], &[0.0; LAYER_DIM]).is_ok());
+        assert!(reference.score(&[1.0, 0.0], &[0.0; LAYER_DIM]).is_err());
+        assert!(reference.score(&[1.0, 0.0, 0.0], &[0.0; 3]).is_err());
+        assert!(reference
+            .score(&[f32::NAN, 0.0, 0.0], &[0.0; LAYER_DIM])
+            .is_err());
     }
 }

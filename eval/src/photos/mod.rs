@@ -223,47 +223,6 @@ struct Refs {
     reference: shared::embed::ood::Reference,
 }
 
-/// `model.infer`, with the features averaged over shifted copies when `PHOTOS_TTA` is set
-/// (an experiment).
-fn infer(model: &Model, pixels: &[u8]) -> Result<Inference, shared::error::Error> {
-    let mut inf = model.infer(pixels)?;
-    let Ok(kind) = std::env::var("PHOTOS_TTA") else {
-        return Ok(inf);
-    };
-    let shifts: &[(i32, i32)] = match kind.as_str() {
-        "5" => &[(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1)],
-        _ => &[
-            (0, 0),
-            (1, 0),
-            (-1, 0),
-            (0, 1),
-            (0, -1),
-            (1, 1),
-            (-1, -1),
-            (1, -1),
-            (-1, 1),
-        ],
-    };
-    let x = shared::embed::model::preprocess(pixels)?;
-    let mut h = vec![0.0f32; shared::embed::model::EMBED];
-    for &(dx, dy) in shifts {
-        for flip in [false, true] {
-            let t = model.forward(&privatemail_server::gallery::training::augment(
-                &x, flip, dx, dy,
-            ));
-            h.iter_mut().zip(&t.h).for_each(|(a, b)| *a += b);
-        }
-    }
-    let n = h
-        .iter()
-        .map(|v| v * v)
-        .sum::<f32>()
-        .sqrt()
-        .max(f32::MIN_POSITIVE);
-    inf.features = h.iter().map(|v| v / n).collect();
-    Ok(inf)
-}
-
 fn scores(model: &Model, pixels: &[u8], inf: &Inference, refs: &Refs) -> Scores {
     let nearest = 1.0
         - refs
@@ -294,7 +253,7 @@ fn score_photo(
     anchors: &Refs,
 ) -> Res<(Inference, Scores)> {
     let pixels = from_rgba(rgba, side, side)?;
-    let inf = infer(model, &pixels)?;
+    let inf = model.infer(&pixels)?;
     let s = scores(model, &pixels, &inf, anchors);
     Ok((inf, s))
 }
@@ -361,7 +320,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         tracing::info!("weights {label} ({version})");
         let gallery: Vec<Vec<f32>> = (0..test.labels.len())
             .into_par_iter()
-            .map(|i| infer(&model, test.images.image(i)).map(|r| r.features))
+            .map(|i| model.infer(test.images.image(i)).map(|r| r.features))
             .collect::<Result<_, _>>()?;
         // The pipeline on the dataset's own images.
         let identity: Vec<(bool, usize)> = (0..test.labels.len())
@@ -373,7 +332,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 if out == img {
                     return Ok((true, K));
                 }
-                let f = infer(&model, &out)?.features;
+                let f = model.infer(&out)?.features;
                 Ok((
                     false,
                     overlap(&top_k(&gallery, &f), &top_k(&gallery, &gallery[i])),
@@ -392,7 +351,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         )?;
         let anchors: Vec<Vec<f32>> = anchor_idx
             .par_iter()
-            .map(|&i| infer(&model, train.images.image(i)).map(|r| r.features))
+            .map(|&i| model.infer(train.images.image(i)).map(|r| r.features))
             .collect::<Result<_, _>>()?;
         let anchor_labels: Vec<u32> = anchor_idx.iter().map(|&i| train.labels[i] as u32).collect();
         let layer_means: Vec<f32> = anchor_idx
@@ -420,7 +379,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                         .map(|(ci, c)| -> Res<_> {
                             let p = photo(&train, i, ci, c, args.seed)?;
                             let pixels = pipeline.input(&p)?;
-                            let inf = infer(&model, &pixels)?;
+                            let inf = model.infer(&pixels)?;
                             Ok((
                                 inf.label == train.labels[i] as u32,
                                 top_k(&gallery, &inf.features),

@@ -122,6 +122,13 @@ fn familiarity(
     pixels: &[u8],
     features: &[f32],
 ) -> Result<shared::embed::ood::Familiarity> {
+    // Anchors that do not fit this model are refused before any search request, whatever
+    // the protocol: a server that sends them is not following the protocol.
+    if anchors.features.iter().any(|f| f.len() != features.len()) {
+        return Err(CliError::Malformed(
+            "the anchors do not match the model's features".into(),
+        ));
+    }
     let malformed = |e: shared::Error| CliError::Malformed(format!("the anchors' reference: {e}"));
     anchors
         .familiarity

@@ -50,6 +50,9 @@ enum Case {
     /// The public anchors with one value changed, the configuration still naming the real
     /// ones' SHA-256.
     MisnamedAnchors,
+    /// The anchors' out-of-distribution reference of the wrong shape (a 3-value precision for
+    /// the layer means), named in the configuration.
+    MalformedReference,
     /// The configuration names the anchors' SHA-256 as a path out of the cache
     /// (`../../../../../../dev/zero`).
     TraversingAnchorsName,
@@ -59,7 +62,7 @@ enum Case {
     RelatedSeeds,
 }
 
-const CASES: [Case; 18] = [
+const CASES: [Case; 19] = [
     Case::Honest,
     Case::GzipBomb,
     Case::HugeDocument,
@@ -77,6 +80,7 @@ const CASES: [Case; 18] = [
     Case::LongCentroids,
     Case::MismatchedAnchors,
     Case::MisnamedAnchors,
+    Case::MalformedReference,
     Case::TraversingAnchorsName,
 ];
 
@@ -100,6 +104,7 @@ impl Case {
             Case::LongCentroids => "long-centroids",
             Case::MismatchedAnchors => "mismatched-anchors",
             Case::MisnamedAnchors => "misnamed-anchors",
+            Case::MalformedReference => "malformed-reference",
             Case::TraversingAnchorsName => "traversing-anchors-name",
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
             Case::RelatedSeeds => "related-seeds",
@@ -128,6 +133,9 @@ impl Case {
             }
             Case::MisnamedAnchors => {
                 "public anchors with one value changed, not the SHA-256 the configuration names: refused before any search request"
+            }
+            Case::MalformedReference => {
+                "the anchors' out-of-distribution reference of the wrong shape, named in the configuration: refused before any search request"
             }
             Case::TraversingAnchorsName => {
                 "the anchors' SHA-256 named as ../../../../../../dev/zero (a path out of the cache): refused before it is read or any search request"
@@ -242,6 +250,10 @@ impl Hostile {
             unreachable!("forward answers with bytes")
         };
         let mut a: Value = serde_json::from_slice(&bytes).unwrap();
+        if case == Case::MalformedReference {
+            a["familiarity"]["layers"]["precision"] = json!([1.0, 0.0, 1.0]);
+            return serde_json::to_vec(&a).unwrap();
+        }
         let features = a["features"].as_array_mut().unwrap();
         if case == Case::MismatchedAnchors {
             for f in features {
@@ -268,7 +280,9 @@ impl Hostile {
             }
         }
         match case {
-            Case::MismatchedAnchors | Case::MisnamedAnchors if path == "/api/v1/anchors" => {
+            Case::MismatchedAnchors | Case::MisnamedAnchors | Case::MalformedReference
+                if path == "/api/v1/anchors" =>
+            {
                 let bytes = self.altered_anchors(case, req).await;
                 Reply::bytes(200, "application/json", bytes)
             }
@@ -281,7 +295,7 @@ impl Hostile {
                 config["anchors_sha256"] = json!("../../../../../../dev/zero");
                 json_reply(&config)
             }
-            Case::MismatchedAnchors if path == "/api/v1/config" => {
+            Case::MismatchedAnchors | Case::MalformedReference if path == "/api/v1/config" => {
                 // A consistent liar: the configuration names the altered anchors.
                 let r = fake::forward_identity(&self.http, &self.real, path, req).await;
                 let Body::Bytes(bytes) = r.body else {
@@ -292,7 +306,10 @@ impl Hostile {
                 config["anchors_sha256"] = json!(shared::protocol::blocks::hash_hex(&altered));
                 json_reply(&config)
             }
-            Case::MismatchedAnchors | Case::MisnamedAnchors | Case::TraversingAnchorsName
+            Case::MismatchedAnchors
+            | Case::MisnamedAnchors
+            | Case::MalformedReference
+            | Case::TraversingAnchorsName
                 if partition || block || path.starts_with("/api/v1/pir") =>
             {
                 self.after_bad_anchors.fetch_add(1, Ordering::SeqCst);

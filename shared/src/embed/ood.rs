@@ -116,10 +116,29 @@ impl ClassGaussians {
             cov += &d * d.transpose();
         }
         cov /= labels.len() as f64;
-        let mean_var = cov.trace() / dim as f64;
+        let mut mean_var = cov.trace() / dim as f64;
+        if mean_var <= 0.0 {
+            // Every class a single row (the server's smallest setting, 10 anchors): no spread
+            // within a class to measure, so the rows' spread around their overall mean
+            // stands in for it.
+            let n = labels.len() as f64;
+            let all: Vec<f64> = (0..dim)
+                .map(|j| sums.iter().map(|s| s[j]).sum::<f64>() / n)
+                .collect();
+            cov.fill(0.0);
+            for r in rows.chunks_exact(dim) {
+                let d = nalgebra::DVector::from_iterator(
+                    dim,
+                    r.iter().zip(&all).map(|(&v, m)| v as f64 - m),
+                );
+                cov += &d * d.transpose();
+            }
+            cov /= n;
+            mean_var = cov.trace() / dim as f64;
+        }
         if !(mean_var > 0.0 && mean_var.is_finite()) {
             return Err(Error::ZeroRow {
-                what: "anchor rows (no spread within their classes)",
+                what: "anchor rows (no spread)",
             });
         }
         let shrunk = cov * (1.0 - SHRINKAGE)
@@ -309,6 +328,17 @@ mod tests {
         assert!(near < 0.5, "{near}");
         assert!(between > 10.0 * near.max(0.01), "{between}");
         assert!(off > 10.0, "{off}");
+    }
+
+    /// One row a class (the server's smallest anchor setting): the rows' overall spread
+    /// stands in for the within-class one, so a reference can still be fitted.
+    #[test]
+    fn one_row_a_class_still_fits() {
+        let rows = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+        let g = ClassGaussians::fit(&rows, &[0, 1, 2], 3).unwrap();
+        g.check(3).unwrap();
+        assert!(g.distance2(&[1.0, 0.0, 0.0]) < 1e-9);
+        assert!(g.distance2(&[-1.0, -1.0, -1.0]) > 1.0);
     }
 
     #[test]

@@ -45,6 +45,22 @@ impl Ntt {
         }
     }
 
+    /// `τ_k` (`X ↦ Xᵏ`, `k` odd) on transformed values: `forward(τ_k(a))[i] =
+    /// forward(a)[slots[i]]`. Slot `i` holds `a(ψ^(2·rev(i) + 1))` (the butterflies' order), and
+    /// `τ_k(a)(ω) = a(ωᵏ)`, so slot `i` takes the slot of `ψ^((2·rev(i) + 1)·k mod 2N)`: a
+    /// permutation, because `k` is a unit modulo `2N`. Public (it depends only on `N` and `k`).
+    pub fn automorphism_slots(&self, k: usize) -> Vec<u32> {
+        assert!(k % 2 == 1, "automorphisms need odd k");
+        let bits = self.n.trailing_zeros();
+        let mask = 2 * self.n - 1;
+        (0..self.n)
+            .map(|i| {
+                let e = ((2 * bit_reverse(i, bits) + 1) * k) & mask;
+                bit_reverse((e - 1) / 2, bits) as u32
+            })
+            .collect()
+    }
+
     pub fn modulus(&self) -> Modulus {
         self.m
     }
@@ -204,6 +220,33 @@ mod tests {
             let mut c: Vec<u64> = fa.iter().zip(&fb).map(|(&x, &y)| m.mul(x, y)).collect();
             ntt.inverse(&mut c);
             assert_eq!(c, negacyclic(m, &a, &b), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn automorphisms_permute_the_slots() {
+        let mut rng = ChaCha20Rng::seed_from_u64(2);
+        for (n, m) in [(8usize, Q), (64, P), (4096, Q), (4096, P)] {
+            let ntt = Ntt::new(n, m);
+            let a: Vec<u64> = (0..n).map(|_| rng.random_range(0..m.value)).collect();
+            let mut fa = a.clone();
+            ntt.forward(&mut fa);
+            for k in [3usize, 5, 2 * n - 1, n + 1, 2 * n / 4 + 1] {
+                // τ_k in coefficient form: coefficient i to i·k mod 2N, negated past N.
+                let mut t = vec![0u64; n];
+                for (i, &c) in a.iter().enumerate() {
+                    let j = (i * k) % (2 * n);
+                    if j < n {
+                        t[j] = c;
+                    } else {
+                        t[j - n] = m.neg(c);
+                    }
+                }
+                ntt.forward(&mut t);
+                let slots = ntt.automorphism_slots(k);
+                let permuted: Vec<u64> = slots.iter().map(|&s| fa[s as usize]).collect();
+                assert_eq!(permuted, t, "n = {n}, k = {k}");
+            }
         }
     }
 

@@ -34,7 +34,7 @@
 //!   level mixes two coefficients of each child (no cancellation), and the same proxy holds
 //!   only under the same assumption (a worst case there grows fourfold a level).
 
-use super::modq::Q;
+use super::modq::{P, Q};
 use super::rlwe::{Ciphertext, DigitsView, Gadget, KeyBody, KeyMask, Ring, SecretKey};
 use crate::held::{Held, SharedBytes};
 use rand::RngCore;
@@ -244,10 +244,38 @@ impl PackingPlan {
     }
 
     /// Only the packed `b` part: what a server sends (the `a` part is the plan's, public).
+    ///
+    /// Runs the merges of [`merge`] on `P·b` modulo `P·Q` in the transform domain and divides
+    /// by `P` once at the end (module docs, "Online half"): per switch two products a digit
+    /// and residue, a rotation and a permutation of slots — no transforms until the last.
     pub fn pack_b(&self, ring: &Ring, bodies: &PackingBodies, b_values: &[u64]) -> Vec<u64> {
         assert!(!b_values.is_empty() && b_values.len().next_power_of_two() == self.width);
+        let tables = ring.packing_tables();
+        // A leaf is `P·N⁻¹·b` as a constant polynomial: the same value in every slot modulo
+        // `Q`, and 0 modulo `P`.
+        let scale = Q.shoup(Q.mul(P.value % Q.value, Q.inv(ring.n() as u64)));
+        let leaf = |i: usize| b_values.get(i).map_or(0, |&b| scale.times(b));
+        let mut steps = (0..self.steps).map(|i| self.step(i));
+        let mut next = || steps.next().expect("the plan has every step");
+        let merge = Merge {
+            ring,
+            tables,
+            bodies,
+            width: self.width,
+        };
+        let mut x = merge.run(&leaf, 0, 1, &mut next);
+        for j in trace_levels(ring, self.width) {
+            let key = bodies.0[j as usize - 1].product(ring, next());
+            x = tables.trace(j, &x, key);
+        }
+        ring.divide_transformed(x.q, x.p)
+    }
+
+    /// [`PackingPlan::pack_b`] with every switch divided by `P` on its own, in coefficient
+    /// form (CDKS as written): the reference the deferred division is tested against.
+    #[cfg(test)]
+    fn pack_b_per_switch(&self, ring: &Ring, bodies: &PackingBodies, b_values: &[u64]) -> Vec<u64> {
         let n_inv = n_inverse(ring);
-        // An LWE ciphertext's RLWE form has the constant polynomial b (`lwe_to_rlwe`).
         let leaf = |i: usize| {
             let mut p = vec![0u64; ring.n()];
             if let Some(&b) = b_values.get(i) {
@@ -267,6 +295,158 @@ impl PackingPlan {
             b = add(&b, &switched);
         }
         b
+    }
+}
+
+/// `P·b` modulo `P·Q`, transformed, as its two residues (each reduced): the online half's
+/// running value while the division by `P` is deferred.
+struct Scaled {
+    q: Vec<u64>,
+    p: Vec<u64>,
+}
+
+/// The transform-domain tables of the online half, per level `j = 1 … log N` (index `j − 1`):
+/// `X^(N/2ʲ)` transformed modulo `Q` and modulo `P` (a merge's rotation of its odd child) and
+/// `τ_{2ʲ+1}` as a permutation of slots ([`super::ntt::Ntt::automorphism_slots`]; the same
+/// for both residues, whose transforms share their order). Public; one per ring.
+#[derive(Debug)]
+pub(super) struct Tables {
+    rotation_q: Vec<Vec<super::modq::Shoup>>,
+    rotation_p: Vec<Vec<super::modq::Shoup>>,
+    slots: Vec<Vec<u32>>,
+}
+
+impl Tables {
+    pub(super) fn new(ring: &Ring) -> Tables {
+        let n = ring.n();
+        let levels = 1..=n.trailing_zeros();
+        let monomial = |j: u32| {
+            let mut x = vec![0u64; n];
+            x[n >> j] = 1;
+            x
+        };
+        Tables {
+            rotation_q: levels
+                .clone()
+                .map(|j| ring.to_ntt(&monomial(j)).into_iter().map(|w| Q.shoup(w)).collect())
+                .collect(),
+            rotation_p: levels
+                .clone()
+                .map(|j| {
+                    let t = ring.to_ntt_p(&monomial(j));
+                    t.into_iter().map(|w| P.shoup(w)).collect()
+                })
+                .collect(),
+            slots: levels.map(|j| ring.ntt.automorphism_slots(level_k(j))).collect(),
+        }
+    }
+
+    /// A merge at level `l`: `E + Xʳ·O + τ(E − Xʳ·O) − key`, `r = N/2ˡ`, in both residues
+    /// (`key` = the switch's undivided `Σ_t d_t·k_t`).
+    fn merge(&self, l: u32, mut even: Scaled, mut odd: Scaled, key: (Vec<u64>, Vec<u64>)) -> Scaled {
+        let i = l as usize - 1;
+        let slots = &self.slots[i];
+        kernel(|| {
+            merge_residue(Q, &mut even.q, &mut odd.q, &key.0, &self.rotation_q[i], slots);
+            merge_residue(P, &mut even.p, &mut odd.p, &key.1, &self.rotation_p[i], slots);
+        });
+        even
+    }
+
+    /// A trace step at level `j`: `x + τ(x) − key`.
+    fn trace(&self, j: u32, x: &Scaled, key: (Vec<u64>, Vec<u64>)) -> Scaled {
+        let slots = &self.slots[j as usize - 1];
+        let mut out = Scaled { q: key.0, p: key.1 };
+        kernel(|| {
+            trace_residue(Q, &x.q, &mut out.q, slots);
+            trace_residue(P, &x.p, &mut out.p, slots);
+        });
+        out
+    }
+}
+
+/// The recursion of [`merge`] on the scaled `b` half (same post-order, so the plan's steps
+/// are consumed in the order [`PackingPlan::new`] stored them).
+struct Merge<'a> {
+    ring: &'a Ring,
+    tables: &'a Tables,
+    bodies: &'a PackingBodies,
+    width: usize,
+}
+
+impl Merge<'_> {
+    fn run<'d>(
+        &self,
+        leaf: &impl Fn(usize) -> u64,
+        offset: usize,
+        stride: usize,
+        next: &mut impl FnMut() -> DigitsView<'d>,
+    ) -> Scaled {
+        let n = self.ring.n();
+        let count = self.width / stride;
+        if count == 1 {
+            return Scaled {
+                q: vec![leaf(offset); n],
+                p: vec![0; n],
+            };
+        }
+        let l = count.trailing_zeros();
+        let even = self.run(leaf, offset, 2 * stride, next);
+        let odd = self.run(leaf, offset + stride, 2 * stride, next);
+        let key = self.bodies.0[l as usize - 1].product(self.ring, next());
+        self.tables.merge(l, even, odd, key)
+    }
+}
+
+/// Runs `f`, compiled for AVX2 and BMI2 when the CPU has them (the products' `mulx`).
+#[inline(always)]
+fn kernel(f: impl FnOnce()) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::fast_x86() {
+            // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
+            return unsafe { kernel_avx2(f) };
+        }
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi2")]
+unsafe fn kernel_avx2(f: impl FnOnce()) {
+    f()
+}
+
+/// One residue of a merge, in place in `even`: `odd ← Xʳ·odd`, then
+/// `even ← even + odd + τ(even − odd) − key`.
+#[inline(always)]
+fn merge_residue(
+    m: super::modq::Modulus,
+    even: &mut [u64],
+    odd: &mut [u64],
+    key: &[u64],
+    rotation: &[super::modq::Shoup],
+    slots: &[u32],
+) {
+    let diff: Vec<u64> = even
+        .iter()
+        .zip(odd.iter_mut())
+        .zip(rotation)
+        .map(|((&e, o), r)| {
+            *o = r.times(*o);
+            m.sub(e, *o)
+        })
+        .collect();
+    for (((e, &o), &k), &s) in even.iter_mut().zip(odd.iter()).zip(key).zip(slots) {
+        *e = m.sub(m.add(m.add(*e, o), diff[s as usize]), k);
+    }
+}
+
+/// One residue of a trace step: `out ← x + τ(x) − out` (`out` holds the key's product).
+#[inline(always)]
+fn trace_residue(m: super::modq::Modulus, x: &[u64], out: &mut [u64], slots: &[u32]) {
+    for ((o, &v), &s) in out.iter_mut().zip(x).zip(slots) {
+        *o = m.sub(m.add(v, x[s as usize]), *o);
     }
 }
 
@@ -486,6 +666,36 @@ mod tests {
             let other = masks.bodies(&ring, &SecretKey::generate(&ring, &mut rng), &mut rng);
             let wrong = phase(&ring, &sk, &plan.pack(&ring, &other, &b_parts));
             assert!((0..count).any(|i| error_at(wrong[i * stride], msgs[i]) > 1 << 50));
+        }
+    }
+
+    #[test]
+    fn deferring_the_division_changes_message_coefficients_by_at_most_the_dropped_roundings() {
+        // The per-switch form rounds each switch's `b`: at a message coefficient those
+        // roundings (≤ ½ each) reach the output with multipliers summing to N − 1 (module
+        // docs), and the deferred form rounds once (≤ ½): they differ by at most N/2 there.
+        for (n, count, seed) in [(64usize, 64usize, 1u64), (256, 100, 2), (1024, 1024, 3), (64, 1, 4)] {
+            let ring = Ring::new(n);
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            let sk = SecretKey::generate(&ring, &mut rng);
+            let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[seed as u8; 32]);
+            let bodies = masks.bodies(&ring, &sk, &mut rng);
+            let cts: Vec<LweCiphertext> = (0..count)
+                .map(|i| lwe_encrypt(&ring, &sk, Q.mul(i as u64, 1 << 40), &mut rng))
+                .collect();
+            let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| lwe_to_rlwe(&ring, c).a).collect();
+            let b_values: Vec<u64> = cts.iter().map(|c| c.b).collect();
+            let plan = PackingPlan::new(&ring, &masks, &a_parts);
+            let deferred = plan.pack_b(&ring, &bodies, &b_values);
+            let per_switch = plan.pack_b_per_switch(&ring, &bodies, &b_values);
+            let stride = n / plan.width();
+            let worst = (0..count)
+                .map(|i| error_at(deferred[i * stride], per_switch[i * stride]))
+                .max()
+                .unwrap();
+            assert!(worst as usize <= n / 2, "n {n} count {count}: {worst}");
+            // The two are not the same computation in disguise: roundings were dropped.
+            assert_ne!(deferred, per_switch, "n {n} count {count}");
         }
     }
 

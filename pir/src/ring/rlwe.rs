@@ -66,6 +66,8 @@ pub struct Ring {
     ntt_p: Ntt,
     /// `P⁻¹ mod Q`, for the rounding division of key switching.
     p_inv: Shoup,
+    /// The online packing's transform-domain tables, built on first use (servers only).
+    packing: std::sync::OnceLock<super::pack::Tables>,
 }
 
 impl Ring {
@@ -74,6 +76,7 @@ impl Ring {
             ntt: Ntt::new(n, Q),
             ntt_p: Ntt::new(n, P),
             p_inv: Q.shoup(Q.inv(P.value % Q.value)),
+            packing: std::sync::OnceLock::new(),
         }
     }
 
@@ -88,8 +91,13 @@ impl Ring {
         f
     }
 
+    /// The online packing's tables ([`super::pack`]).
+    pub(super) fn packing_tables(&self) -> &super::pack::Tables {
+        self.packing.get_or_init(|| super::pack::Tables::new(self))
+    }
+
     /// The transform modulo `P` of a copy of `a` (already reduced modulo `P`).
-    fn to_ntt_p(&self, a: &[u64]) -> Vec<u64> {
+    pub(super) fn to_ntt_p(&self, a: &[u64]) -> Vec<u64> {
         let mut f = a.to_vec();
         self.ntt_p.forward(&mut f);
         f
@@ -607,6 +615,12 @@ impl KeyBody {
     }
 
     /// The other half: `b − ⌊Σ_t d_t·b_t / P⌉`.
+    /// `Σ_t d_t·k_t` for this body's rows, modulo `Q` and `P`, transformed and not divided
+    /// by `P` (what a packing with its divisions deferred accumulates; [`super::pack`]).
+    pub(super) fn product(&self, ring: &Ring, digits: DigitsView<'_>) -> (Vec<u64>, Vec<u64>) {
+        ring.key_product(digits, &self.rows)
+    }
+
     pub fn switch_b(&self, ring: &Ring, digits: DigitsView<'_>, b: &[u64]) -> Vec<u64> {
         let q = ring.divide_by_p(digits, &self.rows);
         zip_with(b, &q, |x, y| Q.sub(x, y))
@@ -617,24 +631,35 @@ impl Ring {
     /// `⌊Σ_t d_t·k_t / P⌉ mod Q` from the residues of `Σ_t d_t·k_t` modulo `P·Q`:
     /// `(x_Q − centered(x_P))·P⁻¹`, exact because `x − centered(x_P)` is a multiple of `P`.
     fn divide_by_p(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> Vec<u64> {
+        let (xq, xp) = self.key_product(digits, key);
+        self.divide_transformed(xq, xp)
+    }
+
+    /// `Σ_t d_t·k_t` modulo `Q` and modulo `P`, transformed: the products a switch needs,
+    /// before its division by `P`.
+    fn key_product(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> (Vec<u64>, Vec<u64>) {
         #[cfg(target_arch = "x86_64")]
         {
             if super::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
-                return unsafe { self.divide_by_p_avx2(digits, key) };
+                return unsafe { self.key_product_avx2(digits, key) };
             }
         }
-        self.divide_by_p_portable(digits, key)
+        self.key_product_portable(digits, key)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,bmi2")]
-    unsafe fn divide_by_p_avx2(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> Vec<u64> {
-        self.divide_by_p_portable(digits, key)
+    unsafe fn key_product_avx2(
+        &self,
+        digits: DigitsView<'_>,
+        key: &[KeyRow],
+    ) -> (Vec<u64>, Vec<u64>) {
+        self.key_product_portable(digits, key)
     }
 
     #[inline(always)]
-    fn divide_by_p_portable(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> Vec<u64> {
+    fn key_product_portable(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> (Vec<u64>, Vec<u64>) {
         let n = self.n();
         let (mut xq, mut xp) = (vec![0u64; n], vec![0u64; n]);
         debug_assert_eq!(digits.q.len(), key.len() * n);
@@ -652,6 +677,12 @@ impl Ring {
                 *x = P.add(*x, k.times(u64::from(d)));
             }
         }
+        (xq, xp)
+    }
+
+    /// `⌊x / P⌉ mod Q` for `x` modulo `P·Q` given by its transformed residues `xq`, `xp`
+    /// (reduced): the division that ends a switch (or, deferred, a whole packing).
+    pub(super) fn divide_transformed(&self, mut xq: Vec<u64>, mut xp: Vec<u64>) -> Vec<u64> {
         self.ntt.inverse(&mut xq);
         self.ntt_p.inverse(&mut xp);
         xq.iter()

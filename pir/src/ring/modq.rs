@@ -206,10 +206,50 @@ impl Shoup {
     }
 }
 
+/// A constant multiplier modulo `P` (below 2³²) with its 32-bit Shoup companion
+/// `⌊w·2³²/P⌋`: `a·w mod P` for `a < 2³²` from three 32 × 32 → 64-bit products, which AVX2
+/// does four at a time (the 64-bit [`Shoup`] needs a 64 × 64 → 128-bit one). Half the bytes of
+/// a [`Shoup`], too: key bodies and packing tables hold one per residue modulo `P`.
+#[derive(Clone, Copy, Debug)]
+pub struct ShoupP {
+    w: u32,
+    w_shoup: u32,
+}
+
+impl ShoupP {
+    pub fn new(w: u64) -> ShoupP {
+        assert!(w < P.value);
+        ShoupP {
+            w: w as u32,
+            w_shoup: ((w << 32) / P.value) as u32,
+        }
+    }
+
+    /// The multiplier itself.
+    pub fn value(self) -> u64 {
+        u64::from(self.w)
+    }
+
+    /// `a·w mod P` for any `a < 2³²`: `a·w − ⌊a·w_shoup/2³²⌋·P` lies in `[0, 2P)` (Harvey
+    /// 2014, Lemma 1, with β = 2³² > P), exact in a `u64`; one conditional subtraction ends it.
+    #[inline]
+    pub fn times(self, a: u32) -> u64 {
+        let qhat = (u64::from(a) * u64::from(self.w_shoup)) >> 32;
+        csub(u64::from(a) * u64::from(self.w) - qhat * P.value, P.value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn shoup_p_multiplies_exactly(a in any::<u32>(), w in 0..P.value) {
+            prop_assert_eq!(ShoupP::new(w).times(a), P.reduce(u128::from(a) * u128::from(w)));
+        }
+    }
 
     fn is_prime(n: u64) -> bool {
         // Deterministic Miller–Rabin for 64-bit inputs.

@@ -34,7 +34,7 @@
 //!   level mixes two coefficients of each child (no cancellation), and the same proxy holds
 //!   only under the same assumption (a worst case there grows fourfold a level).
 
-use super::modq::{P, Q};
+use super::modq::{Shoup, ShoupP, P, Q};
 use super::rlwe::{Ciphertext, DigitsView, Gadget, KeyBody, KeyMask, Ring, SecretKey};
 use crate::held::{Held, SharedBytes};
 use rand::RngCore;
@@ -265,8 +265,8 @@ impl PackingPlan {
         };
         let mut x = merge.run(&leaf, 0, 1, &mut next);
         for j in trace_levels(ring, self.width) {
-            let key = bodies.0[j as usize - 1].product(ring, next());
-            x = tables.trace(j, &x, key);
+            x = tables.trace(j, &x);
+            bodies.0[j as usize - 1].subtract_product(ring, next(), &mut x.q, &mut x.p);
         }
         ring.divide_transformed(x.q, x.p)
     }
@@ -311,8 +311,8 @@ struct Scaled {
 /// for both residues, whose transforms share their order). Public; one per ring.
 #[derive(Debug)]
 pub(super) struct Tables {
-    rotation_q: Vec<Vec<super::modq::Shoup>>,
-    rotation_p: Vec<Vec<super::modq::Shoup>>,
+    rotation_q: Vec<Vec<Shoup>>,
+    rotation_p: Vec<Vec<ShoupP>>,
     slots: Vec<Vec<u32>>,
 }
 
@@ -334,29 +334,48 @@ impl Tables {
                 .clone()
                 .map(|j| {
                     let t = ring.to_ntt_p(&monomial(j));
-                    t.into_iter().map(|w| P.shoup(w)).collect()
+                    t.into_iter().map(ShoupP::new).collect()
                 })
                 .collect(),
             slots: levels.map(|j| ring.ntt.automorphism_slots(level_k(j))).collect(),
         }
     }
 
-    /// A merge at level `l`: `E + Xʳ·O + τ(E − Xʳ·O) − key`, `r = N/2ˡ`, in both residues
-    /// (`key` = the switch's undivided `Σ_t d_t·k_t`).
-    fn merge(&self, l: u32, mut even: Scaled, mut odd: Scaled, key: (Vec<u64>, Vec<u64>)) -> Scaled {
+    /// A merge at level `l` before its switch: `E + Xʳ·O + τ(E − Xʳ·O)`, `r = N/2ˡ`, in both
+    /// residues (the caller subtracts the switch's undivided `Σ_t d_t·k_t`).
+    fn merge(&self, l: u32, mut even: Scaled, mut odd: Scaled) -> Scaled {
         let i = l as usize - 1;
         let slots = &self.slots[i];
         kernel(|| {
-            merge_residue(Q, &mut even.q, &mut odd.q, &key.0, &self.rotation_q[i], slots);
-            merge_residue(P, &mut even.p, &mut odd.p, &key.1, &self.rotation_p[i], slots);
+            merge_residue(Q, &mut even.q, &mut odd.q, &self.rotation_q[i], slots);
+            merge_residue(P, &mut even.p, &mut odd.p, &self.rotation_p[i], slots);
         });
         even
     }
 
-    /// A trace step at level `j`: `x + τ(x) − key`.
-    fn trace(&self, j: u32, x: &Scaled, key: (Vec<u64>, Vec<u64>)) -> Scaled {
+    /// A merge of two leaves (level 1), constants `e` and `o` modulo `Q` and 0 modulo `P`: the
+    /// `Q` residue of `e + Xʳ·o + τ(e − Xʳ·o)`, and 0 modulo `P`.
+    fn merge_leaves(&self, e: u64, o: u64) -> Scaled {
+        let n = self.slots[0].len();
+        let mut q = vec![0u64; n];
+        kernel(|| {
+            let rotated: Vec<u64> = self.rotation_q[0].iter().map(|r| r.times(o)).collect();
+            for ((x, &ro), &s) in q.iter_mut().zip(&rotated).zip(&self.slots[0]) {
+                let diff = Q.sub(e, rotated[s as usize]);
+                *x = Q.add(Q.add(e, ro), diff);
+            }
+        });
+        Scaled { q, p: vec![0; n] }
+    }
+
+    /// A trace step at level `j` before its switch: `x + τ(x)`.
+    fn trace(&self, j: u32, x: &Scaled) -> Scaled {
         let slots = &self.slots[j as usize - 1];
-        let mut out = Scaled { q: key.0, p: key.1 };
+        let n = slots.len();
+        let mut out = Scaled {
+            q: vec![0; n],
+            p: vec![0; n],
+        };
         kernel(|| {
             trace_residue(Q, &x.q, &mut out.q, slots);
             trace_residue(P, &x.p, &mut out.p, slots);
@@ -391,10 +410,16 @@ impl Merge<'_> {
             };
         }
         let l = count.trailing_zeros();
-        let even = self.run(leaf, offset, 2 * stride, next);
-        let odd = self.run(leaf, offset + stride, 2 * stride, next);
-        let key = self.bodies.0[l as usize - 1].product(self.ring, next());
-        self.tables.merge(l, even, odd, key)
+        let mut x = if count == 2 {
+            // Both children are leaves: constants, so their merge needs no buffers of theirs.
+            self.tables.merge_leaves(leaf(offset), leaf(offset + stride))
+        } else {
+            let even = self.run(leaf, offset, 2 * stride, next);
+            let odd = self.run(leaf, offset + stride, 2 * stride, next);
+            self.tables.merge(l, even, odd)
+        };
+        self.bodies.0[l as usize - 1].subtract_product(self.ring, next(), &mut x.q, &mut x.p);
+        x
     }
 }
 
@@ -418,14 +443,13 @@ unsafe fn kernel_avx2(f: impl FnOnce()) {
 }
 
 /// One residue of a merge, in place in `even`: `odd ← Xʳ·odd`, then
-/// `even ← even + odd + τ(even − odd) − key`.
+/// `even ← even + odd + τ(even − odd)`.
 #[inline(always)]
 fn merge_residue(
     m: super::modq::Modulus,
     even: &mut [u64],
     odd: &mut [u64],
-    key: &[u64],
-    rotation: &[super::modq::Shoup],
+    rotation: &[impl Multiplier],
     slots: &[u32],
 ) {
     let diff: Vec<u64> = even
@@ -433,20 +457,41 @@ fn merge_residue(
         .zip(odd.iter_mut())
         .zip(rotation)
         .map(|((&e, o), r)| {
-            *o = r.times(*o);
+            *o = r.apply(*o);
             m.sub(e, *o)
         })
         .collect();
-    for (((e, &o), &k), &s) in even.iter_mut().zip(odd.iter()).zip(key).zip(slots) {
-        *e = m.sub(m.add(m.add(*e, o), diff[s as usize]), k);
+    for ((e, &o), &s) in even.iter_mut().zip(odd.iter()).zip(slots) {
+        *e = m.add(m.add(*e, o), diff[s as usize]);
     }
 }
 
-/// One residue of a trace step: `out ← x + τ(x) − out` (`out` holds the key's product).
+/// A constant multiplier of one residue's kind ([`Shoup`] modulo `Q`, [`ShoupP`] modulo `P`).
+trait Multiplier: Copy {
+    /// `a·w` reduced (`a` reduced).
+    fn apply(self, a: u64) -> u64;
+}
+
+impl Multiplier for Shoup {
+    #[inline(always)]
+    fn apply(self, a: u64) -> u64 {
+        self.times(a)
+    }
+}
+
+impl Multiplier for ShoupP {
+    #[inline(always)]
+    fn apply(self, a: u64) -> u64 {
+        // Residues modulo P are below 2³².
+        self.times(a as u32)
+    }
+}
+
+/// One residue of a trace step: `out ← x + τ(x)`.
 #[inline(always)]
 fn trace_residue(m: super::modq::Modulus, x: &[u64], out: &mut [u64], slots: &[u32]) {
     for ((o, &v), &s) in out.iter_mut().zip(x).zip(slots) {
-        *o = m.sub(m.add(v, x[s as usize]), *o);
+        *o = m.add(v, x[s as usize]);
     }
 }
 

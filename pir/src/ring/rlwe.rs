@@ -52,7 +52,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use zeroize::{Zeroize, Zeroizing};
 
-use super::modq::{Modulus, Shoup, P, Q};
+use super::modq::{Modulus, Shoup, ShoupP, P, Q};
 use super::ntt::Ntt;
 use crate::error::PirError;
 use crate::lwe::sample_error;
@@ -425,14 +425,14 @@ pub struct KeyBody {
 /// companion (a key multiplies many digits: every switch of a packing).
 struct KeyRow {
     q: Vec<Shoup>,
-    p: Vec<Shoup>,
+    p: Vec<ShoupP>,
 }
 
 impl KeyRow {
     fn new(q: &[u64], p: &[u64]) -> KeyRow {
         KeyRow {
             q: q.iter().map(|&w| Q.shoup(w)).collect(),
-            p: p.iter().map(|&w| P.shoup(w)).collect(),
+            p: p.iter().map(|&w| ShoupP::new(w)).collect(),
         }
     }
 }
@@ -526,7 +526,7 @@ impl KeyMask {
                     })
                     .collect();
                 let b_p: Vec<u64> = (0..n)
-                    .map(|i| P.add(row.p[i].times(to.ntt_p[i]), e_p[i]))
+                    .map(|i| P.add(row.p[i].times(to.ntt_p[i] as u32), e_p[i]))
                     .collect();
                 KeyRow::new(&b_q, &b_p)
             })
@@ -615,10 +615,16 @@ impl KeyBody {
     }
 
     /// The other half: `b − ⌊Σ_t d_t·b_t / P⌉`.
-    /// `Σ_t d_t·k_t` for this body's rows, modulo `Q` and `P`, transformed and not divided
-    /// by `P` (what a packing with its divisions deferred accumulates; [`super::pack`]).
-    pub(super) fn product(&self, ring: &Ring, digits: DigitsView<'_>) -> (Vec<u64>, Vec<u64>) {
-        ring.key_product(digits, &self.rows)
+    /// `x ← x − Σ_t d_t·k_t` for this body's rows, modulo `Q` and `P`, transformed and not
+    /// divided by `P` (what a packing with its divisions deferred accumulates; [`super::pack`]).
+    pub(super) fn subtract_product(
+        &self,
+        ring: &Ring,
+        digits: DigitsView<'_>,
+        xq: &mut [u64],
+        xp: &mut [u64],
+    ) {
+        ring.subtract_key_product(digits, &self.rows, xq, xp)
     }
 
     pub fn switch_b(&self, ring: &Ring, digits: DigitsView<'_>, b: &[u64]) -> Vec<u64> {
@@ -638,30 +644,54 @@ impl Ring {
     /// `Σ_t d_t·k_t` modulo `Q` and modulo `P`, transformed: the products a switch needs,
     /// before its division by `P`.
     fn key_product(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> (Vec<u64>, Vec<u64>) {
+        let n = self.n();
+        let (mut xq, mut xp) = (vec![0u64; n], vec![0u64; n]);
+        self.subtract_key_product(digits, key, &mut xq, &mut xp);
+        (
+            xq.into_iter().map(|x| Q.neg(x)).collect(),
+            xp.into_iter().map(|x| P.neg(x)).collect(),
+        )
+    }
+
+    /// `x ← x − Σ_t d_t·k_t` in both residues, transformed (`xq`, `xp` reduced).
+    fn subtract_key_product(
+        &self,
+        digits: DigitsView<'_>,
+        key: &[KeyRow],
+        xq: &mut [u64],
+        xp: &mut [u64],
+    ) {
         #[cfg(target_arch = "x86_64")]
         {
             if super::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
-                return unsafe { self.key_product_avx2(digits, key) };
+                return unsafe { self.subtract_key_product_avx2(digits, key, xq, xp) };
             }
         }
-        self.key_product_portable(digits, key)
+        self.subtract_key_product_portable(digits, key, xq, xp)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,bmi2")]
-    unsafe fn key_product_avx2(
+    unsafe fn subtract_key_product_avx2(
         &self,
         digits: DigitsView<'_>,
         key: &[KeyRow],
-    ) -> (Vec<u64>, Vec<u64>) {
-        self.key_product_portable(digits, key)
+        xq: &mut [u64],
+        xp: &mut [u64],
+    ) {
+        self.subtract_key_product_portable(digits, key, xq, xp)
     }
 
     #[inline(always)]
-    fn key_product_portable(&self, digits: DigitsView<'_>, key: &[KeyRow]) -> (Vec<u64>, Vec<u64>) {
+    fn subtract_key_product_portable(
+        &self,
+        digits: DigitsView<'_>,
+        key: &[KeyRow],
+        xq: &mut [u64],
+        xp: &mut [u64],
+    ) {
         let n = self.n();
-        let (mut xq, mut xp) = (vec![0u64; n], vec![0u64; n]);
         debug_assert_eq!(digits.q.len(), key.len() * n);
         debug_assert_eq!(digits.p.len(), key.len() * n);
         for ((dq, dp), row) in digits
@@ -671,13 +701,12 @@ impl Ring {
             .zip(key)
         {
             for ((x, &d), k) in xq.iter_mut().zip(dq).zip(&row.q) {
-                *x = Q.add(*x, k.times(d));
+                *x = Q.sub(*x, k.times(d));
             }
             for ((x, &d), k) in xp.iter_mut().zip(dp).zip(&row.p) {
-                *x = P.add(*x, k.times(u64::from(d)));
+                *x = P.sub(*x, k.times(d));
             }
         }
-        (xq, xp)
     }
 
     /// `⌊x / P⌉ mod Q` for `x` modulo `P·Q` given by its transformed residues `xq`, `xp`

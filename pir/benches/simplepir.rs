@@ -9,7 +9,11 @@ use pir::layout::{Database, Shape};
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     // Under `cargo test --all-targets` this runs once at a small shape, as a smoke test.
-    let (records, rows) = if bench { (1_000_000, 4_704) } else { (2_000, 294) };
+    let (records, rows) = if bench {
+        (1_000_000, 4_704)
+    } else {
+        (2_000, 294)
+    };
     let shape = Shape::new(294, records, rows).expect("shape");
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = || {

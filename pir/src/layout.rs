@@ -274,10 +274,7 @@ impl Database {
         let data = self.data();
         for t0 in (0..cols).step_by(TILE) {
             let t1 = (t0 + TILE).min(cols);
-            let tiles: Vec<&[u32]> = queries
-                .chunks_exact(cols)
-                .map(|q| &q[t0..t1])
-                .collect();
+            let tiles: Vec<&[u32]> = queries.chunks_exact(cols).map(|q| &q[t0..t1]).collect();
             for (k, i) in range.clone().enumerate() {
                 let row = &data[i * cols + t0..i * cols + t1];
                 let mut q = 0;
@@ -298,7 +295,10 @@ impl Database {
                 }
             }
         }
-        for (qv, chunk) in queries.chunks_exact(cols).zip(out.chunks_exact_mut(len.max(1))) {
+        for (qv, chunk) in queries
+            .chunks_exact(cols)
+            .zip(out.chunks_exact_mut(len.max(1)))
+        {
             let offset = qv
                 .iter()
                 .fold(0u32, |s, &v| s.wrapping_add(v))
@@ -391,10 +391,9 @@ fn dot_u8_x8_portable(row: &[u8], q: &[&[u32]; 8]) -> [u32; 8] {
     }
     std::array::from_fn(|j| {
         let s = acc[j].iter().fold(0u32, |s, &v| s.wrapping_add(v));
-        row[n..]
-            .iter()
-            .zip(&q[j][n..])
-            .fold(s, |s, (&r, &v)| s.wrapping_add(u32::from(r).wrapping_mul(v)))
+        row[n..].iter().zip(&q[j][n..]).fold(s, |s, (&r, &v)| {
+            s.wrapping_add(u32::from(r).wrapping_mul(v))
+        })
     })
 }
 
@@ -448,7 +447,11 @@ mod tests {
     fn tiled_answers_equal_row_by_row_dot_products() {
         // Column counts below, at and past a tile; 1, 8 and 11 queries (a group of 8 and a
         // remainder).
-        for (rows, cols, c) in [(3usize, 5usize, 1usize), (4, TILE, 8), (5, TILE * 2 + 7, 11)] {
+        for (rows, cols, c) in [
+            (3usize, 5usize, 1usize),
+            (4, TILE, 8),
+            (5, TILE * 2 + 7, 11),
+        ] {
             let shape = Shape {
                 record_len: 1,
                 records: rows * cols,

@@ -420,13 +420,25 @@ impl ScoreDb {
                 reason: format!("expected {cols} values below Q"),
             });
         }
-        // Split into 31-bit halves so each row's sums fit an i64: |d| ≤ 255, ≤ 2¹⁵ columns.
-        let q_lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
-        let q_hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
-        Ok(vec![
-            plane_sums(self.lo.get(), cols, &q_lo, &q_hi, micros),
-            plane_sums(self.hi.get(), cols, &q_lo, &q_hi, micros),
-        ])
+        let limbs = Limbs::new(query);
+        let (lo, hi) = (self.lo.get(), self.hi.get());
+        const RUN: usize = 256;
+        let runs: Vec<usize> = (0..lo.len() / cols).step_by(RUN).collect();
+        let parts = super::par_map(
+            &runs,
+            |&start| {
+                let end = (start + RUN).min(lo.len() / cols);
+                (start..end)
+                    .map(|i| {
+                        let r = i * cols..(i + 1) * cols;
+                        limbs.dot_pair(&lo[r.clone()], &hi[r])
+                    })
+                    .collect::<Vec<(u64, u64)>>()
+            },
+            micros,
+        );
+        let (lo_sums, hi_sums) = parts.into_iter().flatten().unzip();
+        Ok(vec![lo_sums, hi_sums])
     }
 
     /// Packing the plane sums under the client's key bodies (the online half of the plans).
@@ -453,59 +465,141 @@ impl ScoreDb {
     }
 }
 
-/// One plane's `D·b` modulo `Q`, each row from its two 31-bit halves, in runs of rows (on every
-/// core in the server).
-fn plane_sums<T: Copy + Into<i64> + Sync>(
-    data: &[T],
-    cols: usize,
-    q_lo: &[i64],
-    q_hi: &[i64],
-    micros: Option<&AtomicU64>,
-) -> Vec<u64> {
-    const RUN: usize = 256;
-    let runs: Vec<&[T]> = data.chunks(RUN * cols).collect();
-    super::par_map(
-        &runs,
-        |run| {
-            run.chunks_exact(cols)
-                .map(|row| {
-                    let (s_lo, s_hi) = dot_split(row, q_lo, q_hi);
-                    Q.add(Q.mul(Q.from_i64(s_hi), 1 << 31), Q.from_i64(s_lo))
-                })
-                .collect::<Vec<u64>>()
-        },
-        micros,
-    )
-    .concat()
+/// A scoring query as four signed 16-bit limbs a value, `q = Σ_k 2¹⁶ᵏ·l_k` with
+/// `l_k ∈ [−2¹⁵, 2¹⁵)`, laid out for the pass: for each group of 16 columns, limb 0's 16
+/// values, then limb 1's, 2's and 3's. A row's `Σ_j d_j·q_j` is then `Σ_k 2¹⁶ᵏ·S_k` with
+/// `S_k = Σ_j d_j·l_{k,j}` — 16 × 16-bit products summed in pairs into 32-bit lanes (AVX2's
+/// `vpmaddwd`, 16 products an instruction), where 62-bit values would need 64-bit products.
+struct Limbs {
+    /// `4·⌊cols/16⌋·16` limbs in the group layout above.
+    groups: Vec<i16>,
+    /// The columns past the last whole group, as plain values (scalar tail).
+    tail: Vec<u64>,
 }
 
-/// `(Σ d·q_lo, Σ d·q_hi)` over a row.
-fn dot_split<T: Copy + Into<i64>>(row: &[T], q_lo: &[i64], q_hi: &[i64]) -> (i64, i64) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            return unsafe { dot_split_avx2(row, q_lo, q_hi) };
+/// Groups of 16 columns summed in 32-bit lanes before they are added into 64 bits: a lane
+/// gains at most `2·255·2¹⁵ < 2²⁴` a group, so 64 groups stay below 2³⁰.
+const FLUSH_GROUPS: usize = 64;
+
+impl Limbs {
+    fn new(query: &[u64]) -> Limbs {
+        let whole = query.len() / 16 * 16;
+        let mut groups = vec![0i16; 4 * whole];
+        for (g, chunk) in query[..whole].chunks_exact(16).enumerate() {
+            for (j, &q) in chunk.iter().enumerate() {
+                // q < 2⁶²: three balanced limbs leave |v| ≤ 2¹⁴ + 1 for the fourth.
+                let mut v = q as i64;
+                for k in 0..4 {
+                    let l = ((v + (1 << 15)) & 0xffff) - (1 << 15);
+                    groups[g * 64 + k * 16 + j] = l as i16;
+                    v = (v - l) >> 16;
+                }
+                debug_assert_eq!(v, 0);
+            }
+        }
+        Limbs {
+            groups,
+            tail: query[whole..].to_vec(),
         }
     }
-    dot_split_portable(row, q_lo, q_hi)
-}
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn dot_split_avx2<T: Copy + Into<i64>>(row: &[T], q_lo: &[i64], q_hi: &[i64]) -> (i64, i64) {
-    dot_split_portable(row, q_lo, q_hi)
-}
-
-#[inline(always)]
-fn dot_split_portable<T: Copy + Into<i64>>(row: &[T], q_lo: &[i64], q_hi: &[i64]) -> (i64, i64) {
-    let (mut s_lo, mut s_hi) = (0i64, 0i64);
-    for ((&d, &l), &h) in row.iter().zip(q_lo).zip(q_hi) {
-        let d: i64 = d.into();
-        s_lo += d * l;
-        s_hi += d * h;
+    /// `(Σ_j lo_j·q_j, Σ_j hi_j·q_j) mod Q` for one row of each plane.
+    fn dot_pair(&self, lo: &[u8], hi: &[i8]) -> (u64, u64) {
+        let whole = self.groups.len() / 4;
+        let (mut s_lo, mut s_hi) = self.sums(&lo[..whole], &hi[..whole]);
+        // The tail: at most 15 columns, exact in i128.
+        for ((&q, &dl), &dh) in self.tail.iter().zip(&lo[whole..]).zip(&hi[whole..]) {
+            s_lo += i128::from(dl) * i128::from(q);
+            s_hi += i128::from(dh) * i128::from(q);
+        }
+        let reduce = |s: i128| Q.from_i64((s % i128::from(Q.value)) as i64);
+        (reduce(s_lo), reduce(s_hi))
     }
-    (s_lo, s_hi)
+
+    /// The whole groups' sums, exact (`|S_k| < 2³⁸`, so `Σ_k 2¹⁶ᵏ·S_k` fits an i128).
+    fn sums(&self, lo: &[u8], hi: &[i8]) -> (i128, i128) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above).
+                let (l, h) = unsafe { self.limb_sums_avx2(lo, hi) };
+                return (combine(l), combine(h));
+            }
+        }
+        let (l, h) = self.limb_sums_portable(lo, hi);
+        (combine(l), combine(h))
+    }
+
+    fn limb_sums_portable(&self, lo: &[u8], hi: &[i8]) -> ([i64; 4], [i64; 4]) {
+        let (mut l, mut h) = ([0i64; 4], [0i64; 4]);
+        for ((limbs, dl), dh) in self
+            .groups
+            .chunks_exact(64)
+            .zip(lo.chunks_exact(16))
+            .zip(hi.chunks_exact(16))
+        {
+            for k in 0..4 {
+                for j in 0..16 {
+                    let q = i64::from(limbs[k * 16 + j]);
+                    l[k] += i64::from(dl[j]) * q;
+                    h[k] += i64::from(dh[j]) * q;
+                }
+            }
+        }
+        (l, h)
+    }
+
+    /// [`Limbs::limb_sums_portable`] with `vpmaddwd`: both planes' rows against each limb
+    /// vector as it is loaded, eight 32-bit accumulators flushed every [`FLUSH_GROUPS`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn limb_sums_avx2(&self, lo: &[u8], hi: &[i8]) -> ([i64; 4], [i64; 4]) {
+        use std::arch::x86_64::*;
+        let groups = lo.len() / 16;
+        debug_assert!(hi.len() == lo.len() && self.groups.len() == 64 * groups);
+        let (mut l, mut h) = ([0i64; 4], [0i64; 4]);
+        let flush = |acc: &[__m256i; 4], out: &mut [i64; 4]| {
+            for (o, a) in out.iter_mut().zip(acc) {
+                let mut lanes = [0i32; 8];
+                // SAFETY: `lanes` holds 32 bytes.
+                unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *a) };
+                *o += lanes.iter().map(|&x| i64::from(x)).sum::<i64>();
+            }
+        };
+        let mut g = 0;
+        while g < groups {
+            let end = (g + FLUSH_GROUPS).min(groups);
+            let mut acc_l = [_mm256_setzero_si256(); 4];
+            let mut acc_h = [_mm256_setzero_si256(); 4];
+            for i in g..end {
+                // SAFETY: group i's 16 bytes of each row and 64 limbs are in bounds
+                // (`groups` whole groups; checked above in debug builds, by the callers'
+                // equal lengths in all).
+                unsafe {
+                    let dl = _mm256_cvtepu8_epi16(_mm_loadu_si128(lo.as_ptr().add(16 * i).cast()));
+                    let dh = _mm256_cvtepi8_epi16(_mm_loadu_si128(hi.as_ptr().add(16 * i).cast()));
+                    let base = self.groups.as_ptr().add(64 * i);
+                    for k in 0..4 {
+                        let q = _mm256_loadu_si256(base.add(16 * k).cast());
+                        acc_l[k] = _mm256_add_epi32(acc_l[k], _mm256_madd_epi16(dl, q));
+                        acc_h[k] = _mm256_add_epi32(acc_h[k], _mm256_madd_epi16(dh, q));
+                    }
+                }
+            }
+            flush(&acc_l, &mut l);
+            flush(&acc_h, &mut h);
+            g = end;
+        }
+        (l, h)
+    }
+}
+
+/// `Σ_k 2¹⁶ᵏ·S_k`.
+fn combine(s: [i64; 4]) -> i128 {
+    s.iter()
+        .enumerate()
+        .map(|(k, &v)| i128::from(v) << (16 * k))
+        .sum()
 }
 
 /// `A_i = Σ_c r̃_{i,c}·a_c` for a row given by `entry(j)`, in coefficient form.
@@ -820,6 +914,43 @@ pub fn decode_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_limb_pass_sums_exactly() {
+        let mut rng = ChaCha20Rng::seed_from_u64(77);
+        // Whole groups only, a tail, many flushes; extreme entries and values near Q.
+        for cols in [16usize, 37, 64 * 16 * 3 + 5, 4096] {
+            for extreme in [false, true] {
+                let query: Vec<u64> = (0..cols)
+                    .map(|_| {
+                        if extreme {
+                            Q.value - 1 - rng.random_range(0..3)
+                        } else {
+                            rng.random_range(0..Q.value)
+                        }
+                    })
+                    .collect();
+                let lo: Vec<u8> = (0..cols)
+                    .map(|_| if extreme { 255 } else { rng.random() })
+                    .collect();
+                let hi: Vec<i8> = (0..cols)
+                    .map(|_| if extreme { -128 } else { rng.random() })
+                    .collect();
+                let limbs = Limbs::new(&query);
+                let want = |d: &dyn Fn(usize) -> i128| {
+                    let s: i128 = (0..cols).map(|j| d(j) * i128::from(query[j])).sum();
+                    s.rem_euclid(i128::from(Q.value)) as u64
+                };
+                let got = limbs.dot_pair(&lo, &hi);
+                assert_eq!(got.0, want(&|j| i128::from(lo[j])), "cols {cols}");
+                assert_eq!(got.1, want(&|j| i128::from(hi[j])), "cols {cols}");
+                let whole = cols / 16 * 16;
+                let portable = limbs.limb_sums_portable(&lo[..whole], &hi[..whole]);
+                let (l, h) = limbs.sums(&lo[..whole], &hi[..whole]);
+                assert_eq!((combine(portable.0), combine(portable.1)), (l, h));
+            }
+        }
+    }
     use rand::Rng;
 
     /// A database of full random blocks (±32,767 entries) on a small ring.

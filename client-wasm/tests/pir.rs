@@ -33,14 +33,12 @@ fn wasm_queries_answers_and_decoding_equal_the_native_ones() {
 
 #[wasm_bindgen_test]
 fn hintless_scores_at_the_deployed_degree_in_wasm() {
-    use shared::pir::ring::pack::PackingMasks;
     use shared::pir::ring::rlwe::{uniform, Gadget, Ring};
     use shared::pir::ring::scores::{
-        decode, plaintext_scores, prepare, query, ScoreDb, ScoreShape,
+        decode, packing_masks, plaintext_scores, prepare, query, ScoreDb, ScoreShape,
     };
     use shared::pir::ring::N;
     let ring = Ring::new(N);
-    let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[3; 32]);
     let mut rng = ChaCha20Rng::seed_from_u64(2);
     // Exact scores end to end on a small database at N = 4,096.
     let small = ScoreShape {
@@ -48,6 +46,7 @@ fn hintless_scores_at_the_deployed_degree_in_wasm() {
         dim: 8,
         rows: 40,
     };
+    let masks = packing_masks(&ring, &small, &[3; 32]);
     let blocks: Vec<Vec<i16>> = (0..3)
         .map(|b| {
             (0..40 * 8)
@@ -69,6 +68,7 @@ fn hintless_scores_at_the_deployed_degree_in_wasm() {
         rows: 11_000,
     };
     let q: Vec<i16> = (0..64).map(|j| 500 * j - 16_000).collect();
+    let masks = packing_masks(&ring, &shape, &[3; 32]);
     let t0 = js_sys::Date::now();
     let prepared = prepare(&ring, &shape, &[4; 32], &masks, &mut rng).unwrap();
     let tp = js_sys::Date::now();

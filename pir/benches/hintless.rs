@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use pir::ring::pack::{PackingBodies, PackingMasks};
+use pir::ring::inspiring::InspiringBodies;
 use pir::ring::rlwe::{Gadget, Ring};
 use pir::ring::scores::{self, decode, failure_log2, query, ScoreDb, ScoreShape};
 use pir::ring::N;
@@ -32,7 +32,7 @@ fn main() {
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let blocks = pir::selftest::random_blocks(&shape, &mut rng);
     let (qseed, pseed) = ([1u8; 32], [2u8; 32]);
-    let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &pseed);
+    let masks = scores::packing_masks(&ring, &shape, &pseed);
     println!("shape {shape:?}, {} query columns", shape.cols(N));
     let t = Instant::now();
     let db = ScoreDb::build(&ring, shape, &blocks, &qseed, &masks).expect("builds");
@@ -80,7 +80,7 @@ fn main() {
     let (server, scoring, packing) = runs[1];
     // The wire sizes (`scores::upload_len`, `answer_len`); the packed `a` parts are 8 bytes a value.
     let up_query = upload_len * 8;
-    let up_keys = PackingBodies::wire_len(N, Gadget::DEFAULT);
+    let up_keys = InspiringBodies::wire_len(N, Gadget::DEFAULT);
     assert_eq!(up_query + up_keys, scores::upload_len(&shape, N));
     let down = scores::answer_len(&shape, N);
     assert_eq!(down, answer_len * N * 8);

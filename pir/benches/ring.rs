@@ -3,6 +3,7 @@
 //! half a server runs per query once it holds the plan for fixed `a` parts.
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use pir::ring::inspiring::{InspiringMasks, InspiringPlan};
 use pir::ring::pack::{lwe_encrypt, lwe_to_rlwe, pack, PackingMasks, PackingPlan};
 use pir::ring::rlwe::{encrypt, AutomorphismKey, Gadget, Ring, SecretKey};
 use pir::ring::N;
@@ -42,6 +43,18 @@ fn bench(c: &mut Criterion) {
     let plan = PackingPlan::new(&ring, &masks, &a_parts);
     group.bench_function("pack_4096_lwe_online", |b| {
         b.iter(|| plan.pack(&ring, &bodies, &b_parts));
+    });
+    // InspiRING at the deployed width (N/2 inputs, one key): the same number of switches a
+    // slot of output as the tree's 4,096.
+    let gamma = N / 2;
+    let imasks = InspiringMasks::from_seed(&ring, g, &[4; 32], gamma);
+    let ibodies = imasks.bodies(&ring, &sk, &mut rng);
+    let iplan = InspiringPlan::new(&ring, &imasks, &a_parts[..gamma]);
+    group.bench_function("inspiring_2048_lwe_online", |b| {
+        b.iter(|| iplan.pack_b(&ring, &ibodies, &b_parts[..gamma]));
+    });
+    group.bench_function("inspiring_2048_lwe_plan", |b| {
+        b.iter(|| InspiringPlan::new(&ring, &imasks, &a_parts[..gamma]));
     });
     // The scoring pass a hintless ranking would run before packing (projected in
     // docs/eval/pir.md): 11,000 rows (a block's items at 1M, B = 256) × 16,384 columns

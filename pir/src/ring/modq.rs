@@ -206,6 +206,40 @@ impl Shoup {
     }
 }
 
+/// A constant multiplier modulo `Q` with its Shoup companion, without [`Shoup`]'s copy of the
+/// modulus: 16 bytes where many are held and streamed (key bodies, packing tables).
+#[derive(Clone, Copy, Debug)]
+pub struct ShoupQ {
+    w: u64,
+    w_shoup: u64,
+}
+
+impl ShoupQ {
+    pub fn new(w: u64) -> ShoupQ {
+        let s = Q.shoup(w);
+        ShoupQ {
+            w: s.w,
+            w_shoup: s.w_shoup,
+        }
+    }
+
+    /// The multiplier itself.
+    pub fn value(self) -> u64 {
+        self.w
+    }
+
+    /// `a·w mod Q` for any `a < 2⁶⁴` (as [`Shoup::times`]).
+    #[inline]
+    pub fn times(self, a: u64) -> u64 {
+        let qhat = ((a as u128 * self.w_shoup as u128) >> 64) as u64;
+        csub(
+            a.wrapping_mul(self.w)
+                .wrapping_sub(qhat.wrapping_mul(Q.value)),
+            Q.value,
+        )
+    }
+}
+
 /// A constant multiplier modulo `P` (below 2³²) with its 32-bit Shoup companion
 /// `⌊w·2³²/P⌋`: `a·w mod P` for `a < 2³²` from three 32 × 32 → 64-bit products, which AVX2
 /// does four at a time (the 64-bit [`Shoup`] needs a 64 × 64 → 128-bit one). Half the bytes of
@@ -245,6 +279,11 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #[test]
+        fn shoup_q_multiplies_exactly(a in any::<u64>(), w in 0..Q.value) {
+            prop_assert_eq!(ShoupQ::new(w).times(a), Q.reduce(u128::from(a) * u128::from(w)));
+        }
+
         #[test]
         fn shoup_p_multiplies_exactly(a in any::<u32>(), w in 0..P.value) {
             prop_assert_eq!(ShoupP::new(w).times(a), P.reduce(u128::from(a) * u128::from(w)));

@@ -50,15 +50,18 @@ impl Ntt {
     /// `τ_k(a)(ω) = a(ωᵏ)`, so slot `i` takes the slot of `ψ^((2·rev(i) + 1)·k mod 2N)`: a
     /// permutation, because `k` is a unit modulo `2N`. Public (it depends only on `N` and `k`).
     pub fn automorphism_slots(&self, k: usize) -> Vec<u32> {
+        (0..self.n)
+            .map(|i| self.automorphism_slot(i, k) as u32)
+            .collect()
+    }
+
+    /// Entry `i` of [`Ntt::automorphism_slots`]`(k)`.
+    #[inline]
+    pub fn automorphism_slot(&self, i: usize, k: usize) -> usize {
         assert!(k % 2 == 1, "automorphisms need odd k");
         let bits = self.n.trailing_zeros();
-        let mask = 2 * self.n - 1;
-        (0..self.n)
-            .map(|i| {
-                let e = ((2 * bit_reverse(i, bits) + 1) * k) & mask;
-                bit_reverse((e - 1) / 2, bits) as u32
-            })
-            .collect()
+        let e = ((2 * bit_reverse(i, bits) + 1) * k) & (2 * self.n - 1);
+        bit_reverse((e - 1) / 2, bits)
     }
 
     pub fn modulus(&self) -> Modulus {

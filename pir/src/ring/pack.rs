@@ -58,7 +58,7 @@
 //! (`(1 + N)/2` in the worst case, `(1 + N)/4` as a proxy), bounds it as it stands. Tested:
 //! the two forms differ by at most `N/2` at every message coefficient.
 
-use super::modq::{Shoup, ShoupP, P, Q};
+use super::modq::{ShoupP, ShoupQ, P, Q};
 use super::rlwe::{Ciphertext, DigitsView, Gadget, KeyBody, KeyMask, Ring, SecretKey};
 use crate::held::{Held, SharedBytes};
 use rand::RngCore;
@@ -156,12 +156,80 @@ impl PackingMasks {
 /// ([`PackingPlan::pack`]): no transforms of digits, a quarter of the products.
 pub struct PackingPlan {
     width: usize,
-    /// Key switches, in the order the online pass consumes them.
+    /// Every key switch's transformed digits, in the order the online pass consumes them.
+    digits: StepDigits,
+    a: Vec<u64>,
+}
+
+/// Every key switch's transformed digits of a plan, one step after another, modulo `Q` and
+/// modulo `P`, held or read from shared bytes (a plan's bulk: the online pass streams them).
+pub(super) struct StepDigits {
     steps: usize,
-    /// Every step's transformed digits, one step after another, modulo `Q` and modulo `P`.
     q: Held<u64>,
     p: Held<u32>,
-    a: Vec<u64>,
+}
+
+impl StepDigits {
+    /// Room for `steps` switches of `digits` digits of `n` values.
+    pub(super) fn with_capacity(steps: usize, digits: usize, n: usize) -> StepDigits {
+        StepDigits {
+            steps: 0,
+            q: Held::Owned(Vec::with_capacity(steps * digits * n)),
+            p: Held::Owned(Vec::with_capacity(steps * digits * n)),
+        }
+    }
+
+    pub(super) fn push(&mut self, digits: super::rlwe::SwitchDigits) {
+        let (dq, dp) = digits.into_parts();
+        match (&mut self.q, &mut self.p) {
+            (Held::Owned(q), Held::Owned(p)) => {
+                q.extend_from_slice(&dq);
+                p.extend_from_slice(&dp);
+            }
+            _ => unreachable!("digits are pushed before they are shared"),
+        }
+        self.steps += 1;
+    }
+
+    pub(super) fn steps(&self) -> usize {
+        self.steps
+    }
+
+    /// Step `i`'s digits.
+    pub(super) fn step(&self, i: usize) -> DigitsView<'_> {
+        let (q, p) = (self.q.get(), self.p.get());
+        let (sq, sp) = (q.len() / self.steps, p.len() / self.steps);
+        DigitsView {
+            q: &q[i * sq..(i + 1) * sq],
+            p: &p[i * sp..(i + 1) * sp],
+        }
+    }
+
+    /// Bytes [`StepDigits::write`] writes.
+    pub(super) fn padded_len(&self) -> usize {
+        self.q.padded_len() + self.p.padded_len()
+    }
+
+    /// The digits, little-endian (what [`StepDigits::share`] reads back).
+    pub(super) fn write(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.q.write(out)?;
+        self.p.write(out)
+    }
+
+    /// Reads the digits from `bytes[offset..]`, where [`StepDigits::write`] wrote them,
+    /// instead of holding them (refused unless they are equal); the offset after them.
+    pub(super) fn share(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
+        let end = self.q.share(bytes, offset)?;
+        self.p.share(bytes, end)
+    }
+
+    pub(super) fn is_owned(&self) -> bool {
+        self.q.is_owned() || self.p.is_owned()
+    }
+
+    pub(super) fn byte_len(&self) -> usize {
+        self.q.byte_len() + self.p.byte_len()
+    }
 }
 
 impl PackingPlan {
@@ -178,69 +246,44 @@ impl PackingPlan {
         };
         // The merges (`width − 1`) and the trace's levels: the buffers' exact sizes.
         let steps = width - 1 + trace_levels(ring, width).count();
-        let digits = masks.0.first().map_or(0, |m| m.gadget().digits);
-        let (mut q, mut p) = (
-            Vec::with_capacity(steps * digits * n),
-            Vec::with_capacity(steps * digits * n),
-        );
-        let mut keep = |(dq, dp): (Vec<u64>, Vec<u32>)| {
-            q.extend_from_slice(&dq);
-            p.extend_from_slice(&dp);
-        };
+        let gadget_digits = masks.0.first().map_or(0, |m| m.gadget().digits);
+        let mut digits = StepDigits::with_capacity(steps, gadget_digits, n);
         let mut a = merge(ring, width, &leaf, &mut |l, diff| {
-            let (digits, a) =
+            let (d, a) =
                 masks.0[l as usize - 1].switch_a(ring, &ring.automorphism(diff, level_k(l)));
-            keep(digits.into_parts());
+            digits.push(d);
             a
         });
         for j in trace_levels(ring, width) {
-            let (digits, switched) =
+            let (d, switched) =
                 masks.0[j as usize - 1].switch_a(ring, &ring.automorphism(&a, level_k(j)));
-            keep(digits.into_parts());
+            digits.push(d);
             a = add(&a, &switched);
         }
-        debug_assert_eq!(q.len(), steps * digits * n);
-        PackingPlan {
-            width,
-            steps,
-            q: Held::Owned(q),
-            p: Held::Owned(p),
-            a,
-        }
-    }
-
-    /// Step `i`'s digits.
-    fn step(&self, i: usize) -> DigitsView<'_> {
-        let (q, p) = (self.q.get(), self.p.get());
-        let (sq, sp) = (q.len() / self.steps, p.len() / self.steps);
-        DigitsView {
-            q: &q[i * sq..(i + 1) * sq],
-            p: &p[i * sp..(i + 1) * sp],
-        }
+        debug_assert_eq!(digits.steps(), steps);
+        PackingPlan { width, digits, a }
     }
 
     /// Bytes [`PackingPlan::write_digits`] writes.
     pub fn digits_len(&self) -> usize {
-        self.q.padded_len() + self.p.padded_len()
+        self.digits.padded_len()
     }
 
     /// The steps' digits, little-endian (what [`PackingPlan::share_digits`] reads back).
     pub fn write_digits(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
-        self.q.write(out)?;
-        self.p.write(out)
+        self.digits.write(out)
     }
 
     /// Reads the digits from `bytes[offset..]`, where [`PackingPlan::write_digits`] wrote
     /// them, instead of holding them (refused unless they are equal); returns the offset after
     /// them.
     pub fn share_digits(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
-        let end = self.q.share(bytes, offset)?;
-        self.p.share(bytes, end)
+        self.digits.share(bytes, offset)
     }
 
     /// Whether the digits are in the plan's own memory (not shared).
     pub fn digits_owned(&self) -> bool {
-        self.q.is_owned() || self.p.is_owned()
+        self.digits.is_owned()
     }
 
     /// Inputs the plan was built for.
@@ -255,7 +298,7 @@ impl PackingPlan {
 
     /// Bytes the plan holds (its steps' transformed digits dominate).
     pub fn bytes(&self) -> usize {
-        8 * self.a.len() + self.q.byte_len() + self.p.byte_len()
+        8 * self.a.len() + self.digits.byte_len()
     }
 
     /// The packed ciphertext of LWE ciphertexts with these `b` values (the same order and
@@ -279,7 +322,7 @@ impl PackingPlan {
         // `Q`, and 0 modulo `P`.
         let scale = Q.shoup(Q.mul(P.value % Q.value, Q.inv(ring.n() as u64)));
         let leaf = |i: usize| b_values.get(i).map_or(0, |&b| scale.times(b));
-        let mut steps = (0..self.steps).map(|i| self.step(i));
+        let mut steps = (0..self.digits.steps()).map(|i| self.digits.step(i));
         let mut next = || steps.next().expect("the plan has every step");
         let merge = Merge {
             ring,
@@ -307,7 +350,7 @@ impl PackingPlan {
             }
             p
         };
-        let mut steps = (0..self.steps).map(|i| self.step(i));
+        let mut steps = (0..self.digits.steps()).map(|i| self.digits.step(i));
         let mut b = merge(ring, self.width, &leaf, &mut |l, diff| {
             let digits = steps.next().expect("the plan has every step");
             bodies.0[l as usize - 1].switch_b(ring, digits, &ring.automorphism(diff, level_k(l)))
@@ -335,7 +378,7 @@ struct Scaled {
 /// for both residues, whose transforms share their order). Public; one per ring.
 #[derive(Debug)]
 pub(super) struct Tables {
-    rotation_q: Vec<Vec<Shoup>>,
+    rotation_q: Vec<Vec<ShoupQ>>,
     rotation_p: Vec<Vec<ShoupP>>,
     slots: Vec<Vec<u32>>,
 }
@@ -355,7 +398,7 @@ impl Tables {
                 .map(|j| {
                     ring.to_ntt(&monomial(j))
                         .into_iter()
-                        .map(|w| Q.shoup(w))
+                        .map(ShoupQ::new)
                         .collect()
                 })
                 .collect(),
@@ -498,13 +541,13 @@ fn merge_residue(
     }
 }
 
-/// A constant multiplier of one residue's kind ([`Shoup`] modulo `Q`, [`ShoupP`] modulo `P`).
+/// A constant multiplier of one residue's kind ([`ShoupQ`] modulo `Q`, [`ShoupP`] modulo `P`).
 trait Multiplier: Copy {
     /// `a·w` reduced (`a` reduced).
     fn apply(self, a: u64) -> u64;
 }
 
-impl Multiplier for Shoup {
+impl Multiplier for ShoupQ {
     #[inline(always)]
     fn apply(self, a: u64) -> u64 {
         self.times(a)

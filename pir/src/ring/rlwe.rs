@@ -52,7 +52,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use zeroize::{Zeroize, Zeroizing};
 
-use super::modq::{Modulus, Shoup, ShoupP, P, Q};
+use super::modq::{Modulus, Shoup, ShoupP, ShoupQ, P, Q};
 use super::ntt::Ntt;
 use crate::error::PirError;
 use crate::lwe::sample_error;
@@ -424,14 +424,14 @@ pub struct KeyBody {
 /// One digit's key polynomial, transformed, in both residues, each value with its Shoup
 /// companion (a key multiplies many digits: every switch of a packing).
 struct KeyRow {
-    q: Vec<Shoup>,
+    q: Vec<ShoupQ>,
     p: Vec<ShoupP>,
 }
 
 impl KeyRow {
     fn new(q: &[u64], p: &[u64]) -> KeyRow {
         KeyRow {
-            q: q.iter().map(|&w| Q.shoup(w)).collect(),
+            q: q.iter().map(|&w| ShoupQ::new(w)).collect(),
             p: p.iter().map(|&w| ShoupP::new(w)).collect(),
         }
     }

@@ -25,9 +25,9 @@ use crate::error::{Error, Result};
 use crate::pir::client::PirError;
 use crate::pir::doc::{check_file, seed_hex, PirDoc, ScoresDoc};
 use crate::pir::records::{Ranked, DIGEST};
+use crate::pir::ring::inspiring::InspiringMasks;
 use crate::pir::ring::modq::Q;
-use crate::pir::ring::pack::PackingMasks;
-use crate::pir::ring::rlwe::{Gadget, Ring, SecretKey};
+use crate::pir::ring::rlwe::{Ring, SecretKey};
 use crate::pir::ring::scores::{
     self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape, PLANES,
 };
@@ -287,7 +287,7 @@ impl Drop for ScoresPending {
 /// them; a few milliseconds).
 pub struct ScoresKeys {
     ring: Ring,
-    masks: PackingMasks,
+    masks: InspiringMasks,
     query_seed: [u8; 32],
 }
 
@@ -317,7 +317,7 @@ impl ScoresKeys {
             seeds::derive_from(&digest, Purpose::ScoresPacking),
         )?;
         let ring = Ring::new(N);
-        let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &packing);
+        let masks = crate::pir::ring::scores::packing_masks(&ring, &doc.shape(), &packing);
         Ok(ScoresKeys {
             masks,
             query_seed,
@@ -329,7 +329,7 @@ impl ScoresKeys {
         &self.ring
     }
 
-    pub fn masks(&self) -> &PackingMasks {
+    pub fn masks(&self) -> &InspiringMasks {
         &self.masks
     }
 }

@@ -15,8 +15,7 @@ use shared::pir::layout::{Database, Shape};
 use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::records::thumb_digest;
 use shared::pir::records::{encode_rank_record, rank_record_len, RankItem};
-use shared::pir::ring::pack::PackingMasks;
-use shared::pir::ring::rlwe::{Gadget, Ring};
+use shared::pir::ring::rlwe::Ring;
 use shared::pir::ring::scores::{answer_len, failure_log2, upload_len, ScoreDb, ScoreShape};
 use shared::pir::ring::N as RING_N;
 use shared::pir::seeds::{self, Purpose};
@@ -304,7 +303,7 @@ fn build_scores(
         seeds::derive(&p.doc, Purpose::ScoresQuery),
         seeds::derive(&p.doc, Purpose::ScoresPacking),
     );
-    let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &packing_seed);
+    let masks = shared::pir::ring::scores::packing_masks(&ring, &shape, &packing_seed);
     // Each block's i16 features as the planes are laid out (one block held at a time).
     let features = |b: usize| -> Result<Vec<i16>, shared::Error> {
         Ok(members[b]

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::pir::layout::Database;
-use shared::pir::ring::pack::PackingBodies;
+use shared::pir::ring::inspiring::InspiringBodies;
 use shared::pir::ring::rlwe::Ring;
 use shared::pir::ring::scores::{decode_upload, encode_answer, upload_len, ScoreDb};
 
@@ -161,7 +161,7 @@ pub enum QueryError {
 /// a malformed one is refused without waiting for one).
 pub struct ScoresQuery {
     query: Vec<u64>,
-    bodies: PackingBodies,
+    bodies: InspiringBodies,
 }
 
 /// Decodes a hintless scores query (exactly the document's `upload_bytes`).

@@ -1,0 +1,447 @@
+//! Packing `γ ≤ N/2` LWE ciphertexts into one RLWE ciphertext with **one** key-switching key:
+//! the InspiRING idea (Mahdavi et al., "InsPIRe: Communication-efficient PIR with server-side
+//! preprocessing", 2025), derived and written here from the algebra below. It replaces
+//! [`super::pack`]'s tree (CDKS), which needs `log N` = 12 keys: the client uploads one key
+//! body (96 KiB) instead of twelve (1,152 KiB), and the server's online half per input is two
+//! products a digit and residue and one permutation, with no rotations.
+//!
+//! # The algebra
+//! Let `g = 2N/γ + 1`. For `γ ≤ N/2` it generates the subgroup `H = {k ≡ 1 mod 2N/γ}` of
+//! `Z*_{2N}`, cyclic of order `γ` (`2N/γ ≥ 4`, and `1 + 2ᵃ` has order `2^(b−a)` modulo `2ᵇ`
+//! for `a ≥ 2`). The partial trace `T(p) = Σ_{σ∈H} σ(p)` keeps exactly the coefficients at
+//! multiples of `γ`, times `γ`: `Σ_{m<γ} X^(j·(1 + m·2N/γ)) = Xʲ·Σ_m ζᵐ` with `ζ = X^(2Nj/γ)`
+//! of order dividing `γ`, a full period of roots of unity (sum 0) unless `ζ = 1`, i.e.
+//! `γ | j`.
+//!
+//! An LWE ciphertext `(a_i, b_i)` with phase `b_i − ⟨a_i, s⟩ = μ_i` has `⟨a_i, s⟩` as the
+//! constant coefficient of `ã_i·s` ([`lwe_to_rlwe`]). So for `i < γ`
+//!
+//! `Σ_i Xⁱ·(b_i − T(ã_i·s)/γ) = Σ_i μ_i·Xⁱ − (terms at Xⁱ⁺ᵗᵞ, t ≥ 1)`:
+//!
+//! the messages sit in coefficients `0 … γ − 1` exactly, and coefficients `γ … N − 1` hold
+//! what `T` kept of the products (secret-dependent values the client decrypts and ignores).
+//! Since `σ(ã_i·s) = σ(ã_i)·σ(s)`, the left side is `B₀ − Σ_{j<γ} A_j·τ_{gʲ}(s)` with
+//! `B₀ = Σ_i b_i·Xⁱ` and `A_j = γ⁻¹·Σ_i Xⁱ·τ_{gʲ}(ã_i)`: a ciphertext under the `γ` secrets
+//! `τ_{gʲ}(s)` (the *transform*, from the `a` parts alone).
+//!
+//! **Collapse, Horner's way, with the one key `τ_g(s) → s`.** With `A'_k = τ_g^{−k}(A_k)`:
+//! `V_{γ−1} = (A'_{γ−1}, 0)` and `V_k = (A'_k, 0) + switch(τ_g(V_{k+1}))` are ciphertexts
+//! under `s` with phase `−Σ_{j≥k} A'_j·τ_g^(j−k)(s)` (induction: `τ_g` maps a ciphertext under
+//! `s` to one under `τ_g(s)` with the phase's image; the key brings it back), so `V_0` has
+//! phase `−Σ_j A_j·τ_{gʲ}(s)`, and `V_0 + (0, B₀)` is the packed ciphertext. `γ − 1` switches,
+//! each with the same key.
+//!
+//! **Offline and online.** The `a` parts (`A'_k`, the switches' digits, the packed `a`) are
+//! fixed when the inputs' `a` parts are (a database's answers to a query of a public matrix),
+//! so the server computes them once ([`InspiringPlan::new`]); a query's packing is the `b`
+//! chain alone: `β_{γ−1} = 0`, `β_k = τ_g(β_{k+1}) − ⌊Σ_t d_{k,t}·k_t / P⌉`, then `β_0 + B₀`.
+//! As in [`super::pack`] it runs on `P·β` modulo `P·Q` in the transform domain, where `τ_g` is
+//! a permutation of slots, and divides by `P` once at the end.
+//!
+//! **The transform in `O(N·(N log N + γ))`.** In the transform domain (slot `t` evaluates at
+//! `ω_t`, and `τ_σ` reads slot `π_σ(t)`): `A'_k[t] = γ⁻¹·Σ_i ω_{π_{g⁻ᵏ}(t)}ⁱ·ã_i[t]` — for
+//! each slot `t`, the polynomial `P_t(Y) = Σ_i ã_i[t]·Yⁱ` evaluated at `γ` of the `N` points
+//! one forward transform of `P_t` gives ([`super::ntt::Ntt::automorphism_slot`]).
+//!
+//! # Error
+//! At a message coefficient the output phase is `μ_i` plus the inputs' errors plus
+//! `Σ_k τ_g^k(κ_k)`, `κ_k` the `k`-th switch's error with its `b`-rounding moved to one final
+//! rounding (≤ ½) as in [`super::pack`]; automorphisms permute coefficients up to sign, so
+//! each switch's error enters once — no doubling, against the tree's `(N² − 1)/3` growth.
+//! - **Rigorous.** Every switch uses the same key, so the key errors' parts `E_k/P` are not
+//!   independent: each coefficient of `Σ_k τ_g^k(E_k)/P` is `⟨w, e⟩/P` for the key's errors `e`
+//!   and a public `w = Σ_k w_k`, `‖w‖ ≤ Σ_k ‖w_k‖`: sub-Gaussian with proxy
+//!   `(γ − 1)²·v_E` ([`added_gaussian_variance`]). The rounding parts (`α·s/P` a switch, at most
+//!   `N/2`, and the final ½) are at most `(γ − 1)·N/2 + ½` ([`rounding_worst_case`]).
+//! - **Heuristic (independence assumption).** Modelling the switches' errors as independent
+//!   (their digits are pseudo-random public values): proxy `(γ − 1)·v + ¼`
+//!   ([`added_variance`]), `v` = [`Gadget::switch_variance`]: at `γ = 2,048` a sub-Gaussian
+//!   parameter of about 2¹²·⁷ (the tree's is 2¹⁸·⁴); the rigorous proxy 2¹⁸·² and worst-case
+//!   rounding 2²².
+//!
+//! # Security
+//! The key is an automorphism key (`τ_g(s) → s`) like each of the tree's, under the same
+//! RLWE and circular-security assumptions; its mask comes from a public seed and its body is
+//! the client's, fresh with each query's secret.
+
+use rand::RngCore;
+
+use super::modq::{P, Q};
+use super::pack::StepDigits;
+use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, Ring, SecretKey};
+use crate::error::PirError;
+use crate::held::SharedBytes;
+
+pub use super::pack::{lwe_to_rlwe, LweCiphertext};
+
+/// The generator of the packing's automorphisms for `gamma` inputs: `2N/γ + 1`.
+pub fn generator(n: usize, gamma: usize) -> usize {
+    2 * n / gamma + 1
+}
+
+/// Whether `gamma` inputs can be packed: a power of two from 1 to `N/2`.
+pub fn valid_width(n: usize, gamma: usize) -> bool {
+    gamma.is_power_of_two() && gamma <= n / 2
+}
+
+/// The key's public mask (from a public seed) and the width it packs.
+pub struct InspiringMasks {
+    gamma: usize,
+    mask: KeyMask,
+}
+
+/// A client's key body for `τ_g(s) → s` under [`InspiringMasks`]: all it uploads for packing.
+pub struct InspiringBodies(KeyBody);
+
+impl InspiringMasks {
+    /// The mask for packing `gamma` inputs ([`valid_width`]); the seed's stream is `g`, so
+    /// different widths never share a mask.
+    pub fn from_seed(ring: &Ring, gadget: Gadget, seed: &[u8; 32], gamma: usize) -> InspiringMasks {
+        assert!(valid_width(ring.n(), gamma), "cannot pack {gamma} inputs");
+        InspiringMasks {
+            gamma,
+            mask: KeyMask::from_seed(ring, gadget, seed, generator(ring.n(), gamma) as u64),
+        }
+    }
+
+    pub fn width(&self) -> usize {
+        self.gamma
+    }
+
+    /// The client's body for secret `sk`.
+    pub fn bodies(&self, ring: &Ring, sk: &SecretKey, rng: &mut impl RngCore) -> InspiringBodies {
+        let g = generator(ring.n(), self.gamma);
+        InspiringBodies(self.mask.body(ring, &sk.automorphed(ring, g), sk, rng))
+    }
+}
+
+impl InspiringBodies {
+    /// Bytes on the wire: one [`KeyBody`].
+    pub fn wire_len(n: usize, gadget: Gadget) -> usize {
+        KeyBody::wire_len(n, gadget)
+    }
+
+    pub fn write(&self, out: &mut Vec<u8>) {
+        self.0.write(out)
+    }
+
+    /// A body from [`InspiringBodies::write`]'s bytes (exact length, reduced values).
+    pub fn read(n: usize, gadget: Gadget, bytes: &[u8]) -> Result<InspiringBodies, PirError> {
+        if bytes.len() != InspiringBodies::wire_len(n, gadget) {
+            return Err(PirError::Malformed(format!(
+                "packing key has {} bytes, expected {}",
+                bytes.len(),
+                InspiringBodies::wire_len(n, gadget)
+            )));
+        }
+        KeyBody::read(n, gadget, bytes).map(InspiringBodies)
+    }
+}
+
+/// Everything packing computes from the inputs' `a` parts and the public mask: the `γ − 1`
+/// switches' transformed digits (in the order the online pass consumes them) and the packed
+/// `a`. Built once per version; a query's packing is then [`InspiringPlan::pack_b`].
+pub struct InspiringPlan {
+    gamma: usize,
+    digits: StepDigits,
+    a: Vec<u64>,
+}
+
+impl InspiringPlan {
+    /// The plan for inputs whose RLWE `a` parts are `a_parts` ([`lwe_to_rlwe`]; at most the
+    /// masks' width, the rest taken as zero inputs).
+    pub fn new(ring: &Ring, masks: &InspiringMasks, a_parts: &[Vec<u64>]) -> InspiringPlan {
+        let (n, gamma) = (ring.n(), masks.gamma);
+        assert!(a_parts.len() <= gamma);
+        let g = generator(n, gamma);
+        // g⁻¹ modulo 2N: the group is finite, so some power of g is its inverse.
+        let g_inv = (1..=gamma)
+            .map(|e| pow_mod(g, e, 2 * n))
+            .find(|&x| x * g % (2 * n) == 1)
+            .expect("g is a unit");
+        // The transform: A'_k[t] = γ⁻¹·P_t(ω_{π_{g⁻ᵏ}(t)}), P_t(Y) = Σ_i ã_i[t]·Yⁱ.
+        let transformed: Vec<Vec<u64>> = a_parts.iter().map(|a| ring.to_ntt(a)).collect();
+        let gamma_inv = Q.inv(gamma as u64);
+        let mut a_prime = vec![vec![0u64; n]; gamma];
+        let mut column = vec![0u64; n];
+        for t in 0..n {
+            column.fill(0);
+            for (c, a) in column.iter_mut().zip(&transformed) {
+                *c = a[t];
+            }
+            ring.ntt.forward(&mut column);
+            let mut e = 1;
+            for row in a_prime.iter_mut() {
+                row[t] = Q.mul(column[ring.ntt.automorphism_slot(t, e)], gamma_inv);
+                e = e * g_inv % (2 * n);
+            }
+        }
+        drop(transformed);
+        let coefficients = |mut x: Vec<u64>| {
+            ring.ntt.inverse(&mut x);
+            x
+        };
+        // The collapse's `a` half: V_{γ−1} = A'_{γ−1}; V_k = A'_k + switch(τ_g(V_{k+1})).
+        let gadget_digits = masks.mask.gadget().digits;
+        let mut digits = StepDigits::with_capacity(gamma - 1, gadget_digits, n);
+        let mut rows = a_prime.into_iter().rev();
+        let mut a = coefficients(rows.next().expect("γ ≥ 1"));
+        for row in rows {
+            let (d, switched) = masks.mask.switch_a(ring, &ring.automorphism(&a, g));
+            digits.push(d);
+            a = coefficients(row)
+                .iter()
+                .zip(&switched)
+                .map(|(&x, &y)| Q.add(x, y))
+                .collect();
+        }
+        InspiringPlan { gamma, digits, a }
+    }
+
+    /// The packed `b` part of inputs with these `b` values (the same order and count as the
+    /// plan's `a` parts) under the client's body: message `i` in coefficient `i`.
+    pub fn pack_b(&self, ring: &Ring, bodies: &InspiringBodies, b_values: &[u64]) -> Vec<u64> {
+        assert!(!b_values.is_empty() && b_values.len() <= self.gamma);
+        let n = ring.n();
+        let slots = ring.ntt.automorphism_slots(generator(n, self.gamma));
+        // P·β modulo P·Q, transformed: β_{γ−1} = 0, β_k = τ_g(β_{k+1}) − Σ_t d_{k,t}·k_t.
+        let (mut bq, mut bp) = (vec![0u64; n], vec![0u64; n]);
+        let (mut tq, mut tp) = (vec![0u64; n], vec![0u64; n]);
+        for k in 0..self.digits.steps() {
+            permute(&bq, &mut tq, &slots);
+            permute(&bp, &mut tp, &slots);
+            std::mem::swap(&mut bq, &mut tq);
+            std::mem::swap(&mut bp, &mut tp);
+            bodies
+                .0
+                .subtract_product(ring, self.digits.step(k), &mut bq, &mut bp);
+        }
+        // + P·B₀, B₀ = Σ_i b_i·Xⁱ (0 modulo P).
+        let mut b0 = vec![0u64; n];
+        let p_mod_q = P.value % Q.value;
+        for (c, &b) in b0.iter_mut().zip(b_values) {
+            *c = Q.mul(b, p_mod_q);
+        }
+        ring.ntt.forward(&mut b0);
+        for (x, y) in bq.iter_mut().zip(&b0) {
+            *x = Q.add(*x, *y);
+        }
+        ring.divide_transformed(bq, bp)
+    }
+
+    /// The packed ciphertext (the plan's `a`, the query's `b`).
+    pub fn pack(&self, ring: &Ring, bodies: &InspiringBodies, b_values: &[u64]) -> Ciphertext {
+        Ciphertext {
+            a: self.a.clone(),
+            b: self.pack_b(ring, bodies, b_values),
+        }
+    }
+
+    /// Inputs the plan packs (`γ`): messages land in coefficients `0 … γ − 1`.
+    pub fn width(&self) -> usize {
+        self.gamma
+    }
+
+    /// The packed output's `a` part: it depends only on the plan, so it is public.
+    pub fn a(&self) -> &[u64] {
+        &self.a
+    }
+
+    /// Bytes the plan holds (its switches' transformed digits dominate).
+    pub fn bytes(&self) -> usize {
+        8 * self.a.len() + self.digits.byte_len()
+    }
+
+    /// Bytes [`InspiringPlan::write_digits`] writes.
+    pub fn digits_len(&self) -> usize {
+        self.digits.padded_len()
+    }
+
+    /// The switches' digits, little-endian (what [`InspiringPlan::share_digits`] reads back).
+    pub fn write_digits(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.digits.write(out)
+    }
+
+    /// Reads the digits from `bytes[offset..]`, where [`InspiringPlan::write_digits`] wrote
+    /// them, instead of holding them (refused unless they are equal); the offset after them.
+    pub fn share_digits(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
+        self.digits.share(bytes, offset)
+    }
+
+    /// Whether the digits are in the plan's own memory (not shared).
+    pub fn digits_owned(&self) -> bool {
+        self.digits.is_owned()
+    }
+}
+
+/// `out[t] = x[slots[t]]`: an automorphism in the transform domain.
+fn permute(x: &[u64], out: &mut [u64], slots: &[u32]) {
+    for (o, &s) in out.iter_mut().zip(slots) {
+        *o = x[s as usize];
+    }
+}
+
+fn pow_mod(base: usize, exp: usize, m: usize) -> usize {
+    (0..exp).fold(1, |acc, _| acc * base % m)
+}
+
+/// Heuristic variance proxy (independence assumption) of the error packing `gamma` inputs
+/// adds to a message coefficient (module docs).
+pub fn added_variance(n: usize, gamma: usize, gadget: Gadget) -> f64 {
+    (gamma as f64 - 1.0) * gadget.switch_variance(n) + 0.25
+}
+
+/// Rigorous variance proxy of the key errors' share of packing's error (module docs).
+pub fn added_gaussian_variance(n: usize, gamma: usize, gadget: Gadget) -> f64 {
+    let steps = gamma as f64 - 1.0;
+    steps * steps * gadget.switch_gaussian_variance(n)
+}
+
+/// Worst case of the rounding share of packing's error (module docs): `(γ − 1)·N/2 + ½`.
+pub fn rounding_worst_case(n: usize, gamma: usize) -> f64 {
+    (gamma as f64 - 1.0) * n as f64 / 2.0 + 0.5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pack::{lwe_encrypt, lwe_encrypt_with};
+    use super::super::rlwe::{phase, uniform};
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha20Rng;
+
+    fn error_at(got: u64, want: u64) -> i64 {
+        Q.centered(Q.sub(got, want)).abs()
+    }
+
+    /// Packs `count` encryptions of random multiples of 2⁴⁰ into width `gamma`; checks every
+    /// message coefficient against the heuristic 2⁻⁴⁰ tail and returns the worst error's
+    /// share of it.
+    fn check(n: usize, gamma: usize, count: usize, seed: u64) -> f64 {
+        let ring = Ring::new(n);
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let sk = SecretKey::generate(&ring, &mut rng);
+        let masks = InspiringMasks::from_seed(&ring, Gadget::DEFAULT, &[seed as u8; 32], gamma);
+        let bodies = masks.bodies(&ring, &sk, &mut rng);
+        let msgs: Vec<u64> = (0..count)
+            .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
+            .collect();
+        let cts: Vec<LweCiphertext> = msgs
+            .iter()
+            .map(|&m| lwe_encrypt(&ring, &sk, m, &mut rng))
+            .collect();
+        let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| lwe_to_rlwe(&ring, c).a).collect();
+        let b_values: Vec<u64> = cts.iter().map(|c| c.b).collect();
+        let plan = InspiringPlan::new(&ring, &masks, &a_parts);
+        let got = phase(&ring, &sk, &plan.pack(&ring, &bodies, &b_values));
+        let bound =
+            (2.0 * 41.0 * std::f64::consts::LN_2 * added_variance(n, gamma, Gadget::DEFAULT))
+                .sqrt()
+                + 60.0;
+        let mut worst = 0i64;
+        for (i, &g) in got[..gamma].iter().enumerate() {
+            // Padding inputs (i ≥ count) are zero messages.
+            let want = msgs.get(i).copied().unwrap_or(0);
+            worst = worst.max(error_at(g, want));
+        }
+        assert!(
+            (worst as f64) < bound,
+            "n {n} γ {gamma} count {count}: error {worst} bound {bound}"
+        );
+        worst as f64 / bound
+    }
+
+    #[test]
+    fn the_partial_trace_keeps_multiples_of_gamma() {
+        // T(Xʲ) = γ·Xʲ when γ | j, else 0 — the fact the packing rests on.
+        let (n, gamma) = (64usize, 16usize);
+        let ring = Ring::new(n);
+        let g = generator(n, gamma);
+        for j in 0..n {
+            let mut x = vec![0u64; n];
+            x[j] = 1;
+            let mut sum = vec![0u64; n];
+            let mut k = 1;
+            for _ in 0..gamma {
+                let t = ring.automorphism(&x, k);
+                sum = sum.iter().zip(&t).map(|(&a, &b)| Q.add(a, b)).collect();
+                k = k * g % (2 * n);
+            }
+            assert_eq!(k, 1, "g has order γ");
+            let mut want = vec![0u64; n];
+            if j % gamma == 0 {
+                want[j] = gamma as u64;
+            }
+            assert_eq!(sum, want, "j = {j}");
+        }
+    }
+
+    #[test]
+    fn packing_places_every_message_in_order() {
+        for (n, gamma, count, seed) in [
+            (64usize, 32usize, 32usize, 1u64),
+            (64, 32, 5, 2),
+            (64, 2, 2, 3),
+            (64, 1, 1, 4),
+            (256, 128, 100, 5),
+            (1024, 512, 512, 6),
+        ] {
+            check(n, gamma, count, seed);
+        }
+    }
+
+    #[test]
+    fn one_plan_serves_fresh_secrets_and_other_keys_do_not_open_it() {
+        let (n, gamma, count) = (256usize, 128usize, 100usize);
+        let ring = Ring::new(n);
+        let mut rng = ChaCha20Rng::seed_from_u64(10);
+        let a_fixed: Vec<Vec<u64>> = (0..count)
+            .map(|_| (0..n).map(|_| uniform(&mut rng)).collect())
+            .collect();
+        let masks = InspiringMasks::from_seed(&ring, Gadget::DEFAULT, &[5; 32], gamma);
+        let rlwe_a: Vec<Vec<u64>> = a_fixed
+            .iter()
+            .map(|a| lwe_to_rlwe(&ring, &LweCiphertext { a: a.clone(), b: 0 }).a)
+            .collect();
+        let plan = InspiringPlan::new(&ring, &masks, &rlwe_a);
+        for _query in 0..2 {
+            let sk = SecretKey::generate(&ring, &mut rng);
+            let bodies = masks.bodies(&ring, &sk, &mut rng);
+            let msgs: Vec<u64> = (0..count)
+                .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
+                .collect();
+            let b_parts: Vec<u64> = a_fixed
+                .iter()
+                .zip(&msgs)
+                .map(|(a, &m)| lwe_encrypt_with(a.clone(), &sk, m, &mut rng).b)
+                .collect();
+            let got = phase(&ring, &sk, &plan.pack(&ring, &bodies, &b_parts));
+            for (i, &m) in msgs.iter().enumerate() {
+                assert!(error_at(got[i], m) < 1 << 30, "message {i}");
+            }
+            let other = masks.bodies(&ring, &SecretKey::generate(&ring, &mut rng), &mut rng);
+            let wrong = phase(&ring, &sk, &plan.pack(&ring, &other, &b_parts));
+            assert!((0..count).any(|i| error_at(wrong[i], msgs[i]) > 1 << 50));
+        }
+    }
+
+    #[test]
+    fn bodies_cross_the_wire_and_bad_lengths_are_refused() {
+        let ring = Ring::new(64);
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let sk = SecretKey::generate(&ring, &mut rng);
+        let masks = InspiringMasks::from_seed(&ring, Gadget::DEFAULT, &[1; 32], 16);
+        let mut bytes = Vec::new();
+        masks.bodies(&ring, &sk, &mut rng).write(&mut bytes);
+        assert_eq!(bytes.len(), InspiringBodies::wire_len(64, Gadget::DEFAULT));
+        assert!(InspiringBodies::read(64, Gadget::DEFAULT, &bytes).is_ok());
+        assert!(InspiringBodies::read(64, Gadget::DEFAULT, &bytes[1..]).is_err());
+    }
+
+    #[test]
+    fn packing_error_stays_within_the_bound_at_the_deployed_width() {
+        let ratio = check(super::super::N, super::super::N / 2, super::super::N / 2, 9);
+        eprintln!("worst packing error / its 2^-40 bound at N = 4096, γ = 2048: {ratio:.3}");
+        assert!(ratio > 0.05, "the error is real, not zero ({ratio})");
+    }
+}

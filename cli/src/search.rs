@@ -126,14 +126,12 @@ fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse,
 /// nothing about the photo.
 fn familiarity(
     anchors: &AnchorsResponse,
-    model: &Model,
     pixels: &[u8],
     features: &[f32],
+    layer_means: &[f32],
 ) -> Result<shared::embed::ood::Familiarity> {
-    let malformed = |e: shared::Error| CliError::Malformed(format!("the anchors' reference: {e}"));
-    let layers = model.layer_means(pixels).map_err(malformed)?;
-    shared::embed::ood::assess_input(pixels, features, &layers, &anchors.familiarity)
-        .map_err(malformed)
+    shared::embed::ood::assess_input(pixels, features, layer_means, &anchors.familiarity)
+        .map_err(|e| CliError::Malformed(format!("the anchors' reference: {e}")))
 }
 
 /// A class name for the terminal: the server's text, cut and without control characters.
@@ -168,12 +166,13 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         )));
     }
     let t = Instant::now();
-    let inf = model
-        .infer(pixels)
+    // The layer means (for the familiarity score) come from inference's own forward pass.
+    let (inf, layer_means) = model
+        .infer_with_layer_means(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config)?;
-    let ood = familiarity(&public_anchors, model, pixels, &inf.features)?;
+    let ood = familiarity(&public_anchors, pixels, &inf.features, &layer_means)?;
     let mut rng = shared::dp::rng::secure_rng()?;
     let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {

@@ -98,7 +98,11 @@ pub struct Outcome {
 
 /// The public anchors, kept by content: read from the cache when the configuration names a
 /// copy this client holds (nothing is sent), else downloaded, checked against the
-/// configuration's SHA-256 and kept. Returns them and the bytes downloaded.
+/// configuration's SHA-256 and kept. Then checked whole, here, against the configuration
+/// and the model (`AnchorsResponse::check`, the browser client's check too): anchors that
+/// do not fit are refused before any search request, whatever the protocol (a server that
+/// sends them is not following the protocol), and every later use may rely on their shape.
+/// Returns them and the bytes downloaded.
 fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse, u64)> {
     let limit = crate::http::BodyLimit::both(limits::MAX_JSON_BYTES);
     let (bytes, n) =
@@ -108,35 +112,26 @@ fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse,
             "the anchors do not match the SHA-256 the configuration names".into(),
         ));
     }
-    let anchors = serde_json::from_slice(&bytes)
+    let anchors: AnchorsResponse = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Malformed(format!("the anchors are not valid JSON: {e}")))?;
+    anchors
+        .check(config)
+        .map_err(|e| CliError::Malformed(format!("the anchors: {e}")))?;
     Ok((anchors, n))
 }
 
 /// Does the photo look like something the gallery holds? Its score against the anchors'
-/// public reference (`shared::embed::ood`), computed here; the anchors are the same public file
-/// for every client, so fetching them reveals nothing about the photo.
+/// public reference (`shared::embed::ood`; checked with the anchors in [`anchors`]), computed
+/// here; the anchors are the same public file for every client, so fetching them reveals
+/// nothing about the photo.
 fn familiarity(
     anchors: &AnchorsResponse,
-    model: &Model,
     pixels: &[u8],
     features: &[f32],
+    layer_means: &[f32],
 ) -> Result<shared::embed::ood::Familiarity> {
-    // Anchors that do not fit this model are refused before any search request, whatever
-    // the protocol: a server that sends them is not following the protocol.
-    if anchors.features.iter().any(|f| f.len() != features.len()) {
-        return Err(CliError::Malformed(
-            "the anchors do not match the model's features".into(),
-        ));
-    }
-    let malformed = |e: shared::Error| CliError::Malformed(format!("the anchors' reference: {e}"));
-    anchors
-        .familiarity
-        .check(features.len())
-        .map_err(malformed)?;
-    let layers = model.layer_means(pixels).map_err(malformed)?;
-    shared::embed::ood::assess_input(pixels, features, &layers, &anchors.familiarity)
-        .map_err(malformed)
+    shared::embed::ood::assess_input(pixels, features, layer_means, &anchors.familiarity)
+        .map_err(|e| CliError::Malformed(format!("the anchors' reference: {e}")))
 }
 
 /// A class name for the terminal: the server's text, cut and without control characters.
@@ -171,12 +166,13 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
         )));
     }
     let t = Instant::now();
-    let inf = model
-        .infer(pixels)
+    // The layer means (for the familiarity score) come from inference's own forward pass.
+    let (inf, layer_means) = model
+        .infer_with_layer_means(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config)?;
-    let ood = familiarity(&public_anchors, model, pixels, &inf.features)?;
+    let ood = familiarity(&public_anchors, pixels, &inf.features, &layer_means)?;
     let mut rng = shared::dp::rng::secure_rng()?;
     let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {
@@ -423,21 +419,8 @@ fn ranked_by_server(
             config.limits.max_k
         )));
     }
+    // Shapes checked where the anchors were loaded ([`anchors`]).
     let n = anchors.features.len();
-    if anchors
-        .features
-        .iter()
-        .any(|f| f.len() != config.feature_dim)
-        || anchors.frame_rows.len() != n
-        || anchors
-            .frame_rows
-            .iter()
-            .any(|r| r.len() != config.frame_dim)
-    {
-        return Err(CliError::Malformed(
-            "the anchors do not match the configuration".into(),
-        ));
-    }
     let feats = DMatrix::from_row_iterator(
         n,
         config.feature_dim,

@@ -66,7 +66,7 @@ pub struct Client {
     /// the first Algorithm 1 search, so page load does not pay for it).
     anchor_features: DMatrix<f64>,
     /// The anchors' reference for the photo's out-of-distribution score
-    /// (`shared::embed::ood`), checked for shape when loaded.
+    /// (`shared::embed::ood`), checked for shape when loaded (`AnchorsResponse::check`).
     familiarity: shared::embed::ood::Reference,
     anchor_labels: Vec<u32>,
     paper: Option<Anchors>,
@@ -89,21 +89,11 @@ impl Client {
             .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
         let anchors: AnchorsResponse = serde_json::from_str(anchors_json)
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
+        // Every part of the anchors checked once, here (the CLI calls the same check).
+        anchors
+            .check(&config)
+            .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         let n = anchors.features.len();
-        if anchors.frame_rows.len() != n
-            || anchors
-                .features
-                .iter()
-                .any(|f| f.len() != config.feature_dim)
-            || anchors
-                .frame_rows
-                .iter()
-                .any(|r| r.len() != config.frame_dim)
-        {
-            return Err(js_err(
-                "the server's anchors do not match its configuration",
-            ));
-        }
         let feats = DMatrix::from_row_iterator(
             n,
             config.feature_dim,
@@ -115,10 +105,6 @@ impl Client {
             anchors.frame_rows.iter().flatten().copied(),
         );
         let frame = AnchorFrame::new(&feats, &rows, config.frame_kernel_scale).map_err(js_err)?;
-        anchors
-            .familiarity
-            .check(config.feature_dim)
-            .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         Ok(Client {
             model,
             frame,

@@ -65,9 +65,9 @@ impl Client {
 
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
-        let inf = self.model.infer(pixels).map_err(js_err)?;
+        // One pass over the upright image gives the features and the layer means.
+        let (inf, layers) = self.model.infer_with_layer_means(pixels).map_err(js_err)?;
         let class_name = self.class_name(inf.label);
-        let layers = self.model.layer_means(pixels).map_err(js_err)?;
         let ood =
             shared::embed::ood::assess_input(pixels, &inf.features, &layers, &self.familiarity)
                 .map_err(js_err)?;

@@ -49,6 +49,75 @@ pub struct AnchorsResponse {
     pub familiarity: crate::embed::ood::Reference,
 }
 
+impl AnchorsResponse {
+    /// Checks anchors received from a server against the configuration they came with and
+    /// the model this client runs, once, where a client loads them: every later use (the
+    /// anchor frame, Algorithm 1, the out-of-distribution score) may then rely on their shape.
+    /// One place for the rule, so the browser client and the CLI cannot drift apart (a
+    /// feature-length check was once lost when it lived at one use). Refuses: a configured
+    /// feature length other than the model's ([`crate::embed::model::EMBED`]), lists of
+    /// different lengths (ids, labels, features, frame rows), a feature row or frame row of the
+    /// wrong length, a non-finite value, a label outside the configuration's classes, and a
+    /// [`crate::embed::ood::Reference`] of the wrong shape ([`Reference::check`]).
+    ///
+    /// [`Reference::check`]: crate::embed::ood::Reference::check
+    pub fn check(&self, config: &ConfigResponse) -> crate::error::Result<()> {
+        use crate::error::Error;
+        let (dim, n) = (config.feature_dim, self.features.len());
+        if dim != crate::embed::model::EMBED {
+            return Err(Error::DimensionMismatch {
+                what: "the configuration's feature length (the model's)",
+                expected: crate::embed::model::EMBED,
+                got: dim,
+            });
+        }
+        for (what, got) in [
+            ("anchor ids", self.ids.len()),
+            ("anchor labels", self.labels.len()),
+            ("anchor frame rows", self.frame_rows.len()),
+        ] {
+            if got != n {
+                return Err(Error::DimensionMismatch {
+                    what,
+                    expected: n,
+                    got,
+                });
+            }
+        }
+        if let Some(f) = self.features.iter().find(|f| f.len() != dim) {
+            return Err(Error::DimensionMismatch {
+                what: "anchor features (the configuration's feature length)",
+                expected: dim,
+                got: f.len(),
+            });
+        }
+        if let Some(r) = self.frame_rows.iter().find(|r| r.len() != config.frame_dim) {
+            return Err(Error::DimensionMismatch {
+                what: "anchor frame rows (the configuration's frame length)",
+                expected: config.frame_dim,
+                got: r.len(),
+            });
+        }
+        if self.features.iter().flatten().any(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                what: "anchor features",
+            });
+        }
+        if self.frame_rows.iter().flatten().any(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                what: "anchor frame rows",
+            });
+        }
+        if let Some(&label) = self.labels.iter().find(|&&l| l >= config.smlq.num_classes) {
+            return Err(Error::LabelOutOfRange {
+                label,
+                max: config.smlq.num_classes.saturating_sub(1),
+            });
+        }
+        self.familiarity.check(dim)
+    }
+}
+
 /// `GET /api/v1/gallery-map`: a class-balanced sample of the gallery in the anchor frame, so
 /// a page can draw it (the same for every client; fetching it reveals nothing about a query).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -442,6 +511,7 @@ impl SearchRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     fn limits() -> ApiLimits {
         ApiLimits {
@@ -548,6 +618,103 @@ mod tests {
         let mut r = good();
         r.query_rows = vec![vec![0.0, 0.0]; 33];
         assert_eq!(code(r), ErrorCode::TooLarge);
+    }
+
+    /// Anchors as a server publishes them (two a class, pseudo-random features and layer
+    /// means, one-hot frame rows) and the configuration naming them.
+    fn anchors() -> (AnchorsResponse, ConfigResponse) {
+        use crate::embed::{model::EMBED, ood};
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let n = 20;
+        let labels: Vec<u32> = (0..n as u32).map(|i| i % 10).collect();
+        let features: Vec<Vec<f32>> = (0..n)
+            .map(|_| (0..EMBED).map(|_| next()).collect())
+            .collect();
+        let layers: Vec<f32> = (0..n * ood::LAYER_DIM).map(|_| next()).collect();
+        let familiarity = ood::Reference::fit(&features.concat(), &layers, &labels, EMBED).unwrap();
+        let frame_rows = labels
+            .iter()
+            .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
+            .collect();
+        let anchors = AnchorsResponse {
+            ids: (0..n as u64).collect(),
+            labels,
+            features,
+            frame_rows,
+            familiarity,
+        };
+        let config = ConfigResponse {
+            smlq: SmlqParams::default(),
+            privacy_defaults: PrivacyParams::default(),
+            class_names: (0..10).map(|c| format!("class {c}")).collect(),
+            feature_dim: EMBED,
+            frame_dim: 10,
+            frame_kernel_scale: 0.02,
+            anchor_count: n,
+            anchors_sha256: "ab".repeat(32),
+            model_version: "test".into(),
+            limits: limits(),
+        };
+        (anchors, config)
+    }
+
+    /// Each malformed part of an anchors file is refused with a typed error, and the
+    /// well-formed file passes.
+    #[test]
+    fn anchors_check_refuses_every_malformed_part() {
+        let (good, config) = anchors();
+        assert_eq!(good.check(&config), Ok(()));
+        let refused = |change: &dyn Fn(&mut AnchorsResponse, &mut ConfigResponse)| {
+            let (mut a, mut c) = (good.clone(), config.clone());
+            change(&mut a, &mut c);
+            a.check(&c).unwrap_err()
+        };
+        let mismatch = |e: Error| matches!(e, Error::DimensionMismatch { .. });
+        // Features of another width, named consistently by the configuration (the hostile
+        // suite's `mismatched-anchors`): the model's width decides.
+        assert!(mismatch(refused(&|a, c| {
+            a.features.iter_mut().for_each(|f| f.truncate(3));
+            c.feature_dim = 3;
+        })));
+        assert!(mismatch(refused(&|a, _| a.features[7].push(0.0))));
+        assert!(mismatch(refused(&|a, _| {
+            a.frame_rows[0].pop();
+        })));
+        assert!(mismatch(refused(&|a, _| {
+            a.frame_rows.pop();
+        })));
+        assert!(mismatch(refused(&|a, _| {
+            a.labels.pop();
+        })));
+        assert!(mismatch(refused(&|a, _| {
+            a.ids.pop();
+        })));
+        assert!(matches!(
+            refused(&|a, _| a.features[3][5] = f32::NAN),
+            Error::NonFinite { .. }
+        ));
+        assert!(matches!(
+            refused(&|a, _| a.frame_rows[2][1] = f64::INFINITY),
+            Error::NonFinite { .. }
+        ));
+        assert!(matches!(
+            refused(&|a, _| a.labels[4] = 10),
+            Error::LabelOutOfRange { label: 10, max: 9 }
+        ));
+        // The out-of-distribution reference of the wrong shape (`malformed-reference`).
+        assert!(mismatch(refused(&|a, _| {
+            a.familiarity.layers.precision = vec![1.0, 0.0, 1.0]
+        })));
+        assert!(matches!(
+            refused(&|a, _| a.familiarity.features.means[0][0] = f32::NAN),
+            Error::NonFinite { .. }
+        ));
     }
 
     #[test]

@@ -32,7 +32,9 @@ pub struct TrainConfig {
 /// Temperature of the contrastive loss.
 pub const TAU: f32 = 0.1;
 
-/// The unit vector of `h` and its norm.
+/// The unit vector of `h` and its norm. Not `shared::embed::model`'s normalisation: that one
+/// floors the norm at `f32::MIN_POSITIVE`, this one at 1e-12, which keeps the gradient's
+/// division by the norm (in [`contrastive`]) finite for a near-zero embedding.
 fn unit(h: &[f32]) -> (Vec<f32>, f32) {
     let n = h.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
     (h.iter().map(|v| v / n).collect(), n)

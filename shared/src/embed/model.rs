@@ -503,6 +503,17 @@ impl Model {
         Ok(self.forward(&preprocess(pixels)?).channel_means())
     }
 
+    /// [`Model::infer`] and [`Model::layer_means`] of one image together, bit-identical to
+    /// the two calls: the layer means come from the upright image's forward pass that
+    /// inference runs anyway, so a client scoring a photo's familiarity ([`super::ood`])
+    /// runs two passes instead of three.
+    pub fn infer_with_layer_means(&self, pixels: &[u8]) -> Result<(Inference, Vec<f32>)> {
+        let x = preprocess(pixels)?;
+        let (a, b) = (self.forward(&x), self.forward(&mirror(&x)));
+        let inference = combine(&a.h, &b.h, &a.logits, &b.logits);
+        Ok((inference, a.channel_means()))
+    }
+
     /// [`Model::infer`] for many images, bit-identical to it image by image and several times
     /// faster: the images go through the network eight at a time, one per SIMD lane (a last
     /// partial group is padded). A wrong-sized image is an error (nothing is computed).
@@ -951,6 +962,46 @@ mod tests {
             n / t2,
             t1 / t2
         );
+    }
+
+    /// `infer_with_layer_means` equals `infer` and `layer_means` bit for bit: the shipped
+    /// weights on the Fashion-MNIST images of the browser client's parity fixture and on
+    /// synthetic ones, and random weights; a wrong-sized image is refused.
+    #[test]
+    fn infer_with_layer_means_equals_the_separate_calls() {
+        let fixture: Vec<serde_json::Value> = serde_json::from_str(include_str!(
+            "../../../client-wasm/tests/fixtures/parity.json"
+        ))
+        .unwrap();
+        let mut images: Vec<Vec<u8>> = fixture
+            .iter()
+            .map(|c| serde_json::from_value(c["pixels"].clone()).unwrap())
+            .collect();
+        assert!(images.len() >= 4);
+        images.extend(test_images(&mut ChaCha8Rng::seed_from_u64(8), 8));
+        let shipped =
+            Model::from_bytes(include_bytes!("../../../server/assets/model.bin")).unwrap();
+        let random = random_model(&mut ChaCha8Rng::seed_from_u64(9));
+        for model in [&shipped, &random] {
+            for (k, img) in images.iter().enumerate() {
+                let (inf, layers) = model.infer_with_layer_means(img).unwrap();
+                let one = model.infer(img).unwrap();
+                assert_bits_eq(&inf.features, &one.features, &format!("features of {k}"));
+                assert_bits_eq(
+                    &inf.probabilities,
+                    &one.probabilities,
+                    &format!("probabilities of {k}"),
+                );
+                assert_eq!(inf.energy.to_bits(), one.energy.to_bits(), "energy of {k}");
+                assert_eq!(inf.label, one.label, "label of {k}");
+                assert_bits_eq(
+                    &layers,
+                    &model.layer_means(img).unwrap(),
+                    &format!("layer means of {k}"),
+                );
+            }
+            assert!(model.infer_with_layer_means(&[0; PIXELS - 1]).is_err());
+        }
     }
 
     /// Test-time mirroring makes the descriptor exactly mirror-invariant.

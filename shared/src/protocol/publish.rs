@@ -144,13 +144,19 @@ pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
 
 /// The level the hintless ranking serves (`pir::ring::scores`: a per-block database has as
 /// many rows as its largest block), or `None` below 256 items: blocks of at most
-/// `max(n/125, min(1,024, n/4))` items ([`Overlap::Capped`], drawing on [`RANKING_CLOSURE`]
-/// neighbours), from `2n/rows` clusters split until each holds at most half a block. At
-/// 1,000,000 items: 8,000 rows, 492 blocks and own-block coverage 0.960 on the held-out
-/// anchors, where the default B = 256 level's largest block holds 21,046 items for 0.958
-/// (`partbench`, `docs/eval/pir.md`).
+/// `max(3n/250, min(1,024, n/4))` items — above 1,024 rounded up to a multiple of 2,048, the
+/// packing width, since a partly filled packed ciphertext costs as much as a full one —
+/// ([`Overlap::Capped`], drawing on [`RANKING_CLOSURE`] neighbours), from `2n/rows` clusters
+/// split until each holds at most half a block. At 1,000,000 items: 12,288 rows in 302 blocks,
+/// own-block coverage 0.982 on the held-out anchors and 0.977 on held-out photos (8,000 rows
+/// and 96 neighbours, the rule before, gave 0.964 and 0.957; `partbench`, `docs/eval/pir.md`).
 pub fn ranking_spec(gallery_size: usize) -> Option<LevelSpec> {
-    let rows = (gallery_size / 125).max((gallery_size / 4).min(1024));
+    let rows = (3 * gallery_size / 250).max((gallery_size / 4).min(1024));
+    let rows = if rows > 1024 {
+        rows.next_multiple_of(2048)
+    } else {
+        rows
+    };
     (rows >= 64).then(|| LevelSpec {
         blocks: (2 * gallery_size / rows) as u32,
         overlap: Overlap::Capped {
@@ -162,8 +168,8 @@ pub fn ranking_spec(gallery_size: usize) -> Option<LevelSpec> {
 
 /// Neighbours each member of a [`ranking_spec`] level offers its block: the cap decides how
 /// many are taken, so more candidates only help (at 1,000,000 items and 8,000 rows, 48 give
-/// coverage 0.956 and 96 give 0.960).
-pub const RANKING_CLOSURE: u32 = 96;
+/// coverage 0.956 and 96 give 0.960; at 12,288 rows 96 give 0.977 and 192 give 0.982).
+pub const RANKING_CLOSURE: u32 = 192;
 
 /// Mean members per block above which a default level is not built: such a block (about
 /// 16,000 items of 263 bytes on the wire, about 4.2 MB, and its closure adds about a tenth at

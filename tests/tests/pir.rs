@@ -249,10 +249,11 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
             assert_eq!(p.as_slice(), block.thumbnail(at));
         }
 
-        // A damaged answer or a truncated one: typed errors, never a ranking.
+        // A damaged answer or a truncated one: typed errors, never a ranking. (Coefficient 3
+        // of the first packed ciphertext holds a row; coefficients from the packing width on
+        // are never read, see `pir::ring::inspiring`.)
         let mut bad = answer.clone();
-        let at = bad.len() / 3;
-        bad[at + 5] ^= 0x10;
+        bad[8 * 3 + 3] ^= 0x10; // 2²⁸ = Δ/4 away: outside the error bound
         let e = hintless::rank(sd, &keys, &public, &pending, &bad, 8).unwrap_err();
         assert!(e.to_string().contains("error bound"), "{e}");
         let e = hintless::rank(sd, &keys, &public, &pending, &answer[8..], 8).unwrap_err();

@@ -80,7 +80,15 @@ fn hintless_scores_at_the_deployed_degree_in_wasm() {
     let a_parts: Vec<Vec<u64>> = (0..polys)
         .map(|_| (0..N).map(|_| uniform(&mut rng)).collect())
         .collect();
-    let answer: Vec<Vec<u64>> = a_parts.iter().map(|a| ring.mul(a, sk.coeffs())).collect();
+    // Only the first `packing_width` coefficients of each `b` are sent (they carry the rows).
+    let answer: Vec<Vec<u64>> = a_parts
+        .iter()
+        .map(|a| {
+            let mut b = ring.mul(a, sk.coeffs());
+            b.truncate(shape.packing_width(N));
+            b
+        })
+        .collect();
     let public_a: Vec<&[u64]> = a_parts.iter().map(|p| p.as_slice()).collect();
     let t2 = js_sys::Date::now();
     let zeros = decode(&ring, &shape, &sk, &public_a, &answer).unwrap();

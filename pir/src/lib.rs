@@ -311,7 +311,7 @@ mod tests {
 
     /// The digest the wasm test compares the hintless scores' transcript against.
     pub const HINTLESS_TRANSCRIPT_7: &str =
-        "2142b492f71d53a61a5561b32c5d2b25bc7c36d2895b5422fa153cce1bdcb71e";
+        "9536790409cfff2a7e81078ae5933491f7ac6b001c7a7d12b75a2feaa2d528b7";
 
     #[test]
     fn the_hintless_transcript_is_stable() {

@@ -33,7 +33,7 @@ fn wasm_queries_answers_and_decoding_equal_the_native_ones() {
 
 #[wasm_bindgen_test]
 fn hintless_scores_at_the_deployed_degree_in_wasm() {
-    use shared::pir::ring::rlwe::{uniform, Gadget, Ring};
+    use shared::pir::ring::rlwe::{uniform, Ring};
     use shared::pir::ring::scores::{
         decode, packing_masks, plaintext_scores, prepare, query, ScoreDb, ScoreShape,
     };

@@ -304,15 +304,12 @@ pub fn rounding_worst_case(n: usize, gamma: usize) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pack::{lwe_encrypt, lwe_encrypt_with};
+    use super::super::pack::lwe_encrypt_with;
+    use super::super::pack::tests::{error_at, random_messages};
     use super::super::rlwe::{phase, uniform};
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
-
-    fn error_at(got: u64, want: u64) -> i64 {
-        Q.centered(Q.sub(got, want)).abs()
-    }
 
     /// Packs `count` encryptions of random multiples of 2⁴⁰ into width `gamma`; checks every
     /// message coefficient against the heuristic 2⁻⁴⁰ tail and returns the worst error's
@@ -323,13 +320,7 @@ mod tests {
         let sk = SecretKey::generate(&ring, &mut rng);
         let masks = InspiringMasks::from_seed(&ring, Gadget::DEFAULT, &[seed as u8; 32], gamma);
         let bodies = masks.bodies(&ring, &sk, &mut rng);
-        let msgs: Vec<u64> = (0..count)
-            .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
-            .collect();
-        let cts: Vec<LweCiphertext> = msgs
-            .iter()
-            .map(|&m| lwe_encrypt(&ring, &sk, m, &mut rng))
-            .collect();
+        let (msgs, cts) = random_messages(&ring, &sk, count, &mut rng);
         let a_parts: Vec<Vec<u64>> = cts.iter().map(|c| lwe_to_rlwe(&ring, c).a).collect();
         let b_values: Vec<u64> = cts.iter().map(|c| c.b).collect();
         let plan = InspiringPlan::new(&ring, &masks, &a_parts);

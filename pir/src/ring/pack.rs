@@ -684,14 +684,32 @@ pub fn lwe_encrypt_with(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::rlwe::{phase, SecretKey};
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 
-    fn error_at(got: u64, want: u64) -> i64 {
+    /// `|got − want|`, centered modulo `Q`.
+    pub(in super::super) fn error_at(got: u64, want: u64) -> i64 {
         Q.centered(Q.sub(got, want)).abs()
+    }
+
+    /// `count` LWE encryptions under `sk` of random multiples of 2⁴⁰, and the messages.
+    pub(in super::super) fn random_messages(
+        ring: &Ring,
+        sk: &SecretKey,
+        count: usize,
+        rng: &mut ChaCha20Rng,
+    ) -> (Vec<u64>, Vec<LweCiphertext>) {
+        let msgs: Vec<u64> = (0..count)
+            .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
+            .collect();
+        let cts = msgs
+            .iter()
+            .map(|&m| lwe_encrypt(ring, sk, m, rng))
+            .collect();
+        (msgs, cts)
     }
 
     /// Packs `count` LWE encryptions of random multiples of 2⁴⁰ and checks every coefficient.
@@ -701,13 +719,7 @@ mod tests {
         let sk = SecretKey::generate(&ring, &mut rng);
         let masks = PackingMasks::from_seed(&ring, gadget, &[seed as u8; 32]);
         let bodies = masks.bodies(&ring, &sk, &mut rng);
-        let msgs: Vec<u64> = (0..count)
-            .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
-            .collect();
-        let cts: Vec<LweCiphertext> = msgs
-            .iter()
-            .map(|&m| lwe_encrypt(&ring, &sk, m, &mut rng))
-            .collect();
+        let (msgs, cts) = random_messages(&ring, &sk, count, &mut rng);
         let got = phase(&ring, &sk, &pack(&ring, &masks, &bodies, &cts));
         let stride = n / count.next_power_of_two();
         let mut worst = 0i64;

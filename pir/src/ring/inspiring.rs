@@ -208,13 +208,15 @@ impl InspiringPlan {
         let (mut bq, mut bp) = (vec![0u64; n], vec![0u64; n]);
         let (mut tq, mut tp) = (vec![0u64; n], vec![0u64; n]);
         for k in 0..self.digits.steps() {
-            permute(&bq, &mut tq, &slots);
-            permute(&bp, &mut tp, &slots);
+            bodies.0.permute_subtract_product(
+                ring,
+                self.digits.step(k),
+                &slots,
+                (&bq, &bp),
+                (&mut tq, &mut tp),
+            );
             std::mem::swap(&mut bq, &mut tq);
             std::mem::swap(&mut bp, &mut tp);
-            bodies
-                .0
-                .subtract_product(ring, self.digits.step(k), &mut bq, &mut bp);
         }
         // + P·B₀, B₀ = Σ_i b_i·Xⁱ (0 modulo P).
         let mut b0 = vec![0u64; n];
@@ -271,13 +273,6 @@ impl InspiringPlan {
     /// Whether the digits are in the plan's own memory (not shared).
     pub fn digits_owned(&self) -> bool {
         self.digits.is_owned()
-    }
-}
-
-/// `out[t] = x[slots[t]]`: an automorphism in the transform domain.
-fn permute(x: &[u64], out: &mut [u64], slots: &[u32]) {
-    for (o, &s) in out.iter_mut().zip(slots) {
-        *o = x[s as usize];
     }
 }
 

@@ -627,6 +627,85 @@ impl KeyBody {
         ring.subtract_key_product(digits, &self.rows, xq, xp)
     }
 
+    /// `to[i] = from[slots[i]] − Σ_t d_t[i]·k_t[i]` in both residues: an automorphism (a
+    /// permutation of slots) and a switch's undivided products in one pass — InspiRING's
+    /// online step ([`super::inspiring`]); the same values as a permutation followed by
+    /// [`KeyBody::subtract_product`].
+    pub(super) fn permute_subtract_product(
+        &self,
+        ring: &Ring,
+        digits: DigitsView<'_>,
+        slots: &[u32],
+        from: (&[u64], &[u64]),
+        to: (&mut [u64], &mut [u64]),
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if super::fast_x86() {
+                // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
+                return unsafe { self.permute_subtract_avx2(ring, digits, slots, from, to) };
+            }
+        }
+        self.permute_subtract_portable(ring, digits, slots, from, to)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,bmi2")]
+    unsafe fn permute_subtract_avx2(
+        &self,
+        ring: &Ring,
+        digits: DigitsView<'_>,
+        slots: &[u32],
+        from: (&[u64], &[u64]),
+        to: (&mut [u64], &mut [u64]),
+    ) {
+        self.permute_subtract_portable(ring, digits, slots, from, to)
+    }
+
+    #[inline(always)]
+    fn permute_subtract_portable(
+        &self,
+        ring: &Ring,
+        digits: DigitsView<'_>,
+        slots: &[u32],
+        (from_q, from_p): (&[u64], &[u64]),
+        (to_q, to_p): (&mut [u64], &mut [u64]),
+    ) {
+        let n = ring.n();
+        let [r0, r1] = &self.rows[..] else {
+            // Any other gadget: the permutation, then the products digit by digit.
+            for ((t, &s), u) in to_q.iter_mut().zip(slots).zip(to_p.iter_mut()) {
+                *t = from_q[s as usize];
+                *u = from_p[s as usize];
+            }
+            return ring.subtract_key_product(digits, &self.rows, to_q, to_p);
+        };
+        // Two digits (the deployed gadget): each slot gathered and both products subtracted in
+        // one pass, residue by residue.
+        let (d0, d1) = digits.q.split_at(n);
+        for (((((t, &s), &a), &b), ka), kb) in to_q
+            .iter_mut()
+            .zip(slots)
+            .zip(d0)
+            .zip(d1)
+            .zip(&r0.q)
+            .zip(&r1.q)
+        {
+            *t = Q.sub(Q.sub(from_q[s as usize], ka.times(a)), kb.times(b));
+        }
+        let (e0, e1) = digits.p.split_at(n);
+        for (((((t, &s), &a), &b), ka), kb) in to_p
+            .iter_mut()
+            .zip(slots)
+            .zip(e0)
+            .zip(e1)
+            .zip(&r0.p)
+            .zip(&r1.p)
+        {
+            *t = P.sub(P.sub(from_p[s as usize], ka.times(a)), kb.times(b));
+        }
+    }
+
     pub fn switch_b(&self, ring: &Ring, digits: DigitsView<'_>, b: &[u64]) -> Vec<u64> {
         let q = ring.divide_by_p(digits, &self.rows);
         zip_with(b, &q, |x, y| Q.sub(x, y))

@@ -296,9 +296,8 @@ fn indistinguishable(
 /// `256·2²⁹` more (Δ·2²⁹ added to the high plane's first coefficient), more than any real
 /// score, so it comes first — what a server computing other scores on purpose can do.
 fn raise_row_zero(answer: &mut [u8]) {
-    let n = shared::pir::ring::N;
-    let chunks = answer.len() / (2 * n * 8);
-    let at = chunks * n * 8;
+    // The high plane's packed values start halfway; row 0 is their coefficient 0.
+    let at = answer.len() / 2;
     let v = u64::from_le_bytes(answer[at..at + 8].try_into().unwrap());
     let q = shared::pir::ring::modq::Q.value;
     let v = ((u128::from(v) + (1u128 << 59)) % u128::from(q)) as u64;

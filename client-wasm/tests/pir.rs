@@ -20,7 +20,7 @@ const NATIVE_TRANSCRIPT_7: &str =
 
 /// `pir::tests::HINTLESS_TRANSCRIPT_7` (crate `privatemail-pir`), computed natively.
 const NATIVE_HINTLESS_TRANSCRIPT_7: &str =
-    "d9c96f5cf8b4f87559a1c53c6f454e915af52fba903e02207587dccb7151fed8";
+    "9536790409cfff2a7e81078ae5933491f7ac6b001c7a7d12b75a2feaa2d528b7";
 
 #[wasm_bindgen_test]
 fn wasm_queries_answers_and_decoding_equal_the_native_ones() {

@@ -14,6 +14,8 @@
 //! σ ≈ 3.2) gives 128-bit classical security to `N = 4,096` up to `log₂ Q = 109`; a larger σ
 //! only helps. `N = 2,048` would allow only `log₂ Q ≤ 54`, so it is used here in tests only.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 pub mod inspiring;
 pub mod modq;
 pub mod ntt;

@@ -208,7 +208,9 @@ impl Shoup {
 
 /// A constant multiplier modulo `Q` with its Shoup companion, without [`Shoup`]'s copy of the
 /// modulus: 16 bytes where many are held and streamed (key bodies, packing tables).
+/// `repr(C)`: the AVX-512 kernels (`super::avx512`) read eight of them as sixteen `u64`.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct ShoupQ {
     w: u64,
     w_shoup: u64,
@@ -244,7 +246,9 @@ impl ShoupQ {
 /// `⌊w·2³²/P⌋`: `a·w mod P` for `a < 2³²` from three 32 × 32 → 64-bit products, which AVX2
 /// does four at a time (the 64-bit [`Shoup`] needs a 64 × 64 → 128-bit one). Half the bytes of
 /// a [`Shoup`], too: key bodies and packing tables hold one per residue modulo `P`.
+/// `repr(C)`: the AVX-512 kernels read each as one 64-bit lane, the multiplier low.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct ShoupP {
     w: u32,
     w_shoup: u32,

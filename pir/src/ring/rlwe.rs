@@ -641,6 +641,22 @@ impl KeyBody {
     ) {
         #[cfg(target_arch = "x86_64")]
         {
+            let n = ring.n();
+            if let [r0, r1] = &self.rows[..] {
+                if n.is_multiple_of(8) && super::avx512::available() {
+                    let (d0, d1) = digits.q.split_at(n);
+                    let (e0, e1) = digits.p.split_at(n);
+                    let ops = super::avx512::TwoDigits {
+                        dq: (d0, d1),
+                        dp: (e0, e1),
+                        kq: (&r0.q, &r1.q),
+                        kp: (&r0.p, &r1.p),
+                    };
+                    // SAFETY: the CPU supports AVX-512F and DQ (checked just above); the kernel
+                    // checks every length and slot itself.
+                    return unsafe { super::avx512::permute_subtract_two(slots, from, ops, to) };
+                }
+            }
             if super::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
                 return unsafe { self.permute_subtract_avx2(ring, digits, slots, from, to) };
@@ -1001,5 +1017,49 @@ mod tests {
             ring.automorphism(&ring.mul(&a, &b), 5),
             ring.mul(&ring.automorphism(&a, 5), &ring.automorphism(&b, 5))
         );
+    }
+
+    /// The AVX-512 step computes the portable loop's values exactly, at extreme operands too
+    /// (residues `0` and `m − 1`, whose products exercise every carry of the 64-bit high half).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_permute_step_equals_the_portable_loop() {
+        use crate::ring::N;
+        if !super::super::avx512::available() {
+            eprintln!("no AVX-512 on this CPU: the portable loop is the only one that runs");
+            return;
+        }
+        let ring = Ring::new(N);
+        let mut rng = ChaCha20Rng::seed_from_u64(11);
+        let edge = |m: u64, rng: &mut ChaCha20Rng| match rng.random_range(0..4) {
+            0 => 0,
+            1 => m - 1,
+            2 => m - 1 - rng.random_range(0..1000),
+            _ => rng.random_range(0..m),
+        };
+        let vals = |m: u64, len: usize, rng: &mut ChaCha20Rng| -> Vec<u64> {
+            (0..len).map(|_| edge(m, rng)).collect()
+        };
+        let body = KeyBody {
+            rows: (0..2)
+                .map(|_| KeyRow::new(&vals(Q.value, N, &mut rng), &vals(P.value, N, &mut rng)))
+                .collect(),
+        };
+        let dq = vals(Q.value, 2 * N, &mut rng);
+        let dp: Vec<u32> = vals(P.value, 2 * N, &mut rng)
+            .into_iter()
+            .map(|x| x as u32)
+            .collect();
+        let digits = DigitsView { q: &dq, p: &dp };
+        let (fq, fp) = (vals(Q.value, N, &mut rng), vals(P.value, N, &mut rng));
+        for k in [3usize, 2 * N - 1, 5] {
+            let slots = ring.ntt.automorphism_slots(k);
+            let (mut vq, mut vp) = (vec![0u64; N], vec![0u64; N]);
+            let (mut sq, mut sp) = (vec![0u64; N], vec![0u64; N]);
+            body.permute_subtract_product(&ring, digits, &slots, (&fq, &fp), (&mut vq, &mut vp));
+            body.permute_subtract_portable(&ring, digits, &slots, (&fq, &fp), (&mut sq, &mut sp));
+            assert_eq!(vq, sq, "k = {k}");
+            assert_eq!(vp, sp, "k = {k}");
+        }
     }
 }

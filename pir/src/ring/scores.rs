@@ -414,13 +414,62 @@ impl ScoreDb {
         bodies: &InspiringBodies,
         micros: Option<&AtomicU64>,
     ) -> Result<Vec<Vec<u64>>> {
-        let sums = self.plane_sums(ring, query, micros)?;
-        Ok(self.pack_sums(ring, &sums, bodies, micros))
+        self.answer_many(ring, &[(query, bodies)], micros)
+            .pop()
+            .expect("one query, one answer")
+    }
+
+    /// [`ScoreDb::answer`] for several queries at once (concurrent searches batched by the
+    /// server): one pass over the planes scores them all, and each plan's digits are read once
+    /// for all of them ([`InspiringPlan::pack_b_many`]) — the two reads that bound a single
+    /// answer's speed. Each query's answer is exactly its own [`ScoreDb::answer`]; a malformed
+    /// query gets its error and does not hold up the others.
+    pub fn answer_many(
+        &self,
+        ring: &Ring,
+        queries: &[(&[u64], &InspiringBodies)],
+        micros: Option<&AtomicU64>,
+    ) -> Vec<Result<Vec<Vec<u64>>>> {
+        let checked: Vec<Result<()>> = queries
+            .iter()
+            .map(|(q, _)| self.check_query(ring, q))
+            .collect();
+        let good: Vec<(&[u64], &InspiringBodies)> = queries
+            .iter()
+            .zip(&checked)
+            .filter(|(_, c)| c.is_ok())
+            .map(|(&q, _)| q)
+            .collect();
+        let mut answers = if good.is_empty() {
+            Vec::new()
+        } else {
+            let uploads: Vec<&[u64]> = good.iter().map(|(q, _)| *q).collect();
+            let sums = self.plane_sums_many(ring, &uploads, micros);
+            let sums: Vec<&[Vec<u64>]> = sums.iter().map(Vec::as_slice).collect();
+            let bodies: Vec<&InspiringBodies> = good.iter().map(|(_, b)| *b).collect();
+            self.pack_sums_many(ring, &sums, &bodies, micros)
+        }
+        .into_iter();
+        checked
+            .into_iter()
+            .map(|c| c.map(|()| answers.next().expect("an answer per good query")))
+            .collect()
     }
 
     /// Bytes held: the planes and the plans.
     pub fn bytes(&self) -> usize {
         self.lo.byte_len() + self.hi.byte_len() + self.plan_bytes()
+    }
+
+    fn check_query(&self, ring: &Ring, query: &[u64]) -> Result<()> {
+        let cols = self.shape.cols(ring.n());
+        if query.len() != cols || query.iter().any(|&x| x >= Q.value) {
+            return Err(Error::InvalidParameter {
+                name: "score query",
+                reason: format!("expected {cols} values below Q"),
+            });
+        }
+        Ok(())
     }
 
     /// The scoring pass: each plane's `D·b`, row by row (each an LWE ciphertext's `b` value).
@@ -430,32 +479,55 @@ impl ScoreDb {
         query: &[u64],
         micros: Option<&AtomicU64>,
     ) -> Result<Vec<Vec<u64>>> {
+        self.check_query(ring, query)?;
+        Ok(self
+            .plane_sums_many(ring, &[query], micros)
+            .pop()
+            .expect("one query, one result"))
+    }
+
+    /// [`ScoreDb::plane_sums`] of checked queries in one pass over the planes: each row is
+    /// read once and dotted with every query while it is in cache.
+    fn plane_sums_many(
+        &self,
+        ring: &Ring,
+        queries: &[&[u64]],
+        micros: Option<&AtomicU64>,
+    ) -> Vec<Vec<Vec<u64>>> {
         let cols = self.shape.cols(ring.n());
-        if query.len() != cols || query.iter().any(|&x| x >= Q.value) {
-            return Err(Error::InvalidParameter {
-                name: "score query",
-                reason: format!("expected {cols} values below Q"),
-            });
-        }
-        let limbs = Limbs::new(query);
+        let limbs: Vec<Limbs> = queries.iter().map(|q| Limbs::new(q)).collect();
         let (lo, hi) = (self.lo.get(), self.hi.get());
         const RUN: usize = 256;
-        let runs: Vec<usize> = (0..lo.len() / cols).step_by(RUN).collect();
+        let rows = lo.len() / cols;
+        let runs: Vec<usize> = (0..rows).step_by(RUN).collect();
+        // Per run, row-major: row i's pairs for query 0, 1, …
         let parts = super::par_map(
             &runs,
             |&start| {
-                let end = (start + RUN).min(lo.len() / cols);
-                (start..end)
-                    .map(|i| {
-                        let r = i * cols..(i + 1) * cols;
-                        limbs.dot_pair(&lo[r.clone()], &hi[r])
-                    })
-                    .collect::<Vec<(u64, u64)>>()
+                let end = (start + RUN).min(rows);
+                let mut out = Vec::with_capacity((end - start) * limbs.len());
+                for i in start..end {
+                    let r = i * cols..(i + 1) * cols;
+                    out.extend(
+                        limbs
+                            .iter()
+                            .map(|l| l.dot_pair(&lo[r.clone()], &hi[r.clone()])),
+                    );
+                }
+                out
             },
             micros,
         );
-        let (lo_sums, hi_sums) = parts.into_iter().flatten().unzip();
-        Ok(vec![lo_sums, hi_sums])
+        let mut sums = vec![vec![Vec::with_capacity(rows); PLANES]; queries.len()];
+        for part in parts {
+            for row in part.chunks_exact(queries.len()) {
+                for (s, &(l, h)) in sums.iter_mut().zip(row) {
+                    s[0].push(l);
+                    s[1].push(h);
+                }
+            }
+        }
+        sums
     }
 
     /// Packing the plane sums under the client's key bodies (the online half of the plans).
@@ -466,24 +538,50 @@ impl ScoreDb {
         bodies: &InspiringBodies,
         micros: Option<&AtomicU64>,
     ) -> Vec<Vec<u64>> {
+        self.pack_sums_many(ring, &[sums], &[bodies], micros)
+            .pop()
+            .expect("one query, one answer")
+    }
+
+    /// [`ScoreDb::pack_sums`] for several queries (`sums[q]`, `bodies[q]`): one job per plan,
+    /// each packing every query ([`InspiringPlan::pack_b_many`]).
+    fn pack_sums_many(
+        &self,
+        ring: &Ring,
+        sums: &[&[Vec<u64>]],
+        bodies: &[&InspiringBodies],
+        micros: Option<&AtomicU64>,
+    ) -> Vec<Vec<Vec<u64>>> {
         let chunks = self.shape.row_chunks(ring.n());
         // The plans are in (plane, chunk) order, as `build` made them.
-        let jobs: Vec<(&InspiringPlan, &[u64])> = sums
-            .iter()
-            .flat_map(|plane_sums| chunks.iter().map(move |rows| &plane_sums[rows.clone()]))
+        let jobs: Vec<(&InspiringPlan, usize, std::ops::Range<usize>)> = (0..PLANES)
+            .flat_map(|plane| chunks.iter().map(move |rows| (plane, rows.clone())))
             .zip(&self.plans)
-            .map(|(values, plan)| (plan, values))
+            .map(|((plane, rows), plan)| (plan, plane, rows))
             .collect();
         let width = self.shape.packing_width(ring.n());
-        super::par_map(
+        let packed = super::par_map(
             &jobs,
-            |(plan, values)| {
-                let mut b = plan.pack_b(ring, bodies, values);
-                b.truncate(width);
-                b
+            |(plan, plane, rows)| {
+                let inputs: Vec<(&InspiringBodies, &[u64])> = bodies
+                    .iter()
+                    .zip(sums)
+                    .map(|(&b, s)| (b, &s[*plane][rows.clone()]))
+                    .collect();
+                let mut out = plan.pack_b_many(ring, &inputs);
+                out.iter_mut().for_each(|b| b.truncate(width));
+                out
             },
             micros,
-        )
+        );
+        // `packed[job][query]` to `answers[query][job]`.
+        let mut answers = vec![Vec::with_capacity(jobs.len()); bodies.len()];
+        for per_job in packed {
+            for (a, b) in answers.iter_mut().zip(per_job) {
+                a.push(b);
+            }
+        }
+        answers
     }
 }
 
@@ -1056,6 +1154,48 @@ mod tests {
         let back: i64 = d.iter().enumerate().map(|(k, &x)| x << (8 * k)).sum();
         assert_eq!(back, 64 * 32767i64 * 32767);
         assert!((0..=255).contains(&d[0]) && d[1..].iter().all(|x| (-128..=127).contains(x)));
+    }
+
+    #[test]
+    fn a_batch_answers_each_query_as_alone_and_a_malformed_one_spoils_none() {
+        let n = 256;
+        let shape = ScoreShape {
+            blocks: 5,
+            dim: 16,
+            rows: 200,
+        };
+        let mut f = fixture(n, shape, 21);
+        let public_a = f.db.public_a();
+        let mut jobs = Vec::new();
+        for block in [4usize, 0, 4, 2] {
+            let q: Vec<i16> = (0..shape.dim)
+                .map(|_| f.rng.random_range(-32767..=32767))
+                .collect();
+            let (upload, bodies, sk) =
+                query(&f.ring, &shape, &QSEED, &f.masks, block, &q, &mut f.rng).unwrap();
+            jobs.push((block, q, upload, bodies, sk));
+        }
+        // A query of the wrong length in the middle of the batch.
+        let short = jobs[1].2[..jobs[1].2.len() - 1].to_vec();
+        let mut batch: Vec<(&[u64], &InspiringBodies)> =
+            jobs.iter().map(|j| (&j.2[..], &j.3)).collect();
+        batch.insert(2, (&short, &jobs[1].3));
+        let answers = f.db.answer_many(&f.ring, &batch, None);
+        assert_eq!(answers.len(), 5);
+        assert!(answers[2].is_err());
+        let answers: Vec<_> = answers
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 2)
+            .map(|(_, a)| a.unwrap())
+            .collect();
+        for ((block, q, upload, bodies, sk), got) in jobs.iter().zip(&answers) {
+            let alone = f.db.answer(&f.ring, upload, bodies, None).unwrap();
+            assert_eq!(got, &alone, "block {block}");
+            let scores = decode(&f.ring, &shape, sk, &public_a, got).unwrap();
+            let want = plaintext_scores(q, &f.blocks[*block], shape.dim);
+            assert_eq!(&scores[..want.len()], &want[..], "block {block}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use pir::ring::inspiring::InspiringBodies;
 use pir::ring::rlwe::{Gadget, Ring};
 use pir::ring::scores::{self, decode, failure_log2, query, ScoreDb, ScoreShape};
 use pir::ring::N;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
 fn main() {
@@ -46,9 +46,7 @@ fn main() {
     let mut runs = Vec::new();
     let (mut upload_len, mut answer_len) = (0, 0);
     for block in [shape.blocks / 2, 0, shape.blocks - 1] {
-        let q: Vec<i16> = (0..shape.dim)
-            .map(|_| rng.random_range(-32767..=32767))
-            .collect();
+        let q: Vec<i16> = pir::selftest::capped_features(shape.dim, &mut rng);
         let t = Instant::now();
         let (upload, bodies, sk) =
             query(&ring, &shape, &qseed, &masks, block, &q, &mut rng).expect("query");
@@ -103,9 +101,7 @@ fn main() {
     let jobs: Vec<_> = (0..batch)
         .map(|i| {
             let block = i * (shape.blocks - 1) / batch.max(2).saturating_sub(1).max(1);
-            let q: Vec<i16> = (0..shape.dim)
-                .map(|_| rng.random_range(-32767..=32767))
-                .collect();
+            let q: Vec<i16> = pir::selftest::capped_features(shape.dim, &mut rng);
             let (upload, bodies, sk) =
                 query(&ring, &shape, &qseed, &masks, block, &q, &mut rng).expect("query");
             (block, q, upload, bodies, sk)

@@ -293,15 +293,15 @@ fn indistinguishable(
 }
 
 /// A scores answer that decodes cleanly to other scores: row 0 of the photo's block gets
-/// `256·2²⁹` more (Δ·2²⁹ added to the high plane's first coefficient), more than any real
-/// score, so it comes first — what a server computing other scores on purpose can do.
+/// `3·2³⁰` more (`Δ·3·2³⁰` added to the first packed coefficient), more than any real score
+/// (unit-norm features score at most `2³⁰`), so it comes first — what a server computing
+/// other scores on purpose can do.
 fn raise_row_zero(answer: &mut [u8]) {
-    // The high plane's packed values start halfway; row 0 is their coefficient 0.
-    let at = answer.len() / 2;
-    let v = u64::from_le_bytes(answer[at..at + 8].try_into().unwrap());
+    // The first packed ciphertext's coefficient 0 is row 0.
+    let v = u64::from_le_bytes(answer[..8].try_into().unwrap());
     let q = shared::pir::ring::modq::Q.value;
-    let v = ((u128::from(v) + (1u128 << 59)) % u128::from(q)) as u64;
-    answer[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    let v = ((u128::from(v) + (3u128 << 59)) % u128::from(q)) as u64;
+    answer[..8].copy_from_slice(&v.to_le_bytes());
 }
 
 /// The thumbnail database's record `r`: its column and its rows.

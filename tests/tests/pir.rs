@@ -253,7 +253,7 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
         // of the first packed ciphertext holds a row; coefficients from the packing width on
         // are never read, see `pir::ring::inspiring`.)
         let mut bad = answer.clone();
-        bad[8 * 3 + 3] ^= 0x10; // 2²⁸ = Δ/4 away: outside the error bound
+        bad[8 * 3 + 3] ^= 0x10; // 2²⁸ = Δ/2 away: outside the error bound
         let e = hintless::rank(sd, &keys, &public, &pending, &bad, 8).unwrap_err();
         assert!(e.to_string().contains("error bound"), "{e}");
         let e = hintless::rank(sd, &keys, &public, &pending, &answer[8..], 8).unwrap_err();

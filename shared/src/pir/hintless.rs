@@ -29,7 +29,7 @@ use crate::pir::ring::inspiring::InspiringMasks;
 use crate::pir::ring::modq::Q;
 use crate::pir::ring::rlwe::{Ring, SecretKey};
 use crate::pir::ring::scores::{
-    self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape, PLANES,
+    self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape,
 };
 use crate::pir::ring::N;
 use crate::pir::seeds::{self, Purpose};
@@ -105,7 +105,7 @@ pub fn check(part: &PartitionDoc, doc: &ScoresDoc) -> Result<()> {
 /// The public file's least and largest length for `rows` rows in all: the row map's varints
 /// take 1 to 5 bytes each.
 fn public_len(doc: &ScoresDoc, items: usize, rows: u64) -> (u64, u64) {
-    let parts = PLANES * doc.shape().row_chunks(N).len() * N * 8;
+    let parts = doc.shape().ciphertexts(N) * N * 8;
     let fixed = (MAGIC.len() + parts + doc.blocks * 4 + items * ITEM_BYTES) as u64;
     (fixed + rows, fixed + 5 * rows)
 }
@@ -167,7 +167,7 @@ impl ScoresPublic {
         if r.take(MAGIC.len()).ok_or_else(|| bad("short"))? != MAGIC {
             return Err(bad("not a scores file"));
         }
-        let polys = PLANES * doc.shape().row_chunks(N).len();
+        let polys = doc.shape().ciphertexts(N);
         let mut public_a = Vec::with_capacity(polys);
         for _ in 0..polys {
             let raw = r.take(N * 8).ok_or_else(|| bad("short"))?;
@@ -552,7 +552,7 @@ mod tests {
             rows: 300,
         };
         let public = ScoresPublic {
-            public_a: vec![vec![1u64; N]; PLANES * shape.row_chunks(N).len()],
+            public_a: vec![vec![1u64; N]; shape.ciphertexts(N)],
             rows: SIZES
                 .iter()
                 .enumerate()

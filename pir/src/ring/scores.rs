@@ -141,9 +141,14 @@ impl ScoreShape {
         self.dim + NORM_DIGITS
     }
 
+    /// Columns that hold the blocks' values (the rest of the last chunk is padding).
+    pub fn data_cols(&self) -> usize {
+        self.blocks * self.cols_per_block()
+    }
+
     /// Query chunks of `n` columns.
     pub fn chunks(&self, n: usize) -> usize {
-        (self.blocks * self.cols_per_block()).div_ceil(n)
+        self.data_cols().div_ceil(n)
     }
 
     pub fn cols(&self, n: usize) -> usize {
@@ -321,7 +326,9 @@ impl ScoreDb {
         };
         shape.check(n)?;
         check_width(&shape, n, masks)?;
-        let cols = shape.cols(n);
+        // The planes hold the blocks' columns only: the last query chunk's padding columns
+        // would be zeros, scanned for nothing.
+        let cols = shape.data_cols();
         let cpb = shape.cols_per_block();
         let mut lo = vec![0u8; shape.rows * cols];
         let mut hi = vec![0i8; shape.rows * cols];
@@ -361,7 +368,11 @@ impl ScoreDb {
                     .clone()
                     .map(|i| {
                         let row = |j: usize| {
-                            256 * i64::from(hi[i * cols + j]) + i64::from(lo[i * cols + j])
+                            if j < cols {
+                                256 * i64::from(hi[i * cols + j]) + i64::from(lo[i * cols + j])
+                            } else {
+                                0
+                            }
                         };
                         row_mask(ring, &masks_ntt, row)
                     })
@@ -519,8 +530,9 @@ impl ScoreDb {
         queries: &[&[u64]],
         micros: Option<&AtomicU64>,
     ) -> Vec<Vec<u64>> {
-        let cols = self.shape.cols(ring.n());
-        let limbs: Vec<Limbs> = queries.iter().map(|q| Limbs::new(q)).collect();
+        // The padding columns past the blocks' multiply zero entries: not scanned.
+        let cols = self.shape.data_cols();
+        let limbs: Vec<Limbs> = queries.iter().map(|q| Limbs::new(&q[..cols])).collect();
         let (lo, hi) = (self.lo.get(), self.hi.get());
         const RUN: usize = 256;
         let rows = lo.len() / cols;

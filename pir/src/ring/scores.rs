@@ -479,7 +479,7 @@ impl ScoreDb {
             Vec::new()
         } else {
             let uploads: Vec<&[u64]> = good.iter().map(|(q, _)| *q).collect();
-            let sums = self.plane_sums_many(ring, &uploads, micros);
+            let sums = self.plane_sums_many(&uploads, micros);
             let sums: Vec<&[u64]> = sums.iter().map(Vec::as_slice).collect();
             let bodies: Vec<&InspiringBodies> = good.iter().map(|(_, b)| *b).collect();
             self.pack_sums_many(ring, &sums, &bodies, micros)
@@ -526,7 +526,6 @@ impl ScoreDb {
     /// read once and dotted with every query while it is in cache.
     fn plane_sums_many(
         &self,
-        ring: &Ring,
         queries: &[&[u64]],
         micros: Option<&AtomicU64>,
     ) -> Vec<Vec<u64>> {

@@ -517,7 +517,7 @@ impl ScoreDb {
     ) -> Result<Vec<u64>> {
         self.check_query(ring, query)?;
         Ok(self
-            .plane_sums_many(ring, &[query], micros)
+            .plane_sums_many(&[query], micros)
             .pop()
             .expect("one query, one result"))
     }

@@ -270,6 +270,14 @@ impl Database {
         let cols = self.shape.cols;
         let c = queries.len() / cols;
         let len = range.len();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::vnni::available() {
+                // SAFETY: the CPU supports AVX-512F, BW and VNNI (checked just above).
+                let out = unsafe { crate::vnni::raw_sums(self.data(), cols, queries, range) };
+                return subtract_offsets(queries, cols, len, out);
+            }
+        }
         let mut out = vec![0u32; c * len];
         let data = self.data();
         for t0 in (0..cols).step_by(TILE) {
@@ -295,18 +303,38 @@ impl Database {
                 }
             }
         }
-        for (qv, chunk) in queries
-            .chunks_exact(cols)
-            .zip(out.chunks_exact_mut(len.max(1)))
-        {
-            let offset = qv
-                .iter()
-                .fold(0u32, |s, &v| s.wrapping_add(v))
-                .wrapping_mul(128);
-            chunk.iter_mut().for_each(|o| *o = o.wrapping_sub(offset));
-        }
-        out
+        subtract_offsets(queries, cols, len, out)
     }
+
+    /// [`Database::answer_rows`] without the AVX-512 VNNI build: the reference it is tested
+    /// against.
+    #[cfg(test)]
+    fn answer_rows_portable(&self, queries: &[u32], range: std::ops::Range<usize>) -> Vec<u32> {
+        let cols = self.shape.cols;
+        let (c, len) = (queries.len() / cols, range.len());
+        let mut out = vec![0u32; c * len];
+        for (q, query) in queries.chunks_exact(cols).enumerate() {
+            for (k, i) in range.clone().enumerate() {
+                out[q * len + k] = dot_u8(&self.data()[i * cols..(i + 1) * cols], query);
+            }
+        }
+        subtract_offsets(queries, cols, len, out)
+    }
+}
+
+/// The stored entries are `D + 128`: each answer less `128·Σ_j query_j`.
+fn subtract_offsets(queries: &[u32], cols: usize, len: usize, mut out: Vec<u32>) -> Vec<u32> {
+    for (qv, chunk) in queries
+        .chunks_exact(cols)
+        .zip(out.chunks_exact_mut(len.max(1)))
+    {
+        let offset = qv
+            .iter()
+            .fold(0u32, |s, &v| s.wrapping_add(v))
+            .wrapping_mul(128);
+        chunk.iter_mut().for_each(|o| *o = o.wrapping_sub(offset));
+    }
+    out
 }
 
 /// Columns of an answer tile ([`Database::answer_rows`]).
@@ -424,6 +452,47 @@ mod tests {
             cols: usize::MAX,
         };
         assert!(huge.validate().is_err());
+    }
+
+    #[test]
+    fn every_answer_build_sums_exactly() {
+        // Widths that are and are not whole 64-byte chunks and span several tiles, 1 to 9
+        // queries (whole groups and a remainder), extreme entries and query values.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (rows, records, c) in [(8usize, 2_000usize, 1usize), (8, 9_000, 9), (16, 64, 4)] {
+            let shape = Shape::new(8, records, rows).unwrap();
+            let recs: Vec<Vec<u8>> = (0..records)
+                .map(|r| match r % 5 {
+                    0 => vec![255; 8],
+                    1 => vec![0; 8],
+                    _ => (0..8).map(|_| next() as u8).collect(),
+                })
+                .collect();
+            let db = Database::build(shape, recs.iter().map(|r| r.as_slice())).unwrap();
+            let queries: Vec<u32> = (0..c * shape.cols)
+                .map(|j| match j % 7 {
+                    0 => u32::MAX,
+                    1 => 0x8080_8080,
+                    2 => 0x7f7f_7f7f,
+                    3 => 1 << 31,
+                    _ => next() as u32,
+                })
+                .collect();
+            for range in [0..shape.rows, 1..shape.rows - 1] {
+                assert_eq!(
+                    db.answer_rows(&queries, range.clone()),
+                    db.answer_rows_portable(&queries, range),
+                    "{} columns, {c} queries",
+                    shape.cols
+                );
+            }
+        }
     }
 
     #[test]

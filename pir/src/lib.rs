@@ -33,6 +33,8 @@ pub mod held;
 pub mod layout;
 pub mod lwe;
 pub mod ring;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
 pub use error::{Error, PirError, Result};
 

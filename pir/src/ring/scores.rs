@@ -524,11 +524,7 @@ impl ScoreDb {
 
     /// [`ScoreDb::plane_sums`] of checked queries in one pass over the planes: each row is
     /// read once and dotted with every query while it is in cache.
-    fn plane_sums_many(
-        &self,
-        queries: &[&[u64]],
-        micros: Option<&AtomicU64>,
-    ) -> Vec<Vec<u64>> {
+    fn plane_sums_many(&self, queries: &[&[u64]], micros: Option<&AtomicU64>) -> Vec<Vec<u64>> {
         // The padding columns past the blocks' multiply zero entries: not scanned.
         let cols = self.shape.data_cols();
         let limbs: Vec<Limbs> = queries.iter().map(|q| Limbs::new(&q[..cols])).collect();

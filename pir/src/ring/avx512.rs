@@ -13,6 +13,7 @@
 use std::arch::x86_64::*;
 
 use super::modq::{ShoupP, ShoupQ, P, Q};
+use super::ntt::Slots;
 
 /// Whether this CPU runs these kernels (checked once per call site; the standard library caches
 /// the detection).
@@ -32,14 +33,14 @@ pub(super) struct TwoDigits<'a> {
 /// `to[i] = from[slots[i]] − d₀[i]·k₀[i] − d₁[i]·k₁[i]`, modulo `Q` and modulo `P`: the same
 /// values as the portable loop in `rlwe::KeyBody::permute_subtract_product`.
 ///
-/// Panics unless every slice has the slots' length, a multiple of 8, and every slot indexes
-/// `from` (checked before any gather: an index out of range would read outside the slice).
+/// Panics unless every slice has the slots' length, a multiple of 8 (checked before any
+/// gather; the slots, a permutation of `0 … len − 1` by their type, then index `from`).
 ///
 /// # Safety
 /// The CPU must support AVX-512F and AVX-512DQ ([`available`]).
 #[target_feature(enable = "avx512f,avx512dq")]
 pub(super) unsafe fn permute_subtract_two(
-    slots: &[u32],
+    slots: &Slots,
     (from_q, from_p): (&[u64], &[u64]),
     ops: TwoDigits<'_>,
     (to_q, to_p): (&mut [u64], &mut [u64]),
@@ -62,9 +63,6 @@ pub(super) unsafe fn permute_subtract_two(
     ] {
         assert_eq!(len, n);
     }
-    // The slots are the ring's own permutation table; one pass keeps the gathers in bounds
-    // whatever a caller passes (a few µs against the step's ~10 µs a coefficient block).
-    assert!(slots.iter().all(|&s| (s as usize) < n));
     let q = _mm512_set1_epi64(Q.value as i64);
     let p = _mm512_set1_epi64(P.value as i64);
     let even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
@@ -74,7 +72,7 @@ pub(super) unsafe fn permute_subtract_two(
         // SAFETY (all pointer reads and writes below): `i + 8 ≤ n` and every slice has `n`
         // elements (asserted above); `ShoupQ` is `repr(C)` (two `u64`), `ShoupP` `repr(C)` (two
         // `u32`, the multiplier in the low half of the 64-bit lane on little-endian x86);
-        // gathered indices are below `n` (asserted above). Unaligned loads and stores.
+        // gathered indices are below `n` (`Slots` is a permutation of `0 … n − 1`). Unaligned loads and stores.
         // Modulo Q.
         let x = _mm512_i32gather_epi64::<8>(idx, from_q.as_ptr().cast());
         let r0 = times_q(

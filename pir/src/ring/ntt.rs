@@ -49,10 +49,12 @@ impl Ntt {
     /// forward(a)[slots[i]]`. Slot `i` holds `a(ψ^(2·rev(i) + 1))` (the butterflies' order), and
     /// `τ_k(a)(ω) = a(ωᵏ)`, so slot `i` takes the slot of `ψ^((2·rev(i) + 1)·k mod 2N)`: a
     /// permutation, because `k` is a unit modulo `2N`. Public (it depends only on `N` and `k`).
-    pub fn automorphism_slots(&self, k: usize) -> Vec<u32> {
-        (0..self.n)
-            .map(|i| self.automorphism_slot(i, k) as u32)
-            .collect()
+    pub fn automorphism_slots(&self, k: usize) -> Slots {
+        Slots(
+            (0..self.n)
+                .map(|i| self.automorphism_slot(i, k) as u32)
+                .collect(),
+        )
     }
 
     /// Entry `i` of [`Ntt::automorphism_slots`]`(k)`.
@@ -179,6 +181,27 @@ fn stage(
                 butterfly(x, y, s);
             }
         }
+    }
+}
+
+/// A permutation of slots, `0 … len − 1` each once: made only by
+/// [`Ntt::automorphism_slots`], so code that gathers through it (the AVX-512 packing step)
+/// needs no bounds check per use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slots(Vec<u32>);
+
+impl std::ops::Deref for Slots {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Slots {
+    type Item = &'a u32;
+    type IntoIter = std::slice::Iter<'a, u32>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
     }
 }
 

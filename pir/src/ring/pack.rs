@@ -380,7 +380,7 @@ struct Scaled {
 pub(super) struct Tables {
     rotation_q: Vec<Vec<ShoupQ>>,
     rotation_p: Vec<Vec<ShoupP>>,
-    slots: Vec<Vec<u32>>,
+    slots: Vec<super::ntt::Slots>,
 }
 
 impl Tables {

@@ -53,7 +53,7 @@ use rand_chacha::ChaCha20Rng;
 use zeroize::{Zeroize, Zeroizing};
 
 use super::modq::{Modulus, Shoup, ShoupP, ShoupQ, P, Q};
-use super::ntt::Ntt;
+use super::ntt::{Ntt, Slots};
 use crate::error::PirError;
 use crate::lwe::sample_error;
 
@@ -635,7 +635,7 @@ impl KeyBody {
         &self,
         ring: &Ring,
         digits: DigitsView<'_>,
-        slots: &[u32],
+        slots: &Slots,
         from: (&[u64], &[u64]),
         to: (&mut [u64], &mut [u64]),
     ) {
@@ -671,7 +671,7 @@ impl KeyBody {
         &self,
         ring: &Ring,
         digits: DigitsView<'_>,
-        slots: &[u32],
+        slots: &Slots,
         from: (&[u64], &[u64]),
         to: (&mut [u64], &mut [u64]),
     ) {
@@ -683,7 +683,7 @@ impl KeyBody {
         &self,
         ring: &Ring,
         digits: DigitsView<'_>,
-        slots: &[u32],
+        slots: &Slots,
         (from_q, from_p): (&[u64], &[u64]),
         (to_q, to_p): (&mut [u64], &mut [u64]),
     ) {

@@ -4,16 +4,16 @@
 //!
 //! Why by hand: the residues modulo `Q` need the high half of a 64 × 64-bit product (Shoup's
 //! quotient estimate), which no vector instruction gives and the compiler therefore never
-//! vectorises; here it is built exactly from four 32 × 32 → 64-bit products (`vpmuludq`), so
-//! every lane computes the same value as [`ShoupQ::times`] — bit for bit, not merely modulo `Q`
-//! (tested against the portable loop). The residues modulo `P` (below 2³²) use [`ShoupP`]'s
+//! vectorises; here it is built from three 32 × 32 → 64-bit products (`vpmuludq`), one short at
+//! most, which one more conditional subtraction absorbs, so every lane computes the same value
+//! as [`ShoupQ::times`] — bit for bit, not merely modulo `Q` (tested against the portable
+//! loop). The residues modulo `P` (below 2³²) use [`ShoupP`]'s
 //! three 32-bit products. Chosen at run time where the CPU has AVX-512F and DQ; the portable
 //! loop runs elsewhere (and in the browser).
 
 use std::arch::x86_64::*;
 
 use super::modq::{ShoupP, ShoupQ, P, Q};
-use super::ntt::Slots;
 
 /// Whether this CPU runs these kernels (checked once per call site; the standard library caches
 /// the detection).
@@ -21,8 +21,8 @@ pub(super) fn available() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
 }
 
-/// One two-digit switch's operands, residue by residue: the plan's transformed digits and the
-/// key body's two rows.
+/// One two-digit switch's operands over a run, residue by residue: the plan's transformed
+/// digits and the key body's two rows.
 pub(super) struct TwoDigits<'a> {
     pub dq: (&'a [u64], &'a [u64]),
     pub dp: (&'a [u32], &'a [u32]),
@@ -30,26 +30,19 @@ pub(super) struct TwoDigits<'a> {
     pub kp: (&'a [ShoupP], &'a [ShoupP]),
 }
 
-/// `to[i] = from[slots[i]] − d₀[i]·k₀[i] − d₁[i]·k₁[i]`, modulo `Q` and modulo `P`: the same
-/// values as the portable loop in `rlwe::KeyBody::permute_subtract_product`.
+/// `x[i] ← x[i] − d₀[i]·k₀[i] − d₁[i]·k₁[i]`, modulo `Q` and modulo `P`: the same values as
+/// the portable loop in `rlwe::OrbitKey::subtract_rotated` (whose runs these are).
 ///
-/// Panics unless every slice has the slots' length, a multiple of 8 (checked before any
-/// gather; the slots, a permutation of `0 … len − 1` by their type, then index `from`).
+/// Panics unless every slice has `x`'s length, a multiple of 8.
 ///
 /// # Safety
 /// The CPU must support AVX-512F and AVX-512DQ ([`available`]).
 #[target_feature(enable = "avx512f,avx512dq")]
-pub(super) unsafe fn permute_subtract_two(
-    slots: &Slots,
-    (from_q, from_p): (&[u64], &[u64]),
-    ops: TwoDigits<'_>,
-    (to_q, to_p): (&mut [u64], &mut [u64]),
-) {
-    let n = slots.len();
+pub(super) unsafe fn subtract_two(ops: TwoDigits<'_>, (xq, xp): (&mut [u64], &mut [u64])) {
+    let n = xq.len();
     assert!(n.is_multiple_of(8));
     for len in [
-        from_q.len(),
-        from_p.len(),
+        xp.len(),
         ops.dq.0.len(),
         ops.dq.1.len(),
         ops.dp.0.len(),
@@ -58,8 +51,6 @@ pub(super) unsafe fn permute_subtract_two(
         ops.kq.1.len(),
         ops.kp.0.len(),
         ops.kp.1.len(),
-        to_q.len(),
-        to_p.len(),
     ] {
         assert_eq!(len, n);
     }
@@ -68,13 +59,12 @@ pub(super) unsafe fn permute_subtract_two(
     let even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
     let odd = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
     for i in (0..n).step_by(8) {
-        let idx = _mm256_loadu_si256(slots.as_ptr().add(i).cast());
         // SAFETY (all pointer reads and writes below): `i + 8 ≤ n` and every slice has `n`
         // elements (asserted above); `ShoupQ` is `repr(C)` (two `u64`), `ShoupP` `repr(C)` (two
-        // `u32`, the multiplier in the low half of the 64-bit lane on little-endian x86);
-        // gathered indices are below `n` (`Slots` is a permutation of `0 … n − 1`). Unaligned loads and stores.
+        // `u32`, the multiplier in the low half of the 64-bit lane on little-endian x86).
+        // Unaligned loads and stores.
         // Modulo Q.
-        let x = _mm512_i32gather_epi64::<8>(idx, from_q.as_ptr().cast());
+        let x = _mm512_loadu_si512(xq.as_ptr().add(i).cast());
         let r0 = times_q(
             _mm512_loadu_si512(ops.dq.0.as_ptr().add(i).cast()),
             ops.kq.0.as_ptr().add(i),
@@ -89,10 +79,12 @@ pub(super) unsafe fn permute_subtract_two(
             odd,
             q,
         );
-        let t = sub_mod(sub_mod(x, r0, q), r1, q);
-        _mm512_storeu_si512(to_q.as_mut_ptr().add(i).cast(), t);
+        _mm512_storeu_si512(
+            xq.as_mut_ptr().add(i).cast(),
+            sub_mod(sub_mod(x, r0, q), r1, q),
+        );
         // Modulo P.
-        let x = _mm512_i32gather_epi64::<8>(idx, from_p.as_ptr().cast());
+        let x = _mm512_loadu_si512(xp.as_ptr().add(i).cast());
         let r0 = times_p(
             _mm256_loadu_si256(ops.dp.0.as_ptr().add(i).cast()),
             _mm512_loadu_si512(ops.kp.0.as_ptr().add(i).cast()),
@@ -103,34 +95,35 @@ pub(super) unsafe fn permute_subtract_two(
             _mm512_loadu_si512(ops.kp.1.as_ptr().add(i).cast()),
             p,
         );
-        let t = sub_mod(sub_mod(x, r0, p), r1, p);
-        _mm512_storeu_si512(to_p.as_mut_ptr().add(i).cast(), t);
+        _mm512_storeu_si512(
+            xp.as_mut_ptr().add(i).cast(),
+            sub_mod(sub_mod(x, r0, p), r1, p),
+        );
     }
 }
 
-/// The high 64 bits of the 128-bit products, exactly: with `a = a₁·2³² + a₀`,
-/// `b = b₁·2³² + b₀`, `a·b = a₁b₁·2⁶⁴ + (a₁b₀ + a₀b₁)·2³² + a₀b₀`; the middle's low halves and
-/// `a₀b₀`'s high half sum below 3·2³², whose carry is the last term.
+/// The high 64 bits of the 128-bit products, less at most one: with `a = a₁·2³² + a₀`,
+/// `b = b₁·2³² + b₀`, `a·b = a₁b₁·2⁶⁴ + (a₁b₀ + a₀b₁)·2³² + a₀b₀`; `a₀b₀ < 2⁶⁴` is left out,
+/// which can only lose the one carry it might add. Not exact on purpose: the exact sequence is
+/// a 64-bit `mulhu`, which the compiler recognises and then splits into eight scalar `mul`s (it
+/// has no vector instruction for it) — 2.5× slower than these four vector products.
 #[inline(always)]
-unsafe fn mulhi_u64(a: __m512i, b: __m512i) -> __m512i {
+unsafe fn mulhi_u64_low(a: __m512i, b: __m512i) -> __m512i {
     let low = _mm512_set1_epi64(0xffff_ffff);
     let (a1, b1) = (_mm512_srli_epi64::<32>(a), _mm512_srli_epi64::<32>(b));
-    let ll = _mm512_mul_epu32(a, b);
     let lh = _mm512_mul_epu32(a, b1);
     let hl = _mm512_mul_epu32(a1, b);
     let hh = _mm512_mul_epu32(a1, b1);
-    let mid = _mm512_add_epi64(
-        _mm512_srli_epi64::<32>(ll),
-        _mm512_add_epi64(_mm512_and_si512(lh, low), _mm512_and_si512(hl, low)),
-    );
+    let mid = _mm512_add_epi64(_mm512_and_si512(lh, low), _mm512_and_si512(hl, low));
     _mm512_add_epi64(
         _mm512_add_epi64(hh, _mm512_srli_epi64::<32>(lh)),
         _mm512_add_epi64(_mm512_srli_epi64::<32>(hl), _mm512_srli_epi64::<32>(mid)),
     )
 }
 
-/// Eight [`ShoupQ::times`]: `a·w − ⌊a·w'/2⁶⁴⌋·Q` (wrapping, in `[0, 2Q)`), then one
-/// conditional subtraction. `k` points at eight `(w, w')` pairs.
+/// Eight [`ShoupQ::times`]: `a·w − q̂·Q` (wrapping) with `q̂` Shoup's estimate `⌊a·w'/2⁶⁴⌋`
+/// less at most one ([`mulhi_u64_low`]), so in `[0, 3Q)` (`3Q < 2⁶⁴`), then reduced: the same
+/// value as the scalar product. `k` points at eight `(w, w')` pairs.
 #[inline(always)]
 unsafe fn times_q(
     a: __m512i,
@@ -143,9 +136,9 @@ unsafe fn times_q(
     let hi = _mm512_loadu_si512(k.add(4).cast());
     let w = _mm512_permutex2var_epi64(lo, even, hi);
     let w_shoup = _mm512_permutex2var_epi64(lo, odd, hi);
-    let qhat = mulhi_u64(a, w_shoup);
+    let qhat = mulhi_u64_low(a, w_shoup);
     let r = _mm512_sub_epi64(_mm512_mullo_epi64(a, w), _mm512_mullo_epi64(qhat, q));
-    csub(r, q)
+    csub(csub(r, _mm512_add_epi64(q, q)), q)
 }
 
 /// Eight [`ShoupP::times`]: `a` eight `u32`, `k` eight `(w, w')` pairs of `u32` as 64-bit
@@ -158,8 +151,8 @@ unsafe fn times_p(a: __m256i, k: __m512i, p: __m512i) -> __m512i {
     csub(r, p)
 }
 
-/// `x − m` where `x ≥ m`, else `x`, for `x < 2m ≤ 2⁶³`: the wrapped difference is then above
-/// `x`, so the unsigned minimum picks the right one.
+/// `x − m` where `x ≥ m`, else `x`, for `x < 2m` and `m ≤ 2⁶³`: the wrapped difference is
+/// then above `x`, so the unsigned minimum picks the right one.
 #[inline(always)]
 unsafe fn csub(x: __m512i, m: __m512i) -> __m512i {
     _mm512_min_epu64(x, _mm512_sub_epi64(x, m))

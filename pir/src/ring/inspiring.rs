@@ -68,7 +68,7 @@ use rand::RngCore;
 
 use super::modq::{P, Q};
 use super::pack::StepDigits;
-use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, Ring, SecretKey};
+use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, OrbitKey, Ring, SecretKey};
 use crate::error::PirError;
 use crate::held::SharedBytes;
 
@@ -143,6 +143,9 @@ impl InspiringBodies {
 /// `a`. Built once per version; a query's packing is then [`InspiringPlan::pack_b`].
 pub struct InspiringPlan {
     gamma: usize,
+    /// The slots orbit by orbit under `τ_g` (`γ` each): the order the online pass keeps its
+    /// accumulator and reads the digits in.
+    orbits: Vec<u32>,
     digits: StepDigits,
     a: Vec<u64>,
 }
@@ -183,19 +186,32 @@ impl InspiringPlan {
         };
         // The collapse's `a` half: V_{γ−1} = A'_{γ−1}; V_k = A'_k + switch(τ_g(V_{k+1})).
         let gadget_digits = masks.mask.gadget().digits;
-        let mut digits = StepDigits::with_capacity(gamma - 1, gadget_digits, n);
+        let orbits = orbits(&ring.ntt.automorphism_slots(g), gamma);
+        let steps = gamma - 1;
+        let mut digits = StepDigits::with_capacity(steps, gadget_digits, n);
         let mut rows = a_prime.into_iter().rev();
         let mut a = coefficients(rows.next().expect("γ ≥ 1"));
-        for row in rows {
+        for (s, row) in rows.enumerate() {
             let (d, switched) = masks.mask.switch_a(ring, &ring.automorphism(&a, g));
-            digits.push(d);
+            // Stored as the online pass reads step `s`: orbit by orbit, rotated by its shift.
+            let shift = steps - s - 1;
+            let map: Vec<u32> = orbits
+                .chunks_exact(gamma)
+                .flat_map(|o| (0..gamma).map(move |j| o[(j + shift) % gamma]))
+                .collect();
+            digits.push(d.permuted(&map));
             a = coefficients(row)
                 .iter()
                 .zip(&switched)
                 .map(|(&x, &y)| Q.add(x, y))
                 .collect();
         }
-        InspiringPlan { gamma, digits, a }
+        InspiringPlan {
+            gamma,
+            orbits,
+            digits,
+            a,
+        }
     }
 
     /// The packed `b` part of inputs with these `b` values (the same order and count as the
@@ -207,33 +223,49 @@ impl InspiringPlan {
     }
 
     /// [`InspiringPlan::pack_b`] for several queries at once, each `(bodies, b_values)`: the
-    /// same outputs, but every switch's digits are read from memory once for all of them
-    /// (they are most of a packing's memory traffic, and a step's 96 KiB stay in cache while
-    /// each query's accumulator takes its turn).
+    /// same outputs, every switch's digits read once for all of them (a step's 96 KiB stay in
+    /// cache while each query's accumulator takes its turn).
+    ///
+    /// The online pass: `β_0 = 0`, `β_{s+1} = τ_g(β_s) − D_s·K` for the `S = γ − 1` steps, in
+    /// the transform domain, where `τ_g` permutes slots (`τ_g(x)[i] = x[π(i)]`) and `D_s·K` is
+    /// step `s`'s products of plan digits and key body. In orbit coordinates (slot `π^m(r_o)`
+    /// at position `m` of orbit `o`; every orbit has `γ` slots because `g` has order `γ`), `τ_g`
+    /// shifts each orbit by one: `β_{s+1}[m] = β_s[m + 1] − (D_s·K)[m]`. Writing
+    /// `c_s[j] = β_s[j + S − s]` gives `c_{s+1}[j] = c_s[j] − (D_s·K)[j + S − s − 1]` with
+    /// `c_0 = 0` and `c_S = β_S`: the accumulator stays in place, the plan stores step `s`'s
+    /// digits already rotated by `S − s − 1` (built so), and the key is read from that
+    /// position on — a contiguous run of the key written twice over ([`KeyBody::orbit_key`]).
+    /// No gather, no second buffer; the same values as permuting the accumulator every step.
     pub fn pack_b_many(&self, ring: &Ring, jobs: &[(&InspiringBodies, &[u64])]) -> Vec<Vec<u64>> {
         for (_, b_values) in jobs {
             assert!(!b_values.is_empty() && b_values.len() <= self.gamma);
         }
         let n = ring.n();
-        let slots = ring.ntt.automorphism_slots(generator(n, self.gamma));
-        // P·β modulo P·Q, transformed: β_{γ−1} = 0, β_k = τ_g(β_{k+1}) − Σ_t d_{k,t}·k_t.
-        let mut acc: Vec<[Vec<u64>; 4]> = jobs
+        let keys: Vec<OrbitKey> = jobs
+            .iter()
+            .map(|(bodies, _)| bodies.0.orbit_key(&self.orbits, self.gamma))
+            .collect();
+        // P·β modulo P·Q, transformed, in orbit order (module docs).
+        let mut acc: Vec<[Vec<u64>; 2]> = jobs
             .iter()
             .map(|_| std::array::from_fn(|_| vec![0u64; n]))
             .collect();
-        for k in 0..self.digits.steps() {
-            let step = self.digits.step(k);
-            for ((bodies, _), [bq, bp, tq, tp]) in jobs.iter().zip(&mut acc) {
-                bodies
-                    .0
-                    .permute_subtract_product(ring, step, &slots, (bq, bp), (tq, tp));
-                std::mem::swap(bq, tq);
-                std::mem::swap(bp, tp);
+        let steps = self.digits.steps();
+        for s in 0..steps {
+            let step = self.digits.step(s);
+            for (key, [cq, cp]) in keys.iter().zip(&mut acc) {
+                key.subtract_rotated(step, steps - s - 1, cq, cp);
             }
         }
         jobs.iter()
             .zip(acc)
-            .map(|((_, b_values), [mut bq, bp, ..])| {
+            .map(|((_, b_values), [cq, cp])| {
+                // Back to slot order.
+                let (mut bq, mut bp) = (vec![0u64; n], vec![0u64; n]);
+                for ((&slot, &x), &y) in self.orbits.iter().zip(&cq).zip(&cp) {
+                    bq[slot as usize] = x;
+                    bp[slot as usize] = y;
+                }
                 // + P·B₀, B₀ = Σ_i b_i·Xⁱ (0 modulo P).
                 let mut b0 = vec![0u64; n];
                 let p_mod_q = P.value % Q.value;
@@ -292,6 +324,29 @@ impl InspiringPlan {
     pub fn digits_owned(&self) -> bool {
         self.digits.is_owned()
     }
+}
+
+/// The slots orbit by orbit under the permutation `slots` (`π`): `r, π(r), π²(r), …` for each
+/// orbit's least slot `r`. Every orbit has `gamma` slots (`g` has order `γ` and acts freely);
+/// checked.
+fn orbits(slots: &[u32], gamma: usize) -> Vec<u32> {
+    let n = slots.len();
+    let mut seen = vec![false; n];
+    let mut out = Vec::with_capacity(n);
+    for r in 0..n {
+        if seen[r] {
+            continue;
+        }
+        let mut x = r;
+        for _ in 0..gamma {
+            assert!(!seen[x], "an orbit shorter than γ");
+            seen[x] = true;
+            out.push(x as u32);
+            x = slots[x] as usize;
+        }
+        assert_eq!(x, r, "an orbit longer than γ");
+    }
+    out
 }
 
 fn pow_mod(base: usize, exp: usize, m: usize) -> usize {

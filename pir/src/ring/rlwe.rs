@@ -53,7 +53,7 @@ use rand_chacha::ChaCha20Rng;
 use zeroize::{Zeroize, Zeroizing};
 
 use super::modq::{Modulus, Shoup, ShoupP, ShoupQ, P, Q};
-use super::ntt::{Ntt, Slots};
+use super::ntt::Ntt;
 use crate::error::PirError;
 use crate::lwe::sample_error;
 
@@ -437,6 +437,81 @@ impl KeyRow {
     }
 }
 
+/// A key body in orbit order, each orbit twice over ([`KeyBody::orbit_key`]).
+pub(super) struct OrbitKey {
+    gamma: usize,
+    rows: Vec<KeyRow>,
+}
+
+impl OrbitKey {
+    /// `x[o·γ + j] ← x[o·γ + j] − Σ_t d_t[o·γ + j]·k_t[o·γ + (j + shift) mod γ]` for every orbit
+    /// `o` (`k_t` in orbit order), modulo `Q` and `P`, transformed and undivided: InspiRING's
+    /// online step with its accumulator kept in place and the key's run shifted instead of the
+    /// accumulator permuted (the derivation is in [`super::inspiring`]).
+    pub(super) fn subtract_rotated(
+        &self,
+        digits: DigitsView<'_>,
+        shift: usize,
+        xq: &mut [u64],
+        xp: &mut [u64],
+    ) {
+        let (g, n) = (self.gamma, xq.len());
+        assert!(shift < g && n.is_multiple_of(g) && xp.len() == n);
+        assert!(digits.q.len() == self.rows.len() * n && digits.p.len() == digits.q.len());
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let [r0, r1] = &self.rows[..] {
+                if g.is_multiple_of(8) && super::avx512::available() {
+                    let (d0, d1) = digits.q.split_at(n);
+                    let (e0, e1) = digits.p.split_at(n);
+                    for o in 0..n / g {
+                        let (at, key) = (o * g..(o + 1) * g, 2 * o * g + shift..);
+                        let ops = super::avx512::TwoDigits {
+                            dq: (&d0[at.clone()], &d1[at.clone()]),
+                            dp: (&e0[at.clone()], &e1[at.clone()]),
+                            kq: (&r0.q[key.clone()][..g], &r1.q[key.clone()][..g]),
+                            kp: (&r0.p[key.clone()][..g], &r1.p[key][..g]),
+                        };
+                        // SAFETY: the CPU supports AVX-512F and DQ (checked just above); the
+                        // kernel checks every length itself.
+                        unsafe {
+                            super::avx512::subtract_two(ops, (&mut xq[at.clone()], &mut xp[at]))
+                        };
+                    }
+                    return;
+                }
+            }
+        }
+        self.subtract_rotated_portable(digits, shift, xq, xp)
+    }
+
+    fn subtract_rotated_portable(
+        &self,
+        digits: DigitsView<'_>,
+        shift: usize,
+        xq: &mut [u64],
+        xp: &mut [u64],
+    ) {
+        let (g, n) = (self.gamma, xq.len());
+        for (t, row) in self.rows.iter().enumerate() {
+            let (dq, dp) = (&digits.q[t * n..(t + 1) * n], &digits.p[t * n..(t + 1) * n]);
+            for o in 0..n / g {
+                let (at, key) = (o * g..(o + 1) * g, 2 * o * g + shift..2 * o * g + shift + g);
+                for ((x, &d), k) in xq[at.clone()]
+                    .iter_mut()
+                    .zip(&dq[at.clone()])
+                    .zip(&row.q[key.clone()])
+                {
+                    *x = Q.sub(*x, k.times(d));
+                }
+                for ((x, &d), k) in xp[at.clone()].iter_mut().zip(&dp[at]).zip(&row.p[key]) {
+                    *x = P.sub(*x, k.times(d));
+                }
+            }
+        }
+    }
+}
+
 /// The transformed digits of one `a` in both residues: everything a switch needs from `a`,
 /// digit after digit (`N` values each). The residues modulo `P` are below 2³² and kept as
 /// `u32` (a server holds many of these: the packing plans).
@@ -456,6 +531,24 @@ impl SwitchDigits {
         DigitsView {
             q: &self.q,
             p: &self.p,
+        }
+    }
+
+    /// Each digit's values reordered, `out[i] = self[map[i]]` (a packing plan stores them in
+    /// the order its online pass reads them).
+    pub(super) fn permuted(&self, map: &[u32]) -> SwitchDigits {
+        let n = map.len();
+        SwitchDigits {
+            q: self
+                .q
+                .chunks_exact(n)
+                .flat_map(|d| map.iter().map(move |&m| d[m as usize]))
+                .collect(),
+            p: self
+                .p
+                .chunks_exact(n)
+                .flat_map(|d| map.iter().map(move |&m| d[m as usize]))
+                .collect(),
         }
     }
 
@@ -627,98 +720,24 @@ impl KeyBody {
         ring.subtract_key_product(digits, &self.rows, xq, xp)
     }
 
-    /// `to[i] = from[slots[i]] − Σ_t d_t[i]·k_t[i]` in both residues: an automorphism (a
-    /// permutation of slots) and a switch's undivided products in one pass — InspiRING's
-    /// online step ([`super::inspiring`]); the same values as a permutation followed by
-    /// [`KeyBody::subtract_product`].
-    pub(super) fn permute_subtract_product(
-        &self,
-        ring: &Ring,
-        digits: DigitsView<'_>,
-        slots: &Slots,
-        from: (&[u64], &[u64]),
-        to: (&mut [u64], &mut [u64]),
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let n = ring.n();
-            if let [r0, r1] = &self.rows[..] {
-                if n.is_multiple_of(8) && super::avx512::available() {
-                    let (d0, d1) = digits.q.split_at(n);
-                    let (e0, e1) = digits.p.split_at(n);
-                    let ops = super::avx512::TwoDigits {
-                        dq: (d0, d1),
-                        dp: (e0, e1),
-                        kq: (&r0.q, &r1.q),
-                        kp: (&r0.p, &r1.p),
-                    };
-                    // SAFETY: the CPU supports AVX-512F and DQ (checked just above); the kernel
-                    // checks every length and slot itself.
-                    return unsafe { super::avx512::permute_subtract_two(slots, from, ops, to) };
-                }
-            }
-            if super::fast_x86() {
-                // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
-                return unsafe { self.permute_subtract_avx2(ring, digits, slots, from, to) };
-            }
-        }
-        self.permute_subtract_portable(ring, digits, slots, from, to)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,bmi2")]
-    unsafe fn permute_subtract_avx2(
-        &self,
-        ring: &Ring,
-        digits: DigitsView<'_>,
-        slots: &Slots,
-        from: (&[u64], &[u64]),
-        to: (&mut [u64], &mut [u64]),
-    ) {
-        self.permute_subtract_portable(ring, digits, slots, from, to)
-    }
-
-    #[inline(always)]
-    fn permute_subtract_portable(
-        &self,
-        ring: &Ring,
-        digits: DigitsView<'_>,
-        slots: &Slots,
-        (from_q, from_p): (&[u64], &[u64]),
-        (to_q, to_p): (&mut [u64], &mut [u64]),
-    ) {
-        let n = ring.n();
-        let [r0, r1] = &self.rows[..] else {
-            // Any other gadget: the permutation, then the products digit by digit.
-            for ((t, &s), u) in to_q.iter_mut().zip(slots).zip(to_p.iter_mut()) {
-                *t = from_q[s as usize];
-                *u = from_p[s as usize];
-            }
-            return ring.subtract_key_product(digits, &self.rows, to_q, to_p);
-        };
-        // Two digits (the deployed gadget): each slot gathered and both products subtracted in
-        // one pass, residue by residue.
-        let (d0, d1) = digits.q.split_at(n);
-        for (((((t, &s), &a), &b), ka), kb) in to_q
-            .iter_mut()
-            .zip(slots)
-            .zip(d0)
-            .zip(d1)
-            .zip(&r0.q)
-            .zip(&r1.q)
-        {
-            *t = Q.sub(Q.sub(from_q[s as usize], ka.times(a)), kb.times(b));
-        }
-        let (e0, e1) = digits.p.split_at(n);
-        for (((((t, &s), &a), &b), ka), kb) in to_p
-            .iter_mut()
-            .zip(slots)
-            .zip(e0)
-            .zip(e1)
-            .zip(&r0.p)
-            .zip(&r1.p)
-        {
-            *t = P.sub(P.sub(from_p[s as usize], ka.times(a)), kb.times(b));
+    /// The body laid out for InspiRING's online pass ([`super::inspiring`]): `orbits` lists the
+    /// slots orbit by orbit (`γ` each, in the order the slot permutation walks them), and each
+    /// orbit's values are written twice over, so the values from any position on, wrapping
+    /// round the orbit, are one contiguous run ([`OrbitKey::subtract_rotated`]).
+    pub(super) fn orbit_key(&self, orbits: &[u32], gamma: usize) -> OrbitKey {
+        let doubled =
+            |o: &[u32]| -> Vec<usize> { o.iter().chain(o).map(|&s| s as usize).collect() };
+        let order: Vec<usize> = orbits.chunks_exact(gamma).flat_map(doubled).collect();
+        OrbitKey {
+            gamma,
+            rows: self
+                .rows
+                .iter()
+                .map(|r| KeyRow {
+                    q: order.iter().map(|&s| r.q[s]).collect(),
+                    p: order.iter().map(|&s| r.p[s]).collect(),
+                })
+                .collect(),
         }
     }
 
@@ -1020,16 +1039,16 @@ mod tests {
     }
 
     /// The AVX-512 step computes the portable loop's values exactly, at extreme operands too
-    /// (residues `0` and `m − 1`, whose products exercise every carry of the 64-bit high half).
+    /// (residues `0` and `m − 1`, whose products exercise every carry of the 64-bit high half),
+    /// at every shift class (runs that wrap round an orbit or not).
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_vector_permute_step_equals_the_portable_loop() {
+    fn the_vector_step_equals_the_portable_loop() {
         use crate::ring::N;
         if !super::super::avx512::available() {
             eprintln!("no AVX-512 on this CPU: the portable loop is the only one that runs");
             return;
         }
-        let ring = Ring::new(N);
         let mut rng = ChaCha20Rng::seed_from_u64(11);
         let edge = |m: u64, rng: &mut ChaCha20Rng| match rng.random_range(0..4) {
             0 => 0,
@@ -1040,26 +1059,32 @@ mod tests {
         let vals = |m: u64, len: usize, rng: &mut ChaCha20Rng| -> Vec<u64> {
             (0..len).map(|_| edge(m, rng)).collect()
         };
-        let body = KeyBody {
-            rows: (0..2)
-                .map(|_| KeyRow::new(&vals(Q.value, N, &mut rng), &vals(P.value, N, &mut rng)))
-                .collect(),
-        };
         let dq = vals(Q.value, 2 * N, &mut rng);
         let dp: Vec<u32> = vals(P.value, 2 * N, &mut rng)
             .into_iter()
             .map(|x| x as u32)
             .collect();
         let digits = DigitsView { q: &dq, p: &dp };
-        let (fq, fp) = (vals(Q.value, N, &mut rng), vals(P.value, N, &mut rng));
-        for k in [3usize, 2 * N - 1, 5] {
-            let slots = ring.ntt.automorphism_slots(k);
-            let (mut vq, mut vp) = (vec![0u64; N], vec![0u64; N]);
-            let (mut sq, mut sp) = (vec![0u64; N], vec![0u64; N]);
-            body.permute_subtract_product(&ring, digits, &slots, (&fq, &fp), (&mut vq, &mut vp));
-            body.permute_subtract_portable(&ring, digits, &slots, (&fq, &fp), (&mut sq, &mut sp));
-            assert_eq!(vq, sq, "k = {k}");
-            assert_eq!(vp, sp, "k = {k}");
+        for gamma in [N / 2, 64, 8] {
+            let key = OrbitKey {
+                gamma,
+                rows: (0..2)
+                    .map(|_| {
+                        KeyRow::new(
+                            &vals(Q.value, 2 * N, &mut rng),
+                            &vals(P.value, 2 * N, &mut rng),
+                        )
+                    })
+                    .collect(),
+            };
+            for shift in [0, 1, gamma / 2, gamma - 1] {
+                let (mut vq, mut vp) = (vals(Q.value, N, &mut rng), vals(P.value, N, &mut rng));
+                let (mut sq, mut sp) = (vq.clone(), vp.clone());
+                key.subtract_rotated(digits, shift, &mut vq, &mut vp);
+                key.subtract_rotated_portable(digits, shift, &mut sq, &mut sp);
+                assert_eq!(vq, sq, "γ = {gamma}, shift {shift}");
+                assert_eq!(vp, sp, "γ = {gamma}, shift {shift}");
+            }
         }
     }
 }

@@ -238,16 +238,28 @@ pub fn check_file(t: &FileDoc, what: &'static str) -> Result<()> {
 /// search).
 pub const MAX_THUMB_QUERIES: usize = 32;
 
-/// Thumbnail records stacked per column: the least power of two whose upload for
-/// [`crate::protocol::publish::COVERAGE_K`] thumbnails is at most 192 KiB, while the hint stays
-/// within 32 MiB.
+/// Thumbnail records stacked per column, `g` (a power of two): a search's thumbnail bytes are
+/// `4·k·(items/g + record·g)` (the queries' columns up, the answers' rows down), least near
+/// `g = √(items/record)`, while the hint, `4·1,024·record·g`, grows with `g`. So: the least `g`
+/// whose bytes a search are within 5 % of the least any `g` with a hint of at most 32 MiB
+/// gives. At 10,000 items `g = 4` (115 KiB a search for 8 thumbnails, a 4.6 MiB hint); at
+/// 70,000 and 1,000,000 the hint's cap decides (`g = 16`, 18.4 MiB).
 pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
-    let k = crate::protocol::publish::COVERAGE_K;
-    let mut g = 1usize;
-    while k * 4 * items.div_ceil(g) > 192 * 1024 && 4 * lwe::LWE_N * thumb_bytes * g * 2 <= 32 << 20
-    {
-        g *= 2;
-    }
+    let per_search = |g: usize| items.div_ceil(g) + thumb_bytes * g;
+    let hint_ok = |g: usize| 4 * lwe::LWE_N * thumb_bytes * g <= 32 << 20;
+    let candidates: Vec<usize> = (0..usize::BITS)
+        .map(|b| 1usize << b)
+        .take_while(|&g| g == 1 || (hint_ok(g) && g <= items))
+        .collect();
+    let least = candidates
+        .iter()
+        .map(|&g| per_search(g))
+        .min()
+        .expect("g = 1 is a candidate");
+    let g = candidates
+        .into_iter()
+        .find(|&g| 20 * per_search(g) <= 21 * least)
+        .expect("the least is within 5 % of itself");
     Ok(Shape::new(thumb_bytes, items, thumb_bytes * g)?)
 }
 
@@ -270,10 +282,13 @@ mod tests {
     fn served_shapes_give_no_more_samples_than_the_estimate_assumes() {
         // Thumbnails at a million images (294-byte records), and level databases of many
         // blocks with long and short records (`lwe`'s own test covers every validated shape).
-        for items in [10_000, 70_000, 1_000_000] {
+        for (items, stacked) in [(10_000, 4), (70_000, 16), (1_000_000, 16)] {
             let s = thumbs_shape(items, 294).unwrap();
             assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{items}: {s:?}");
+            assert_eq!(s.rows, 294 * stacked, "{items}");
         }
+        // Tiny galleries: one record a column, whatever the cost model says.
+        assert_eq!(thumbs_shape(3, 294).unwrap().rows, 294);
         for (blocks, longest) in [(256, 57_344), (64, 110_592), (64, 100)] {
             let s = level_shape(blocks, longest).unwrap();
             assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{blocks}: {s:?}");

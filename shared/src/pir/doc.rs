@@ -241,11 +241,15 @@ pub const MAX_THUMB_QUERIES: usize = 32;
 /// Thumbnail records stacked per column, `g` (a power of two): a search's thumbnail bytes are
 /// `4·k·(items/g + record·g)` (the queries' columns up, the answers' rows down), least near
 /// `g = √(items/record)`, while the hint, `4·1,024·record·g`, grows with `g`. So: the least `g`
-/// whose bytes a search are within 5 % of the least any `g` with a hint of at most 32 MiB
-/// gives. At 10,000 items `g = 4` (115 KiB a search for 8 thumbnails, a 4.6 MiB hint); at
-/// 70,000 and 1,000,000 the hint's cap decides (`g = 16`, 18.4 MiB).
+/// whose bytes a search are within 5 % or 16 KiB of the least any `g` with a hint of at most
+/// 32 MiB gives. At 10,000 items `g = 4` (115 KiB a search for 8 thumbnails, a 4.6 MiB hint);
+/// at 1,000, `g = 1` (stacking would save 7 KiB a search for twice the hint); at 70,000 and
+/// 1,000,000 the hint's cap decides (`g = 16`, 18.4 MiB).
 pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
+    let k = crate::protocol::publish::COVERAGE_K;
+    // In values of 4 bytes for `k` queries: columns up, rows down.
     let per_search = |g: usize| items.div_ceil(g) + thumb_bytes * g;
+    let slack = (16 << 10) / (4 * k);
     let hint_ok = |g: usize| 4 * lwe::LWE_N * thumb_bytes * g <= 32 << 20;
     let candidates: Vec<usize> = (0..usize::BITS)
         .map(|b| 1usize << b)
@@ -258,7 +262,7 @@ pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
         .expect("g = 1 is a candidate");
     let g = candidates
         .into_iter()
-        .find(|&g| 20 * per_search(g) <= 21 * least)
+        .find(|&g| 20 * per_search(g) <= 21 * least || per_search(g) <= least + slack)
         .expect("the least is within 5 % of itself");
     Ok(Shape::new(thumb_bytes, items, thumb_bytes * g)?)
 }
@@ -287,8 +291,9 @@ mod tests {
             assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{items}: {s:?}");
             assert_eq!(s.rows, 294 * stacked, "{items}");
         }
-        // Tiny galleries: one record a column, whatever the cost model says.
+        // Small galleries: one record a column (stacking would save little).
         assert_eq!(thumbs_shape(3, 294).unwrap().rows, 294);
+        assert_eq!(thumbs_shape(1_000, 294).unwrap().rows, 294);
         for (blocks, longest) in [(256, 57_344), (64, 110_592), (64, 100)] {
             let s = level_shape(blocks, longest).unwrap();
             assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{blocks}: {s:?}");

@@ -374,9 +374,9 @@ fn build_scores(
 }
 
 /// The hintless ranking's score database, its planes and plans read from a file in `dir` (if
-/// given; `mapped`): the plans — 2.4 GB at 1,000,000 items — are written there one by one as
-/// they are built ([`ScorePlanes::build_into`]), so the build never holds them all; the file is
-/// then mapped and each plan's bytes checked against the SHA-256 kept of them. If any of that
+/// given; `mapped`): the plans — six of 0.2 GB at 1,000,000 items — are written there one by
+/// one as they are built ([`ScorePlanes::build_into`]), so the build never holds them all; the
+/// file is then mapped and each plan's bytes checked against the SHA-256 kept of them. If any of that
 /// fails (the directory, a write, the check), the database is built again and held in memory,
 /// as without a directory: a failure costs the build's time once more, but never the version,
 /// and nothing is read from a file that was not checked whole. `lay_out` lays out the planes

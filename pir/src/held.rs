@@ -5,11 +5,15 @@
 //!
 //! The bytes are the little-endian words, as [`Held::write`] writes them; [`Held::share`]
 //! checks that they equal the words held before it drops them, so a shared buffer always holds
-//! what was built.
+//! what was built. Words too large to hold until they are shared (the plans, written as each is
+//! built) are written out by [`Held::write_out`], which keeps only their SHA-256: `share` then
+//! checks the bytes against that digest.
 
 use std::io::Write;
 use std::ops::Range;
 use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 
@@ -36,6 +40,13 @@ impl Word for u64 {}
 /// Words held in memory or read from shared bytes.
 pub(crate) enum Held<T: Word> {
     Owned(Vec<T>),
+    /// Written out by [`Held::write_out`] and dropped: not readable until shared.
+    Written {
+        /// How many words were written.
+        words: usize,
+        /// SHA-256 of their bytes (without the padding).
+        sha256: [u8; 32],
+    },
     Shared {
         bytes: SharedBytes,
         /// Byte range of the words in `bytes` (aligned for `T`, checked when shared).
@@ -47,6 +58,7 @@ impl<T: Word> Clone for Held<T> {
     fn clone(&self) -> Self {
         match self {
             Held::Owned(v) => Held::Owned(v.clone()),
+            &Held::Written { words, sha256 } => Held::Written { words, sha256 },
             Held::Shared { bytes, range } => Held::Shared {
                 bytes: Arc::clone(bytes),
                 range: range.clone(),
@@ -64,7 +76,7 @@ impl<T: Word + PartialEq> PartialEq for Held<T> {
 impl<T: Word> std::fmt::Debug for Held<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
-            .field("words", &self.get().len())
+            .field("words", &(self.byte_len() / std::mem::size_of::<T>()))
             .field("owned", &self.is_owned())
             .finish()
     }
@@ -79,9 +91,12 @@ fn as_bytes<T: Word>(words: &[T]) -> &[u8] {
 }
 
 impl<T: Word> Held<T> {
+    /// The words. Panics on words written out and not yet shared: their owner keeps them
+    /// unreadable until then (a streamed score database is answered from only once shared).
     pub fn get(&self) -> &[T] {
         match self {
             Held::Owned(v) => v,
+            Held::Written { .. } => panic!("words written out are read only once shared"),
             Held::Shared { bytes, range } => {
                 let b = &(**bytes).as_ref()[range.clone()];
                 // SAFETY: every bit pattern is a `T` (`Word`); `share` checked the alignment of
@@ -98,7 +113,10 @@ impl<T: Word> Held<T> {
 
     /// Bytes of the words (what [`Held::write`] writes before its padding).
     pub fn byte_len(&self) -> usize {
-        std::mem::size_of_val(self.get())
+        match self {
+            Held::Written { words, .. } => words * std::mem::size_of::<T>(),
+            _ => std::mem::size_of_val(self.get()),
+        }
     }
 
     /// Bytes [`Held::write`] writes: the words, padded to a multiple of 8.
@@ -119,13 +137,42 @@ impl<T: Word> Held<T> {
                 "held words are written in place only on little-endian hosts",
             ));
         }
+        if let Held::Written { .. } = self {
+            return Err(std::io::Error::other("the words were written out already"));
+        }
         out.write_all(as_bytes(self.get()))?;
         out.write_all(&[0u8; 8][..self.padded_len() - self.byte_len()])
     }
 
-    /// Reads the words from `bytes[offset..]` (what [`Held::write`] wrote there) instead of
-    /// holding them: refused unless the bytes there are aligned and equal to the words held.
-    /// Returns the offset after them (and their padding).
+    /// [`Held::write`], then drops the words, keeping only their SHA-256 (computed as they are
+    /// written) for [`Held::share`] to check the bytes against. Unchanged if writing fails.
+    pub fn write_out(&mut self, out: &mut (impl Write + ?Sized)) -> std::io::Result<()> {
+        let Held::Owned(words) = self else {
+            return Err(std::io::Error::other("only words held are written out"));
+        };
+        if cfg!(target_endian = "big") {
+            return Err(std::io::Error::other(
+                "held words are written in place only on little-endian hosts",
+            ));
+        }
+        // A mebibyte at a time: hashed while it is in the cache, then written.
+        let mut sha = Sha256::new();
+        for part in as_bytes(words).chunks(1 << 20) {
+            sha.update(part);
+            out.write_all(part)?;
+        }
+        out.write_all(&[0u8; 8][..self.padded_len() - self.byte_len()])?;
+        *self = Held::Written {
+            words: self.get().len(),
+            sha256: sha.finalize().into(),
+        };
+        Ok(())
+    }
+
+    /// Reads the words from `bytes[offset..]` (what [`Held::write`] or [`Held::write_out`]
+    /// wrote there) instead of holding them: refused unless the bytes there are aligned and
+    /// equal to the words held — or, written out, have the SHA-256 kept of them. Returns the
+    /// offset after them (and their padding).
     pub fn share(&mut self, bytes: &SharedBytes, offset: usize) -> Result<usize> {
         let len = self.byte_len();
         let end = offset + self.padded_len();
@@ -143,8 +190,18 @@ impl<T: Word> Held<T> {
         if !(b.as_ptr() as usize + offset).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(refuse("the bytes are not aligned for the words"));
         }
-        if b[offset..offset + len] != *as_bytes(self.get()) {
-            return Err(refuse("the bytes differ from the words held"));
+        let here = &b[offset..offset + len];
+        match self {
+            Held::Written { sha256, .. } => {
+                if Sha256::digest(here)[..] != sha256[..] {
+                    return Err(refuse("the bytes differ from the words written (SHA-256)"));
+                }
+            }
+            _ => {
+                if *here != *as_bytes(self.get()) {
+                    return Err(refuse("the bytes differ from the words held"));
+                }
+            }
         }
         *self = Held::Shared {
             bytes: Arc::clone(bytes),

@@ -314,8 +314,21 @@ impl InspiringPlan {
         self.digits.write(out)
     }
 
-    /// Reads the digits from `bytes[offset..]`, where [`InspiringPlan::write_digits`] wrote
-    /// them, instead of holding them (refused unless they are equal); the offset after them.
+    /// [`InspiringPlan::write_digits`], then drops the digits from memory, keeping only their
+    /// SHA-256: the plan cannot pack until [`InspiringPlan::share_digits`] reads them back from
+    /// where they were written (a server writes each plan as it is built, so that the plans
+    /// are never all in memory at once).
+    pub fn write_out_digits(
+        &mut self,
+        out: &mut (impl std::io::Write + ?Sized),
+    ) -> std::io::Result<()> {
+        self.digits.write_out(out)
+    }
+
+    /// Reads the digits from `bytes[offset..]`, where [`InspiringPlan::write_digits`] (or
+    /// [`InspiringPlan::write_out_digits`]) wrote them, instead of holding them: refused unless
+    /// they are equal to the digits held (or have the SHA-256 kept of them); the offset after
+    /// them.
     pub fn share_digits(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
         self.digits.share(bytes, offset)
     }

@@ -216,8 +216,18 @@ impl StepDigits {
         self.p.write(out)
     }
 
-    /// Reads the digits from `bytes[offset..]`, where [`StepDigits::write`] wrote them,
-    /// instead of holding them (refused unless they are equal); the offset after them.
+    /// [`StepDigits::write`], then drops the digits, keeping their SHA-256 ([`Held::write_out`]).
+    pub(super) fn write_out(
+        &mut self,
+        out: &mut (impl std::io::Write + ?Sized),
+    ) -> std::io::Result<()> {
+        self.q.write_out(out)?;
+        self.p.write_out(out)
+    }
+
+    /// Reads the digits from `bytes[offset..]`, where [`StepDigits::write`] or
+    /// [`StepDigits::write_out`] wrote them, instead of holding them (refused unless they are
+    /// equal to the digits held or have the SHA-256 kept of them); the offset after them.
     pub(super) fn share(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
         let end = self.q.share(bytes, offset)?;
         self.p.share(bytes, end)

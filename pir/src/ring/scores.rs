@@ -282,6 +282,133 @@ pub struct ScoreDb {
     plans: Vec<InspiringPlan>,
 }
 
+/// A score database's planes, laid out and checked ([`ScoreDb::lay_out`]), before its packing
+/// plans are built from them — the expensive part, and most of the bytes (at 1,000,000 items
+/// six plans of 0.2 GB beside 0.5 GB of planes): held in memory ([`ScorePlanes::build`]) or
+/// written out as each is built ([`ScorePlanes::build_into`]).
+pub struct ScorePlanes<'a> {
+    ring: &'a Ring,
+    masks: &'a InspiringMasks,
+    shape: ScoreShape,
+    lo: Held<u8>,
+    hi: Held<i8>,
+    /// The query masks `a_c`, transformed.
+    masks_ntt: Vec<Vec<u64>>,
+}
+
+impl ScorePlanes<'_> {
+    /// One plan per row chunk, in order: the order of the database's plans and of the bytes
+    /// [`ScoreDb::write_held`] writes.
+    fn jobs(&self) -> Vec<std::ops::Range<usize>> {
+        self.shape.row_chunks(self.ring.n())
+    }
+
+    /// The plan of a row chunk, over the recombined rows `256·hi + lo`: the LWE ciphertexts
+    /// the answer packs.
+    fn plan(&self, rows: &std::ops::Range<usize>) -> InspiringPlan {
+        let cols = self.shape.data_cols();
+        let (lo, hi) = (self.lo.get(), self.hi.get());
+        let a_parts: Vec<Vec<u64>> = rows
+            .clone()
+            .map(|i| {
+                let row = |j: usize| {
+                    if j < cols {
+                        256 * i64::from(hi[i * cols + j]) + i64::from(lo[i * cols + j])
+                    } else {
+                        0
+                    }
+                };
+                row_mask(self.ring, &self.masks_ntt, row)
+            })
+            .collect();
+        InspiringPlan::new(self.ring, self.masks, &a_parts)
+    }
+
+    /// The database with every plan built and held in memory (on every core in the server).
+    pub fn build(self) -> ScoreDb {
+        let plans = super::par_map(&self.jobs(), |job| self.plan(job), None);
+        ScoreDb {
+            shape: self.shape,
+            lo: self.lo,
+            hi: self.hi,
+            plans,
+        }
+    }
+
+    /// Builds the plans and writes the planes and then each plan's digits to `out` — the
+    /// bytes [`ScoreDb::write_held`] would write — dropping each plan's digits as soon as they
+    /// are written, so that at most one plan per thread is in memory (building on every core,
+    /// written in order); a plan keeps its `a` part and its digits' SHA-256. The result
+    /// answers nothing until [`WrittenScores::share`] reads the digits back from those bytes.
+    /// The planes stay held until then (every plan is built from them). Stops at the first
+    /// failed write; what was written is then of no use.
+    pub fn build_into(
+        self,
+        out: &mut (impl std::io::Write + Send + ?Sized),
+    ) -> std::io::Result<WrittenScores> {
+        self.lo.write(out)?;
+        self.hi.write(out)?;
+        let mut len = self.lo.padded_len() + self.hi.padded_len();
+        let mut plans = Vec::new();
+        super::par_for_each_in_order(
+            &self.jobs(),
+            |job| self.plan(job),
+            |mut plan: InspiringPlan| {
+                plan.write_out_digits(out)?;
+                len += plan.digits_len();
+                plans.push(plan);
+                Ok::<_, std::io::Error>(())
+            },
+        )?;
+        Ok(WrittenScores {
+            db: ScoreDb {
+                shape: self.shape,
+                lo: self.lo,
+                hi: self.hi,
+                plans,
+            },
+            len,
+        })
+    }
+}
+
+/// A score database whose plans' digits were written out by [`ScorePlanes::build_into`]: it
+/// becomes one that answers once [`WrittenScores::share`] has read them back.
+pub struct WrittenScores {
+    /// Its plans' digits are written out ([`InspiringPlan::write_out_digits`]): never
+    /// answered from until shared.
+    db: ScoreDb,
+    len: usize,
+}
+
+impl WrittenScores {
+    /// Bytes written.
+    pub fn written_len(&self) -> usize {
+        self.len
+    }
+
+    /// The database reading its planes and plans' digits from `bytes`, exactly the bytes
+    /// [`ScorePlanes::build_into`] wrote: refused (typed) unless they are that long, the planes
+    /// equal the ones held and each plan's digits have the SHA-256 kept of them when written.
+    /// The held planes are dropped; answers are the same as those of [`ScorePlanes::build`]'s
+    /// database.
+    pub fn share(self, bytes: &SharedBytes) -> Result<ScoreDb> {
+        if (**bytes).as_ref().len() != self.len {
+            return Err(Error::InvalidParameter {
+                name: "shared words",
+                reason: format!(
+                    "{} bytes for a score database of {}",
+                    (**bytes).as_ref().len(),
+                    self.len
+                ),
+            });
+        }
+        let mut db = self.db;
+        db.share(bytes)?;
+        Ok(db)
+    }
+}
+
 impl ScoreDb {
     /// The database of `blocks` (each `items × dim` features, row-major, at most `rows`
     /// items), with the query masks from `query_seed` and packing masks from `packing_seed`.
@@ -319,6 +446,19 @@ impl ScoreDb {
         query_seed: &[u8; 32],
         masks: &InspiringMasks,
     ) -> Result<ScoreDb, E> {
+        Ok(Self::lay_out(ring, shape, block, query_seed, masks)?.build())
+    }
+
+    /// The first half of [`ScoreDb::build_from`]: the planes laid out and every input checked
+    /// (its errors are all here), the plans not built yet — so that a caller can choose where
+    /// they go ([`ScorePlanes::build`], [`ScorePlanes::build_into`]).
+    pub fn lay_out<'a, E: From<Error>>(
+        ring: &'a Ring,
+        shape: ScoreShape,
+        block: impl Fn(usize) -> Result<Vec<i16>, E>,
+        query_seed: &[u8; 32],
+        masks: &'a InspiringMasks,
+    ) -> Result<ScorePlanes<'a>, E> {
         let n = ring.n();
         let invalid = |reason: String| Error::InvalidParameter {
             name: "score database",
@@ -358,34 +498,13 @@ impl ScoreDb {
         let masks_ntt: Vec<Vec<u64>> = (0..shape.chunks(n))
             .map(|c| ring.to_ntt(&query_mask(ring, query_seed, c)))
             .collect();
-        // One plan per row chunk (on every core in the server), over the recombined rows
-        // `256·hi + lo`: the LWE ciphertexts the answer packs.
-        let jobs = shape.row_chunks(n);
-        let plans = super::par_map(
-            &jobs,
-            |rows| {
-                let a_parts: Vec<Vec<u64>> = rows
-                    .clone()
-                    .map(|i| {
-                        let row = |j: usize| {
-                            if j < cols {
-                                256 * i64::from(hi[i * cols + j]) + i64::from(lo[i * cols + j])
-                            } else {
-                                0
-                            }
-                        };
-                        row_mask(ring, &masks_ntt, row)
-                    })
-                    .collect();
-                InspiringPlan::new(ring, masks, &a_parts)
-            },
-            None,
-        );
-        Ok(ScoreDb {
+        Ok(ScorePlanes {
+            ring,
+            masks,
             shape,
             lo: Held::Owned(lo),
             hi: Held::Owned(hi),
-            plans,
+            masks_ntt,
         })
     }
 
@@ -1359,6 +1478,147 @@ mod tests {
         assert_eq!(
             &got[..f.blocks[2].len() / 16],
             &plaintext_scores(&q, &f.blocks[2], 16)[..]
+        );
+    }
+
+    /// Bytes as shared bytes, 8-aligned as a file mapping is.
+    fn shared_words(out: &[u8]) -> SharedBytes {
+        struct Words(Vec<u64>);
+        impl AsRef<[u8]> for Words {
+            fn as_ref(&self) -> &[u8] {
+                // SAFETY: plain integers; the slice covers exactly the words' memory.
+                unsafe {
+                    std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 8)
+                }
+            }
+        }
+        std::sync::Arc::new(Words(
+            out.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+        ))
+    }
+
+    /// A streamed build of the fixture's database: what it wrote, and the database to share.
+    fn streamed(f: &Fixture, shape: ScoreShape) -> (Vec<u8>, WrittenScores) {
+        let planes = ScoreDb::lay_out(
+            &f.ring,
+            shape,
+            |b| Ok::<_, Error>(f.blocks[b].clone()),
+            &QSEED,
+            &f.masks,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let written = planes.build_into(&mut out).unwrap();
+        assert_eq!(written.written_len(), out.len());
+        (out, written)
+    }
+
+    /// A streamed build writes the bytes the in-memory build holds, in the same order, and
+    /// the database read back from them answers byte for byte as the in-memory one, with no
+    /// plan keeping digits of its own.
+    #[test]
+    fn a_streamed_build_answers_as_the_one_held_in_memory() {
+        let shape = ScoreShape {
+            blocks: 5,
+            dim: 16,
+            rows: 300,
+        };
+        let mut f = fixture(256, shape, 32);
+        assert_eq!(shape.row_chunks(f.n).len(), 3, "several plans");
+        let (out, written) = streamed(&f, shape);
+        // Only the planes were held until shared: no plan kept its digits once written.
+        assert!(written.db.plans.iter().all(|p| !p.digits_owned()));
+        let mut held = Vec::new();
+        f.db.write_held(&mut held).unwrap();
+        assert!(out == held, "the streamed bytes are the held ones");
+        let db = written.share(&shared_words(&out)).unwrap();
+        assert!(!db.held_in_memory());
+        assert!(db.plans.iter().all(|p| !p.digits_owned()));
+        assert!(!db.lo.is_owned() && !db.hi.is_owned());
+        assert_eq!(db.plan_bytes(), f.db.plan_bytes());
+        for block in [0, 3] {
+            let q: Vec<i16> = (0..16).map(|j| 1_400 * j - 10_500 + block as i16).collect();
+            let (upload, bodies, sk) =
+                query(&f.ring, &shape, &QSEED, &f.masks, block, &q, &mut f.rng).unwrap();
+            let want = encode_answer(&f.db.answer(&f.ring, &upload, &bodies, None).unwrap());
+            let got = db.answer(&f.ring, &upload, &bodies, None).unwrap();
+            assert!(
+                encode_answer(&got) == want,
+                "block {block}: the same answer"
+            );
+            let scores = decode(&f.ring, &shape, &sk, &db.public_a(), &got).unwrap();
+            let plain = plaintext_scores(&q, &f.blocks[block], 16);
+            assert_eq!(&scores[..plain.len()], &plain[..]);
+        }
+    }
+
+    /// The digits a streamed build dropped are checked against the SHA-256 kept of them: one
+    /// flipped byte in any plan's digits (or the planes), or bytes of another length, are
+    /// refused.
+    #[test]
+    fn a_streamed_build_refuses_bytes_that_are_not_what_it_wrote() {
+        let shape = ScoreShape {
+            blocks: 3,
+            dim: 8,
+            rows: 70,
+        };
+        let f = fixture(64, shape, 33);
+        let planes = f.db.lo.padded_len() + f.db.hi.padded_len();
+        let mut starts = vec![planes];
+        for p in &f.db.plans {
+            starts.push(starts.last().unwrap() + p.digits_len());
+        }
+        // In the planes; the first, a middle and the last plan's digits: their first byte,
+        // one modulo Q, their last (modulo P; at N = 64 nothing is padding).
+        let mut at = vec![7, f.db.lo.padded_len() + f.db.hi.byte_len() - 1];
+        for k in [0, f.db.plans.len() / 2, f.db.plans.len() - 1] {
+            let (start, len) = (starts[k], f.db.plans[k].digits_len());
+            at.extend([start, start + len / 3, start + len - 1]);
+        }
+        for &i in &at {
+            let (mut out, written) = streamed(&f, shape);
+            out[i] ^= 0x10;
+            let refused = written.share(&shared_words(&out));
+            assert!(
+                matches!(refused, Err(Error::InvalidParameter { .. })),
+                "a flipped byte at {i}"
+            );
+        }
+        let (out, written) = streamed(&f, shape);
+        let longer = [&out[..], &[0u8; 8]].concat();
+        assert!(written.share(&shared_words(&longer)).is_err());
+        let (out, written) = streamed(&f, shape);
+        assert!(written.share(&shared_words(&out[..out.len() - 8])).is_err());
+        let (out, written) = streamed(&f, shape);
+        assert!(written.share(&shared_words(&out)).is_ok());
+        // A write that fails mid-way (in the second plan) stops the build with its error.
+        struct FailAfter(usize);
+        impl std::io::Write for FailAfter {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0 = self
+                    .0
+                    .checked_sub(b.len())
+                    .ok_or(std::io::ErrorKind::StorageFull)?;
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let planes = ScoreDb::lay_out(
+            &f.ring,
+            shape,
+            |b| Ok::<_, Error>(f.blocks[b].clone()),
+            &QSEED,
+            &f.masks,
+        )
+        .unwrap();
+        let failed = planes.build_into(&mut FailAfter(starts[1] + 100));
+        assert_eq!(
+            failed.err().map(|e| e.kind()),
+            Some(std::io::ErrorKind::StorageFull)
         );
     }
 

@@ -1,6 +1,7 @@
 //! Building a version's PIR databases from its blocks and the gallery.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,7 +17,9 @@ use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::records::thumb_digest;
 use shared::pir::records::{encode_rank_record, rank_record_len, RankItem};
 use shared::pir::ring::rlwe::Ring;
-use shared::pir::ring::scores::{answer_len, failure_log2, upload_len, ScoreDb, ScoreShape};
+use shared::pir::ring::scores::{
+    answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape,
+};
 use shared::pir::ring::N as RING_N;
 use shared::pir::seeds::{self, Purpose};
 use shared::protocol::blocks::quantise;
@@ -42,6 +45,8 @@ pub enum PirBuildError {
     Lattice(#[from] shared::pir::error::Error),
     #[error("pir: {0}")]
     Invalid(String),
+    #[error("pir: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// Lays out `records`, computes the hint (rows split over rayon tasks; `rows × cols × 1,024`
@@ -311,23 +316,8 @@ fn build_scores(
             .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
             .collect())
     };
-    let mut db = ScoreDb::build_from(&ring, shape, features, &query_seed, &masks)?;
-    if let Some(dir) = &partitions.settings.pir_dir {
-        // The planes and plans as file pages (`mapped`), before anything else is built.
-        let t = Instant::now();
-        let len = db.held_len();
-        match mapped::shared(dir, "scores", len, |out| db.write_held(out)) {
-            Ok(bytes) => {
-                db.share(&bytes)?;
-                tracing::info!(
-                    bytes = len,
-                    secs = t.elapsed().as_secs_f64(),
-                    "pir: the hintless ranking's planes and plans mapped from a file"
-                );
-            }
-            Err(e) => tracing::warn!(error = %e, "pir: the hintless ranking stays in memory"),
-        }
-    }
+    let lay_out = || ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks);
+    let db = score_db(partitions.settings.pir_dir.as_deref(), lay_out)?;
     let public = ScoresPublic {
         public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
         rows: members,
@@ -381,6 +371,49 @@ fn build_scores(
         public: (public, gz),
     };
     Ok((serve, doc))
+}
+
+/// The hintless ranking's score database, its planes and plans read from a file in `dir` (if
+/// given; `mapped`): the plans — six of 0.2 GB at 1,000,000 items — are written there one by
+/// one as they are built ([`ScorePlanes::build_into`]), so the build never holds them all; the
+/// file is then mapped and each plan's bytes checked against the SHA-256 kept of them. If any of that
+/// fails (the directory, a write, the check), the database is built again and held in memory,
+/// as without a directory: a failure costs the build's time once more, but never the version,
+/// and nothing is read from a file that was not checked whole. `lay_out` lays out the planes
+/// (its errors are the build's own and come back as they are).
+fn score_db<'a, E>(
+    dir: Option<&Path>,
+    lay_out: impl Fn() -> Result<ScorePlanes<'a>, E>,
+) -> Result<ScoreDb, E> {
+    let Some(dir) = dir else {
+        return Ok(lay_out()?.build());
+    };
+    let t = Instant::now();
+    let planes = lay_out()?;
+    let mut written = None;
+    let streamed = mapped::streamed(dir, "scores", |out| {
+        written = Some(planes.build_into(out)?);
+        Ok(())
+    })
+    .map_err(PirBuildError::from)
+    .and_then(|bytes| {
+        let written = written.expect("the file is mapped once the plans are written");
+        Ok((written.written_len(), written.share(&bytes)?))
+    });
+    match streamed {
+        Ok((bytes, db)) => {
+            tracing::info!(
+                bytes,
+                secs = t.elapsed().as_secs_f64(),
+                "pir: the hintless ranking's planes and plans written as built, mapped from a file"
+            );
+            Ok(db)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "pir: the hintless ranking is built again, in memory");
+            Ok(lay_out()?.build())
+        }
+    }
 }
 
 /// One level's database, or `None` where its shape costs more than the bounds.
@@ -486,4 +519,42 @@ fn level_indices(
         out.push(block);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::pir::ring::scores::packing_masks;
+
+    /// Streamed to a file and mapped when the directory takes it; built again in memory, with
+    /// the same plans, when it does not.
+    #[test]
+    fn the_score_database_is_mapped_or_else_held() {
+        let ring = Ring::new(64);
+        let shape = ScoreShape {
+            blocks: 3,
+            dim: 4,
+            rows: 40,
+        };
+        let masks = packing_masks(&ring, &shape, &[3; 32]);
+        let block = |b: usize| -> Result<Vec<i16>, shared::Error> {
+            Ok((0..4 * (40 - b))
+                .map(|i| (i * 37 + b) as i16 - 200)
+                .collect())
+        };
+        let lay_out = || ScoreDb::lay_out(&ring, shape, block, &[5; 32], &masks);
+        let dir = std::env::temp_dir().join(format!("pm-scores-{}", std::process::id()));
+        let mapped = score_db(Some(&dir), lay_out).unwrap();
+        assert!(!mapped.held_in_memory());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A file where the directory should be: nothing can be written there.
+        let file = dir.with_extension("file");
+        std::fs::write(&file, b"not a directory").unwrap();
+        let held = score_db(Some(&file.join("pir")), lay_out).unwrap();
+        assert!(held.held_in_memory());
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(held.public_a(), mapped.public_a());
+        assert!(score_db(None, lay_out).unwrap().held_in_memory());
+    }
 }

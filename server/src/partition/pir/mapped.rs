@@ -25,7 +25,37 @@ pub fn write_and_map(
     dir: &Path,
     what: &str,
     len: usize,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
+) -> std::io::Result<memmap2::Mmap> {
+    create_and_map(dir, what, Some(len), write)
+}
+
+/// [`write_and_map`] as shared bytes for `pir::held`.
+pub fn shared(
+    dir: &Path,
+    what: &str,
+    len: usize,
+    write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
+) -> std::io::Result<SharedBytes> {
+    Ok(Arc::new(write_and_map(dir, what, len, write)?))
+}
+
+/// [`shared`] for bytes whose length is known only once written (the hintless ranking's
+/// plans, written as they are built): the whole file, whatever `write` wrote (not empty).
+/// Whoever reads them checks them (`pir::held`).
+pub fn streamed(
+    dir: &Path,
+    what: &str,
+    write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
+) -> std::io::Result<SharedBytes> {
+    Ok(Arc::new(create_and_map(dir, what, None, write)?))
+}
+
+fn create_and_map(
+    dir: &Path,
+    what: &str,
+    len: Option<usize>,
+    write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
 ) -> std::io::Result<memmap2::Mmap> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     std::fs::create_dir_all(dir)?;
@@ -45,25 +75,19 @@ pub fn write_and_map(
     out.flush()?;
     drop(out);
     let written = file.metadata()?.len();
-    if written != len as u64 {
+    if len.is_some_and(|len| written != len as u64) || written == 0 {
         return Err(std::io::Error::other(format!(
-            "{what}: {written} bytes written, {len} expected"
+            "{what}: {written} bytes written, {len:?} expected"
         )));
     }
     // SAFETY: the file was unlinked right after this process created it, so no other process
     // can open it by name, and this process never writes to it after this point: the mapping
     // sees fixed bytes for as long as it lives.
-    unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
-}
-
-/// [`write_and_map`] as shared bytes for `pir::held`.
-pub fn shared(
-    dir: &Path,
-    what: &str,
-    len: usize,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> std::io::Result<SharedBytes> {
-    Ok(Arc::new(write_and_map(dir, what, len, write)?))
+    unsafe {
+        memmap2::MmapOptions::new()
+            .len(usize::try_from(written).map_err(std::io::Error::other)?)
+            .map(&file)
+    }
 }
 
 /// `files` written one after another to one mapped file, each returned as a [`Bytes`] of the
@@ -111,6 +135,17 @@ mod tests {
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         let short = write_and_map(&dir, "short", 10, |out| out.write_all(b"abc"));
         assert!(short.is_err());
+        let all = streamed(&dir, "streamed", |out| out.write_all(b"planes and plans")).unwrap();
+        assert_eq!((*all).as_ref(), b"planes and plans");
+        drop(all);
+        // A failure mid-way comes back as it is; nothing is mapped, nothing stays on disk.
+        let failed = streamed(&dir, "failed", |out| {
+            out.write_all(&[1; 1000])?;
+            Err(std::io::Error::other("disk full"))
+        });
+        assert_eq!(failed.err().unwrap().to_string(), "disk full");
+        assert!(streamed(&dir, "empty", |_| Ok(())).is_err());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

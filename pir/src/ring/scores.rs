@@ -1499,16 +1499,21 @@ mod tests {
         ))
     }
 
-    /// A streamed build of the fixture's database: what it wrote, and the database to share.
-    fn streamed(f: &Fixture, shape: ScoreShape) -> (Vec<u8>, WrittenScores) {
-        let planes = ScoreDb::lay_out(
+    /// The fixture's planes, laid out for a build.
+    fn laid_out(f: &Fixture, shape: ScoreShape) -> ScorePlanes<'_> {
+        ScoreDb::lay_out(
             &f.ring,
             shape,
             |b| Ok::<_, Error>(f.blocks[b].clone()),
             &QSEED,
             &f.masks,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A streamed build of the fixture's database: what it wrote, and the database to share.
+    fn streamed(f: &Fixture, shape: ScoreShape) -> (Vec<u8>, WrittenScores) {
+        let planes = laid_out(f, shape);
         let mut out = Vec::new();
         let written = planes.build_into(&mut out).unwrap();
         assert_eq!(written.written_len(), out.len());
@@ -1607,15 +1612,7 @@ mod tests {
                 Ok(())
             }
         }
-        let planes = ScoreDb::lay_out(
-            &f.ring,
-            shape,
-            |b| Ok::<_, Error>(f.blocks[b].clone()),
-            &QSEED,
-            &f.masks,
-        )
-        .unwrap();
-        let failed = planes.build_into(&mut FailAfter(starts[1] + 100));
+        let failed = laid_out(&f, shape).build_into(&mut FailAfter(starts[1] + 100));
         assert_eq!(
             failed.err().map(|e| e.kind()),
             Some(std::io::ErrorKind::StorageFull)

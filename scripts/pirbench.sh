@@ -6,6 +6,9 @@
 # PIRBENCH_THROUGHPUT_AT=n (e.g. 1000000): at that size, also the throughput of whole
 # hintless searches with 1, 2, 4 and 8 concurrent clients (PIRBENCH_CLIENTS), 60 s each, into
 # docs/eval/pir-throughput.txt (clients and server share this machine's cores).
+# PIRBENCH_AHEAD=1: the throughput's clients prepare each search's photo-independent parts
+# before the timed window (enough for 8 searches/s), as the page does before a photo is chosen;
+# the window then holds only the photo-dependent client work besides the server's.
 # PIRBENCH_PAGE_AT=n: at that size, also the page's PIR search in headless Chromium
 # (`pagebench --protocol pir`, 11 searches) into docs/eval/pir-page.txt.
 # PIRBENCH_EXTRAS_ONLY=1: only those two (pir.csv is left as it is).
@@ -55,7 +58,9 @@ for spec in "${sizes[@]}"; do
     echo "# $(date -u +%F), $(nproc) cores, clients (each its own loopback address) and server on the same machine" > "$tp.tmp"
     for c in ${PIRBENCH_CLIENTS:-1 2 4 8}; do
       echo "pirbench: throughput with $c clients (60 s)…"
-      target/release/pirbench --base "http://127.0.0.1:$port" --throughput "$c" --seconds 60 >> "$tp.tmp"
+      ahead=0; [ "${PIRBENCH_AHEAD:-0}" = 1 ] && ahead=$((8 * 60 / c + 4))
+      target/release/pirbench --base "http://127.0.0.1:$port" --throughput "$c" --seconds 60 \
+        --ahead "$ahead" >> "$tp.tmp"
     done
     mv "$tp.tmp" "$tp"
   fi

@@ -82,9 +82,10 @@ struct Args {
     #[arg(long, env = "PM_BLOCKS_CACHE_MIB", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     blocks_cache_mib: u64,
-    /// PIR: answers computed at once at most (each spreads over every core); up to four times
-    /// as many further requests wait (each up to 30 s), more get 503 `busy` at once.
-    #[arg(long, env = "PM_PIR_CONCURRENCY", default_value_t = 2,
+    /// PIR: answers queued or computed at once at most (each spreads over every core;
+    /// concurrent hintless rankings are computed together, one pass for all); up to four
+    /// times as many further requests wait (each up to 30 s), more get 503 `busy` at once.
+    #[arg(long, env = "PM_PIR_CONCURRENCY", default_value_t = 4,
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pir_concurrency: u64,
     /// PIR: bytes of request bodies in flight at most, in MiB (each body's declared length is

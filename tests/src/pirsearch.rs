@@ -7,10 +7,13 @@ use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
 use shared::pir::client::Hint;
+use shared::pir::client::Prepared;
 use shared::pir::doc::{PirDoc, ScoresDoc};
 use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
 use shared::protocol::centroids::Centroids;
-use shared::protocol::pir_search::{thumbs_decode, thumbs_query};
+use shared::protocol::pir_search::{
+    thumbs_decode, thumbs_prepare, thumbs_query, thumbs_query_prepared,
+};
 
 /// `GET`, panicking on failure (setup only).
 pub fn get(http: &Client, url: &str) -> Vec<u8> {
@@ -92,12 +95,48 @@ impl<'a> ScoresSearch<'a> {
             .map(|_| ())
     }
 
+    /// The photo-independent parts of one search (the scores query's secret, key bodies and
+    /// masks; the 8 thumbnail queries' masks), computed before the photo is known, as the
+    /// page does.
+    pub fn prepare(&self, rng: &mut ChaCha20Rng) -> Ahead {
+        Ahead {
+            scores: hintless::prepare(self.part, self.sd, &self.keys, rng).unwrap(),
+            thumbs: thumbs_prepare(self.part, self.pir, 8, rng).unwrap(),
+        }
+    }
+
+    /// [`ScoresSearch::search`] from a preparation: only the photo-dependent work is left.
+    pub fn search_prepared(
+        &self,
+        http: &Client,
+        q: &[f32],
+        ahead: Ahead,
+        rng: &mut ChaCha20Rng,
+    ) -> Option<()> {
+        let (body, pending) =
+            hintless::query_prepared(self.part, self.sd, ahead.scores, &self.cents, q).ok()?;
+        let ans = try_post(http, &self.scores_url, body)?;
+        let r = hintless::rank(self.sd, &self.keys, &self.public, &pending, &ans, 8).ok()?;
+        let (body, pending) =
+            thumbs_query_prepared(self.pir, ahead.thumbs, Some(&r), 8, rng).ok()?;
+        let ans = try_post(http, &self.thumbs_url, body)?;
+        thumbs_decode(&pending, &self.thumbs_hint, &ans, &r, 28)
+            .ok()
+            .map(|_| ())
+    }
+
     /// A scores query of `q` (the heaviest answer the server computes), without its keys.
     pub fn scores_body(&self, q: &[f32], rng: &mut ChaCha20Rng) -> Vec<u8> {
         hintless::query(self.part, self.sd, &self.keys, &self.cents, q, rng)
             .unwrap()
             .0
     }
+}
+
+/// What [`ScoresSearch::prepare`] computes ahead for one search.
+pub struct Ahead {
+    scores: hintless::ScoresPrepared,
+    thumbs: Prepared,
 }
 
 /// The on-device model's features of the first `count` held-out photos: Fashion-MNIST training

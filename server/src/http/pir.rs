@@ -21,7 +21,7 @@ use super::guard::{closing, declared_length};
 use crate::net::admission::SlotRefusal;
 use crate::net::client::ClientKey;
 use crate::ops::refusals::Refusal;
-use crate::partition::pir::{answer_scores, decode_scores, PirServe, QueryError, SCORES};
+use crate::partition::pir::{decode_scores, PirServe, QueryError, SCORES};
 use crate::partition::Published;
 use crate::state::AppState;
 
@@ -257,19 +257,35 @@ async fn answer_within(
         .acquire(client)
         .await
         .map_err(|r| refused(s, r))?;
-    let state = Arc::clone(s);
-    let out = tokio::task::spawn_blocking(move || {
-        let (_upload, pools) = (upload, &state.pir_pools);
-        pools[slot.index() % pools.len()].install(|| match (pir.scores.as_ref(), decoded) {
-            (Some(sc), Some(q)) => answer_scores(sc, &q, &state.pir_counters),
-            _ => {
-                let d = pir.db(&db).expect("checked above");
-                crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
+    let out = match decoded {
+        // Joins the version's queue; answered with whatever else is queued (`batch`).
+        Some(q) => {
+            let sc = pir.scores.as_ref().expect("checked above");
+            let (reply, lead) = sc.batch.join(q, Box::new((slot, upload)));
+            if lead {
+                let (pir, state) = (Arc::clone(&pir), Arc::clone(s));
+                tokio::task::spawn_blocking(move || {
+                    let sc = pir.scores.as_ref().expect("checked above");
+                    sc.lead(&state.pir_batch_pool, &state.pir_counters);
+                });
             }
-        })
-    })
-    .await
-    .map_err(|e| ApiError::Internal(e.to_string()))?
+            reply
+                .await
+                .map_err(|_| ApiError::Internal("the batch answering this query failed".into()))?
+        }
+        None => {
+            let state = Arc::clone(s);
+            tokio::task::spawn_blocking(move || {
+                let _upload = upload;
+                let d = pir.db(&db).expect("checked above");
+                state.pir_pools[slot.index() % state.pir_pools.len()].install(|| {
+                    crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
+                })
+            })
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+        }
+    }
     .map_err(invalid)?;
     let mut resp = Response::new(Body::from(out));
     resp.headers_mut().insert(

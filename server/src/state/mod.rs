@@ -151,6 +151,9 @@ pub struct AppState {
     /// at once share the cores fairly, where in one pool a small answer waited for a large one
     /// already split across every worker.
     pub pir_pools: Vec<rayon::ThreadPool>,
+    /// The pool batched scores answers run on (`partition::pir::batch`: one leader at a time
+    /// per version, each batch over every core).
+    pub pir_batch_pool: rayon::ThreadPool,
     /// The client-address header the operator trusts (`--client-address-header`).
     pub client_address_header: Option<String>,
     /// What was refused or cut off to protect the server (`/status`, throttled log).

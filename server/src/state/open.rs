@@ -393,6 +393,10 @@ impl AppState {
             ),
             client_address_header: opts.client_address_header.clone(),
             pir_pools: pir_pools(opts.pir_concurrency)?,
+            pir_batch_pool: rayon::ThreadPoolBuilder::new()
+                .num_threads(rayon::current_num_threads())
+                .thread_name(|t| format!("pir-batch-{t}"))
+                .build()?,
             refusals: Default::default(),
         };
         // The embedding (stored or computed) and the stored partition are independent: loaded

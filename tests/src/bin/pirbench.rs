@@ -55,6 +55,12 @@ struct Args {
     throughput: Option<usize>,
     #[arg(long, default_value_t = 60)]
     seconds: u64,
+    /// With `--throughput`: each client first prepares this many searches' photo-independent
+    /// parts (as the page does before a photo is chosen), outside the timed window, so the
+    /// clients' CPU in the window is only the photo-dependent work (a client that runs out
+    /// prepares the rest inside it). 0: everything inside the window.
+    #[arg(long, default_value_t = 0)]
+    ahead: usize,
 }
 
 #[derive(Default)]
@@ -212,6 +218,8 @@ fn pir_rows(
 /// `clients` threads, each running whole hintless-scores searches of held-out photos back to
 /// back for `seconds` (the public file, the keys' masks and the thumbnail hint fetched once,
 /// as the page keeps them). A search counts when every answer came back and was checked.
+/// With `ahead`, each client prepares that many searches' photo-independent parts before the
+/// window opens (all clients start together).
 fn throughput(
     http: &Client,
     base: &str,
@@ -219,17 +227,18 @@ fn throughput(
     pir: &PirDoc,
     clients: usize,
     seconds: u64,
+    ahead: usize,
 ) {
     let searcher = ScoresSearch::new(http, base, part, pir);
     let feats = held_out_features(200);
-    let s0 = server_core_ms(http, base);
-    let deadline = Instant::now() + std::time::Duration::from_secs(seconds);
-    let t0 = Instant::now();
-    // Per client: (latencies of the searches done, failures).
-    let per_client: Vec<(Vec<f64>, usize)> = std::thread::scope(|scope| {
+    let ready = std::sync::Barrier::new(clients + 1);
+    let window = std::time::Duration::from_secs(seconds);
+    let (mut s0, mut t0) = (0.0, Instant::now());
+    // Per client: (latencies of the searches done, failures, searches not prepared ahead).
+    let per_client: Vec<(Vec<f64>, usize, usize)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
-                let (searcher, feats) = (&searcher, &feats);
+                let (searcher, feats, ready) = (&searcher, &feats, &ready);
                 scope.spawn(move || {
                     // Each client its own address (127.0.0.10, .11, …): the server's admission is
                     // fair by client address, and these are distinct users, not one.
@@ -239,13 +248,24 @@ fn throughput(
                         .build()
                         .unwrap();
                     let mut rng = ChaCha20Rng::seed_from_u64(100 + c as u64);
-                    let (mut done, mut failed) = (Vec::new(), 0usize);
+                    let mut prepared: Vec<_> =
+                        (0..ahead).map(|_| searcher.prepare(&mut rng)).collect();
+                    ready.wait();
+                    let deadline = Instant::now() + window;
+                    let (mut done, mut failed, mut inline) = (Vec::new(), 0usize, 0usize);
                     let mut i = c;
                     while Instant::now() < deadline {
                         let q = &feats[i % feats.len()];
                         i += clients;
                         let t = Instant::now();
-                        let ok = searcher.search(&http, q, &mut rng);
+                        let ok = match prepared.pop() {
+                            Some(a) => searcher.search_prepared(&http, q, a, &mut rng),
+                            None if ahead > 0 => {
+                                inline += 1;
+                                searcher.search(&http, q, &mut rng)
+                            }
+                            None => searcher.search(&http, q, &mut rng),
+                        };
                         match ok {
                             Some(_) => done.push(t.elapsed().as_secs_f64()),
                             None => {
@@ -256,20 +276,28 @@ fn throughput(
                             }
                         }
                     }
-                    (done, failed)
+                    (done, failed, inline)
                 })
             })
             .collect();
+        ready.wait();
+        (s0, t0) = (server_core_ms(http, base), Instant::now());
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let wall = t0.elapsed().as_secs_f64();
-    let mut lat: Vec<f64> = per_client.iter().flat_map(|(d, _)| d.clone()).collect();
-    let failed: usize = per_client.iter().map(|(_, f)| f).sum();
+    let mut lat: Vec<f64> = per_client.iter().flat_map(|(d, ..)| d.clone()).collect();
+    let failed: usize = per_client.iter().map(|(_, f, _)| f).sum();
+    let inline: usize = per_client.iter().map(|(.., n)| n).sum();
+    let how = if ahead > 0 {
+        format!(", {ahead} searches a client prepared ahead ({inline} prepared in the window)")
+    } else {
+        String::new()
+    };
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)));
     let core_ms = (server_core_ms(http, base) - s0) / lat.len().max(1) as f64;
     println!(
-        "pirbench throughput: {} items, hintless scores (level {}, {} blocks of at most {} rows), {clients} clients, {wall:.1} s: {} searches, {:.3} searches/s, p50 {:.2} s, p99 {:.2} s, {failed} failed, server {core_ms:.0} core-ms per search",
+        "pirbench throughput: {} items, hintless scores (level {}, {} blocks of at most {} rows), {clients} clients{how}, {wall:.1} s: {} searches, {:.3} searches/s, p50 {:.2} s, p99 {:.2} s, {failed} failed, server {core_ms:.0} core-ms per search",
         part.gallery_size,
         searcher.sd.level,
         searcher.sd.blocks,
@@ -313,7 +341,7 @@ fn main() {
             std::process::exit(2);
         }
         let pir = pir.expect("throughput needs a server that offers PIR");
-        throughput(&http, base, &part, &pir, clients, a.seconds);
+        throughput(&http, base, &part, &pir, clients, a.seconds, a.ahead);
         return;
     }
     let feats = held_out_features(a.queries);

@@ -369,6 +369,7 @@ fn build_scores(
         ring,
         db,
         public: (public, gz),
+        batch: Default::default(),
     };
     Ok((serve, doc))
 }

@@ -8,9 +8,11 @@
 //! ([`MAX_LEVEL_UPLOAD`], [`MAX_LEVEL_DB_BYTES`]). Hints and the table are immutable files
 //! (content-addressed by the version, cacheable).
 
+mod batch;
 mod build;
 mod mapped;
 mod serve;
 
+pub use batch::{Batcher, Reply, MAX_BATCH};
 pub use build::{attach, build, PirBuildError};
 pub use serve::*;

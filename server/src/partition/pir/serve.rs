@@ -10,7 +10,7 @@ use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::pir::layout::Database;
 use shared::pir::ring::inspiring::InspiringBodies;
 use shared::pir::ring::rlwe::Ring;
-use shared::pir::ring::scores::{decode_upload, encode_answer, upload_len, ScoreDb};
+use shared::pir::ring::scores::{decode_upload, upload_len, ScoreDb};
 
 /// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}` (`thumbs`, a level, or
 /// `scores`).
@@ -46,6 +46,8 @@ pub struct ScoresServe {
     pub db: ScoreDb,
     /// The public file, plain and gzip.
     pub public: (Bytes, Bytes),
+    /// Queries waiting to be answered together (`super::batch`).
+    pub batch: super::batch::Batcher,
 }
 
 impl std::fmt::Debug for ScoresServe {
@@ -79,6 +81,9 @@ pub struct PirCounters {
     pub queries: AtomicU64,
     /// Summed time of the answer tasks (≈ CPU time: the work is compute-bound), µs.
     pub core_us: AtomicU64,
+    /// Hintless scores batches computed, and the queries answered in them (`batch`).
+    pub score_batches: AtomicU64,
+    pub score_queries: AtomicU64,
 }
 
 /// The PIR part of `GET /api/v1/status`.
@@ -97,6 +102,12 @@ pub struct PirStatus {
     /// Bytes of the databases and hints held.
     pub database_bytes: u64,
     pub hint_bytes: u64,
+    /// Hintless scores queries answered, and the batches they were answered in (concurrent
+    /// searches share a pass: `score_queries / score_batches` is the mean batch).
+    #[serde(default)]
+    pub score_queries: u64,
+    #[serde(default)]
+    pub score_batches: u64,
 }
 
 impl PirServe {
@@ -160,8 +171,8 @@ pub enum QueryError {
 /// A scores query decoded (cheap next to its answer: done before it takes an answer slot, so
 /// a malformed one is refused without waiting for one).
 pub struct ScoresQuery {
-    query: Vec<u64>,
-    bodies: InspiringBodies,
+    pub(super) query: Vec<u64>,
+    pub(super) bodies: InspiringBodies,
 }
 
 /// Decodes a hintless scores query (exactly the document's `upload_bytes`).
@@ -169,21 +180,6 @@ pub fn decode_scores(s: &ScoresServe, body: &[u8]) -> Result<ScoresQuery, QueryE
     let (query, bodies) = decode_upload(&s.db.shape(), s.ring.n(), body)
         .map_err(|e| QueryError::Scores(e.to_string()))?;
     Ok(ScoresQuery { query, bodies })
-}
-
-/// Answers a decoded scores query (CPU-bound: call on the blocking pool, rayon inside).
-/// Counts as one search's ranking request.
-pub fn answer_scores(
-    s: &ScoresServe,
-    q: &ScoresQuery,
-    counters: &PirCounters,
-) -> Result<Vec<u8>, QueryError> {
-    let answer =
-        s.db.answer(&s.ring, &q.query, &q.bodies, Some(&counters.core_us))
-            .map_err(|e| QueryError::Scores(e.to_string()))?;
-    counters.requests.fetch_add(1, Ordering::Relaxed);
-    counters.queries.fetch_add(1, Ordering::Relaxed);
-    Ok(encode_answer(&answer))
 }
 
 fn check_query_size(per: usize, len: usize) -> Result<(), QueryError> {
@@ -256,5 +252,7 @@ pub fn status(pir: &PirServe, counters: &PirCounters) -> PirStatus {
         core_ms_per_search: core_ms / searches.max(1) as f64,
         database_bytes,
         hint_bytes,
+        score_queries: counters.score_queries.load(Ordering::Relaxed),
+        score_batches: counters.score_batches.load(Ordering::Relaxed),
     }
 }

@@ -79,9 +79,17 @@ fn timed_get(http: &Client, url: &str) -> (StatusCode, Duration) {
 
 #[test]
 fn half_sent_heads_and_bodies_are_closed_within_their_timeouts_while_others_are_served() {
+    // Two answer slots: a client's upload share is then 3 (`Shares::for_concurrency`).
     let srv = small_server(
         "half-sent",
-        &["--header-timeout-secs", "2", "--body-timeout-secs", "3"],
+        &[
+            "--header-timeout-secs",
+            "2",
+            "--body-timeout-secs",
+            "3",
+            "--pir-concurrency",
+            "2",
+        ],
     );
     let http = Client::new();
     let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");

@@ -2,10 +2,11 @@
 //!
 //! # Guarantee (query privacy)
 //! A query for column `j` of a database with `n` columns is `A·s + e + Δ·u_j ∈ Z_q^n`, with `A`
-//! the public matrix, `s` a fresh uniform secret and `e` fresh Gaussian errors from the
-//! caller's CSPRNG, `u_j` the j-th unit vector. Under decision-LWE with the parameters of
-//! [`super::lwe`] (128-bit by SimplePIR's lattice-estimator figure for at most 2²⁰ samples,
-//! which a database never exceeds: see there), `A·s + e` is indistinguishable from uniform, so
+//! the public matrix, `s` a fresh secret and `e` fresh errors, both Gaussian (normal form)
+//! from the caller's CSPRNG, `u_j` the j-th unit vector. Under decision-LWE with the
+//! parameters of [`super::lwe`] (128-bit by SimplePIR's lattice-estimator figure for uniform
+//! secrets and at most 2²¹ samples, which normal form and a database's at most 2²⁰ columns stay
+//! within: see there), `A·s + e` is indistinguishable from uniform, so
 //! the query is too, whatever `j` is: the server's view of a query — and of a batch of them,
 //! each with its own secret — is computationally independent of the columns asked for. Its
 //! size is `4·n` bytes for every `j`. Secrets are never reused (a reused secret would let the server
@@ -31,7 +32,8 @@ use crate::lwe::{self, DELTA, LWE_N};
 /// thumbnails of one search): a client never builds more, a server never answers more.
 pub const MAX_QUERIES: usize = 128;
 
-/// A hint as the client holds it: `rows × N` u32, checked against its published hash.
+/// A hint as the client holds it: `rows × N` u32 (each the multiple of `2^(32 − HINT_BITS)`
+/// the wire carried), checked against its published hash.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hint {
     pub rows: usize,
@@ -39,7 +41,8 @@ pub struct Hint {
 }
 
 impl Hint {
-    /// Parses the hint file (`rows × N` little-endian u32) after checking its SHA-256.
+    /// Parses the hint file ([`crate::layout::encode_hint`]'s form) after checking its length
+    /// and SHA-256.
     pub fn from_bytes(shape: &Shape, bytes: &[u8], sha256_hex: &str) -> Result<Hint> {
         shape.validate()?;
         if bytes.len() != shape.hint_bytes() {
@@ -58,17 +61,18 @@ impl Hint {
             }
             .into());
         }
+        let values = crate::layout::decode_hint(bytes).ok_or(PirError::HintSize {
+            expected: shape.hint_bytes(),
+            got: bytes.len(),
+        })?;
         Ok(Hint {
             rows: shape.rows,
-            values: bytes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
+            values,
         })
     }
 }
 
-/// Little-endian bytes of u32 values (hints, queries and answers on the wire).
+/// Little-endian bytes of u32 values (queries on the wire).
 pub fn u32s_to_bytes(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -253,8 +257,8 @@ impl Pending {
         let m = self.shape.rows;
         if hint.rows != m || hint.values.len() != m * LWE_N {
             return Err(PirError::HintSize {
-                expected: m * LWE_N * 4,
-                got: hint.values.len() * 4,
+                expected: self.shape.hint_bytes(),
+                got: hint.values.len() / 2 * 5,
             }
             .into());
         }
@@ -266,14 +270,9 @@ impl Pending {
             for k in 0..per {
                 let q = ri * per + k;
                 let s = &self.secrets[q];
-                let ans = &answer[q * 4 * m..(q + 1) * 4 * m];
-                for (i, (a, h)) in ans
-                    .chunks_exact(4)
-                    .zip(hint.values.chunks_exact(LWE_N))
-                    .enumerate()
-                {
-                    let v =
-                        u32::from_le_bytes([a[0], a[1], a[2], a[3]]).wrapping_sub(lwe::dot(h, s));
+                let ans = crate::layout::decode_answer(&answer[q * 2 * m..(q + 1) * 2 * m]);
+                for (i, (a, h)) in ans.iter().zip(hint.values.chunks_exact(LWE_N)).enumerate() {
+                    let v = a.wrapping_sub(lwe::dot(h, s));
                     // Round to the nearest multiple of Δ; the plaintext is centered (d − 128).
                     columns[k * m + i] = (v.wrapping_add(DELTA / 2) >> 24) as u8 ^ 0x80;
                 }

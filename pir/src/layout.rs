@@ -135,14 +135,15 @@ impl Shape {
         4 * self.cols
     }
 
-    /// Bytes of one answer on the wire.
+    /// Bytes of one answer on the wire (`rows` entries of [`lwe::ANSWER_BITS`]).
     pub fn answer_bytes(&self) -> usize {
-        4 * self.rows
+        2 * self.rows
     }
 
-    /// Bytes of the hint (`rows × N` u32).
+    /// Bytes of the hint on the wire (`rows × N` entries of [`lwe::HINT_BITS`]: two in five
+    /// bytes; `N` is even).
     pub fn hint_bytes(&self) -> usize {
-        4 * self.rows * LWE_N
+        self.rows * LWE_N / 2 * 5
     }
 
     /// Record `r`'s bytes out of its decoded column(s) (`columns` = the
@@ -320,6 +321,63 @@ impl Database {
         }
         subtract_offsets(queries, cols, len, out)
     }
+}
+
+// The wire formats below assume these widths.
+const _: () = assert!(lwe::HINT_BITS == 20 && lwe::ANSWER_BITS == 16 && LWE_N.is_multiple_of(2));
+
+/// The hint's wire form: each entry of `H` (from [`Database::hint_rows`], in order) rounded to
+/// its top [`lwe::HINT_BITS`] bits, two entries in five little-endian bytes. The client reads
+/// it with [`decode_hint`]; the rounding is in the correctness bound (`lwe`'s docs).
+pub fn encode_hint(values: &[u32]) -> Vec<u8> {
+    assert!(
+        values.len().is_multiple_of(2),
+        "hints have rows × N entries"
+    );
+    let mut out = Vec::with_capacity(values.len() / 2 * 5);
+    for pair in values.chunks_exact(2) {
+        let (x, y) = (
+            u64::from(lwe::round_top(pair[0], lwe::HINT_BITS)),
+            u64::from(lwe::round_top(pair[1], lwe::HINT_BITS)),
+        );
+        out.extend_from_slice(&(x | y << 20).to_le_bytes()[..5]);
+    }
+    out
+}
+
+/// The entries [`encode_hint`] wrote, each as the multiple of `2^(32 − HINT_BITS)` it
+/// stands for. `None` unless the length is a whole number of pairs.
+pub fn decode_hint(bytes: &[u8]) -> Option<Vec<u32>> {
+    if !bytes.len().is_multiple_of(5) {
+        return None;
+    }
+    let shift = lwe::LOG_Q - lwe::HINT_BITS;
+    let mut out = Vec::with_capacity(bytes.len() / 5 * 2);
+    for c in bytes.chunks_exact(5) {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], 0, 0, 0]);
+        out.push(((w & 0xf_ffff) as u32) << shift);
+        out.push(((w >> 20) as u32) << shift);
+    }
+    Some(out)
+}
+
+/// An answer's wire form: each entry (from [`Database::answer_rows`]) rounded to its top
+/// [`lwe::ANSWER_BITS`] bits, little-endian `u16`s.
+pub fn encode_answer(values: &[u32]) -> Vec<u8> {
+    values
+        .iter()
+        .flat_map(|&v| (lwe::round_top(v, lwe::ANSWER_BITS) as u16).to_le_bytes())
+        .collect()
+}
+
+/// The entries [`encode_answer`] wrote, each as the multiple of `2^(32 − ANSWER_BITS)` it
+/// stands for (an odd trailing byte is ignored: callers check the length first).
+pub fn decode_answer(bytes: &[u8]) -> Vec<u32> {
+    let shift = lwe::LOG_Q - lwe::ANSWER_BITS;
+    bytes
+        .chunks_exact(2)
+        .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])) << shift)
+        .collect()
 }
 
 /// The stored entries are `D + 128`: each answer less `128·Σ_j query_j`.

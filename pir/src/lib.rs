@@ -52,8 +52,8 @@ pub mod selftest {
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
 
-    use super::client::{query, u32s_to_bytes, Hint};
-    use super::layout::{Database, Shape};
+    use super::client::{query, Hint};
+    use super::layout::{encode_answer, encode_hint, Database, Shape};
     use super::lwe::matrix_a;
     use crate::sha256_hex as hash_hex;
 
@@ -68,7 +68,7 @@ pub mod selftest {
                 .collect();
             let db = Database::build(shape, recs.iter().map(|r| r.as_slice())).expect("fits");
             let a_seed = [seed as u8; 32];
-            let hint = u32s_to_bytes(&db.hint_rows(&matrix_a(&a_seed, shape.cols), 0..rows));
+            let hint = encode_hint(&db.hint_rows(&matrix_a(&a_seed, shape.cols), 0..rows));
             let h = Hint::from_bytes(&shape, &hint, &hash_hex(&hint)).expect("hint");
             let mut rng = ChaCha20Rng::seed_from_u64(seed);
             let (body, pending) = query(&shape, &a_seed, &[count - 1, 1], &mut rng).expect("query");
@@ -76,7 +76,7 @@ pub mod selftest {
                 .chunks_exact(4)
                 .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
-            let answer = u32s_to_bytes(&db.answer_rows(&q, 0..rows));
+            let answer = encode_answer(&db.answer_rows(&q, 0..rows));
             let decoded = pending.decode(&h, &answer).expect("decode");
             assert_eq!(decoded[0], recs[count - 1], "the scheme decodes");
             out.extend_from_slice(&body);
@@ -192,7 +192,7 @@ mod tests {
         let db = Database::build(shape, records.iter().map(|r| r.as_slice())).unwrap();
         let a = matrix_a(&seed, shape.cols);
         let values = db.hint_rows(&a, 0..shape.rows);
-        let bytes = super::client::u32s_to_bytes(&values);
+        let bytes = super::layout::encode_hint(&values);
         let hint = Hint::from_bytes(&shape, &bytes, &hash_hex(&bytes)).unwrap();
         (db, hint)
     }
@@ -212,7 +212,7 @@ mod tests {
             out.extend_from_slice(&top[k * (rows / 2)..(k + 1) * (rows / 2)]);
             out.extend_from_slice(&bottom[k * (rows - rows / 2)..(k + 1) * (rows - rows / 2)]);
         }
-        super::client::u32s_to_bytes(&out)
+        super::layout::encode_answer(&out)
     }
 
     fn random_records(rng: &mut ChaCha20Rng, count: usize, len: usize) -> Vec<Vec<u8>> {
@@ -274,12 +274,13 @@ mod tests {
         let (body, pending) = query(&shape, &seed, &[7], &mut rng).unwrap();
         let good = answer(&db, &body);
         // Wrong size: typed error.
-        let err = pending.decode(&hint, &good[..good.len() - 4]).unwrap_err();
+        let err = pending.decode(&hint, &good[..good.len() - 2]).unwrap_err();
         assert!(err.to_string().contains("PIR answer has"));
         // Damaged answer: decodes, but to other bytes (the record hash then refuses it).
         let mut bad = good.clone();
-        // Record 7 is the second of its column (rows 32..64): damage its row 35.
-        bad[4 * 35 + 3] ^= 0x40;
+        // Record 7 is the second of its column (rows 32..64): damage its row 35 (the top byte
+        // of its 16-bit entry).
+        bad[2 * 35 + 1] ^= 0x40;
         let mut want = recs[7].clone();
         want.resize(32, 0);
         assert_ne!(pending.decode(&hint, &bad).unwrap()[0], want);
@@ -290,7 +291,7 @@ mod tests {
         let (_, wrong_hint) = served(shape, &recs, [8u8; 32]);
         assert_ne!(pending.decode(&wrong_hint, &good).unwrap()[0], want);
         // A damaged hint file is refused by its hash.
-        let mut hb = super::client::u32s_to_bytes(&hint.values);
+        let mut hb = super::layout::encode_hint(&hint.values);
         let h = hash_hex(&hb);
         hb[0] ^= 1;
         assert!(matches!(
@@ -330,7 +331,7 @@ mod tests {
 
     /// The digest the wasm test (`client-wasm/tests/pir.rs`) compares against.
     pub const TRANSCRIPT_7: &str =
-        "b673833e0fd360640bd7716f99e5d3d47b0245376847f37bae847881369a746c";
+        "bc74bc4ccdbffe2073dabc7c53dd6d650a97a2b08bafb1f3e3d0f3e071b73397";
 
     #[test]
     fn the_transcript_is_stable() {

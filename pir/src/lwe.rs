@@ -3,15 +3,25 @@
 //!
 //! # Parameters and their security
 //! Secret dimension `N = 1024`, modulus `q = 2³²` (native `u32` wrapping arithmetic), error a
-//! discrete Gaussian of standard deviation `σ = 6.4`, secrets uniform in `Z_q^N`.
+//! discrete Gaussian of standard deviation `σ = 6.4`, secrets drawn from the same Gaussian
+//! (LWE in *normal form*).
 //!
 //! **Where "128-bit" comes from — and only from.** These are the parameters of SimplePIR
 //! (Henzinger, Hong, Corrigan-Gibbs, Meiklejohn, Vaikuntanathan, USENIX Security 2023, §4.2
 //! and Appendix C), which chose them with the lattice estimator (Albrecht, Player & Scott
-//! 2015) for 128-bit security against an attacker holding a *bounded* number of samples, at
-//! most 2²⁰ (SimplePIR's published parameter table, `pir/params.csv` of its code, pairs
-//! `n = 2¹⁰`, `log q = 32`, `σ = 6.4` with every sample count from 2¹³ to 2²¹). We did not rerun
-//! the estimator: [`SECURITY_BITS`] is SimplePIR's figure, not ours.
+//! 2015) for 128-bit security against an attacker holding a *bounded* number of samples
+//! (SimplePIR's published parameter table, `pir/params.csv` of its code, pairs `n = 2¹⁰`,
+//! `log q = 32`, `σ = 6.4` with every sample count from 2¹³ to 2²¹), for *uniform* secrets. We
+//! did not rerun the estimator: [`SECURITY_BITS`] is SimplePIR's figure, not ours.
+//!
+//! **Normal form costs nothing but samples.** LWE with the secret drawn from the error
+//! distribution is at least as hard as LWE with a uniform secret given `N` + a few more samples
+//! (Applebaum, Cash, Peikert, Sahai, CRYPTO 2009, Lemma 2: take `N` samples whose `A`-rows are
+//! invertible modulo `q` — modulo 2³² that is invertible modulo 2, so a few more than `N`
+//! random rows suffice — and use them to map every other sample to one under the error-shaped
+//! secret). So the attacker's [`MAX_COLS`] = 2²⁰ samples under a normal-form secret are no
+//! easier than `2²⁰ + N + O(1) ≤ 2²¹` under a uniform one, which SimplePIR's table covers
+//! ([`ESTIMATE_MAX_SAMPLES`]). A small secret is what lets the hint be rounded (below).
 //!
 //! It does *not* follow from the Homomorphic Encryption Standard (Albrecht et al. 2018,
 //! Table 1): for `n = 1024` with `σ ≈ 3.2` and an unbounded number of samples, 128-bit
@@ -23,24 +33,36 @@
 //! Wu 2024) instead keeps `n = 1024`, `q = 2³²` with a wider error, `σ = 11`.
 //!
 //! **The samples a database gives.** Each query has its own fresh secret, and the server sees
-//! one LWE sample per column of the database it queries: at most [`MAX_COLS`] = 2²⁰ =
-//! [`ESTIMATE_MAX_SAMPLES`] (checked at compile time below, and by
-//! [`super::layout::Shape::validate`] for every shape, the served thumbnail and level shapes
-//! included). The hint (`rows × N`, a function of `A` and the database) and the answer depend
-//! on no secret and add no samples.
+//! one LWE sample per column of the database it queries: at most [`MAX_COLS`] = 2²⁰ (checked
+//! at compile time below against [`ESTIMATE_MAX_SAMPLES`] less the normal form's `N` + slack,
+//! and by [`super::layout::Shape::validate`] for every shape, the served thumbnail and level
+//! shapes included). The hint (`rows × N`, a function of `A` and the database) and the answer
+//! depend on no secret and add no samples.
 //!
 //! Plaintexts are bytes (`p = 2⁸`, scaling `Δ = q/p = 2²⁴`): one database byte per matrix
 //! entry, which keeps the layout byte-aligned. SimplePIR would allow a larger `p` at our
 //! sizes (≈ 2¹⁰ up to 5,000 columns); bytes trade ~20 % of hint and download for simplicity.
 //!
+//! # Rounded hint and answers (what the wire carries)
+//! The hint's entries travel as their top [`HINT_BITS`] bits and the answers' as their top
+//! [`ANSWER_BITS`] (each rounded to the nearest multiple of `2^(32 − bits)`): the client
+//! reads `H' = H − ε_H` with `|ε_H| ≤ 2^(31 − HINT_BITS)` entrywise and `a' = a − ε_a` with
+//! `|ε_a| ≤ 2^(31 − ANSWER_BITS)`. Rounding is a public function of public values, so it
+//! changes nothing the server sees. It saves 37.5 % of the hint and half the answer.
+//!
 //! # Correctness
-//! A decoded entry is `Δ·(d − 128) + E` with `E = Σ_j d'_j e_j`, `d'_j = d_j − 128 ∈ [−128, 127]`
-//! and `e_j` independent centered discrete Gaussians, each sub-Gaussian with variance proxy
-//! `σ²` (Micciancio–Peikert 2012, Lemma 2.8). So `E` is sub-Gaussian with proxy
-//! `σ²·Σ d'_j² ≤ σ²·128²·n` and `P(|E| ≥ Δ/2) ≤ 2·exp(−(Δ/2)² / (2σ²·128²·n))`. Rounding
-//! recovers the byte exactly when `|E| < Δ/2`; a union bound over the `m` entries of one
-//! answer gives [`failure_log2`]. At `n = 2²⁰` columns and `m = 2²⁰` rows it is below 2⁻⁵⁰, and
-//! [`super::layout::Shape::new`] refuses any shape above 2⁻⁴⁰ per query.
+//! The client computes `a' − H'·s = Δ·(d − 128) + E + ε_H·s − ε_a` with
+//! `E = Σ_j d'_j e_j`, `d'_j = d_j − 128 ∈ [−128, 127]`, `e_j` independent centered discrete
+//! Gaussians, and `s`'s entries the same, drawn after the hint is fixed (independently of
+//! `ε_H`). Each is sub-Gaussian with variance proxy `σ²` (Micciancio–Peikert 2012, Lemma 2.8),
+//! so `E + ε_H·s` is sub-Gaussian with proxy `σ²·(Σ d'_j² + Σ ε_{H,i}²) ≤
+//! σ²·(128²·n + N·4^(31 − HINT_BITS))`, and rounding recovers the byte exactly when
+//! `|E + ε_H·s| < Δ/2 − 2^(31 − ANSWER_BITS)`, which fails with probability at most
+//! `2·exp(−(Δ/2 − 2^(31 − ANSWER_BITS))² / (2·proxy))`. A union bound over the `m` entries of
+//! one answer gives [`failure_log2`]. [`super::layout::Shape::new`] refuses any shape above
+//! 2⁻⁴⁰ per query: at `m = 2²⁰` rows that allows about 900,000 columns (at 2²⁰ columns the
+//! bound is 2⁻³⁶; it was 2⁻⁵¹ before rounding), far past what is served — the thumbnails of
+//! 1,000,000 images (4,704 × 62,500) are at 2⁻²¹⁸.
 //!
 //! The table sampler below differs from the exact discrete Gaussian by at most 2⁻⁵² in
 //! statistical distance per sample (its probabilities are f64); LWE hardness is robust to that
@@ -65,12 +87,17 @@ pub const DELTA: u32 = 1 << (LOG_Q - PLAINTEXT_BITS);
 /// Estimated security of the parameter set, in bits: SimplePIR's lattice-estimator figure for
 /// at most [`ESTIMATE_MAX_SAMPLES`] samples (module docs), not the HE standard's.
 pub const SECURITY_BITS: u32 = 128;
-/// The most LWE samples per secret SimplePIR's 128-bit estimate covers (module docs).
-pub const ESTIMATE_MAX_SAMPLES: usize = 1 << 20;
+/// The most LWE samples per uniform secret SimplePIR's 128-bit estimate covers (module docs).
+pub const ESTIMATE_MAX_SAMPLES: usize = 1 << 21;
 /// Most columns (LWE samples per secret) a database may have.
 pub const MAX_COLS: usize = 1 << 20;
-// A database never gives an attacker more samples per secret than the estimate assumed.
-const _: () = assert!(MAX_COLS <= ESTIMATE_MAX_SAMPLES);
+// A database never gives an attacker more samples per secret than the estimate assumed, with
+// the normal form's `N` and a generous slack for finding an invertible block (module docs).
+const _: () = assert!(MAX_COLS + 2 * LWE_N <= ESTIMATE_MAX_SAMPLES);
+/// Bits of each hint entry on the wire (the rest rounded away; module docs).
+pub const HINT_BITS: u32 = 20;
+/// Bits of each answer entry on the wire.
+pub const ANSWER_BITS: u32 = 16;
 /// Most rows (bytes per column) a database may have.
 pub const MAX_ROWS: usize = 1 << 20;
 /// Largest allowed log2 failure probability of one query.
@@ -82,10 +109,23 @@ const TAIL: i32 = 60;
 /// log2 of the probability that one query over `rows × cols` decodes any byte wrongly (the
 /// union bound of the module's correctness argument).
 pub fn failure_log2(rows: usize, cols: usize) -> f64 {
-    let half = (DELTA / 2) as f64;
-    let proxy = SIGMA * SIGMA * 128.0 * 128.0 * cols.max(1) as f64;
-    let nats = half * half / (2.0 * proxy);
+    let margin = (DELTA / 2) as f64 - rounding_error(ANSWER_BITS) as f64;
+    let hint = rounding_error(HINT_BITS) as f64;
+    let proxy = SIGMA * SIGMA * (128.0 * 128.0 * cols.max(1) as f64 + LWE_N as f64 * hint * hint);
+    let nats = margin * margin / (2.0 * proxy);
     (2.0 * rows.max(1) as f64).log2() - nats / std::f64::consts::LN_2
+}
+
+/// The most a value kept to its top `bits` bits is off by: `2^(31 − bits)`.
+pub const fn rounding_error(bits: u32) -> u32 {
+    1 << (LOG_Q - bits - 1)
+}
+
+/// `v` rounded to its top `bits` bits (to the nearest multiple of `2^(32 − bits)`, wrapping):
+/// what the wire carries of a hint or answer entry.
+#[inline]
+pub fn round_top(v: u32, bits: u32) -> u32 {
+    v.wrapping_add(rounding_error(bits)) >> (LOG_Q - bits)
 }
 
 /// The public matrix `A` (`cols × N`, row `j` = the LWE vector of column `j`): ChaCha20 keyed
@@ -148,9 +188,10 @@ pub fn sample_error(rng: &mut impl RngCore) -> u32 {
     (below - i32::from(below > 2 * TAIL) - TAIL) as u32
 }
 
-/// A uniform secret in Z_q^N.
+/// A secret in normal form: `N` entries from the error distribution (module docs: as hard as a
+/// uniform secret, and small enough that the hint can be rounded).
 pub fn sample_secret(rng: &mut impl RngCore) -> Vec<u32> {
-    (0..LWE_N).map(|_| rng.next_u32()).collect()
+    (0..LWE_N).map(|_| sample_error(rng)).collect()
 }
 
 /// `Σ a_i·b_i mod 2³²`.
@@ -192,8 +233,11 @@ mod tests {
 
     #[test]
     fn failure_bound_is_tiny_at_our_sizes_and_grows_with_columns() {
-        assert!(failure_log2(1 << 20, MAX_COLS) < -50.0);
-        assert!(failure_log2(4096, 10_000) < -1000.0);
+        assert!(failure_log2(1 << 20, 900_000) < MAX_FAILURE_LOG2);
+        assert!(failure_log2(1 << 20, MAX_COLS) > MAX_FAILURE_LOG2);
+        assert!(failure_log2(4704, 62_500) < -200.0);
+        // At few columns the rounded hint's term dominates the proxy.
+        assert!(failure_log2(4096, 10_000) < -250.0);
         assert!(failure_log2(4096, 100) < failure_log2(4096, 10_000));
     }
 
@@ -204,14 +248,14 @@ mod tests {
         // (the served thumbnail and level shapes: `shared::pir::doc`'s tests).
         let at = Shape {
             record_len: 1,
-            records: ESTIMATE_MAX_SAMPLES,
+            records: MAX_COLS,
             rows: 1,
-            cols: ESTIMATE_MAX_SAMPLES,
+            cols: MAX_COLS,
         };
         assert!(at.validate().is_ok());
         let past = Shape {
-            records: ESTIMATE_MAX_SAMPLES + 1,
-            cols: ESTIMATE_MAX_SAMPLES + 1,
+            records: MAX_COLS + 1,
+            cols: MAX_COLS + 1,
             ..at
         };
         assert!(past.validate().is_err());
@@ -225,6 +269,30 @@ mod tests {
         for_each_row_of_a(&seed, 5, |_, r| rows.extend_from_slice(r));
         assert_eq!(a, rows);
         assert_ne!(matrix_a(&[4u8; 32], 5), a);
+    }
+
+    #[test]
+    fn rounding_keeps_the_top_bits_to_the_nearest() {
+        for bits in [HINT_BITS, ANSWER_BITS] {
+            let r = rounding_error(bits);
+            for v in [0u32, 1, r - 1, r, r + 1, u32::MAX, 0x8000_0000, 0x1234_5678] {
+                let back = round_top(v, bits) << (LOG_Q - bits);
+                let off = v.wrapping_sub(back) as i32;
+                assert!(off >= -(r as i32) && off < r as i32, "{v:#x}: {off}");
+            }
+        }
+        // Rounding a rounded value changes nothing.
+        let v = round_top(0xdead_beef, HINT_BITS) << (LOG_Q - HINT_BITS);
+        assert_eq!(round_top(v, HINT_BITS) << (LOG_Q - HINT_BITS), v);
+    }
+
+    #[test]
+    fn secrets_are_small_and_fresh() {
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let (a, b) = (sample_secret(&mut rng), sample_secret(&mut rng));
+        assert_eq!(a.len(), LWE_N);
+        assert!(a.iter().all(|&v| (v as i32).abs() <= TAIL));
+        assert_ne!(a, b);
     }
 
     #[test]

@@ -6,9 +6,9 @@
 use proptest::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::pir::client::{query, u32s_to_bytes, Hint};
+use shared::pir::client::{query, Hint};
 use shared::pir::doc::{validate, FileDoc, PirDbDoc, PirDoc, SchemeDoc};
-use shared::pir::layout::{Database, Shape};
+use shared::pir::layout::{encode_answer, encode_hint, Database, Shape};
 use shared::pir::lwe::matrix_a;
 use shared::pir::records::{decode_rank_record, encode_rank_record, RankItem};
 use shared::protocol::blocks::hash_hex;
@@ -20,7 +20,7 @@ fn served() -> (Shape, Vec<Vec<u8>>, Database, Hint, [u8; 32]) {
         .collect();
     let db = Database::build(shape, recs.iter().map(|r| r.as_slice())).unwrap();
     let seed = [2u8; 32];
-    let hint = u32s_to_bytes(&db.hint_rows(&matrix_a(&seed, shape.cols), 0..shape.rows));
+    let hint = encode_hint(&db.hint_rows(&matrix_a(&seed, shape.cols), 0..shape.rows));
     let h = Hint::from_bytes(&shape, &hint, &hash_hex(&hint)).unwrap();
     (shape, recs, db, h, seed)
 }
@@ -30,7 +30,7 @@ fn answer(db: &Database, body: &[u8]) -> Vec<u8> {
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    u32s_to_bytes(&db.answer_rows(&q, 0..db.shape.rows))
+    encode_answer(&db.answer_rows(&q, 0..db.shape.rows))
 }
 
 fn rank_record() -> Vec<u8> {
@@ -75,14 +75,14 @@ proptest! {
     /// rounding margin) or to another one, which the record's hash then refuses: a decoded
     /// record that differs is never accepted as the record.
     #[test]
-    fn damaged_answers_never_pass_the_hash(word in 0usize..96, flip in 1u32..u32::MAX) {
+    fn damaged_answers_never_pass_the_hash(word in 0usize..96, flip in 1u16..u16::MAX) {
         let (shape, recs, db, hint, seed) = served();
         let mut rng = ChaCha20Rng::seed_from_u64(4);
         let (body, pending) = query(&shape, &seed, &[5], &mut rng).unwrap();
         let mut ans = answer(&db, &body);
-        let at = 4 * word;
-        let v = u32::from_le_bytes([ans[at], ans[at + 1], ans[at + 2], ans[at + 3]]) ^ flip;
-        ans[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        let at = 2 * word;
+        let v = u16::from_le_bytes([ans[at], ans[at + 1]]) ^ flip;
+        ans[at..at + 2].copy_from_slice(&v.to_le_bytes());
         let got = pending.decode(&hint, &ans).unwrap().pop().unwrap();
         let ok = hash_hex(&got) == hash_hex(&recs[5]);
         prop_assert_eq!(ok, got == recs[5]);
@@ -92,7 +92,7 @@ proptest! {
     #[test]
     fn any_hint_is_refused_unless_it_matches(bytes in proptest::collection::vec(any::<u8>(), 0..5000)) {
         let (shape, _, _, hint, _) = served();
-        let real = u32s_to_bytes(&hint.values);
+        let real = encode_hint(&hint.values);
         let h = hash_hex(&real);
         prop_assert!(Hint::from_bytes(&shape, &bytes, &h).is_err() || bytes == real);
     }

@@ -30,6 +30,7 @@ use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
 use shared::embed::model::Model;
 use shared::pir::doc::PirDoc;
+use shared::pir::layout::{decode_answer, decode_hint, encode_answer, encode_hint};
 use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::seeds::{self, Purpose};
 use shared::protocol::partition::nearest_centroid;
@@ -318,10 +319,6 @@ fn u32s(b: &[u8]) -> Vec<u32> {
         .collect()
 }
 
-fn bytes(v: &[u32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 #[test]
 fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     let srv = small_server("malicious", &[]);
@@ -581,18 +578,19 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
     let shape = g.pir.thumbs.shape;
     let a = matrix_a(&seeds::derive(&g.part, Purpose::Thumbs), shape.cols);
     let hint_url = format!("{}/thumbs/hint", g.pir.answer_url);
-    let mut hint = u32s(&g.public(
+    let mut hint = decode_hint(&g.public(
         hint_url.clone(),
         PublicFile::Hint {
             db: "thumbs".into(),
         },
-    ));
+    ))
+    .unwrap();
     for i in rows.clone() {
         for j in 0..LWE_N {
             hint[i * LWE_N + j] = hint[i * LWE_N + j].wrapping_add(a[col * LWE_N + j]);
         }
     }
-    let hint = bytes(&hint);
+    let hint = encode_hint(&hint);
     let g2 = g.with_thumbs_hint(&hint);
     indistinguishable(
         &g2,
@@ -604,7 +602,7 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
         |req, body, _| match req {
             Request::Get { url, .. } if url == &hint_url => hint.clone(),
             Request::Post { url, .. } if url.ends_with("/thumbs") => {
-                let mut ans = u32s(&forward(&g.http, &g.base, req, body));
+                let mut ans = decode_answer(&forward(&g.http, &g.base, req, body));
                 let q = u32s(body);
                 for k in 0..q.len() / shape.cols {
                     let qc = q[k * shape.cols + col];
@@ -612,7 +610,7 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
                         ans[k * shape.rows + i] = ans[k * shape.rows + i].wrapping_add(qc);
                     }
                 }
-                bytes(&ans)
+                encode_answer(&ans)
             }
             _ => forward(&g.http, &g.base, req, body),
         },
@@ -640,12 +638,13 @@ fn a_damaged_hint_slot(g: &Gallery) {
             n.min(tops.len() - n)
         })
         .unwrap();
-    let mut hint = u32s(&g.public(
+    let mut hint = decode_hint(&g.public(
         hint_url.clone(),
         PublicFile::Hint {
             db: "thumbs".into(),
         },
-    ));
+    ))
+    .unwrap();
     // Random changes on every row of the slot: whatever the query's secret, some byte of every
     // record stacked there decodes wrong.
     let mut rng = ChaCha20Rng::seed_from_u64(77);
@@ -655,7 +654,7 @@ fn a_damaged_hint_slot(g: &Gallery) {
             *v = v.wrapping_add(rand::RngCore::next_u32(&mut rng));
         }
     }
-    let hint = bytes(&hint);
+    let hint = encode_hint(&hint);
     let g2 = g.with_thumbs_hint(&hint);
     let serve = |req: &Request, body: &[u8], _: &[f32]| match req {
         Request::Get { url, .. } if url == &hint_url => hint.clone(),

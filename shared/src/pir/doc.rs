@@ -239,32 +239,35 @@ pub fn check_file(t: &FileDoc, what: &'static str) -> Result<()> {
 pub const MAX_THUMB_QUERIES: usize = 32;
 
 /// Thumbnail records stacked per column, `g` (a power of two): a search's thumbnail bytes are
-/// `4·k·(items/g + record·g)` (the queries' columns up, the answers' rows down), least near
-/// `g = √(items/record)`, while the hint, `4·1,024·record·g`, grows with `g`. So: the least `g`
-/// whose bytes a search are within 5 % or 16 KiB of the least any `g` with a hint of at most
-/// 32 MiB gives. At 10,000 items `g = 4` (115 KiB a search for 8 thumbnails, a 4.6 MiB hint);
-/// at 1,000, `g = 1` (stacking would save 7 KiB a search for twice the hint); at 70,000 and
-/// 1,000,000 the hint's cap decides (`g = 16`, 18.4 MiB).
+/// `k` queries of `cols = items/g` entries up and `k` answers of `rows = record·g` entries down
+/// ([`Shape::query_bytes`], [`Shape::answer_bytes`]), least near `g = √(2·items/record)` (an
+/// answer entry is half a query entry), while the hint ([`Shape::hint_bytes`]) grows with
+/// `g`. So: the least `g` whose bytes a search are within 5 % or 16 KiB of the least any `g`
+/// with a hint of at most 32 MiB gives. At 1,000 items `g = 1` (stacking would save 11 KiB a
+/// search for twice the hint); at 10,000, `g = 8` (76 KiB a search for 8 thumbnails, a
+/// 5.7 MiB hint); at 70,000, `g = 16` (210 KiB, 11.5 MiB); at 1,000,000 the hint's cap
+/// decides (`g = 32`: 1,124 KiB a search, a 23 MiB hint).
 pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
     let k = crate::protocol::publish::COVERAGE_K;
-    // In values of 4 bytes for `k` queries: columns up, rows down.
-    let per_search = |g: usize| items.div_ceil(g) + thumb_bytes * g;
-    let slack = (16 << 10) / (4 * k);
-    let hint_ok = |g: usize| 4 * lwe::LWE_N * thumb_bytes * g <= 32 << 20;
-    let candidates: Vec<usize> = (0..usize::BITS)
-        .map(|b| 1usize << b)
-        .take_while(|&g| g == 1 || (hint_ok(g) && g <= items))
-        .collect();
+    let shape = |g: usize| Shape::new(thumb_bytes, items, thumb_bytes * g);
+    let per_search = |s: &Shape| k * (s.query_bytes() + s.answer_bytes());
+    let slack = 16 << 10;
+    let mut candidates = vec![shape(1)?];
+    for g in (1..usize::BITS).map(|b| 1usize << b) {
+        match shape(g) {
+            Ok(s) if g <= items && s.hint_bytes() <= 32 << 20 => candidates.push(s),
+            _ => break,
+        }
+    }
     let least = candidates
         .iter()
-        .map(|&g| per_search(g))
+        .map(per_search)
         .min()
         .expect("g = 1 is a candidate");
-    let g = candidates
+    Ok(candidates
         .into_iter()
-        .find(|&g| 20 * per_search(g) <= 21 * least || per_search(g) <= least + slack)
-        .expect("the least is within 5 % of itself");
-    Ok(Shape::new(thumb_bytes, items, thumb_bytes * g)?)
+        .find(|s| 20 * per_search(s) <= 21 * least || per_search(s) <= least + slack)
+        .expect("the least is within 5 % of itself"))
 }
 
 /// Columns of 4,096 bytes (a 16 MiB hint) for ranking records longer than that; shorter records
@@ -286,9 +289,9 @@ mod tests {
     fn served_shapes_give_no_more_samples_than_the_estimate_assumes() {
         // Thumbnails at a million images (294-byte records), and level databases of many
         // blocks with long and short records (`lwe`'s own test covers every validated shape).
-        for (items, stacked) in [(10_000, 4), (70_000, 16), (1_000_000, 16)] {
+        for (items, stacked) in [(10_000, 8), (70_000, 16), (1_000_000, 32)] {
             let s = thumbs_shape(items, 294).unwrap();
-            assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{items}: {s:?}");
+            assert!(s.cols <= lwe::MAX_COLS, "{items}: {s:?}");
             assert_eq!(s.rows, 294 * stacked, "{items}");
         }
         // Small galleries: one record a column (stacking would save little).
@@ -296,7 +299,7 @@ mod tests {
         assert_eq!(thumbs_shape(1_000, 294).unwrap().rows, 294);
         for (blocks, longest) in [(256, 57_344), (64, 110_592), (64, 100)] {
             let s = level_shape(blocks, longest).unwrap();
-            assert!(s.cols <= lwe::ESTIMATE_MAX_SAMPLES, "{blocks}: {s:?}");
+            assert!(s.cols <= lwe::MAX_COLS, "{blocks}: {s:?}");
         }
         // A level whose records would need more columns is refused, not served.
         assert!(level_shape(4_096, 1_700_000).is_err());

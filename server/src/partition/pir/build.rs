@@ -7,12 +7,11 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use rayon::prelude::*;
-use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{
     level_shape, thumbs_shape, FileDoc, PirDbDoc, PirDoc, SchemeDoc, ScoresDoc,
 };
 use shared::pir::hintless::ScoresPublic;
-use shared::pir::layout::{Database, Shape};
+use shared::pir::layout::{encode_hint, Database, Shape};
 use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::records::thumb_digest;
 use shared::pir::records::{encode_rank_record, rank_record_len, RankItem};
@@ -74,7 +73,7 @@ fn build_db<'a>(
     progress.finish();
     let hint: Vec<u32> = parts.concat();
     debug_assert_eq!(hint.len(), shape.rows * LWE_N);
-    let hint = Bytes::from(u32s_to_bytes(&hint));
+    let hint = Bytes::from(encode_hint(&hint));
     Ok(PirDb {
         doc: PirDbDoc {
             shape,

@@ -5,9 +5,8 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use rayon::prelude::*;
-use shared::pir::client::u32s_to_bytes;
 use shared::pir::doc::{PirDbDoc, PirDoc};
-use shared::pir::layout::Database;
+use shared::pir::layout::{encode_answer, Database};
 use shared::pir::ring::inspiring::InspiringBodies;
 use shared::pir::ring::rlwe::Ring;
 use shared::pir::ring::scores::{decode_upload, upload_len, ScoreDb};
@@ -191,7 +190,8 @@ fn check_query_size(per: usize, len: usize) -> Result<(), QueryError> {
 }
 
 /// Answers a request body of query vectors (CPU-bound: call on the blocking pool). Rows are
-/// split over rayon tasks; the answer is `c × rows` little-endian u32, query by query.
+/// split over rayon tasks; the answer is `c × rows` entries in `layout::encode_answer`'s form
+/// (rounded to 16 bits), query by query.
 pub fn answer(
     db: &PirDb,
     thumbs: bool,
@@ -233,7 +233,7 @@ pub fn answer(
     counters
         .core_us
         .fetch_add(parts.iter().map(|p| p.1).sum(), Ordering::Relaxed);
-    Ok(u32s_to_bytes(&out))
+    Ok(encode_answer(&out))
 }
 
 /// What `/status` shows for the current version.

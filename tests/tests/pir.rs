@@ -322,12 +322,12 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
         let cents = privatemail_e2e::level_centroids(&http, base, &part, l);
         let (body, pending) = rank_query(&part, &pir, l, &cents, &q, &mut rng).unwrap();
         let (_, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
-        // The top byte of a row's word: a change the rounding cannot absorb (changes in the
+        // The top byte of a row's 16-bit entry: a change the rounding cannot absorb (changes in the
         // low bits within Δ/2 decode to the right byte, as they should). Row 10 is in the
         // record's header (malformed), row 2,000 in its features (hash mismatch).
         for (row, want) in [(10usize, "malformed"), (2000, "ranking record")] {
             let mut bad = answer.clone();
-            bad[4 * row + 3] ^= 0x80;
+            bad[2 * row + 1] ^= 0x80;
             let e = rank_level(&pir, l, &pending, &lh, &bad, &q, 8).unwrap_err();
             assert!(e.to_string().contains(want), "{e}");
         }

@@ -91,6 +91,19 @@ fn server_core_ms(http: &Client, base: &str) -> f64 {
     p["core_ms_per_request"].as_f64().unwrap_or(0.0) * p["requests"].as_f64().unwrap_or(0.0)
 }
 
+/// Hintless scores queries answered and the batches they were answered in, so far.
+fn score_batches(http: &Client, base: &str) -> (f64, f64) {
+    let s: serde_json::Value = http
+        .get(format!("{base}/api/v1/status"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let p = &s["pir"];
+    let get = |k: &str| p[k].as_f64().unwrap_or(0.0);
+    (get("score_queries"), get("score_batches"))
+}
+
 fn share(got: &[u64], truth: &[u64]) -> f64 {
     let t: HashSet<u64> = truth.iter().copied().collect();
     got.iter().filter(|i| t.contains(i)).count() as f64 / truth.len().max(1) as f64
@@ -233,7 +246,7 @@ fn throughput(
     let feats = held_out_features(200);
     let ready = std::sync::Barrier::new(clients + 1);
     let window = std::time::Duration::from_secs(seconds);
-    let (mut s0, mut t0) = (0.0, Instant::now());
+    let (mut s0, mut b0, mut t0) = (0.0, (0.0, 0.0), Instant::now());
     // Per client: (latencies of the searches done, failures, searches not prepared ahead).
     let per_client: Vec<(Vec<f64>, usize, usize)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..clients)
@@ -281,7 +294,11 @@ fn throughput(
             })
             .collect();
         ready.wait();
-        (s0, t0) = (server_core_ms(http, base), Instant::now());
+        (s0, b0, t0) = (
+            server_core_ms(http, base),
+            score_batches(http, base),
+            Instant::now(),
+        );
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let wall = t0.elapsed().as_secs_f64();
@@ -296,8 +313,10 @@ fn throughput(
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)));
     let core_ms = (server_core_ms(http, base) - s0) / lat.len().max(1) as f64;
+    let (q1, b1) = score_batches(http, base);
+    let batch = (q1 - b0.0) / (b1 - b0.1).max(1.0);
     println!(
-        "pirbench throughput: {} items, hintless scores (level {}, {} blocks of at most {} rows), {clients} clients{how}, {wall:.1} s: {} searches, {:.3} searches/s, p50 {:.2} s, p99 {:.2} s, {failed} failed, server {core_ms:.0} core-ms per search",
+        "pirbench throughput: {} items, hintless scores (level {}, {} blocks of at most {} rows), {clients} clients{how}, {wall:.1} s: {} searches, {:.3} searches/s, p50 {:.2} s, p99 {:.2} s, {failed} failed, server {core_ms:.0} core-ms per search, rankings answered in batches of {batch:.2} on average",
         part.gallery_size,
         searcher.sd.level,
         searcher.sd.blocks,

@@ -144,6 +144,7 @@ mod tests {
     use axum::body::Bytes;
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
+    use shared::pir::ring::inspiring::InspiringMasks;
     use shared::pir::ring::rlwe::Ring;
     use shared::pir::ring::scores::{
         decode, decode_answer, packing_masks, plaintext_scores, query, ScoreDb, ScoreShape,
@@ -151,24 +152,14 @@ mod tests {
 
     use super::*;
 
-    /// Queries queued before a leader runs are answered in one batch, each exactly as the
-    /// plaintext scores of its own block; a malformed one gets its own error; what each held
-    /// is let go once it is answered; and the queue then has no leader, so the next query
-    /// leads again.
-    #[test]
-    fn queued_queries_are_answered_together_each_exactly() {
+    /// A served score database of `shape` (blocks' features from `feats`) and its masks; the
+    /// query seed is `[5; 32]`.
+    fn served(
+        shape: ScoreShape,
+        feats: impl Fn(usize) -> Vec<i16>,
+    ) -> (ScoresServe, InspiringMasks) {
         let ring = Ring::new(64);
-        let shape = ScoreShape {
-            blocks: 3,
-            dim: 4,
-            rows: 40,
-        };
         let masks = packing_masks(&ring, &shape, &[3; 32]);
-        let feats = |b: usize| -> Vec<i16> {
-            (0..4 * (40 - b))
-                .map(|i| ((i * 37 + b * 11) % 401) as i16 - 200)
-                .collect()
-        };
         let db = ScoreDb::build_from(
             &ring,
             shape,
@@ -183,6 +174,26 @@ mod tests {
             public: (Bytes::new(), Bytes::new()),
             batch: Batcher::default(),
         };
+        (serve, masks)
+    }
+
+    /// Queries queued before a leader runs are answered in one batch, each exactly as the
+    /// plaintext scores of its own block; a malformed one gets its own error; what each held
+    /// is let go once it is answered; and the queue then has no leader, so the next query
+    /// leads again.
+    #[test]
+    fn queued_queries_are_answered_together_each_exactly() {
+        let shape = ScoreShape {
+            blocks: 3,
+            dim: 4,
+            rows: 40,
+        };
+        let feats = |b: usize| -> Vec<i16> {
+            (0..4 * (40 - b))
+                .map(|i| ((i * 37 + b * 11) % 401) as i16 - 200)
+                .collect()
+        };
+        let (serve, masks) = served(shape, feats);
         let mut rng = ChaCha20Rng::seed_from_u64(9);
         let held = Arc::new(());
         let mut pending = Vec::new();
@@ -247,27 +258,12 @@ mod tests {
     /// More queued than a batch holds: answered in batches of at most `MAX_BATCH`, in order.
     #[test]
     fn a_long_queue_is_answered_in_bounded_batches() {
-        let ring = Ring::new(64);
         let shape = ScoreShape {
             blocks: 2,
             dim: 4,
             rows: 8,
         };
-        let masks = packing_masks(&ring, &shape, &[3; 32]);
-        let db = ScoreDb::build_from(
-            &ring,
-            shape,
-            |_| Ok::<_, shared::Error>(vec![1i16; 32]),
-            &[5; 32],
-            &masks,
-        )
-        .unwrap();
-        let serve = ScoresServe {
-            ring,
-            db,
-            public: (Bytes::new(), Bytes::new()),
-            batch: Batcher::default(),
-        };
+        let (serve, masks) = served(shape, |_| vec![1i16; 32]);
         let mut rng = ChaCha20Rng::seed_from_u64(2);
         let n = 2 * MAX_BATCH + 1;
         let replies: Vec<Reply> = (0..n)

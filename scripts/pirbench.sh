@@ -59,8 +59,16 @@ for spec in "${sizes[@]}"; do
     for c in ${PIRBENCH_CLIENTS:-1 2 4 8}; do
       echo "pirbench: throughput with $c clients (60 s)…"
       ahead=0; [ "${PIRBENCH_AHEAD:-0}" = 1 ] && ahead=$((8 * 60 / c + 4))
-      target/release/pirbench --base "http://127.0.0.1:$port" --throughput "$c" --seconds 60 \
-        --ahead "$ahead" >> "$tp.tmp"
+      # The server process's own CPU time over the run (user + system, from /proc), per search:
+      # what two cores of server alone would divide, were the clients elsewhere.
+      cpu0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+      line=$(target/release/pirbench --base "http://127.0.0.1:$port" --throughput "$c" \
+        --seconds 60 --ahead "$ahead")
+      cpu1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+      n_done=$(echo "$line" | grep -o ': [0-9]* searches' | grep -o '[0-9]*')
+      echo "$line; server process CPU $(awk -v a="$cpu0" -v b="$cpu1" -v n="$n_done" \
+        -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) / hz * 1000 / (n > 0 ? n : 1) }') ms per search" \
+        >> "$tp.tmp"
     done
     mv "$tp.tmp" "$tp"
   fi

@@ -23,11 +23,13 @@
 //! - [`ring`] — Ring-LWE (`modq`, the NTT, keys, key switching, automorphisms), packing LWE
 //!   answers into RLWE, and `scores`: encrypted exact scores `2⟨q, f⟩ − ‖f‖²` of every row of
 //!   one privately chosen block of an `i16` matrix, no hint;
+//! - [`cpu`] — the calling thread's CPU time, for the work servers report;
 //! - [`held`] — numbers held in memory or read in place from bytes the server mapped;
 //! - [`error`] — what the code refuses ([`Error`], and [`PirError`] for answers and hints that
 //!   fail their checks).
 
 pub mod client;
+pub mod cpu;
 pub mod error;
 pub mod held;
 pub mod layout;

@@ -24,25 +24,17 @@ pub mod rlwe;
 pub mod scores;
 
 /// `f` over `items`, in order: on every core with the `parallel` feature (the server), serially
-/// otherwise (the browser). With `micros`, the calls' summed time (≈ the CPU time of this
-/// compute-bound work) is added to it, µs — what the server reports per search; not measured on
-/// wasm32, which has no clock here.
+/// otherwise (the browser). With `micros`, the calls' summed CPU time (each thread's own clock,
+/// [`crate::cpu`]) is added to it, µs — what the server reports per search; not measured where
+/// there is no thread clock (wasm32).
 pub(crate) fn par_map<T: Sync, U: Send>(
     items: &[T],
     f: impl Fn(&T) -> U + Sync + Send,
     micros: Option<&std::sync::atomic::AtomicU64>,
 ) -> Vec<U> {
-    let timed = |x: &T| {
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Some(m) = micros {
-            let t = std::time::Instant::now();
-            let out = f(x);
-            let us = t.elapsed().as_micros() as u64;
-            m.fetch_add(us, std::sync::atomic::Ordering::Relaxed);
-            return out;
-        }
-        let _ = micros;
-        f(x)
+    let timed = |x: &T| match micros {
+        Some(m) => crate::cpu::timed(m, || f(x)),
+        None => f(x),
     };
     #[cfg(feature = "parallel")]
     {

@@ -20,7 +20,7 @@
 //!
 //! `protocol::pir_search` builds a whole search from these; nothing here imports it.
 
-pub use ::pir::{client, error, held, layout, lwe, ring, selftest};
+pub use ::pir::{client, cpu, error, held, layout, lwe, ring, selftest};
 
 pub mod doc;
 pub mod hintless;

@@ -1,10 +1,10 @@
 //! The PIR databases of one version, ready to answer; the work counters `/status` shows.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use axum::body::Bytes;
 use rayon::prelude::*;
+use shared::pir::cpu::timed;
 use shared::pir::doc::{PirDbDoc, PirDoc};
 use shared::pir::layout::{encode_answer, Database};
 use shared::pir::ring::inspiring::InspiringBodies;
@@ -78,7 +78,7 @@ pub struct PirCounters {
     /// Searches: every search sends exactly one thumbnail request.
     pub searches: AtomicU64,
     pub queries: AtomicU64,
-    /// Summed time of the answer tasks (≈ CPU time: the work is compute-bound), µs.
+    /// Summed CPU time of the answer tasks (each thread's own clock, `pir::cpu`), µs.
     pub core_us: AtomicU64,
     /// Hintless scores batches computed, and the queries answered in them (`batch`).
     pub score_batches: AtomicU64,
@@ -207,18 +207,17 @@ pub fn answer(
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     let starts: Vec<usize> = (0..shape.rows).step_by(ROW_CHUNK * 4).collect();
-    let parts: Vec<(Vec<u32>, u64)> = starts
+    let parts: Vec<Vec<u32>> = starts
         .par_iter()
         .map(|&s| {
-            let t = Instant::now();
-            let rows = db
-                .db
-                .answer_rows(&queries, s..(s + ROW_CHUNK * 4).min(shape.rows));
-            (rows, t.elapsed().as_micros() as u64)
+            timed(&counters.core_us, || {
+                db.db
+                    .answer_rows(&queries, s..(s + ROW_CHUNK * 4).min(shape.rows))
+            })
         })
         .collect();
     let mut out = vec![0u32; c * shape.rows];
-    for (&s, (part, _)) in starts.iter().zip(&parts) {
+    for (&s, part) in starts.iter().zip(&parts) {
         let len = part.len() / c;
         for q in 0..c {
             out[q * shape.rows + s..q * shape.rows + s + len]
@@ -230,9 +229,6 @@ pub fn answer(
         .searches
         .fetch_add(u64::from(thumbs), Ordering::Relaxed);
     counters.queries.fetch_add(c as u64, Ordering::Relaxed);
-    counters
-        .core_us
-        .fetch_add(parts.iter().map(|p| p.1).sum(), Ordering::Relaxed);
     Ok(encode_answer(&out))
 }
 

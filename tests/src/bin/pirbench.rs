@@ -80,26 +80,25 @@ fn post(http: &Client, url: &str, body: Vec<u8>) -> Vec<u8> {
     try_post(http, url, body).unwrap_or_else(|| panic!("POST {url} failed"))
 }
 
-fn server_core_ms(http: &Client, base: &str) -> f64 {
+/// `/status`'s PIR object.
+fn pir_status(http: &Client, base: &str) -> serde_json::Value {
     let s: serde_json::Value = http
         .get(format!("{base}/api/v1/status"))
         .send()
         .unwrap()
         .json()
         .unwrap();
-    let p = &s["pir"];
+    s["pir"].clone()
+}
+
+fn server_core_ms(http: &Client, base: &str) -> f64 {
+    let p = pir_status(http, base);
     p["core_ms_per_request"].as_f64().unwrap_or(0.0) * p["requests"].as_f64().unwrap_or(0.0)
 }
 
 /// Hintless scores queries answered and the batches they were answered in, so far.
 fn score_batches(http: &Client, base: &str) -> (f64, f64) {
-    let s: serde_json::Value = http
-        .get(format!("{base}/api/v1/status"))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let p = &s["pir"];
+    let p = pir_status(http, base);
     let get = |k: &str| p[k].as_f64().unwrap_or(0.0);
     (get("score_queries"), get("score_batches"))
 }

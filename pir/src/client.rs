@@ -238,6 +238,11 @@ impl Pending {
         &self.records
     }
 
+    /// The database shape it was asked of.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
     /// Bytes the answer must have.
     pub fn answer_bytes(&self) -> usize {
         self.secrets.len() * self.shape.answer_bytes()
@@ -247,6 +252,18 @@ impl Pending {
     /// A wrong size is refused here; wrong contents (a damaged answer, a wrong hint or key)
     /// decode to bytes that the record's hash check refuses.
     pub fn decode(&self, hint: &Hint, answer: &[u8]) -> Result<Vec<Vec<u8>>> {
+        // Wiped when done: the other records of a unit reveal which unit was asked for.
+        let units = Zeroizing::new(self.decode_units(hint, answer)?);
+        self.records
+            .iter()
+            .zip(units.iter())
+            .map(|(&r, unit)| Ok(self.shape.extract(r, unit)?.to_vec()))
+            .collect()
+    }
+
+    /// Decodes the answer into each asked record's whole unit ([`Shape::unit_of`]: every
+    /// column decoded for it, concatenated), in order: what a unit digest is checked over.
+    pub fn decode_units(&self, hint: &Hint, answer: &[u8]) -> Result<Vec<Vec<u8>>> {
         if answer.len() != self.answer_bytes() {
             return Err(PirError::AnswerSize {
                 expected: self.answer_bytes(),
@@ -263,10 +280,9 @@ impl Pending {
             .into());
         }
         let per = self.shape.queries_per_record();
-        // The decoded columns (wiped when done: they reveal which records were asked for).
-        let mut columns = Zeroizing::new(vec![0u8; m * per]);
         let mut out = Vec::with_capacity(self.records.len());
-        for (ri, &r) in self.records.iter().enumerate() {
+        for ri in 0..self.records.len() {
+            let mut columns = vec![0u8; m * per];
             for k in 0..per {
                 let q = ri * per + k;
                 let s = &self.secrets[q];
@@ -277,7 +293,7 @@ impl Pending {
                     columns[k * m + i] = (v.wrapping_add(DELTA / 2) >> 24) as u8 ^ 0x80;
                 }
             }
-            out.push(self.shape.extract(r, &columns)?.to_vec());
+            out.push(columns);
         }
         Ok(out)
     }

@@ -130,6 +130,39 @@ impl Shape {
         }
     }
 
+    /// The record's *unit*: the columns a client decodes when it asks for record `r` (its
+    /// own column with the records stacked in it, or the columns it spans). Units are what
+    /// a client can check as a whole, so a publisher commits to one digest a unit.
+    pub fn unit_of(&self, r: usize) -> usize {
+        self.first_column(r) / self.queries_per_record()
+    }
+
+    /// Number of units (`cols / queries_per_record`).
+    pub fn units(&self) -> usize {
+        self.cols / self.queries_per_record()
+    }
+
+    /// Unit `u`'s bytes as a client decodes them (its columns concatenated: the linear
+    /// column-major bytes `u·w .. (u+1)·w`, `w = rows · queries_per_record`), laid out from the
+    /// records that [`Database::build`] would be given (`record(i)`: record `i`, at most
+    /// `record_len` bytes, zero-padded). Lets a publisher digest each unit without the matrix.
+    pub fn unit_bytes<'a>(&self, u: usize, record: impl Fn(usize) -> &'a [u8]) -> Vec<u8> {
+        let w = self.rows * self.queries_per_record();
+        let mut out = vec![0u8; w];
+        let start = u * w;
+        let first = start / self.record_len;
+        let last = ((start + w).div_ceil(self.record_len)).min(self.records);
+        for i in first..last {
+            let base = i * self.record_len;
+            for (b, &v) in record(i).iter().take(self.record_len).enumerate() {
+                if let Some(at) = (base + b).checked_sub(start).filter(|&at| at < w) {
+                    out[at] = v;
+                }
+            }
+        }
+        out
+    }
+
     /// Bytes of one query vector on the wire.
     pub fn query_bytes(&self) -> usize {
         4 * self.cols
@@ -566,6 +599,22 @@ mod tests {
                     cols.extend((0..rows).map(|i| db.data()[i * shape.cols + j]));
                 }
                 assert_eq!(shape.extract(r, &cols).unwrap(), &rec[..]);
+                // The unit a publisher digests is the columns a client decodes.
+                assert_eq!(shape.unit_bytes(shape.unit_of(r), |i| &recs[i]), cols);
+            }
+            // Every unit, the last one part padding where records do not fill it.
+            assert_eq!(shape.units() * shape.queries_per_record(), shape.cols);
+            for u in 0..shape.units() {
+                let w = shape.queries_per_record();
+                let cols: Vec<u8> = (u * w..(u + 1) * w)
+                    .flat_map(|j| (0..rows).map(move |i| (i, j)))
+                    .map(|(i, j)| db.data()[i * shape.cols + j])
+                    .collect();
+                assert_eq!(
+                    shape.unit_bytes(u, |i| &recs[i]),
+                    cols,
+                    "unit {u} of {shape:?}"
+                );
             }
         }
     }

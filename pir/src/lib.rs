@@ -263,6 +263,11 @@ mod tests {
                 expect.resize(len, 0);
                 assert_eq!(g, &expect, "record {r} of {shape:?}");
             }
+            let units = pending.decode_units(&hint, &answer(&db, &body)).unwrap();
+            for (r, u) in want.iter().zip(&units) {
+                let unit = shape.unit_bytes(shape.unit_of(*r), |i| &recs[i]);
+                assert_eq!(u, &unit, "record {r}'s unit of {shape:?}");
+            }
         }
     }
 

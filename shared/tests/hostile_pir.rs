@@ -35,14 +35,13 @@ fn answer(db: &Database, body: &[u8]) -> Vec<u8> {
 
 fn rank_record() -> Vec<u8> {
     let f = [[0.6f32, 0.8], [1.0, 0.0], [0.0, 1.0]];
-    let px = [vec![1u8; 4], vec![2u8; 4], vec![3u8; 4]];
     let items: Vec<RankItem> = (0..3)
         .map(|i| RankItem {
             id: 10 + i as u64,
             label: i as u8,
             features: &f[i],
             index: i as u32,
-            thumbnail: &px[i],
+            digest: [i as u8 + 1; 16],
         })
         .collect();
     encode_rank_record(&items, 2).unwrap()

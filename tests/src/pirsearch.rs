@@ -87,7 +87,16 @@ impl<'a> ScoresSearch<'a> {
         let (body, pending) =
             hintless::query(self.part, self.sd, &self.keys, &self.cents, q, rng).ok()?;
         let ans = try_post(http, &self.scores_url, body)?;
-        let r = hintless::rank(self.sd, &self.keys, &self.public, &pending, &ans, 8).ok()?;
+        let r = hintless::rank(
+            self.sd,
+            &self.pir.thumbs.shape,
+            &self.keys,
+            &self.public,
+            &pending,
+            &ans,
+            8,
+        )
+        .ok()?;
         let (body, pending) = thumbs_query(self.part, self.pir, Some(&r), 8, rng).ok()?;
         let ans = try_post(http, &self.thumbs_url, body)?;
         thumbs_decode(&pending, &self.thumbs_hint, &ans, &r, 28)
@@ -116,7 +125,16 @@ impl<'a> ScoresSearch<'a> {
         let (body, pending) =
             hintless::query_prepared(self.part, self.sd, ahead.scores, &self.cents, q).ok()?;
         let ans = try_post(http, &self.scores_url, body)?;
-        let r = hintless::rank(self.sd, &self.keys, &self.public, &pending, &ans, 8).ok()?;
+        let r = hintless::rank(
+            self.sd,
+            &self.pir.thumbs.shape,
+            &self.keys,
+            &self.public,
+            &pending,
+            &ans,
+            8,
+        )
+        .ok()?;
         let (body, pending) =
             thumbs_query_prepared(self.pir, ahead.thumbs, Some(&r), 8, rng).ok()?;
         let ans = try_post(http, &self.thumbs_url, body)?;

@@ -212,7 +212,8 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
         let (st, answer) = post(&http, &url, body);
         assert_eq!(st, StatusCode::OK);
         assert_eq!(answer.len() as u64, sd.answer_bytes);
-        let r = hintless::rank(sd, &keys, &public, &pending, &answer, 8).unwrap();
+        let r =
+            hintless::rank(sd, &pir.thumbs.shape, &keys, &public, &pending, &answer, 8).unwrap();
         // The photo's block file, checked by its hash: the public rows are its items, and the
         // hits are its exact top 8 by distance from the quantised photo (integer scores).
         let x = nearest_centroid(&cents.values, part.feature_dim, &q) as usize;
@@ -254,9 +255,19 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
         // are never read, see `pir::ring::inspiring`.)
         let mut bad = answer.clone();
         bad[8 * 3 + 3] ^= 0x10; // 2²⁸ = Δ/2 away: outside the error bound
-        let e = hintless::rank(sd, &keys, &public, &pending, &bad, 8).unwrap_err();
+        let e =
+            hintless::rank(sd, &pir.thumbs.shape, &keys, &public, &pending, &bad, 8).unwrap_err();
         assert!(e.to_string().contains("error bound"), "{e}");
-        let e = hintless::rank(sd, &keys, &public, &pending, &answer[8..], 8).unwrap_err();
+        let e = hintless::rank(
+            sd,
+            &pir.thumbs.shape,
+            &keys,
+            &public,
+            &pending,
+            &answer[8..],
+            8,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("PIR answer has"), "{e}");
     }
     // Every photo sends the same number of bytes: the document's.

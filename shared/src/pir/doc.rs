@@ -88,9 +88,12 @@ pub struct ScoresDoc {
     pub query_seed: String,
     /// 32 bytes, hex: the seed of the packing keys' public masks.
     pub packing_seed: String,
-    /// `GET {answer_url}/scores/hint`: the answers' public parts, each block's gallery indices
-    /// and each item's id, label and thumbnail digest (`pir::hintless::ScoresPublic`).
+    /// `GET {answer_url}/scores/hint`: the answers' public parts, each block's gallery indices,
+    /// each item's id and label, and each thumbnail unit's digest
+    /// (`pir::hintless::ScoresPublic`).
     pub public: FileDoc,
+    /// Units of the thumbnail database (`pir::Shape::units`): the public file's digests.
+    pub thumb_units: usize,
     /// Bytes of a query (`POST {answer_url}/scores`) and of its answer.
     pub upload_bytes: u64,
     pub answer_bytes: u64,

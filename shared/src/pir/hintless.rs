@@ -37,10 +37,10 @@ use crate::protocol::blocks::{hash_hex, quantise, Hit, FEATURE_SCALE};
 use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::{nearest_centroid, Overlap};
 
-/// The public file's first bytes.
-const MAGIC: &[u8; 8] = b"PMSCORE1";
-/// Bytes per gallery item in the public file: id, label, thumbnail digest.
-const ITEM_BYTES: usize = 8 + 1 + DIGEST;
+/// The public file's first bytes (2: one digest a thumbnail unit, not a record).
+const MAGIC: &[u8; 8] = b"PMSCORE2";
+/// Bytes per gallery item in the public file: id, label.
+const ITEM_BYTES: usize = 8 + 1;
 
 impl ScoresDoc {
     pub fn shape(&self) -> ScoreShape {
@@ -89,6 +89,12 @@ pub fn check(part: &PartitionDoc, doc: &ScoresDoc) -> Result<()> {
     seed_hex("pir scores query_seed", &doc.query_seed)?;
     seed_hex("pir scores packing_seed", &doc.packing_seed)?;
     check_file(&doc.public, "PIR scores public file")?;
+    if doc.thumb_units == 0 || doc.thumb_units > part.gallery_size {
+        return Err(invalid(format!(
+            "{} thumbnail units for {} items",
+            doc.thumb_units, part.gallery_size
+        )));
+    }
     let (least, most) = public_len(
         doc,
         part.gallery_size,
@@ -106,7 +112,9 @@ pub fn check(part: &PartitionDoc, doc: &ScoresDoc) -> Result<()> {
 /// take 1 to 5 bytes each.
 fn public_len(doc: &ScoresDoc, items: usize, rows: u64) -> (u64, u64) {
     let parts = doc.shape().ciphertexts(N) * N * 8;
-    let fixed = (MAGIC.len() + parts + doc.blocks * 4 + items * ITEM_BYTES) as u64;
+    let fixed =
+        (MAGIC.len() + parts + doc.blocks * 4 + items * ITEM_BYTES + doc.thumb_units * DIGEST)
+            as u64;
     (fixed + rows, fixed + 5 * rows)
 }
 
@@ -119,6 +127,7 @@ pub struct ScoresPublic {
     pub rows: Vec<Vec<u32>>,
     pub ids: Vec<u64>,
     pub labels: Vec<u8>,
+    /// Each thumbnail unit's digest (`records::unit_digest`), in unit order.
     pub digests: Vec<[u8; DIGEST]>,
 }
 
@@ -206,7 +215,9 @@ impl ScoresPublic {
         }
         let ids = r.take(items * 8).ok_or_else(|| bad("short"))?;
         let labels = r.take(items).ok_or_else(|| bad("short"))?;
-        let digests = r.take(items * DIGEST).ok_or_else(|| bad("short"))?;
+        let digests = r
+            .take(doc.thumb_units * DIGEST)
+            .ok_or_else(|| bad("short"))?;
         if r.at != bytes.len() {
             return Err(bad("trailing bytes"));
         }
@@ -402,9 +413,12 @@ pub fn query_prepared(
 /// The exact top `k` of the photo's block from the answer: the scores decoded (refused beyond
 /// the error bound; decoded and ranked in full whether or not it passes), the block's rows ranked by `T = 2⟨q, f⟩ − ‖f‖²` (highest first, ties
 /// to the lower id) — exactly the order of the squared distance from the quantised photo to
-/// the items' `i16` features. Each hit's gallery index and digest come from the public file.
+/// the items' `i16` features. Each hit's gallery index and its thumbnail unit's digest
+/// come from the public file (`thumbs`: the thumbnail database's shape, whose units
+/// [`entry`] checked against the document).
 pub fn rank(
     doc: &ScoresDoc,
+    thumbs: &crate::pir::layout::Shape,
     keys: &ScoresKeys,
     public: &ScoresPublic,
     pending: &ScoresPending,
@@ -458,9 +472,14 @@ pub fn rank(
     let ranked = Ranked {
         scores: order.iter().map(|&(t, _, _)| t).collect(),
         indices: order.iter().map(|&(_, _, r)| rows[r]).collect(),
+        // A unit the file lacks (only if `thumbs` is not the document's) gets a digest no
+        // unit has, so the thumbnails' check fails rather than anything panicking.
         digests: order
             .iter()
-            .map(|&(_, _, r)| public.digests[rows[r] as usize])
+            .map(|&(_, _, r)| {
+                let u = thumbs.unit_of(rows[r] as usize);
+                public.digests.get(u).copied().unwrap_or([0; DIGEST])
+            })
             .collect(),
         hits,
     };
@@ -503,6 +522,13 @@ pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> 
         reason: "no hintless ranking is offered".into(),
     })?;
     check(part, doc)?;
+    if doc.thumb_units != pir.thumbs.shape.units() || pir.thumbs.shape.records != part.gallery_size
+    {
+        return Err(Error::InvalidParameter {
+            name: "pir scores",
+            reason: "the thumbnail units are not the thumbnail database's".into(),
+        });
+    }
     Ok(doc)
 }
 
@@ -560,7 +586,8 @@ mod tests {
                 .collect(),
             ids: (0..1000).map(|i| i + 7).collect(),
             labels: (0..1000).map(|i| (i % 10) as u8).collect(),
-            digests: (0..1000u32).map(|i| [i as u8; DIGEST]).collect(),
+            // 250 thumbnail units (four records a column).
+            digests: (0..250u32).map(|i| [i as u8; DIGEST]).collect(),
         };
         let doc = ScoresDoc {
             level: 3,
@@ -575,6 +602,7 @@ mod tests {
                 transfer_bytes: 0,
                 sha256: String::new(),
             },
+            thumb_units: 250,
             upload_bytes: upload_len(&shape, N) as u64,
             answer_bytes: answer_len(&shape, N) as u64,
             failure_log2: failure_log2(&shape, N),

@@ -10,16 +10,27 @@
 //! 8       4         b, bytes of the embedded block file
 //! 12      b         a block file (`protocol::blocks`, thumbnail side 0): ids, labels, features
 //! ..      4·n       each item's gallery index = its thumbnail record
-//! ..      16·n      each item's thumbnail digest (see `thumb_digest`)
+//! ..      16·n      each item's unit digest (see `unit_digest`)
 //! ```
 //! then zero padding up to the database's record length. The published hash is the SHA-256 of
 //! the record without padding.
 //!
 //! # Thumbnail record
 //! The packed `t×t` thumbnail of gallery item `i` (record `i`; 3 bits a pixel, 294 bytes at
-//! `t = 28`, `protocol::thumbs`). Its 128-bit digest, `SHA-256("PMTH" ‖ i as u32 ‖ packed)[..16]`, sits in every ranking record that holds the
-//! item, so a verified ranking record vouches for the thumbnails it points to (binding `i`
-//! stops a server from answering with another item's picture).
+//! `t = 28`, `protocol::thumbs`), followed by its `i16` features where the server verifies
+//! scores.
+//!
+//! # Unit digests
+//! A client asking for record `i` decodes its whole *unit* (`pir::Shape::unit_of`: the column
+//! the record is stacked in with its neighbours, or the columns it spans), so the publisher
+//! commits to one 128-bit digest a unit, `SHA-256("PMTU" ‖ u as u32 ‖ unit bytes)[..16]`, and
+//! the client checks the unit it decoded before it reads the record out of it. Binding `u`
+//! stops a server from answering with another unit; the record's place in the unit is fixed
+//! by the public shape, so a record cannot be swapped within its unit either. One digest a
+//! unit instead of one a record: at a million thumbnails stacked 32 to a column, 0.5 MB in
+//! the public file instead of 16 MB. The digest of an item's unit sits in every ranking record
+//! that holds the item (and in the hintless ranking's public file), so a verified ranking
+//! vouches for the thumbnails it points to.
 
 use sha2::{Digest, Sha256};
 
@@ -27,7 +38,8 @@ use crate::pir::client::PirError;
 use crate::protocol::blocks::{self, Block, BlockItem, Hit};
 
 const MAGIC: &[u8; 4] = b"PMRK";
-const VERSION: u16 = 1;
+/// 2: the digests are of units, not of single thumbnails.
+const VERSION: u16 = 2;
 const HEADER: usize = 12;
 /// Bytes of a thumbnail digest.
 pub const DIGEST: usize = 16;
@@ -40,8 +52,8 @@ pub struct RankItem<'a> {
     pub features: &'a [f32],
     /// Gallery index (its thumbnail record).
     pub index: u32,
-    /// The packed thumbnail (the record's bytes, `protocol::thumbs::pack`).
-    pub thumbnail: &'a [u8],
+    /// The digest of the item's thumbnail unit ([`unit_digest`]).
+    pub digest: [u8; DIGEST],
 }
 
 /// A verified, decoded ranking record.
@@ -58,7 +70,7 @@ pub struct RankRecord {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked {
     pub hits: Vec<Hit>,
-    /// Each hit's gallery index (its thumbnail record) and thumbnail digest.
+    /// Each hit's gallery index (its thumbnail record) and the digest of its record's unit.
     pub indices: Vec<u32>,
     pub digests: Vec<[u8; DIGEST]>,
     /// The hintless ranking's decrypted score `T = 2⟨q, f⟩ − ‖f‖²` of each hit (empty for the
@@ -68,13 +80,21 @@ pub struct Ranked {
     pub scores: Vec<i64>,
 }
 
-/// The digest of item `index`'s packed thumbnail.
-pub fn thumb_digest(index: u32, pixels: &[u8]) -> [u8; DIGEST] {
+/// The digest of thumbnail unit `unit` (its decoded bytes, `pir::Shape::unit_bytes`).
+pub fn unit_digest(unit: u32, bytes: &[u8]) -> [u8; DIGEST] {
     let mut h = Sha256::new();
-    h.update(b"PMTH");
-    h.update(index.to_le_bytes());
-    h.update(pixels);
+    h.update(b"PMTU");
+    h.update(unit.to_le_bytes());
+    h.update(bytes);
     h.finalize()[..DIGEST].try_into().expect("16 bytes")
+}
+
+/// Every unit's digest of a thumbnail database of `shape` over `records` (the records
+/// `pir::layout::Database::build` is given), in unit order.
+pub fn unit_digests(shape: &crate::pir::layout::Shape, records: &[Vec<u8>]) -> Vec<[u8; DIGEST]> {
+    (0..shape.units())
+        .map(|u| unit_digest(u as u32, &shape.unit_bytes(u, |i| &records[i])))
+        .collect()
 }
 
 /// Bytes of the (unpadded) ranking record of `n` items of dimension `dim`: what a level's
@@ -106,7 +126,7 @@ pub fn encode_rank_record(items: &[RankItem<'_>], dim: usize) -> crate::error::R
         out.extend_from_slice(&it.index.to_le_bytes());
     }
     for it in items {
-        out.extend_from_slice(&thumb_digest(it.index, it.thumbnail));
+        out.extend_from_slice(&it.digest);
     }
     Ok(out)
 }
@@ -167,19 +187,6 @@ pub fn decode_rank_record(padded: &[u8], expected_hash: &str) -> Result<RankReco
     })
 }
 
-/// Checks a decoded thumbnail record against the digest a verified ranking record gave.
-pub fn check_thumbnail(index: u32, pixels: &[u8], digest: &[u8; DIGEST]) -> Result<(), PirError> {
-    let got = thumb_digest(index, pixels);
-    if &got != digest {
-        return Err(PirError::HashMismatch {
-            what: "thumbnail",
-            expected: hex::encode(digest),
-            got: hex::encode(got),
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,7 +201,7 @@ mod tests {
                 label: i as u8,
                 features: &f[i],
                 index: 7 + i as u32,
-                thumbnail: &px[i],
+                digest: unit_digest(i as u32, &px[i]),
             })
             .collect();
         let rec = encode_rank_record(&items, 2).unwrap();
@@ -209,9 +216,7 @@ mod tests {
         let d = decode_rank_record(&padded, &h).unwrap();
         assert_eq!(d.block.ids, vec![100, 101]);
         assert_eq!(d.indices, vec![7, 8]);
-        check_thumbnail(8, &px[1], &d.digests[1]).unwrap();
-        assert!(check_thumbnail(7, &px[1], &d.digests[1]).is_err());
-        assert!(check_thumbnail(8, &px[0], &d.digests[1]).is_err());
+        assert_eq!(d.digests[1], unit_digest(1, &px[1]));
         let mut bad = padded.clone();
         bad[20] ^= 1;
         assert!(matches!(
@@ -227,5 +232,35 @@ mod tests {
         let mut huge = padded.clone();
         huge[HEADER + 12..HEADER + 16].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode_rank_record(&huge, &h).is_err());
+    }
+
+    #[test]
+    fn unit_digests_bind_every_record_its_place_and_the_unit() {
+        use crate::pir::layout::Shape;
+        // Three records a column (the last column one record and padding), and records that
+        // span two columns.
+        for (len, rows) in [(4usize, 12usize), (8, 4)] {
+            let shape = Shape::new(len, 7, rows).unwrap();
+            let recs: Vec<Vec<u8>> = (0..7).map(|r| vec![r as u8 + 1; len]).collect();
+            let d = unit_digests(&shape, &recs);
+            assert_eq!(d.len(), shape.units());
+            // Distinct units, distinct digests (even with equal bytes: the index is bound).
+            assert_ne!(unit_digest(0, &[0; 4]), unit_digest(1, &[0; 4]));
+            for r in 0..7 {
+                let u = shape.unit_of(r);
+                let mut other = recs.clone();
+                other[r][0] ^= 1;
+                assert_ne!(unit_digests(&shape, &other)[u], d[u], "record {r}");
+                if len < rows {
+                    // Two records of a unit swapped: the same bytes in another order.
+                    let mate = if r % 3 == 0 { r + 1 } else { r - 1 };
+                    if mate < 7 {
+                        other = recs.clone();
+                        other.swap(r, mate);
+                        assert_ne!(unit_digests(&shape, &other)[u], d[u], "swap {r}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -190,7 +190,8 @@ fn pir_rows(
             let ans = post(http, &url, body);
             acc.down += ans.len() as f64;
             let t = Instant::now();
-            let r = hintless::rank(sd, &keys, &public, &pending, &ans, 8).unwrap();
+            let r =
+                hintless::rank(sd, &pir.thumbs.shape, &keys, &public, &pending, &ans, 8).unwrap();
             acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
             acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
             thumbs_round(&r, rng, &mut acc);

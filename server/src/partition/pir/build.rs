@@ -13,8 +13,7 @@ use shared::pir::doc::{
 use shared::pir::hintless::ScoresPublic;
 use shared::pir::layout::{encode_hint, Database, Shape};
 use shared::pir::lwe::{matrix_a, LWE_N};
-use shared::pir::records::thumb_digest;
-use shared::pir::records::{encode_rank_record, rank_record_len, RankItem};
+use shared::pir::records::{encode_rank_record, rank_record_len, unit_digests, RankItem, DIGEST};
 use shared::pir::ring::rlwe::Ring;
 use shared::pir::ring::scores::{
     answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape,
@@ -166,12 +165,19 @@ pub fn build(
             Ok(r)
         })
         .collect::<Result<_, shared::Error>>()?;
+    // One digest a thumbnail unit (the column(s) a client decodes for a record): the hintless
+    // ranking's public file lists them, ranking records carry each item's.
+    let thumb_shape = thumbs_shape(items.len(), packed.first().map_or(1, Vec::len))?;
+    let units = Units {
+        digests: unit_digests(&thumb_shape, &packed),
+        shape: thumb_shape,
+    };
     let rank_item = |i: usize| RankItem {
         id: items[i].id,
         label: items[i].label as u8,
         features: &items[i].features,
         index: i as u32,
-        thumbnail: &packed[i],
+        digest: units.of(i),
     };
     // The hintless ranking of the capped level, where there is one — first, so that its
     // transient memory (the plans' row masks) is freed before the thumbnail database and
@@ -181,7 +187,7 @@ pub fn build(
         .levels
         .iter()
         .rposition(|l| matches!(l.overlap, Overlap::Capped { .. }))
-        .map(|l| build_scores(p, partitions, l, &index, items, &packed))
+        .map(|l| build_scores(p, partitions, l, &index, items, &units))
         .transpose()
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
@@ -191,7 +197,7 @@ pub fn build(
 
     let mut thumbs = build_db(
         "thumbs",
-        thumbs_shape(items.len(), packed.first().map_or(1, Vec::len))?,
+        thumb_shape,
         seeds::derive(&p.doc, Purpose::Thumbs),
         packed.iter().map(Vec::as_slice),
         Vec::new(),
@@ -229,7 +235,7 @@ pub fn build(
     let mut levels = Vec::with_capacity(p.doc.levels.len());
     for (l, ld) in p.doc.levels.iter().enumerate() {
         let blocks = ld.blocks as usize;
-        let built = build_level(p, partitions, l, blocks, dim, &index, items, &packed)
+        let built = build_level(p, partitions, l, blocks, dim, &index, items, &units)
             .unwrap_or_else(|e| {
                 tracing::warn!(level = l, error = %e, "pir: level not offered");
                 None
@@ -280,13 +286,26 @@ pub fn build(
 /// features (rows in block-file order, as the public file lists them), its packing plans, and
 /// the public file. Logged with its cost; at 1,000,000 items (8,000 rows, 492 blocks) the plans
 /// take about 2 GB.
+/// The thumbnail database's unit digests (`shared::pir::records::unit_digest`).
+struct Units {
+    shape: Shape,
+    digests: Vec<[u8; DIGEST]>,
+}
+
+impl Units {
+    /// The digest of item `i`'s unit.
+    fn of(&self, i: usize) -> [u8; DIGEST] {
+        self.digests[self.shape.unit_of(i)]
+    }
+}
+
 fn build_scores(
     p: &Published,
     partitions: &Partitions,
     level: usize,
     index: &HashMap<u64, u32>,
     items: &[Arc<GalleryItem>],
-    packed: &[Vec<u8>],
+    units: &Units,
 ) -> Result<(ScoresServe, ScoresDoc), PirBuildError> {
     let t = Instant::now();
     let ld = &p.doc.levels[level];
@@ -322,11 +341,7 @@ fn build_scores(
         rows: members,
         ids: items.iter().map(|it| it.id).collect(),
         labels: items.iter().map(|it| it.label as u8).collect(),
-        digests: packed
-            .par_iter()
-            .enumerate()
-            .map(|(i, px)| thumb_digest(i as u32, px))
-            .collect(),
+        digests: units.digests.clone(),
     }
     .encode();
     let gz = if items.len() > FAST_GZIP_ABOVE {
@@ -347,6 +362,7 @@ fn build_scores(
             transfer_bytes: gz.len() as u64,
             sha256: hash_hex(&public),
         },
+        thumb_units: units.digests.len(),
         upload_bytes: upload_len(&shape, RING_N) as u64,
         answer_bytes: answer_len(&shape, RING_N) as u64,
         failure_log2: failure_log2(&shape, RING_N),
@@ -426,7 +442,7 @@ fn build_level(
     dim: usize,
     index: &HashMap<u64, u32>,
     items: &[Arc<GalleryItem>],
-    packed: &[Vec<u8>],
+    units: &Units,
 ) -> Result<Option<PirDb>, PirBuildError> {
     if blocks < 2 {
         return Ok(None); // the whole gallery: the ranking table serves it
@@ -453,7 +469,7 @@ fn build_level(
                     label: it.label as u8,
                     features: &it.features,
                     index: i,
-                    thumbnail: &packed[i as usize],
+                    digest: units.of(i as usize),
                 }
             })
             .collect();

@@ -740,7 +740,7 @@ impl PirSearch {
                     name: "pir scores",
                     reason: "not held".into(),
                 })?;
-                hintless::rank(sd, keys, public, &p, bytes, k)
+                hintless::rank(sd, &pir.thumbs.shape, keys, public, &p, bytes, k)
             }
         }
     }

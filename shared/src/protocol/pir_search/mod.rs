@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::pir::client::{prepare, query, Hint, Pending, PirError, Prepared};
 use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use crate::pir::records::Ranked;
-use crate::pir::records::{decode_rank_record, thumb_digest, RankRecord, DIGEST};
+use crate::pir::records::{decode_rank_record, unit_digest, RankRecord, DIGEST};
 use crate::pir::seeds::{self, Purpose};
 use crate::protocol::blocks::rank;
 use crate::protocol::centroids::Centroids;
@@ -451,7 +451,7 @@ pub fn thumbs_query_prepared(
     Ok(prepared.query(&records)?)
 }
 
-/// The thumbnail records of the ranked hits, each checked against its digest: the pixels
+/// The thumbnail records of the ranked hits, each checked against its unit's digest: the pixels
 /// (`thumb_side²` grey bytes each) and, where the records carry them
 /// ([`PirDoc::thumb_features`]), each item's `i16` features.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -460,8 +460,8 @@ pub struct Thumbs {
     pub features: Vec<Vec<i16>>,
 }
 
-/// The thumbnails of the ranked hits (`thumb_side²` grey bytes each), each record checked
-/// against its digest before it is shown.
+/// The thumbnails of the ranked hits (`thumb_side²` grey bytes each), each record's unit
+/// checked against its digest before the record is read out of it and shown.
 pub fn thumbs_decode(
     pending: &Pending,
     hint: &Hint,
@@ -472,8 +472,8 @@ pub fn thumbs_decode(
     thumbs_decode_records(pending, hint, answer, ranked, thumb_side, 0).map(|t| t.pixels)
 }
 
-/// [`thumbs_decode`] for records that also carry `dim` features (0: none): the digest covers
-/// the whole record.
+/// [`thumbs_decode`] for records that also carry `dim` features (0: none): the unit digest
+/// covers the whole unit (every record stacked in the record's column, padding included).
 ///
 /// # Failures say nothing
 /// A hostile server can damage one chosen record, so a failure depends on whether that record
@@ -488,16 +488,24 @@ pub fn thumbs_decode_records(
     thumb_side: usize,
     dim: usize,
 ) -> Result<Thumbs> {
-    let all = pending.decode(hint, answer)?;
+    // Each asked record's whole unit, wiped when done (its other records reveal the unit).
+    let units = zeroize::Zeroizing::new(pending.decode_units(hint, answer)?);
+    let shape = pending.shape();
     let len = thumbs::packed_len(thumb_side);
-    let mut ok = all.len() >= ranked.indices.len();
+    let mut ok = units.len() >= ranked.indices.len();
     let mut out = Thumbs::default();
-    for (record, (&i, d)) in all.iter().zip(ranked.indices.iter().zip(&ranked.digests)) {
-        // Records are padded to the database's record length (public); the digest covers the
-        // packed thumbnail and the features, if any.
-        let record = record.get(..len + 2 * dim).unwrap_or(&[]);
-        let got = thumb_digest(i, record);
+    for (unit, (&i, d)) in units.iter().zip(ranked.indices.iter().zip(&ranked.digests)) {
+        let i = i as usize;
+        let got = unit_digest(shape.unit_of(i) as u32, unit);
         ok &= got.iter().zip(d).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        // The record at its public place in the unit, padded to the database's record length;
+        // its first bytes are the packed thumbnail and the features, if any.
+        let record = shape
+            .extract(i, unit)
+            .ok()
+            .and_then(|r| r.get(..len + 2 * dim))
+            .unwrap_or(&[]);
+        ok &= !record.is_empty();
         let pixels = thumbs::unpack(record.get(..len).unwrap_or(&[]), thumb_side);
         ok &= pixels.is_ok();
         out.pixels.push(pixels.unwrap_or_default());

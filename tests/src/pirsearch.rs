@@ -10,6 +10,7 @@ use shared::pir::client::Hint;
 use shared::pir::client::Prepared;
 use shared::pir::doc::{PirDoc, ScoresDoc};
 use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
+use shared::pir::records::Ranked;
 use shared::protocol::centroids::Centroids;
 use shared::protocol::pir_search::{
     thumbs_decode, thumbs_prepare, thumbs_query, thumbs_query_prepared,
@@ -87,21 +88,27 @@ impl<'a> ScoresSearch<'a> {
         let (body, pending) =
             hintless::query(self.part, self.sd, &self.keys, &self.cents, q, rng).ok()?;
         let ans = try_post(http, &self.scores_url, body)?;
-        let r = hintless::rank(
-            self.sd,
-            &self.pir.thumbs.shape,
-            &self.keys,
-            &self.public,
-            &pending,
-            &ans,
-            8,
-        )
-        .ok()?;
+        let r = self.rank(&pending, &ans)?;
         let (body, pending) = thumbs_query(self.part, self.pir, Some(&r), 8, rng).ok()?;
         let ans = try_post(http, &self.thumbs_url, body)?;
         thumbs_decode(&pending, &self.thumbs_hint, &ans, &r, 28)
             .ok()
             .map(|_| ())
+    }
+
+    /// The top 8 from a scores answer (checked), as a client ranks them.
+    fn rank(&self, pending: &hintless::ScoresPending, answer: &[u8]) -> Option<Ranked> {
+        let thumbs = &self.pir.thumbs.shape;
+        hintless::rank(
+            self.sd,
+            thumbs,
+            &self.keys,
+            &self.public,
+            pending,
+            answer,
+            8,
+        )
+        .ok()
     }
 
     /// The photo-independent parts of one search (the scores query's secret, key bodies and
@@ -125,16 +132,7 @@ impl<'a> ScoresSearch<'a> {
         let (body, pending) =
             hintless::query_prepared(self.part, self.sd, ahead.scores, &self.cents, q).ok()?;
         let ans = try_post(http, &self.scores_url, body)?;
-        let r = hintless::rank(
-            self.sd,
-            &self.pir.thumbs.shape,
-            &self.keys,
-            &self.public,
-            &pending,
-            &ans,
-            8,
-        )
-        .ok()?;
+        let r = self.rank(&pending, &ans)?;
         let (body, pending) =
             thumbs_query_prepared(self.pir, ahead.thumbs, Some(&r), 8, rng).ok()?;
         let ans = try_post(http, &self.thumbs_url, body)?;

@@ -282,10 +282,6 @@ pub fn build(
     })
 }
 
-/// The hintless ranking of capped level `level`: the score database of its blocks' `i16`
-/// features (rows in block-file order, as the public file lists them), its packing plans, and
-/// the public file. Logged with its cost; at 1,000,000 items (8,000 rows, 492 blocks) the plans
-/// take about 2 GB.
 /// The thumbnail database's unit digests (`shared::pir::records::unit_digest`).
 struct Units {
     shape: Shape,
@@ -299,6 +295,10 @@ impl Units {
     }
 }
 
+/// The hintless ranking of capped level `level`: the score database of its blocks' `i16`
+/// features (rows in block-file order, as the public file lists them), its packing plans, and
+/// the public file. Logged with its cost; at 1,000,000 items (8,000 rows, 492 blocks) the plans
+/// take about 2 GB.
 fn build_scores(
     p: &Published,
     partitions: &Partitions,

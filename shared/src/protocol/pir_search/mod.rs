@@ -584,4 +584,65 @@ mod tests {
         assert!(!plan(PAGE_DEFAULT_MAX_ONE_TIME_BYTES + 1));
         assert!(!plan(150_000_000));
     }
+
+    /// Three thumbnails a column (a unit): a server that changes a record's column-mate or
+    /// swaps two records of a column, database and hint consistently, fails the check of every
+    /// record of that column and of no other; the error names no record.
+    #[test]
+    fn a_unit_digest_refuses_any_change_to_the_column_and_only_to_it() {
+        use crate::pir::layout::{encode_answer, encode_hint, Database, Shape};
+        use crate::pir::lwe::matrix_a;
+        use crate::pir::records::unit_digests;
+        use rand::SeedableRng;
+        let side = 4;
+        let len = thumbs::packed_len(side);
+        let shape = Shape::new(len, 9, 3 * len).unwrap();
+        let pixels: Vec<Vec<u8>> = (0..9u8)
+            .map(|r| {
+                (0..16u8)
+                    .map(|i| r.wrapping_mul(29).wrapping_add(i * 17))
+                    .collect()
+            })
+            .collect();
+        let packed: Vec<Vec<u8>> = pixels
+            .iter()
+            .map(|p| thumbs::pack(p, side).unwrap())
+            .collect();
+        let digests = unit_digests(&shape, &packed);
+        let seed = [7u8; 32];
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(5);
+        // Fetch `want` from a server whose database holds `served`.
+        let fetch = |served: &[Vec<u8>], want: &[usize], rng: &mut rand_chacha::ChaCha20Rng| {
+            let db = Database::build(shape, served.iter().map(Vec::as_slice)).unwrap();
+            let hint = encode_hint(&db.hint_rows(&matrix_a(&seed, shape.cols), 0..shape.rows));
+            let hint =
+                Hint::from_bytes(&shape, &hint, &crate::protocol::blocks::hash_hex(&hint)).unwrap();
+            let (body, pending) = query(&shape, &seed, want, rng).unwrap();
+            let q: Vec<u32> = body
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let answer = encode_answer(&db.answer_rows(&q, 0..shape.rows));
+            let ranked = Ranked {
+                hits: Vec::new(),
+                indices: want.iter().map(|&i| i as u32).collect(),
+                digests: want.iter().map(|&i| digests[shape.unit_of(i)]).collect(),
+                scores: Vec::new(),
+            };
+            thumbs_decode(&pending, &hint, &answer, &ranked, side)
+        };
+        let honest = fetch(&packed, &[1, 7], &mut rng).unwrap();
+        assert_eq!(honest[0], thumbs::unpack(&packed[1], side).unwrap());
+        assert_eq!(honest[1], thumbs::unpack(&packed[7], side).unwrap());
+        // Record 2 shares record 1's column; record 4 is in the next one.
+        let mut mate = packed.clone();
+        mate[2][0] ^= 1;
+        let mut swapped = packed.clone();
+        swapped.swap(0, 1);
+        for served in [&mate, &swapped] {
+            let e = fetch(served, &[1, 7], &mut rng).unwrap_err().to_string();
+            assert!(e.contains("thumbnail") && !e.contains('1'), "{e}");
+            assert!(fetch(served, &[4, 7], &mut rng).is_ok());
+        }
+    }
 }

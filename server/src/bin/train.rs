@@ -34,7 +34,7 @@ struct Args {
     photo_share: f32,
     /// Weight of the contrastive loss pulling a photo's embedding to its clean image's
     /// (`gallery::training::TrainConfig::contrast`); 0 disables it.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 1.0)]
     contrast: f32,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
     out: PathBuf,

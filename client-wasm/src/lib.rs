@@ -87,6 +87,17 @@ impl Client {
         let model = Model::from_bytes(weights).map_err(js_err)?;
         let config: ConfigResponse = serde_json::from_str(config_json)
             .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
+        // The gallery's features, the anchors and the familiarity reference were computed with
+        // the weights the configuration names; a photo's features from any other weights would
+        // be compared with them silently and rank nonsense.
+        let version = shared::embed::model::weights_version(weights);
+        if config.model_version != version {
+            return Err(js_err(format!(
+                "the server's gallery was built with model {}, but it sent the page model \
+                 {version}: reload the page; if this persists, the server is misconfigured",
+                config.model_version
+            )));
+        }
         let anchors: AnchorsResponse = serde_json::from_str(anchors_json)
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         // Every part of the anchors checked once, here (the CLI calls the same check).

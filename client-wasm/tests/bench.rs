@@ -11,7 +11,7 @@ mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+use common::WEIGHTS;
 
 #[wasm_bindgen]
 extern "C" {

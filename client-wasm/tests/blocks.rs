@@ -8,14 +8,13 @@
 use privatemail_client_wasm::{compose_budget, Client};
 use serde_json::Value;
 use shared::api::PartitionDoc;
-use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_test::*;
 
 mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+use common::WEIGHTS;
 const FIXTURE: &str = include_str!("fixtures/parity.json");
 
 fn image(k: usize) -> Vec<u8> {
@@ -30,13 +29,6 @@ fn client() -> Client {
 
 fn json(s: &str) -> Value {
     serde_json::from_str(s).unwrap()
-}
-
-fn message(e: wasm_bindgen::JsError) -> String {
-    let v: JsValue = e.into();
-    v.dyn_into::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .unwrap_or_default()
 }
 
 /// A plan at ε = 8 that releases three blocks of the finest level (a Pareto plan of that level
@@ -123,11 +115,11 @@ fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_place
         plan["size"].as_u64().unwrap() as usize,
     );
     // A release needs the level's centroids; a damaged file is refused and nothing is kept.
-    let e = message(c.release_blocks(&plan.to_string()).unwrap_err());
+    let e = common::message(c.release_blocks(&plan.to_string()).unwrap_err());
     assert!(e.contains("centroids"), "{e}");
     let mut bad = files[level].last().unwrap().clone();
     bad[20] ^= 1;
-    let e = message(c.set_centroids(level, &bad).unwrap_err());
+    let e = common::message(c.set_centroids(level, &bad).unwrap_err());
     assert!(e.contains("centroids"), "{e}");
     assert!(c
         .set_centroids(level, files[level - 1].last().unwrap())
@@ -284,7 +276,7 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
         let last = bad.len() - 1;
         bad[last] ^= 1;
         tampered[0] = js_sys::Uint8Array::from(&bad[..]);
-        let e = message(c.rank_blocks(tampered, 8).unwrap_err());
+        let e = common::message(c.rank_blocks(tampered, 8).unwrap_err());
         assert!(e.contains("fingerprint"), "{e}");
         // Too few blocks, a truncated block, k out of range.
         let mut few = common::fetch(urls, &files);
@@ -379,17 +371,17 @@ fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
     // Declared sizes that disagree with the block format, and a document past the size limit.
     let mut doc: Value = json(&doc_json);
     doc["levels"][1]["bytes"][0] = 1.into();
-    let e = message(c.load_partition(&doc.to_string()).unwrap_err());
+    let e = common::message(c.load_partition(&doc.to_string()).unwrap_err());
     assert!(e.contains("declares"), "{e}");
     let limits = json(&privatemail_client_wasm::limits());
     let max = limits["max_partition_doc_bytes"].as_u64().unwrap();
     assert_eq!(max, shared::params::limits::MAX_PARTITION_DOC_BYTES);
     let huge = format!("{doc_json}{}", " ".repeat(max as usize));
-    let e = message(c.load_partition(&huge).unwrap_err());
+    let e = common::message(c.load_partition(&huge).unwrap_err());
     assert!(e.contains("larger than"), "{e}");
     let mut doc: Value = json(&doc_json);
     doc["feature_dim"] = 3.into();
-    let e = message(c.load_partition(&doc.to_string()).unwrap_err());
+    let e = common::message(c.load_partition(&doc.to_string()).unwrap_err());
     assert!(!e.is_empty());
     c.load_partition(&doc_json).unwrap();
     // Bad ε and byte budgets.
@@ -401,7 +393,7 @@ fn bad_partitions_plans_and_arguments_are_errors_not_panics() {
         assert!(c.plan(8.0, bytes).is_err(), "{bytes}");
     }
     // The operator does not allow the whole gallery here.
-    let e = message(c.whole_plan().unwrap_err());
+    let e = common::message(c.whole_plan().unwrap_err());
     assert!(e.contains("whole gallery"), "{e}");
     let plan = json(&c.plan(8.0, 1e9).unwrap());
     assert_eq!(plan["whole"], false);

@@ -13,7 +13,7 @@ mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+use common::WEIGHTS;
 const FIXTURE: &str = include_str!("fixtures/parity.json");
 const N: usize = 60;
 
@@ -107,6 +107,23 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     let mut short: Value = serde_json::from_str(&anchors).unwrap();
     short["frame_rows"].as_array_mut().unwrap().pop();
     assert!(Client::new(WEIGHTS, &config, &short.to_string()).is_err());
+    // Weights other than those the gallery was built with: refused, naming both versions.
+    let mut other: Value = serde_json::from_str(&config).unwrap();
+    other["model_version"] = json!("cnn-v2-0000000000000000");
+    let e = common::message(
+        Client::new(WEIGHTS, &other.to_string(), &anchors)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("cnn-v2-0000000000000000"), "{e}");
+    assert!(
+        e.contains(&shared::embed::model::weights_version(WEIGHTS)),
+        "{e}"
+    );
+    let mut altered = WEIGHTS.to_vec();
+    let last = altered.len() - 1;
+    altered[last] ^= 1;
+    assert!(Client::new(&altered, &config, &anchors).is_err());
     let mut client = Client::new(WEIGHTS, &config, &anchors).unwrap();
     // Nothing loaded yet, nothing pending.
     assert!(client

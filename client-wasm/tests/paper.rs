@@ -18,7 +18,7 @@ mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+use common::WEIGHTS;
 const FIXTURE: &str = include_str!("fixtures/algorithm1.json");
 
 fn rows(v: &Value) -> Vec<Vec<f64>> {

@@ -36,6 +36,12 @@ struct Args {
     /// (`gallery::training::TrainConfig::contrast`); 0 disables it.
     #[arg(long, default_value_t = 1.0)]
     contrast: f32,
+    /// Share of the flat layer dropped in training.
+    #[arg(long, default_value_t = 0.25)]
+    dropout: f32,
+    /// Decoupled weight decay of the weights (AdamW).
+    #[arg(long, default_value_t = 1e-3)]
+    weight_decay: f32,
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
     out: PathBuf,
     /// Only measure the quality of an existing weights file on the test split.
@@ -75,6 +81,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         augment: !args.no_augment,
         photo_share: args.photo_share,
         contrast: args.contrast,
+        dropout: args.dropout,
+        weight_decay: args.weight_decay,
     };
     let t0 = Instant::now();
     let model = train(&xs, &train_split.labels[..n], &cfg, |epoch, model, loss| {

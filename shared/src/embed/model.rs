@@ -1,5 +1,7 @@
-//! The on-device feature model, defined once for training (native) and inference (native and
-//! wasm): a small CNN for 28×28 greyscale images.
+//! The on-device feature model, defined once for inference (native and wasm): a small CNN for
+//! 28×28 greyscale images. Training (`privatemail_server::gallery::training`) runs the same
+//! network on whole batches with batch normalisation, folded into these convolutions' weights
+//! when it writes them; its tests check the folded weights against [`Model::forward`].
 //!
 //! conv 5×5 (1→32) · ReLU · max-pool 2 → conv 5×5 (32→64) · ReLU · max-pool 2 → dense 1024→64
 //! (the **embedding**; its unit-normalised value is the feature vector) → ReLU → dense 64→10
@@ -130,18 +132,13 @@ impl Weights {
     }
 }
 
-/// Every intermediate value of one forward pass (what training needs for backprop).
+/// What one forward pass leaves: the pooled maps of both convolutions (for the
+/// out-of-distribution check's channel means), the embedding and the logits.
 pub struct Trace {
-    pub x: Vec<f32>,
-    z1: Vec<f32>,
-    arg1: Vec<u16>,
     p1: Vec<f32>,
-    z2: Vec<f32>,
-    arg2: Vec<u16>,
     p2: Vec<f32>,
     /// The embedding (pre-activation).
     pub h: Vec<f32>,
-    r: Vec<f32>,
     pub logits: Vec<f32>,
 }
 
@@ -216,7 +213,7 @@ fn conv_relu_pool(
     w: &[f32],
     b: &[f32],
     cout: usize,
-) -> (Vec<f32>, Vec<f32>, Vec<u16>) {
+) -> Vec<f32> {
     let s = side - K + 1;
     let p = s / 2;
     let mut z = vec![0.0f32; cout * s * s];
@@ -240,26 +237,16 @@ fn conv_relu_pool(
         }
     }
     let mut pooled = vec![0.0f32; cout * p * p];
-    let mut arg = vec![0u16; cout * p * p];
     for o in 0..cout {
         for i in 0..p {
             for j in 0..p {
-                let mut best = f32::NEG_INFINITY;
-                let mut bi = 0usize;
-                for (dy, dx) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
-                    let idx = o * s * s + (2 * i + dy) * s + 2 * j + dx;
-                    let v = z[idx].max(0.0);
-                    if v > best {
-                        best = v;
-                        bi = idx;
-                    }
-                }
-                pooled[o * p * p + i * p + j] = best;
-                arg[o * p * p + i * p + j] = (bi - o * s * s) as u16;
+                let at = |dy: usize, dx: usize| z[o * s * s + (2 * i + dy) * s + 2 * j + dx];
+                let best = at(0, 0).max(at(0, 1)).max(at(1, 0)).max(at(1, 1));
+                pooled[o * p * p + i * p + j] = best.max(0.0);
             }
         }
     }
-    (z, pooled, arg)
+    pooled
 }
 
 fn dense(w: &[f32], b: &[f32], x: &[f32], out: usize) -> Vec<f32> {
@@ -468,23 +455,12 @@ impl Model {
 
     pub fn forward(&self, x: &[f32]) -> Trace {
         let w = &self.w;
-        let (z1, p1, arg1) = conv_relu_pool(x, 1, SIDE, &w.w1, &w.b1, C1);
-        let (z2, p2, arg2) = conv_relu_pool(&p1, C1, P1, &w.w2, &w.b2, C2);
+        let p1 = conv_relu_pool(x, 1, SIDE, &w.w1, &w.b1, C1);
+        let p2 = conv_relu_pool(&p1, C1, P1, &w.w2, &w.b2, C2);
         let h = dense(&w.w3, &w.b3, &p2, EMBED);
         let r: Vec<f32> = h.iter().map(|v| v.max(0.0)).collect();
         let logits = dense(&w.w4, &w.b4, &r, CLASSES);
-        Trace {
-            x: x.to_vec(),
-            z1,
-            arg1,
-            p1,
-            z2,
-            arg2,
-            p2,
-            h,
-            r,
-            logits,
-        }
+        Trace { p1, p2, h, logits }
     }
 
     /// Features, predicted label and class probabilities for one image.
@@ -553,118 +529,6 @@ impl Model {
         }
         Ok(out)
     }
-
-    /// Add the cross-entropy gradient of one sample (given its trace) to `g`; returns the loss.
-    // Index loops mirror the tensor algebra (several arrays share each index).
-    #[allow(clippy::needless_range_loop)]
-    pub fn backward(&self, t: &Trace, label: usize, g: &mut Weights) -> f32 {
-        self.backward_with(t, label, None, g)
-    }
-
-    /// [`Model::backward`] with an extra gradient `extra` on the embedding (pre-activation,
-    /// as [`Trace::h`]) from a loss on the features, added to the cross-entropy's.
-    #[allow(clippy::needless_range_loop)]
-    pub fn backward_with(
-        &self,
-        t: &Trace,
-        label: usize,
-        extra: Option<&[f32]>,
-        g: &mut Weights,
-    ) -> f32 {
-        let w = &self.w;
-        let prob = softmax(&t.logits);
-        let loss = -prob[label].max(1e-12).ln();
-        let mut dlog = prob;
-        dlog[label] -= 1.0;
-        // Head.
-        let mut dr = vec![0.0f32; EMBED];
-        for o in 0..CLASSES {
-            g.b4[o] += dlog[o];
-            for e in 0..EMBED {
-                g.w4[o * EMBED + e] += dlog[o] * t.r[e];
-                dr[e] += dlog[o] * w.w4[o * EMBED + e];
-            }
-        }
-        let dh: Vec<f32> = dr
-            .iter()
-            .zip(&t.h)
-            .enumerate()
-            .map(|(e, (d, h))| {
-                let head = if *h > 0.0 { *d } else { 0.0 };
-                head + extra.map_or(0.0, |x| x[e])
-            })
-            .collect();
-        let mut dp2 = vec![0.0f32; FLAT];
-        for e in 0..EMBED {
-            g.b3[e] += dh[e];
-            let row = &w.w3[e * FLAT..(e + 1) * FLAT];
-            let grow = &mut g.w3[e * FLAT..(e + 1) * FLAT];
-            for k in 0..FLAT {
-                grow[k] += dh[e] * t.p2[k];
-                dp2[k] += dh[e] * row[k];
-            }
-        }
-        let dz2 = unpool_relu(&dp2, &t.arg2, &t.z2, C2, S2);
-        // Conv 2.
-        let mut dp1 = vec![0.0f32; C1 * P1 * P1];
-        for o in 0..C2 {
-            let dzo = &dz2[o * S2 * S2..(o + 1) * S2 * S2];
-            g.b2[o] += dzo.iter().sum::<f32>();
-            for c in 0..C1 {
-                let pc = &t.p1[c * P1 * P1..(c + 1) * P1 * P1];
-                for ky in 0..K {
-                    for kx in 0..K {
-                        let wi = ((o * C1 + c) * K + ky) * K + kx;
-                        let wv = w.w2[wi];
-                        let mut acc = 0.0f32;
-                        for i in 0..S2 {
-                            for j in 0..S2 {
-                                let d = dzo[i * S2 + j];
-                                let pi = (i + ky) * P1 + j + kx;
-                                acc += d * pc[pi];
-                                dp1[c * P1 * P1 + pi] += d * wv;
-                            }
-                        }
-                        g.w2[wi] += acc;
-                    }
-                }
-            }
-        }
-        let dz1 = unpool_relu(&dp1, &t.arg1, &t.z1, C1, S1);
-        // Conv 1.
-        for o in 0..C1 {
-            let dzo = &dz1[o * S1 * S1..(o + 1) * S1 * S1];
-            g.b1[o] += dzo.iter().sum::<f32>();
-            for ky in 0..K {
-                for kx in 0..K {
-                    let mut acc = 0.0f32;
-                    for i in 0..S1 {
-                        let xr = &t.x[(i + ky) * SIDE + kx..(i + ky) * SIDE + kx + S1];
-                        let dr = &dzo[i * S1..(i + 1) * S1];
-                        acc += xr.iter().zip(dr).map(|(a, b)| a * b).sum::<f32>();
-                    }
-                    g.w1[(o * K + ky) * K + kx] += acc;
-                }
-            }
-        }
-        loss
-    }
-}
-
-/// Backward through max-pool 2×2 and ReLU: route each pooled gradient to the position that won
-/// the max (`arg`, relative to its channel), where the pre-activation `z` was positive.
-fn unpool_relu(dp: &[f32], arg: &[u16], z: &[f32], channels: usize, side: usize) -> Vec<f32> {
-    let pooled = (side / 2) * (side / 2);
-    let mut dz = vec![0.0f32; channels * side * side];
-    for o in 0..channels {
-        for q in 0..pooled {
-            let idx = o * side * side + arg[o * pooled + q] as usize;
-            if z[idx] > 0.0 {
-                dz[idx] += dp[o * pooled + q];
-            }
-        }
-    }
-    dz
 }
 
 /// [`Inference`] from the embeddings and logits of an image (`a`) and its mirror image (`b`):
@@ -734,63 +598,6 @@ mod tests {
             }
         }
         Model { w }
-    }
-
-    fn loss(m: &Model, x: &[f32], label: usize) -> f64 {
-        let p = softmax(&m.forward(x).logits);
-        -(p[label] as f64).ln()
-    }
-
-    /// Backprop agrees with central finite differences on samples of every tensor.
-    #[test]
-    fn gradients_match_finite_differences() {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let m = random_model(&mut rng);
-        let x: Vec<f32> = (0..PIXELS).map(|_| rng.random::<f32>()).collect();
-        let label = 3;
-        let mut g = Weights::zeros();
-        m.backward(&m.forward(&x), label, &mut g);
-        // Where the two evaluations fall on different sides of a ReLU or max-pool decision,
-        // the loss has a kink between them and the central difference is no derivative: such
-        // samples are drawn again (the gradient there is checked nowhere, and need not be).
-        let pattern = |t: &Trace| {
-            let signs = |v: &[f32]| v.iter().map(|x| *x > 0.0).collect::<Vec<bool>>();
-            (
-                signs(&t.z1),
-                signs(&t.z2),
-                signs(&t.h),
-                t.arg1.clone(),
-                t.arg2.clone(),
-            )
-        };
-        for ti in 0..8 {
-            let n = Weights::sizes()[ti];
-            let mut checked = 0;
-            for _ in 0..200 {
-                if checked == 6 {
-                    break;
-                }
-                let k = rng.random_range(0..n);
-                let analytic = g.tensors()[ti][k] as f64;
-                let eps = 1e-2f32;
-                let mut plus = m.clone();
-                plus.w.tensors_mut()[ti][k] += eps;
-                let mut minus = m.clone();
-                minus.w.tensors_mut()[ti][k] -= eps;
-                if pattern(&plus.forward(&x)) != pattern(&minus.forward(&x)) {
-                    continue;
-                }
-                checked += 1;
-                let numeric =
-                    (loss(&plus, &x, label) - loss(&minus, &x, label)) / (2.0 * eps as f64);
-                let tol = 2e-3 + 0.05 * numeric.abs().max(analytic.abs());
-                assert!(
-                    (analytic - numeric).abs() < tol,
-                    "tensor {ti}[{k}]: analytic {analytic} numeric {numeric}"
-                );
-            }
-            assert_eq!(checked, 6, "tensor {ti}: too few samples away from a kink");
-        }
     }
 
     #[test]

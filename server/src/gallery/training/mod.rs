@@ -1,12 +1,18 @@
-//! Training of the on-device model (`shared::embed::model`): Adam on softmax cross-entropy with a
-//! cosine learning-rate decay. Deterministic for a given seed, whatever the thread count:
-//! each batch is cut into fixed chunks whose gradients are summed in order.
+//! Training of the on-device model (`shared::embed::model`): AdamW on softmax cross-entropy
+//! (plus the contrastive term) with a cosine learning-rate decay, through the batched network
+//! of [`batched`] (batch normalisation and dropout, folded away for inference). Deterministic
+//! for a given seed, whatever the thread count: augmentation and dropout are drawn in order,
+//! and [`batched`] sums in a fixed order.
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use shared::embed::model::{Model, Weights, C1, EMBED, FLAT, K};
+use shared::embed::model::{Model, Weights, C1, CLASSES, EMBED, FLAT, K};
+
+pub mod batched;
+
+use batched::{Grads, Net};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TrainConfig {
@@ -27,6 +33,11 @@ pub struct TrainConfig {
     /// images of its chunk: what keeps a photo's exact nearest neighbours where the clean
     /// image's are, under the perturbations the photo pipeline cannot undo. 0 disables it.
     pub contrast: f32,
+    /// Share of the flat layer's values dropped in training (inverted dropout; none at
+    /// inference).
+    pub dropout: f32,
+    /// Decoupled weight decay (AdamW) of the convolution and dense weights.
+    pub weight_decay: f32,
 }
 
 /// Temperature of the contrastive loss.
@@ -120,37 +131,37 @@ pub fn init(rng: &mut impl Rng) -> Weights {
     w
 }
 
+/// Adam with decoupled weight decay (AdamW) over the batched network's trainable tensors.
 struct Adam {
-    m: Weights,
-    v: Weights,
+    m: Grads,
+    v: Grads,
     t: i32,
 }
 
 impl Adam {
-    fn step(&mut self, w: &mut Weights, g: &Weights, lr: f32) {
+    fn step(&mut self, net: &mut Net, g: &Grads, lr: f32, decay: f32) {
         let (b1, b2, eps) = (0.9f32, 0.999f32, 1e-8f32);
         self.t += 1;
         let c1 = 1.0 - b1.powi(self.t);
         let c2 = 1.0 - b2.powi(self.t);
-        for (((wt, gt), mt), vt) in w
-            .tensors_mut()
-            .into_iter()
-            .zip(g.tensors())
-            .zip(self.m.tensors_mut())
-            .zip(self.v.tensors_mut())
-        {
+        for (k, wt) in net.params_mut().into_iter().enumerate() {
+            let (gt, mt, vt) = (&g.0[k], &mut self.m.0[k], &mut self.v.0[k]);
+            let d = if Net::DECAYS[k] { decay } else { 0.0 };
             for i in 0..wt.len() {
                 mt[i] = b1 * mt[i] + (1.0 - b1) * gt[i];
                 vt[i] = b2 * vt[i] + (1.0 - b2) * gt[i] * gt[i];
-                wt[i] -= lr * (mt[i] / c1) / ((vt[i] / c2).sqrt() + eps);
+                wt[i] -= lr * ((mt[i] / c1) / ((vt[i] / c2).sqrt() + eps) + d * wt[i]);
             }
         }
     }
 }
 
-fn add(acc: &mut Weights, g: &Weights) {
-    for (a, b) in acc.tensors_mut().into_iter().zip(g.tensors()) {
-        a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+/// The model input of one drawn sample of the preprocessed image `x`.
+fn draw_input(x: &[f32], draw: &Draw) -> Vec<f32> {
+    match *draw {
+        Draw::Plain => x.to_vec(),
+        Draw::Shifted(flip, dx, dy) => augment(x, flip, dx, dy),
+        Draw::Photo(ref shot, seed, flip) => photo_input(x, shot, seed, flip),
     }
 }
 
@@ -164,10 +175,10 @@ pub fn train(
     mut after_epoch: impl FnMut(usize, &Model, f64),
 ) -> Model {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut model = Model { w: init(&mut rng) };
+    let mut net = Net::new(&init(&mut rng));
     let mut adam = Adam {
-        m: Weights::zeros(),
-        v: Weights::zeros(),
+        m: net.zero_grads(),
+        v: net.zero_grads(),
         t: 0,
     };
     let mut order: Vec<usize> = (0..xs.len()).collect();
@@ -202,73 +213,74 @@ pub fn train(
                     }
                 })
                 .collect();
+            let keep: Vec<f32> = if cfg.dropout > 0.0 {
+                let k = 1.0 / (1.0 - cfg.dropout);
+                (0..batch.len() * FLAT)
+                    .map(|_| if rng.random::<f32>() < cfg.dropout { 0.0 } else { k })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let progress = (epoch * batches + bi) as f32 / (cfg.epochs * batches) as f32;
             let lr = cfg.lr * 0.5 * (1.0 + (std::f32::consts::PI * progress).cos());
-            let parts: Vec<(Weights, f32)> = batch
-                .par_chunks(16)
-                .zip(aug.par_chunks(16))
-                .map(|(chunk, augs)| {
-                    let mut g = Weights::zeros();
-                    let mut l = 0.0;
-                    // The clean images' unit embeddings, the contrastive loss's fixed targets.
-                    let targets: Vec<Vec<f32>> = if cfg.contrast > 0.0 {
-                        chunk
-                            .iter()
-                            .zip(augs)
-                            .map(|(&i, draw)| {
-                                let clean = match *draw {
-                                    Draw::Photo(_, _, true) | Draw::Shifted(true, _, _) => {
-                                        shared::embed::model::mirror(&xs[i])
-                                    }
-                                    _ => xs[i].clone(),
-                                };
-                                unit(&model.forward(&clean).h).0
-                            })
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    for (j, (&i, draw)) in chunk.iter().zip(augs).enumerate() {
-                        let t = match *draw {
-                            Draw::Plain => model.forward(&xs[i]),
-                            Draw::Shifted(flip, dx, dy) => {
-                                model.forward(&augment(&xs[i], flip, dx, dy))
-                            }
-                            Draw::Photo(ref shot, seed, flip) => {
-                                model.forward(&photo_input(&xs[i], shot, seed, flip))
-                            }
-                        };
-                        let extra = match draw {
-                            Draw::Photo(..) if cfg.contrast > 0.0 => {
-                                let (cl, dh) = contrastive(&t.h, &targets, j, cfg.contrast);
-                                l += cl;
-                                Some(dh)
-                            }
-                            _ => None,
-                        };
-                        l += model.backward_with(&t, labels[i] as usize, extra.as_deref(), &mut g);
-                    }
-                    (g, l)
-                })
+            let inputs: Vec<f32> = batch
+                .par_iter()
+                .zip(&aug)
+                .flat_map_iter(|(&i, draw)| draw_input(&xs[i], draw))
                 .collect();
-            let mut g = Weights::zeros();
-            for (p, l) in &parts {
-                add(&mut g, p);
-                loss_sum += *l as f64;
-            }
+            // The clean images' unit embeddings, the contrastive loss's fixed targets.
+            let targets: Vec<Vec<f32>> = if cfg.contrast > 0.0 {
+                let clean: Vec<f32> = batch
+                    .par_iter()
+                    .zip(&aug)
+                    .flat_map_iter(|(&i, draw)| match *draw {
+                        Draw::Photo(_, _, true) | Draw::Shifted(true, _, _) => {
+                            shared::embed::model::mirror(&xs[i])
+                        }
+                        _ => xs[i].clone(),
+                    })
+                    .collect();
+                let c = net.forward(&clean, Vec::new());
+                c.h.chunks_exact(EMBED).map(|h| unit(h).0).collect()
+            } else {
+                Vec::new()
+            };
+            let cache = net.forward(&inputs, keep);
+            net.track(&cache);
             let scale = 1.0 / batch.len() as f32;
-            g.tensors_mut()
-                .into_iter()
-                .for_each(|t| t.iter_mut().for_each(|v| *v *= scale));
-            adam.step(&mut model.w, &g, lr);
+            let mut dlogits = vec![0.0f32; batch.len() * CLASSES];
+            let mut dh = vec![0.0f32; batch.len() * EMBED];
+            for (j, (&i, draw)) in batch.iter().zip(&aug).enumerate() {
+                let p = shared::embed::model::softmax(&cache.logits[j * CLASSES..][..CLASSES]);
+                loss_sum -= (p[labels[i] as usize].max(1e-12) as f64).ln();
+                for (c, (d, pc)) in dlogits[j * CLASSES..][..CLASSES]
+                    .iter_mut()
+                    .zip(&p)
+                    .enumerate()
+                {
+                    *d = scale * (pc - if c == labels[i] as usize { 1.0 } else { 0.0 });
+                }
+                if matches!(draw, Draw::Photo(..)) && cfg.contrast > 0.0 {
+                    let h = &cache.h[j * EMBED..][..EMBED];
+                    let (cl, g) = contrastive(h, &targets, j, cfg.contrast);
+                    loss_sum += cl as f64;
+                    dh[j * EMBED..][..EMBED]
+                        .iter_mut()
+                        .zip(g)
+                        .for_each(|(d, v)| *d = scale * v);
+                }
+            }
+            let mut g = net.zero_grads();
+            net.backward(&cache, &dlogits, &dh, &mut g);
+            adam.step(&mut net, &g, lr, cfg.weight_decay);
             seen += batch.len();
             bar.set_message(format!("loss {:.4}", loss_sum / seen as f64));
             bar.inc(1);
         }
         bar.finish();
-        after_epoch(epoch, &model, loss_sum / order.len() as f64);
+        after_epoch(epoch, &Model { w: net.fold() }, loss_sum / order.len() as f64);
     }
-    model
+    Model { w: net.fold() }
 }
 
 #[cfg(test)]
@@ -326,6 +338,8 @@ mod tests {
             augment: true,
             photo_share: 0.5,
             contrast: 0.5,
+            dropout: 0.25,
+            weight_decay: 1e-3,
         };
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()

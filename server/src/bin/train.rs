@@ -17,11 +17,11 @@ use privatemail_server::gallery::training::{train, TrainConfig};
 struct Args {
     #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
     data_dir: PathBuf,
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 25)]
     epochs: usize,
     #[arg(long, default_value_t = 64)]
     batch: usize,
-    #[arg(long, default_value_t = 2e-3)]
+    #[arg(long, default_value_t = 3e-3)]
     lr: f32,
     #[arg(long, default_value_t = 1)]
     seed: u64,

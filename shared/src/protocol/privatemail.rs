@@ -463,8 +463,9 @@ pub fn embed_dense(
     embed_with(&gx, labels, smlq_params, q)
 }
 
-/// As [`embed_dense`] (but consuming the features, to save a copy), with the Nyström kernel over `landmarks` rows drawn at random:
-/// O(N·m) memory and O(N·m·d) time, for large galleries.
+/// As [`embed_dense`] (but consuming the features, to save a copy), with the Nyström kernel over
+/// `landmarks` rows spread over the features by D² sampling ([`spread_landmarks`]): O(N·m)
+/// memory and O(N·m·d) time, for large galleries.
 pub fn embed_nystrom(
     features: DMatrix<f64>,
     labels: &[u32],
@@ -477,12 +478,57 @@ pub fn embed_nystrom(
     let n = x.nrows();
     // Q first, so a seeded run starts from the same Q as `embed_dense`.
     let q = initial_embedding(rng, n, smlq_params);
-    let mut idx: Vec<usize> = (0..n).collect();
-    idx.shuffle(rng);
-    idx.truncate(landmarks.clamp(1, n));
+    let idx = spread_landmarks(&x, landmarks.clamp(1, n), rng);
     let gx =
         crate::embed::nystrom::NystromKernel::from_unit_rows(&x, &idx, smlq_params.kernel_scale);
     embed_with(&gx, labels, smlq_params, q)
+}
+
+/// `m` landmark rows of the unit rows `x`, drawn by D² sampling (k-means++ seeding): each next
+/// landmark with probability proportional to its squared distance from the nearest landmark so
+/// far. Why not uniformly: the kernel is sharp (`exp(−d²/s)` with `s` = 0.2), so a row with no
+/// landmark near it has its whole kernel row approximated as nearly 0, and its neighbours in the
+/// embedding move; spread landmarks leave no region without one. O(n·m·d) time, O(n) memory.
+fn spread_landmarks(x: &DMatrix<f64>, m: usize, rng: &mut impl Rng) -> Vec<usize> {
+    let (n, d) = x.shape();
+    // Row-major copy: one contiguous dot product a row and landmark.
+    let rows: Vec<f64> = (0..n)
+        .flat_map(|i| x.row(i).iter().copied().collect::<Vec<_>>())
+        .collect();
+    let mut chosen = Vec::with_capacity(m);
+    let mut nearest = vec![f64::INFINITY; n];
+    let mut next = rng.random_range(0..n);
+    loop {
+        chosen.push(next);
+        nearest[next] = 0.0;
+        if chosen.len() == m {
+            return chosen;
+        }
+        let l = &rows[next * d..(next + 1) * d];
+        let mut total = 0.0;
+        for (d_i, r) in nearest.iter_mut().zip(rows.chunks_exact(d)) {
+            if *d_i > 0.0 {
+                // Unit rows: |a − b|² = 2 − 2·a·b.
+                let dot: f64 = r.iter().zip(l).map(|(a, b)| a * b).sum();
+                *d_i = d_i.min((2.0 - 2.0 * dot).max(0.0));
+                total += *d_i;
+            }
+        }
+        // The next landmark: row i with probability nearest[i] / total (rows at distance 0 —
+        // landmarks and their duplicates — never); if every row is at 0, the first unchosen.
+        let mut t = rng.random::<f64>() * total;
+        let pick = nearest.iter().position(|&v| {
+            if v > 0.0 && t < v {
+                return true;
+            }
+            t -= if v > 0.0 { v } else { 0.0 };
+            false
+        });
+        next = pick
+            .or_else(|| nearest.iter().rposition(|&v| v > 0.0))
+            .or_else(|| (0..n).find(|i| !chosen.contains(i)))
+            .expect("m ≤ n rows");
+    }
 }
 
 fn embed_with(
@@ -515,6 +561,33 @@ mod tests {
     use crate::embed::laplacian::GraphOperator;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
+
+    /// Landmarks are distinct rows; two tight, far clusters each get one of two landmarks;
+    /// rows that all coincide still give `m` distinct landmarks.
+    #[test]
+    fn spread_landmarks_cover_every_cluster_and_are_distinct() {
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let mut hits = 0;
+        for _ in 0..50 {
+            // 99 rows near e1, 1 row near −e1 (uniform sampling would miss it 98 % of the time).
+            let x = DMatrix::from_fn(100, 3, |i, j| match (i, j) {
+                (99, 0) => -1.0,
+                (_, 0) => 1.0,
+                (i, 1) => 1e-3 * (i % 7) as f64,
+                _ => 0.0,
+            });
+            let x = crate::embed::laplacian::normalize_rows_owned(x, "x").unwrap();
+            let l = spread_landmarks(&x, 2, &mut rng);
+            assert_eq!(l.len(), 2);
+            assert_ne!(l[0], l[1]);
+            hits += l.contains(&99) as usize;
+        }
+        assert!(hits >= 49, "the far row was a landmark in only {hits} of 50 draws");
+        let same = DMatrix::from_fn(10, 2, |_, j| if j == 0 { 1.0 } else { 0.0 });
+        let mut l = spread_landmarks(&same, 10, &mut rng);
+        l.sort_unstable();
+        assert_eq!(l, (0..10).collect::<Vec<_>>());
+    }
 
     /// The cached client kernel equals the kernel computed from scratch on the explicit
     /// `[query ; dummies ; anchors]` matrix.

@@ -541,7 +541,17 @@ fn dense_backward(
     g: &mut [Vec<f32>],
     at: usize,
 ) {
-    gemm(out, images, inp, dy, (1, out), x, (inp, 1), &mut g[at], true);
+    gemm(
+        out,
+        images,
+        inp,
+        dy,
+        (1, out),
+        x,
+        (inp, 1),
+        &mut g[at],
+        true,
+    );
     for row in dy.chunks_exact(out) {
         g[at + 1].iter_mut().zip(row).for_each(|(a, b)| *a += b);
     }
@@ -653,12 +663,7 @@ mod tests {
     fn loss(net: &Net, xs: &[f32], keep: &[f32], a: &[f32], e: &[f32]) -> f64 {
         let c = net.forward(xs, keep.to_vec());
         let l: f64 = c.logits.iter().zip(a).map(|(x, y)| (x * y) as f64).sum();
-        l + c
-            .h
-            .iter()
-            .zip(e)
-            .map(|(x, y)| (x * y) as f64)
-            .sum::<f64>()
+        l + c.h.iter().zip(e).map(|(x, y)| (x * y) as f64).sum::<f64>()
     }
 
     /// Every trainable tensor's gradient equals central differences of the loss, in training
@@ -671,12 +676,20 @@ mod tests {
         let xs = images(n, 4);
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let keep: Vec<f32> = (0..n * FLAT)
-            .map(|_| if rng.random::<f32>() < 0.25 { 0.0 } else { 1.0 / 0.75 })
+            .map(|_| {
+                if rng.random::<f32>() < 0.25 {
+                    0.0
+                } else {
+                    1.0 / 0.75
+                }
+            })
             .collect();
         let a: Vec<f32> = (0..n * CLASSES)
             .map(|_| rng.random_range(-1.0..1.0))
             .collect();
-        let e: Vec<f32> = (0..n * EMBED).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let e: Vec<f32> = (0..n * EMBED)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
         let c = net.forward(&xs, keep.clone());
         let mut g = net.zero_grads();
         net.backward(&c, &a, &e, &mut g);

@@ -29,9 +29,10 @@ pub struct TrainConfig {
     /// of a photo: its resampling blur, rotations, noise. 0 disables it.
     pub photo_share: f32,
     /// Weight of a contrastive loss (InfoNCE, temperature [`TAU`]) that pulls each photo's
-    /// unit embedding towards its clean image's (a fixed target) and away from the other clean
-    /// images of its chunk: what keeps a photo's exact nearest neighbours where the clean
-    /// image's are, under the perturbations the photo pipeline cannot undo. 0 disables it.
+    /// unit embedding towards its clean image's (a fixed target, computed with the clean
+    /// batch's own statistics) and away from the other clean images of its batch: what keeps a
+    /// photo's exact nearest neighbours where the clean image's are, under the perturbations
+    /// the photo pipeline cannot undo. 0 disables it.
     pub contrast: f32,
     /// Share of the flat layer's values dropped in training (inverted dropout; none at
     /// inference).
@@ -216,7 +217,13 @@ pub fn train(
             let keep: Vec<f32> = if cfg.dropout > 0.0 {
                 let k = 1.0 / (1.0 - cfg.dropout);
                 (0..batch.len() * FLAT)
-                    .map(|_| if rng.random::<f32>() < cfg.dropout { 0.0 } else { k })
+                    .map(|_| {
+                        if rng.random::<f32>() < cfg.dropout {
+                            0.0
+                        } else {
+                            k
+                        }
+                    })
                     .collect()
             } else {
                 Vec::new()
@@ -278,7 +285,11 @@ pub fn train(
             bar.inc(1);
         }
         bar.finish();
-        after_epoch(epoch, &Model { w: net.fold() }, loss_sum / order.len() as f64);
+        after_epoch(
+            epoch,
+            &Model { w: net.fold() },
+            loss_sum / order.len() as f64,
+        );
     }
     Model { w: net.fold() }
 }

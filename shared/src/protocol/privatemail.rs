@@ -582,7 +582,10 @@ mod tests {
             assert_ne!(l[0], l[1]);
             hits += l.contains(&99) as usize;
         }
-        assert!(hits >= 49, "the far row was a landmark in only {hits} of 50 draws");
+        assert!(
+            hits >= 49,
+            "the far row was a landmark in only {hits} of 50 draws"
+        );
         let same = DMatrix::from_fn(10, 2, |_, j| if j == 0 { 1.0 } else { 0.0 });
         let mut l = spread_landmarks(&same, 10, &mut rng);
         l.sort_unstable();

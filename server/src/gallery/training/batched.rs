@@ -268,58 +268,45 @@ fn affine_relu_pool(
     (pooled, arg)
 }
 
-/// Rows of 5×5 patches of each image: input `x` is images × side × side × cin (channel last);
-/// a row's columns are ordered (channel, ky, kx) as the shared model's weights are.
-fn im2col(x: &[f32], cin: usize, side: usize) -> Vec<f32> {
+/// Every (patch-matrix index, input index) pair of one image, for [`im2col`] and its adjoint:
+/// a patch row per output position, its columns ordered (channel, ky, kx) as the shared
+/// model's weights are; the input is side × side × cin (channel last).
+#[inline(always)]
+fn patch_pairs(cin: usize, side: usize, mut f: impl FnMut(usize, usize)) {
     let s = side - K + 1;
-    let images = x.len() / (side * side * cin);
     let width = cin * KK;
-    let mut cols = vec![0.0f32; images * s * s * width];
-    cols.par_chunks_mut(s * s * width)
-        .enumerate()
-        .for_each(|(b, out)| {
-            let img = &x[b * side * side * cin..(b + 1) * side * side * cin];
-            for oy in 0..s {
-                for ox in 0..s {
-                    let row = &mut out[(oy * s + ox) * width..(oy * s + ox + 1) * width];
-                    for ky in 0..K {
-                        for kx in 0..K {
-                            let px = &img[((oy + ky) * side + ox + kx) * cin..][..cin];
-                            for c in 0..cin {
-                                row[c * KK + ky * K + kx] = px[c];
-                            }
-                        }
+    for oy in 0..s {
+        for ox in 0..s {
+            let row = (oy * s + ox) * width;
+            for ky in 0..K {
+                for kx in 0..K {
+                    let px = ((oy + ky) * side + ox + kx) * cin;
+                    for c in 0..cin {
+                        f(row + c * KK + ky * K + kx, px + c);
                     }
                 }
             }
-        });
+        }
+    }
+}
+
+/// Rows of 5×5 patches of each image (images × side × side × cin, channel last).
+fn im2col(x: &[f32], cin: usize, side: usize) -> Vec<f32> {
+    let (per_in, per_out) = (side * side * cin, (side - K + 1).pow(2) * cin * KK);
+    let mut cols = vec![0.0f32; x.len() / per_in * per_out];
+    cols.par_chunks_mut(per_out)
+        .zip(x.par_chunks(per_in))
+        .for_each(|(out, img)| patch_pairs(cin, side, |o, i| out[o] = img[i]));
     cols
 }
 
 /// The adjoint of [`im2col`]: patch gradients summed back onto the input positions.
 fn col2im(dcols: &[f32], cin: usize, side: usize) -> Vec<f32> {
-    let s = side - K + 1;
-    let width = cin * KK;
-    let images = dcols.len() / (s * s * width);
-    let mut dx = vec![0.0f32; images * side * side * cin];
-    dx.par_chunks_mut(side * side * cin)
-        .enumerate()
-        .for_each(|(b, out)| {
-            let d = &dcols[b * s * s * width..(b + 1) * s * s * width];
-            for oy in 0..s {
-                for ox in 0..s {
-                    let row = &d[(oy * s + ox) * width..(oy * s + ox + 1) * width];
-                    for ky in 0..K {
-                        for kx in 0..K {
-                            let px = &mut out[((oy + ky) * side + ox + kx) * cin..][..cin];
-                            for c in 0..cin {
-                                px[c] += row[c * KK + ky * K + kx];
-                            }
-                        }
-                    }
-                }
-            }
-        });
+    let (per_in, per_out) = (side * side * cin, (side - K + 1).pow(2) * cin * KK);
+    let mut dx = vec![0.0f32; dcols.len() / per_out * per_in];
+    dx.par_chunks_mut(per_in)
+        .zip(dcols.par_chunks(per_out))
+        .for_each(|(out, d)| patch_pairs(cin, side, |o, i| out[i] += d[o]));
     dx
 }
 

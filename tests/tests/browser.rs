@@ -886,10 +886,14 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
         plan.predicted_fidelity < 0.5,
         "{plan_text}"
     );
+    // One region is "a single one of the B regions" (the page's grammar), more "one of L of B".
+    let regions = if plan.size == 1 {
+        format!("a single one of the {} regions", plan.blocks)
+    } else {
+        format!("one of {} of {} regions", plan.size, plan.blocks)
+    };
     let want_hint = format!(
-        "ε = 8: {yes_no}; with this plan the server learns your photo is in one of {} of {} regions with probability {}%.",
-        plan.size,
-        plan.blocks,
+        "ε = 8: {yes_no}; with this plan the server learns your photo is in {regions} with probability {}%.",
         pct(d.posterior)
     );
     assert!(hint.contains(&want_hint), "{want_hint:?} not in {hint}");

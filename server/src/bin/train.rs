@@ -1,5 +1,5 @@
 //! `train`: fits the on-device model (`shared::embed::model`) on the Fashion-MNIST training images
-//! (all but the 1,000 reserved ones), half of them drawn as product photos, and writes the weights file the repository commits (`server/assets/model.bin`).
+//! (all but the 1,000 reserved ones), half of them drawn as product photos, and writes a weights file (by default `server/assets/model.bin`; the committed file came from the per-image trainer of session 24, see the README).
 //! Deterministic for a given seed (see `privatemail_server::gallery::training`).
 
 use std::path::PathBuf;
@@ -59,6 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
     let args = Args::parse();
+    check(&args)?;
     let train_split = load_split(&args.data_dir, "train")?;
     let test = load_split(&args.data_dir, "t10k")?;
     if let Some(path) = &args.evaluate {
@@ -106,6 +107,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t0.elapsed().as_secs_f64()
     );
     report(&model, &test);
+    Ok(())
+}
+
+/// Settings outside their ranges would train silently wrong weights (dropout 1 divides by
+/// zero; a NaN rate poisons every weight): refused before any work.
+fn check(a: &Args) -> Result<(), String> {
+    let bad = |name: &str, v: f32, want: &str| Err(format!("--{name} {v}: must be {want}"));
+    if !(a.lr.is_finite() && a.lr > 0.0) {
+        return bad("lr", a.lr, "a positive number");
+    }
+    if !(0.0..1.0).contains(&a.dropout) {
+        return bad("dropout", a.dropout, "in [0, 1)");
+    }
+    if !(a.weight_decay.is_finite() && a.weight_decay >= 0.0) {
+        return bad("weight-decay", a.weight_decay, "a number ≥ 0");
+    }
+    if !(0.0..=1.0).contains(&a.photo_share) {
+        return bad("photo-share", a.photo_share, "in [0, 1]");
+    }
+    if !(a.contrast.is_finite() && a.contrast >= 0.0) {
+        return bad("contrast", a.contrast, "a number ≥ 0");
+    }
+    if a.epochs == 0 || a.batch == 0 {
+        return Err("--epochs and --batch must be at least 1".into());
+    }
     Ok(())
 }
 

@@ -56,15 +56,29 @@ struct Args {
     /// Read the features from (or write them to) this file.
     #[arg(long)]
     cache: Option<PathBuf>,
+    /// The model's weights (default: the committed ones the server embeds).
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Also say, for the ranking level, why a held-out photo's top-8 items are missing from
+    /// its block: never among the block's members' neighbours, or among them but past the cap.
+    #[arg(long)]
+    misses: bool,
 }
 
 type Features = (Vec<f32>, Vec<f32>);
+
+fn model(args: &Args) -> Result<Model, Box<dyn std::error::Error>> {
+    Ok(match &args.weights {
+        Some(path) => Model::from_bytes(&std::fs::read(path)?)?,
+        None => Model::from_bytes(privatemail_server::MODEL_WEIGHTS)?,
+    })
+}
 
 fn compute(args: &Args) -> Result<Features, Box<dyn std::error::Error>> {
     let train = load_split(&args.data_dir, "train")?;
     let test = load_split(&args.data_dir, "t10k")?;
     let anchor_idx = balanced_anchors(&train, args.anchors);
-    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS)?;
+    let model = model(args)?;
     let infer = |images: Vec<&[u8]>| -> Result<Vec<f32>, shared::Error> {
         let rows: Vec<Vec<f32>> = images
             .par_chunks(256)
@@ -129,7 +143,7 @@ fn features(args: &Args) -> Result<Features, Box<dyn std::error::Error>> {
 /// training images).
 fn reserved_features(args: &Args) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
     let train = load_split(&args.data_dir, "train")?;
-    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS)?;
+    let model = model(args)?;
     let idx: Vec<usize> = reserved_train(train.labels.len(), &[])
         .into_iter()
         .take(args.photos)
@@ -208,6 +222,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for &h in &level.home {
                 own[h as usize] += 1;
             }
+            if let (true, 0.0, Overlap::Capped { m, .. }) = (args.misses, share, overlap) {
+                misses(
+                    &level,
+                    &nb,
+                    m as usize,
+                    &probes[split..],
+                    &truth[n_anchor_probes..],
+                );
+            }
             println!(
                 "{},{},{share},{:.4},{:.4},{},{},{},{:.1}",
                 level.members.len(),
@@ -222,4 +245,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// For each held-out photo's top-k items missing from its own block: was the item among the
+/// `m` nearest neighbours of some member of the block's cell (a candidate the cap left out) or
+/// not (no fill order could have taken it)? Printed to stderr as shares of all top-k items.
+fn misses(level: &Level, nb: &[Vec<u32>], m: usize, probes: &[f32], truth: &[Vec<u32>]) {
+    let dim = EMBED;
+    let mut cells: Vec<Vec<u32>> = vec![Vec::new(); level.members.len()];
+    for (i, &h) in level.home.iter().enumerate() {
+        cells[h as usize].push(i as u32);
+    }
+    let (mut listed, mut unlisted, mut total) = (0usize, 0usize, 0usize);
+    for (p, t) in probes.chunks_exact(dim).zip(truth) {
+        let x = shared::protocol::partition::nearest_centroid(&level.centroids, dim, p) as usize;
+        total += t.len();
+        let missing: Vec<u32> = t
+            .iter()
+            .copied()
+            .filter(|i| level.members[x].binary_search(i).is_err())
+            .collect();
+        for i in missing {
+            let cand = cells[x]
+                .iter()
+                .any(|&j| nb[j as usize].iter().take(m).any(|&y| y == i));
+            if cand {
+                listed += 1;
+            } else {
+                unlisted += 1;
+            }
+        }
+    }
+    let share = |c: usize| c as f64 / total.max(1) as f64;
+    eprintln!(
+        "partbench: of {total} top-{} items of held-out photos, missing from the photo's block: {:.4} among its members' {m} neighbours but past the cap, {:.4} never among them",
+        truth.first().map_or(0, Vec::len),
+        share(listed),
+        share(unlisted)
+    );
 }

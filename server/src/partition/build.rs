@@ -26,7 +26,7 @@ const NEIGHBOUR_CHUNK: usize = 256;
 
 /// Bumped whenever the partition code changes what it builds from the same gallery, so a
 /// stored version built by older code is not served as current.
-const PARTITION_FORMAT: &str = "privatemail-partition-5";
+const PARTITION_FORMAT: &str = "privatemail-partition-6";
 
 /// The levels a gallery of `n` gets after the whole gallery: the default closure levels for
 /// block retrieval, then the capped level the hintless ranking serves.

@@ -326,6 +326,7 @@ fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     // (with the cnn-v2 features, whose neighbours are less concentrated: 91 of 4,000).
     let g = Gallery::open(&srv.base, 6_000);
     seeds_chosen_by_the_server_are_refused_before_any_query(&g);
+    a_level_no_request_can_fetch_is_not_a_plan(&g);
     a_crafted_scores_answer(&g);
     a_damaged_thumbnail_record(&g);
     a_damaged_hint_slot(&g);
@@ -435,6 +436,26 @@ fn verified_scores_catch_a_server_that_computes_other_scores() {
         g.honest(),
     );
     assert_eq!(out.result.unwrap().thumbnails.len(), 8);
+}
+
+/// Level databases whose records take more queries than one request may carry (a server
+/// that offers them, by mistake or to break the search) are not plans: the planner chooses
+/// among the others, and a search by level finds no plan instead of failing mid-way.
+fn a_level_no_request_can_fetch_is_not_a_plan(g: &Gallery) {
+    let max = shared::params::limits::MAX_PIR_QUERIES;
+    let mut d = g.pir.clone();
+    let mut changed = 0;
+    for db in d.levels.iter_mut().flatten() {
+        let s = db.shape;
+        db.shape = shared::pir::layout::Shape::new((max + 1) * s.rows, s.records, s.rows).unwrap();
+        assert_eq!(db.shape.queries_per_record(), max + 1);
+        changed += 1;
+    }
+    assert!(changed > 0, "the test server offers a level database");
+    assert!(plan_of(&g.part, &g.pir, 8, 1e12, Some(RankingKind::Level)).is_ok());
+    assert!(plan_of(&g.part, &d, 8, 1e12, Some(RankingKind::Level)).is_err());
+    let any = plan_of(&g.part, &d, 8, 1e12, None).unwrap();
+    assert_ne!(any.ranking.kind(), RankingKind::Level);
 }
 
 fn seeds_chosen_by_the_server_are_refused_before_any_query(g: &Gallery) {

@@ -834,14 +834,18 @@ pub fn split_cells(
 /// them), the bisectors that can bind near `x`; with `x`'s own centroid alone (the rule before
 /// session 26) it ignores the cell's other sides.
 ///
-/// **Why also the spill candidates.** At 1,000,000 items (demo gallery, session 26's candidate
-/// weights, `partbench --misses`), 3.2 % of held-out photos' top-8 items were among no
-/// member's 192 nearest; items whose second to fourth nearest centroid is the cell add the
-/// rest of the region's margin. Measured on held-out photos against the rule before: 0.950 →
-/// 0.962 at 1,000,000; within 0.001 at 1,000–70,000, where members' neighbours already list
-/// the margin. (Ranking candidates by how many members list them, weighted by rank, gained
-/// 0.011 at 1,000 items but lost 0.013 at 1,000,000, where a member's nearest are its own
-/// near-duplicates, which no held-out photo has.)
+/// **Why also the spill candidates.** At 1,000,000 items (the demo gallery, `partbench
+/// --misses`), up to 3.2 % of held-out photos' top-8 items were among no member's 192
+/// nearest; items whose second to fourth nearest centroid is the cell add the rest of the
+/// region's margin. Own-block coverage on held-out photos with the committed weights, against
+/// the rule before: 0.963 → 0.974 at 1,000,000; within 0.001 at 1,000–70,000, where members'
+/// neighbours already list the margin (`docs/eval/pir.md`). (Ranking candidates by how many
+/// members list them, weighted by rank, gained 0.011 at 1,000 items but lost 0.013 at
+/// 1,000,000, where a member's nearest are its own near-duplicates, which no held-out photo
+/// has.)
+///
+/// Memory: each item's [`NEAR_CENTROIDS`] nearest centroids, the spill lists (at most
+/// [`SPILL_CENTROIDS`] − 1 entries an item) and, per core, one cell's candidates.
 ///
 /// A function of its inputs only. Blocks come out ascending; a block whose own members exceed
 /// `rows` keeps them all.
@@ -858,17 +862,8 @@ pub fn capped_members(
     let row = |i: u32| &features[i as usize * dim..][..dim];
     let centroid = |c: u32| &centroids[c as usize * dim..][..dim];
     // Each item's nearest centroids (its home first but for exact ties, which the bound does
-    // not need: every listed centroid other than the block's own gives a valid bisector) and
-    // the gaps between centroids: a candidate's bound then costs one distance and a few
-    // look-ups.
+    // not need: every listed centroid other than the block's own gives a valid bisector).
     let near = nearest_k_many(centroids, dim, features, NEAR_CENTROIDS.min(b));
-    let gap: Vec<f32> = (0..b * b)
-        .map(|ij| {
-            sq_dist(centroid((ij / b) as u32), centroid((ij % b) as u32))
-                .sqrt()
-                .max(f32::MIN_POSITIVE)
-        })
-        .collect();
     let mut cells: Vec<Vec<u32>> = vec![Vec::new(); b];
     let mut spill: Vec<Vec<u32>> = vec![Vec::new(); b];
     for (i, &h) in home.iter().enumerate() {
@@ -877,40 +872,48 @@ pub fn capped_members(
             spill[c as usize].push(i as u32);
         }
     }
-    cells
-        .into_iter()
-        .zip(spill)
-        .enumerate()
-        .map(|(c, (mut block, spilled))| {
-            let mut cands: Vec<u32> = block
-                .iter()
-                .flat_map(|&i| neighbours[i as usize].iter().take(m).copied())
-                .chain(spilled)
-                .filter(|&x| home[x as usize] != c as u32)
-                .collect();
-            cands.sort_unstable();
-            cands.dedup();
-            let mut keyed: Vec<(f32, u32)> = cands
-                .into_iter()
-                .map(|x| {
-                    let to_c = sq_dist(row(x), centroid(c as u32));
-                    let bound = std::iter::once(home[x as usize])
-                        .chain(near[x as usize].iter().copied())
-                        .filter(|&h| h as usize != c)
-                        .map(|h| {
-                            (to_c - sq_dist(row(x), centroid(h))) / (2.0 * gap[c * b + h as usize])
-                        })
-                        .fold(f32::NEG_INFINITY, f32::max);
-                    (bound, x)
-                })
-                .collect();
-            keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            let room = rows.saturating_sub(block.len());
-            block.extend(keyed.into_iter().take(room).map(|(_, x)| x));
-            block.sort_unstable();
-            block
-        })
-        .collect()
+    // One cell at a time, on every core: each block is a function of the shared inputs.
+    let fill = |c: usize| -> Vec<u32> {
+        // This centroid's distance to every other: a candidate's bound then costs one
+        // distance and a few look-ups.
+        let gap: Vec<f32> = (0..b as u32)
+            .map(|h| {
+                sq_dist(centroid(c as u32), centroid(h))
+                    .sqrt()
+                    .max(f32::MIN_POSITIVE)
+            })
+            .collect();
+        let mut block = cells[c].clone();
+        let mut cands: Vec<u32> = block
+            .iter()
+            .flat_map(|&i| neighbours[i as usize].iter().take(m).copied())
+            .chain(spill[c].iter().copied())
+            .filter(|&x| home[x as usize] != c as u32)
+            .collect();
+        cands.sort_unstable();
+        cands.dedup();
+        let mut keyed: Vec<(f32, u32)> = cands
+            .into_iter()
+            .map(|x| {
+                let to_c = sq_dist(row(x), centroid(c as u32));
+                let bound = std::iter::once(home[x as usize])
+                    .chain(near[x as usize].iter().copied())
+                    .filter(|&h| h as usize != c)
+                    .map(|h| (to_c - sq_dist(row(x), centroid(h))) / (2.0 * gap[h as usize]))
+                    .fold(f32::NEG_INFINITY, f32::max);
+                (bound, x)
+            })
+            .collect();
+        keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let room = rows.saturating_sub(block.len());
+        block.extend(keyed.into_iter().take(room).map(|(_, x)| x));
+        block.sort_unstable();
+        block
+    };
+    let mut blocks: Vec<Vec<u32>> = vec![Vec::new(); b];
+    let chunks: Vec<(usize, &mut [Vec<u32>])> = blocks.chunks_mut(1).enumerate().collect();
+    crate::embed::nystrom::run_blocks(chunks, &|c, out: &mut [Vec<u32>]| out[0] = fill(c));
+    blocks
 }
 
 /// Centroids nearest an item whose bisectors with a block's centroid bound its distance to

@@ -148,14 +148,15 @@ pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
 /// 1,024 rounded up to a multiple of 2,048, the packing width, since a partly filled packed
 /// ciphertext costs as much as a full one — ([`Overlap::Capped`], drawing on
 /// [`RANKING_CLOSURE`] neighbours), from `2n/rows` clusters split until each holds at most half
-/// a block. At 1,000,000 items: 12,288 rows in 302 blocks, own-block coverage 0.982 on the
-/// held-out anchors and 0.977 on held-out photos (8,000 rows and 96 neighbours, the rule
-/// before, gave 0.964 and 0.957); at 70,000: 2,048 rows in 131 blocks, 0.988 and 0.989
-/// (1,024 rows: 0.965 and 0.967; `partbench`, `docs/eval/pir.md`).
+/// a block. With the committed weights (cnn-v2-c8361eac547fbb43), at 1,000,000 items: 12,288
+/// rows in 323 blocks, own-block coverage 0.983 on the held-out anchors and 0.974 on held-out
+/// photos (0.963 filled by the rule before session 26); at 70,000: 2,048 rows in 128 blocks,
+/// 0.984 and 0.978. With cnn-v1, 8,000 rows and 96 neighbours had given 0.957 at 1,000,000 and
+/// 1,024 rows 0.967 at 70,000 (`partbench`, `docs/eval/pir.md`).
 pub fn ranking_spec(gallery_size: usize) -> Option<LevelSpec> {
     // From 65,536 items at least one full packed ciphertext (2,048 rows): at 70,000 items
-    // 2,048 rows reach coverage 0.989 on held-out photos where 1,024 reach 0.967–0.969, and
-    // the fewer blocks shorten the query as much as the rows lengthen the answer.
+    // 2,048 rows reached coverage 0.989 on held-out photos where 1,024 reached 0.967–0.969
+    // (cnn-v1), and the fewer blocks shorten the query as much as the rows lengthen the answer.
     let floor = if gallery_size >= 1 << 16 { 2048 } else { 1024 };
     let rows = (3 * gallery_size / 250).max((gallery_size / 4).min(floor));
     let rows = if rows > 1024 {

@@ -432,6 +432,17 @@ fn score_db<'a, E>(
     }
 }
 
+/// Whether a level database of `shape` is offered: a record takes at most the queries one
+/// request may carry (else no client could fetch it: at 10,000 items with session 24's weights
+/// a coarse level's record needed 140 of 128), and the upload and the database stay within
+/// [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
+fn offered(shape: &Shape) -> bool {
+    let queries = shape.queries_per_record();
+    queries <= shared::params::limits::MAX_PIR_QUERIES
+        && queries * shape.query_bytes() <= MAX_LEVEL_UPLOAD
+        && shape.rows * shape.cols <= MAX_LEVEL_DB_BYTES
+}
+
 /// One level's database, or `None` where its shape costs more than the bounds.
 #[allow(clippy::too_many_arguments)]
 fn build_level(
@@ -452,8 +463,8 @@ fn build_level(
     // to refuse them took 90 s and mapped 15 GB of files).
     let longest_items = p.doc.levels[level].sizes.iter().copied().max().unwrap_or(0);
     let shape = level_shape(blocks, rank_record_len(longest_items as usize, dim))?;
-    let upload = shape.queries_per_record() * shape.query_bytes();
-    if upload > MAX_LEVEL_UPLOAD || shape.rows * shape.cols > MAX_LEVEL_DB_BYTES {
+    if !offered(&shape) {
+        let upload = shape.queries_per_record() * shape.query_bytes();
         tracing::info!(level, blocks, upload, "pir: level not offered (too costly)");
         return Ok(None);
     }
@@ -541,6 +552,20 @@ fn level_indices(
 mod tests {
     use super::*;
     use shared::pir::ring::scores::packing_masks;
+
+    /// A level whose longest record takes more queries than one request may carry is not
+    /// offered, however cheap its upload; one query fewer than the limit is.
+    #[test]
+    fn a_record_no_request_can_fetch_is_not_offered() {
+        let max = shared::params::limits::MAX_PIR_QUERIES;
+        let rows = 4096;
+        let of = |queries: usize| level_shape(8, queries * rows).unwrap();
+        assert_eq!(of(max + 12).queries_per_record(), max + 12);
+        assert!(!offered(&of(max + 12)));
+        assert!(!offered(&of(max + 1)));
+        assert!(offered(&of(max)));
+        assert!(offered(&of(1)));
+    }
 
     /// Streamed to a file and mapped when the directory takes it; built again in memory, with
     /// the same plans, when it does not.

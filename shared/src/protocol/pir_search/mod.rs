@@ -154,9 +154,12 @@ pub fn plan_of(
         }
         .with_default()
     });
+    // A level whose record takes more queries than one request may carry cannot be fetched:
+    // not a plan, whatever the document offers.
     let levels = pir.levels.iter().enumerate().filter_map(|(level, db)| {
         let s = db.as_ref()?.shape;
         let q = s.queries_per_record() as u64;
+        (s.queries_per_record() <= crate::params::limits::MAX_PIR_QUERIES).then_some(())?;
         Some(
             PirPlan {
                 ranking: PirRanking::Level { level },

@@ -456,6 +456,31 @@ fn a_level_no_request_can_fetch_is_not_a_plan(g: &Gallery) {
     assert!(plan_of(&g.part, &d, 8, 1e12, Some(RankingKind::Level)).is_err());
     let any = plan_of(&g.part, &d, 8, 1e12, None).unwrap();
     assert_ne!(any.ranking.kind(), RankingKind::Level);
+    // A level plan made from the honest document, run against this one: refused before any
+    // query is sent (only public files, the same for every photo, may have been fetched), so
+    // the server learns nothing from the failure.
+    let mut cache = PirCache::default();
+    let mut sent = 0;
+    let plan = g.plan(RankingKind::Level);
+    let out = search(
+        &g.part,
+        &d,
+        &plan,
+        &g.photos[0],
+        &mut cache,
+        None,
+        6,
+        |r, b| {
+            sent += usize::from(matches!(r, Request::Post { .. }));
+            forward(&g.http, &g.base, r, b)
+        },
+    );
+    let e = out.result.unwrap_err();
+    assert!(
+        e.message.contains("Nothing about your photo was revealed"),
+        "{e:?}"
+    );
+    assert_eq!(sent, 0, "a query was sent");
 }
 
 fn seeds_chosen_by_the_server_are_refused_before_any_query(g: &Gallery) {

@@ -158,8 +158,10 @@ pub fn plan_of(
     // not a plan, whatever the document offers.
     let levels = pir.levels.iter().enumerate().filter_map(|(level, db)| {
         let s = db.as_ref()?.shape;
+        if s.queries_per_record() > crate::params::limits::MAX_PIR_QUERIES {
+            return None;
+        }
         let q = s.queries_per_record() as u64;
-        (s.queries_per_record() <= crate::params::limits::MAX_PIR_QUERIES).then_some(())?;
         Some(
             PirPlan {
                 ranking: PirRanking::Level { level },

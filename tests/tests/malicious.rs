@@ -327,6 +327,7 @@ fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     let g = Gallery::open(&srv.base, 6_000);
     seeds_chosen_by_the_server_are_refused_before_any_query(&g);
     a_level_no_request_can_fetch_is_not_a_plan(&g);
+    level_records_that_do_not_fit_the_blocks_are_refused_for_every_photo(&g);
     a_crafted_scores_answer(&g);
     a_damaged_thumbnail_record(&g);
     a_damaged_hint_slot(&g);
@@ -476,11 +477,74 @@ fn a_level_no_request_can_fetch_is_not_a_plan(g: &Gallery) {
         },
     );
     let e = out.result.unwrap_err();
+    assert_eq!(e.kind, FailureKind::Refused, "{e:?}");
     assert!(
-        e.message.contains("Nothing about your photo was revealed"),
+        e.message.contains("nothing about your photo was sent"),
         "{e:?}"
     );
     assert_eq!(sent, 0, "a query was sent");
+}
+
+/// A level database whose records do not fit the level's blocks (one record short, or records
+/// too short for the longest block's ranking record) would make a query impossible, or an
+/// answer fail, for the photos of some blocks only: whether a search fails would depend on
+/// the photo. Such documents are refused before anything secret exists, for every photo
+/// alike, and nothing is fetched or sent.
+fn level_records_that_do_not_fit_the_blocks_are_refused_for_every_photo(g: &Gallery) {
+    let level = g.plan(RankingKind::Level);
+    let shared::protocol::pir_search::PirRanking::Level { level: l } = level.ranking else {
+        unreachable!("a level plan")
+    };
+    let s = g.pir.levels[l].as_ref().unwrap().shape;
+    let mut attacks = Vec::new();
+    let mut d = g.pir.clone();
+    let db = d.levels[l].as_mut().unwrap();
+    db.shape = shared::pir::layout::Shape::new(s.record_len, s.records - 1, s.rows).unwrap();
+    db.record_hashes.pop();
+    attacks.push(("one record short", d));
+    let mut d = g.pir.clone();
+    let db = d.levels[l].as_mut().unwrap();
+    // One column less than each record spans (the server pads records to whole columns).
+    let short = if s.record_len > s.rows {
+        s.record_len - s.rows
+    } else {
+        s.record_len / 2
+    };
+    db.shape = shared::pir::layout::Shape::new(short, s.records, s.rows).unwrap();
+    attacks.push(("records too short for the longest block", d));
+    for (what, d) in attacks {
+        let mut kinds = Vec::new();
+        for (i, f) in g.photos.iter().enumerate() {
+            let mut cache = PirCache::default();
+            let mut requests = 0;
+            let out = search(
+                &g.part,
+                &d,
+                &level,
+                f,
+                &mut cache,
+                None,
+                70 + i as u64,
+                |_, _| {
+                    // Nothing may be fetched or sent: no answer is given.
+                    requests += 1;
+                    Vec::new()
+                },
+            );
+            let e = out.result.expect_err(what);
+            assert_eq!(requests, 0, "{what}: photo {i} made a request");
+            assert!(e.refusal.is_none(), "{what}: {e:?}");
+            kinds.push((e.kind, e.message));
+        }
+        assert!(
+            kinds.iter().all(|k| *k == kinds[0]) && kinds[0].0 == FailureKind::Refused,
+            "{what}: {kinds:?}"
+        );
+        assert!(
+            plan_of(&g.part, &d, 8, 1e12, Some(RankingKind::Level)).is_err(),
+            "{what}"
+        );
+    }
 }
 
 fn seeds_chosen_by_the_server_are_refused_before_any_query(g: &Gallery) {

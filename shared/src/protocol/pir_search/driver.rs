@@ -328,7 +328,7 @@ fn hostile(what: &str, e: impl std::fmt::Display) -> Failure {
     Failure {
         kind: FailureKind::Hostile,
         message: format!(
-            "{} The server sent an answer that failed the checks this search makes. \
+            "{} The server sent data that failed the checks this search makes. \
              {REFUSAL_ADVICE}",
             crate::text::excerpt(&format!("{what}: {e}."), 300)
         ),
@@ -448,15 +448,20 @@ impl PirSearch {
         }
         match self.plan.ranking {
             PirRanking::Table if self.pir.rank_table.is_none() => Err(bad("no table is offered")),
-            PirRanking::Level { level }
-                if self
-                    .pir
-                    .levels
-                    .get(level)
-                    .and_then(Option::as_ref)
-                    .is_none() =>
-            {
-                Err(bad("the level has no PIR database"))
+            PirRanking::Level { level } => {
+                match self.pir.levels.get(level).and_then(Option::as_ref) {
+                    None => Err(bad("the level has no PIR database")),
+                    // As `plan_of`: a record no request can carry is not a plan.
+                    Some(db)
+                        if db.shape.queries_per_record()
+                            > crate::params::limits::MAX_PIR_QUERIES =>
+                    {
+                        Err(bad(
+                            "the level's record needs more queries than a request carries",
+                        ))
+                    }
+                    Some(_) => Ok(()),
+                }
             }
             PirRanking::Scores { level } => {
                 let sd = hintless::entry(&self.part, &self.pir)?;
@@ -701,8 +706,23 @@ impl PirSearch {
                 self.stage = Stage::Rank(pending);
                 self.post(format!("{}/{tail}", pir.answer_url), body, answer_bytes)
             }
-            // Only a local fault (the files were all checked): nothing was sent.
-            Err(e) => self.end_transport(&e.to_string()),
+            // Every check that does not depend on the photo ran before anything secret
+            // existed (`start_prepared`), so this cannot happen with documents that passed
+            // them. If it does, whether a query leaves may depend on the photo's block, and
+            // the server sees that it did not: treated as an answer that failed its check.
+            Err(e) => {
+                self.stage = Stage::Over;
+                Step::Done(Err(Failure {
+                    refusal: Some(Refusal {
+                        version: self.part.version.clone(),
+                        what: "the ranking query could not be made".into(),
+                    }),
+                    ..hostile(
+                        "The ranking query could not be made from this server's documents",
+                        e,
+                    )
+                }))
+            }
         }
     }
 

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::pir::client::{prepare, query, Hint, Pending, PirError, Prepared};
 use crate::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use crate::pir::records::Ranked;
-use crate::pir::records::{decode_rank_record, unit_digest, RankRecord, DIGEST};
+use crate::pir::records::{decode_rank_record, rank_record_len, unit_digest, RankRecord, DIGEST};
 use crate::pir::seeds::{self, Purpose};
 use crate::protocol::blocks::rank;
 use crate::protocol::centroids::Centroids;
@@ -249,6 +249,21 @@ pub fn check_docs(part: &PartitionDoc, pir: &PirDoc) -> Result<()> {
             name: "pir thumbnails",
             reason: "the record length is not the thumbnail's (and features') size".into(),
         });
+    }
+    // A level database must hold one record per block, each long enough for its block's
+    // ranking record: otherwise a query for some blocks could not be made, or every answer
+    // for them would fail its check, and whether a search fails would depend on the photo.
+    for (ld, db) in part.levels.iter().zip(&pir.levels) {
+        let Some(db) = db else { continue };
+        let longest = ld.sizes.iter().copied().max().unwrap_or(0) as usize;
+        if db.shape.records != ld.blocks as usize
+            || db.shape.record_len < rank_record_len(longest, part.feature_dim)
+        {
+            return Err(Error::InvalidParameter {
+                name: "pir level",
+                reason: "its records do not fit the level's blocks".into(),
+            });
+        }
     }
     seeds::check(part, pir)
 }

@@ -20,7 +20,7 @@ const NATIVE_TRANSCRIPT_7: &str =
 
 /// `pir::tests::HINTLESS_TRANSCRIPT_7` (crate `privatemail-pir`), computed natively.
 const NATIVE_HINTLESS_TRANSCRIPT_7: &str =
-    "2efb291852357c9d11930b05beb02a533a5e2ef78ff5eab87a9dc09c36971f4a";
+    "ddd9e5e332bf3a568cef1c56daa48172e6ee5fbc31f1a498657bc0c9484793b5";
 
 #[wasm_bindgen_test]
 fn wasm_queries_answers_and_decoding_equal_the_native_ones() {

@@ -76,12 +76,13 @@ fn main() {
     }
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (server, scoring, packing) = runs[1];
-    // The wire sizes (`scores::upload_len`, `answer_len`); the packed `a` parts are 8 bytes a value.
+    // The wire sizes (`scores::upload_len`, `answer_len`: 37 bits a sent coefficient); the
+    // packed `a` parts are 8 bytes a value.
     let up_query = upload_len * 8;
     let up_keys = InspiringBodies::wire_len(N, Gadget::DEFAULT);
     assert_eq!(up_query + up_keys, scores::upload_len(&shape, N));
     let down = scores::answer_len(&shape, N);
-    assert_eq!(down, answer_len * 8);
+    assert_eq!(down, pir::bits::packed_len(answer_len, scores::ANSWER_BITS));
     let once = public_a.len() * N * 8;
     println!(
         "server per query (median of 3): {server:.2} core-s = scoring pass {scoring:.2} + \

@@ -8,8 +8,10 @@
 //! secrets and at most 2²¹ samples, which normal form and a database's at most 2²⁰ columns stay
 //! within: see there), `A·s + e` is indistinguishable from uniform, so
 //! the query is too, whatever `j` is: the server's view of a query — and of a batch of them,
-//! each with its own secret — is computationally independent of the columns asked for. Its
-//! size is `4·n` bytes for every `j`. Secrets are never reused (a reused secret would let the server
+//! each with its own secret — is computationally independent of the columns asked for. On the
+//! wire each value is rounded at random to the shape's precision ([`lwe::round_at_random`],
+//! coins independent of everything: a randomised function of the LWE vector, so the same
+//! holds); its size is [`Shape::query_bytes`] for every `j`. Secrets are never reused (a reused secret would let the server
 //! subtract two queries and see `Δ·(u_j − u_j')`), and never leave [`Pending`].
 //!
 //! # What is not hidden
@@ -72,11 +74,6 @@ impl Hint {
     }
 }
 
-/// Little-endian bytes of u32 values (queries on the wire).
-pub fn u32s_to_bytes(v: &[u32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 /// A batch of queries sent, waiting for its answer. Holds the secrets. **The secrets, and the
 /// records asked for, are zeroised on drop** ([`Drop`] below).
 pub struct Pending {
@@ -102,7 +99,7 @@ impl std::fmt::Debug for Pending {
 }
 
 /// Queries for `records` (each spans `shape.queries_per_record()` columns): the request body
-/// (the query vectors, little-endian u32, in the order of `records`) and the state that
+/// (the query vectors in [`Shape::encode_query`]'s form, in the order of `records`) and the state that
 /// decodes its answer. `rng` must be a CSPRNG (in this workspace,
 /// `shared::dp::rng::secure_rng`). The same as [`prepare`] then [`Prepared::query`].
 pub fn query(
@@ -161,10 +158,13 @@ pub fn prepare(
     }
     let secrets: Vec<Vec<u32>> = (0..count).map(|_| lwe::sample_secret(rng)).collect();
     let n = shape.cols;
+    let drop = shape.query_drop();
     let mut masks = vec![0u32; count * n];
     lwe::for_each_row_of_a(a_seed, n, |j, a_j| {
         for (q, s) in secrets.iter().enumerate() {
-            masks[q * n + j] = lwe::dot(a_j, s).wrapping_add(lwe::sample_error(rng));
+            let m = lwe::dot(a_j, s).wrapping_add(lwe::sample_error(rng));
+            // Rounded here, ahead: `Δ·u` never touches the dropped bits.
+            masks[q * n + j] = lwe::round_at_random(m, drop, rng);
         }
     });
     Ok(Prepared {
@@ -212,13 +212,15 @@ impl Prepared {
                 .collect(),
         );
         let n = shape.cols;
-        let mut out = Vec::with_capacity(c * n * 4);
+        let mut out = Vec::with_capacity(c * shape.query_bytes());
+        let mut values = Zeroizing::new(vec![0u32; n]);
         for (q, row) in self.masks.chunks_exact(n).enumerate() {
-            for (j, &m) in row.iter().enumerate() {
+            for (j, (v, &m)) in values.iter_mut().zip(row).enumerate() {
                 // Branch-free: the selected column gets Δ.
                 let sel = DELTA.wrapping_mul(u32::from(columns[q] == j));
-                out.extend_from_slice(&m.wrapping_add(sel).to_le_bytes());
+                *v = m.wrapping_add(sel);
             }
+            out.extend_from_slice(&shape.encode_query(&values));
         }
         let secrets = std::mem::take(&mut self.secrets);
         Ok((

@@ -163,9 +163,45 @@ impl Shape {
         out
     }
 
-    /// Bytes of one query vector on the wire.
+    /// Low bits each query value leaves off the wire ([`lwe::query_drop_bits`]).
+    pub fn query_drop(&self) -> u32 {
+        lwe::query_drop_bits(self.rows, self.cols)
+    }
+
+    /// Bytes of one query vector on the wire: `cols` values of `32 −` [`Self::query_drop`]
+    /// bits, packed end to end.
     pub fn query_bytes(&self) -> usize {
-        4 * self.cols
+        crate::bits::packed_len(self.cols, lwe::LOG_Q - self.query_drop())
+    }
+
+    /// One query vector's wire form (`values`: `cols` multiples of `2^query_drop`).
+    pub fn encode_query(&self, values: &[u32]) -> Vec<u8> {
+        debug_assert_eq!(values.len(), self.cols);
+        let drop = self.query_drop();
+        crate::bits::pack(
+            values.iter().map(|&v| u64::from(v >> drop)),
+            lwe::LOG_Q - drop,
+        )
+    }
+
+    /// The query vectors of a request body (a whole number of [`Self::query_bytes`]), each
+    /// value as the multiple of `2^query_drop` it stands for, `cols` values a query.
+    pub fn decode_queries(&self, body: &[u8]) -> Result<Vec<u32>> {
+        let per = self.query_bytes();
+        if body.is_empty() || !body.len().is_multiple_of(per) {
+            return Err(crate::error::PirError::Malformed(format!(
+                "a query body of {} bytes is not a whole number of {per}-byte queries",
+                body.len()
+            ))
+            .into());
+        }
+        let drop = self.query_drop();
+        let mut out = Vec::with_capacity(body.len() / per * self.cols);
+        for q in body.chunks_exact(per) {
+            let values = crate::bits::unpack(q, self.cols, lwe::LOG_Q - drop)?;
+            out.extend(values.into_iter().map(|v| (v as u32) << drop));
+        }
+        Ok(out)
     }
 
     /// Bytes of one answer on the wire (`rows` entries of [`lwe::ANSWER_BITS`]).

@@ -50,6 +50,22 @@
 //! `|ε_a| ≤ 2^(31 − ANSWER_BITS)`. Rounding is a public function of public values, so it
 //! changes nothing the server sees. It saves 37.5 % of the hint and half the answer.
 //!
+//! # Rounded queries (what the client sends)
+//! A query value `b_j = (A·s + e)_j + Δ·u_j` travels without its low `k` =
+//! [`query_drop_bits`] bits: the client rounds `(A·s + e)_j` at random to a multiple of `2^k`
+//! ([`round_at_random`]: down, or up with probability `(b_j mod 2^k)/2^k`, fresh coins from its
+//! CSPRNG, so the rounding error `r_j` has mean zero given everything else and lies in an
+//! interval of length `2^k`), adds `Δ·u_j` (a multiple of `2^k`: `k < 24`), and sends the top
+//! `32 − k` bits, packed end to end ([`crate::bits`]). **Privacy is unchanged**: the rounded
+//! vector is a randomised function, with coins independent of everything, of the LWE vector
+//! the guarantee is about, so it is indistinguishable from the same function of a uniform one
+//! whatever `u` is. **Correctness**: the server's answer is computed on `b + r`, which adds
+//! `Σ_j d'_j r_j` to the error below; by Hoeffding's lemma each `r_j` is sub-Gaussian with
+//! proxy `4^(k−1)` conditionally on the errors and secrets, so the sum's proxy adds
+//! `4^(k−1)·128²·n`. `k` is the largest (up to [`MAX_QUERY_DROP`]) that keeps the bound within
+//! 2⁻⁴⁰ for the shape: 6 bits (26 a value, 19 % of the upload) at the 1,000,000-image
+//! thumbnails (9,408 × 31,250), where unrounded queries were at 2⁻²⁴².
+//!
 //! # Correctness
 //! The client computes `a' − H'·s = Δ·(d − 128) + E + ε_H·s − ε_a` with
 //! `E = Σ_j d'_j e_j`, `d'_j = d_j − 128 ∈ [−128, 127]`, `e_j` independent centered discrete
@@ -59,10 +75,10 @@
 //! σ²·(128²·n + N·4^(31 − HINT_BITS))`, and rounding recovers the byte exactly when
 //! `|E + ε_H·s| < Δ/2 − 2^(31 − ANSWER_BITS)`, which fails with probability at most
 //! `2·exp(−(Δ/2 − 2^(31 − ANSWER_BITS))² / (2·proxy))`. A union bound over the `m` entries of
-//! one answer gives [`failure_log2`]. [`super::layout::Shape::new`] refuses any shape above
-//! 2⁻⁴⁰ per query: at `m = 2²⁰` rows that allows about 900,000 columns (at 2²⁰ columns the
-//! bound is 2⁻³⁶; it was 2⁻⁵¹ before rounding), far past what is served — the thumbnails of
-//! 1,000,000 images (4,704 × 62,500) are at 2⁻²¹⁸.
+//! one answer gives [`failure_log2_at`] (with the rounded query's term above, [`failure_log2`]).
+//! [`super::layout::Shape::new`] refuses any shape above 2⁻⁴⁰ per query even unrounded: at
+//! `m = 2²⁰` rows that allows about 900,000 columns (at 2²⁰ columns the bound is 2⁻³⁶; it was
+//! 2⁻⁵¹ before the hint and answers were rounded), far past what is served.
 //!
 //! The table sampler below differs from the exact discrete Gaussian by at most 2⁻⁵² in
 //! statistical distance per sample (its probabilities are f64); LWE hardness is robust to that
@@ -102,18 +118,73 @@ pub const ANSWER_BITS: u32 = 16;
 pub const MAX_ROWS: usize = 1 << 20;
 /// Largest allowed log2 failure probability of one query.
 pub const MAX_FAILURE_LOG2: f64 = -40.0;
+/// Most low bits a query value drops on the wire ([`query_drop_bits`]; below `log2 Δ`, so the
+/// selected column's `Δ` is never rounded).
+pub const MAX_QUERY_DROP: u32 = 8;
+const _: () = assert!(MAX_QUERY_DROP < LOG_Q - PLAINTEXT_BITS);
 
 /// Errors are sampled from [−TAIL, TAIL].
 const TAIL: i32 = 60;
 
 /// log2 of the probability that one query over `rows × cols` decodes any byte wrongly (the
-/// union bound of the module's correctness argument).
+/// union bound of the module's correctness argument), its values rounded on the wire as
+/// [`query_drop_bits`] says.
 pub fn failure_log2(rows: usize, cols: usize) -> f64 {
+    failure_log2_at(rows, cols, query_drop_bits(rows, cols))
+}
+
+/// [`failure_log2`] with the query's values rounded at random to multiples of `2^drop`.
+pub fn failure_log2_at(rows: usize, cols: usize, drop: u32) -> f64 {
+    let nats = bound_nats(cols, drop);
+    (2.0 * rows.max(1) as f64).log2() - nats / std::f64::consts::LN_2
+}
+
+/// The exponent `(Δ/2 − 2^(31 − ANSWER_BITS))² / (2·proxy)` of the module's tail bound, with
+/// the query rounded to multiples of `2^drop`. Basic `f64` operations only (correctly rounded
+/// on every target), so that client and server compute the same [`query_drop_bits`].
+fn bound_nats(cols: usize, drop: u32) -> f64 {
     let margin = (DELTA / 2) as f64 - rounding_error(ANSWER_BITS) as f64;
     let hint = rounding_error(HINT_BITS) as f64;
-    let proxy = SIGMA * SIGMA * (128.0 * 128.0 * cols.max(1) as f64 + LWE_N as f64 * hint * hint);
-    let nats = margin * margin / (2.0 * proxy);
-    (2.0 * rows.max(1) as f64).log2() - nats / std::f64::consts::LN_2
+    let entries = 128.0 * 128.0 * cols.max(1) as f64;
+    // Randomised rounding to a multiple of 2^drop: mean zero, in an interval of length
+    // 2^drop, so sub-Gaussian with proxy (2^drop)²/4 (Hoeffding's lemma).
+    let rounding = if drop == 0 {
+        0.0
+    } else {
+        (1u64 << (2 * drop - 2)) as f64
+    };
+    let proxy = SIGMA * SIGMA * (entries + LWE_N as f64 * hint * hint) + rounding * entries;
+    margin * margin / (2.0 * proxy)
+}
+
+/// How many low bits of each query value a `rows × cols` database's queries leave off the
+/// wire: the most, up to [`MAX_QUERY_DROP`], that keeps the failure bound within
+/// [`MAX_FAILURE_LOG2`] (0 where even unrounded queries are past it; such shapes are refused).
+/// A public function of the shape: both sides compute it, the server chooses nothing. The
+/// test is `nats ≥ (40 + ⌈log2(2·rows)⌉)·ln 2`, at least as strict as the bound's own
+/// `log2(2·rows)`, with no transcendental function, so every target gets the same answer.
+pub fn query_drop_bits(rows: usize, cols: usize) -> u32 {
+    let union = usize::BITS - (2 * rows.max(1) - 1).leading_zeros();
+    let need = (-MAX_FAILURE_LOG2 + f64::from(union)) * std::f64::consts::LN_2;
+    (1..=MAX_QUERY_DROP)
+        .rev()
+        .find(|&d| bound_nats(cols, d) >= need)
+        .unwrap_or(0)
+}
+
+/// `v` rounded at random to a multiple of `2^drop`: down, or up with probability
+/// `(v mod 2^drop)/2^drop`, so the mean is `v` (wrapping at 2³²). Branch-free in `v`.
+#[inline]
+pub fn round_at_random(v: u32, drop: u32, rng: &mut impl RngCore) -> u32 {
+    if drop == 0 {
+        return v; // public: the shape's
+    }
+    let low_mask = (1u32 << drop) - 1;
+    let low = v & low_mask;
+    let coin = rng.next_u32() & low_mask;
+    // coin < low ⇔ coin − low < 0 (both below 2⁸): the sign bit.
+    let up = ((coin as i32 - low as i32) >> 31) as u32 & 1;
+    (v & !low_mask).wrapping_add(up << drop)
 }
 
 /// The most a value kept to its top `bits` bits is off by: `2^(31 − bits)`.
@@ -233,12 +304,63 @@ mod tests {
 
     #[test]
     fn failure_bound_is_tiny_at_our_sizes_and_grows_with_columns() {
-        assert!(failure_log2(1 << 20, 900_000) < MAX_FAILURE_LOG2);
-        assert!(failure_log2(1 << 20, MAX_COLS) > MAX_FAILURE_LOG2);
-        assert!(failure_log2(4704, 62_500) < -200.0);
+        assert!(failure_log2_at(1 << 20, 900_000, 0) < MAX_FAILURE_LOG2);
+        assert!(failure_log2_at(1 << 20, MAX_COLS, 0) > MAX_FAILURE_LOG2);
+        assert!(failure_log2_at(4704, 62_500, 0) < -200.0);
         // At few columns the rounded hint's term dominates the proxy.
-        assert!(failure_log2(4096, 10_000) < -250.0);
-        assert!(failure_log2(4096, 100) < failure_log2(4096, 10_000));
+        assert!(failure_log2_at(4096, 10_000, 0) < -250.0);
+        assert!(failure_log2_at(4096, 100, 0) < failure_log2_at(4096, 10_000, 0));
+    }
+
+    #[test]
+    fn queries_drop_the_most_bits_the_bound_allows_and_no_more() {
+        // The 1,000,000-image thumbnails (module docs): 6 bits, within 2⁻⁴⁰; 7 would not be.
+        assert_eq!(query_drop_bits(9_408, 31_250), 6);
+        assert!((failure_log2_at(9_408, 31_250, 0) - -242.0).abs() < 1.0);
+        for (rows, cols) in [
+            (9_408, 31_250),
+            (4_704, 62_500),
+            (1_568, 500),
+            (1 << 20, 900_000),
+        ] {
+            let d = query_drop_bits(rows, cols);
+            assert!(d <= MAX_QUERY_DROP);
+            assert!(
+                failure_log2(rows, cols) <= MAX_FAILURE_LOG2,
+                "{rows} × {cols}"
+            );
+            if d < MAX_QUERY_DROP {
+                assert!(failure_log2_at(rows, cols, d + 1) > MAX_FAILURE_LOG2 - 1.0);
+            }
+        }
+        // Few columns: the most there is; past the unrounded bound: none.
+        assert_eq!(query_drop_bits(1_568, 500), MAX_QUERY_DROP);
+        assert_eq!(query_drop_bits(1 << 20, MAX_COLS), 0);
+    }
+
+    #[test]
+    fn random_rounding_is_unbiased_and_lands_on_multiples() {
+        let mut rng = ChaCha20Rng::seed_from_u64(9);
+        for drop in [1u32, 6, 8] {
+            for v in [0u32, 1, 37, 255, u32::MAX, u32::MAX - 3, 1 << 24] {
+                let n = 40_000;
+                let mut sum = 0f64;
+                for _ in 0..n {
+                    let r = round_at_random(v, drop, &mut rng);
+                    assert_eq!(r % (1 << drop), 0);
+                    let diff = r.wrapping_sub(v) as i32;
+                    assert!(diff.unsigned_abs() < 1 << drop, "{v} → {r}");
+                    sum += f64::from(diff);
+                }
+                let mean = sum / f64::from(n);
+                // Standard error ≤ 2^drop / (2·√n) = 2^drop / 400.
+                assert!(
+                    mean.abs() < 5.0 * f64::from(1u32 << drop) / 400.0,
+                    "{v}: {mean}"
+                );
+            }
+        }
+        assert_eq!(round_at_random(12_345, 0, &mut rng), 12_345);
     }
 
     #[test]

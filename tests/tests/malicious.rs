@@ -313,12 +313,6 @@ fn record_rows(pir: &PirDoc, r: usize) -> (usize, std::ops::Range<usize>) {
     (s.first_column(r), at..at + s.record_len)
 }
 
-fn u32s(b: &[u8]) -> Vec<u32> {
-    b.chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
 #[test]
 fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     let srv = small_server("malicious", &[]);
@@ -715,7 +709,7 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
             Request::Get { url, .. } if url == &hint_url => hint.clone(),
             Request::Post { url, .. } if url.ends_with("/thumbs") => {
                 let mut ans = decode_answer(&forward(&g.http, &g.base, req, body));
-                let q = u32s(body);
+                let q = shape.decode_queries(body).unwrap();
                 for k in 0..q.len() / shape.cols {
                     let qc = q[k * shape.cols + col];
                     for i in rows.clone() {

@@ -165,6 +165,8 @@ pub enum QueryError {
     Size { per: usize, max: usize, got: usize },
     #[error("the scores query is malformed: {0}")]
     Scores(String),
+    #[error("the query is malformed: {0}")]
+    Malformed(String),
 }
 
 /// A scores query decoded (cheap next to its answer: done before it takes an answer slot, so
@@ -202,10 +204,9 @@ pub fn answer(
     let per = shape.query_bytes();
     check_query_size(per, body.len())?;
     let c = body.len() / per;
-    let queries: Vec<u32> = body
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let queries: Vec<u32> = shape
+        .decode_queries(body)
+        .map_err(|e| QueryError::Malformed(e.to_string()))?;
     let starts: Vec<usize> = (0..shape.rows).step_by(ROW_CHUNK * 4).collect();
     let parts: Vec<Vec<u32>> = starts
         .par_iter()

@@ -638,10 +638,7 @@ mod tests {
             let hint =
                 Hint::from_bytes(&shape, &hint, &crate::protocol::blocks::hash_hex(&hint)).unwrap();
             let (body, pending) = query(&shape, &seed, want, rng).unwrap();
-            let q: Vec<u32> = body
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
+            let q: Vec<u32> = shape.decode_queries(&body).unwrap();
             let answer = encode_answer(&db.answer_rows(&q, 0..shape.rows));
             let ranked = Ranked {
                 hits: Vec::new(),

@@ -165,7 +165,8 @@ impl Gallery {
         |req, body| {
             let mut answer = forward(&self.http, &self.base, req, body);
             if matches!(req, Request::Post { url, .. } if url.ends_with("/scores")) {
-                raise_row_zero(&mut answer);
+                let shape = self.pir.scores.as_ref().expect("offered").shape();
+                raise_row_zero(&mut answer, &shape);
             }
             answer
         }
@@ -297,12 +298,14 @@ fn indistinguishable(
 /// `3·2³⁰` more (`Δ·3·2³⁰` added to the first packed coefficient), more than any real score
 /// (unit-norm features score at most `2³⁰`), so it comes first — what a server computing
 /// other scores on purpose can do.
-fn raise_row_zero(answer: &mut [u8]) {
+fn raise_row_zero(answer: &mut Vec<u8>, shape: &shared::pir::ring::scores::ScoreShape) {
+    use shared::pir::ring::scores::{decode_answer, encode_answer};
+    let n = shared::pir::ring::N;
+    let mut values = decode_answer(shape, n, answer).unwrap();
     // The first packed ciphertext's coefficient 0 is row 0.
-    let v = u64::from_le_bytes(answer[..8].try_into().unwrap());
     let q = shared::pir::ring::modq::Q.value;
-    let v = ((u128::from(v) + (3u128 << 59)) % u128::from(q)) as u64;
-    answer[..8].copy_from_slice(&v.to_le_bytes());
+    values[0][0] = ((u128::from(values[0][0]) + (3u128 << 59)) % u128::from(q)) as u64;
+    *answer = encode_answer(&values);
 }
 
 /// The thumbnail database's record `r`: its column and its rows.
@@ -631,7 +634,7 @@ fn a_targeted_block(
     plan: &PirPlan,
     level: usize,
     tail: &str,
-    damage: fn(&mut [u8]),
+    damage: &dyn Fn(&mut Vec<u8>),
 ) {
     let cents = privatemail_e2e::level_centroids(&g.http, &g.base, &g.part, level);
     let block = |f: &[f32]| nearest_centroid(&cents.values, g.part.feature_dim, f) as usize;
@@ -660,9 +663,15 @@ fn a_crafted_scores_answer(g: &Gallery) {
         &g.plan(RankingKind::Scores),
         level,
         "/scores",
-        |a| {
-            let at = a.len() / 2;
-            a[at + 3] ^= 0x04;
+        &|a| {
+            // 2²⁷ added to a coefficient in the middle: half of Δ = 2²⁹ from any multiple of it.
+            use shared::pir::ring::scores::{decode_answer, encode_answer};
+            let shape = g.pir.scores.as_ref().unwrap().shape();
+            let mut v = decode_answer(&shape, shared::pir::ring::N, a).unwrap();
+            let (c, i) = (v.len() / 2, v[0].len() / 2);
+            let q = shared::pir::ring::modq::Q.value;
+            v[c][i] = ((u128::from(v[c][i]) + (1u128 << 27)) % u128::from(q)) as u64;
+            *a = encode_answer(&v);
         },
     );
 }
@@ -819,7 +828,7 @@ fn a_damaged_level_record(g: &Gallery) {
         &plan,
         level,
         &format!("/{level}"),
-        |a| {
+        &|a| {
             a[100] = a[100].wrapping_add(1);
             a[103] = a[103].wrapping_add(2);
         },

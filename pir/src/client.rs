@@ -282,13 +282,14 @@ impl Pending {
             .into());
         }
         let per = self.shape.queries_per_record();
+        let answers = self.shape.decode_answer(answer)?;
         let mut out = Vec::with_capacity(self.records.len());
         for ri in 0..self.records.len() {
             let mut columns = vec![0u8; m * per];
             for k in 0..per {
                 let q = ri * per + k;
                 let s = &self.secrets[q];
-                let ans = crate::layout::decode_answer(&answer[q * 2 * m..(q + 1) * 2 * m]);
+                let ans = &answers[q * m..(q + 1) * m];
                 for (i, (a, h)) in ans.iter().zip(hint.values.chunks_exact(LWE_N)).enumerate() {
                     let v = a.wrapping_sub(lwe::dot(h, s));
                     // Round to the nearest multiple of Δ; the plaintext is centered (d − 128).

@@ -163,9 +163,14 @@ impl Shape {
         out
     }
 
-    /// Low bits each query value leaves off the wire ([`lwe::query_drop_bits`]).
+    /// Low bits each query value leaves off the wire ([`lwe::wire_bits`]).
     pub fn query_drop(&self) -> u32 {
-        lwe::query_drop_bits(self.rows, self.cols)
+        lwe::wire_bits(self.rows, self.cols).0
+    }
+
+    /// Bits each answer entry keeps on the wire ([`lwe::wire_bits`]).
+    pub fn answer_bits(&self) -> u32 {
+        lwe::wire_bits(self.rows, self.cols).1
     }
 
     /// Bytes of one query vector on the wire: `cols` values of `32 −` [`Self::query_drop`]
@@ -204,9 +209,41 @@ impl Shape {
         Ok(out)
     }
 
-    /// Bytes of one answer on the wire (`rows` entries of [`lwe::ANSWER_BITS`]).
+    /// Bytes of one answer on the wire (`rows` entries of [`Self::answer_bits`], packed end
+    /// to end).
     pub fn answer_bytes(&self) -> usize {
-        2 * self.rows
+        crate::bits::packed_len(self.rows, self.answer_bits())
+    }
+
+    /// The answers' wire form: each of the `c × rows` entries (from
+    /// [`Database::answer_rows`], query by query) rounded to its top [`Self::answer_bits`],
+    /// each query's packed end to end ([`Self::answer_bytes`] a query).
+    pub fn encode_answer(&self, values: &[u32]) -> Vec<u8> {
+        let a = self.answer_bits();
+        values
+            .chunks(self.rows)
+            .flat_map(|q| crate::bits::pack(q.iter().map(|&v| u64::from(lwe::round_top(v, a))), a))
+            .collect()
+    }
+
+    /// The entries [`Self::encode_answer`] wrote, each as the multiple of `2^(32 − a)` it
+    /// stands for; the bytes must be a whole number of answers.
+    pub fn decode_answer(&self, bytes: &[u8]) -> Result<Vec<u32>> {
+        let per = self.answer_bytes();
+        if !bytes.len().is_multiple_of(per) {
+            return Err(crate::error::PirError::AnswerSize {
+                expected: per * bytes.len().div_ceil(per),
+                got: bytes.len(),
+            }
+            .into());
+        }
+        let a = self.answer_bits();
+        let mut out = Vec::with_capacity(bytes.len() / per * self.rows);
+        for q in bytes.chunks_exact(per) {
+            let values = crate::bits::unpack(q, self.rows, a)?;
+            out.extend(values.into_iter().map(|v| (v as u32) << (lwe::LOG_Q - a)));
+        }
+        Ok(out)
     }
 
     /// Bytes of the hint on the wire (`rows × N` entries of [`lwe::HINT_BITS`]: two in five
@@ -393,7 +430,7 @@ impl Database {
 }
 
 // The wire formats below assume these widths.
-const _: () = assert!(lwe::HINT_BITS == 20 && lwe::ANSWER_BITS == 16 && LWE_N.is_multiple_of(2));
+const _: () = assert!(lwe::HINT_BITS == 20 && LWE_N.is_multiple_of(2));
 
 /// The hint's wire form: each entry of `H` (from [`Database::hint_rows`], in order) rounded to
 /// its top [`lwe::HINT_BITS`] bits, two entries in five little-endian bytes. The client reads
@@ -428,25 +465,6 @@ pub fn decode_hint(bytes: &[u8]) -> Option<Vec<u32>> {
         out.push(((w >> 20) as u32) << shift);
     }
     Some(out)
-}
-
-/// An answer's wire form: each entry (from [`Database::answer_rows`]) rounded to its top
-/// [`lwe::ANSWER_BITS`] bits, little-endian `u16`s.
-pub fn encode_answer(values: &[u32]) -> Vec<u8> {
-    values
-        .iter()
-        .flat_map(|&v| (lwe::round_top(v, lwe::ANSWER_BITS) as u16).to_le_bytes())
-        .collect()
-}
-
-/// The entries [`encode_answer`] wrote, each as the multiple of `2^(32 − ANSWER_BITS)` it
-/// stands for (an odd trailing byte is ignored: callers check the length first).
-pub fn decode_answer(bytes: &[u8]) -> Vec<u32> {
-    let shift = lwe::LOG_Q - lwe::ANSWER_BITS;
-    bytes
-        .chunks_exact(2)
-        .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])) << shift)
-        .collect()
 }
 
 /// The stored entries are `D + 128`: each answer less `128·Σ_j query_j`.

@@ -45,10 +45,11 @@
 //!
 //! # Rounded hint and answers (what the wire carries)
 //! The hint's entries travel as their top [`HINT_BITS`] bits and the answers' as their top
-//! [`ANSWER_BITS`] (each rounded to the nearest multiple of `2^(32 − bits)`): the client
-//! reads `H' = H − ε_H` with `|ε_H| ≤ 2^(31 − HINT_BITS)` entrywise and `a' = a − ε_a` with
-//! `|ε_a| ≤ 2^(31 − ANSWER_BITS)`. Rounding is a public function of public values, so it
-//! changes nothing the server sees. It saves 37.5 % of the hint and half the answer.
+//! `a` = [`wire_bits`]`.1` bits (8 to 16, the fewest the shape's failure bound allows; each
+//! rounded to the nearest multiple of `2^(32 − bits)`): the client reads `H' = H − ε_H` with
+//! `|ε_H| ≤ 2^(31 − HINT_BITS)` entrywise and `a' = a − ε_a` with `|ε_a| ≤ 2^(31 − a)`.
+//! Rounding is a public function of public values, so it changes nothing the server sees. It
+//! saves 37.5 % of the hint and half or more of the answer.
 //!
 //! # Rounded queries (what the client sends)
 //! A query value `b_j = (A·s + e)_j + Δ·u_j` travels without its low `k` =
@@ -62,9 +63,11 @@
 //! whatever `u` is. **Correctness**: the server's answer is computed on `b + r`, which adds
 //! `Σ_j d'_j r_j` to the error below; by Hoeffding's lemma each `r_j` is sub-Gaussian with
 //! proxy `4^(k−1)` conditionally on the errors and secrets, so the sum's proxy adds
-//! `4^(k−1)·128²·n`. `k` is the largest (up to [`MAX_QUERY_DROP`]) that keeps the bound within
-//! 2⁻⁴⁰ for the shape: 6 bits (26 a value, 19 % of the upload) at the 1,000,000-image
-//! thumbnails (9,408 × 31,250), where unrounded queries were at 2⁻²⁴².
+//! `4^(k−1)·128²·n`. Query and answer precision share the margin: [`wire_bits`] picks, for the
+//! shape, the `(k, a)` with the fewest bits a query (`n·(32 − k) + m·a`) among those that keep
+//! the bound within 2⁻⁴⁰ — at the 1,000,000-image thumbnails (9,408 × 31,250), `k = 6` and
+//! `a = 12`: 26 bits a query value and 12 an answer entry (unrounded queries and 16-bit
+//! answers were at 2⁻²⁴²), 20 % fewer bytes a query.
 //!
 //! # Correctness
 //! The client computes `a' − H'·s = Δ·(d − 128) + E + ε_H·s − ε_a` with
@@ -73,8 +76,8 @@
 //! `ε_H`). Each is sub-Gaussian with variance proxy `σ²` (Micciancio–Peikert 2012, Lemma 2.8),
 //! so `E + ε_H·s` is sub-Gaussian with proxy `σ²·(Σ d'_j² + Σ ε_{H,i}²) ≤
 //! σ²·(128²·n + N·4^(31 − HINT_BITS))`, and rounding recovers the byte exactly when
-//! `|E + ε_H·s| < Δ/2 − 2^(31 − ANSWER_BITS)`, which fails with probability at most
-//! `2·exp(−(Δ/2 − 2^(31 − ANSWER_BITS))² / (2·proxy))`. A union bound over the `m` entries of
+//! `|E + ε_H·s| < Δ/2 − 2^(31 − a)`, which fails with probability at most
+//! `2·exp(−(Δ/2 − 2^(31 − a))² / (2·proxy))`. A union bound over the `m` entries of
 //! one answer gives [`failure_log2_at`] (with the rounded query's term above, [`failure_log2`]).
 //! [`super::layout::Shape::new`] refuses any shape above 2⁻⁴⁰ per query even unrounded: at
 //! `m = 2²⁰` rows that allows about 900,000 columns (at 2²⁰ columns the bound is 2⁻³⁶; it was
@@ -112,8 +115,9 @@ pub const MAX_COLS: usize = 1 << 20;
 const _: () = assert!(MAX_COLS + 2 * LWE_N <= ESTIMATE_MAX_SAMPLES);
 /// Bits of each hint entry on the wire (the rest rounded away; module docs).
 pub const HINT_BITS: u32 = 20;
-/// Bits of each answer entry on the wire.
-pub const ANSWER_BITS: u32 = 16;
+/// Most bits an answer entry keeps on the wire ([`wire_bits`]; the fewest is 8).
+pub const MAX_ANSWER_BITS: u32 = 16;
+const MIN_ANSWER_BITS: u32 = 8;
 /// Most rows (bytes per column) a database may have.
 pub const MAX_ROWS: usize = 1 << 20;
 /// Largest allowed log2 failure probability of one query.
@@ -127,23 +131,25 @@ const _: () = assert!(MAX_QUERY_DROP < LOG_Q - PLAINTEXT_BITS);
 const TAIL: i32 = 60;
 
 /// log2 of the probability that one query over `rows × cols` decodes any byte wrongly (the
-/// union bound of the module's correctness argument), its values rounded on the wire as
-/// [`query_drop_bits`] says.
+/// union bound of the module's correctness argument), at the shape's [`wire_bits`].
 pub fn failure_log2(rows: usize, cols: usize) -> f64 {
-    failure_log2_at(rows, cols, query_drop_bits(rows, cols))
+    let (drop, answer) = wire_bits(rows, cols);
+    failure_log2_at(rows, cols, drop, answer)
 }
 
-/// [`failure_log2`] with the query's values rounded at random to multiples of `2^drop`.
-pub fn failure_log2_at(rows: usize, cols: usize, drop: u32) -> f64 {
-    let nats = bound_nats(cols, drop);
+/// [`failure_log2`] with the query's values rounded at random to multiples of `2^drop` and
+/// the answer's entries to their top `answer_bits`.
+pub fn failure_log2_at(rows: usize, cols: usize, drop: u32, answer_bits: u32) -> f64 {
+    let nats = bound_nats(cols, drop, answer_bits);
     (2.0 * rows.max(1) as f64).log2() - nats / std::f64::consts::LN_2
 }
 
-/// The exponent `(Δ/2 − 2^(31 − ANSWER_BITS))² / (2·proxy)` of the module's tail bound, with
-/// the query rounded to multiples of `2^drop`. Basic `f64` operations only (correctly rounded
-/// on every target), so that client and server compute the same [`query_drop_bits`].
-fn bound_nats(cols: usize, drop: u32) -> f64 {
-    let margin = (DELTA / 2) as f64 - rounding_error(ANSWER_BITS) as f64;
+/// The exponent `(Δ/2 − 2^(31 − a))² / (2·proxy)` of the module's tail bound, with the query
+/// rounded to multiples of `2^drop` and answers to `a` bits. Basic `f64` operations only
+/// (correctly rounded on every target), so that client and server compute the same
+/// [`wire_bits`].
+fn bound_nats(cols: usize, drop: u32, answer_bits: u32) -> f64 {
+    let margin = (DELTA / 2) as f64 - rounding_error(answer_bits) as f64;
     let hint = rounding_error(HINT_BITS) as f64;
     let entries = 128.0 * 128.0 * cols.max(1) as f64;
     // Randomised rounding to a multiple of 2^drop: mean zero, in an interval of length
@@ -157,19 +163,30 @@ fn bound_nats(cols: usize, drop: u32) -> f64 {
     margin * margin / (2.0 * proxy)
 }
 
-/// How many low bits of each query value a `rows × cols` database's queries leave off the
-/// wire: the most, up to [`MAX_QUERY_DROP`], that keeps the failure bound within
-/// [`MAX_FAILURE_LOG2`] (0 where even unrounded queries are past it; such shapes are refused).
-/// A public function of the shape: both sides compute it, the server chooses nothing. The
-/// test is `nats ≥ (40 + ⌈log2(2·rows)⌉)·ln 2`, at least as strict as the bound's own
+/// The wire precision of a `rows × cols` database: `(k, a)`, the low bits each query value
+/// leaves off (at most [`MAX_QUERY_DROP`]) and the bits each answer entry keeps (8 to
+/// [`MAX_ANSWER_BITS`]). Among the pairs that keep the failure bound within
+/// [`MAX_FAILURE_LOG2`], the one with the fewest bits a query, `cols·(32 − k) + rows·a`
+/// (ties: the smaller `k`); `(0, 16)` where none does (such shapes are refused). A public
+/// function of the shape: both sides compute it, the server chooses nothing. The test is
+/// `nats ≥ (40 + ⌈log2(2·rows)⌉)·ln 2`, at least as strict as the bound's own
 /// `log2(2·rows)`, with no transcendental function, so every target gets the same answer.
-pub fn query_drop_bits(rows: usize, cols: usize) -> u32 {
+pub fn wire_bits(rows: usize, cols: usize) -> (u32, u32) {
     let union = usize::BITS - (2 * rows.max(1) - 1).leading_zeros();
     let need = (-MAX_FAILURE_LOG2 + f64::from(union)) * std::f64::consts::LN_2;
-    (1..=MAX_QUERY_DROP)
-        .rev()
-        .find(|&d| bound_nats(cols, d) >= need)
-        .unwrap_or(0)
+    let mut best: Option<(usize, u32, u32)> = None;
+    for drop in 0..=MAX_QUERY_DROP {
+        // The fewest answer bits this drop allows (the bound grows with them).
+        let fewest =
+            (MIN_ANSWER_BITS..=MAX_ANSWER_BITS).find(|&a| bound_nats(cols, drop, a) >= need);
+        if let Some(a) = fewest {
+            let bits = cols * (LOG_Q - drop) as usize + rows * a as usize;
+            if best.is_none_or(|(b, _, _)| bits < b) {
+                best = Some((bits, drop, a));
+            }
+        }
+    }
+    best.map_or((0, MAX_ANSWER_BITS), |(_, d, a)| (d, a))
 }
 
 /// `v` rounded at random to a multiple of `2^drop`: down, or up with probability
@@ -304,38 +321,49 @@ mod tests {
 
     #[test]
     fn failure_bound_is_tiny_at_our_sizes_and_grows_with_columns() {
-        assert!(failure_log2_at(1 << 20, 900_000, 0) < MAX_FAILURE_LOG2);
-        assert!(failure_log2_at(1 << 20, MAX_COLS, 0) > MAX_FAILURE_LOG2);
-        assert!(failure_log2_at(4704, 62_500, 0) < -200.0);
+        let at = |r, c| failure_log2_at(r, c, 0, MAX_ANSWER_BITS);
+        assert!(at(1 << 20, 900_000) < MAX_FAILURE_LOG2);
+        assert!(at(1 << 20, MAX_COLS) > MAX_FAILURE_LOG2);
+        assert!(at(4704, 62_500) < -200.0);
         // At few columns the rounded hint's term dominates the proxy.
-        assert!(failure_log2_at(4096, 10_000, 0) < -250.0);
-        assert!(failure_log2_at(4096, 100, 0) < failure_log2_at(4096, 10_000, 0));
+        assert!(at(4096, 10_000) < -250.0);
+        assert!(at(4096, 100) < at(4096, 10_000));
     }
 
     #[test]
-    fn queries_drop_the_most_bits_the_bound_allows_and_no_more() {
-        // The 1,000,000-image thumbnails (module docs): 6 bits, within 2⁻⁴⁰; 7 would not be.
-        assert_eq!(query_drop_bits(9_408, 31_250), 6);
-        assert!((failure_log2_at(9_408, 31_250, 0) - -242.0).abs() < 1.0);
+    fn the_wire_keeps_the_fewest_bits_the_bound_allows() {
+        // The 1,000,000-image thumbnails (module docs).
+        assert_eq!(wire_bits(9_408, 31_250), (6, 12));
+        assert!((failure_log2_at(9_408, 31_250, 0, 16) - -242.0).abs() < 1.0);
         for (rows, cols) in [
             (9_408, 31_250),
             (4_704, 62_500),
             (1_568, 500),
             (1 << 20, 900_000),
         ] {
-            let d = query_drop_bits(rows, cols);
-            assert!(d <= MAX_QUERY_DROP);
+            let (d, a) = wire_bits(rows, cols);
+            assert!(d <= MAX_QUERY_DROP && (MIN_ANSWER_BITS..=MAX_ANSWER_BITS).contains(&a));
             assert!(
                 failure_log2(rows, cols) <= MAX_FAILURE_LOG2,
                 "{rows} × {cols}"
             );
-            if d < MAX_QUERY_DROP {
-                assert!(failure_log2_at(rows, cols, d + 1) > MAX_FAILURE_LOG2 - 1.0);
+            // No pair with fewer bits a query is within the bound.
+            let bits = |d: u32, a: u32| cols * (32 - d) as usize + rows * a as usize;
+            for d2 in 0..=MAX_QUERY_DROP {
+                for a2 in MIN_ANSWER_BITS..=MAX_ANSWER_BITS {
+                    if bits(d2, a2) < bits(d, a) {
+                        assert!(
+                            failure_log2_at(rows, cols, d2, a2) > MAX_FAILURE_LOG2 - 1.0,
+                            "{rows} × {cols}: ({d2}, {a2}) beats ({d}, {a})"
+                        );
+                    }
+                }
             }
         }
-        // Few columns: the most there is; past the unrounded bound: none.
-        assert_eq!(query_drop_bits(1_568, 500), MAX_QUERY_DROP);
-        assert_eq!(query_drop_bits(1 << 20, MAX_COLS), 0);
+        // Few columns: both rounded; past the unrounded bound: nothing changes.
+        let (d, a) = wire_bits(1_568, 500);
+        assert!(d > 0 && a < MAX_ANSWER_BITS, "({d}, {a})");
+        assert_eq!(wire_bits(1 << 20, MAX_COLS), (0, MAX_ANSWER_BITS));
     }
 
     #[test]
@@ -395,7 +423,7 @@ mod tests {
 
     #[test]
     fn rounding_keeps_the_top_bits_to_the_nearest() {
-        for bits in [HINT_BITS, ANSWER_BITS] {
+        for bits in [HINT_BITS, MAX_ANSWER_BITS, 12] {
             let r = rounding_error(bits);
             for v in [0u32, 1, r - 1, r, r + 1, u32::MAX, 0x8000_0000, 0x1234_5678] {
                 let back = round_top(v, bits) << (LOG_Q - bits);

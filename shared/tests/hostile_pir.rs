@@ -8,7 +8,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use shared::pir::client::{query, Hint};
 use shared::pir::doc::{validate, FileDoc, PirDbDoc, PirDoc, SchemeDoc};
-use shared::pir::layout::{encode_answer, encode_hint, Database, Shape};
+use shared::pir::layout::{encode_hint, Database, Shape};
 use shared::pir::lwe::matrix_a;
 use shared::pir::records::{decode_rank_record, encode_rank_record, RankItem};
 use shared::protocol::blocks::hash_hex;
@@ -30,7 +30,8 @@ fn answer(db: &Database, body: &[u8]) -> Vec<u8> {
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    encode_answer(&db.answer_rows(&q, 0..db.shape.rows))
+    db.shape
+        .encode_answer(&db.answer_rows(&q, 0..db.shape.rows))
 }
 
 fn rank_record() -> Vec<u8> {

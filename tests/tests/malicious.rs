@@ -30,7 +30,7 @@ use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
 use shared::embed::model::Model;
 use shared::pir::doc::PirDoc;
-use shared::pir::layout::{decode_answer, decode_hint, encode_answer, encode_hint};
+use shared::pir::layout::{decode_hint, encode_hint};
 use shared::pir::lwe::{matrix_a, LWE_N};
 use shared::pir::seeds::{self, Purpose};
 use shared::protocol::partition::nearest_centroid;
@@ -717,7 +717,9 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
         |req, body, _| match req {
             Request::Get { url, .. } if url == &hint_url => hint.clone(),
             Request::Post { url, .. } if url.ends_with("/thumbs") => {
-                let mut ans = decode_answer(&forward(&g.http, &g.base, req, body));
+                let mut ans = shape
+                    .decode_answer(&forward(&g.http, &g.base, req, body))
+                    .unwrap();
                 let q = shape.decode_queries(body).unwrap();
                 for k in 0..q.len() / shape.cols {
                     let qc = q[k * shape.cols + col];
@@ -725,7 +727,7 @@ fn a_damaged_thumbnail_record(g: &Gallery) {
                         ans[k * shape.rows + i] = ans[k * shape.rows + i].wrapping_add(qc);
                     }
                 }
-                encode_answer(&ans)
+                shape.encode_answer(&ans)
             }
             _ => forward(&g.http, &g.base, req, body),
         },

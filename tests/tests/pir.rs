@@ -253,8 +253,14 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
         // A damaged answer or a truncated one: typed errors, never a ranking. (Coefficient 3
         // of the first packed ciphertext holds a row; coefficients from the packing width on
         // are never read, see `pir::ring::inspiring`.)
-        let mut bad = answer.clone();
-        bad[8 * 3 + 3] ^= 0x10; // 2²⁸ = Δ/2 away: outside the error bound
+        let bad = {
+            use shared::pir::ring::scores::{decode_answer, encode_answer};
+            let (shape, q) = (sd.shape(), shared::pir::ring::modq::Q.value);
+            let mut v = decode_answer(&shape, shared::pir::ring::N, &answer).unwrap();
+            // 2²⁸ = Δ/2 away: outside the error bound.
+            v[0][3] = ((u128::from(v[0][3]) + (1 << 28)) % u128::from(q)) as u64;
+            encode_answer(&v)
+        };
         let e =
             hintless::rank(sd, &pir.thumbs.shape, &keys, &public, &pending, &bad, 8).unwrap_err();
         assert!(e.to_string().contains("error bound"), "{e}");
@@ -333,12 +339,14 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
         let cents = privatemail_e2e::level_centroids(&http, base, &part, l);
         let (body, pending) = rank_query(&part, &pir, l, &cents, &q, &mut rng).unwrap();
         let (_, answer) = post(&http, &format!("{base}{}/{l}", pir.answer_url), body);
-        // The top byte of a row's 16-bit entry: a change the rounding cannot absorb (changes in the
+        // The top bit of a row's entry: a change the rounding cannot absorb (changes in the
         // low bits within Δ/2 decode to the right byte, as they should). Row 10 is in the
         // record's header (malformed), row 2,000 in its features (hash mismatch).
+        let shape = pir.levels[l].as_ref().unwrap().shape;
         for (row, want) in [(10usize, "malformed"), (2000, "ranking record")] {
-            let mut bad = answer.clone();
-            bad[2 * row + 1] ^= 0x80;
+            let mut entries = shape.decode_answer(&answer).unwrap();
+            entries[row] ^= 1 << 31;
+            let bad = shape.encode_answer(&entries);
             let e = rank_level(&pir, l, &pending, &lh, &bad, &q, 8).unwrap_err();
             assert!(e.to_string().contains(want), "{e}");
         }

@@ -152,8 +152,8 @@ async fn table(
 }
 
 /// `POST /pir/{version}/{db}`: answers the query vectors in the body (`application/
-/// octet-stream`, little-endian u32; thumbnail and level answers are 16-bit entries,
-/// `pir::layout::encode_answer`). The answer reveals nothing the queries did not already:
+/// octet-stream`, `pir::layout::Shape::encode_query`'s packed values; thumbnail and level
+/// answers in `Shape::encode_answer`'s form). The answer reveals nothing the queries did not already:
 /// the server computes the same function of every query.
 ///
 /// Cheap checks first, so a request that cannot be answered never waits or holds memory:

@@ -244,14 +244,13 @@ pub const MAX_THUMB_QUERIES: usize = 32;
 /// Thumbnail records stacked per column, `g` (a power of two): a search's thumbnail bytes are
 /// `k` queries of `cols = items/g` entries up and `k` answers of `rows = record·g` entries down
 /// ([`Shape::query_bytes`], [`Shape::answer_bytes`]), least near `g = √(c·items/record)`
-/// (`c` = a query entry's bits over an answer entry's 16: 24–26 bits at our sizes, as
-/// [`crate::pir::lwe::query_drop_bits`] allows), while the hint ([`Shape::hint_bytes`]) grows
-/// with `g`. So: the least `g` whose bytes a search are within 5 % or 16 KiB of the least any
-/// `g` with a hint of at most 32 MiB gives. At 1,000 items `g = 1` (stacking would save 8 KiB
-/// a search for twice the hint); at 10,000, `g = 4` (76 KiB a search for 8 thumbnails, a
-/// 2.9 MiB hint; `g = 8` would save 10 KiB for twice the hint); at 70,000, `g = 16` (180 KiB,
-/// 11.5 MiB); at 1,000,000 the hint's cap decides (`g = 32`: 940 KiB a search, a 23 MiB
-/// hint).
+/// (`c` = a query entry's bits over an answer entry's: 24–26 bits against 9–12 at our
+/// sizes, as [`crate::pir::lwe::wire_bits`] allows), while the hint ([`Shape::hint_bytes`])
+/// grows with `g`. So: the least `g` whose bytes a search are within 5 % or 16 KiB of the
+/// least any `g` with a hint of at most 32 MiB gives. At 1,000 items `g = 1` (26 KiB a search
+/// for 8 thumbnails; stacking would save 10 KiB for four times the hint); at 10,000, `g = 8`
+/// (52 KiB, a 5.7 MiB hint); at 70,000, `g = 16` (152 KiB, 11.5 MiB); at 1,000,000 the hint's
+/// cap decides (`g = 32`: 903 KiB a search, a 23 MiB hint).
 pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
     let k = crate::protocol::publish::COVERAGE_K;
     let shape = |g: usize| Shape::new(thumb_bytes, items, thumb_bytes * g);
@@ -294,7 +293,7 @@ mod tests {
     fn served_shapes_give_no_more_samples_than_the_estimate_assumes() {
         // Thumbnails at a million images (294-byte records), and level databases of many
         // blocks with long and short records (`lwe`'s own test covers every validated shape).
-        for (items, stacked) in [(10_000, 4), (70_000, 16), (1_000_000, 32)] {
+        for (items, stacked) in [(10_000, 8), (70_000, 16), (1_000_000, 32)] {
             let s = thumbs_shape(items, 294).unwrap();
             assert!(s.cols <= lwe::MAX_COLS, "{items}: {s:?}");
             assert_eq!(s.rows, 294 * stacked, "{items}");

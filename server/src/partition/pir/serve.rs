@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use rayon::prelude::*;
 use shared::pir::cpu::timed;
 use shared::pir::doc::{PirDbDoc, PirDoc};
-use shared::pir::layout::{encode_answer, Database};
+use shared::pir::layout::Database;
 use shared::pir::ring::inspiring::InspiringBodies;
 use shared::pir::ring::rlwe::Ring;
 use shared::pir::ring::scores::{decode_upload, upload_len, ScoreDb};
@@ -192,8 +192,8 @@ fn check_query_size(per: usize, len: usize) -> Result<(), QueryError> {
 }
 
 /// Answers a request body of query vectors (CPU-bound: call on the blocking pool). Rows are
-/// split over rayon tasks; the answer is `c × rows` entries in `layout::encode_answer`'s form
-/// (rounded to 16 bits), query by query.
+/// split over rayon tasks; the answer is `c × rows` entries in `Shape::encode_answer`'s form
+/// (rounded to the shape's answer bits), query by query.
 pub fn answer(
     db: &PirDb,
     thumbs: bool,
@@ -230,7 +230,7 @@ pub fn answer(
         .searches
         .fetch_add(u64::from(thumbs), Ordering::Relaxed);
     counters.queries.fetch_add(c as u64, Ordering::Relaxed);
-    Ok(encode_answer(&out))
+    Ok(shape.encode_answer(&out))
 }
 
 /// What `/status` shows for the current version.

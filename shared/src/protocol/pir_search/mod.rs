@@ -610,7 +610,7 @@ mod tests {
     /// record of that column and of no other; the error names no record.
     #[test]
     fn a_unit_digest_refuses_any_change_to_the_column_and_only_to_it() {
-        use crate::pir::layout::{encode_answer, encode_hint, Database, Shape};
+        use crate::pir::layout::{encode_hint, Database, Shape};
         use crate::pir::lwe::matrix_a;
         use crate::pir::records::unit_digests;
         use rand::SeedableRng;
@@ -639,7 +639,7 @@ mod tests {
                 Hint::from_bytes(&shape, &hint, &crate::protocol::blocks::hash_hex(&hint)).unwrap();
             let (body, pending) = query(&shape, &seed, want, rng).unwrap();
             let q: Vec<u32> = shape.decode_queries(&body).unwrap();
-            let answer = encode_answer(&db.answer_rows(&q, 0..shape.rows));
+            let answer = shape.encode_answer(&db.answer_rows(&q, 0..shape.rows));
             let ranked = Ranked {
                 hits: Vec::new(),
                 indices: want.iter().map(|&i| i as u32).collect(),

@@ -492,20 +492,19 @@ fn a_gallery_change_publishes_a_new_version_and_keeps_the_old_one_for_the_grace_
     // The hint's rows are the column's width (`Shape::hint_bytes`: N entries a row).
     let width = shared::pir::layout::decode_hint(&hint).unwrap().len() / shared::pir::lwe::LWE_N;
     assert!(width > 0, "the old version's hint is served");
+    // The old version's shape: its 1,000 thumbnails in columns of that width.
+    let shape =
+        shared::pir::layout::Shape::new(shared::protocol::thumbs::packed_len(28), 1000, width)
+            .unwrap();
     let r = http
         .post(&old_answer)
         .header("content-type", "application/octet-stream")
-        .body(vec![
-            0u8;
-            4 * (1000usize).div_ceil(
-                width / shared::protocol::thumbs::packed_len(28)
-            )
-        ])
+        .body(vec![0u8; shape.query_bytes()])
         .send()
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK, "the old version still answers");
-    // One answer: a 16-bit entry a row (`Shape::answer_bytes`).
-    assert_eq!(r.bytes().unwrap().len(), 2 * width);
+    // One answer (`Shape::answer_bytes`).
+    assert_eq!(r.bytes().unwrap().len(), shape.answer_bytes());
 }
 
 #[test]

@@ -56,7 +56,7 @@ enum Case {
     /// The configuration names the anchors' SHA-256 as a path out of the cache
     /// (`../../../../../../dev/zero`).
     TraversingAnchorsName,
-    /// Not in `CASES` (its own tests): every PIR thumbnail answer with one byte changed.
+    /// Not in `CASES` (its own tests): every PIR thumbnail answer with ten bytes inverted.
     DamagedPirThumbs,
     /// Not in `CASES`: a PIR document whose packing seed is its query seed.
     RelatedSeeds,
@@ -140,7 +140,7 @@ impl Case {
             Case::TraversingAnchorsName => {
                 "the anchors' SHA-256 named as ../../../../../../dev/zero (a path out of the cache): refused before it is read or any search request"
             }
-            Case::DamagedPirThumbs => "every PIR thumbnail answer with one byte changed",
+            Case::DamagedPirThumbs => "every PIR thumbnail answer with ten bytes inverted",
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
         }
     }
@@ -338,8 +338,10 @@ impl Hostile {
                 let Body::Bytes(mut bytes) = r.body else {
                     unreachable!("forward answers with bytes")
                 };
-                // The top byte of one value: the record it carries decodes wrong.
-                bytes[103] ^= 0x40;
+                // Every bit of ten bytes inverted: whatever the entries' width on the wire
+                // (`Shape::answer_bits`, packed end to end), whole entries flip, and the
+                // records they carry decode wrong.
+                bytes[100..110].iter_mut().for_each(|b| *b ^= 0xff);
                 Reply {
                     status: r.status,
                     headers: r.headers,

@@ -121,6 +121,12 @@ impl Shape {
         }
     }
 
+    /// Whether one request can fetch a record: its queries are at most
+    /// [`crate::client::MAX_QUERIES`] (the server offers, and a client plans, nothing else).
+    pub fn record_fits_one_request(&self) -> bool {
+        self.queries_per_record() <= crate::client::MAX_QUERIES
+    }
+
     /// The first column of record `r` (it spans [`Self::queries_per_record`] columns).
     pub fn first_column(&self, r: usize) -> usize {
         if self.record_len <= self.rows {
@@ -440,15 +446,12 @@ pub fn encode_hint(values: &[u32]) -> Vec<u8> {
         values.len().is_multiple_of(2),
         "hints have rows × N entries"
     );
-    let mut out = Vec::with_capacity(values.len() / 2 * 5);
-    for pair in values.chunks_exact(2) {
-        let (x, y) = (
-            u64::from(lwe::round_top(pair[0], lwe::HINT_BITS)),
-            u64::from(lwe::round_top(pair[1], lwe::HINT_BITS)),
-        );
-        out.extend_from_slice(&(x | y << 20).to_le_bytes()[..5]);
-    }
-    out
+    crate::bits::pack(
+        values
+            .iter()
+            .map(|&v| u64::from(lwe::round_top(v, lwe::HINT_BITS))),
+        lwe::HINT_BITS,
+    )
 }
 
 /// The entries [`encode_hint`] wrote, each as the multiple of `2^(32 − HINT_BITS)` it
@@ -458,13 +461,9 @@ pub fn decode_hint(bytes: &[u8]) -> Option<Vec<u32>> {
         return None;
     }
     let shift = lwe::LOG_Q - lwe::HINT_BITS;
-    let mut out = Vec::with_capacity(bytes.len() / 5 * 2);
-    for c in bytes.chunks_exact(5) {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], 0, 0, 0]);
-        out.push(((w & 0xf_ffff) as u32) << shift);
-        out.push(((w >> 20) as u32) << shift);
-    }
-    Some(out)
+    // Two entries in five bytes: no bits left over.
+    let values = crate::bits::unpack(bytes, bytes.len() / 5 * 2, lwe::HINT_BITS).ok()?;
+    Some(values.into_iter().map(|v| (v as u32) << shift).collect())
 }
 
 /// The stored entries are `D + 128`: each answer less `128·Σ_j query_j`.

@@ -437,9 +437,8 @@ fn score_db<'a, E>(
 /// a coarse level's record needed 140 of 128), and the upload and the database stay within
 /// [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
 fn offered(shape: &Shape) -> bool {
-    let queries = shape.queries_per_record();
-    queries <= shared::params::limits::MAX_PIR_QUERIES
-        && queries * shape.query_bytes() <= MAX_LEVEL_UPLOAD
+    shape.record_fits_one_request()
+        && shape.queries_per_record() * shape.query_bytes() <= MAX_LEVEL_UPLOAD
         && shape.rows * shape.cols <= MAX_LEVEL_DB_BYTES
 }
 

@@ -452,14 +452,9 @@ impl PirSearch {
                 match self.pir.levels.get(level).and_then(Option::as_ref) {
                     None => Err(bad("the level has no PIR database")),
                     // As `plan_of`: a record no request can carry is not a plan.
-                    Some(db)
-                        if db.shape.queries_per_record()
-                            > crate::params::limits::MAX_PIR_QUERIES =>
-                    {
-                        Err(bad(
-                            "the level's record needs more queries than a request carries",
-                        ))
-                    }
+                    Some(db) if !db.shape.record_fits_one_request() => Err(bad(
+                        "the level's record needs more queries than a request carries",
+                    )),
                     Some(_) => Ok(()),
                 }
             }

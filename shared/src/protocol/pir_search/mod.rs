@@ -158,7 +158,7 @@ pub fn plan_of(
     // not a plan, whatever the document offers.
     let levels = pir.levels.iter().enumerate().filter_map(|(level, db)| {
         let s = db.as_ref()?.shape;
-        if s.queries_per_record() > crate::params::limits::MAX_PIR_QUERIES {
+        if !s.record_fits_one_request() {
             return None;
         }
         let q = s.queries_per_record() as u64;

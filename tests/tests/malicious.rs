@@ -325,6 +325,7 @@ fn a_malicious_server_learns_nothing_within_a_search_and_at_most_once() {
     seeds_chosen_by_the_server_are_refused_before_any_query(&g);
     a_level_no_request_can_fetch_is_not_a_plan(&g);
     level_records_that_do_not_fit_the_blocks_are_refused_for_every_photo(&g);
+    stray_bits_in_a_packed_answer_stop_the_search_alike_for_every_photo(&g);
     a_crafted_scores_answer(&g);
     a_damaged_thumbnail_record(&g);
     a_damaged_hint_slot(&g);
@@ -480,6 +481,45 @@ fn a_level_no_request_can_fetch_is_not_a_plan(g: &Gallery) {
         "{e:?}"
     );
     assert_eq!(sent, 0, "a query was sent");
+}
+
+/// Thumbnail answers travel as entries packed end to end, the last byte's spare bits zero. A
+/// server that sets them (for every search: it cannot tell photos apart) gets every search
+/// stopped the same way — a hostile failure with a stored refusal, after the same requests
+/// as an honest search — never a panic, a transport error inviting a retry, or results.
+fn stray_bits_in_a_packed_answer_stop_the_search_alike_for_every_photo(g: &Gallery) {
+    let shape = g.pir.thumbs.shape;
+    let spare = shape.answer_bytes() * 8 - shape.rows * shape.answer_bits() as usize;
+    assert!(
+        spare > 0,
+        "the test gallery's thumbnail answers have spare bits"
+    );
+    let plan = g.plan(RankingKind::Scores);
+    for (i, f) in g.photos.iter().take(6).enumerate() {
+        let mut cache = PirCache::default();
+        let honest = g.search(&plan, f, &mut cache, 90 + i as u64, g.honest());
+        let out = g.search(&plan, f, &mut cache, 90 + i as u64, |req, body| {
+            let mut answer = forward(&g.http, &g.base, req, body);
+            if matches!(req, Request::Post { url, .. } if url.ends_with("/thumbs")) {
+                // The top bit of each query's last byte: past its packed entries.
+                for q in answer.chunks_mut(shape.answer_bytes()) {
+                    *q.last_mut().unwrap() |= 0x80;
+                }
+            }
+            answer
+        });
+        let e = out.result.expect_err("stray bits were accepted");
+        assert_eq!(e.kind, FailureKind::Hostile, "photo {i}: {e:?}");
+        assert!(e.refusal.is_some(), "photo {i}");
+        // The same queries as an honest search (public files came from the cache).
+        let posts = |v: &View| {
+            v.iter()
+                .filter(|r| r.0 == "POST")
+                .map(|r| (r.1.clone(), r.2, r.3))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(posts(&out.view), posts(&honest.view), "photo {i}");
+    }
 }
 
 /// A level database whose records do not fit the level's blocks (one record short, or records

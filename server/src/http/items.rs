@@ -143,7 +143,7 @@ async fn add_items(
             .map(|it| StoredItem {
                 id: it.id,
                 label: it.label,
-                pixels: it.pixels.clone(),
+                pixels: it.pixels.to_vec(),
             })
             .collect();
         state

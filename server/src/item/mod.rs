@@ -1,9 +1,12 @@
 //! One gallery image (pixels, label, the model's features, a thumbnail made on first use):
 //! the type the catalogue holds and the partition publishes, below both.
 
+pub mod mapped;
 pub mod thumbnail;
 
 use shared::embed::model::Model;
+
+pub use mapped::{Features, Pixels};
 
 use thumbnail::{base64, png_grey};
 
@@ -15,9 +18,10 @@ pub const SIDE: u32 = 28;
 pub struct GalleryItem {
     pub id: u64,
     pub label: u32,
-    pub pixels: Vec<u8>,
+    /// Held, or read in place from the catalogue's mapped file ([`mapped`]).
+    pub pixels: Pixels,
     /// The on-device model's unit-norm features of the image (what the embedding uses).
-    pub features: Vec<f32>,
+    pub features: Features,
     thumbnail: std::sync::OnceLock<(Vec<u8>, String)>,
 }
 
@@ -44,8 +48,8 @@ impl GalleryItem {
         Ok(GalleryItem {
             id,
             label,
-            pixels,
-            features,
+            pixels: pixels.into(),
+            features: features.into(),
             thumbnail: std::sync::OnceLock::new(),
         })
     }

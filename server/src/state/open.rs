@@ -249,7 +249,21 @@ impl AppState {
                 bad.id
             )));
         }
-        let (items, computed) = gallery_features(&store, &weights, stored, &model, &mut report)?;
+        let (mut items, computed) =
+            gallery_features(&store, &weights, stored, &model, &mut report)?;
+        if let Some(dir) = &partition.pir_dir {
+            // Serving never reads the pixels and features: file pages, not the process's own
+            // memory (`item::mapped`).
+            let t = std::time::Instant::now();
+            match crate::item::mapped::map_items(dir, &mut items) {
+                Ok(()) => tracing::info!(
+                    items = items.len(),
+                    secs = t.elapsed().as_secs_f64(),
+                    "pixels and features mapped from a file"
+                ),
+                Err(e) => tracing::warn!(error = %e, "mapping the catalogue failed; held in memory"),
+            }
+        }
         crate::ops::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();

@@ -26,7 +26,7 @@ use shared::protocol::partition::Overlap;
 use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 use shared::protocol::thumbs;
 
-use super::mapped;
+use crate::ops::mapped;
 use super::serve::*;
 use crate::item::GalleryItem;
 use crate::ops::progress::Progress;

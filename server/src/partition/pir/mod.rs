@@ -10,7 +10,6 @@
 
 mod batch;
 mod build;
-mod mapped;
 mod serve;
 
 pub use batch::{Batcher, Reply, MAX_BATCH};

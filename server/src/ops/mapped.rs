@@ -1,8 +1,9 @@
-//! A version's large PIR structures as file pages rather than the process's own memory
-//! (`PartitionSettings::pir_dir`): the hintless ranking's feature planes and packing plans,
-//! the thumbnail database, the ranking table and the public files are written to a file there
-//! and read through a read-only mapping of it (`pir::held`; [`axum::body::Bytes`] for files
-//! that are sent). Each answer still reads all of them, so they stay in the page cache while
+//! Large bytes as file pages rather than the process's own memory, in
+//! `PartitionSettings::pir_dir`: a version's PIR structures (the hintless ranking's feature
+//! planes and packing plans, the thumbnail database, the ranking table and the public files,
+//! read through `pir::held` or as [`axum::body::Bytes`] for files that are sent) and the
+//! catalogue's pixels and features (`item::mapped`) are written to a file there and read
+//! through a read-only mapping of it. Each answer still reads all of them, so they stay in the page cache while
 //! searches come; but the kernel may reclaim them (they are clean file pages, read again on
 //! the next answer) and the process's own memory (RssAnon) no longer holds them: at
 //! 1,000,000 items 2.9 GB of a version's 3.0 GB of PIR.

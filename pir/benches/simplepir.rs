@@ -1,5 +1,5 @@
 //! The SimplePIR answer at the thumbnail database's shape at 1,000,000 images (294-byte
-//! records, 4,704 rows × 62,500 columns: 294 MB), for the 8 queries a search sends in one
+//! records, 9,408 rows × 31,250 columns: 294 MB), for the 8 queries a search sends in one
 //! request, on one core. `cargo bench -p privatemail-pir --bench simplepir`.
 
 use std::time::Instant;
@@ -10,7 +10,7 @@ fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     // Under `cargo test --all-targets` this runs once at a small shape, as a smoke test.
     let (records, rows) = if bench {
-        (1_000_000, 4_704)
+        (1_000_000, 9_408)
     } else {
         (2_000, 294)
     };

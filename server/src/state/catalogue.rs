@@ -57,6 +57,15 @@ impl AppState {
             Err(e) => tracing::error!(error = %e, "partition build failed; keeping the old one"),
         }
         crate::ops::progress::release_freed_memory();
+        self.release_catalogue_pages();
+    }
+
+    /// After a build has read every item: the pages of the items' mapped file leave the
+    /// resident set (`item::mapped::MappedItems::release_pages`); serving reads none of them.
+    pub fn release_catalogue_pages(&self) {
+        if let Some(m) = &self.catalogue_pages {
+            m.release_pages();
+        }
     }
 
     /// Write the features of the items not yet stored (added since the last call) to the

@@ -160,6 +160,8 @@ pub struct AppState {
     pub refusals: Arc<crate::ops::refusals::Refusals>,
     /// Items whose features are in the store (by identity: a re-added id is a new item).
     features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
+    /// The file start-up's items read their pixels and features from (`item::mapped`).
+    catalogue_pages: Option<crate::item::mapped::MappedItems>,
 }
 
 #[derive(Default)]

@@ -251,19 +251,25 @@ impl AppState {
         }
         let (mut items, computed) =
             gallery_features(&store, &weights, stored, &model, &mut report)?;
-        if let Some(dir) = &partition.pir_dir {
-            // Serving never reads the pixels and features: file pages, not the process's own
-            // memory (`item::mapped`).
+        // Serving never reads the pixels and features: file pages, not the process's own
+        // memory (`item::mapped`).
+        let catalogue_pages = partition.pir_dir.as_deref().and_then(|dir| {
             let t = std::time::Instant::now();
             match crate::item::mapped::map_items(dir, &mut items) {
-                Ok(()) => tracing::info!(
-                    items = items.len(),
-                    secs = t.elapsed().as_secs_f64(),
-                    "pixels and features mapped from a file"
-                ),
-                Err(e) => tracing::warn!(error = %e, "mapping the catalogue failed; held in memory"),
+                Ok(m) => {
+                    tracing::info!(
+                        items = items.len(),
+                        secs = t.elapsed().as_secs_f64(),
+                        "pixels and features mapped from a file"
+                    );
+                    m
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "mapping the catalogue failed; held in memory");
+                    None
+                }
             }
-        }
+        });
         crate::ops::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
@@ -400,6 +406,7 @@ impl AppState {
             partitions: Partitions::new(partition, Some(blocks)),
             startup: StartupReport::default(),
             features_stored: Mutex::new(features_stored),
+            catalogue_pages,
             pir_counters: Default::default(),
             admission: crate::net::admission::Admission::new(
                 opts.pir_concurrency,
@@ -460,6 +467,7 @@ impl AppState {
         }
         state.partitions.collect_garbage();
         crate::ops::progress::release_freed_memory();
+        state.release_catalogue_pages();
         report.partition_secs = partition_load_secs + t.elapsed().as_secs_f64();
         report.total_secs = t_total.elapsed().as_secs_f64();
         tracing::info!(
@@ -489,6 +497,7 @@ impl AppState {
                 if items.len() == p.doc.gallery_size {
                     crate::partition::pir::attach(&p, &s.partitions, &items);
                 }
+                s.release_catalogue_pages();
             });
         }
         if stale {

@@ -26,9 +26,9 @@ use shared::protocol::partition::Overlap;
 use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 use shared::protocol::thumbs;
 
-use crate::ops::mapped;
 use super::serve::*;
 use crate::item::GalleryItem;
+use crate::ops::mapped;
 use crate::ops::progress::Progress;
 use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;

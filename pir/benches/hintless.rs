@@ -66,9 +66,11 @@ fn main() {
             "decoded scores differ from the plaintext ones (block {block})"
         );
         println!(
-            "block {block}: server {:.2} core-s = scoring {scoring:.2} + packing {packing:.2}; \
+            "block {block}: server {:.1} core-ms = scoring {:.1} + packing {:.1}; \
              client query {client_query:.3} s, decode {client_decode:.3} s; all {} scores exact",
-            scoring + packing,
+            (scoring + packing) * 1e3,
+            scoring * 1e3,
+            packing * 1e3,
             shape.rows
         );
         runs.push((scoring + packing, scoring, packing));
@@ -85,8 +87,11 @@ fn main() {
     assert_eq!(down, pir::bits::packed_len(answer_len, scores::ANSWER_BITS));
     let once = public_a.len() * N * 8;
     println!(
-        "server per query (median of 3): {server:.2} core-s = scoring pass {scoring:.2} + \
-         packing online {packing:.2}"
+        "server per query (median of 3): {:.1} core-ms = scoring pass {:.1} + packing online \
+         {:.1}",
+        server * 1e3,
+        scoring * 1e3,
+        packing * 1e3
     );
     println!(
         "bytes: up {:.0} KiB query + {:.0} KiB key bodies, down {:.0} KiB, once {:.0} KiB",

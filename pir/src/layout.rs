@@ -675,11 +675,13 @@ mod tests {
     #[test]
     fn tiled_answers_equal_row_by_row_dot_products() {
         // Column counts below, at and past a tile; 1, 8 and 11 queries (a group of 8 and a
-        // remainder).
+        // remainder); with the AVX-512 build, 14 rows (two blocks of its 6 and 2 more) over
+        // two of its 32,768-column tiles and a tail past whole 64-byte chunks.
         for (rows, cols, c) in [
             (3usize, 5usize, 1usize),
             (4, TILE, 8),
             (5, TILE * 2 + 7, 11),
+            (15, 32_768 + 3 * 64 + 5, 3),
         ] {
             let shape = Shape {
                 record_len: 1,

@@ -15,13 +15,11 @@
 
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::Arc;
 
 use axum::body::Bytes;
-use memmap2::{Mmap, UncheckedAdvice};
 
 use super::GalleryItem;
-use crate::ops::mapped::write_and_map;
+use crate::ops::mapped::{write_and_map, Pages};
 
 /// An item's greyscale pixels, held or mapped; cheap to clone (a shared reference).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,50 +92,19 @@ impl From<Vec<f32>> for Features {
     }
 }
 
-/// The file [`map_items`] mapped, kept to let its pages go when nothing needs them.
-#[derive(Clone)]
-pub struct MappedItems(Arc<Mmap>);
-
-/// The mapping as the owner of the items' [`Bytes`].
-struct Owner(Arc<Mmap>);
-
-impl AsRef<[u8]> for Owner {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl MappedItems {
-    /// Takes the mapping's pages out of the process's resident set (`MADV_DONTNEED`): a
-    /// build reads every item, and the pages it touched would otherwise stay counted in the
-    /// server's resident size while serving, which never reads them. They stay in the page
-    /// cache until the kernel needs the memory; a later read faults them in again from the
-    /// file, the same bytes. Safe to call at any time, also while something reads the items.
-    pub fn release_pages(&self) {
-        // SAFETY: this is a shared, read-only mapping of a file that was unlinked when this
-        // process created it and is never written after it was mapped (`ops::mapped`), so
-        // dropping its pages changes no byte anyone can read: every later access repopulates
-        // them from the file's unchanged contents (madvise(2), MADV_DONTNEED on shared file
-        // mappings). The undefined behaviour `unchecked_advise` warns of is for private or
-        // anonymous mappings, whose contents would change.
-        if let Err(e) = unsafe { self.0.unchecked_advise(UncheckedAdvice::DontNeed) } {
-            tracing::debug!(error = %e, "releasing the catalogue's pages failed");
-        }
-    }
-}
-
 /// Moves every item's pixels and features into one new mapped file in `dir` (every item's
 /// features, then every item's pixels) and points the items at it. On an error nothing is
-/// changed (the items keep their own copies) and the error is returned for the caller to log;
-/// `None` when there is nothing to map. The values read back are the same bits:
-/// [`write_and_map`] refuses a short write, and the mapping is of exactly what was written.
-pub fn map_items(dir: &Path, items: &mut [GalleryItem]) -> std::io::Result<Option<MappedItems>> {
+/// changed (the items keep their own copies) and the error is returned for the caller to log.
+/// The mapping is noted in `pages`, to let its pages go after a build has read the items
+/// ([`Pages::release`]). The values read back are the same bits: [`write_and_map`] refuses a
+/// short write, and the mapping is of exactly what was written.
+pub fn map_items(dir: &Path, items: &mut [GalleryItem], pages: &Pages) -> std::io::Result<()> {
     let features: usize = items.iter().map(|it| it.features.len() * 4).sum();
     let pixels: usize = items.iter().map(|it| it.pixels.len()).sum();
     if features + pixels == 0 {
-        return Ok(None);
+        return Ok(());
     }
-    let map = write_and_map(dir, "catalogue", features + pixels, |out| {
+    let map = write_and_map(dir, "catalogue", features + pixels, pages, |out| {
         for it in items.iter() {
             out.write_all(bytemuck::cast_slice(it.features.as_slice()))?;
         }
@@ -146,8 +113,6 @@ pub fn map_items(dir: &Path, items: &mut [GalleryItem]) -> std::io::Result<Optio
         }
         Ok(())
     })?;
-    let kept = MappedItems(Arc::new(map));
-    let map = Bytes::from_owner(Owner(Arc::clone(&kept.0)));
     // Every view first, then the swap: all or nothing.
     let (mut f_at, mut p_at) = (0, features);
     let mut views = Vec::with_capacity(items.len());
@@ -162,7 +127,7 @@ pub fn map_items(dir: &Path, items: &mut [GalleryItem]) -> std::io::Result<Optio
     for (it, (f, p)) in items.iter_mut().zip(views) {
         (it.features, it.pixels) = (f, p);
     }
-    Ok(Some(kept))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -182,7 +147,8 @@ mod tests {
             .iter()
             .map(|it| (it.pixels.to_vec(), it.features.to_vec()))
             .collect();
-        let mapped = map_items(&dir, &mut items).unwrap().expect("bytes to map");
+        let pages = Pages::default();
+        map_items(&dir, &mut items, &pages).unwrap();
         for round in 0..2 {
             for (it, (px, f)) in items.iter().zip(&before) {
                 assert!(matches!(it.features.0, Repr::Mapped(_)));
@@ -199,12 +165,11 @@ mod tests {
                 }
             }
             // Pages let go are read again from the file: the same bytes.
-            mapped.release_pages();
+            pages.release();
         }
-        assert!(
-            map_items(&dir, &mut []).unwrap().is_none(),
-            "nothing to map"
-        );
+        let empty = Pages::default();
+        map_items(&dir, &mut [], &empty).unwrap();
+        assert_eq!(empty.mapped_len(), 0, "nothing to map");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         // The mapping outlives the items that were cloned from it.
         let kept = items[4].pixels.clone();

@@ -15,20 +15,81 @@
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use axum::body::Bytes;
+use memmap2::{Mmap, UncheckedAdvice};
 use shared::pir::held::SharedBytes;
 
+/// The mappings one owner made (a version's PIR, the catalogue), noted to let their pages go
+/// when nothing needs them ([`Pages::release`]). Weak references: a mapping lives exactly as
+/// long as the bytes that read it (one a failed build dropped is not kept).
+#[derive(Default)]
+pub struct Pages(Mutex<Vec<Weak<Mmap>>>);
+
+impl std::fmt::Debug for Pages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pages({} bytes mapped)", self.mapped_len())
+    }
+}
+
+impl Pages {
+    fn keep(&self, map: &Arc<Mmap>) {
+        let mut maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        maps.retain(|m| m.strong_count() > 0);
+        maps.push(Arc::downgrade(map));
+    }
+
+    /// Takes the mappings' pages out of the process's resident set (`MADV_DONTNEED`): they stay
+    /// in the page cache until the kernel needs the memory, and a later read faults them in
+    /// again from the file — the same bytes. For pages nothing reads for a while (a catalogue
+    /// a build has read, a replaced version in its grace period), which would otherwise stay
+    /// counted in the server's resident size. Safe at any time, also while something reads
+    /// them.
+    pub fn release(&self) {
+        let maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for map in maps.iter().filter_map(Weak::upgrade) {
+            // SAFETY: every mapping here is a shared, read-only mapping of a file this process
+            // unlinked when it created it and never writes after mapping it
+            // (`create_and_map`), so dropping its pages changes no byte anyone can read: every
+            // later access repopulates them from the file's unchanged contents (madvise(2),
+            // MADV_DONTNEED on shared file mappings). The undefined behaviour
+            // `unchecked_advise` warns of is for private or anonymous mappings, whose contents
+            // would change.
+            if let Err(e) = unsafe { map.unchecked_advise(UncheckedAdvice::DontNeed) } {
+                tracing::debug!(error = %e, "releasing mapped pages failed");
+            }
+        }
+    }
+
+    /// Bytes of the mappings still in use.
+    pub fn mapped_len(&self) -> usize {
+        let maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        maps.iter().filter_map(Weak::upgrade).map(|m| m.len()).sum()
+    }
+}
+
+/// The mapping as the owner of [`Bytes`] and [`SharedBytes`].
+struct Owner(Arc<Mmap>);
+
+impl AsRef<[u8]> for Owner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// Writes `len` bytes with `write` to a new, already unlinked file in `dir` (created if
-/// missing) and maps it read-only. Refused if `write` writes another number of bytes.
+/// missing) and maps it read-only, kept in `pages`. Refused if `write` writes another number
+/// of bytes.
 pub fn write_and_map(
     dir: &Path,
     what: &str,
     len: usize,
+    pages: &Pages,
     write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
-) -> std::io::Result<memmap2::Mmap> {
-    create_and_map(dir, what, Some(len), write)
+) -> std::io::Result<Bytes> {
+    let map = create_and_map(dir, what, Some(len), pages, write)?;
+    Ok(Bytes::from_owner(Owner(map)))
 }
 
 /// [`write_and_map`] as shared bytes for `pir::held`.
@@ -36,9 +97,16 @@ pub fn shared(
     dir: &Path,
     what: &str,
     len: usize,
+    pages: &Pages,
     write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
 ) -> std::io::Result<SharedBytes> {
-    Ok(Arc::new(write_and_map(dir, what, len, write)?))
+    Ok(Arc::new(Owner(create_and_map(
+        dir,
+        what,
+        Some(len),
+        pages,
+        write,
+    )?)))
 }
 
 /// [`shared`] for bytes whose length is known only once written (the hintless ranking's
@@ -47,17 +115,21 @@ pub fn shared(
 pub fn streamed(
     dir: &Path,
     what: &str,
+    pages: &Pages,
     write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
 ) -> std::io::Result<SharedBytes> {
-    Ok(Arc::new(create_and_map(dir, what, None, write)?))
+    Ok(Arc::new(Owner(create_and_map(
+        dir, what, None, pages, write,
+    )?)))
 }
 
 fn create_and_map(
     dir: &Path,
     what: &str,
     len: Option<usize>,
+    pages: &Pages,
     write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
-) -> std::io::Result<memmap2::Mmap> {
+) -> std::io::Result<Arc<Mmap>> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     std::fs::create_dir_all(dir)?;
     let path = dir.join(format!(
@@ -84,11 +156,13 @@ fn create_and_map(
     // SAFETY: the file was unlinked right after this process created it, so no other process
     // can open it by name, and this process never writes to it after this point: the mapping
     // sees fixed bytes for as long as it lives.
-    unsafe {
+    let map = Arc::new(unsafe {
         memmap2::MmapOptions::new()
             .len(usize::try_from(written).map_err(std::io::Error::other)?)
-            .map(&file)
-    }
+            .map(&file)?
+    });
+    pages.keep(&map);
+    Ok(map)
 }
 
 /// `files` written one after another to one mapped file, each returned as a [`Bytes`] of the
@@ -96,16 +170,17 @@ fn create_and_map(
 pub fn files(
     dir: &Path,
     what: &str,
+    pages: &Pages,
     files: Vec<Bytes>,
 ) -> Result<Vec<Bytes>, (std::io::Error, Vec<Bytes>)> {
     let len: usize = files.iter().map(Bytes::len).sum();
     if len == 0 {
         return Ok(files);
     }
-    let map = match write_and_map(dir, what, len, |out| {
+    let map = match write_and_map(dir, what, len, pages, |out| {
         files.iter().try_for_each(|f| out.write_all(f))
     }) {
-        Ok(m) => Bytes::from_owner(m),
+        Ok(m) => m,
         Err(e) => return Err((e, files)),
     };
     let mut at = 0;
@@ -131,21 +206,31 @@ mod tests {
             Bytes::new(),
             Bytes::from(vec![7u8; 100_000]),
         ];
-        let back = files(&dir, "test", given.clone()).unwrap();
+        let pages = Pages::default();
+        let back = files(&dir, "test", &pages, given.clone()).unwrap();
         assert_eq!(back, given);
+        // Pages let go are read again from the file: the same bytes.
+        pages.release();
+        assert_eq!(back, given);
+        assert_eq!(pages.mapped_len(), 100_005);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
-        let short = write_and_map(&dir, "short", 10, |out| out.write_all(b"abc"));
+        let short = write_and_map(&dir, "short", 10, &pages, |out| out.write_all(b"abc"));
         assert!(short.is_err());
-        let all = streamed(&dir, "streamed", |out| out.write_all(b"planes and plans")).unwrap();
+        let all = streamed(&dir, "streamed", &pages, |out| {
+            out.write_all(b"planes and plans")
+        })
+        .unwrap();
         assert_eq!((*all).as_ref(), b"planes and plans");
+        assert_eq!(pages.mapped_len(), 100_005 + 16);
         drop(all);
+        assert_eq!(pages.mapped_len(), 100_005, "a dropped mapping is not kept");
         // A failure mid-way comes back as it is; nothing is mapped, nothing stays on disk.
-        let failed = streamed(&dir, "failed", |out| {
+        let failed = streamed(&dir, "failed", &pages, |out| {
             out.write_all(&[1; 1000])?;
             Err(std::io::Error::other("disk full"))
         });
         assert_eq!(failed.err().unwrap().to_string(), "disk full");
-        assert!(streamed(&dir, "empty", |_| Ok(())).is_err());
+        assert!(streamed(&dir, "empty", &pages, |_| Ok(())).is_err());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -525,6 +525,12 @@ impl Partitions {
         h.retired.retain(|(p, _)| p.doc.version != new.doc.version);
         h.gone.retain(|v| *v != new.doc.version);
         if let Some(old) = old.filter(|o| o.doc.version != new.doc.version) {
+            // Its clients move to the new version: its PIR files' pages leave the resident
+            // set now instead of staying counted for the grace period (a late request reads
+            // them back from the files).
+            if let Some(pir) = old.pir.get() {
+                pir.pages.release();
+            }
             let now = Instant::now();
             h.retired.push_back((old, now + self.settings.grace));
             h.prune(now);

@@ -61,11 +61,9 @@ impl AppState {
     }
 
     /// After a build has read every item: the pages of the items' mapped file leave the
-    /// resident set (`item::mapped::MappedItems::release_pages`); serving reads none of them.
+    /// resident set (`ops::mapped::Pages::release`); serving reads none of them.
     pub fn release_catalogue_pages(&self) {
-        if let Some(m) = &self.catalogue_pages {
-            m.release_pages();
-        }
+        self.catalogue_pages.release();
     }
 
     /// Write the features of the items not yet stored (added since the last call) to the

@@ -161,7 +161,7 @@ pub struct AppState {
     /// Items whose features are in the store (by identity: a re-added id is a new item).
     features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
     /// The file start-up's items read their pixels and features from (`item::mapped`).
-    catalogue_pages: Option<crate::item::mapped::MappedItems>,
+    catalogue_pages: crate::ops::mapped::Pages,
 }
 
 #[derive(Default)]

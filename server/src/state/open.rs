@@ -253,23 +253,20 @@ impl AppState {
             gallery_features(&store, &weights, stored, &model, &mut report)?;
         // Serving never reads the pixels and features: file pages, not the process's own
         // memory (`item::mapped`).
-        let catalogue_pages = partition.pir_dir.as_deref().and_then(|dir| {
+        let catalogue_pages = crate::ops::mapped::Pages::default();
+        if let Some(dir) = partition.pir_dir.as_deref() {
             let t = std::time::Instant::now();
-            match crate::item::mapped::map_items(dir, &mut items) {
-                Ok(m) => {
-                    tracing::info!(
-                        items = items.len(),
-                        secs = t.elapsed().as_secs_f64(),
-                        "pixels and features mapped from a file"
-                    );
-                    m
-                }
+            match crate::item::mapped::map_items(dir, &mut items, &catalogue_pages) {
+                Ok(()) => tracing::info!(
+                    items = items.len(),
+                    secs = t.elapsed().as_secs_f64(),
+                    "pixels and features mapped from a file"
+                ),
                 Err(e) => {
-                    tracing::warn!(error = %e, "mapping the catalogue failed; held in memory");
-                    None
+                    tracing::warn!(error = %e, "mapping the catalogue failed; held in memory")
                 }
             }
-        });
+        }
         crate::ops::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();

@@ -28,7 +28,7 @@ use shared::protocol::thumbs;
 
 use super::serve::*;
 use crate::item::GalleryItem;
-use crate::ops::mapped;
+use crate::ops::mapped::{self, Pages};
 use crate::ops::progress::Progress;
 use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;
@@ -88,11 +88,16 @@ fn build_db<'a>(
 
 /// `files` as parts of one mapped file in `pir_dir` (`mapped`), or as they are without one
 /// or when writing it fails.
-fn map_files<const K: usize>(partitions: &Partitions, what: &str, files: [Bytes; K]) -> [Bytes; K] {
+fn map_files<const K: usize>(
+    partitions: &Partitions,
+    pages: &Pages,
+    what: &str,
+    files: [Bytes; K],
+) -> [Bytes; K] {
     let Some(dir) = &partitions.settings.pir_dir else {
         return files;
     };
-    let back = match mapped::files(dir, what, files.to_vec()) {
+    let back = match mapped::files(dir, what, pages, files.to_vec()) {
         Ok(b) => b,
         Err((e, b)) => {
             tracing::warn!(what, error = %e, "pir: files stay in memory");
@@ -134,6 +139,8 @@ pub fn build(
     let t0 = Instant::now();
     let version = p.doc.version.clone();
     let dim = p.doc.feature_dim;
+    // The version's mapped files, to let their pages go when it is replaced.
+    let pages = Pages::default();
     let index: HashMap<u64, u32> = items
         .iter()
         .enumerate()
@@ -187,7 +194,7 @@ pub fn build(
         .levels
         .iter()
         .rposition(|l| matches!(l.overlap, Overlap::Capped { .. }))
-        .map(|l| build_scores(p, partitions, l, &index, items, &units))
+        .map(|l| build_scores(p, partitions, &pages, l, &index, items, &units))
         .transpose()
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
@@ -204,7 +211,7 @@ pub fn build(
     )?;
     if let Some(dir) = &partitions.settings.pir_dir {
         let len = thumbs.db.data_len();
-        match mapped::shared(dir, "thumbs", len, |out| thumbs.db.write_data(out)) {
+        match mapped::shared(dir, "thumbs", len, &pages, |out| thumbs.db.write_data(out)) {
             Ok(bytes) => {
                 thumbs.db.share_data(&bytes, 0)?;
             }
@@ -225,6 +232,7 @@ pub fn build(
         };
         let [raw, gz] = map_files(
             partitions,
+            &pages,
             "table",
             [Bytes::from(table_bytes), Bytes::from(gz)],
         );
@@ -279,6 +287,7 @@ pub fn build(
         table,
         scores: scores.map(|(s, _)| s),
         build_secs,
+        pages,
     })
 }
 
@@ -302,6 +311,7 @@ impl Units {
 fn build_scores(
     p: &Published,
     partitions: &Partitions,
+    pages: &Pages,
     level: usize,
     index: &HashMap<u64, u32>,
     items: &[Arc<GalleryItem>],
@@ -335,7 +345,7 @@ fn build_scores(
             .collect())
     };
     let lay_out = || ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks);
-    let db = score_db(partitions.settings.pir_dir.as_deref(), lay_out)?;
+    let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)?;
     let public = ScoresPublic {
         public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
         rows: members,
@@ -379,7 +389,12 @@ fn build_scores(
         secs = t.elapsed().as_secs_f64(),
         "pir: hintless ranking built"
     );
-    let [public, gz] = map_files(partitions, "public", [Bytes::from(public), Bytes::from(gz)]);
+    let [public, gz] = map_files(
+        partitions,
+        pages,
+        "public",
+        [Bytes::from(public), Bytes::from(gz)],
+    );
     let serve = ScoresServe {
         ring,
         db,
@@ -399,6 +414,7 @@ fn build_scores(
 /// (its errors are the build's own and come back as they are).
 fn score_db<'a, E>(
     dir: Option<&Path>,
+    pages: &Pages,
     lay_out: impl Fn() -> Result<ScorePlanes<'a>, E>,
 ) -> Result<ScoreDb, E> {
     let Some(dir) = dir else {
@@ -407,7 +423,7 @@ fn score_db<'a, E>(
     let t = Instant::now();
     let planes = lay_out()?;
     let mut written = None;
-    let streamed = mapped::streamed(dir, "scores", |out| {
+    let streamed = mapped::streamed(dir, "scores", pages, |out| {
         written = Some(planes.build_into(out)?);
         Ok(())
     })
@@ -584,17 +600,19 @@ mod tests {
         };
         let lay_out = || ScoreDb::lay_out(&ring, shape, block, &[5; 32], &masks);
         let dir = std::env::temp_dir().join(format!("pm-scores-{}", std::process::id()));
-        let mapped = score_db(Some(&dir), lay_out).unwrap();
+        let mapped = score_db(Some(&dir), &Pages::default(), lay_out).unwrap();
         assert!(!mapped.held_in_memory());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         std::fs::remove_dir_all(&dir).unwrap();
         // A file where the directory should be: nothing can be written there.
         let file = dir.with_extension("file");
         std::fs::write(&file, b"not a directory").unwrap();
-        let held = score_db(Some(&file.join("pir")), lay_out).unwrap();
+        let held = score_db(Some(&file.join("pir")), &Pages::default(), lay_out).unwrap();
         assert!(held.held_in_memory());
         std::fs::remove_file(&file).unwrap();
         assert_eq!(held.public_a(), mapped.public_a());
-        assert!(score_db(None, lay_out).unwrap().held_in_memory());
+        assert!(score_db(None, &Pages::default(), lay_out)
+            .unwrap()
+            .held_in_memory());
     }
 }

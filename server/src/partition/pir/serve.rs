@@ -69,6 +69,9 @@ pub struct PirServe {
     pub table: Option<(Bytes, Bytes)>,
     pub scores: Option<ScoresServe>,
     pub build_secs: f64,
+    /// The mapped files above (`ops::mapped`), whose pages leave the resident set when the
+    /// version is replaced ([`Pages::release`](crate::ops::mapped::Pages::release)).
+    pub pages: crate::ops::mapped::Pages,
 }
 
 /// Work done answering queries (for `/status`).

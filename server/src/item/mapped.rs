@@ -51,7 +51,7 @@ pub struct Features(Repr);
 
 #[derive(Clone, Debug)]
 enum Repr {
-    Held(std::sync::Arc<[f32]>),
+    Held(Vec<f32>),
     /// `f32` bytes, 4-aligned, a whole number of values (checked in [`Features::mapped`]).
     Mapped(Bytes),
 }
@@ -88,7 +88,7 @@ impl PartialEq for Features {
 
 impl From<Vec<f32>> for Features {
     fn from(v: Vec<f32>) -> Self {
-        Features(Repr::Held(v.into()))
+        Features(Repr::Held(v))
     }
 }
 

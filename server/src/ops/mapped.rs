@@ -92,35 +92,19 @@ pub fn write_and_map(
     Ok(Bytes::from_owner(Owner(map)))
 }
 
-/// [`write_and_map`] as shared bytes for `pir::held`.
+/// [`write_and_map`] as shared bytes for `pir::held`; with `len` `None` for bytes whose length
+/// is known only once written (the hintless ranking's plans, written as they are built): the
+/// whole file, whatever `write` wrote (not empty), which whoever reads them checks
+/// (`pir::held`).
 pub fn shared(
     dir: &Path,
     what: &str,
-    len: usize,
+    len: Option<usize>,
     pages: &Pages,
     write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
 ) -> std::io::Result<SharedBytes> {
-    Ok(Arc::new(Owner(create_and_map(
-        dir,
-        what,
-        Some(len),
-        pages,
-        write,
-    )?)))
-}
-
-/// [`shared`] for bytes whose length is known only once written (the hintless ranking's
-/// plans, written as they are built): the whole file, whatever `write` wrote (not empty).
-/// Whoever reads them checks them (`pir::held`).
-pub fn streamed(
-    dir: &Path,
-    what: &str,
-    pages: &Pages,
-    write: impl FnOnce(&mut (dyn Write + Send)) -> std::io::Result<()>,
-) -> std::io::Result<SharedBytes> {
-    Ok(Arc::new(Owner(create_and_map(
-        dir, what, None, pages, write,
-    )?)))
+    let map = create_and_map(dir, what, len, pages, write)?;
+    Ok(Arc::new(Owner(map)))
 }
 
 fn create_and_map(
@@ -216,7 +200,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         let short = write_and_map(&dir, "short", 10, &pages, |out| out.write_all(b"abc"));
         assert!(short.is_err());
-        let all = streamed(&dir, "streamed", &pages, |out| {
+        let all = shared(&dir, "streamed", None, &pages, |out| {
             out.write_all(b"planes and plans")
         })
         .unwrap();
@@ -225,12 +209,12 @@ mod tests {
         drop(all);
         assert_eq!(pages.mapped_len(), 100_005, "a dropped mapping is not kept");
         // A failure mid-way comes back as it is; nothing is mapped, nothing stays on disk.
-        let failed = streamed(&dir, "failed", &pages, |out| {
+        let failed = shared(&dir, "failed", None, &pages, |out| {
             out.write_all(&[1; 1000])?;
             Err(std::io::Error::other("disk full"))
         });
         assert_eq!(failed.err().unwrap().to_string(), "disk full");
-        assert!(streamed(&dir, "empty", &pages, |_| Ok(())).is_err());
+        assert!(shared(&dir, "empty", None, &pages, |_| Ok(())).is_err());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         std::fs::remove_dir_all(&dir).unwrap();
     }

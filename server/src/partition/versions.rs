@@ -524,16 +524,20 @@ impl Partitions {
             .replace(Arc::clone(&new));
         h.retired.retain(|(p, _)| p.doc.version != new.doc.version);
         h.gone.retain(|v| *v != new.doc.version);
-        if let Some(old) = old.filter(|o| o.doc.version != new.doc.version) {
-            // Its clients move to the new version: its PIR files' pages leave the resident
-            // set now instead of staying counted for the grace period (a late request reads
-            // them back from the files).
-            if let Some(pir) = old.pir.get() {
-                pir.pages.release();
-            }
-            let now = Instant::now();
-            h.retired.push_back((old, now + self.settings.grace));
-            h.prune(now);
+        let Some(old) = old.filter(|o| o.doc.version != new.doc.version) else {
+            return;
+        };
+        let now = Instant::now();
+        h.retired
+            .push_back((Arc::clone(&old), now + self.settings.grace));
+        h.prune(now);
+        drop(h);
+        // Its clients move to the new version: its PIR files' pages leave the resident set
+        // now instead of staying counted for the grace period (a late request reads them back
+        // from the files). After the lock: unmapping gigabytes of pages takes a while, and
+        // requests for retired versions wait on that lock.
+        if let Some(pir) = old.pir.get() {
+            pir.pages.release();
         }
     }
 

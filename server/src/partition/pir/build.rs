@@ -211,7 +211,9 @@ pub fn build(
     )?;
     if let Some(dir) = &partitions.settings.pir_dir {
         let len = thumbs.db.data_len();
-        match mapped::shared(dir, "thumbs", len, &pages, |out| thumbs.db.write_data(out)) {
+        match mapped::shared(dir, "thumbs", Some(len), &pages, |out| {
+            thumbs.db.write_data(out)
+        }) {
             Ok(bytes) => {
                 thumbs.db.share_data(&bytes, 0)?;
             }
@@ -423,7 +425,7 @@ fn score_db<'a, E>(
     let t = Instant::now();
     let planes = lay_out()?;
     let mut written = None;
-    let streamed = mapped::streamed(dir, "scores", pages, |out| {
+    let streamed = mapped::shared(dir, "scores", None, pages, |out| {
         written = Some(planes.build_into(out)?);
         Ok(())
     })

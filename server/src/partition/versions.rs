@@ -12,6 +12,7 @@ use super::blockstore::{BlockStore, LevelFile, Manifest};
 use super::build::*;
 use super::published::*;
 use crate::item::GalleryItem;
+use crate::ops::mapped::Pages;
 
 /// Numbers staging prefixes of this process's builds.
 static STAGING_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -122,6 +123,7 @@ impl Partitions {
         anchor_features: &[Vec<f32>],
         seed: u64,
         catalogue_version: u64,
+        inputs: Option<&Pages>,
     ) -> Result<Published, PartitionError> {
         // A staging prefix for files streamed before the version is known; kept from garbage
         // collection while the build runs, and its result (the version) until published.
@@ -137,8 +139,11 @@ impl Partitions {
             seed,
             catalogue_version,
             &self.settings,
-            self.store(),
-            Some(&staging),
+            BuildIo {
+                store: self.store(),
+                staging: Some(&staging),
+                inputs,
+            },
         );
         if let Ok(p) = &built {
             if p.written {

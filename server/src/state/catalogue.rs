@@ -40,11 +40,22 @@ impl AppState {
     pub fn rebuild_partition(&self, items: &[Arc<GalleryItem>], version: u64) {
         let built = self
             .partitions
-            .build(items, &self.anchors.features, self.seed, version)
+            .build(
+                items,
+                &self.anchors.features,
+                self.seed,
+                version,
+                Some(&self.catalogue_pages),
+            )
             .and_then(|p| {
                 // PIR databases are built before the version is announced: a client that sees
                 // the version can query them.
-                crate::partition::pir::attach(&p, &self.partitions, items);
+                crate::partition::pir::attach(
+                    &p,
+                    &self.partitions,
+                    items,
+                    Some(&self.catalogue_pages),
+                );
                 let v = p.doc.version.clone();
                 self.partitions.persist_and_publish(p).map(|ok| (v, ok))
             });

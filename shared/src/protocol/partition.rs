@@ -226,8 +226,13 @@ impl TopK {
             .partition_point(|&(bd, bid)| bd < d || (bd == d && bid < id));
         self.items.insert(pos, (d, id));
     }
+    /// The ids, nearest first, in an allocation of exactly their size: `collect` over
+    /// `into_iter` would reuse the pairs' allocation in place, twice the bytes the ids need —
+    /// 1.5 GB instead of 0.77 GB for a million items' 192 closure neighbours.
     pub fn into_ids(self) -> Vec<u32> {
-        self.items.into_iter().map(|(_, i)| i).collect()
+        let mut ids = Vec::with_capacity(self.items.len());
+        ids.extend(self.items.iter().map(|&(_, i)| i));
+        ids
     }
     pub fn into_pairs(self) -> Vec<(f32, u32)> {
         self.items
@@ -1349,6 +1354,18 @@ mod tests {
             t.push(d, i);
         }
         assert_eq!(t.into_ids(), vec![4, 9, 2]);
+    }
+
+    #[test]
+    fn topk_ids_hold_no_spare_capacity() {
+        // A million items keep their neighbour lists for the whole partition build.
+        let mut t = TopK::new(192);
+        for i in 0..1_000u32 {
+            t.push(i as f32, i);
+        }
+        let ids = t.into_ids();
+        assert_eq!(ids.len(), 192);
+        assert_eq!(ids.capacity(), 192);
     }
 
     #[test]

@@ -109,7 +109,15 @@ fn map_files<const K: usize>(
 
 /// Builds `p`'s PIR databases and attaches them (once); failures are logged and leave the
 /// version without PIR (its endpoints then answer 503).
-pub fn attach(p: &Published, partitions: &Partitions, items: &[Arc<GalleryItem>]) {
+///
+/// `inputs`: the pages the items' pixels and features are mapped from, let go as soon as each
+/// pass over them ends (`build`), so that they are not resident beside the new version's files.
+pub fn attach(
+    p: &Published,
+    partitions: &Partitions,
+    items: &[Arc<GalleryItem>],
+    inputs: Option<&Pages>,
+) {
     if p.pir.get().is_some() {
         return;
     }
@@ -117,7 +125,7 @@ pub fn attach(p: &Published, partitions: &Partitions, items: &[Arc<GalleryItem>]
     // its threads' arenas, where this build's threads would not reuse them): give them back
     // first, so they do not add to this build's peak.
     crate::ops::progress::release_freed_memory();
-    let built = build(p, partitions, items);
+    let built = build(p, partitions, items, inputs);
     // The thumbnails packed for the build and the table's encoding (about 0.5 GB at 1,000,000
     // items) are freed: give the pages back.
     crate::ops::progress::release_freed_memory();
@@ -135,7 +143,9 @@ pub fn build(
     p: &Published,
     partitions: &Partitions,
     items: &[Arc<GalleryItem>],
+    inputs: Option<&Pages>,
 ) -> Result<PirServe, PirBuildError> {
+    let let_inputs_go = || inputs.iter().for_each(|p| p.release());
     let t0 = Instant::now();
     let version = p.doc.version.clone();
     let dim = p.doc.feature_dim;
@@ -172,6 +182,8 @@ pub fn build(
             Ok(r)
         })
         .collect::<Result<_, shared::Error>>()?;
+    // Every pixel is read (and the features, with verified scores).
+    let_inputs_go();
     // One digest a thumbnail unit (the column(s) a client decodes for a record): the hintless
     // ranking's public file lists them, ranking records carry each item's.
     let thumb_shape = thumbs_shape(items.len(), packed.first().map_or(1, Vec::len))?;
@@ -201,6 +213,11 @@ pub fn build(
             None
         });
     crate::ops::progress::release_freed_memory();
+    let_inputs_go();
+    // Nothing reads this version's files until it is swapped in (the one serving meanwhile has
+    // its own in the resident set): its pages go as each part is built, and searches fault
+    // them in from the page cache once it serves.
+    pages.release();
 
     let mut thumbs = build_db(
         "thumbs",
@@ -225,6 +242,7 @@ pub fn build(
     let all: Vec<RankItem> = (0..items.len()).map(rank_item).collect();
     let table_bytes = encode_rank_record(&all, dim)?;
     drop(all);
+    let_inputs_go();
     let table = (table_bytes.len() <= MAX_TABLE_BYTES).then(|| {
         // Level 1 for large galleries, as their blocks (`publish::FAST_GZIP_ABOVE`).
         let gz = if items.len() > FAST_GZIP_ABOVE {
@@ -281,6 +299,7 @@ pub fn build(
         table = table.is_some(),
         "pir databases built"
     );
+    pages.release();
     Ok(PirServe {
         doc,
         doc_json,

@@ -171,6 +171,15 @@ impl BuildIo<'_> {
     }
 }
 
+/// Cut every neighbour list to its nearest `m` (lists are nearest first) and give back the rest
+/// of its allocation.
+fn cut_lists(lists: &mut [Vec<u32>], m: usize) {
+    lists.par_iter_mut().for_each(|l| {
+        l.truncate(m);
+        l.shrink_to_fit();
+    });
+}
+
 /// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if
 /// allowed), then [`level_specs`]; coverage measured on the public anchors' features.
 /// CPU-heavy (seconds at 10k items): call off the async runtime. Levels build in parallel.
@@ -254,7 +263,7 @@ pub fn build(
     }
     // Closure neighbours once, for the largest m any level needs, rows split across threads.
     let m = max_closure(specs.iter().map(|s| s.overlap)).min(n - 1);
-    let neighbours: Option<Vec<Vec<u32>>> = if m > 0 {
+    let mut neighbours: Option<Vec<Vec<u32>>> = if m > 0 {
         let t = Instant::now();
         let (nb, exact) = closure_neighbours(&features, dim, m, seed)?;
         tracing::info!(
@@ -292,9 +301,11 @@ pub fn build(
             .extend(sums);
         Ok(())
     };
-    let build_one = |(li, spec): (usize, LevelSpec)| -> Result<PublishedLevel, PartitionError> {
+    let build_one = |(li, spec): (usize, LevelSpec),
+                     neighbours: Option<&[Vec<u32>]>|
+     -> Result<PublishedLevel, PartitionError> {
         let t = Instant::now();
-        let level = build_level(&features, dim, spec, seed, neighbours.as_deref())?;
+        let level = build_level(&features, dim, spec, seed, neighbours)?;
         let p = match stream {
             Some((st, prefix)) => {
                 let mut sink = |files: Vec<(usize, Vec<u8>, Vec<u8>)>| {
@@ -364,11 +375,29 @@ pub fn build(
             })
         },
         || {
-            specs
-                .par_iter()
+            // The levels that need the most neighbours first; then every list is cut to what
+            // the others need (192 → 24 at 1,000,000 items: 0.67 GB less while they build).
+            let need = |s: &LevelSpec| max_closure([s.overlap]).min(n - 1);
+            let rest = specs.iter().map(need).filter(|&k| k < m).max().unwrap_or(0);
+            let (first, later): (Vec<_>, Vec<_>) = specs
+                .iter()
+                .copied()
                 .enumerate()
-                .map(|(i, &s)| build_one((offset + i, s)))
-                .collect::<Result<Vec<_>, _>>()
+                .partition(|(_, s)| need(s) > rest);
+            let run = |part: &[(usize, LevelSpec)], nb: Option<&[Vec<u32>]>| {
+                part.par_iter()
+                    .map(|&(i, s)| Ok((i, build_one((offset + i, s), nb)?)))
+                    .collect::<Result<Vec<_>, PartitionError>>()
+            };
+            let mut built = run(&first, neighbours.as_deref())?;
+            if !later.is_empty() {
+                if let Some(nb) = neighbours.as_mut() {
+                    cut_lists(nb, rest);
+                }
+                built.extend(run(&later, neighbours.as_deref())?);
+            }
+            built.sort_unstable_by_key(|&(i, _)| i);
+            Ok::<_, PartitionError>(built.into_iter().map(|(_, p)| p).collect::<Vec<_>>())
         },
     );
     let levels: Vec<PublishedLevel> = whole_level

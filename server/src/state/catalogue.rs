@@ -38,6 +38,8 @@ impl AppState {
     /// Build the partition of `items` and make it current; on failure the old one stays.
     /// CPU-heavy: call off the async runtime.
     pub fn rebuild_partition(&self, items: &[Arc<GalleryItem>], version: u64) {
+        // The re-embedding just freed its transients; give them back before the build's peak.
+        crate::ops::progress::release_freed_memory();
         let built = self
             .partitions
             .build(

@@ -171,13 +171,15 @@ impl BuildIo<'_> {
     }
 }
 
-/// Cut every neighbour list to its nearest `m` (lists are nearest first) and give back the rest
-/// of its allocation.
-fn cut_lists(lists: &mut [Vec<u32>], m: usize) {
-    lists.par_iter_mut().for_each(|l| {
-        l.truncate(m);
-        l.shrink_to_fit();
-    });
+/// Cut every neighbour list to its nearest `m` (lists are nearest first). Into new
+/// allocations, the old freed and handed back: shrinking each in place would leave a million
+/// small holes between live lists that the allocator can give back to the system none of.
+fn cut_lists(lists: &mut Vec<Vec<u32>>, m: usize) {
+    *lists = lists
+        .par_iter()
+        .map(|l| l[..m.min(l.len())].to_vec())
+        .collect();
+    crate::ops::progress::release_freed_memory();
 }
 
 /// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if

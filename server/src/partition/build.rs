@@ -488,6 +488,18 @@ mod tests {
     use super::*;
     use crate::item::mapped::map_items;
 
+    #[test]
+    fn cut_lists_keep_each_nearest_prefix() {
+        let mut lists: Vec<Vec<u32>> = (0..50u32).map(|i| (i..i + 30).collect()).collect();
+        lists.push(vec![7, 8]);
+        cut_lists(&mut lists, 24);
+        for (i, l) in lists[..50].iter().enumerate() {
+            assert_eq!(*l, (i as u32..i as u32 + 24).collect::<Vec<_>>());
+            assert_eq!(l.capacity(), 24);
+        }
+        assert_eq!(lists[50], vec![7, 8], "a shorter list stays whole");
+    }
+
     /// Letting the mapped inputs go once the features are copied and after every streamed
     /// batch changes nothing that is built: the same version (a hash over every block file) and
     /// the same checksums of the files written.

@@ -213,7 +213,7 @@ async fn answer_within(
         ));
     }
     let Path((version, db)) = path.map_err(bad_path)?;
-    let (_, pir) = served(s, &version)?;
+    let (published, pir) = served(s, &version)?;
     let scores = db == SCORES;
     if scores {
         pir.scores.as_ref().ok_or_else(|| no_db(&pir, &db))?;
@@ -288,6 +288,7 @@ async fn answer_within(
         }
     }
     .map_err(invalid)?;
+    s.partitions.after_answer(&published);
     let mut resp = Response::new(Body::from(out));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

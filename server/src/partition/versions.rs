@@ -546,6 +546,25 @@ impl Partitions {
         }
     }
 
+    /// After a PIR answer from `p`: if it is no longer current (a late request in its grace
+    /// period, from a client that has not yet moved on), its files' pages leave the resident
+    /// set again, as at the swap — else a few late searches would keep both versions' files
+    /// resident for the whole grace period (4.0 instead of 2.0 GB at 1,000,000 items). A
+    /// concurrent late answer reads them back from the files: slower, the same bytes.
+    pub fn after_answer(&self, p: &Published) {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|c| c.doc.version == p.doc.version);
+        if !current {
+            if let Some(pir) = p.pir.get() {
+                pir.pages.release();
+            }
+        }
+    }
+
     /// The partition with this version, if it is still served.
     pub fn get(&self, version: &str) -> Result<Arc<Published>, VersionError> {
         let cur = self

@@ -496,15 +496,33 @@ fn a_gallery_change_publishes_a_new_version_and_keeps_the_old_one_for_the_grace_
     let shape =
         shared::pir::layout::Shape::new(shared::protocol::thumbs::packed_len(28), 1000, width)
             .unwrap();
-    let r = http
-        .post(&old_answer)
-        .header("content-type", "application/octet-stream")
-        .body(vec![0u8; shape.query_bytes()])
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK, "the old version still answers");
+    // A query of arbitrary values, asked twice: after each late answer the old version's
+    // mapped pages leave the resident set (`Partitions::after_answer`), and the second answer
+    // reads them back from its files — the same bytes, so the same answer.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let values: Vec<u32> = (0..shape.cols)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x as u32) >> shape.query_drop() << shape.query_drop()
+        })
+        .collect();
+    let ask = || {
+        let r = http
+            .post(&old_answer)
+            .header("content-type", "application/octet-stream")
+            .body(shape.encode_query(&values))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "the old version still answers");
+        r.bytes().unwrap()
+    };
+    let first = ask();
     // One answer (`Shape::answer_bytes`).
-    assert_eq!(r.bytes().unwrap().len(), shape.answer_bytes());
+    assert_eq!(first.len(), shape.answer_bytes());
+    assert!(first.iter().any(|&b| b != 0), "the query selects data");
+    assert_eq!(ask(), first, "the same answer after the pages were let go");
 }
 
 #[test]

@@ -152,7 +152,7 @@ pub fn closure_neighbours(
 }
 
 /// Where a build writes its files, and the mapped pages it reads its items from.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct BuildIo<'a> {
     /// The store, and the staging prefix files are streamed under before the version is known.
     pub store: Option<&'a BlockStore>,
@@ -160,15 +160,9 @@ pub struct BuildIo<'a> {
     /// The pages the items' pixels and features are mapped from (`item::mapped`). Let go once
     /// the features are copied and after every batch of streamed files: a build then holds in
     /// its resident set only the pixels of the blocks it is encoding, not the whole catalogue
-    /// (1 GB at 1,000,000 items) on top of the version that is serving.
-    pub inputs: Option<&'a Pages>,
-}
-
-impl BuildIo<'_> {
-    /// Let the input pages go (`Pages::release`): safe while other threads read them.
-    pub fn let_inputs_go(&self) {
-        self.inputs.iter().for_each(|p| p.release());
-    }
+    /// (1 GB at 1,000,000 items) on top of the version that is serving. Empty when the items
+    /// hold their own bytes.
+    pub inputs: &'a Pages,
 }
 
 /// Cut every neighbour list to its nearest `m` (lists are nearest first). Into new
@@ -221,7 +215,7 @@ pub fn build(
         thumbnails.push(&it.pixels);
     }
     // The features are copied; the levels read the pixels block by block.
-    io.let_inputs_go();
+    io.inputs.release();
     let g = GalleryView {
         ids: &ids,
         labels: &labels,
@@ -296,7 +290,7 @@ pub fn build(
             .map(|(b, raw, gz)| (b, Bytes::from(raw), Bytes::from(gz)))
             .collect();
         st.write_blocks(prefix, li, files)?;
-        io.let_inputs_go();
+        io.inputs.release();
         streamed_sums
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -536,7 +530,7 @@ mod tests {
             cache_bytes: 0,
             ..Default::default()
         };
-        let version = |name: &str, inputs: Option<&Pages>| {
+        let version = |name: &str, inputs: &Pages| {
             let store = BlockStore::local(&dir.join(name)).unwrap();
             let io = BuildIo {
                 store: Some(&store),
@@ -547,7 +541,10 @@ mod tests {
             assert!(p.written, "streamed");
             (p.doc.version.clone(), p.checksums.clone())
         };
-        assert_eq!(version("held", None), version("let-go", Some(&pages)));
+        assert_eq!(
+            version("held", &Pages::default()),
+            version("let-go", &pages)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -181,6 +181,14 @@ impl Published {
         &self.doc.version
     }
 
+    /// Its PIR files' pages leave the resident set (`ops::mapped::Pages::release`): when it is
+    /// replaced, and after each late answer from it.
+    pub fn release_pir_pages(&self) {
+        if let Some(pir) = self.pir.get() {
+            pir.pages.release();
+        }
+    }
+
     pub fn levels(&self) -> usize {
         self.files.len()
     }

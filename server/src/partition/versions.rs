@@ -123,7 +123,7 @@ impl Partitions {
         anchor_features: &[Vec<f32>],
         seed: u64,
         catalogue_version: u64,
-        inputs: Option<&Pages>,
+        inputs: &Pages,
     ) -> Result<Published, PartitionError> {
         // A staging prefix for files streamed before the version is known; kept from garbage
         // collection while the build runs, and its result (the version) until published.
@@ -541,9 +541,7 @@ impl Partitions {
         // now instead of staying counted for the grace period (a late request reads them back
         // from the files). After the lock: unmapping gigabytes of pages takes a while, and
         // requests for retired versions wait on that lock.
-        if let Some(pir) = old.pir.get() {
-            pir.pages.release();
-        }
+        old.release_pir_pages();
     }
 
     /// After a PIR answer from `p`: if it is no longer current (a late request in its grace
@@ -559,9 +557,7 @@ impl Partitions {
             .as_ref()
             .is_some_and(|c| c.doc.version == p.doc.version);
         if !current {
-            if let Some(pir) = p.pir.get() {
-                pir.pages.release();
-            }
+            p.release_pir_pages();
         }
     }
 

@@ -47,17 +47,12 @@ impl AppState {
                 &self.anchors.features,
                 self.seed,
                 version,
-                Some(&self.catalogue_pages),
+                &self.catalogue_pages,
             )
             .and_then(|p| {
                 // PIR databases are built before the version is announced: a client that sees
                 // the version can query them.
-                crate::partition::pir::attach(
-                    &p,
-                    &self.partitions,
-                    items,
-                    Some(&self.catalogue_pages),
-                );
+                crate::partition::pir::attach(&p, &self.partitions, items, &self.catalogue_pages);
                 let v = p.doc.version.clone();
                 self.partitions.persist_and_publish(p).map(|ok| (v, ok))
             });

@@ -492,12 +492,7 @@ impl AppState {
                 let items: Vec<Arc<GalleryItem>> =
                     s.catalogue.read().unwrap().values().cloned().collect();
                 if items.len() == p.doc.gallery_size {
-                    crate::partition::pir::attach(
-                        &p,
-                        &s.partitions,
-                        &items,
-                        Some(&s.catalogue_pages),
-                    );
+                    crate::partition::pir::attach(&p, &s.partitions, &items, &s.catalogue_pages);
                 }
                 s.release_catalogue_pages();
             });

@@ -112,12 +112,7 @@ fn map_files<const K: usize>(
 ///
 /// `inputs`: the pages the items' pixels and features are mapped from, let go as soon as each
 /// pass over them ends (`build`), so that they are not resident beside the new version's files.
-pub fn attach(
-    p: &Published,
-    partitions: &Partitions,
-    items: &[Arc<GalleryItem>],
-    inputs: Option<&Pages>,
-) {
+pub fn attach(p: &Published, partitions: &Partitions, items: &[Arc<GalleryItem>], inputs: &Pages) {
     if p.pir.get().is_some() {
         return;
     }
@@ -143,9 +138,8 @@ pub fn build(
     p: &Published,
     partitions: &Partitions,
     items: &[Arc<GalleryItem>],
-    inputs: Option<&Pages>,
+    inputs: &Pages,
 ) -> Result<PirServe, PirBuildError> {
-    let let_inputs_go = || inputs.iter().for_each(|p| p.release());
     let t0 = Instant::now();
     let version = p.doc.version.clone();
     let dim = p.doc.feature_dim;
@@ -184,7 +178,7 @@ pub fn build(
             })
             .collect::<Result<Vec<Vec<u8>>, shared::Error>>();
         // Every pixel is read (and the features, with verified scores).
-        let_inputs_go();
+        inputs.release();
         packed
     };
     let packed = pack()?;
@@ -221,7 +215,7 @@ pub fn build(
             None
         });
     crate::ops::progress::release_freed_memory();
-    let_inputs_go();
+    inputs.release();
     // Nothing reads this version's files until it is swapped in (the one serving meanwhile has
     // its own in the resident set): its pages go as each part is built, and searches fault
     // them in from the page cache once it serves.
@@ -251,7 +245,7 @@ pub fn build(
     let all: Vec<RankItem> = (0..items.len()).map(rank_item).collect();
     let table_bytes = encode_rank_record(&all, dim)?;
     drop(all);
-    let_inputs_go();
+    inputs.release();
     let table = (table_bytes.len() <= MAX_TABLE_BYTES).then(|| {
         // Level 1 for large galleries, as their blocks (`publish::FAST_GZIP_ABOVE`).
         let gz = if items.len() > FAST_GZIP_ABOVE {

@@ -56,6 +56,7 @@ pub mod protocol {
     pub mod privatemail;
     pub mod publish;
     pub mod retrieve;
+    pub mod thumbcode;
     pub mod thumbs;
 }
 

@@ -131,6 +131,7 @@ proptest! {
             levels: vec![None],
             scores: None,
             thumb_features: false,
+            thumbs_code: None,
         };
         if validate(&doc, records, 1).is_ok() {
             prop_assert!(shape.validate().is_ok());
@@ -152,6 +153,7 @@ fn answers_are_asked_only_of_the_server_itself() {
         levels: vec![],
         scores: None,
         thumb_features: false,
+        thumbs_code: None,
     };
     assert!(validate(&doc("/api/v1/pir/v1"), 10, 0).is_ok());
     for bad in [
@@ -181,6 +183,7 @@ fn a_document_for_another_scheme_is_refused() {
         levels: vec![],
         scores: None,
         thumb_features: false,
+        thumbs_code: None,
     };
     assert!(validate(&doc, 10, 0).is_err());
 }

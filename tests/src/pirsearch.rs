@@ -13,8 +13,9 @@ use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
 use shared::pir::records::Ranked;
 use shared::protocol::centroids::Centroids;
 use shared::protocol::pir_search::{
-    thumbs_decode, thumbs_prepare, thumbs_query, thumbs_query_prepared,
+    thumbs_decode, thumbs_prepare, thumbs_query, thumbs_query_prepared, ThumbCode,
 };
+use shared::protocol::thumbcode::Codebook;
 
 /// `GET`, panicking on failure (setup only).
 pub fn get(http: &Client, url: &str) -> Vec<u8> {
@@ -36,6 +37,24 @@ pub fn try_post(http: &Client, url: &str, body: Vec<u8>) -> Option<Vec<u8>> {
         .then(|| r.bytes().ok().map(|b| b.to_vec()))?
 }
 
+/// The thumbnails' codebook where `pir` publishes one (checked against its SHA-256).
+pub fn thumb_codebook(http: &Client, base: &str, pir: &PirDoc) -> Option<Codebook> {
+    let doc = pir.thumbs_code.as_ref()?;
+    let bytes = get(http, &format!("{base}{}/thumbs/code", pir.answer_url));
+    assert_eq!(shared::protocol::blocks::hash_hex(&bytes), doc.sha256);
+    Some(Codebook::from_bytes(&bytes).expect("a valid codebook"))
+}
+
+/// How `pir`'s thumbnail records draw (`book`: [`thumb_codebook`]'s).
+pub fn thumb_code<'b>(part: &PartitionDoc, book: &'b Option<Codebook>) -> ThumbCode<'b> {
+    match book {
+        Some(b) => ThumbCode::Coded(b),
+        None => ThumbCode::Raw {
+            side: part.thumb_side,
+        },
+    }
+}
+
 /// What a client keeps between searches.
 pub struct ScoresSearch<'a> {
     pub part: &'a PartitionDoc,
@@ -44,6 +63,7 @@ pub struct ScoresSearch<'a> {
     public: ScoresPublic,
     keys: ScoresKeys,
     thumbs_hint: Hint,
+    code: Option<Codebook>,
     cents: Centroids,
     pub scores_url: String,
     pub thumbs_url: String,
@@ -70,7 +90,9 @@ impl<'a> ScoresSearch<'a> {
         )
         .unwrap();
         let cents = crate::level_centroids(http, base, part, sd.level);
+        let code = thumb_codebook(http, base, pir);
         ScoresSearch {
+            code,
             part,
             pir,
             sd,
@@ -91,9 +113,15 @@ impl<'a> ScoresSearch<'a> {
         let r = self.rank(&pending, &ans)?;
         let (body, pending) = thumbs_query(self.part, self.pir, Some(&r), 8, rng).ok()?;
         let ans = try_post(http, &self.thumbs_url, body)?;
-        thumbs_decode(&pending, &self.thumbs_hint, &ans, &r, 28)
-            .ok()
-            .map(|_| ())
+        thumbs_decode(
+            &pending,
+            &self.thumbs_hint,
+            &ans,
+            &r,
+            &thumb_code(self.part, &self.code),
+        )
+        .ok()
+        .map(|_| ())
     }
 
     /// The top 8 from a scores answer (checked), as a client ranks them.
@@ -136,9 +164,15 @@ impl<'a> ScoresSearch<'a> {
         let (body, pending) =
             thumbs_query_prepared(self.pir, ahead.thumbs, Some(&r), 8, rng).ok()?;
         let ans = try_post(http, &self.thumbs_url, body)?;
-        thumbs_decode(&pending, &self.thumbs_hint, &ans, &r, 28)
-            .ok()
-            .map(|_| ())
+        thumbs_decode(
+            &pending,
+            &self.thumbs_hint,
+            &ans,
+            &r,
+            &thumb_code(self.part, &self.code),
+        )
+        .ok()
+        .map(|_| ())
     }
 
     /// A scores query of `q` (the heaviest answer the server computes), without its keys.

@@ -437,6 +437,109 @@ fn verified_scores_catch_a_server_that_computes_other_scores() {
     assert_eq!(out.result.unwrap().thumbnails.len(), 8);
 }
 
+/// Thumbnail records coded with a codebook (the operator's `--pir-thumb-bytes`, what the
+/// largest galleries get by default): every plan's search fetches the codebook once, and its
+/// pictures are the items' (close to their 3-bit block thumbnails). A codebook other than the
+/// published one, or a published one that is malformed or draws other pictures than the
+/// database's records, ends the search before any query leaves.
+#[test]
+fn coded_thumbnails_search_and_a_codebook_not_published_is_refused() {
+    use shared::protocol::blocks::{decode, hash_hex};
+    let srv = small_server("malicious-coded", &["--pir-thumb-bytes", "48"]);
+    let g = Gallery::open(&srv.base, 12);
+    let code = g.pir.thumbs_code.clone().expect("a codebook is published");
+    assert_eq!(g.pir.thumbs.shape.record_len, 48);
+    // The whole gallery as one block: its 3-bit thumbnails, for comparison.
+    let whole = g
+        .part
+        .levels
+        .iter()
+        .position(|l| l.whole)
+        .expect("a whole level");
+    let url = format!("{}/{whole}/0", g.part.blocks_url);
+    let block = decode(
+        &g.public(url, PublicFile::Table),
+        Some(&g.part.levels[whole].hashes[0]),
+    )
+    .unwrap();
+    let mut cache = PirCache::default();
+    for kind in [RankingKind::Scores, RankingKind::Table] {
+        let plan = g.plan(kind);
+        for (i, f) in g.photos.iter().enumerate().take(4) {
+            let out = g.search(&plan, f, &mut cache, i as u64, g.honest());
+            let found = out.result.unwrap();
+            let codebooks = out.view.iter().filter(|v| v.1.ends_with("/thumbs/code"));
+            // Fetched by the first search only, then held.
+            assert_eq!(
+                codebooks.count(),
+                usize::from(i == 0 && kind == RankingKind::Scores)
+            );
+            let (mut se, mut n) = (0f64, 0usize);
+            for (h, px) in found.ranked.hits.iter().zip(&found.thumbnails) {
+                let at = block.ids.iter().position(|&id| id == h.id).unwrap();
+                for (&a, &b) in px.iter().zip(block.thumbnail(at)) {
+                    se += (f64::from(a) - f64::from(b)).powi(2);
+                    n += 1;
+                }
+            }
+            let psnr = 10.0 * (255f64.powi(2) * n as f64 / se).log10();
+            assert!(
+                n == 8 * 784 && psnr > 20.0,
+                "{kind:?} photo {i}: {psnr:.1} dB"
+            );
+        }
+    }
+    let real = g.public(
+        format!("{}/thumbs/code", g.pir.answer_url),
+        PublicFile::ThumbCode,
+    );
+    assert_eq!(hash_hex(&real), code.sha256);
+    // (1) Another codebook than the published one; (2)–(3) published but malformed (a NaN
+    // mean) or of other records (another length, the database's record length unchanged).
+    let mut changed = real.clone();
+    let last = changed.len() - 1;
+    changed[last] ^= 1;
+    let mut nan = real.clone();
+    nan[12..16].copy_from_slice(&f32::NAN.to_le_bytes());
+    let mut other_len = real.clone();
+    other_len[10..12].copy_from_slice(&40u16.to_le_bytes());
+    for (what, file, publish) in [
+        ("changed", changed, false),
+        ("nan", nan, true),
+        ("other length", other_len, true),
+    ] {
+        let mut pir = g.pir.clone();
+        if publish {
+            pir.thumbs_code.as_mut().unwrap().sha256 = hash_hex(&file);
+        }
+        let plan = plan_of(&g.part, &pir, 8, 1e12, Some(RankingKind::Scores)).unwrap();
+        let mut fresh = PirCache::default();
+        let out = search(
+            &g.part,
+            &pir,
+            &plan,
+            &g.photos[0],
+            &mut fresh,
+            None,
+            5,
+            |req, body| {
+                if matches!(req, Request::Get { url, .. } if url.ends_with("/thumbs/code")) {
+                    file.clone()
+                } else {
+                    forward(&g.http, &g.base, req, body)
+                }
+            },
+        );
+        let e = out.result.unwrap_err();
+        assert_eq!(e.kind, FailureKind::PublicFile, "{what}: {e:?}");
+        assert!(
+            out.view.iter().all(|v| v.0 == "GET"),
+            "{what}: {:?}",
+            out.view
+        );
+    }
+}
+
 /// Level databases whose records take more queries than one request may carry (a server
 /// that offers them, by mistake or to break the search) are not plans: the planner chooses
 /// among the others, and a search by level finds no plan instead of failing mid-way.

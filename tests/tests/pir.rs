@@ -15,7 +15,11 @@ use shared::protocol::blocks::{decode, rank};
 use shared::protocol::partition::{nearest_centroid, Overlap};
 use shared::protocol::pir_search::{
     plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirRanking, Ranked,
+    ThumbCode,
 };
+
+/// The small test galleries' thumbnails: 3-bit records of 28×28.
+const RAW28: ThumbCode<'static> = ThumbCode::Raw { side: 28 };
 
 fn server(tag: &str) -> Server {
     small_server(tag, &[])
@@ -82,7 +86,10 @@ fn thumbs(
     let n = body.len();
     let (st, answer) = post(http, &format!("{base}{}/thumbs", pir.answer_url), body);
     assert_eq!(st, StatusCode::OK);
-    (n, thumbs_decode(&pending, h, &answer, ranked, 28).unwrap())
+    (
+        n,
+        thumbs_decode(&pending, h, &answer, ranked, &RAW28).unwrap(),
+    )
 }
 
 #[test]
@@ -323,10 +330,10 @@ fn damaged_answers_and_bad_requests_are_typed_errors() {
     answer[at + 1] ^= 0x80;
     answer[at + 2] ^= 0x80;
     answer[at + 3] ^= 0x80;
-    let e = thumbs_decode(&pending, &th, &answer, &r, 28).unwrap_err();
+    let e = thumbs_decode(&pending, &th, &answer, &r, &RAW28).unwrap_err();
     assert!(e.to_string().contains("thumbnail"), "{e}");
     // A truncated answer: a size error.
-    let e = thumbs_decode(&pending, &th, &answer[..answer.len() - 4], &r, 28).unwrap_err();
+    let e = thumbs_decode(&pending, &th, &answer[..answer.len() - 4], &r, &RAW28).unwrap_err();
     assert!(e.to_string().contains("PIR answer has"), "{e}");
     // A damaged table is refused by its hash.
     let mut t = table.clone();

@@ -297,4 +297,49 @@ mod tests {
             assert!(v.iter().all(|&p| p == 0 || (188..=212).contains(&p)));
         }
     }
+
+    /// The transform code the largest galleries' PIR thumbnails use, on the real photos: a
+    /// codebook fitted on the training split draws the held-out test images at least as well
+    /// as measured when the code was chosen (`shared::protocol::thumbcode`).
+    #[test]
+    fn coded_thumbnails_of_fashion_mnist_keep_their_measured_quality() {
+        use shared::protocol::{thumbcode::Codebook, thumbs};
+        let dir = Path::new(DEFAULT_DIR);
+        let (train, test) = (
+            load_split(dir, "train").unwrap(),
+            load_split(dir, "t10k").unwrap(),
+        );
+        let fit: Vec<&[u8]> = (0..train.images.count)
+            .map(|i| train.images.image(i))
+            .collect();
+        let held: Vec<&[u8]> = (0..test.images.count)
+            .map(|i| test.images.image(i))
+            .collect();
+        let psnr = |draw: &dyn Fn(&[u8]) -> Vec<u8>| {
+            let se: f64 = held
+                .iter()
+                .flat_map(|&x| {
+                    let y = draw(x);
+                    x.iter()
+                        .zip(y)
+                        .map(|(&a, b)| (f64::from(a) - f64::from(b)).powi(2))
+                        .collect::<Vec<_>>()
+                })
+                .sum();
+            10.0 * (255f64.powi(2) * (held.len() * 784) as f64 / se).log10()
+        };
+        let three_bit = psnr(&|x| thumbs::unpack(&thumbs::pack(x, 28).unwrap(), 28).unwrap());
+        let mut got = Vec::new();
+        for len in [96, 128] {
+            let book = Codebook::fit(&fit, 28, len).unwrap();
+            got.push(psnr(&|x| book.decode(&book.encode(x).unwrap()).unwrap()));
+        }
+        eprintln!(
+            "3-bit {three_bit:.2} dB; coded 96 B {:.2} dB, 128 B {:.2} dB",
+            got[0], got[1]
+        );
+        assert!((30.5..31.5).contains(&three_bit), "{three_bit}");
+        assert!(got[0] >= 24.5, "96 bytes: {} dB", got[0]);
+        assert!(got[1] >= got[0] + 1.0, "128 bytes: {} dB", got[1]);
+    }
 }

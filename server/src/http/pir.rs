@@ -42,6 +42,7 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/pir", get(document))
         .route("/pir/{version}/rank", get(table))
+        .route("/pir/{version}/thumbs/code", get(code))
         .route("/pir/{version}/{db}/hint", get(hint))
         .route("/pir/{version}/{db}", post(answer))
 }
@@ -139,6 +140,34 @@ async fn table(
     let sha = pir
         .doc
         .rank_table
+        .as_ref()
+        .map_or("", |t| t.sha256.as_str());
+    Ok(send_held(
+        &headers,
+        quoted(sha),
+        IMMUTABLE,
+        "application/octet-stream",
+        raw,
+        Some(gz),
+    ))
+}
+
+/// `GET /pir/{version}/thumbs/code`: the thumbnails' codebook, immutable (gzip when
+/// accepted); 404 where the records are not coded.
+async fn code(
+    State(s): Shared,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(version) = path.map_err(bad_path)?;
+    let (_, pir) = served(&s, &version)?;
+    let (raw, gz) = pir
+        .code
+        .as_ref()
+        .ok_or_else(|| no_db(&pir, "thumbs/code"))?;
+    let sha = pir
+        .doc
+        .thumbs_code
         .as_ref()
         .map_or("", |t| t.sha256.as_str());
     Ok(send_held(

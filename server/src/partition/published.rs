@@ -79,6 +79,9 @@ pub struct PartitionSettings {
     /// PIR: each thumbnail record also carries its item's features, so clients check the
     /// hintless ranking's scores of the items they are returned (records 1.4× as large).
     pub verified_scores: bool,
+    /// PIR: thumbnail records coded to this many bytes (`shared::protocol::thumbcode`)
+    /// whatever the gallery's size; `None`: as `shared::pir::doc::thumbs_plan` decides.
+    pub thumb_code_bytes: Option<usize>,
     /// PIR: a local directory the hintless ranking's planes and packing plans, the ranking
     /// table and the public files are written to and mapped from (each file unlinked once
     /// mapped), so they are file pages the kernel can reclaim rather than the process's own
@@ -95,6 +98,7 @@ impl Default for PartitionSettings {
             grace: Duration::from_secs(600),
             cache_bytes: 1 << 30,
             verified_scores: false,
+            thumb_code_bytes: None,
             pir_dir: None,
         }
     }

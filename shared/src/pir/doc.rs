@@ -137,6 +137,11 @@ pub struct PirDoc {
     /// operator's choice: `--pir-verified-scores`, thumbnail records 1.4× as large).
     #[serde(default)]
     pub thumb_features: bool,
+    /// The codebook the thumbnail records are coded with (`protocol::thumbcode`), where the
+    /// 3-bit form would not fit the thumbnails' bytes ([`thumbs_plan`]): `GET
+    /// {answer_url}/thumbs/code`, once a version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thumbs_code: Option<FileDoc>,
 }
 
 fn check_db(db: &PirDbDoc, what: &'static str, with_hashes: bool) -> Result<()> {
@@ -274,6 +279,82 @@ pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
         .expect("the least is within 5 % of itself"))
 }
 
+/// The thumbnails' share of #31's bytes at the largest galleries: 1 MiB a search less the
+/// hintless ranking's 344 KiB at 1,000,000 items (its query, key body and answer), rounded
+/// down.
+pub const THUMBS_SEARCH_BYTES: usize = 672 << 10;
+/// The thumbnails' hint's share of #31's 16 MiB once a version: what the hintless ranking's
+/// public file (6.1 MiB at 1,000,000 items) and a codebook (at most 0.25 MiB,
+/// `thumbcode::max_file_len`) leave, rounded down.
+pub const THUMBS_HINT_BYTES: usize = (9 << 20) + (512 << 10);
+
+/// How a gallery's thumbnails are laid out for PIR: the database's shape and, where the 3-bit
+/// records do not fit, the length of the coded pictures (`protocol::thumbcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThumbPlan {
+    pub shape: Shape,
+    /// `Some(bytes)`: each record starts with a coded picture of `bytes` bytes.
+    pub coded: Option<usize>,
+}
+
+/// The thumbnail plan for `items` records of a `raw`-byte 3-bit picture and `extra` bytes
+/// more (features, with verified scores). The 3-bit records with [`thumbs_shape`] where their
+/// bytes a search fit [`THUMBS_SEARCH_BYTES`] (every gallery up to a few hundred thousand
+/// items: they are exact at their 8 levels); otherwise coded pictures, the longest (the best
+/// picture) for which some column height keeps both a search within
+/// [`THUMBS_SEARCH_BYTES`] and the hint within [`THUMBS_HINT_BYTES`], at the height with the
+/// fewest bytes a search. If not even the shortest record fits, the 3-bit plan (the budgets
+/// cannot be met; the server logs it).
+pub fn thumbs_plan(items: usize, raw: usize, extra: usize) -> Result<ThumbPlan> {
+    thumbs_plan_with(items, raw, extra, None)
+}
+
+/// [`thumbs_plan`], or with `coded = Some(len)` coded pictures of `len` bytes (shorter than
+/// `raw`, at least `thumbcode::MIN_RECORD`) in [`thumbs_shape`]'s layout: the operator's
+/// choice.
+pub fn thumbs_plan_with(
+    items: usize,
+    raw: usize,
+    extra: usize,
+    coded: Option<usize>,
+) -> Result<ThumbPlan> {
+    if let Some(len) = coded {
+        if !(crate::protocol::thumbcode::MIN_RECORD..raw).contains(&len) {
+            return Err(Error::InvalidParameter {
+                name: "coded thumbnail bytes",
+                reason: format!("{len} is not below the 3-bit record's {raw} and at least 8"),
+            });
+        }
+        return Ok(ThumbPlan {
+            shape: thumbs_shape(items, len + extra)?,
+            coded,
+        });
+    }
+    let k = crate::protocol::publish::COVERAGE_K;
+    let per_search = |s: &Shape| k * (s.query_bytes() + s.answer_bytes());
+    let plain = ThumbPlan {
+        shape: thumbs_shape(items, raw + extra)?,
+        coded: None,
+    };
+    if per_search(&plain.shape) <= THUMBS_SEARCH_BYTES {
+        return Ok(plain);
+    }
+    for len in (crate::protocol::thumbcode::MIN_RECORD..raw).rev() {
+        let record = len + extra;
+        let best = (1..=(THUMBS_HINT_BYTES / (record * lwe::LWE_N * 5 / 2)).min(items))
+            .filter_map(|g| Shape::new(record, items, record * g).ok())
+            .filter(|s| s.hint_bytes() <= THUMBS_HINT_BYTES)
+            .min_by_key(|s| (per_search(s), s.rows));
+        if let Some(shape) = best.filter(|s| per_search(s) <= THUMBS_SEARCH_BYTES) {
+            return Ok(ThumbPlan {
+                shape,
+                coded: Some(len),
+            });
+        }
+    }
+    Ok(plain)
+}
+
 /// Columns of 4,096 bytes (a 16 MiB hint) for ranking records longer than that; shorter records
 /// get one column each, of their length rounded up to a power of two.
 pub fn level_shape(blocks: usize, longest_record: usize) -> Result<Shape> {
@@ -305,6 +386,31 @@ mod tests {
             let s = level_shape(blocks, longest).unwrap();
             assert!(s.cols <= lwe::MAX_COLS, "{blocks}: {s:?}");
         }
+        // The plans: 3-bit records up to 70,000 items (their shapes unchanged), coded ones at
+        // 1,000,000 that fit both shares of #31's bytes.
+        for items in [1_000, 10_000, 70_000] {
+            let p = thumbs_plan(items, 294, 0).unwrap();
+            assert_eq!(
+                p,
+                ThumbPlan {
+                    shape: thumbs_shape(items, 294).unwrap(),
+                    coded: None
+                }
+            );
+        }
+        let per_search = |s: &Shape| 8 * (s.query_bytes() + s.answer_bytes());
+        let p = thumbs_plan(1_000_000, 294, 0).unwrap();
+        let len = p.coded.expect("coded at a million");
+        assert!(per_search(&p.shape) <= THUMBS_SEARCH_BYTES, "{p:?}");
+        assert!(p.shape.hint_bytes() <= THUMBS_HINT_BYTES, "{p:?}");
+        assert!(p.shape.cols <= lwe::MAX_COLS);
+        // The longest record that fits: one byte more fits at no height.
+        assert!((90..120).contains(&len), "{p:?}");
+        eprintln!(
+            "{p:?}: {} B a search, hint {} B",
+            per_search(&p.shape),
+            p.shape.hint_bytes()
+        );
         // A level whose records would need more columns is refused, not served.
         assert!(level_shape(4_096, 1_700_000).is_err());
     }

@@ -127,6 +127,13 @@ fn pir_rows(
         Hint::from_bytes(&d.shape, &b, &d.hint_sha256).unwrap()
     };
     let th = hint_of("thumbs", &pir.thumbs);
+    // The codebook, where the records are coded: once a version with the thumbnail hint.
+    let book = privatemail_e2e::pirsearch::thumb_codebook(http, base, pir);
+    let code = privatemail_e2e::pirsearch::thumb_code(part, &book);
+    let thumbs_once = pir.thumbs.shape.hint_bytes() as u64
+        + pir.thumbs_code.as_ref().map_or(0, |c| c.transfer_bytes);
+    // A level's centroids, fetched once by the plans that rank at it.
+    let cents_once = |l: usize| part.levels[l].centroids_bytes;
     let thumbs_round = |r: &Ranked, rng: &mut ChaCha20Rng, acc: &mut Acc| {
         let t = Instant::now();
         let prepared = thumbs_prepare(part, pir, 8, rng).unwrap();
@@ -138,7 +145,7 @@ fn pir_rows(
         let ans = post(http, &format!("{base}{}/thumbs", pir.answer_url), body);
         acc.down += ans.len() as f64;
         let t = Instant::now();
-        thumbs_decode(&pending, &th, &ans, r, 28).unwrap();
+        thumbs_decode(&pending, &th, &ans, r, &code).unwrap();
         acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
     };
 
@@ -156,7 +163,7 @@ fn pir_rows(
             acc.n += 1;
         }
         acc.server_ms = server_core_ms(http, base) - s0;
-        let once = (tdoc.transfer_bytes + pir.thumbs.shape.hint_bytes() as u64) as f64;
+        let once = (tdoc.transfer_bytes + thumbs_once) as f64;
         rows.push(("pir-table".into(), acc, once));
     }
     // PIR with the hintless ranking of the capped level (the public file and the keys' masks
@@ -198,7 +205,7 @@ fn pir_rows(
             acc.n += 1;
         }
         acc.server_ms = server_core_ms(http, base) - s0;
-        let once = (sd.public.transfer_bytes + pir.thumbs.shape.hint_bytes() as u64) as f64;
+        let once = (sd.public.transfer_bytes + thumbs_once + cents_once(sd.level)) as f64;
         rows.push((format!("pir-scores-B{}", sd.blocks), acc, once));
     }
     // PIR with each offered level's database.
@@ -223,7 +230,7 @@ fn pir_rows(
             acc.n += 1;
         }
         acc.server_ms = server_core_ms(http, base) - s0;
-        let once = (db.shape.hint_bytes() + pir.thumbs.shape.hint_bytes()) as f64;
+        let once = (db.shape.hint_bytes() as u64 + thumbs_once + cents_once(l)) as f64;
         rows.push((format!("pir-level-B{}", part.levels[l].blocks), acc, once));
     }
 }

@@ -8,7 +8,8 @@ use std::time::Instant;
 use axum::body::Bytes;
 use rayon::prelude::*;
 use shared::pir::doc::{
-    level_shape, thumbs_shape, FileDoc, PirDbDoc, PirDoc, SchemeDoc, ScoresDoc,
+    level_shape, thumbs_plan_with, FileDoc, PirDbDoc, PirDoc, SchemeDoc, ScoresDoc,
+    THUMBS_SEARCH_BYTES,
 };
 use shared::pir::hintless::ScoresPublic;
 use shared::pir::layout::{encode_hint, Database, Shape};
@@ -24,6 +25,7 @@ use shared::protocol::blocks::quantise;
 use shared::protocol::blocks::{decode_ids, hash_hex};
 use shared::protocol::partition::Overlap;
 use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
+use shared::protocol::thumbcode::Codebook;
 use shared::protocol::thumbs;
 
 use super::serve::*;
@@ -161,16 +163,31 @@ pub fn build(
             "the gallery does not match the partition".into(),
         ));
     }
-    // Thumbnails as the blocks hold them (3 bits a pixel): one record per item.
+    // One record per item: its thumbnail, as the blocks hold it (3 bits a pixel) where that
+    // fits the thumbnails' bytes, coded with a codebook fitted on the gallery where it does
+    // not (`shared::pir::doc::thumbs_plan`).
     let side = p.doc.thumb_side;
     // With verified scores each record also carries the item's i16 features (the digests,
     // computed over the record, cover them).
     let with_features = partitions.settings.verified_scores;
+    let plan = thumbs_plan_with(
+        items.len(),
+        thumbs::packed_len(side),
+        if with_features { 2 * dim } else { 0 },
+        partitions.settings.thumb_code_bytes,
+    )?;
+    let code = match plan.coded {
+        None => None,
+        Some(len) => Some(fit_code(items, side, len, inputs)?),
+    };
     let pack = || {
         let packed = items
             .par_iter()
             .map(|it| {
-                let mut r = thumbs::pack(&it.pixels, side)?;
+                let mut r = match &code {
+                    None => thumbs::pack(&it.pixels, side)?,
+                    Some(book) => book.encode(&it.pixels)?,
+                };
                 if with_features {
                     r.extend(it.features.iter().flat_map(|&v| quantise(v).to_le_bytes()));
                 }
@@ -184,7 +201,15 @@ pub fn build(
     let packed = pack()?;
     // One digest a thumbnail unit (the column(s) a client decodes for a record): the hintless
     // ranking's public file lists them, ranking records carry each item's.
-    let thumb_shape = thumbs_shape(items.len(), packed.first().map_or(1, Vec::len))?;
+    let thumb_shape = plan.shape;
+    if plan.coded.is_none()
+        && 8 * (thumb_shape.query_bytes() + thumb_shape.answer_bytes()) > THUMBS_SEARCH_BYTES
+    {
+        tracing::warn!(
+            items = items.len(),
+            "pir: the thumbnails do not fit their share of a search's bytes even coded"
+        );
+    }
     let units = Units {
         digests: unit_digests(&thumb_shape, &packed),
         shape: thumb_shape,
@@ -241,6 +266,20 @@ pub fn build(
         }
     }
 
+    // The codebook, a public file like the table.
+    let code = code.map(|book| {
+        let raw = book.to_bytes();
+        let gz = gzip(&raw);
+        let doc = FileDoc {
+            bytes: raw.len() as u64,
+            transfer_bytes: gz.len() as u64,
+            sha256: hash_hex(&raw),
+        };
+        let files = [Bytes::from(raw), Bytes::from(gz)];
+        let [raw, gz] = map_files(partitions, &pages, "thumbcode", files);
+        (doc, raw, gz)
+    });
+
     // The whole ranking table.
     let all: Vec<RankItem> = (0..items.len()).map(rank_item).collect();
     let table_bytes = encode_rank_record(&all, dim)?;
@@ -290,6 +329,7 @@ pub fn build(
             .collect(),
         scores: scores.as_ref().map(|(_, d)| d.clone()),
         thumb_features: with_features,
+        thumbs_code: code.as_ref().map(|(d, _, _)| d.clone()),
     };
     let doc_json =
         Bytes::from(serde_json::to_vec(&doc).map_err(|e| PirBuildError::Invalid(e.to_string()))?);
@@ -309,10 +349,36 @@ pub fn build(
         thumbs,
         levels,
         table,
+        code: code.map(|(_, raw, gz)| (raw, gz)),
         scores: scores.map(|(s, _)| s),
         build_secs,
         pages,
     })
+}
+
+/// The codebook of `len`-byte pictures fitted on the gallery's thumbnails (an even sample,
+/// `shared::protocol::thumbcode::FIT_SAMPLE`; a few seconds, logged).
+fn fit_code(
+    items: &[Arc<GalleryItem>],
+    side: usize,
+    len: usize,
+    inputs: &Pages,
+) -> Result<Codebook, PirBuildError> {
+    let t0 = Instant::now();
+    tracing::info!(
+        items = items.len(),
+        bytes = len,
+        "pir: fitting the thumbnails' codebook"
+    );
+    let pictures: Vec<&[u8]> = items.iter().map(|it| &it.pixels[..]).collect();
+    let book = Codebook::fit(&pictures, side, len)?;
+    inputs.release();
+    tracing::info!(
+        secs = t0.elapsed().as_secs_f64(),
+        components = book.components(),
+        "pir: the thumbnails' codebook is fitted"
+    );
+    Ok(book)
 }
 
 /// The thumbnail database's unit digests (`shared::pir::records::unit_digest`).

@@ -67,6 +67,8 @@ pub struct PirServe {
     pub levels: Vec<Option<PirDb>>,
     /// The ranking table, plain and gzip.
     pub table: Option<(Bytes, Bytes)>,
+    /// The thumbnails' codebook, plain and gzip, where the records are coded.
+    pub code: Option<(Bytes, Bytes)>,
     pub scores: Option<ScoresServe>,
     pub build_secs: f64,
     /// The mapped files above (`ops::mapped`), whose pages leave the resident set when the

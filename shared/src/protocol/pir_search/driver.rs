@@ -43,16 +43,18 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::api::PartitionDoc;
 use crate::error::{Error, Result};
+use crate::pir::client::PirError;
 use crate::pir::client::{self, Hint, Pending};
 use crate::pir::doc::PirDoc;
 use crate::pir::hintless::{self, ScoresKeys, ScoresPending, ScoresPrepared, ScoresPublic};
 use crate::pir::records::RankRecord;
-use crate::protocol::blocks::max_transfer_len;
+use crate::protocol::blocks::{hash_hex, max_transfer_len};
 use crate::protocol::centroids::{self, centroids_url, Centroids};
+use crate::protocol::thumbcode::Codebook;
 
 use super::{
     check_docs, load_table, rank_level, rank_query, ranked, thumbs_decode_records, thumbs_prepare,
-    thumbs_query_prepared, verify_scores, PirPlan, PirRanking, Ranked,
+    thumbs_query_prepared, verify_scores, PirPlan, PirRanking, Ranked, ThumbCode,
 };
 
 /// Public files kept at most per kind (one version's thumbnail hint and a level's).
@@ -67,6 +69,7 @@ pub struct PirCache {
     table: Option<(String, RankRecord)>,
     scores: Option<(String, ScoresPublic, ScoresKeys)>,
     centroids: Vec<(String, Centroids)>,
+    code: Option<(String, Codebook)>,
 }
 
 impl PirCache {
@@ -81,6 +84,13 @@ impl PirCache {
         self.centroids
             .iter()
             .find(|(h, _)| h.eq_ignore_ascii_case(sha))
+            .map(|(_, v)| v)
+    }
+
+    fn code(&self, sha: &str) -> Option<&Codebook> {
+        self.code
+            .as_ref()
+            .filter(|(h, _)| h.eq_ignore_ascii_case(sha))
             .map(|(_, v)| v)
     }
 
@@ -103,6 +113,7 @@ impl PirCache {
                 .as_ref()
                 .is_some_and(|(h, _, _)| h.eq_ignore_ascii_case(sha)),
             PublicFile::Centroids { .. } => self.centroids(sha).is_some(),
+            PublicFile::ThumbCode => self.code(sha).is_some(),
         }
     }
 }
@@ -120,6 +131,8 @@ pub enum PublicFile {
     Centroids {
         level: usize,
     },
+    /// The thumbnails' codebook, where the document publishes one.
+    ThumbCode,
 }
 
 /// The next request of a search.
@@ -501,6 +514,15 @@ impl PirSearch {
             )
         };
         let mut out = vec![hint("thumbs".into(), &pir.thumbs)];
+        if let Some(c) = &pir.thumbs_code {
+            out.push(get(
+                PublicFile::ThumbCode,
+                url("thumbs/code"),
+                c.bytes,
+                max_transfer_len(c.bytes),
+                &c.sha256,
+            ));
+        }
         match self.plan.ranking {
             PirRanking::Table => {
                 let t = pir.rank_table.as_ref().expect("checked by check_plan");
@@ -634,6 +656,36 @@ impl PirSearch {
                     cache.centroids.retain(|(h, _)| needed.contains(h));
                 }
                 cache.centroids.push((c.hash.to_ascii_lowercase(), c));
+            }
+            PublicFile::ThumbCode => {
+                let doc = pir
+                    .thumbs_code
+                    .as_ref()
+                    .expect("the driver names offered files");
+                let got = hash_hex(bytes);
+                if !got.eq_ignore_ascii_case(&doc.sha256) {
+                    return Err(PirError::HashMismatch {
+                        what: "thumbnail codebook",
+                        expected: doc.sha256.clone(),
+                        got,
+                    }
+                    .into());
+                }
+                let book = Codebook::from_bytes(bytes)?;
+                let features = if pir.thumb_features {
+                    2 * part.feature_dim
+                } else {
+                    0
+                };
+                if book.side() != part.thumb_side
+                    || book.record_len() + features != pir.thumbs.shape.record_len
+                {
+                    return Err(Error::InvalidParameter {
+                        name: "thumbnail codebook",
+                        reason: "its pictures are not the thumbnail database's".into(),
+                    });
+                }
+                cache.code = Some((doc.sha256.to_ascii_lowercase(), book));
             }
         }
         Ok(())
@@ -792,7 +844,15 @@ impl PirSearch {
             Some(h) => h,
             None => return self.end_transport("the thumbnail hint is not held"),
         };
-        let side = self.part.thumb_side;
+        let code = match &self.pir.thumbs_code {
+            None => ThumbCode::Raw {
+                side: self.part.thumb_side,
+            },
+            Some(c) => match cache.code(&c.sha256) {
+                Some(book) => ThumbCode::Coded(book),
+                None => return self.end_transport("the thumbnail codebook is not held"),
+            },
+        };
         let refusal = |what: &str| Refusal {
             version: self.part.version.clone(),
             what: what.into(),
@@ -807,7 +867,7 @@ impl PirSearch {
         let out = match ranked {
             Ok(r) => {
                 // Both checks run whatever the first says.
-                let thumbs = thumbs_decode_records(&pending, hint, bytes, &r, side, dim);
+                let thumbs = thumbs_decode_records(&pending, hint, bytes, &r, &code, dim);
                 let scores = match (&thumbs, verify) {
                     (Ok(t), true) => verify_scores(&r, t, &self.features),
                     _ => Ok(()),

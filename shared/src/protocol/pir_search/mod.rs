@@ -35,7 +35,35 @@ use crate::protocol::blocks::rank;
 use crate::protocol::centroids::Centroids;
 use crate::protocol::partition::nearest_centroid;
 use crate::protocol::plan::validate_doc;
+use crate::protocol::thumbcode::{self, Codebook};
 use crate::protocol::thumbs;
+
+/// How a thumbnail record draws its picture: the 3-bit form ([`thumbs`]) or, where the
+/// document publishes one, a codebook ([`crate::protocol::thumbcode`]; fetched once a version
+/// and checked against its SHA-256 like every public file).
+#[derive(Debug, Clone, Copy)]
+pub enum ThumbCode<'a> {
+    Raw { side: usize },
+    Coded(&'a Codebook),
+}
+
+impl ThumbCode<'_> {
+    /// Bytes of the picture at the start of a record.
+    pub fn picture_len(&self) -> usize {
+        match self {
+            ThumbCode::Raw { side } => thumbs::packed_len(*side),
+            ThumbCode::Coded(book) => book.record_len(),
+        }
+    }
+
+    /// The picture (`side²` grey bytes) of a record's first [`Self::picture_len`] bytes.
+    pub fn decode(&self, bytes: &[u8]) -> Result<Vec<u8>> {
+        match self {
+            ThumbCode::Raw { side } => thumbs::unpack(bytes, *side),
+            ThumbCode::Coded(book) => book.decode(bytes),
+        }
+    }
+}
 
 /// Where a PIR search's ranking payload comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -142,6 +170,11 @@ pub fn plan_of(
     }
     let t = pir.thumbs.shape;
     let (thumb_up, thumb_down) = ((k * t.query_bytes()) as u64, (k * t.answer_bytes()) as u64);
+    // Every plan fetches the thumbnail hint and, where the records are coded, the codebook;
+    // the level and scores plans also the level's centroids.
+    let thumb_once =
+        t.hint_bytes() as u64 + pir.thumbs_code.as_ref().map_or(0, |c| c.transfer_bytes);
+    let cents = |level: usize| part.levels[level].centroids_bytes;
     let table = pir.rank_table.as_ref().map(|table| {
         PirPlan {
             ranking: PirRanking::Table,
@@ -149,7 +182,7 @@ pub fn plan_of(
             predicted_fidelity: 1.0,
             up_bytes: thumb_up,
             down_bytes: thumb_down,
-            one_time_bytes: table.transfer_bytes + t.hint_bytes() as u64,
+            one_time_bytes: table.transfer_bytes + thumb_once,
             page_default: false,
         }
         .with_default()
@@ -169,7 +202,7 @@ pub fn plan_of(
                 predicted_fidelity: part.levels[level].coverage.own,
                 up_bytes: q * s.query_bytes() as u64 + thumb_up,
                 down_bytes: q * s.answer_bytes() as u64 + thumb_down,
-                one_time_bytes: (s.hint_bytes() + t.hint_bytes()) as u64,
+                one_time_bytes: s.hint_bytes() as u64 + thumb_once + cents(level),
                 page_default: false,
             }
             .with_default(),
@@ -185,7 +218,7 @@ pub fn plan_of(
                     predicted_fidelity: part.levels[doc.level].coverage.own,
                     up_bytes: doc.upload_bytes + thumb_up,
                     down_bytes: doc.answer_bytes + thumb_down,
-                    one_time_bytes: doc.public.transfer_bytes + t.hint_bytes() as u64,
+                    one_time_bytes: doc.public.transfer_bytes + thumb_once + cents(doc.level),
                     page_default: false,
                 }
                 .with_default(),
@@ -238,13 +271,24 @@ pub fn check_docs(part: &PartitionDoc, pir: &PirDoc) -> Result<()> {
             reason: "its version is not the partition's".into(),
         });
     }
-    let record = thumbs::packed_len(part.thumb_side)
-        + if pir.thumb_features {
-            2 * part.feature_dim
-        } else {
-            0
-        };
-    if pir.thumbs.shape.record_len != record {
+    let features = if pir.thumb_features {
+        2 * part.feature_dim
+    } else {
+        0
+    };
+    let raw = thumbs::packed_len(part.thumb_side);
+    // A coded picture is shorter than the 3-bit form (otherwise the code buys nothing), and
+    // its length is checked again against the codebook when that is fetched.
+    let fits = match &pir.thumbs_code {
+        None => pir.thumbs.shape.record_len == raw + features,
+        Some(code) => {
+            crate::pir::doc::check_file(code, "thumbnail codebook")?;
+            (thumbcode::MIN_RECORD + features..raw + features)
+                .contains(&pir.thumbs.shape.record_len)
+                && code.bytes <= thumbcode::max_file_len(part.thumb_side) as u64
+        }
+    };
+    if !fits {
         return Err(Error::InvalidParameter {
             name: "pir thumbnails",
             reason: "the record length is not the thumbnail's (and features') size".into(),
@@ -487,9 +531,9 @@ pub fn thumbs_decode(
     hint: &Hint,
     answer: &[u8],
     ranked: &Ranked,
-    thumb_side: usize,
+    code: &ThumbCode<'_>,
 ) -> Result<Vec<Vec<u8>>> {
-    thumbs_decode_records(pending, hint, answer, ranked, thumb_side, 0).map(|t| t.pixels)
+    thumbs_decode_records(pending, hint, answer, ranked, code, 0).map(|t| t.pixels)
 }
 
 /// [`thumbs_decode`] for records that also carry `dim` features (0: none): the unit digest
@@ -505,13 +549,13 @@ pub fn thumbs_decode_records(
     hint: &Hint,
     answer: &[u8],
     ranked: &Ranked,
-    thumb_side: usize,
+    code: &ThumbCode<'_>,
     dim: usize,
 ) -> Result<Thumbs> {
     // Each asked record's whole unit, wiped when done (its other records reveal the unit).
     let units = zeroize::Zeroizing::new(pending.decode_units(hint, answer)?);
     let shape = pending.shape();
-    let len = thumbs::packed_len(thumb_side);
+    let len = code.picture_len();
     let mut ok = units.len() >= ranked.indices.len();
     let mut out = Thumbs::default();
     for (unit, (&i, d)) in units.iter().zip(ranked.indices.iter().zip(&ranked.digests)) {
@@ -526,7 +570,7 @@ pub fn thumbs_decode_records(
             .and_then(|r| r.get(..len + 2 * dim))
             .unwrap_or(&[]);
         ok &= !record.is_empty();
-        let pixels = thumbs::unpack(record.get(..len).unwrap_or(&[]), thumb_side);
+        let pixels = code.decode(record.get(..len).unwrap_or(&[]));
         ok &= pixels.is_ok();
         out.pixels.push(pixels.unwrap_or_default());
         out.features.push(
@@ -646,7 +690,7 @@ mod tests {
                 digests: want.iter().map(|&i| digests[shape.unit_of(i)]).collect(),
                 scores: Vec::new(),
             };
-            thumbs_decode(&pending, &hint, &answer, &ranked, side)
+            thumbs_decode(&pending, &hint, &answer, &ranked, &ThumbCode::Raw { side })
         };
         let honest = fetch(&packed, &[1, 7], &mut rng).unwrap();
         assert_eq!(honest[0], thumbs::unpack(&packed[1], side).unwrap());

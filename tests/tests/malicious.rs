@@ -489,6 +489,15 @@ fn coded_thumbnails_search_and_a_codebook_not_published_is_refused() {
             );
         }
     }
+    // Documents that cannot be right are refused before anything is fetched: coded records
+    // without a codebook, or a codebook larger than any codebook of 28×28 pictures.
+    let mut pir = g.pir.clone();
+    pir.thumbs_code = None;
+    assert!(plan_of(&g.part, &pir, 8, 1e12, None).is_err());
+    let mut pir = g.pir.clone();
+    pir.thumbs_code.as_mut().unwrap().bytes =
+        shared::protocol::thumbcode::max_file_len(28) as u64 + 1;
+    assert!(plan_of(&g.part, &pir, 8, 1e12, None).is_err());
     let real = g.public(
         format!("{}/thumbs/code", g.pir.answer_url),
         PublicFile::ThumbCode,

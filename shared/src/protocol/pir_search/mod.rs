@@ -129,6 +129,10 @@ pub struct PirPlan {
     /// [`PAGE_DEFAULT_MAX_ONE_TIME_BYTES`]. (At 1,000,000 items the table plan fetches about
     /// 150 MB once; a person should choose that, not get it by default.)
     pub page_default: bool,
+    /// Bytes of each coded picture where the gallery's thumbnail records are coded
+    /// ([`crate::protocol::thumbcode`]: coarser than the 3-bit thumbnails), `None` otherwise.
+    #[serde(default)]
+    pub coded_picture_bytes: Option<usize>,
 }
 
 /// The most one-time bytes of a PIR plan the page chooses by default: the 10,000-image target
@@ -175,6 +179,14 @@ pub fn plan_of(
     let thumb_once =
         t.hint_bytes() as u64 + pir.thumbs_code.as_ref().map_or(0, |c| c.transfer_bytes);
     let cents = |level: usize| part.levels[level].centroids_bytes;
+    let coded_picture_bytes = pir.thumbs_code.as_ref().map(|_| {
+        t.record_len
+            - if pir.thumb_features {
+                2 * part.feature_dim
+            } else {
+                0
+            }
+    });
     let table = pir.rank_table.as_ref().map(|table| {
         PirPlan {
             ranking: PirRanking::Table,
@@ -184,6 +196,7 @@ pub fn plan_of(
             down_bytes: thumb_down,
             one_time_bytes: table.transfer_bytes + thumb_once,
             page_default: false,
+            coded_picture_bytes,
         }
         .with_default()
     });
@@ -204,6 +217,7 @@ pub fn plan_of(
                 down_bytes: q * s.answer_bytes() as u64 + thumb_down,
                 one_time_bytes: s.hint_bytes() as u64 + thumb_once + cents(level),
                 page_default: false,
+                coded_picture_bytes,
             }
             .with_default(),
         )
@@ -220,6 +234,7 @@ pub fn plan_of(
                     down_bytes: doc.answer_bytes + thumb_down,
                     one_time_bytes: doc.public.transfer_bytes + thumb_once + cents(doc.level),
                     page_default: false,
+                    coded_picture_bytes,
                 }
                 .with_default(),
             )
@@ -638,6 +653,7 @@ mod tests {
                 down_bytes: 0,
                 one_time_bytes,
                 page_default: false,
+                coded_picture_bytes: None,
             }
             .with_default()
             .page_default

@@ -7,7 +7,7 @@ use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
 use shared::pir::client::Hint;
-use shared::pir::client::Prepared;
+use shared::pir::client::{Pending, Prepared};
 use shared::pir::doc::{PirDoc, ScoresDoc};
 use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
 use shared::pir::records::Ranked;
@@ -112,16 +112,16 @@ impl<'a> ScoresSearch<'a> {
         let ans = try_post(http, &self.scores_url, body)?;
         let r = self.rank(&pending, &ans)?;
         let (body, pending) = thumbs_query(self.part, self.pir, Some(&r), 8, rng).ok()?;
+        self.pictures(http, body, &pending, &r)
+    }
+
+    /// The thumbnail round: its queries `body` sent, the answer decoded and checked.
+    fn pictures(&self, http: &Client, body: Vec<u8>, pending: &Pending, r: &Ranked) -> Option<()> {
         let ans = try_post(http, &self.thumbs_url, body)?;
-        thumbs_decode(
-            &pending,
-            &self.thumbs_hint,
-            &ans,
-            &r,
-            &thumb_code(self.part, &self.code),
-        )
-        .ok()
-        .map(|_| ())
+        let code = thumb_code(self.part, &self.code);
+        thumbs_decode(pending, &self.thumbs_hint, &ans, r, &code)
+            .ok()
+            .map(|_| ())
     }
 
     /// The top 8 from a scores answer (checked), as a client ranks them.
@@ -163,16 +163,7 @@ impl<'a> ScoresSearch<'a> {
         let r = self.rank(&pending, &ans)?;
         let (body, pending) =
             thumbs_query_prepared(self.pir, ahead.thumbs, Some(&r), 8, rng).ok()?;
-        let ans = try_post(http, &self.thumbs_url, body)?;
-        thumbs_decode(
-            &pending,
-            &self.thumbs_hint,
-            &ans,
-            &r,
-            &thumb_code(self.part, &self.code),
-        )
-        .ok()
-        .map(|_| ())
+        self.pictures(http, body, &pending, &r)
     }
 
     /// A scores query of `q` (the heaviest answer the server computes), without its keys.

@@ -712,6 +712,44 @@ async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_
     c.close().await.unwrap();
 }
 
+/// A gallery whose thumbnail records are coded (what the largest galleries get; here the
+/// operator's `--pir-thumb-bytes`): the plan says the pictures are coarser and how many bytes
+/// each travels in, the page fetches the codebook at most once, and a search draws 8
+/// pictures.
+#[tokio::test(flavor = "multi_thread")]
+async fn coded_pictures_are_said_in_the_plan_and_drawn() {
+    let srv = server_with(&["--pir-thumb-bytes", "48"]);
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    choose(&c, "protocol", "pir").await;
+    let plan = text(&c, "plan").await;
+    assert!(
+        plan.contains("coded in 48 bytes") && plan.contains("coarser"),
+        "{plan}"
+    );
+    record_requests(&c).await;
+    for i in [5003usize, 5100] {
+        let (path, _) = image_file(i);
+        load_photo(&c, &path).await;
+        js(&c, "window.__log = []; return 0;").await;
+        assert_eq!(search(&c).await.len(), 8);
+        let drawn = js(
+            &c,
+            "return [...document.querySelectorAll('#results li img, #results li canvas')].filter(e => (e.naturalWidth || e.width) > 0).length;",
+        )
+        .await;
+        assert_eq!(drawn, json!(8), "photo {i}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let log: Vec<String> =
+            serde_json::from_value(js(&c, "return window.__log;").await).unwrap();
+        let codebooks = log.iter().filter(|l| l.contains("/thumbs/code")).count();
+        // Fetched once (by the first search, or before it), then held.
+        assert!(codebooks <= usize::from(i == 5003), "photo {i}: {log:?}");
+        let _ = std::fs::remove_file(path);
+    }
+    c.close().await.unwrap();
+}
+
 /// Records every request the page makes from now on in `window.__log`: method, path and body
 /// size, in order.
 async fn record_requests(c: &fantoccini::Client) {

@@ -332,6 +332,10 @@ mod tests {
         let mut got = Vec::new();
         for len in [94, 128] {
             let book = Codebook::fit(&fit, 28, len).unwrap();
+            let t = std::time::Instant::now();
+            let coded: Vec<Vec<u8>> = held.iter().map(|x| book.encode(x).unwrap()).collect();
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            eprintln!("{len} B: {} pictures coded in {ms:.0} ms", coded.len());
             got.push(psnr(&|x| book.decode(&book.encode(x).unwrap()).unwrap()));
         }
         eprintln!(

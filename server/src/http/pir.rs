@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
 use shared::api::{ErrorCode, ErrorResponse};
+use shared::pir::doc::FileDoc;
 
 use super::cache::{send_held, IMMUTABLE, NO_CACHE};
 use super::error::ApiError;
@@ -136,20 +137,13 @@ async fn table(
 ) -> Result<Response, ApiError> {
     let Path(version) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
-    let (raw, gz) = pir.table.as_ref().ok_or_else(|| no_db(&pir, "rank"))?;
-    let sha = pir
-        .doc
-        .rank_table
-        .as_ref()
-        .map_or("", |t| t.sha256.as_str());
-    Ok(send_held(
+    held_file(
         &headers,
-        quoted(sha),
-        IMMUTABLE,
-        "application/octet-stream",
-        raw,
-        Some(gz),
-    ))
+        &pir,
+        pir.table.as_ref(),
+        pir.doc.rank_table.as_ref(),
+        "rank",
+    )
 }
 
 /// `GET /pir/{version}/thumbs/code`: the thumbnails' codebook, immutable (gzip when
@@ -161,18 +155,22 @@ async fn code(
 ) -> Result<Response, ApiError> {
     let Path(version) = path.map_err(bad_path)?;
     let (_, pir) = served(&s, &version)?;
-    let (raw, gz) = pir
-        .code
-        .as_ref()
-        .ok_or_else(|| no_db(&pir, "thumbs/code"))?;
-    let sha = pir
-        .doc
-        .thumbs_code
-        .as_ref()
-        .map_or("", |t| t.sha256.as_str());
+    let (files, doc) = (pir.code.as_ref(), pir.doc.thumbs_code.as_ref());
+    held_file(&headers, &pir, files, doc, "thumbs/code")
+}
+
+/// A version's public file (plain and gzip), named by its document's SHA-256 as the ETag.
+fn held_file(
+    headers: &HeaderMap,
+    pir: &PirServe,
+    files: Option<&(Bytes, Bytes)>,
+    doc: Option<&FileDoc>,
+    what: &str,
+) -> Result<Response, ApiError> {
+    let (raw, gz) = files.ok_or_else(|| no_db(pir, what))?;
     Ok(send_held(
-        &headers,
-        quoted(sha),
+        headers,
+        quoted(doc.map_or("", |t| t.sha256.as_str())),
         IMMUTABLE,
         "application/octet-stream",
         raw,

@@ -88,7 +88,7 @@ function updatePirPlan() {
     "A server that cheats in its answers can at most make one search fail to learn one yes/no fact about that photo: if any answer fails its checks, this page says so and sends no further search to this server until you allow it. (This holds for this page's code as published; a server that changed the page itself could take the photo, which only a client installed from elsewhere, such as the command-line client, rules out.)" +
       (state.pirPlan.ranking.kind === "scores" ? " It could also return other matches than your nearest ones; their pictures are still checked." : ""),
     `This search ${how}, then fetches the ${K} pictures the same way: ${fmtKiB(state.pirPlan.up_bytes)} up and ${fmtKiB(state.pirPlan.down_bytes)} down per search, plus ${fmtKiB(state.pirPlan.one_time_bytes)} of public files once per gallery version (kept by your browser).` +
-      (state.pirPlan.coded_picture_bytes ? ` To keep those bytes small at this gallery's size, each picture travels coded in ${state.pirPlan.coded_picture_bytes} bytes, so it looks coarser than the gallery's own.` : ""),
+      (state.pirPlan.coded_picture_bytes ? ` To keep those bytes small, each picture travels coded in ${state.pirPlan.coded_picture_bytes} bytes, so it looks coarser than the gallery's own.` : ""),
     state.pirPlan.predicted_fidelity >= 0.9995
       ? "Results: your exact 8 nearest images in the whole gallery."
       : `Predicted: ${pct(state.pirPlan.predicted_fidelity)}% of your 8 exact nearest matches will be found.`,

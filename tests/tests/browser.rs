@@ -747,6 +747,11 @@ async fn coded_pictures_are_said_in_the_plan_and_drawn() {
         assert!(codebooks <= usize::from(i == 5003), "photo {i}: {log:?}");
         let _ = std::fs::remove_file(path);
     }
+    std::fs::write(
+        docs_shot("page-pir-coded.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
     c.close().await.unwrap();
 }
 

@@ -43,8 +43,7 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::api::PartitionDoc;
 use crate::error::{Error, Result};
-use crate::pir::client::PirError;
-use crate::pir::client::{self, Hint, Pending};
+use crate::pir::client::{self, Hint, Pending, PirError};
 use crate::pir::doc::PirDoc;
 use crate::pir::hintless::{self, ScoresKeys, ScoresPending, ScoresPrepared, ScoresPublic};
 use crate::pir::records::RankRecord;
@@ -53,8 +52,8 @@ use crate::protocol::centroids::{self, centroids_url, Centroids};
 use crate::protocol::thumbcode::Codebook;
 
 use super::{
-    check_docs, load_table, rank_level, rank_query, ranked, thumbs_decode_records, thumbs_prepare,
-    thumbs_query_prepared, verify_scores, PirPlan, PirRanking, Ranked, ThumbCode,
+    check_docs, load_table, rank_level, rank_query, ranked, record_features, thumbs_decode_records,
+    thumbs_prepare, thumbs_query_prepared, verify_scores, PirPlan, PirRanking, Ranked, ThumbCode,
 };
 
 /// Public files kept at most per kind (one version's thumbnail hint and a level's).
@@ -672,13 +671,9 @@ impl PirSearch {
                     .into());
                 }
                 let book = Codebook::from_bytes(bytes)?;
-                let features = if pir.thumb_features {
-                    2 * part.feature_dim
-                } else {
-                    0
-                };
                 if book.side() != part.thumb_side
-                    || book.record_len() + features != pir.thumbs.shape.record_len
+                    || book.record_len() + 2 * record_features(part, pir)
+                        != pir.thumbs.shape.record_len
                 {
                     return Err(Error::InvalidParameter {
                         name: "thumbnail codebook",
@@ -857,11 +852,7 @@ impl PirSearch {
             version: self.part.version.clone(),
             what: what.into(),
         };
-        let dim = if self.pir.thumb_features {
-            self.part.feature_dim
-        } else {
-            0
-        };
+        let dim = record_features(&self.part, &self.pir);
         let verify =
             self.pir.thumb_features && matches!(self.plan.ranking, PirRanking::Scores { .. });
         let out = match ranked {

@@ -65,6 +65,16 @@ impl ThumbCode<'_> {
     }
 }
 
+/// Features each thumbnail record carries after its picture (`dim` of them where the document
+/// says `thumb_features`, 0 otherwise).
+pub fn record_features(part: &PartitionDoc, pir: &PirDoc) -> usize {
+    if pir.thumb_features {
+        part.feature_dim
+    } else {
+        0
+    }
+}
+
 /// Where a PIR search's ranking payload comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
@@ -179,14 +189,10 @@ pub fn plan_of(
     let thumb_once =
         t.hint_bytes() as u64 + pir.thumbs_code.as_ref().map_or(0, |c| c.transfer_bytes);
     let cents = |level: usize| part.levels[level].centroids_bytes;
-    let coded_picture_bytes = pir.thumbs_code.as_ref().map(|_| {
-        t.record_len
-            - if pir.thumb_features {
-                2 * part.feature_dim
-            } else {
-                0
-            }
-    });
+    let coded_picture_bytes = pir
+        .thumbs_code
+        .as_ref()
+        .map(|_| t.record_len - 2 * record_features(part, pir));
     let table = pir.rank_table.as_ref().map(|table| {
         PirPlan {
             ranking: PirRanking::Table,
@@ -286,11 +292,7 @@ pub fn check_docs(part: &PartitionDoc, pir: &PirDoc) -> Result<()> {
             reason: "its version is not the partition's".into(),
         });
     }
-    let features = if pir.thumb_features {
-        2 * part.feature_dim
-    } else {
-        0
-    };
+    let features = 2 * record_features(part, pir);
     let raw = thumbs::packed_len(part.thumb_side);
     // A coded picture is shorter than the 3-bit form (otherwise the code buys nothing), and
     // its length is checked again against the codebook when that is fetched.

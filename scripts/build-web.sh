@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the page's WebAssembly client into web/pkg/ (release wasm + wasm-bindgen's ES module)
-# and copies the model weights next to it. Offline: needs only cargo, the wasm32 target and
+# and copies the model weights (the retrieval model and the class model) next to it. Offline: needs only cargo, the wasm32 target and
 # wasm-bindgen-cli (scripts/setup.sh with PM_SETUP_WASM=1 installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,7 @@ cargo build --release -p privatemail-client-wasm --target wasm32-unknown-unknown
 wasm-bindgen --target web --no-typescript --out-dir web/pkg \
   target/wasm32-unknown-unknown/release/privatemail_client_wasm.wasm
 cp server/assets/model.bin web/pkg/model.bin
+cp server/assets/classifier.bin web/pkg/classifier.bin
 # The committed evaluation's table: the page states what the noisy-numbers searches' results
 # are worth at the chosen ε from these figures (web/evaluation.js).
 cp docs/eval/results.csv web/pkg/results.csv

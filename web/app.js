@@ -35,22 +35,33 @@ const t0 = performance.now();
 // from the browser's cache.
 performance.setResourceTimingBufferSize?.(100000);
 
+// One of the on-device models' files (the retrieval model, the class model).
+function fetchModel(path) {
+  return fetch(path).then((r) => {
+    if (!r.ok) throw new Error("The on-device model is missing from this page.");
+    return r.arrayBuffer();
+  });
+}
+
 async function start() {
   const evaluation = loadEvaluation();
   try {
-    const [, weights, configText, anchorsText, mapText] = await Promise.all([
+    const [, weights, classWeights, configText, anchorsText, mapText] = await Promise.all([
       wasmReady,
-      fetch("pkg/model.bin").then((r) => {
-        if (!r.ok) throw new Error("The on-device model is missing from this page.");
-        return r.arrayBuffer();
-      }),
+      fetchModel("pkg/model.bin"),
+      fetchModel("pkg/classifier.bin"),
       getJson("/api/v1/config"),
       getJson("/api/v1/anchors"),
       getJson("/api/v1/gallery-map"),
     ]);
     state.config = JSON.parse(configText);
     state.map = JSON.parse(mapText);
-    state.client = new Client(new Uint8Array(weights), configText, anchorsText);
+    state.client = new Client(
+      new Uint8Array(weights),
+      new Uint8Array(classWeights),
+      configText,
+      anchorsText,
+    );
   } catch (e) {
     status("The page could not start.");
     showError(String(e.message || e));

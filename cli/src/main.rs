@@ -24,6 +24,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use shared::api::{AddItemsRequest, ChangeResponse, NewItem};
+use shared::embed::classify::Classifier;
 use shared::embed::model::Model;
 use shared::params::limits;
 use shared::protocol::pir_search::RankingKind;
@@ -34,6 +35,9 @@ use search::{Protocol, Query};
 
 /// The model weights the server's gallery was embedded with (the same file the page loads).
 pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+/// The class model whose label the CLI prints and Algorithm 1 uses (`shared::embed::classify`;
+/// the same file the page loads).
+pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../server/assets/classifier.bin");
 
 #[derive(Parser)]
 #[command(
@@ -249,6 +253,8 @@ fn run(cli: Cli) -> Result<()> {
             }
             let pixels = photo::load(&photo)?;
             let model = Model::from_bytes(MODEL_WEIGHTS).expect("the embedded weights are valid");
+            let classifier =
+                Classifier::from_bytes(CLASS_WEIGHTS).expect("the embedded class model is valid");
             let server = server.connect()?;
             let q = Query {
                 protocol,
@@ -261,7 +267,7 @@ fn run(cli: Cli) -> Result<()> {
                 max_epsilon,
                 progress: !json && std::io::stderr().is_terminal(),
             };
-            let out = search::run(&server, &model, &pixels, &q)?;
+            let out = search::run(&server, (&model, &classifier), &pixels, &q)?;
             if json {
                 return print_json(&out);
             }

@@ -13,6 +13,7 @@ use shared::api::{
     AnchorsResponse, ConfigResponse, PartitionDoc, Ranking, SearchRequest, SearchResponse,
 };
 use shared::dp::mechanism::Receipt;
+use shared::embed::classify::Classifier;
 use shared::embed::model::Model;
 use shared::params::limits;
 use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
@@ -152,7 +153,15 @@ fn spend(receipt: Option<&Receipt>, q: &Query) -> Result<()> {
     Ok(())
 }
 
-pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<Outcome> {
+/// One search with the photo's `pixels`: `models` are the retrieval model (the features) and
+/// the class model (the class printed and Algorithm 1's label).
+pub fn run(
+    server: &Server,
+    models: (&Model, &Classifier),
+    pixels: &[u8],
+    q: &Query,
+) -> Result<Outcome> {
+    let (model, classifier) = models;
     // After a failed check against this server nothing is sent, whatever the protocol (no
     // fallback to a less private one), until `privatemail clear-refusal`.
     crate::refusal::guard(&server.base)?;
@@ -169,6 +178,9 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
     // The layer means (for the familiarity score) come from inference's own forward pass.
     let (inf, layer_means) = model
         .infer_with_layer_means(pixels)
+        .map_err(|e| CliError::Malformed(e.to_string()))?;
+    let class = classifier
+        .classify(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config)?;
@@ -201,14 +213,15 @@ pub fn run(server: &Server, model: &Model, pixels: &[u8], q: &Query) -> Result<O
             (None, None, bytes, hits)
         }
         Protocol::Frame | Protocol::Paper => {
-            let (r, hits) = ranked_by_server(server, &config, &public_anchors, &inf, q, &mut rng)?;
+            let photo = (&inf.features[..], class.label);
+            let (r, hits) = ranked_by_server(server, &config, &public_anchors, photo, q, &mut rng)?;
             (Some(r), None, 0, hits)
         }
     };
     let total = budget::total(&budget::load()?, q.delta)?;
     Ok(Outcome {
         protocol: q.protocol,
-        predicted_class: class_name(&config, inf.label),
+        predicted_class: class_name(&config, class.label),
         unfamiliar_score: ood.score.is_finite().then_some(ood.score),
         unfamiliar: ood.unfamiliar,
         receipt,
@@ -409,7 +422,7 @@ fn ranked_by_server(
     server: &Server,
     config: &ConfigResponse,
     anchors: &AnchorsResponse,
-    inf: &shared::embed::model::Inference,
+    (features, label): (&[f32], u32),
     q: &Query,
     rng: &mut impl RngCore,
 ) -> Result<(Receipt, Vec<Hit>)> {
@@ -426,7 +439,7 @@ fn ranked_by_server(
         config.feature_dim,
         anchors.features.iter().flatten().map(|&v| v as f64),
     );
-    let query: Vec<f64> = inf.features.iter().map(|&v| v as f64).collect();
+    let query: Vec<f64> = features.iter().map(|&v| v as f64).collect();
     let privacy = PrivacyParams {
         epsilon: q.epsilon,
         delta: q.delta,
@@ -453,7 +466,7 @@ fn ranked_by_server(
             privacy,
             post_bandwidth: Default::default(),
         };
-        let r = privatize(&query, inf.label, &a, &params, rng)?;
+        let r = privatize(&query, label, &a, &params, rng)?;
         let req = SearchRequest::from_release(&r, q.k);
         (req, r.receipt, r.real_position())
     };

@@ -21,6 +21,7 @@
 //! receipts) and `disclosure.rs` (what a plan tells the server, in figures).
 
 use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc};
+use shared::embed::classify::Classifier;
 use shared::embed::model::Model;
 use shared::protocol::frame::AnchorFrame;
 use shared::protocol::privatemail::Anchors;
@@ -49,6 +50,8 @@ pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
 #[wasm_bindgen]
 pub struct Client {
     model: Model,
+    /// The class model (`shared::embed::classify`): the label shown and Algorithm 1's.
+    classifier: Classifier,
     frame: AnchorFrame,
     config: ConfigResponse,
     query: Option<Vec<f64>>,
@@ -79,12 +82,19 @@ pub struct Client {
 
 #[wasm_bindgen]
 impl Client {
-    /// `weights`: the bytes of `model.bin`; `config_json`, `anchors_json`: the bodies of
+    /// `weights`: the bytes of `model.bin`; `class_weights`: the bytes of `classifier.bin`
+    /// (the class model, `shared::embed::classify`); `config_json`, `anchors_json`: the bodies of
     /// `GET /api/v1/config` and `GET /api/v1/anchors`. The frame's sensitivity is computed here
     /// from the rows received, so a server cannot make the noise too small.
     #[wasm_bindgen(constructor)]
-    pub fn new(weights: &[u8], config_json: &str, anchors_json: &str) -> Result<Client, JsError> {
+    pub fn new(
+        weights: &[u8],
+        class_weights: &[u8],
+        config_json: &str,
+        anchors_json: &str,
+    ) -> Result<Client, JsError> {
         let model = Model::from_bytes(weights).map_err(js_err)?;
+        let classifier = Classifier::from_bytes(class_weights).map_err(js_err)?;
         let config: ConfigResponse = serde_json::from_str(config_json)
             .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
         // The gallery's features, the anchors and the familiarity reference were computed with
@@ -118,6 +128,7 @@ impl Client {
         let frame = AnchorFrame::new(&feats, &rows, config.frame_kernel_scale).map_err(js_err)?;
         Ok(Client {
             model,
+            classifier,
             frame,
             config,
             query: None,

@@ -1,5 +1,6 @@
-//! The on-device model: [`OnDeviceModel`] on its own (for tests and benchmarks), and loading the
-//! user's photo into the [`Client`] (preprocess, run the model, keep the features). Nothing here
+//! The on-device models: [`OnDeviceModel`] on its own (for tests and benchmarks), and loading the
+//! user's photo into the [`Client`] (preprocess, run the retrieval model and the class model,
+//! keep the features and the class). Nothing here
 //! sends anything: the features and the predicted label stay in the `Client`.
 
 use shared::embed::model::{from_rgba, Model};
@@ -67,16 +68,19 @@ impl Client {
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
         // One pass over the upright image gives the features and the layer means.
         let (inf, layers) = self.model.infer_with_layer_means(pixels).map_err(js_err)?;
-        let class_name = self.class_name(inf.label);
+        // The class shown (and Algorithm 1's label) is the class model's; the features are
+        // the retrieval model's.
+        let class = self.classifier.classify(pixels).map_err(js_err)?;
+        let class_name = self.class_name(class.label);
         let ood =
             shared::embed::ood::assess_input(pixels, &inf.features, &layers, &self.familiarity)
                 .map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
-            label: inf.label,
+            label: class.label,
             class_name,
-            probability: inf.probabilities[inf.label as usize],
-            probabilities: inf.probabilities,
+            probability: class.probabilities[class.label as usize],
+            probabilities: class.probabilities,
             unfamiliar_score: ood.score.is_finite().then_some(ood.score),
             unfamiliar: ood.unfamiliar,
             unfamiliar_message: ood
@@ -85,7 +89,7 @@ impl Client {
         };
         self.query = Some(inf.features.iter().map(|&v| v as f64).collect());
         self.query_f32 = Some(inf.features);
-        self.query_label = Some(inf.label);
+        self.query_label = Some(class.label);
         self.pending = None;
         self.pending_blocks = None;
         serde_json::to_string(&info).map_err(js_err)

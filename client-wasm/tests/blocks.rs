@@ -14,7 +14,7 @@ mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-use common::WEIGHTS;
+use common::{CLASS_WEIGHTS, WEIGHTS};
 const FIXTURE: &str = include_str!("fixtures/parity.json");
 
 fn image(k: usize) -> Vec<u8> {
@@ -24,7 +24,7 @@ fn image(k: usize) -> Vec<u8> {
 
 fn client() -> Client {
     let (config, anchors, _, _) = common::server_json(60, 0x2545_f491_4f6c_dd1d);
-    Client::new(WEIGHTS, &config, &anchors).unwrap()
+    Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap()
 }
 
 fn json(s: &str) -> Value {

@@ -13,7 +13,7 @@ mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-use common::WEIGHTS;
+use common::{CLASS_WEIGHTS, WEIGHTS};
 const FIXTURE: &str = include_str!("fixtures/parity.json");
 const N: usize = 60;
 
@@ -39,7 +39,7 @@ fn answer(rows: &[Value]) -> String {
 #[wasm_bindgen_test]
 fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
     let (config, anchors, feats, rows) = server_json();
-    let mut client = Client::new(WEIGHTS, &config, &anchors).unwrap();
+    let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
     let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
     assert_eq!(info["pixels"].as_array().unwrap().len(), 784);
     let p: f64 = info["probabilities"]
@@ -101,17 +101,17 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
 #[wasm_bindgen_test]
 fn bad_inputs_are_js_errors_with_plain_messages() {
     let (config, anchors, _, _) = server_json();
-    assert!(Client::new(b"nope", &config, &anchors).is_err());
-    assert!(Client::new(WEIGHTS, "{", &anchors).is_err());
-    assert!(Client::new(WEIGHTS, &config, "[]").is_err());
+    assert!(Client::new(b"nope", CLASS_WEIGHTS, &config, &anchors).is_err());
+    assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, "{", &anchors).is_err());
+    assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, &config, "[]").is_err());
     let mut short: Value = serde_json::from_str(&anchors).unwrap();
     short["frame_rows"].as_array_mut().unwrap().pop();
-    assert!(Client::new(WEIGHTS, &config, &short.to_string()).is_err());
+    assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &short.to_string()).is_err());
     // Weights other than those the gallery was built with: refused, naming both versions.
     let mut other: Value = serde_json::from_str(&config).unwrap();
     other["model_version"] = json!("cnn-v2-0000000000000000");
     let e = common::message(
-        Client::new(WEIGHTS, &other.to_string(), &anchors)
+        Client::new(WEIGHTS, CLASS_WEIGHTS, &other.to_string(), &anchors)
             .err()
             .unwrap(),
     );
@@ -123,8 +123,16 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     let mut altered = WEIGHTS.to_vec();
     let last = altered.len() - 1;
     altered[last] ^= 1;
-    assert!(Client::new(&altered, &config, &anchors).is_err());
-    let mut client = Client::new(WEIGHTS, &config, &anchors).unwrap();
+    assert!(Client::new(&altered, CLASS_WEIGHTS, &config, &anchors).is_err());
+    // A class model that is not one (the retrieval model's f32 file, a cut file): refused.
+    let e = common::message(
+        Client::new(WEIGHTS, WEIGHTS, &config, &anchors)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("class model"), "{e}");
+    assert!(Client::new(WEIGHTS, &CLASS_WEIGHTS[1..], &config, &anchors).is_err());
+    let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
     // Nothing loaded yet, nothing pending.
     assert!(client
         .privatize(1.0, 1e-5, "discrete_gaussian", 8, "proportional")
@@ -181,7 +189,7 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     let q = model.infer(&image(0)).unwrap().features;
     let layers = model.layer_means(&image(0)).unwrap();
     let check = |anchors: &str| -> Value {
-        let mut client = Client::new(WEIGHTS, &config, anchors).unwrap();
+        let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, anchors).unwrap();
         let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
         let parsed: shared::api::AnchorsResponse = serde_json::from_str(anchors).unwrap();
         let native =
@@ -223,5 +231,26 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     // A reference of the wrong shape: the client is not made.
     let mut bad: Value = serde_json::from_str(&anchors).unwrap();
     bad["familiarity"]["layers"]["precision"] = json!([1.0]);
-    assert!(Client::new(WEIGHTS, &config, &bad.to_string()).is_err());
+    assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &bad.to_string()).is_err());
+}
+
+/// The class shown for a photo is the class model's (`shared::embed::classify`), reproduced in
+/// the browser to 1e-5 of the native figures the fixture holds — not the retrieval model's
+/// (whose probabilities differ).
+#[wasm_bindgen_test]
+fn the_class_shown_is_the_class_models() {
+    let (config, anchors, _, _) = server_json();
+    let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    let cases: Vec<Value> = serde_json::from_str(FIXTURE).unwrap();
+    for case in &cases {
+        let pixels: Vec<u8> = serde_json::from_value(case["pixels"].clone()).unwrap();
+        let info: Value = serde_json::from_str(&client.load_pixels(&pixels).unwrap()).unwrap();
+        assert_eq!(info["label"], case["shown_label"]);
+        let want: Vec<f32> = serde_json::from_value(case["shown_probabilities"].clone()).unwrap();
+        let got: Vec<f32> = serde_json::from_value(info["probabilities"].clone()).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5, "wasm {a} vs native {b}");
+        }
+    }
 }

@@ -124,6 +124,10 @@ pub(crate) struct Args {
     /// weights).
     #[arg(long, value_delimiter = ',')]
     pub(crate) photos_weights: Vec<String>,
+    /// Photo evaluation: the class model (`shared::embed::classify`) whose label is shown
+    /// (default: the committed one).
+    #[arg(long)]
+    pub(crate) photos_classifier: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]

@@ -15,3 +15,6 @@ pub mod state;
 
 /// The committed weights of the on-device model (`train` writes them; see the README).
 pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../assets/model.bin");
+/// The class model the page and the CLI show the class with (`shared::embed::classify`); the
+/// server only serves it (as `web/pkg/classifier.bin`) and the evaluation measures it.
+pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../assets/classifier.bin");

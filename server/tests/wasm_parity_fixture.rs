@@ -1,22 +1,29 @@
 //! Writes, or checks, the fixture the wasm parity test compares against: native features of
-//! eight Fashion-MNIST test images under the committed weights. With `PM_WRITE_FIXTURE=1` it
+//! eight Fashion-MNIST test images under the committed weights, and the class the committed
+//! class model (`shared::embed::classify`) gives them. With `PM_WRITE_FIXTURE=1` it
 //! (re)writes the file; otherwise it fails if the file does not match the current weights, so
 //! the fixture cannot go stale silently.
 
 use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
-use privatemail_server::MODEL_WEIGHTS;
+use privatemail_server::{CLASS_WEIGHTS, MODEL_WEIGHTS};
+use shared::embed::classify::Classifier;
 use shared::embed::model::Model;
 
 #[test]
 fn wasm_parity_fixture_matches_the_committed_weights() {
     let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
+    let classifier = Classifier::from_bytes(CLASS_WEIGHTS).unwrap();
     let test = load_split(std::path::Path::new(DEFAULT_DIR), "t10k").unwrap();
     let cases: Vec<serde_json::Value> = (0..8)
         .map(|k| {
             let i = k * 1237;
             let px = test.images.image(i);
             let inf = model.infer(px).unwrap();
-            serde_json::json!({ "index": i, "pixels": px, "features": inf.features, "label": inf.label })
+            let class = classifier.classify(px).unwrap();
+            serde_json::json!({
+                "index": i, "pixels": px, "features": inf.features, "label": inf.label,
+                "shown_label": class.label, "shown_probabilities": class.probabilities,
+            })
         })
         .collect();
     let path = concat!(
@@ -33,12 +40,15 @@ fn wasm_parity_fixture_matches_the_committed_weights() {
     for (a, b) in stored.iter().zip(&cases) {
         assert_eq!(a["pixels"], b["pixels"]);
         assert_eq!(a["label"], b["label"]);
-        let fa: Vec<f32> = serde_json::from_value(a["features"].clone()).unwrap();
-        let fb: Vec<f32> = serde_json::from_value(b["features"].clone()).unwrap();
-        assert!(
-            fa.iter().zip(&fb).all(|(x, y)| x == y),
-            "fixture is stale: rerun with PM_WRITE_FIXTURE=1"
-        );
+        assert_eq!(a["shown_label"], b["shown_label"]);
+        for key in ["features", "shown_probabilities"] {
+            let fa: Vec<f32> = serde_json::from_value(a[key].clone()).unwrap();
+            let fb: Vec<f32> = serde_json::from_value(b[key].clone()).unwrap();
+            assert!(
+                fa.len() == fb.len() && fa.iter().zip(&fb).all(|(x, y)| x == y),
+                "{key}: fixture is stale: rerun with PM_WRITE_FIXTURE=1"
+            );
+        }
     }
 }
 

@@ -282,14 +282,21 @@ pub fn test_image(i: usize) -> (Vec<u8>, u32) {
     (test.images.image(i).to_vec(), test.labels[i] as u32)
 }
 
-/// What a real client computes on-device for test image `i`: the model's features and its
-/// predicted label.
+/// What a real client computes on-device for test image `i`: the retrieval model's features
+/// and the class model's label (`shared::embed::classify`).
 pub fn client_query(i: usize) -> (Vec<f64>, u32) {
     let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS)
         .expect("weights");
+    let classifier =
+        shared::embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS)
+            .expect("class model");
     let (px, _) = test_image(i);
     let inf = model.infer(&px).expect("28×28");
-    (inf.features.iter().map(|&v| v as f64).collect(), inf.label)
+    let class = classifier.classify(&px).expect("28×28");
+    (
+        inf.features.iter().map(|&v| v as f64).collect(),
+        class.label,
+    )
 }
 
 /// `POST /api/v1/search`, decoded as `T` (a `SearchResponse`, or raw JSON to inspect its shape).

@@ -1643,7 +1643,16 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
     )
     .unwrap();
 
-    // Grammar: every sample's predicted class with its article.
+    // Grammar: every sample's predicted class with its article. The class and the certainty
+    // shown are the class model's (`shared::embed::classify`, natively here): sample `i` is the
+    // last training image of class `i` (`web/samples.js`).
+    let train = privatemail_server::gallery::data::load_split(
+        std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
+        "train",
+    )
+    .unwrap();
+    let classifier =
+        shared::embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS).unwrap();
     let mut an = 0;
     let count = js(
         &c,
@@ -1664,6 +1673,17 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
             .nth(1)
             .unwrap_or_else(|| panic!("{words}"));
         let (article, name) = rest.split_once(' ').unwrap();
+        let last = (0..train.labels.len())
+            .rev()
+            .find(|&j| train.labels[j] as u64 == i)
+            .unwrap();
+        let class = classifier.classify(train.images.image(last)).unwrap();
+        let named = privatemail_server::gallery::data::CLASS_NAMES[class.label as usize];
+        let sure = (100.0 * class.probabilities[class.label as usize] as f64).round();
+        assert!(
+            name.starts_with(&format!("{} ({sure}% sure)", named.to_lowercase())),
+            "{words}"
+        );
         let vowel = name.starts_with(['a', 'e', 'i', 'o', 'u']);
         assert_eq!(article, if vowel { "an" } else { "a" }, "{words}");
         an += vowel as usize;

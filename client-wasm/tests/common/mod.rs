@@ -9,6 +9,7 @@ use shared::DMatrix;
 
 /// The weights the server serves the page (and whose version its configuration names).
 pub const WEIGHTS: &[u8] = include_bytes!("../../../server/assets/model.bin");
+pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../../server/assets/classifier.bin");
 
 /// A `JsError`'s message, as the page shows it.
 pub fn message(e: wasm_bindgen::JsError) -> String {

@@ -4,8 +4,9 @@
 //! background) under one perturbation at a time and under the whole family at once (background
 //! 200–255, shifts up to 10 %, scale 0.7–1.0, rotations up to 10°, Gaussian noise σ = 5, JPEG
 //! quality 60), and preprocessed by the client's pipeline (`from_rgba`) and by the one before
-//! it (`legacy`). Reported: class accuracy and the exact top-8 agreement over the gallery (the
-//! 10,000 test images' features) with the same photo clean; that the pipeline leaves the
+//! it (`legacy`). Reported: class accuracy (the retrieval model's own and the class shown, the
+//! class model's: `shared::embed::classify`) and the exact top-8 agreement over the gallery (the
+//! 10,000 test images' features) with the same photo clean; the class on photos of test images; that the pipeline leaves the
 //! dataset's own images unchanged; and the out-of-distribution scores on procedurally
 //! generated non-clothing images (`ood`): AUROC, and the flagged share at a threshold
 //! calibrated on photos of the test split (`photos.md`, `photos.csv`, `photos-ood.csv`).
@@ -31,6 +32,8 @@ type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 const SIDE: usize = 112;
 const K: usize = 8;
 const JPEG_QUALITY: u8 = 60;
+/// Test images drawn as photos for the class's second sample.
+const TEST_CLASS_PHOTOS: usize = 3000;
 /// Share of calibration photos flagged at the threshold (the held-out target is ≤ 2 %).
 const CALIBRATION_FLAG: f64 = 0.01;
 
@@ -258,8 +261,17 @@ fn score_photo(
     Ok((inf, s))
 }
 
-/// One photo's outcome: class right, its exact top k, its out-of-distribution scores.
-type Outcome = (bool, Vec<usize>, Scores);
+/// One photo's outcome.
+struct Outcome {
+    /// The retrieval model's own class is right.
+    right: bool,
+    /// The class shown (the class model's, `shared::embed::classify`) is right.
+    shown_right: bool,
+    /// Its exact top k over the gallery.
+    top: Vec<usize>,
+    /// Its out-of-distribution scores.
+    scores: Scores,
+}
 
 struct Row {
     weights: String,
@@ -267,6 +279,7 @@ struct Row {
     condition: &'static str,
     photos: usize,
     accuracy: f64,
+    shown: f64,
     agreement: f64,
 }
 
@@ -293,6 +306,12 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             })
             .collect::<Res<_>>()?
     };
+    let classifier_bytes = match &args.photos_classifier {
+        Some(p) => std::fs::read(p)?,
+        None => privatemail_server::CLASS_WEIGHTS.to_vec(),
+    };
+    let classifier = shared::embed::classify::Classifier::from_bytes(&classifier_bytes)?;
+    let class_version = shared::embed::classify::version(&classifier_bytes);
     let conds = conditions();
     let mut md = String::new();
     writeln!(
@@ -311,7 +330,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         args.seed
     )?;
     let mut csv = String::from(
-        "weights,weights_version,pipeline,condition,photos,class_accuracy,top8_agreement\n",
+        "weights,weights_version,class_model,pipeline,condition,photos,class_accuracy,class_shown_accuracy,top8_agreement\n",
     );
     let mut ood_csv = String::from("weights,weights_version,score,kind,images,auroc,flagged\n");
     for (label, bytes) in &weights {
@@ -339,15 +358,37 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 ))
             })
             .collect::<Res<_>>()?;
+        // A second, larger sample of the class: photos (background 240) of test images, which
+        // no model trained on either.
+        let second: Vec<(bool, bool)> = (0..TEST_CLASS_PHOTOS.min(test.labels.len()))
+            .into_par_iter()
+            .map(|i| -> Res<(bool, bool)> {
+                let p = photo(&test, i, 1, &conds[1], args.seed ^ 0x7e57)?;
+                let pixels = from_rgba(&p, SIDE, SIDE)?;
+                let truth = test.labels[i] as u32;
+                Ok((
+                    model.infer(&pixels)?.label == truth,
+                    classifier.classify(&pixels)?.label == truth,
+                ))
+            })
+            .collect::<Res<_>>()?;
+        let second_share = |f: fn(&(bool, bool)) -> bool| {
+            second.iter().filter(|x| f(x)).count() as f64 / second.len() as f64
+        };
         let unchanged = identity.iter().filter(|x| x.0).count();
         let id_agree =
             identity.iter().map(|x| x.1).sum::<usize>() as f64 / (K * identity.len()) as f64;
         writeln!(
             md,
-            "## Weights `{label}` ({version})\n\nThe pipeline on the 10,000 test images \
+            "## Weights `{label}` ({version}), class model {class_version}\n\nThe pipeline on the 10,000 test images \
              themselves (28×28, as the gallery holds them): {unchanged} come back unchanged; \
-             the top {K} of their features agree with the gallery's own in {id_agree:.4}.\n\n\
-             | pipeline | condition | class accuracy | top-{K} agreement |\n|---|---|---:|---:|"
+             the top {K} of their features agree with the gallery's own in {id_agree:.4}. \
+             Photos (background 240) of the first {} test images: class accuracy {:.3} with the \
+             retrieval model, {:.3} with the class model.\n\n\
+             | pipeline | condition | class accuracy (retrieval model) | class shown (class model) | top-{K} agreement |\n|---|---|---:|---:|---:|",
+            second.len(),
+            second_share(|x| x.0),
+            second_share(|x| x.1),
         )?;
         let anchors: Vec<Vec<f32>> = anchor_idx
             .par_iter()
@@ -380,26 +421,32 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                             let p = photo(&train, i, ci, c, args.seed)?;
                             let pixels = pipeline.input(&p)?;
                             let inf = model.infer(&pixels)?;
-                            Ok((
-                                inf.label == train.labels[i] as u32,
-                                top_k(&gallery, &inf.features),
-                                scores(&model, &pixels, &inf, &anchors),
-                            ))
+                            let shown = classifier.classify(&pixels)?;
+                            let truth = train.labels[i] as u32;
+                            Ok(Outcome {
+                                right: inf.label == truth,
+                                shown_right: shown.label == truth,
+                                top: top_k(&gallery, &inf.features),
+                                scores: scores(&model, &pixels, &inf, &anchors),
+                            })
                         })
                         .collect::<Res<Vec<_>>>()
                 })
                 .collect::<Res<_>>()?;
             for (ci, c) in conds.iter().enumerate() {
                 let n = per.len();
-                let accuracy = per.iter().filter(|r| r[ci].0).count() as f64 / n as f64;
+                let share = |f: fn(&Outcome) -> bool| {
+                    per.iter().filter(|r| f(&r[ci])).count() as f64 / n as f64
+                };
+                let (accuracy, shown) = (share(|o| o.right), share(|o| o.shown_right));
                 let agreement = per
                     .iter()
-                    .map(|r| overlap(&r[ci].1, &r[0].1))
+                    .map(|r| overlap(&r[ci].top, &r[0].top))
                     .sum::<usize>() as f64
                     / (K * n) as f64;
                 writeln!(
                     md,
-                    "| {} | {} | {accuracy:.3} | {agreement:.3} |",
+                    "| {} | {} | {accuracy:.3} | {shown:.3} | {agreement:.3} |",
                     pipeline.name(),
                     c.name
                 )?;
@@ -409,16 +456,18 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                     condition: c.name,
                     photos: n,
                     accuracy,
+                    shown,
                     agreement,
                 };
                 writeln!(
                     csv,
-                    "{},{version},{},{},{},{:.4},{:.4}",
+                    "{},{version},{class_version},{},{},{},{:.4},{:.4},{:.4}",
                     row.weights,
                     row.pipeline,
                     row.condition,
                     row.photos,
                     row.accuracy,
+                    row.shown,
                     row.agreement
                 )?;
             }
@@ -502,8 +551,8 @@ fn ood_report(
         let mut c: Vec<f32> = cal.iter().map(|x| x[s]).collect();
         c.sort_by(f32::total_cmp);
         let threshold = c[((1.0 - CALIBRATION_FLAG) * (c.len() - 1) as f64).round() as usize];
-        let fam: Vec<f32> = held_out.iter().map(|r| r[family].2[s]).collect();
-        let clean: Vec<f32> = held_out.iter().map(|r| r[0].2[s]).collect();
+        let fam: Vec<f32> = held_out.iter().map(|r| r[family].scores[s]).collect();
+        let clean: Vec<f32> = held_out.iter().map(|r| r[0].scores[s]).collect();
         let flagged =
             |v: &[f32]| v.iter().filter(|&&x| x > threshold).count() as f64 / v.len() as f64;
         let kinds: Vec<Vec<f32>> = ood_scores

@@ -1,14 +1,19 @@
 //! `train`: fits the on-device model (`shared::embed::model`) on the Fashion-MNIST training images
 //! (all but the 1,000 reserved ones), half of them drawn as product photos, and writes a weights file (by default `server/assets/model.bin`; the committed file came from the per-image trainer of session 24, see the README).
+//! With `--class-model` it writes the network as the 8-bit class model
+//! (`shared::embed::classify`, by default `server/assets/classifier.bin`) instead, and
+//! `--encode-class-model F` writes an existing weights file as one: the committed class model
+//! is session 25's run with the defaults (cnn-v2-2f44aea4358eea24), encoded so.
 //! Deterministic for a given seed (see `privatemail_server::gallery::training`).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use shared::embed::model::preprocess;
+use shared::embed::classify::Classifier;
+use shared::embed::model::{preprocess, Model};
 
-use privatemail_server::gallery::data::{load_split, DEFAULT_DIR, RESERVED};
+use privatemail_server::gallery::data::{load_split, Split, DEFAULT_DIR, RESERVED};
 use privatemail_server::gallery::quality::model_quality;
 use privatemail_server::gallery::training::{train, TrainConfig};
 
@@ -42,8 +47,16 @@ struct Args {
     /// Decoupled weight decay of the weights (AdamW).
     #[arg(long, default_value_t = 1e-3)]
     weight_decay: f32,
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/model.bin"))]
-    out: PathBuf,
+    /// Where to write the weights (default `server/assets/model.bin`, or
+    /// `server/assets/classifier.bin` with `--class-model`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write the trained network as the 8-bit class model (`shared::embed::classify`).
+    #[arg(long)]
+    class_model: bool,
+    /// Do not train: write this f32 weights file as the 8-bit class model (to `--out`).
+    #[arg(long)]
+    encode_class_model: Option<PathBuf>,
     /// Only measure the quality of an existing weights file on the test split.
     #[arg(long)]
     evaluate: Option<PathBuf>,
@@ -62,10 +75,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     check(&args)?;
     let train_split = load_split(&args.data_dir, "train")?;
     let test = load_split(&args.data_dir, "t10k")?;
+    let class_model = args.class_model || args.encode_class_model.is_some();
+    let out = args.out.clone().unwrap_or_else(|| {
+        let name = if class_model {
+            "classifier.bin"
+        } else {
+            "model.bin"
+        };
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/assets")).join(name)
+    });
     if let Some(path) = &args.evaluate {
-        let model = shared::embed::model::Model::from_bytes(&std::fs::read(path)?)?;
+        let bytes = std::fs::read(path)?;
+        let model = match Classifier::from_bytes(&bytes) {
+            Ok(c) => Model {
+                w: c.weights().clone(),
+            },
+            Err(_) => Model::from_bytes(&bytes)?,
+        };
         report(&model, &test);
         return Ok(());
+    }
+    if let Some(path) = &args.encode_class_model {
+        let model = Model::from_bytes(&std::fs::read(path)?)?;
+        return write(&model, &out, true, &test, Instant::now());
     }
     // The reserved images (`data::reserved_train`) stay out of training too, so the photo
     // evaluation (`eval --photos`) and the out-of-distribution threshold's check measure on
@@ -95,18 +127,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             t0.elapsed().as_secs_f64()
         );
     });
-    if let Some(dir) = args.out.parent() {
+    write(&model, &out, class_model, &test, t0)
+}
+
+/// Write the weights (as the 8-bit class model if `class_model`) and report the quality of the
+/// network as written.
+fn write(
+    model: &Model,
+    out: &std::path::Path,
+    class_model: bool,
+    test: &Split,
+    t0: Instant,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let bytes = model.w.to_bytes();
-    std::fs::write(&args.out, &bytes)?;
+    let (bytes, written) = if class_model {
+        let bytes = Classifier::encode(&model.w);
+        let w = Classifier::from_bytes(&bytes)?.weights().clone();
+        (bytes, Model { w })
+    } else {
+        (model.w.to_bytes(), model.clone())
+    };
+    std::fs::write(out, &bytes)?;
     println!(
         "wrote {} ({} bytes) after {:.0} s",
-        args.out.display(),
+        out.display(),
         bytes.len(),
         t0.elapsed().as_secs_f64()
     );
-    report(&model, &test);
+    report(&written, test);
     Ok(())
 }
 
@@ -135,7 +185,7 @@ fn check(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn report(model: &shared::embed::model::Model, test: &privatemail_server::gallery::data::Split) {
+fn report(model: &Model, test: &Split) {
     let q = model_quality(model, test, test.labels.len());
     println!(
         "test split (10,000): accuracy {:.4}, leave-one-out Recall@1 {:.4}, Recall@8 {:.4}",

@@ -577,10 +577,14 @@ pub fn argmax(v: &[f32]) -> usize {
 /// A short, stable version string for model weights (FNV-1a of the bytes): the server
 /// publishes it in its configuration so a client can check it runs the same model.
 pub fn weights_version(weights: &[u8]) -> String {
-    let h = weights.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+    format!("cnn-v2-{:016x}", fnv1a(weights))
+}
+
+/// FNV-1a (64 bits) of `bytes`: a file's short name, not a check against an adversary.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
-    format!("cnn-v2-{h:016x}")
+    })
 }
 
 #[cfg(test)]

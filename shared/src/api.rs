@@ -118,13 +118,19 @@ impl AnchorsResponse {
     }
 }
 
+/// The resolution of [`GalleryMap::rows`].
+pub const GALLERY_MAP_STEP: f64 = 1e-3;
+
 /// `GET /api/v1/gallery-map`: a class-balanced sample of the gallery in the anchor frame, so
 /// a page can draw it (the same for every client; fetching it reveals nothing about a query).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GalleryMap {
     pub ids: Vec<u64>,
     pub labels: Vec<u32>,
-    pub rows: Vec<Vec<f64>>,
+    /// The items' frame rows rounded to [`GALLERY_MAP_STEP`]: drawn only (the class vertices
+    /// are a unit apart, a plot a few hundred pixels wide), and a third of the digits on the
+    /// wire (the page's first load is held under 1.5 MB).
+    pub rows: Vec<Vec<f32>>,
 }
 
 /// `POST /api/v1/search`.

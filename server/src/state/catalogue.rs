@@ -29,7 +29,14 @@ impl AppState {
                 taken[c] += 1;
                 map.ids.push(item.id);
                 map.labels.push(item.label);
-                map.rows.push(snap.frame.row(i).to_vec());
+                let step = shared::api::GALLERY_MAP_STEP;
+                map.rows.push(
+                    snap.frame
+                        .row(i)
+                        .iter()
+                        .map(|&v| ((v / step).round() * step) as f32)
+                        .collect(),
+                );
             }
         }
         map

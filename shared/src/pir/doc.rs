@@ -297,6 +297,18 @@ pub struct ThumbPlan {
     pub coded: Option<usize>,
 }
 
+impl ThumbPlan {
+    /// The bytes a search moves for its thumbnails: [`COVERAGE_K`](crate::protocol::publish::COVERAGE_K)
+    /// queries and their answers (what [`THUMBS_SEARCH_BYTES`] bounds).
+    pub fn search_bytes(&self) -> usize {
+        thumbs_search_bytes(&self.shape)
+    }
+}
+
+fn thumbs_search_bytes(s: &Shape) -> usize {
+    crate::protocol::publish::COVERAGE_K * (s.query_bytes() + s.answer_bytes())
+}
+
 /// The thumbnail plan for `items` records of a `raw`-byte 3-bit picture and `extra` bytes
 /// more (features, with verified scores). The 3-bit records with [`thumbs_shape`] where their
 /// bytes a search fit [`THUMBS_SEARCH_BYTES`] (every gallery up to a few hundred thousand
@@ -330,13 +342,12 @@ pub fn thumbs_plan_with(
             coded,
         });
     }
-    let k = crate::protocol::publish::COVERAGE_K;
-    let per_search = |s: &Shape| k * (s.query_bytes() + s.answer_bytes());
+    let per_search = thumbs_search_bytes;
     let plain = ThumbPlan {
         shape: thumbs_shape(items, raw + extra)?,
         coded: None,
     };
-    if per_search(&plain.shape) <= THUMBS_SEARCH_BYTES {
+    if plain.search_bytes() <= THUMBS_SEARCH_BYTES {
         return Ok(plain);
     }
     for len in (crate::protocol::thumbcode::MIN_RECORD..raw).rev() {

@@ -202,9 +202,7 @@ pub fn build(
     // One digest a thumbnail unit (the column(s) a client decodes for a record): the hintless
     // ranking's public file lists them, ranking records carry each item's.
     let thumb_shape = plan.shape;
-    if plan.coded.is_none()
-        && 8 * (thumb_shape.query_bytes() + thumb_shape.answer_bytes()) > THUMBS_SEARCH_BYTES
-    {
+    if plan.coded.is_none() && plan.search_bytes() > THUMBS_SEARCH_BYTES {
         tracing::warn!(
             items = items.len(),
             "pir: the thumbnails do not fit their share of a search's bytes even coded"

@@ -180,20 +180,9 @@ impl Classifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::embed::model::PIXELS;
-    use rand::{Rng, SeedableRng};
+    use crate::embed::model::{random_weights, PIXELS};
+    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-
-    fn random_weights(rng: &mut impl Rng) -> Weights {
-        let mut w = Weights::zeros();
-        for t in w.tensors_mut() {
-            let fan = (t.len() as f32).sqrt();
-            for v in t.iter_mut() {
-                *v = (rng.random::<f32>() - 0.5) * 2.0 / fan.max(1.0);
-            }
-        }
-        w
-    }
 
     #[test]
     fn eight_bit_weights_round_trip_within_half_a_step() {

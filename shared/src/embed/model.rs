@@ -587,6 +587,19 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Random weights of a plausible scale (uniform within ±1/√fan), for tests.
+#[cfg(test)]
+pub(crate) fn random_weights(rng: &mut impl rand::Rng) -> Weights {
+    let mut w = Weights::zeros();
+    for t in w.tensors_mut() {
+        let fan = (t.len() as f32).sqrt();
+        for v in t.iter_mut() {
+            *v = (rng.random::<f32>() - 0.5) * 2.0 / fan.max(1.0);
+        }
+    }
+    w
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,14 +607,9 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     fn random_model(rng: &mut impl Rng) -> Model {
-        let mut w = Weights::zeros();
-        for t in w.tensors_mut() {
-            let fan = (t.len() as f32).sqrt();
-            for v in t.iter_mut() {
-                *v = (rng.random::<f32>() - 0.5) * 2.0 / fan.max(1.0);
-            }
+        Model {
+            w: random_weights(rng),
         }
-        Model { w }
     }
 
     #[test]

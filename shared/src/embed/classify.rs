@@ -21,17 +21,21 @@
 //! Trust: the page receives this file from the server, which may write any network into it.
 //! What it decides is the label shown and Algorithm 1's query label (whose guarantee is stated
 //! given the label, as the paper's, `protocol::privatemail`); nothing any protocol releases
-//! for PIR, the blocks or the frame depends on it. A file that does not parse, or whose
-//! network gives a non-finite logit for a photo, is an error, not a class.
+//! for PIR, the blocks or the frame depends on it. A file that does not parse is refused when
+//! the page starts, before any photo. A file that parses classifies every photo: its weights
+//! and biases are bounded ([`MAX_SCALE`], [`MAX_BIAS`]) so that no photo can make a score
+//! overflow ([`Classifier::classify`]), so no photo can make the class model fail — a failure
+//! that depended on the photo would tell the server something by the search that never came.
 
 use crate::embed::model::{mirror, preprocess, softmax, Model, Weights, C1, C2, CLASSES, EMBED};
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"PMCLS1\0\0";
 
-/// Largest per-row scale accepted: far above any trained network's (|w| ≤ 127 · scale), low
-/// enough that no decoded weight overflows f32.
-const MAX_SCALE: f32 = 1.0e6;
+/// Largest per-row scale accepted (so |w| ≤ 127): the committed network's largest is 0.03.
+pub const MAX_SCALE: f32 = 1.0;
+/// Largest |bias| accepted: the committed network's largest is 1.4.
+pub const MAX_BIAS: f32 = 1.0e3;
 
 /// The rows (output units) of each weight matrix, in [`Weights::tensors`] order.
 const ROWS: [usize; 4] = [C1, C2, EMBED, CLASSES];
@@ -105,7 +109,8 @@ impl Classifier {
     }
 
     /// Parse [`Classifier::encode`]: wrong magic or length, a scale that is not finite, negative
-    /// or above [`MAX_SCALE`], or a bias that is not finite are typed errors.
+    /// or above [`MAX_SCALE`], or a bias that is not finite or above [`MAX_BIAS`] in magnitude
+    /// are typed errors.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         if bytes.len() < 8 || &bytes[..8] != MAGIC {
             return Err(bad("not a PrivateMail class model file (wrong magic)"));
@@ -147,15 +152,26 @@ impl Classifier {
                 }
             }
         }
-        if w.tensors().iter().any(|t| t.iter().any(|v| !v.is_finite())) {
-            return Err(bad("non-finite bias"));
+        let biases = [&w.b1, &w.b2, &w.b3, &w.b4];
+        if let Some(b) = biases
+            .iter()
+            .flat_map(|b| b.iter())
+            .find(|b| !(b.is_finite() && b.abs() <= MAX_BIAS))
+        {
+            return Err(bad(format!("a bias of {b}")));
         }
         Ok(Classifier { model: Model { w } })
     }
 
     /// The class of a 28×28 image (preprocessed as for the retrieval model: upright, `p / 255`),
-    /// its logits averaged with its mirror image's. A network that gives a non-finite logit is
-    /// an error.
+    /// its logits averaged with its mirror image's. Only a wrong-sized image is an error.
+    ///
+    /// Total for every file [`Classifier::from_bytes`] accepts: inputs lie in [0, 1], |w| ≤ 127
+    /// and |b| ≤ 1,000, so each layer's outputs are bounded by its fan-in × 127 × the previous
+    /// bound + 1,000 (ReLU and max-pooling do not grow them): 4,175 after the first
+    /// convolution (fan-in 25), 4.3·10⁸ after the second (800), 5.6·10¹³ in the embedding
+    /// (1,024) and 4.6·10¹⁷ in the logits (64) — every partial sum finite in f32 (≤ 3.4·10³⁸),
+    /// so the softmax (shifted by the largest logit) is finite too. Tested at the bound.
     pub fn classify(&self, pixels: &[u8]) -> Result<Class> {
         let x = preprocess(pixels)?;
         let (a, b) = (self.model.forward(&x), self.model.forward(&mirror(&x)));
@@ -165,9 +181,6 @@ impl Classifier {
             .zip(&b.logits)
             .map(|(p, q)| 0.5 * (p + q))
             .collect();
-        if logits.iter().any(|v| !v.is_finite()) {
-            return Err(bad("the class model gave a non-finite score"));
-        }
         let probabilities = softmax(&logits);
         let label = crate::embed::model::argmax(&probabilities) as u32;
         Ok(Class {
@@ -224,7 +237,7 @@ mod tests {
             Classifier::from_bytes(&w.to_bytes()).is_err(),
             "an f32 model file"
         );
-        for bad_scale in [f32::NAN, f32::INFINITY, -1.0, 2.0e6] {
+        for bad_scale in [f32::NAN, f32::INFINITY, -1.0, 2.0 * MAX_SCALE] {
             let mut b = bytes.clone();
             b[8..12].copy_from_slice(&bad_scale.to_le_bytes());
             assert!(Classifier::from_bytes(&b).is_err(), "scale {bad_scale}");
@@ -233,14 +246,27 @@ mod tests {
         let last = b.len() - 4;
         b[last..].copy_from_slice(&f32::NAN.to_le_bytes());
         assert!(Classifier::from_bytes(&b).is_err(), "a NaN bias");
-        // The largest scales everywhere decode to finite weights.
+        for bad_bias in [2.0 * MAX_BIAS, -2.0 * MAX_BIAS, f32::INFINITY] {
+            let mut b = bytes.clone();
+            b[last..].copy_from_slice(&bad_bias.to_le_bytes());
+            assert!(Classifier::from_bytes(&b).is_err(), "bias {bad_bias}");
+        }
+        // The largest network the format admits (every weight 127 × MAX_SCALE, every bias
+        // MAX_BIAS: nothing cancels) gives finite probabilities for the brightest input.
         let mut b = bytes.clone();
         let mut off = 8;
         for (k, &rows) in [0usize, 2, 4, 6].iter().zip(&ROWS) {
             for r in 0..rows {
                 b[off + 4 * r..off + 4 * r + 4].copy_from_slice(&MAX_SCALE.to_le_bytes());
             }
-            off += 4 * rows + w.tensors()[*k].len();
+            off += 4 * rows;
+            let n = w.tensors()[*k].len();
+            b[off..off + n].fill(127);
+            off += n;
+        }
+        while off < b.len() {
+            b[off..off + 4].copy_from_slice(&MAX_BIAS.to_le_bytes());
+            off += 4;
         }
         let c = Classifier::from_bytes(&b).unwrap();
         assert!(c
@@ -248,15 +274,11 @@ mod tests {
             .tensors()
             .iter()
             .all(|t| t.iter().all(|v| v.is_finite())));
-        // Class biases at f32::MAX parse, but the logits overflow: an error, not a class.
-        let mut b = bytes.clone();
-        let end = b.len();
-        for k in 0..CLASSES {
-            let o = end - 4 * (CLASSES - k);
-            b[o..o + 4].copy_from_slice(&f32::MAX.to_le_bytes());
+        for px in [[255u8; PIXELS], [0u8; PIXELS]] {
+            let class = c.classify(&px).unwrap();
+            assert!(class.probabilities.iter().all(|p| p.is_finite()));
+            assert!((class.probabilities.iter().sum::<f32>() - 1.0).abs() < 1e-5);
         }
-        let c = Classifier::from_bytes(&b).unwrap();
-        assert!(c.classify(&[200u8; PIXELS]).is_err());
         assert!(c.classify(&[0u8; 10]).is_err(), "a wrong-sized image");
     }
 }

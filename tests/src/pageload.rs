@@ -7,7 +7,7 @@
 //! change that nothing was lost. Used by the load test and by `loadgen --protocol page`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -22,7 +22,13 @@ use shared::protocol::plan::plan;
 pub struct LoadSettings {
     pub base: String,
     pub clients: usize,
+    /// Run at least this long…
     pub duration: Duration,
+    /// …and then on until clients together have seen this many partition versions (a swap
+    /// under load takes as long as the machine needs to rebuild), but no longer than
+    /// `max_duration`. 0 or 1: stop at `duration`.
+    pub until_versions: usize,
+    pub max_duration: Duration,
     pub epsilon: f64,
     /// The byte budget of one search (the page's default: 512 KiB).
     pub max_bytes: f64,
@@ -116,7 +122,7 @@ fn url(base: &str, path: &str) -> String {
 }
 
 /// One client: search in a loop until `stop`.
-fn client(s: &LoadSettings, seed: u64, stop: &AtomicBool) -> LoadReport {
+fn client(s: &LoadSettings, seed: u64, stop: &AtomicBool, seen: &Mutex<Vec<String>>) -> LoadReport {
     let mut r = LoadReport::default();
     let http = Client::builder()
         .timeout(Duration::from_secs(30))
@@ -175,6 +181,10 @@ fn client(s: &LoadSettings, seed: u64, stop: &AtomicBool) -> LoadReport {
         let doc = &cached.as_ref().expect("set above").1;
         if !r.versions.contains(&doc.version) {
             r.versions.push(doc.version.clone());
+            let mut all = seen.lock().unwrap_or_else(|e| e.into_inner());
+            if !all.contains(&doc.version) {
+                all.push(doc.version.clone());
+            }
         }
         // A random photo's features (unit norm), the plan, the release.
         let mut f: Vec<f32> = (0..doc.feature_dim)
@@ -332,15 +342,17 @@ fn operator(s: &LoadSettings, token: &str, stop: &AtomicBool) -> LoadReport {
     r
 }
 
-/// Run the load; blocks the calling thread for `s.duration`.
+/// Run the load; blocks the calling thread for `s.duration`, then on until clients have seen
+/// `s.until_versions` partition versions or `s.max_duration` has passed.
 pub fn run(s: &LoadSettings) -> LoadReport {
     let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
     let t = Instant::now();
     let mut handles = Vec::new();
     for c in 0..s.clients {
-        let (s, stop) = (s.clone(), Arc::clone(&stop));
+        let (s, stop, seen) = (s.clone(), Arc::clone(&stop), Arc::clone(&seen));
         handles.push(std::thread::spawn(move || {
-            client(&s, 1000 + c as u64, &stop)
+            client(&s, 1000 + c as u64, &stop, &seen)
         }));
     }
     if let Some(token) = s.churn_token.clone() {
@@ -348,6 +360,11 @@ pub fn run(s: &LoadSettings) -> LoadReport {
         handles.push(std::thread::spawn(move || operator(&s, &token, &stop)));
     }
     std::thread::sleep(s.duration);
+    while seen.lock().unwrap_or_else(|e| e.into_inner()).len() < s.until_versions
+        && t.elapsed() < s.max_duration
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     stop.store(true, Ordering::Relaxed);
     let mut total = LoadReport::default();
     for h in handles {

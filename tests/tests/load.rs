@@ -25,9 +25,12 @@ fn a_hundred_clients_and_gallery_changes_see_no_error_and_no_mixed_version() {
     let r = run(&LoadSettings {
         base: srv.base.clone(),
         clients: 100,
-        // Long enough for a swap under this load: a rebuild (partition, then the PIR
-        // databases with the hintless ranking's plans) takes about 12 s while 100 clients run.
+        // A rebuild (re-embedding, the partition, then the PIR databases with the hintless
+        // ranking's plans) took about 12 s here while 100 clients ran, and over 30 s on a
+        // slower CI machine: run 30 s, then on until clients have seen a swap (at most 180 s).
         duration: Duration::from_secs(30),
+        until_versions: 2,
+        max_duration: Duration::from_secs(180),
         epsilon: 8.0,
         max_bytes: 512.0 * 1024.0,
         churn_token: Some("t".into()),

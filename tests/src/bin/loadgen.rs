@@ -173,6 +173,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             base: args.base.clone(),
             clients: args.clients.clamp(1, 1000),
             duration: Duration::from_secs(args.seconds),
+            until_versions: 0,
+            max_duration: Duration::from_secs(args.seconds),
             epsilon: args.epsilon,
             max_bytes: args.budget_kib * 1024.0,
             churn_token: args.churn_token.clone(),

@@ -9,13 +9,13 @@ export const wasmReady = init();
 export const LIMITS = wasmReady.then(() => JSON.parse(limits()));
 setLimits(LIMITS);
 
-// A JSON answer from this page's server, as text, within its limit and the deadline.
-export async function getJson(path, maxBytes) {
+// An answer from this page's server, as bytes, within `maxBytes` and the deadline.
+async function getBytes(path, maxBytes) {
   const L = await LIMITS;
   const d = deadline(L.total_timeout_secs);
   let got;
   try {
-    got = await fetchBounded(path, { maxBytes: maxBytes ?? L.max_json_bytes, signal: d.signal });
+    got = await fetchBounded(path, { maxBytes, signal: d.signal });
   } catch (e) {
     if (e instanceof HostileAnswer) throw new Error(`The server's answer for ${path} was refused: ${e.message}.`);
     if (e?.name === "TimeoutError" || d.signal.aborted) throw new Error(`The server did not answer ${path} in time.`);
@@ -24,5 +24,23 @@ export async function getJson(path, maxBytes) {
     d.done();
   }
   if (!got.resp.ok) throw new Error(`The server could not provide ${path} (HTTP ${got.resp.status}).`);
-  return new TextDecoder().decode(got.bytes);
+  return got.bytes;
+}
+
+// A JSON answer from this page's server, as text, within its limit and the deadline.
+export async function getJson(path, maxBytes) {
+  const L = await LIMITS;
+  return new TextDecoder().decode(await getBytes(path, maxBytes ?? L.max_json_bytes));
+}
+
+// One of the on-device models' files, whose exact length its format fixes (`limits()`:
+// `model_bytes`, `class_model_bytes`): not a byte more is read, and a shorter file is refused
+// here (the wasm client refuses any file that does not parse). Before any photo is chosen.
+export async function getModel(path, lengthKey) {
+  const want = (await LIMITS)[lengthKey];
+  const bytes = await getBytes(path, want);
+  if (bytes.byteLength !== want) {
+    throw new Error(`The server's answer for ${path} was refused: ${bytes.byteLength} bytes, not the ${want} of a model file.`);
+  }
+  return bytes;
 }

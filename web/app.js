@@ -20,7 +20,7 @@
 import { Client } from "./pkg/privatemail_client_wasm.js";
 import { $, protocol, showError, state, status, timings } from "./page.js";
 import { LIMIT_KEY, RECEIPTS_KEY, forgetLastAddition, updateBudget, updateEpsilon } from "./budget.js";
-import { getJson, wasmReady } from "./api.js";
+import { getJson, getModel, wasmReady } from "./api.js";
 import { loadFromFile, renderSamples } from "./photo.js";
 import { drawPlot, renderLegend } from "./plot.js";
 import { loadPartition, loadPirDoc, updateProtocol } from "./protocol.js";
@@ -35,21 +35,13 @@ const t0 = performance.now();
 // from the browser's cache.
 performance.setResourceTimingBufferSize?.(100000);
 
-// One of the on-device models' files (the retrieval model, the class model).
-function fetchModel(path) {
-  return fetch(path).then((r) => {
-    if (!r.ok) throw new Error("The on-device model is missing from this page.");
-    return r.arrayBuffer();
-  });
-}
-
 async function start() {
   const evaluation = loadEvaluation();
   try {
     const [, weights, classWeights, configText, anchorsText, mapText] = await Promise.all([
       wasmReady,
-      fetchModel("pkg/model.bin"),
-      fetchModel("pkg/classifier.bin"),
+      getModel("pkg/model.bin", "model_bytes"),
+      getModel("pkg/classifier.bin", "class_model_bytes"),
       getJson("/api/v1/config"),
       getJson("/api/v1/anchors"),
       getJson("/api/v1/gallery-map"),
@@ -57,8 +49,8 @@ async function start() {
     state.config = JSON.parse(configText);
     state.map = JSON.parse(mapText);
     state.client = new Client(
-      new Uint8Array(weights),
-      new Uint8Array(classWeights),
+      weights,
+      classWeights,
       configText,
       anchorsText,
     );

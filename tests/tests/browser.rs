@@ -1725,3 +1725,104 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
     let _ = std::fs::remove_file(path);
     c.close().await.unwrap();
 }
+
+/// The server sends the page its models, so a hostile server can send any bytes as them. A
+/// file longer than its format (`limits()`: `model_bytes`, `class_model_bytes`) is not read
+/// past that length, a shorter one or one that does not parse is refused — and in each case
+/// the page says it could not start and requests nothing more: no API request but the start's
+/// three public ones, before or after a photo is offered to it. All of this before any photo, so a
+/// refusal says nothing about one.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_requested_after() {
+    let dir = std::env::temp_dir().join(format!("pm-hostile-web-{}", std::process::id()));
+    let web = std::path::Path::new(ROOT).join("web");
+    copy_dir(&web, &dir);
+    let srv = privatemail_e2e::demo_server("browser", &["--web-dir", dir.to_str().unwrap()]);
+    let model = std::fs::read(web.join("pkg/model.bin")).unwrap();
+    let class = std::fs::read(web.join("pkg/classifier.bin")).unwrap();
+    let mut longer = class.clone();
+    longer.extend(std::iter::repeat_n(7u8, 4 << 20));
+    let mut bad_magic = class.clone();
+    bad_magic[0] ^= 0xff;
+    let mut out_of_range = class.clone();
+    // The first f32 scale (just after the 8-byte magic): above the format's bound.
+    out_of_range[8..12].copy_from_slice(&1e6f32.to_le_bytes());
+    let cases: [(&str, &str, Vec<u8>, &[&str]); 4] = [
+        (
+            "classifier.bin",
+            "4 MiB too long",
+            longer,
+            &["refused", "larger than"],
+        ),
+        ("classifier.bin", "wrong magic", bad_magic, &["class model"]),
+        (
+            "classifier.bin",
+            "a scale out of range",
+            out_of_range,
+            &["scale"],
+        ),
+        (
+            "model.bin",
+            "cut short",
+            model[..model.len() / 2].to_vec(),
+            &["refused", "bytes, not the"],
+        ),
+    ];
+    for (file, what, bytes, words) in cases {
+        std::fs::write(dir.join("pkg/model.bin"), &model).unwrap();
+        std::fs::write(dir.join("pkg/classifier.bin"), &class).unwrap();
+        std::fs::write(dir.join("pkg").join(file), &bytes).unwrap();
+        // A fresh browser each time: nothing from the last case's cache.
+        let (_driver, c) = browser().await;
+        c.goto(&format!("{}/", srv.base)).await.unwrap();
+        wait_for(
+            &c,
+            "document.getElementById('status').textContent.includes('could not start')",
+            &format!("the page refusing {file} ({what})"),
+        )
+        .await;
+        let error = js(&c, "return document.getElementById('error').textContent;").await;
+        let error = error.as_str().unwrap().to_string();
+        for w in words {
+            assert!(error.contains(w), "{file} ({what}): {error}");
+        }
+        // A photo offered to the stopped page changes nothing.
+        let (path, _) = image_file(5020);
+        upload(&c, &path).await;
+        tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+        let ready = js(&c, "return document.body.dataset.ready || '';").await;
+        assert_eq!(ready, json!(""), "{file} ({what})");
+        let names = js(
+            &c,
+            "return performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname);",
+        )
+        .await;
+        let names: Vec<String> = serde_json::from_value(names).unwrap();
+        let loaded = |p: &str| names.iter().any(|n| n == p);
+        assert!(loaded(&format!("/pkg/{file}")), "{names:?}");
+        // The start's public files only: no partition, block, PIR or search request.
+        let start = ["/api/v1/config", "/api/v1/anchors", "/api/v1/gallery-map"];
+        for n in &names {
+            assert!(
+                !n.starts_with("/api/") || start.contains(&n.as_str()),
+                "{file} ({what}): the stopped page requested {n}"
+            );
+        }
+        c.close().await.unwrap();
+        let _ = std::fs::remove_file(path);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}

@@ -100,12 +100,17 @@ impl Classifier {
         out
     }
 
-    /// The exact length of a class model file.
-    pub fn file_len() -> usize {
+    /// The exact length of a class model file: the magic, one f32 scale per output row, one
+    /// byte per weight and one f32 per bias (a client reads no more than this from a server).
+    pub const fn file_len() -> usize {
         let s = Weights::sizes();
-        8 + ROWS.iter().sum::<usize>() * 4
-            + [s[0], s[2], s[4], s[6]].iter().sum::<usize>()
-            + [s[1], s[3], s[5], s[7]].iter().sum::<usize>() * 4
+        let mut n = 8;
+        let mut i = 0;
+        while i < 4 {
+            n += ROWS[i] * 4 + s[2 * i] + s[2 * i + 1] * 4;
+            i += 1;
+        }
+        n
     }
 
     /// Parse [`Classifier::encode`]: wrong magic or length, a scale that is not finite, negative

@@ -89,6 +89,19 @@ impl Weights {
         ]
     }
 
+    /// The exact length of a weights file: the magic and one f32 per parameter (a client
+    /// reads no more than this from a server).
+    pub const fn file_len() -> usize {
+        let s = Self::sizes();
+        let mut n = 0;
+        let mut i = 0;
+        while i < s.len() {
+            n += s[i];
+            i += 1;
+        }
+        8 + 4 * n
+    }
+
     /// `MAGIC ‖ f32 LE …` in the fixed layout.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
@@ -106,15 +119,14 @@ impl Weights {
             name: "model weights",
             reason: m.into(),
         };
-        let total: usize = Self::sizes().iter().sum();
         if bytes.len() < 8 || &bytes[..8] != MAGIC {
             return Err(bad("not a PrivateMail model file (wrong magic)"));
         }
-        if bytes.len() != 8 + 4 * total {
+        if bytes.len() != Self::file_len() {
             return Err(bad(&format!(
                 "{} bytes, expected {}",
                 bytes.len(),
-                8 + 4 * total
+                Self::file_len()
             )));
         }
         let mut w = Self::zeros();

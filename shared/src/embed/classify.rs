@@ -27,7 +27,7 @@
 //! overflow ([`Classifier::classify`]), so no photo can make the class model fail — a failure
 //! that depended on the photo would tell the server something by the search that never came.
 
-use crate::embed::model::{mirror, preprocess, softmax, Model, Weights, C1, C2, CLASSES, EMBED};
+use crate::embed::model::{Model, Weights, C1, C2, CLASSES, EMBED};
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"PMCLS1\0\0";
@@ -169,7 +169,8 @@ impl Classifier {
     }
 
     /// The class of a 28×28 image (preprocessed as for the retrieval model: upright, `p / 255`),
-    /// its logits averaged with its mirror image's. Only a wrong-sized image is an error.
+    /// its logits averaged with its mirror image's (as in [`Model::infer`]). Only a wrong-sized
+    /// image is an error.
     ///
     /// Total for every file [`Classifier::from_bytes`] accepts: inputs lie in [0, 1], |w| ≤ 127
     /// and |b| ≤ 1,000, so each layer's outputs are bounded by its fan-in × 127 × the previous
@@ -178,19 +179,12 @@ impl Classifier {
     /// (1,024) and 4.6·10¹⁷ in the logits (64) — every partial sum finite in f32 (≤ 3.4·10³⁸),
     /// so the softmax (shifted by the largest logit) is finite too. Tested at the bound.
     pub fn classify(&self, pixels: &[u8]) -> Result<Class> {
-        let x = preprocess(pixels)?;
-        let (a, b) = (self.model.forward(&x), self.model.forward(&mirror(&x)));
-        let logits: Vec<f32> = a
-            .logits
-            .iter()
-            .zip(&b.logits)
-            .map(|(p, q)| 0.5 * (p + q))
-            .collect();
-        let probabilities = softmax(&logits);
-        let label = crate::embed::model::argmax(&probabilities) as u32;
+        // The retrieval model's inference, run with these weights: the same mirrored-pair
+        // logits (its unused embedding sums stay below 1.2·10¹⁴, squares summed below 10³⁰).
+        let inference = self.model.infer(pixels)?;
         Ok(Class {
-            label,
-            probabilities,
+            label: inference.label,
+            probabilities: inference.probabilities,
         })
     }
 }

@@ -41,6 +41,14 @@ struct Args {
     /// (`gallery::training::TrainConfig::contrast`); 0 disables it.
     #[arg(long, default_value_t = 1.0)]
     contrast: f32,
+    /// Distil from this weights file (the teacher): weight of the loss pulling every
+    /// sample's embedding to the teacher's of its clean image
+    /// (`gallery::training::TrainConfig::distill`); needs `--teacher`.
+    #[arg(long, default_value_t = 0.0)]
+    distill: f32,
+    /// The teacher's weights file for `--distill`.
+    #[arg(long)]
+    teacher: Option<PathBuf>,
     /// Share of the flat layer dropped in training.
     #[arg(long, default_value_t = 0.25)]
     dropout: f32,
@@ -114,19 +122,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         augment: !args.no_augment,
         photo_share: args.photo_share,
         contrast: args.contrast,
+        distill: args.distill,
         dropout: args.dropout,
         weight_decay: args.weight_decay,
     };
+    let teacher = match &args.teacher {
+        Some(p) => Some(Model::from_bytes(&std::fs::read(p)?)?),
+        None => None,
+    };
     let t0 = Instant::now();
-    let model = train(&xs, &train_split.labels[..n], &cfg, |epoch, model, loss| {
-        let q = model_quality(model, &test, 2000);
-        println!(
-            "epoch {}: train loss {loss:.4}, test accuracy (first 2,000) {:.4}, {:.0} s",
-            epoch + 1,
-            q.accuracy,
-            t0.elapsed().as_secs_f64()
-        );
-    });
+    let model = train(
+        &xs,
+        &train_split.labels[..n],
+        &cfg,
+        teacher.as_ref(),
+        |epoch, model, loss| {
+            let q = model_quality(model, &test, 2000);
+            println!(
+                "epoch {}: train loss {loss:.4}, test accuracy (first 2,000) {:.4}, {:.0} s",
+                epoch + 1,
+                q.accuracy,
+                t0.elapsed().as_secs_f64()
+            );
+        },
+    );
     write(&model, &out, class_model, &test, t0)
 }
 
@@ -178,6 +197,12 @@ fn check(a: &Args) -> Result<(), String> {
     }
     if !(a.contrast.is_finite() && a.contrast >= 0.0) {
         return bad("contrast", a.contrast, "a number ≥ 0");
+    }
+    if !(a.distill.is_finite() && a.distill >= 0.0) {
+        return bad("distill", a.distill, "a number ≥ 0");
+    }
+    if a.distill > 0.0 && a.teacher.is_none() {
+        return Err("--distill needs --teacher (a weights file)".into());
     }
     if a.epochs == 0 || a.batch == 0 {
         return Err("--epochs and --batch must be at least 1".into());

@@ -34,6 +34,13 @@ pub struct TrainConfig {
     /// photo's exact nearest neighbours where the clean image's are, under the perturbations
     /// the photo pipeline cannot undo. 0 disables it.
     pub contrast: f32,
+    /// Weight of a distillation loss `|u − t|²` pulling every sample's unit embedding `u` —
+    /// clean, shifted or photo — towards a fixed teacher's unit embedding `t` of the clean
+    /// image (mirrored with the sample): the teacher's geometry of the gallery is kept while
+    /// the photos' embeddings are pulled onto their clean images' without the targets moving
+    /// with them (a consistency term between the student's own views collapsed the features
+    /// in session 24). 0, or no teacher given to [`train`], disables it.
+    pub distill: f32,
     /// Share of the flat layer's values dropped in training (inverted dropout; none at
     /// inference).
     pub dropout: f32,
@@ -75,6 +82,38 @@ fn contrastive(h: &[f32], targets: &[Vec<f32>], own: usize, weight: f32) -> (f32
         .map(|(d, v)| weight * (d - dot * v) / norm)
         .collect();
     (weight * loss, dh)
+}
+
+/// Distillation loss `weight · |u − t|²` of the embedding `h` (`u` its unit vector) against a
+/// unit target `t`, and its gradient with respect to `h`.
+fn distill(h: &[f32], t: &[f32], weight: f32) -> (f32, Vec<f32>) {
+    let (u, norm) = unit(h);
+    let du: Vec<f32> = u
+        .iter()
+        .zip(t)
+        .map(|(a, b)| 2.0 * weight * (a - b))
+        .collect();
+    let loss = weight * u.iter().zip(t).map(|(a, b)| (a - b) * (a - b)).sum::<f32>();
+    // Through the normalisation: (I − u uᵀ)/|h|.
+    let dot: f32 = du.iter().zip(&u).map(|(a, b)| a * b).sum();
+    let dh = du
+        .iter()
+        .zip(&u)
+        .map(|(d, v)| (d - dot * v) / norm)
+        .collect();
+    (loss, dh)
+}
+
+/// The teacher's unit embeddings of every image, as is and mirrored.
+fn teacher_targets(teacher: &Model, xs: &[Vec<f32>]) -> Vec<[Vec<f32>; 2]> {
+    xs.par_iter()
+        .map(|x| {
+            [
+                unit(&teacher.forward(x).h).0,
+                unit(&teacher.forward(&shared::embed::model::mirror(x)).h).0,
+            ]
+        })
+        .collect()
 }
 
 /// How one training sample is drawn.
@@ -166,15 +205,23 @@ fn draw_input(x: &[f32], draw: &Draw) -> Vec<f32> {
     }
 }
 
-/// Train on preprocessed images `xs` with `labels`; `after_epoch(epoch, model, mean_loss)` is
-/// called after each epoch (for progress reports). Shows each epoch's batches and running loss
+/// Train on preprocessed images `xs` with `labels` (distilling from `teacher` if given and
+/// `cfg.distill > 0`); `after_epoch(epoch, model, mean_loss)` is called after each epoch (for progress reports). Shows each epoch's batches and running loss
 /// (`crate::ops::progress`: a bar on a terminal, log lines otherwise).
 pub fn train(
     xs: &[Vec<f32>],
     labels: &[u8],
     cfg: &TrainConfig,
+    teacher: Option<&Model>,
     mut after_epoch: impl FnMut(usize, &Model, f64),
 ) -> Model {
+    let taught = match teacher {
+        Some(t) if cfg.distill > 0.0 => {
+            tracing::info!(images = xs.len(), "the teacher's embeddings");
+            teacher_targets(t, xs)
+        }
+        _ => Vec::new(),
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut net = Net::new(&init(&mut rng));
     let mut adam = Adam {
@@ -274,7 +321,17 @@ pub fn train(
                     dh[j * EMBED..][..EMBED]
                         .iter_mut()
                         .zip(g)
-                        .for_each(|(d, v)| *d = scale * v);
+                        .for_each(|(d, v)| *d += scale * v);
+                }
+                if let Some(t) = taught.get(i) {
+                    let flip = matches!(draw, Draw::Photo(_, _, true) | Draw::Shifted(true, _, _));
+                    let h = &cache.h[j * EMBED..][..EMBED];
+                    let (dl, g) = distill(h, &t[usize::from(flip)], cfg.distill);
+                    loss_sum += dl as f64;
+                    dh[j * EMBED..][..EMBED]
+                        .iter_mut()
+                        .zip(g)
+                        .for_each(|(d, v)| *d += scale * v);
                 }
             }
             let mut g = net.zero_grads();
@@ -333,6 +390,41 @@ mod tests {
         assert!(own < contrastive(&targets[0], &targets, 2, 1.0).0);
     }
 
+    /// The distillation loss's gradient is its derivative (central differences), and the loss
+    /// is 0 exactly at the target's direction, whatever the embedding's length.
+    #[test]
+    fn distill_gradient_matches_finite_differences() {
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let h: Vec<f32> = (0..8).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let t = unit(
+            &(0..8)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect::<Vec<f32>>(),
+        )
+        .0;
+        let (_, grad) = distill(&h, &t, 3.0);
+        for k in 0..h.len() {
+            let step = 1e-3f32;
+            let at = |d: f32| {
+                let mut x = h.clone();
+                x[k] += d;
+                distill(&x, &t, 3.0).0
+            };
+            let numeric = (at(step) - at(-step)) / (2.0 * step);
+            assert!(
+                (numeric - grad[k]).abs() <= 2e-2 * numeric.abs().max(1.0),
+                "coordinate {k}: {numeric} against {}",
+                grad[k]
+            );
+        }
+        let long: Vec<f32> = t.iter().map(|v| 5.0 * v).collect();
+        let (loss, g) = distill(&long, &t, 3.0);
+        assert!(
+            loss.abs() < 1e-10 && g.iter().all(|v| v.abs() < 1e-6),
+            "{loss} {g:?}"
+        );
+    }
+
     /// Same seed, same data → the same weights, with one thread or two.
     #[test]
     fn training_is_deterministic_across_thread_counts() {
@@ -349,6 +441,7 @@ mod tests {
             augment: true,
             photo_share: 0.5,
             contrast: 0.5,
+            distill: 0.0,
             dropout: 0.25,
             weight_decay: 1e-3,
         };
@@ -357,13 +450,16 @@ mod tests {
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| train(&xs, &labels, &cfg, |_, _, _| {}).w.to_bytes())
+            pool.install(|| train(&xs, &labels, &cfg, None, |_, _, _| {}).w.to_bytes())
         };
         let a = run(1);
         assert_eq!(a, run(2));
         assert_eq!(a, run(1));
         let other = TrainConfig { seed: 10, ..cfg };
-        assert_ne!(a, train(&xs, &labels, &other, |_, _, _| {}).w.to_bytes());
+        assert_ne!(
+            a,
+            train(&xs, &labels, &other, None, |_, _, _| {}).w.to_bytes()
+        );
     }
 
     #[test]

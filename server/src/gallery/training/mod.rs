@@ -441,16 +441,24 @@ mod tests {
             augment: true,
             photo_share: 0.5,
             contrast: 0.5,
-            distill: 0.0,
+            distill: 0.5,
             dropout: 0.25,
             weight_decay: 1e-3,
+        };
+        // A teacher to distil from: every loss term runs.
+        let teacher = Model {
+            w: init(&mut ChaCha8Rng::seed_from_u64(6)),
         };
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            pool.install(|| train(&xs, &labels, &cfg, None, |_, _, _| {}).w.to_bytes())
+            pool.install(|| {
+                train(&xs, &labels, &cfg, Some(&teacher), |_, _, _| {})
+                    .w
+                    .to_bytes()
+            })
         };
         let a = run(1);
         assert_eq!(a, run(2));

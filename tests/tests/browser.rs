@@ -1747,7 +1747,11 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
     let mut out_of_range = class.clone();
     // The first f32 scale (just after the 8-byte magic): above the format's bound.
     out_of_range[8..12].copy_from_slice(&1e6f32.to_le_bytes());
-    let cases: [(&str, &str, Vec<u8>, &[&str]); 4] = [
+    // A retrieval model whose first weight could overflow inference for bright photos only
+    // (past `shared::embed::model::MAX_WEIGHT`).
+    let mut overflowing = model.clone();
+    overflowing[8..12].copy_from_slice(&1e30f32.to_le_bytes());
+    let cases: [(&str, &str, Vec<u8>, &[&str]); 5] = [
         (
             "classifier.bin",
             "4 MiB too long",
@@ -1767,6 +1771,7 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
             model[..model.len() / 2].to_vec(),
             &["refused", "bytes, not the"],
         ),
+        ("model.bin", "a weight of 10³⁰", overflowing, &["at most"]),
     ];
     for (file, what, bytes, words) in cases {
         std::fs::write(dir.join("pkg/model.bin"), &model).unwrap();

@@ -34,8 +34,9 @@ const MAGIC: &[u8; 8] = b"PMCLS1\0\0";
 
 /// Largest per-row scale accepted (so |w| ≤ 127): the committed network's largest is 0.03.
 pub const MAX_SCALE: f32 = 1.0;
-/// Largest |bias| accepted: the committed network's largest is 1.4.
-pub const MAX_BIAS: f32 = 1.0e3;
+/// Largest |bias| accepted (the retrieval model's bound): the committed network's largest
+/// is 1.4.
+pub const MAX_BIAS: f32 = crate::embed::model::MAX_BIAS;
 
 /// The rows (output units) of each weight matrix, in [`Weights::tensors`] order.
 const ROWS: [usize; 4] = [C1, C2, EMBED, CLASSES];
@@ -165,6 +166,7 @@ impl Classifier {
         {
             return Err(bad(format!("a bias of {b}")));
         }
+        debug_assert!(w.check_bounds().is_ok());
         Ok(Classifier { model: Model { w } })
     }
 
@@ -172,15 +174,13 @@ impl Classifier {
     /// its logits averaged with its mirror image's (as in [`Model::infer`]). Only a wrong-sized
     /// image is an error.
     ///
-    /// Total for every file [`Classifier::from_bytes`] accepts: inputs lie in [0, 1], |w| ≤ 127
-    /// and |b| ≤ 1,000, so each layer's outputs are bounded by its fan-in × 127 × the previous
-    /// bound + 1,000 (ReLU and max-pooling do not grow them): 4,175 after the first
-    /// convolution (fan-in 25), 4.3·10⁸ after the second (800), 5.6·10¹³ in the embedding
-    /// (1,024) and 4.6·10¹⁷ in the logits (64) — every partial sum finite in f32 (≤ 3.4·10³⁸),
-    /// so the softmax (shifted by the largest logit) is finite too. Tested at the bound.
+    /// Total for every file [`Classifier::from_bytes`] accepts: its weights decode to
+    /// |w| ≤ 127 × [`MAX_SCALE`] = 127 and its biases are at most [`MAX_BIAS`], the bounds
+    /// of [`Weights::check_bounds`] under which [`Model::infer`] is proven total and finite
+    /// (the proof is there). Tested at the bound.
     pub fn classify(&self, pixels: &[u8]) -> Result<Class> {
         // The retrieval model's inference, run with these weights: the same mirrored-pair
-        // logits (its unused embedding sums stay below 1.2·10¹⁴, squares summed below 10³⁰).
+        // logits.
         let inference = self.model.infer(pixels)?;
         Ok(Class {
             label: inference.label,

@@ -29,6 +29,11 @@ pub const CLASSES: usize = 10;
 
 const MAGIC: &[u8; 8] = b"PMCNN2\0\0";
 
+/// Largest |weight| a model file may hold (the committed retrieval model's largest is 1.8).
+pub const MAX_WEIGHT: f32 = 127.0;
+/// Largest |bias| a model file may hold (the committed retrieval model's largest is 0.53).
+pub const MAX_BIAS: f32 = 1.0e3;
+
 /// All parameters, flat, in a fixed layout (see [`Weights::sizes`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Weights {
@@ -113,7 +118,12 @@ impl Weights {
         out
     }
 
-    /// Parse [`Weights::to_bytes`]; wrong magic, size or non-finite values are typed errors.
+    /// Parse [`Weights::to_bytes`]; wrong magic, size, non-finite values, a weight above
+    /// [`MAX_WEIGHT`] or a bias above [`MAX_BIAS`] in magnitude are typed errors.
+    ///
+    /// The bounds are what makes inference total ([`Model::infer`]): the server sends the
+    /// page its model, and weights that could overflow for some photos only would make the
+    /// photo decide whether a search follows — the server would learn that bit by waiting.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let bad = |m: &str| Error::InvalidParameter {
             name: "model weights",
@@ -140,7 +150,24 @@ impl Weights {
         if w.tensors().iter().any(|t| t.iter().any(|v| !v.is_finite())) {
             return Err(bad("non-finite parameter"));
         }
+        w.check_bounds().map_err(|m| bad(&m))?;
         Ok(w)
+    }
+
+    /// Every weight within ±[`MAX_WEIGHT`] and every bias within ±[`MAX_BIAS`] (NaN fails):
+    /// the bounds under which [`Model::infer`] is total.
+    pub fn check_bounds(&self) -> std::result::Result<(), String> {
+        for (k, t) in self.tensors().into_iter().enumerate() {
+            let (limit, what) = if k % 2 == 0 {
+                (MAX_WEIGHT, "weight")
+            } else {
+                (MAX_BIAS, "bias")
+            };
+            if let Some(v) = t.iter().find(|v| !(v.abs() <= limit)) {
+                return Err(format!("a {what} of {v} (at most {limit} in magnitude)"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -475,7 +502,19 @@ impl Model {
         Trace { p1, p2, h, logits }
     }
 
-    /// Features, predicted label and class probabilities for one image.
+    /// Features, predicted label and class probabilities for one image. Only a wrong-sized
+    /// image is an error.
+    ///
+    /// Guarantee: total and finite for every weights file [`Weights::from_bytes`] accepts —
+    /// no photo can make inference fail, so none can decide by a failure whether a search
+    /// follows. Proof: inputs lie in [0, 1], |w| ≤ 127 and |b| ≤ 1,000, so each layer's
+    /// outputs are bounded by its fan-in × 127 × the previous bound + 1,000 (ReLU and
+    /// max-pooling do not grow them): 4,175 after the first convolution (fan-in 25), 4.3·10⁸
+    /// after the second (800), 5.6·10¹³ in the embedding (1,024) and 4.6·10¹⁷ in the logits
+    /// (64). The mirrored pair's embedding sums stay below 1.2·10¹⁴ and their 64 squares
+    /// below 10³⁰; the logits' softmax and energy are shifted by the largest logit — every
+    /// value finite in f32 (≤ 3.4·10³⁸). The features are unit-norm, or zero where the
+    /// embedding is exactly zero. Tested at the bound.
     pub fn infer(&self, pixels: &[u8]) -> Result<Inference> {
         // Test-time mirroring: the image and its mirror image (the model is trained on both),
         // embeddings and logits averaged — a steadier descriptor for retrieval.
@@ -617,6 +656,51 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    /// A file past the bounds is refused; at the bounds — every weight ±127, every bias
+    /// ±1,000, signs chosen so nothing cancels — inference is finite for the brightest, the
+    /// darkest and a random input (the guarantee of `Model::infer`).
+    #[test]
+    fn weights_past_the_bounds_are_refused_and_inference_at_them_is_finite() {
+        let base = random_weights(&mut ChaCha8Rng::seed_from_u64(21));
+        assert!(Weights::from_bytes(&base.to_bytes()).is_ok());
+        for (k, bad) in [
+            (0, 128.0f32),
+            (2, -200.0),
+            (4, 1e30),
+            (6, 127.5),
+            (1, 1001.0),
+            (7, -1e4),
+        ] {
+            let mut w = base.clone();
+            w.tensors_mut()[k][0] = bad;
+            let err = Weights::from_bytes(&w.to_bytes()).unwrap_err().to_string();
+            assert!(err.contains("at most"), "tensor {k}, {bad}: {err}");
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(22);
+        let random: Vec<u8> = (0..PIXELS).map(|_| rng.random()).collect();
+        for sign in [1.0f32, -1.0] {
+            let mut w = Weights::zeros();
+            for (k, t) in w.tensors_mut().into_iter().enumerate() {
+                let v = if k % 2 == 0 {
+                    MAX_WEIGHT
+                } else {
+                    sign * MAX_BIAS
+                };
+                t.fill(v);
+            }
+            let m = Model::from_bytes(&w.to_bytes()).unwrap();
+            for px in [vec![255u8; PIXELS], vec![0u8; PIXELS], random.clone()] {
+                let inf = m.infer(&px).unwrap();
+                assert!(inf.features.iter().all(|v| v.is_finite()), "{sign}");
+                assert!(inf.probabilities.iter().all(|v| v.is_finite()));
+                assert!(inf.energy.is_finite(), "{sign}: {}", inf.energy);
+                assert!(m.layer_means(&px).unwrap().iter().all(|v| v.is_finite()));
+                let batch = m.infer_batch(&[&px[..]]).unwrap();
+                assert!(batch[0].features.iter().all(|v| v.is_finite()));
+            }
+        }
+    }
 
     fn random_model(rng: &mut impl Rng) -> Model {
         Model {

@@ -163,7 +163,7 @@ impl Weights {
             } else {
                 (MAX_BIAS, "bias")
             };
-            if let Some(v) = t.iter().find(|v| !(v.abs() <= limit)) {
+            if let Some(v) = t.iter().find(|v| v.is_nan() || v.abs() > limit) {
                 return Err(format!("a {what} of {v} (at most {limit} in magnitude)"));
             }
         }

@@ -13,7 +13,6 @@
 
 mod legacy;
 mod ood;
-mod study;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -285,9 +284,6 @@ struct Row {
 }
 
 pub(crate) fn run(args: &Args) -> Res<()> {
-    if std::env::var("PM_STUDY").is_ok() {
-        return study::run(args);
-    }
     let test = load_split(&args.data_dir, "t10k")?;
     let train = load_split(&args.data_dir, "train")?;
     let anchor_idx = balanced_anchors(&train, args.anchors);

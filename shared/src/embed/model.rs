@@ -513,8 +513,9 @@ impl Model {
     /// after the second (800), 5.6·10¹³ in the embedding (1,024) and 4.6·10¹⁷ in the logits
     /// (64). The mirrored pair's embedding sums stay below 1.2·10¹⁴ and their 64 squares
     /// below 10³⁰; the logits' softmax and energy are shifted by the largest logit — every
-    /// value finite in f32 (≤ 3.4·10³⁸). The features are unit-norm, or zero where the
-    /// embedding is exactly zero. Tested at the bound.
+    /// value finite in f32 (≤ 3.4·10³⁸). The features are unit-length for any weights (see
+    /// `unit_features`: a vanishing embedding is normalised in f64, a zero one becomes the
+    /// first axis). Tested at the bound.
     pub fn infer(&self, pixels: &[u8]) -> Result<Inference> {
         // Test-time mirroring: the image and its mirror image (the model is trained on both),
         // embeddings and logits averaged — a steadier descriptor for retrieval.
@@ -591,17 +592,33 @@ fn combine(ha: &[f32], hb: &[f32], la: &[f32], lb: &[f32]) -> Inference {
     let label = argmax(&probabilities) as u32;
     let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     let energy = -(m + logits.iter().map(|v| (v - m).exp()).sum::<f32>().ln());
-    let norm = h
-        .iter()
-        .map(|v| v * v)
-        .sum::<f32>()
-        .sqrt()
-        .max(f32::MIN_POSITIVE);
     Inference {
-        features: h.iter().map(|v| v / norm).collect(),
+        features: unit_features(&h),
         label,
         probabilities,
         energy,
+    }
+}
+
+/// The embedding `h` scaled to unit length. An embedding whose squares sum below the smallest
+/// normal f32 is normalised in f64 instead, and one that is exactly zero becomes the first
+/// axis: the same unit vector for every such image. So the features are unit-length for every
+/// input, whatever the weights: the frame and Algorithm 1 refuse a zero row, and a hostile model
+/// whose embedding vanished for some photos only would otherwise make those photos' searches
+/// fail. Ordinary embeddings take the first branch, bit for bit as before.
+fn unit_features(h: &[f32]) -> Vec<f32> {
+    let s = h.iter().map(|v| v * v).sum::<f32>();
+    if s >= f32::MIN_POSITIVE {
+        let norm = s.sqrt();
+        return h.iter().map(|v| v / norm).collect();
+    }
+    let norm = h.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        h.iter().map(|&v| (f64::from(v) / norm) as f32).collect()
+    } else {
+        let mut e = vec![0.0; h.len()];
+        e[0] = 1.0;
+        e
     }
 }
 
@@ -698,6 +715,32 @@ mod tests {
                 assert!(m.layer_means(&px).unwrap().iter().all(|v| v.is_finite()));
                 let batch = m.infer_batch(&[&px[..]]).unwrap();
                 assert!(batch[0].features.iter().all(|v| v.is_finite()));
+            }
+        }
+    }
+
+    /// Whatever the weights, the features are unit-length: an embedding that is exactly zero
+    /// (here for every photo; a hostile model could arrange it for some) gives the first axis,
+    /// one too small for f32 squares is normalised in f64 — on both inference paths.
+    #[test]
+    fn vanishing_embeddings_still_give_unit_features() {
+        let base = random_weights(&mut ChaCha8Rng::seed_from_u64(23));
+        let mut px: Vec<u8> = (0..PIXELS).map(|i| (i * 7 % 256) as u8).collect();
+        px[0] = 255;
+        for (scale, bias) in [(0.0f32, 0.0f32), (0.0, 1e-30), (1e-30, 0.0)] {
+            let mut w = base.clone();
+            w.w3.iter_mut().for_each(|v| *v *= scale);
+            w.b3.fill(bias);
+            let m = Model::from_bytes(&w.to_bytes()).unwrap();
+            for inf in [
+                m.infer(&px).unwrap(),
+                m.infer_batch(&[&px[..]]).unwrap().remove(0),
+            ] {
+                let norm: f32 = inf.features.iter().map(|v| v * v).sum::<f32>().sqrt();
+                assert!((norm - 1.0).abs() < 1e-5, "{scale} {bias}: norm {norm}");
+                if scale == 0.0 && bias == 0.0 {
+                    assert_eq!(inf.features[0], 1.0);
+                }
             }
         }
     }

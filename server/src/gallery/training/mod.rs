@@ -1,9 +1,8 @@
 //! Training of the on-device model (`shared::embed::model`): AdamW on softmax cross-entropy
 //! (plus the contrastive and distillation terms) with a cosine learning-rate decay, through
 //! the batched network of [`batched`] (batch normalisation and dropout, folded away for
-//! inference). Deterministic
-//! for a given seed, whatever the thread count: augmentation and dropout are drawn in order,
-//! and [`batched`] sums in a fixed order.
+//! inference). Deterministic for a given seed, whatever the thread count: augmentation and
+//! dropout are drawn in order, and [`batched`] sums in a fixed order.
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

@@ -257,9 +257,8 @@ pub const MAX_THUMB_QUERIES: usize = 32;
 /// (52 KiB, a 5.7 MiB hint); at 70,000, `g = 16` (152 KiB, 11.5 MiB); at 1,000,000 the hint's
 /// cap decides (`g = 32`: 903 KiB a search, a 23 MiB hint).
 pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
-    let k = crate::protocol::publish::COVERAGE_K;
     let shape = |g: usize| Shape::new(thumb_bytes, items, thumb_bytes * g);
-    let per_search = |s: &Shape| k * (s.query_bytes() + s.answer_bytes());
+    let per_search = thumbs_search_bytes;
     let slack = 16 << 10;
     let mut candidates = vec![shape(1)?];
     for g in (1..usize::BITS).map(|b| 1usize << b) {

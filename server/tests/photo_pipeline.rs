@@ -93,6 +93,46 @@ fn off_white_backgrounds_keep_the_neighbours() {
     assert!(same_class >= held.len() - 2, "same class {same_class}");
 }
 
+/// Held-out photos turned 10° either way find more of the same exact neighbours as upright,
+/// now that the photo pipeline turns them back at the photo's resolution (on this sample:
+/// 0.734, against 0.650 when the 28×28 input was turned instead).
+#[test]
+fn tilted_photos_keep_the_neighbours() {
+    let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
+    let (test, train) = splits();
+    let (anchors, _) = anchor_features(&model, &train);
+    let gallery: Vec<Vec<f32>> = (0..2000)
+        .map(|i| model.infer(test.images.image(i)).unwrap().features)
+        .collect();
+    let held: Vec<usize> = reserved_train(train.labels.len(), &anchors)
+        .into_iter()
+        .take(100)
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut shared_hits = 0;
+    for (k, &i) in held.iter().enumerate() {
+        let features = |degrees: f32, rng: &mut ChaCha8Rng| {
+            let shot = Shot {
+                degrees,
+                ..Shot::clean(SIDE)
+            };
+            let photo = render(train.images.image(i), &shot, rng);
+            let pixels = from_rgba(&photo, SIDE, SIDE).unwrap();
+            model.infer(&pixels).unwrap().features
+        };
+        let turn = if k % 2 == 0 { 10.0 } else { -10.0 };
+        let (level, tilted) = (features(0.0, &mut rng), features(turn, &mut rng));
+        let a = top8(&gallery, &level);
+        shared_hits += top8(&gallery, &tilted)
+            .iter()
+            .filter(|x| a.contains(x))
+            .count();
+    }
+    let agreement = shared_hits as f64 / (8 * held.len()) as f64;
+    println!("rotation ±10°: top-8 agreement {agreement:.3}");
+    assert!(agreement >= 0.7, "top-8 agreement {agreement}");
+}
+
 /// Noise and gradients are flagged; held-out clothing photos rarely are.
 #[test]
 fn non_clothing_is_flagged_and_clothing_is_not() {

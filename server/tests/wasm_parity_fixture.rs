@@ -87,3 +87,42 @@ fn web_samples_are_the_documented_images() {
         "{path} is stale: rerun with PM_WRITE_FIXTURE=1"
     );
 }
+
+/// A tilted product photo (test image 2, trousers, drawn at 56 pixels, turned 8°, on a
+/// background of 236)
+/// and the model input the photo pipeline makes of it, which turns it back at the photo's own
+/// resolution (`shared::embed::photo`, step 7: f64 with series `sin`/`cos`): the wasm client
+/// must make the same bytes (`client-wasm/tests/client.rs`). Written with `PM_WRITE_FIXTURE=1`,
+/// checked otherwise.
+#[test]
+fn wasm_photo_fixture_matches_the_pipeline() {
+    use privatemail_server::gallery::photos::{render, Shot};
+    use rand::SeedableRng;
+    let test = load_split(std::path::Path::new(DEFAULT_DIR), "t10k").unwrap();
+    let shot = Shot {
+        background: 236,
+        degrees: 8.0,
+        ..Shot::clean(56)
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    assert_eq!(test.labels[2], 1, "trousers: an axis the pipeline turns");
+    let rgba = render(test.images.image(2), &shot, &mut rng);
+    let pixels = shared::embed::model::from_rgba(&rgba, 56, 56).unwrap();
+    // The pipeline turned it (the axis was 8° off): nothing is left for the model's step.
+    let o = shared::embed::upright::orientation(&pixels).unwrap();
+    assert!(o.applied.to_degrees().abs() < 0.25, "{o:?}");
+    let fixture = serde_json::json!({ "side": 56, "rgba": rgba, "pixels": pixels });
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../client-wasm/tests/fixtures/photo.json"
+    );
+    if std::env::var("PM_WRITE_FIXTURE").is_ok() {
+        std::fs::write(path, fixture.to_string()).unwrap();
+    }
+    let stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(
+        stored, fixture,
+        "{path} is stale: rerun with PM_WRITE_FIXTURE=1"
+    );
+}

@@ -21,6 +21,10 @@
 //! centred), each side rounded to an even size so that a mirror image comes out as the
 //! mirror image of the result (the features' mirror invariance rests on it).
 //!
+//! A photo whose object is larger than 28 pixels has already been turned by this rule at its
+//! own resolution ([`super::photo`], step 7, with [`rotate_region`]), so this step finds
+//! (nearly) nothing left to turn there: one resampling instead of two.
+//!
 //! Arithmetic: f64 additions, multiplications, divisions and square roots (exactly rounded
 //! under IEEE 754 on every target, and Rust never fuses them), with `atan`, `sin` and `cos`
 //! from the series below rather than the platform's libm — so native, wasm and training get
@@ -45,7 +49,7 @@ pub const TILT_NONE_DEGREES: f64 = 24.0;
 /// resampling spreads a little ink into the pixels around the object).
 const BOX_FLOOR: i32 = 2;
 /// Fixed-point scale of the rotated values (so the box resampling rounds once).
-const FIX: i32 = 16;
+pub(crate) const FIX: i32 = 16;
 
 /// The principal axis's offset from the nearest image axis and the rotation applied, for
 /// tests and the evaluation.
@@ -114,38 +118,57 @@ pub fn upright(pixels: &[u8]) -> Vec<u8> {
     if o.applied == 0.0 {
         return pixels.to_vec();
     }
-    let (sin, cos) = sin_cos(o.applied);
-    // A canvas holding the whole rotated 28×28 square, centres aligned.
-    let n = SIDE as f64;
-    let side = ((n * (cos.abs() + sin.abs())) - 1e-9).ceil() as usize;
-    let (half_in, half_out) = (n / 2.0, side as f64 / 2.0);
-    let at = |x: i64, y: i64| -> f64 {
-        if (0..SIDE as i64).contains(&x) && (0..SIDE as i64).contains(&y) {
-            pixels[y as usize * SIDE + x as usize] as f64
-        } else {
-            0.0
-        }
-    };
-    let mut out = vec![0i32; side * side];
-    for py in 0..side {
-        for px in 0..side {
-            // Output pixel centre → source position: rotated by the offset (the source's axis
-            // at φ lands on the image axis), as a position among the source's pixel centres.
-            let (dx, dy) = (px as f64 + 0.5 - half_out, py as f64 + 0.5 - half_out);
-            let u = cos * dx - sin * dy + half_in - 0.5;
-            let v = sin * dx + cos * dy + half_in - 0.5;
-            let (x0, y0) = (u.floor(), v.floor());
-            let (fx, fy) = (u - x0, v - y0);
-            let (x0, y0) = (x0 as i64, y0 as i64);
-            let value = (1.0 - fy) * ((1.0 - fx) * at(x0, y0) + fx * at(x0 + 1, y0))
-                + fy * ((1.0 - fx) * at(x0, y0 + 1) + fx * at(x0 + 1, y0 + 1));
-            out[py * side + px] = (value * FIX as f64).round() as i32;
-        }
-    }
+    let values: Vec<i32> = pixels.iter().map(|&p| i32::from(p)).collect();
+    let (out, side, _) = rotate_region(&values, SIDE, (0, 0, SIDE, SIDE), o.applied, FIX);
     let Some(bbox) = bounding_box(side, side, |x, y| out[y * side + x] > BOX_FLOOR * FIX) else {
         return pixels.to_vec();
     };
     place(&out, side, bbox, 0, 255 * FIX as i64, true)
+}
+
+/// The `region` `(x0, y0, x1, y1)` of a `width`-wide image of `values`, rotated by `angle`
+/// (radians, |angle| ≤ π/4) about the region's centre so that an axis at `angle` lands on the
+/// image axis, into a canvas just holding the rotated region (its centre on the region's):
+/// bilinear, 0 outside the region, each value times `scale` and rounded. Returns the canvas and
+/// its width and height. f64 arithmetic in a fixed order with the series [`sin_cos`]: the same
+/// bytes on every target.
+pub(crate) fn rotate_region(
+    values: &[i32],
+    width: usize,
+    (x0, y0, x1, y1): (usize, usize, usize, usize),
+    angle: f64,
+    scale: i32,
+) -> (Vec<i32>, usize, usize) {
+    let (sin, cos) = sin_cos(angle);
+    let (bw, bh) = ((x1 - x0) as f64, (y1 - y0) as f64);
+    let cw = ((bw * cos.abs() + bh * sin.abs()) - 1e-9).ceil() as usize;
+    let ch = ((bw * sin.abs() + bh * cos.abs()) - 1e-9).ceil() as usize;
+    let (cx_in, cy_in) = (x0 as f64 + bw / 2.0, y0 as f64 + bh / 2.0);
+    let (cx_out, cy_out) = (cw as f64 / 2.0, ch as f64 / 2.0);
+    let at = |x: i64, y: i64| -> f64 {
+        if (x0 as i64..x1 as i64).contains(&x) && (y0 as i64..y1 as i64).contains(&y) {
+            values[y as usize * width + x as usize] as f64
+        } else {
+            0.0
+        }
+    };
+    let mut out = vec![0i32; cw * ch];
+    for py in 0..ch {
+        for px in 0..cw {
+            // Output pixel centre → source position: rotated by the angle, as a position among
+            // the source's pixel centres.
+            let (dx, dy) = (px as f64 + 0.5 - cx_out, py as f64 + 0.5 - cy_out);
+            let u = cos * dx - sin * dy + cx_in - 0.5;
+            let v = sin * dx + cos * dy + cy_in - 0.5;
+            let (fx0, fy0) = (u.floor(), v.floor());
+            let (fx, fy) = (u - fx0, v - fy0);
+            let (sx, sy) = (fx0 as i64, fy0 as i64);
+            let value = (1.0 - fy) * ((1.0 - fx) * at(sx, sy) + fx * at(sx + 1, sy))
+                + fy * ((1.0 - fx) * at(sx, sy + 1) + fx * at(sx + 1, sy + 1));
+            out[py * cw + px] = (value * scale as f64).round() as i32;
+        }
+    }
+    (out, cw, ch)
 }
 
 /// `atan(t)` for any finite `t`, to about 1e-15: `atan t = π/2·sign t − atan(1/t)` brings

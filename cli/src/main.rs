@@ -251,7 +251,7 @@ fn run(cli: Cli) -> Result<()> {
             if !(delta > 0.0 && delta < 1.0) {
                 return Err(CliError::Usage("--delta must be in (0, 1)".into()));
             }
-            let pixels = photo::load(&photo)?;
+            let framing = photo::load(&photo)?;
             let model = Model::from_bytes(MODEL_WEIGHTS).expect("the embedded weights are valid");
             let classifier =
                 Classifier::from_bytes(CLASS_WEIGHTS).expect("the embedded class model is valid");
@@ -267,7 +267,7 @@ fn run(cli: Cli) -> Result<()> {
                 max_epsilon,
                 progress: !json && std::io::stderr().is_terminal(),
             };
-            let out = search::run(&server, (&model, &classifier), &pixels, &q)?;
+            let out = search::run(&server, (&model, &classifier), &framing, &q)?;
             if json {
                 return print_json(&out);
             }
@@ -404,7 +404,7 @@ fn run(cli: Cli) -> Result<()> {
                     .map(|p| {
                         Ok(NewItem {
                             label,
-                            pixels: photo::load(p)?,
+                            pixels: photo::load(p)?.pixels,
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;

@@ -15,6 +15,7 @@ use shared::api::{
 use shared::dp::mechanism::Receipt;
 use shared::embed::classify::Classifier;
 use shared::embed::model::Model;
+use shared::embed::photo::Framing;
 use shared::params::limits;
 use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
 use shared::protocol::blocks::max_transfer_len;
@@ -153,14 +154,16 @@ fn spend(receipt: Option<&Receipt>, q: &Query) -> Result<()> {
     Ok(())
 }
 
-/// One search with the photo's `pixels`: `models` are the retrieval model (the features) and
-/// the class model (the class printed and Algorithm 1's label).
+/// One search with the photo (`framing`: the pipeline's two inputs): `models` are the retrieval
+/// model (the features, from `framing.pixels`) and the class model (the class printed and
+/// Algorithm 1's label, from `framing.class_pixels`).
 pub fn run(
     server: &Server,
     models: (&Model, &Classifier),
-    pixels: &[u8],
+    framing: &Framing,
     q: &Query,
 ) -> Result<Outcome> {
+    let pixels = &framing.pixels[..];
     let (model, classifier) = models;
     // After a failed check against this server nothing is sent, whatever the protocol (no
     // fallback to a less private one), until `privatemail clear-refusal`.
@@ -180,7 +183,7 @@ pub fn run(
         .infer_with_layer_means(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let class = classifier
-        .classify(pixels)
+        .classify(&framing.class_pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config)?;

@@ -3,7 +3,8 @@
 //! keep the features and the class). Nothing here
 //! sends anything: the features and the predicted label stay in the `Client`.
 
-use shared::embed::model::{from_rgba, Model};
+use shared::embed::model::Model;
+use shared::embed::photo::analyse;
 use wasm_bindgen::prelude::*;
 
 use crate::{js_err, Client};
@@ -56,21 +57,29 @@ struct ImageInfo {
 #[wasm_bindgen]
 impl Client {
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
-    /// (`shared::embed::model::from_rgba`), run the model, keep the features. Returns JSON
+    /// (`shared::embed::photo::analyse`, as `from_rgba`), run the model, keep the features. Returns JSON
     /// `{pixels, label, class_name, probability, probabilities, unfamiliar_score,
     /// unfamiliar, unfamiliar_message}`.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
-        let pixels = from_rgba(rgba, width as usize, height as usize).map_err(js_err)?;
-        self.load_pixels(&pixels)
+        let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
+        self.load(&framing.pixels, &framing.class_pixels)
     }
 
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
+        self.load(pixels, pixels)
+    }
+}
+
+impl Client {
+    /// The query from the retrieval model's input and the class model's (the photo pipeline
+    /// gives each its own: `shared::embed::photo::Framing::class_pixels`).
+    fn load(&mut self, pixels: &[u8], class_pixels: &[u8]) -> Result<String, JsError> {
         // One pass over the upright image gives the features and the layer means.
         let (inf, layers) = self.model.infer_with_layer_means(pixels).map_err(js_err)?;
         // The class shown (and Algorithm 1's label) is the class model's; the features are
         // the retrieval model's.
-        let class = self.classifier.classify(pixels).map_err(js_err)?;
+        let class = self.classifier.classify(class_pixels).map_err(js_err)?;
         let class_name = self.class_name(class.label);
         let ood =
             shared::embed::ood::assess_input(pixels, &inf.features, &layers, &self.familiarity)

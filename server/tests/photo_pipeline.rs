@@ -49,10 +49,9 @@ fn top8(gallery: &[Vec<f32>], q: &[f32]) -> Vec<usize> {
     s[..8].iter().map(|x| x.1).collect()
 }
 
-/// Held-out photos on an off-white background find (nearly) the same exact neighbours as on
-/// white, and keep their class.
-#[test]
-fn off_white_backgrounds_keep_the_neighbours() {
+/// The committed model, the training split, the first 2,000 test images' features (the
+/// gallery) and the first `n` held-out training images (outside the anchors).
+fn neighbours_setup(n: usize) -> (Model, Split, Vec<Vec<f32>>, Vec<usize>) {
     let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
     let (test, train) = splits();
     let (anchors, _) = anchor_features(&model, &train);
@@ -61,8 +60,16 @@ fn off_white_backgrounds_keep_the_neighbours() {
         .collect();
     let held: Vec<usize> = reserved_train(train.labels.len(), &anchors)
         .into_iter()
-        .take(60)
+        .take(n)
         .collect();
+    (model, train, gallery, held)
+}
+
+/// Held-out photos on an off-white background find (nearly) the same exact neighbours as on
+/// white, and keep their class.
+#[test]
+fn off_white_backgrounds_keep_the_neighbours() {
+    let (model, train, gallery, held) = neighbours_setup(60);
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     let (mut shared_hits, mut same_class) = (0, 0);
     for &i in &held {
@@ -98,16 +105,7 @@ fn off_white_backgrounds_keep_the_neighbours() {
 /// 0.734, against 0.650 when the 28×28 input was turned instead).
 #[test]
 fn tilted_photos_keep_the_neighbours() {
-    let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
-    let (test, train) = splits();
-    let (anchors, _) = anchor_features(&model, &train);
-    let gallery: Vec<Vec<f32>> = (0..2000)
-        .map(|i| model.infer(test.images.image(i)).unwrap().features)
-        .collect();
-    let held: Vec<usize> = reserved_train(train.labels.len(), &anchors)
-        .into_iter()
-        .take(100)
-        .collect();
+    let (model, train, gallery, held) = neighbours_setup(100);
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let mut shared_hits = 0;
     for (k, &i) in held.iter().enumerate() {

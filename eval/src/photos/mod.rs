@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use shared::embed::model::{from_rgba, weights_version, Inference, Model, PIXELS};
+use shared::embed::photo::analyse;
 
 use privatemail_server::gallery::data::{balanced_anchors, load_split, reserved_train, Split};
 use privatemail_server::gallery::photos::{render, Shot};
@@ -167,10 +168,18 @@ impl Pipeline {
             Pipeline::Legacy => "before (invert only)",
         }
     }
-    fn input(self, rgba: &[u8]) -> Res<Vec<u8>> {
+    /// The retrieval model's input and the class model's
+    /// (`shared::embed::photo::Framing::class_pixels`; the pipeline before: the same one).
+    fn inputs(self, rgba: &[u8]) -> Res<(Vec<u8>, Vec<u8>)> {
         Ok(match self {
-            Pipeline::Current => from_rgba(rgba, SIDE, SIDE)?,
-            Pipeline::Legacy => legacy::from_rgba(rgba, SIDE, SIDE)?,
+            Pipeline::Current => {
+                let f = analyse(rgba, SIDE, SIDE)?;
+                (f.pixels, f.class_pixels)
+            }
+            Pipeline::Legacy => {
+                let p = legacy::from_rgba(rgba, SIDE, SIDE)?;
+                (p.clone(), p)
+            }
         })
     }
 }
@@ -364,11 +373,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             .into_par_iter()
             .map(|i| -> Res<(bool, bool)> {
                 let p = photo(&test, i, 1, &conds[1], args.seed ^ 0x7e57)?;
-                let pixels = from_rgba(&p, SIDE, SIDE)?;
+                let f = analyse(&p, SIDE, SIDE)?;
                 let truth = test.labels[i] as u32;
                 Ok((
-                    model.infer(&pixels)?.label == truth,
-                    classifier.classify(&pixels)?.label == truth,
+                    model.infer(&f.pixels)?.label == truth,
+                    classifier.classify(&f.class_pixels)?.label == truth,
                 ))
             })
             .collect::<Res<_>>()?;
@@ -419,9 +428,9 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                         .enumerate()
                         .map(|(ci, c)| -> Res<_> {
                             let p = photo(&train, i, ci, c, args.seed)?;
-                            let pixels = pipeline.input(&p)?;
+                            let (pixels, class_pixels) = pipeline.inputs(&p)?;
                             let inf = model.infer(&pixels)?;
-                            let shown = classifier.classify(&pixels)?;
+                            let shown = classifier.classify(&class_pixels)?;
                             let truth = train.labels[i] as u32;
                             Ok(Outcome {
                                 right: inf.label == truth,

@@ -57,9 +57,9 @@ struct ImageInfo {
 #[wasm_bindgen]
 impl Client {
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
-    /// (`shared::embed::photo::analyse`, as `from_rgba`), run the model, keep the features. Returns JSON
-    /// `{pixels, label, class_name, probability, probabilities, unfamiliar_score,
-    /// unfamiliar, unfamiliar_message}`.
+    /// (`shared::embed::photo::analyse`, as `from_rgba`), run the models, keep the features.
+    /// Returns JSON `{pixels, label, class_name, probability, probabilities,
+    /// unfamiliar_score, unfamiliar, unfamiliar_message}`.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
         let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
         self.load(&framing.pixels, &framing.class_pixels)

@@ -347,6 +347,12 @@ fn upright_at_photo_resolution(
     range: i32,
     pixels: &[u8],
 ) -> Vec<u8> {
+    // Most photos need no turn (an upright or round object, a shoe's own diagonal): no
+    // working copy is built for them.
+    match super::upright::orientation(pixels) {
+        Some(o) if o.applied.abs() >= TURN_DONE => {}
+        _ => return pixels.to_vec(),
+    }
     let fix = super::upright::FIX;
     // The box's working copy: block sums of f×f photo pixels (a partial block at the far edge
     // counts its missing pixels as 0, as outside the box), as FIX × the block mean, and the

@@ -102,16 +102,31 @@ fn wasm_photo_fixture_matches_the_pipeline() {
     let shot = Shot {
         background: 236,
         degrees: 8.0,
+        noise: 4.0,
         ..Shot::clean(56)
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
     assert_eq!(test.labels[2], 1, "trousers: an axis the pipeline turns");
     let rgba = render(test.images.image(2), &shot, &mut rng);
-    let pixels = shared::embed::model::from_rgba(&rgba, 56, 56).unwrap();
+    let framing = shared::embed::photo::analyse(&rgba, 56, 56).unwrap();
+    let pixels = framing.pixels;
     // The pipeline turned it (the axis was 8° off): nothing is left for the model's step.
     let o = shared::embed::upright::orientation(&pixels).unwrap();
     assert!(o.applied.to_degrees().abs() < 0.25, "{o:?}");
-    let fixture = serde_json::json!({ "side": 56, "rgba": rgba, "pixels": pixels });
+    // The noise is seen, so both ways of removing it (the knee for the retrieval input, the
+    // threshold subtracted for the class model's) are exercised.
+    assert!(framing.noise_level > 0);
+    let class = Classifier::from_bytes(CLASS_WEIGHTS)
+        .unwrap()
+        .classify(&framing.class_pixels)
+        .unwrap();
+    assert_eq!(class.label, 1);
+    let fixture = serde_json::json!({
+        "side": 56,
+        "rgba": rgba,
+        "pixels": pixels,
+        "class_probabilities": class.probabilities,
+    });
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../client-wasm/tests/fixtures/photo.json"
@@ -121,8 +136,13 @@ fn wasm_photo_fixture_matches_the_pipeline() {
     }
     let stored: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert_eq!(
-        stored, fixture,
-        "{path} is stale: rerun with PM_WRITE_FIXTURE=1"
-    );
+    // Floats compared as the f32 they are (JSON's decimal text need not parse back to the same
+    // f64, but it does to the same f32).
+    let probabilities =
+        |v: &serde_json::Value| -> Vec<f32> { serde_json::from_value(v.clone()).unwrap() };
+    let same = ["side", "rgba", "pixels"]
+        .iter()
+        .all(|k| stored[k] == fixture[k])
+        && probabilities(&stored["class_probabilities"]) == class.probabilities;
+    assert!(same, "{path} is stale: rerun with PM_WRITE_FIXTURE=1");
 }

@@ -28,13 +28,17 @@
 //! 6. each pixel becomes its difference from the background, scaled so the background's full
 //!    range (its level for a dark object, 255 − its level for a light one) maps to 255 — an
 //!    exposure change scales object and background together, so this removes it — after a
-//!    soft threshold of 3 × the noise left after averaging;
+//!    knee at 3 × the noise left after averaging: 0 below it, stretched linearly from 0 to
+//!    twice it, unchanged above (a soft threshold, which subtracted it everywhere, lowered
+//!    every level of a noisy photo against its clean twin: whole-family agreement 0.653 →
+//!    0.666 and noise with JPEG 0.891 → 0.911 with the knee, `eval --photos`, session 34);
 //! 7. when the object is larger than 28 pixels, a **tilt is undone at the photo's resolution**:
 //!    the turn the model's own step ([`super::upright`]) would make of that input is made on
 //!    the photo's amounts instead (repeated on the result up to [`TURN_STEPS`] times), and the
 //!    turned object is framed again as in step 5 — see [`upright_at_photo_resolution`]. This
-//!    is the retrieval model's input; the class model reads the input before the turn
-//!    ([`Framing::class_pixels`]), on which it measured better.
+//!    is the retrieval model's input; the class model reads the input before the turn, with
+//!    the threshold of step 6 subtracted instead of the knee ([`Framing::class_pixels`]), on
+//!    which it measured better.
 //!
 //! Integer arithmetic, except step 7's turn (f64 additions, multiplications and divisions with
 //! the series `sin`/`cos` of [`super::upright`]), so native, wasm and training get the same
@@ -71,13 +75,15 @@ pub const MASK_FLOOR: i32 = 8;
 pub struct Framing {
     /// The model's 28×28 input.
     pub pixels: Vec<u8>,
-    /// The input before step 7's turn (the same as `pixels` when nothing was turned): what the
-    /// class model ([`super::classify`]) reads. Measured with `eval --photos`: on it the class
-    /// shown is right for 0.931 / 0.930 of held-out photos on backgrounds 240 / 230, on the
-    /// turned input for 0.926 / 0.926 (the class model was trained with the model's own turn
-    /// at 28×28; one retrained on the turned photos reached 0.921 / 0.922). The retrieval
-    /// features gain from the turn (whole-family top-8 agreement 0.524 → 0.625), the class does
-    /// not, so each network reads the input it does best on.
+    /// The input before step 7's turn, its noise removed by subtracting the threshold
+    /// ([`Floor::Subtract`]) rather than by the knee (the same as `pixels` for a clean photo
+    /// that was not turned): what the class model ([`super::classify`]) reads, as it was
+    /// trained. Measured with `eval --photos`: on it the class shown is right for 0.931 / 0.930
+    /// of held-out photos on backgrounds 240 / 230, on the turned input for 0.926 / 0.926 (one
+    /// retrained on the turned photos reached 0.921 / 0.922); on the whole family 0.926, with
+    /// the knee 0.912. The retrieval features gain from the turn and the knee (whole-family
+    /// top-8 agreement 0.524 → 0.625 → 0.650), the class does not, so each network reads the
+    /// input it does best on.
     pub class_pixels: Vec<u8>,
     /// The background colour (per-channel median of the border ring), after alpha compositing.
     pub background: [u8; 3],
@@ -204,24 +210,22 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
         }
     }
     // 5–6. Resample the box (longest side 28), remove the background, scale the contrast and
-    // soft-threshold the noise of a mean over (long/28)² pixels: σ ≈ 1.4826·MAD·28/long; 3σ.
+    // put a knee at the noise of a mean over (long/28)² pixels: σ ≈ 1.4826·MAD·28/long; 3σ.
     let amounts: Vec<i32> = grey.iter().map(|&g| amount(g)).collect();
     let long = (x1 - x0).max(y1 - y0);
     let threshold = ((3 * 14_826 * mad as u64 * SIDE as u64).div_ceil(10_000 * long as u64)) as i64;
     let bbox = (x0, y0, x1, y1);
-    let class_pixels = place(&amounts, width, bbox, threshold, range as i64, false);
-    let pixels = if long > SIDE {
-        upright_at_photo_resolution(
-            &amounts,
-            &mask,
-            width,
-            bbox,
-            threshold,
-            range,
-            &class_pixels,
-        )
-    } else {
+    let framed = |floor| place(&amounts, width, bbox, floor, range as i64, Fit::Continuous);
+    let class_pixels = framed(Floor::Subtract(threshold));
+    let level = if threshold == 0 {
         class_pixels.clone()
+    } else {
+        framed(Floor::Knee(threshold))
+    };
+    let pixels = if long > SIDE {
+        upright_at_photo_resolution(&amounts, &mask, width, bbox, threshold, range, level)
+    } else {
+        level
     };
     Ok(Framing {
         pixels,
@@ -233,54 +237,132 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     })
 }
 
+/// How [`place`] removes the noise left in a mean: its threshold (3σ of a mean's noise, in the
+/// same units as the amounts; 0 on a clean photo, where both are the identity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Floor {
+    /// 0 up to the threshold, `2·(mean − threshold)` up to twice it, unchanged above: the noise
+    /// around the object goes while the object's own levels stay as in the clean photo.
+    /// `range` maps to 255.
+    Knee(i64),
+    /// The threshold subtracted from every mean (a soft threshold), `range − threshold` mapping
+    /// to 255: what the class model was trained on.
+    Subtract(i64),
+}
+
+/// How [`place`] sizes the resampled box.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// The short side keeps its exact length (`n·28/long` model pixels, not rounded) and the box
+    /// is centred exactly: a continuous function of the box, so a box a photo pixel wider
+    /// squeezes the input by a fraction of a model pixel rather than flipping its width by a
+    /// whole one. At the dataset's own resolution (`long ≤ 28`) an odd margin puts the extra
+    /// pixel before the box, as the dataset does (blended linearly between whole sizes), so a
+    /// dataset image comes back unchanged. Measured with `eval --photos` against rounding the
+    /// short side to whole pixels: whole-family top-8 agreement 0.633 → 0.653 and a clean photo
+    /// of a gallery image finds that image first for 0.919 of 2,000 (0.888 before); with the
+    /// dataset's rounding of the margin kept for photos too, 0.624 and 0.882.
+    Continuous,
+    /// Each side rounded to the nearest even size (ties up, at least 2) and centred, so the box
+    /// sits in the middle and a mirror image is placed as the mirror image ([`super::upright`]).
+    EvenSizes,
+}
+
 /// Steps 5–6 on any image of amounts (difference from the background, towards the object):
 /// the box `(x0, y0, x1, y1)` resampled by exact area averaging so its longest side is 28
-/// (aspect kept), box-centred on a 0 canvas (an odd margin puts the extra pixel before the
-/// box); each mean, less `threshold`, scaled so `range − threshold` maps to 255. With
-/// `even_margins` each side of the target is rounded to the parity of 28, so the box sits in
-/// the middle and a mirror image is placed as the mirror image. Integer arithmetic throughout.
+/// (aspect kept), sized as `fit` says, on a 0 canvas; each mean's noise removed as `floor`
+/// says (its threshold taken over the share of the pixel the box covers) and the result scaled
+/// so the rest of `range` maps to 255. Integer arithmetic throughout.
 pub(crate) fn place(
     amounts: &[i32],
     width: usize,
     (x0, y0, x1, y1): (usize, usize, usize, usize),
-    threshold: i64,
+    floor: Floor,
     range: i64,
-    even_margins: bool,
+    fit: Fit,
 ) -> Vec<u8> {
     let (bw, bh) = (x1 - x0, y1 - y0);
     let long = bw.max(bh);
-    let fit = |n: usize| {
-        if even_margins {
+    let axis = |n: usize| match fit {
+        Fit::Continuous => continuous_weights(n, long),
+        Fit::EvenSizes => {
             // The nearest even size (ties up), at least 2.
-            (2 * ((n * SIDE + long) / (2 * long))).clamp(2, SIDE)
-        } else {
-            ((2 * n * SIDE + long) / (2 * long)).clamp(1, SIDE)
+            let t = (2 * ((n * SIDE + long) / (2 * long))).clamp(2, SIDE);
+            let mut ws = vec![Vec::new(); SIDE];
+            for (k, w) in area_weights(n, t).into_iter().enumerate() {
+                ws[(SIDE - t) / 2 + k] = w;
+            }
+            (ws, n as i64)
         }
     };
-    let (tw, th) = (fit(bw), fit(bh));
-    let wx = area_weights(bw, tw);
-    let wy = area_weights(bh, th);
-    // Horizontal pass: each box row → tw sums (weights in units of 1/tw of a source pixel).
-    let mut rows = vec![0i64; bh * tw];
+    let ((wx, dx), (wy, dy)) = (axis(bw), axis(bh));
+    // Horizontal pass: each box row → 28 weighted sums.
+    let mut rows = vec![0i64; bh * SIDE];
     for y in 0..bh {
         let src = &amounts[(y0 + y) * width + x0..(y0 + y) * width + x1];
         for (t, ws) in wx.iter().enumerate() {
-            rows[y * tw + t] = ws.iter().map(|&(s, w)| w as i64 * src[s] as i64).sum();
+            rows[y * SIDE + t] = ws.iter().map(|&(s, w)| w * i64::from(src[s])).sum();
         }
     }
-    let threshold = threshold.min(range - 1);
-    let den = (bw * bh) as i64;
-    let scale = (range - threshold) * den;
-    let (ox, oy) = ((SIDE - tw).div_ceil(2), (SIDE - th).div_ceil(2));
+    let covered = |ws: &[(usize, i64)]| ws.iter().map(|&(_, w)| w).sum::<i64>();
+    let cover_x: Vec<i64> = wx.iter().map(|ws| covered(ws)).collect();
+    let (threshold, top) = match floor {
+        Floor::Knee(t) => (t, range),
+        Floor::Subtract(t) => (t.min(range - 1), range - t.min(range - 1)),
+    };
+    let scale = top * dx * dy;
     let mut pixels = vec![0u8; PIXELS];
     for (ty, ws) in wy.iter().enumerate() {
-        for tx in 0..tw {
-            let num: i64 = ws.iter().map(|&(s, w)| w as i64 * rows[s * tw + tx]).sum();
-            let v = ((num - threshold * den) * 255 + scale / 2).div_euclid(scale);
-            pixels[(oy + ty) * SIDE + ox + tx] = v.clamp(0, 255) as u8;
+        let cover_y = covered(ws);
+        for tx in 0..SIDE {
+            let num: i64 = ws.iter().map(|&(s, w)| w * rows[s * SIDE + tx]).sum();
+            let t = threshold * cover_x[tx] * cover_y;
+            let num = match floor {
+                // 0 up to the threshold, stretched back onto itself up to twice it.
+                Floor::Knee(_) if num <= t => 0,
+                Floor::Knee(_) if num < 2 * t => 2 * (num - t),
+                Floor::Knee(_) => num,
+                Floor::Subtract(_) => num - t,
+            };
+            let v = (num * 255 + scale / 2).div_euclid(scale);
+            pixels[ty * SIDE + tx] = v.clamp(0, 255) as u8;
         }
     }
     pixels
+}
+
+/// [`Fit::Continuous`] along one axis: for each of the 28 target pixels, the source pixels it
+/// covers and the overlap, in units of `1/(2·long)` of a target pixel (a whole target pixel
+/// is `2·long`: the second value). Each source pixel spans `28/long` target pixels (56 units);
+/// the `n` of them start at `m/2` for the margin `m = 28 − n·28/long`, or, when `long ≤ 28`,
+/// at `m/2 + tri(m)`, where `tri(m)` (half the distance of `m` from the nearest even number:
+/// 0 for an even margin, ½ for an odd one) is the dataset's extra pixel before the box, made
+/// continuous. Exact: every boundary is a whole number of units.
+fn continuous_weights(n: usize, long: usize) -> (Vec<Vec<(usize, i64)>>, i64) {
+    let (n, d) = (n as i64, 2 * long as i64);
+    let span = 2 * SIDE as i64;
+    let margin = span * (long as i64 - n);
+    let nearest_even = (margin + d).div_euclid(2 * d) * 2 * d;
+    let start = if long > SIDE {
+        margin / 2
+    } else {
+        margin / 2 + (margin - nearest_even).abs() / 2
+    };
+    let ws = (0..SIDE as i64)
+        .map(|t| {
+            let (lo, hi) = (t * d, (t + 1) * d);
+            let first = (lo - start).div_euclid(span).max(0);
+            let last = (hi - start).div_euclid(span).min(n - 1);
+            (first..=last)
+                .filter_map(|s| {
+                    let a = start + s * span;
+                    let w = hi.min(a + span) - lo.max(a);
+                    (w > 0).then_some((s as usize, w))
+                })
+                .collect()
+        })
+        .collect();
+    (ws, d)
 }
 
 /// The object's pixels in a noisy photo: those whose largest per-channel difference from the
@@ -345,13 +427,13 @@ fn upright_at_photo_resolution(
     (x0, y0, x1, y1): (usize, usize, usize, usize),
     threshold: i64,
     range: i32,
-    pixels: &[u8],
+    pixels: Vec<u8>,
 ) -> Vec<u8> {
     // Most photos need no turn (an upright or round object, a shoe's own diagonal): no
     // working copy is built for them.
-    match super::upright::orientation(pixels) {
+    match super::upright::orientation(&pixels) {
         Some(o) if o.applied.abs() >= TURN_DONE => {}
-        _ => return pixels.to_vec(),
+        _ => return pixels,
     }
     let fix = super::upright::FIX;
     // The box's working copy: block sums of f×f photo pixels (a partial block at the far edge
@@ -382,15 +464,15 @@ fn upright_at_photo_resolution(
             &turned,
             cw,
             turned_box,
-            threshold * fix as i64,
+            Floor::Knee(threshold * fix as i64),
             range as i64 * fix as i64,
-            false,
+            Fit::Continuous,
         ))
     };
     // The model's step, repeated on its own result: the axis is measured again on the turned
     // object each time, and an offset the step only partly turns (in its ramps) is turned on.
     let mut total = 0.0;
-    let mut out = pixels.to_vec();
+    let mut out = pixels;
     for _ in 0..TURN_STEPS {
         let Some(o) = super::upright::orientation(&out) else {
             break;
@@ -490,14 +572,14 @@ fn quantile(values: impl Iterator<Item = u32>, num: usize, den: usize) -> u32 {
 /// Exact area weights of resampling `n` source pixels to `t` target pixels: for each target
 /// pixel, the source pixels it covers and the overlap in units of `1/t` of a source pixel
 /// (each target's weights sum to `n`).
-fn area_weights(n: usize, t: usize) -> Vec<Vec<(usize, usize)>> {
+fn area_weights(n: usize, t: usize) -> Vec<Vec<(usize, i64)>> {
     (0..t)
         .map(|k| {
             let (lo, hi) = (k * n, (k + 1) * n);
             (lo / t..hi.div_ceil(t))
                 .filter_map(|s| {
                     let w = hi.min((s + 1) * t).saturating_sub(lo.max(s * t));
-                    (w > 0).then_some((s, w))
+                    (w > 0).then_some((s, w as i64))
                 })
                 .collect()
         })
@@ -565,6 +647,43 @@ mod tests {
             assert_eq!(f.noise_level, 0);
             assert_eq!(f.bbox, (6, 0, 22, 28));
         }
+    }
+
+    #[test]
+    fn the_short_side_keeps_its_exact_length_and_centre() {
+        // A full-strength rectangle 112 photo pixels tall and n wide: its input is 28 tall and
+        // n/4 wide (not rounded to whole model pixels), centred on the canvas, for every n.
+        let long = 112;
+        for n in 30..=long {
+            let amounts = vec![255; n * long];
+            let px = place(
+                &amounts,
+                n,
+                (0, 0, n, long),
+                Floor::Knee(0),
+                255,
+                Fit::Continuous,
+            );
+            let ink: i64 = px.iter().map(|&v| i64::from(v)).sum();
+            let want = 255 * 28 * 28 * n as i64 / long as i64;
+            // Only the two edge columns are partly covered: each rounds by at most ½ a level.
+            assert!(
+                (ink - want).abs() <= 28,
+                "width {n}: ink {ink}, exact {want}"
+            );
+            let moment: i64 = px
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i % SIDE) as i64 * i64::from(v))
+                .sum();
+            let centre = moment as f64 / ink as f64;
+            assert!((centre - 13.5).abs() < 0.01, "width {n}: centre {centre}");
+        }
+        // At the dataset's own resolution, an odd margin puts the extra pixel before the box.
+        let img: Vec<u8> = (0..PIXELS)
+            .map(|i| if (7..22).contains(&(i % SIDE)) { 90 } else { 0 })
+            .collect();
+        assert_eq!(analyse(&grey_rgba(&img), SIDE, SIDE).unwrap().pixels, img);
     }
 
     #[test]
@@ -644,7 +763,7 @@ mod tests {
             assert!((*c as i32 - want as i32).abs() <= 2, "{:?}", f.background);
         }
         assert_eq!(f.bbox, (24, 0, 88, 112), "noise does not widen the box");
-        // What noise is left after 4×4 averaging and the soft threshold is small: against the
+        // What noise is left after 4×4 averaging and the knee is small: against the
         // same photo without noise (both turned as in step 7, by nearly the same angle).
         let clean = analyse(&without_noise, 112, 112).unwrap().pixels;
         let mean_err = f
@@ -655,6 +774,14 @@ mod tests {
             .sum::<i32>() as f64
             / PIXELS as f64;
         assert!(mean_err < 4.0, "{mean_err}");
+        // The object's own levels are not lowered by the noise estimate (the knee leaves
+        // means above twice the threshold as they are; subtracting it, ~4 levels here).
+        let object: Vec<i32> = (0..PIXELS)
+            .filter(|&i| clean[i] >= 16)
+            .map(|i| f.pixels[i] as i32 - clean[i] as i32)
+            .collect();
+        let bias = object.iter().sum::<i32>() as f64 / object.len() as f64;
+        assert!(bias.abs() < 1.0, "{bias}");
     }
 
     /// A `side`-pixel photo of a dark dress-like shape (a trapezoid, upright, with a notch at
@@ -707,7 +834,9 @@ mod tests {
             assert!(o.applied.to_degrees().abs() < 0.1, "{degrees}: {o:?}");
             // …and what the model sees is nearly the level photo's input: closer than turning
             // the 28×28 input itself gets (the input before the turn, which the class model
-            // reads; the level photo is not turned at all).
+            // reads; the level photo is not turned at all). Mean absolute difference at −9° /
+            // 6°: 11.0 / 9.6 against 12.1 / 19.2 turned at 28×28 (with the short side rounded
+            // to whole pixels in step 5, session 33: 12.3 / 9.7 against 15.2 / 18.3).
             let before_turn = &framing.class_pixels;
             let tilt = orientation(before_turn).unwrap().applied.to_degrees();
             assert!(
@@ -720,7 +849,7 @@ mod tests {
                 mean_abs(&at_28, &upright(&level)),
             );
             assert!(
-                now < 0.85 * before,
+                now < 0.95 * before && now < 11.5,
                 "{degrees}: {now} vs {before} turned at 28×28"
             );
         }

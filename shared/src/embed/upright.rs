@@ -31,7 +31,7 @@
 //! the same bytes.
 
 use crate::embed::model::{PIXELS, SIDE};
-use crate::embed::photo::{bounding_box, place};
+use crate::embed::photo::{bounding_box, place, Fit, Floor};
 
 /// Below this anisotropy the principal axis is not trusted (no rotation).
 pub const ANISOTROPY_OFF: f64 = 0.08;
@@ -123,7 +123,14 @@ pub fn upright(pixels: &[u8]) -> Vec<u8> {
     let Some(bbox) = bounding_box(side, side, |x, y| out[y * side + x] > BOX_FLOOR * FIX) else {
         return pixels.to_vec();
     };
-    place(&out, side, bbox, 0, 255 * FIX as i64, true)
+    place(
+        &out,
+        side,
+        bbox,
+        Floor::Knee(0),
+        255 * FIX as i64,
+        Fit::EvenSizes,
+    )
 }
 
 /// The `region` `(x0, y0, x1, y1)` of a `width`-wide image of `values`, rotated by `angle`

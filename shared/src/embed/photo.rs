@@ -94,9 +94,10 @@ pub struct Framing {
     /// trained. Measured with `eval --photos`: on it the class shown is right for 0.931 / 0.930
     /// of held-out photos on backgrounds 240 / 230, on the turned input for 0.926 / 0.926 (one
     /// retrained on the turned photos reached 0.921 / 0.922); on the whole family 0.926, with
-    /// the knee 0.912. The retrieval features gain from the turn and the knee (whole-family
-    /// top-8 agreement 0.524 → 0.625 → 0.650), the class does not, so each network reads the
-    /// input it does best on.
+    /// the knee 0.912 (session 34, before [`PHOTO_MASK_FLOOR`]; with it 0.930 / 0.930 and
+    /// 0.922). The retrieval features gain from the turn and the knee (whole-family top-8
+    /// agreement 0.524 → 0.625 → 0.650), the class does not, so each network reads the input
+    /// it does best on.
     pub class_pixels: Vec<u8>,
     /// The background colour (per-channel median of the border ring), after alpha compositing.
     pub background: [u8; 3],

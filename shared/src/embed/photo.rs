@@ -17,8 +17,8 @@
 //! 4. the **object** is every pixel darker (light background) or lighter (dark background)
 //!    than the background in some channel by more than [`MASK_FLOOR`] ([`PHOTO_MASK_FLOOR`] in
 //!    a photo larger than 28 pixels; scaled to the background's range) and 8 × the noise
-//!    level, so neither noise nor JPEG ringing widens
-//!    the box — in a noisy photo larger than 28 pixels, by more than the floor and 3σ itself
+//!    level, so neither noise nor JPEG ringing widens the box — in a noisy photo larger than
+//!    28 pixels, by more than the floor and 3σ itself
 //!    and by more than 8 × the noise level of a mean over its k×k window (k photo pixels to a
 //!    model pixel), so noise neither widens the box nor shrinks it past the object's faint
 //!    edges; at the dataset's own resolution (≤ 28 pixels) a one-pixel fringe of faint
@@ -277,10 +277,11 @@ pub(crate) enum Fit {
     /// squeezes the input by a fraction of a model pixel rather than flipping its width by a
     /// whole one. At the dataset's own resolution (`long ≤ 28`) an odd margin puts the extra
     /// pixel before the box, as the dataset does (blended linearly between whole sizes), so a
-    /// dataset image comes back unchanged. Measured with `eval --photos` against rounding the
-    /// short side to whole pixels: whole-family top-8 agreement 0.633 → 0.653 and a clean photo
-    /// of a gallery image finds that image first for 0.919 of 2,000 (0.888 before); with the
-    /// dataset's rounding of the margin kept for photos too, 0.624 and 0.882.
+    /// dataset image comes back unchanged. Measured against rounding the short side to whole
+    /// pixels (`eval --photos`, session 34): whole-family top-8 agreement 0.625 → 0.639 (0.633
+    /// → 0.653 on a second draw of the family), and a clean photo of a gallery image finds that
+    /// image first for 0.919 of 2,000 (0.888 before); with the dataset's rounding of the margin
+    /// kept for photos too, 0.624 and 0.882 (second draw).
     Continuous,
     /// Each side rounded to the nearest even size (ties up, at least 2) and centred, so the box
     /// sits in the middle and a mirror image is placed as the mirror image ([`super::upright`]).

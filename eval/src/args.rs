@@ -124,6 +124,10 @@ pub(crate) struct Args {
     /// weights).
     #[arg(long, value_delimiter = ',')]
     pub(crate) photos_weights: Vec<String>,
+    /// Photo evaluation: the weights whose features of the test images are the gallery
+    /// (default: the committed gallery model); `--photos-weights` are the query models.
+    #[arg(long)]
+    pub(crate) photos_gallery: Option<std::path::PathBuf>,
     /// Photo evaluation: the class model (`shared::embed::classify`) whose label is shown
     /// (default: the committed one).
     #[arg(long)]

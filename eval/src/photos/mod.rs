@@ -315,6 +315,10 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             })
             .collect::<Res<_>>()?
     };
+    let gallery_model = match &args.photos_gallery {
+        Some(p) => Model::from_bytes(&std::fs::read(p)?)?,
+        None => Model::from_bytes(privatemail_server::MODEL_WEIGHTS)?,
+    };
     let classifier_bytes = match &args.photos_classifier {
         Some(p) => std::fs::read(p)?,
         None => privatemail_server::CLASS_WEIGHTS.to_vec(),
@@ -348,7 +352,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         tracing::info!("weights {label} ({version})");
         let gallery: Vec<Vec<f32>> = (0..test.labels.len())
             .into_par_iter()
-            .map(|i| model.infer(test.images.image(i)).map(|r| r.features))
+            .map(|i| {
+                gallery_model
+                    .infer(test.images.image(i))
+                    .map(|r| r.features)
+            })
             .collect::<Result<_, _>>()?;
         // The pipeline on the dataset's own images.
         let identity: Vec<(bool, usize)> = (0..test.labels.len())

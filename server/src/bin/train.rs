@@ -46,9 +46,16 @@ struct Args {
     /// (`gallery::training::TrainConfig::distill`); needs `--teacher`.
     #[arg(long, default_value_t = 0.0)]
     distill: f32,
-    /// The teacher's weights file for `--distill`.
+    /// Weight of the loss ordering each sample's teacher-nearest training images as the
+    /// teacher does (`gallery::training::TrainConfig::rank`); needs `--teacher`.
+    #[arg(long, default_value_t = 0.0)]
+    rank: f32,
+    /// The teacher's weights file for `--distill` and `--rank`.
     #[arg(long)]
     teacher: Option<PathBuf>,
+    /// Start from this weights file instead of random weights (fine-tuning).
+    #[arg(long)]
+    init: Option<PathBuf>,
     /// Share of the flat layer dropped in training.
     #[arg(long, default_value_t = 0.25)]
     dropout: f32,
@@ -123,10 +130,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         photo_share: args.photo_share,
         contrast: args.contrast,
         distill: args.distill,
+        rank: args.rank,
         dropout: args.dropout,
         weight_decay: args.weight_decay,
     };
     let teacher = match &args.teacher {
+        Some(p) => Some(Model::from_bytes(&std::fs::read(p)?)?),
+        None => None,
+    };
+    let start = match &args.init {
         Some(p) => Some(Model::from_bytes(&std::fs::read(p)?)?),
         None => None,
     };
@@ -136,6 +148,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &train_split.labels[..n],
         &cfg,
         teacher.as_ref(),
+        start.as_ref(),
         |epoch, model, loss| {
             let q = model_quality(model, &test, 2000);
             println!(
@@ -201,8 +214,11 @@ fn check(a: &Args) -> Result<(), String> {
     if !(a.distill.is_finite() && a.distill >= 0.0) {
         return bad("distill", a.distill, "a number ≥ 0");
     }
-    if a.distill > 0.0 && a.teacher.is_none() {
-        return Err("--distill needs --teacher (a weights file)".into());
+    if !(a.rank.is_finite() && a.rank >= 0.0) {
+        return bad("rank", a.rank, "a number ≥ 0");
+    }
+    if (a.distill > 0.0 || a.rank > 0.0) && a.teacher.is_none() {
+        return Err("--distill and --rank need --teacher (a weights file)".into());
     }
     if a.epochs == 0 || a.batch == 0 {
         return Err("--epochs and --batch must be at least 1".into());

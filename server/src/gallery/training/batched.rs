@@ -78,6 +78,33 @@ impl Net {
         }
     }
 
+    /// The network whose [`Net::fold`] is `w` and whose batch statistics on `sample` (images ×
+    /// 784) are its running ones: each normalisation's scale and shift are set so that, at
+    /// `sample`'s statistics, it adds the folded bias and nothing else. A folded model is
+    /// fine-tuned from here without the jump a fresh normalisation would make.
+    pub fn unfold(w: &Weights, sample: &[f32]) -> Self {
+        let mut net = Net::new(w);
+        // Layer 1's statistics do not depend on its own scale and shift; layer 2's do, so they
+        // are read after layer 1 is set.
+        for layer in 0..2 {
+            let c = net.forward(sample, Vec::new());
+            let (n, b) = if layer == 0 {
+                (&c.n1, &w.b1)
+            } else {
+                (&c.n2, &w.b2)
+            };
+            let g: Vec<f32> = n.var.iter().map(|v| (v + BN_EPS).sqrt()).collect();
+            let s: Vec<f32> = n.mean.iter().zip(b).map(|(m, b)| m + b).collect();
+            let (mean, var) = (n.mean.clone(), n.var.clone());
+            if layer == 0 {
+                (net.g1, net.s1, net.mean1, net.var1) = (g, s, mean, var);
+            } else {
+                (net.g2, net.s2, net.mean2, net.var2) = (g, s, mean, var);
+            }
+        }
+        net
+    }
+
     /// The trainable tensors, in the order of [`Grads`].
     pub fn params_mut(&mut self) -> [&mut Vec<f32>; 10] {
         [
@@ -641,6 +668,28 @@ mod tests {
                 assert!((got - want).abs() < 1e-3, "{got} vs {want}");
             }
             for (got, want) in t.h.iter().zip(&c.h[b * EMBED..]) {
+                assert!((got - want).abs() < 1e-3, "{got} vs {want}");
+            }
+        }
+    }
+
+    /// Unfolding a folded model and folding it again gives the same weights, and the unfolded
+    /// network in training mode on its calibration sample computes the folded model.
+    #[test]
+    fn unfolding_inverts_folding_at_the_samples_statistics() {
+        let w = random_net(7).fold();
+        let xs = images(40, 8);
+        let net = Net::unfold(&w, &xs);
+        let back = net.fold();
+        for (a, b) in w.tensors().into_iter().zip(back.tensors()) {
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 1e-4 * (1.0 + x.abs()), "{x} vs {y}");
+            }
+        }
+        let c = net.forward(&xs, Vec::new());
+        let model = Model { w };
+        for (b, x) in xs.chunks_exact(PIXELS).enumerate() {
+            for (got, want) in model.forward(x).h.iter().zip(&c.h[b * EMBED..]) {
                 assert!((got - want).abs() < 1e-3, "{got} vs {want}");
             }
         }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the page's WebAssembly client into web/pkg/ (release wasm + wasm-bindgen's ES module)
-# and copies the model weights (the retrieval model and the class model) next to it. Offline: needs only cargo, the wasm32 target and
+# and copies the model weights (the query model and the class model) next to it. Offline: needs only cargo, the wasm32 target and
 # wasm-bindgen-cli (scripts/setup.sh with PM_SETUP_WASM=1 installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release -p privatemail-client-wasm --target wasm32-unknown-unknown
 wasm-bindgen --target web --no-typescript --out-dir web/pkg \
   target/wasm32-unknown-unknown/release/privatemail_client_wasm.wasm
-cp server/assets/model.bin web/pkg/model.bin
+cp server/assets/query.bin web/pkg/query.bin
 cp server/assets/classifier.bin web/pkg/classifier.bin
 # The committed evaluation's table: the page states what the noisy-numbers searches' results
 # are worth at the chosen ε from these figures (web/evaluation.js).

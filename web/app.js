@@ -40,7 +40,7 @@ async function start() {
   try {
     const [, weights, classWeights, configText, anchorsText, mapText] = await Promise.all([
       wasmReady,
-      getModel("pkg/model.bin", "model_bytes"),
+      getModel("pkg/query.bin", "model_bytes"),
       getModel("pkg/classifier.bin", "class_model_bytes"),
       getJson("/api/v1/config"),
       getJson("/api/v1/anchors"),

@@ -33,8 +33,9 @@ use shared::protocol::plan::{candidates, pareto};
 use error::{CliError, Result};
 use search::{Protocol, Query};
 
-/// The model weights the server's gallery was embedded with (the same file the page loads).
-pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+/// The query model, the one a photo's features come from (the same file the page loads,
+/// trained to land a photo where the server's gallery model puts its clean image).
+pub const QUERY_WEIGHTS: &[u8] = include_bytes!("../../server/assets/query.bin");
 /// The class model whose label the CLI prints and Algorithm 1 uses (`shared::embed::classify`;
 /// the same file the page loads).
 pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../server/assets/classifier.bin");
@@ -252,7 +253,7 @@ fn run(cli: Cli) -> Result<()> {
                 return Err(CliError::Usage("--delta must be in (0, 1)".into()));
             }
             let framing = photo::load(&photo)?;
-            let model = Model::from_bytes(MODEL_WEIGHTS).expect("the embedded weights are valid");
+            let model = Model::from_bytes(QUERY_WEIGHTS).expect("the embedded weights are valid");
             let classifier =
                 Classifier::from_bytes(CLASS_WEIGHTS).expect("the embedded class model is valid");
             let server = server.connect()?;

@@ -170,11 +170,12 @@ pub fn run(
     crate::refusal::guard(&server.base)?;
     let start = Instant::now();
     let config: ConfigResponse = server.get_json("/api/v1/config")?;
-    let ours = shared::embed::model::weights_version(crate::MODEL_WEIGHTS);
-    if config.model_version != ours {
+    let ours = shared::embed::model::weights_version(crate::QUERY_WEIGHTS);
+    if config.query_model_version != ours {
         return Err(CliError::Malformed(format!(
-            "the server's gallery uses model {}, this client has {ours}: update the client",
-            config.model_version
+            "the server's gallery expects the query model {}, this client has {ours}: update \
+             the client",
+            config.query_model_version
         )));
     }
     let t = Instant::now();

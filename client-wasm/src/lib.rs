@@ -82,7 +82,7 @@ pub struct Client {
 
 #[wasm_bindgen]
 impl Client {
-    /// `weights`: the bytes of `model.bin`; `class_weights`: the bytes of `classifier.bin`
+    /// `weights`: the bytes of `query.bin` (the query model); `class_weights`: the bytes of `classifier.bin`
     /// (the class model, `shared::embed::classify`); `config_json`, `anchors_json`: the bodies of
     /// `GET /api/v1/config` and `GET /api/v1/anchors`. The frame's sensitivity is computed here
     /// from the rows received, so a server cannot make the noise too small.
@@ -97,15 +97,16 @@ impl Client {
         let classifier = Classifier::from_bytes(class_weights).map_err(js_err)?;
         let config: ConfigResponse = serde_json::from_str(config_json)
             .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
-        // The gallery's features, the anchors and the familiarity reference were computed with
-        // the weights the configuration names; a photo's features from any other weights would
-        // be compared with them silently and rank nonsense.
+        // The gallery's features are the gallery model's, and the query model the
+        // configuration names is the one trained to land a photo among them (and the one the
+        // familiarity reference was fitted with); a photo's features from any other weights
+        // would be compared with them silently and rank nonsense.
         let version = shared::embed::model::weights_version(weights);
-        if config.model_version != version {
+        if config.query_model_version != version {
             return Err(js_err(format!(
-                "the server's gallery was built with model {}, but it sent the page model \
+                "the server's gallery expects the query model {}, but it sent the page model \
                  {version}: reload the page; if this persists, the server is misconfigured",
-                config.model_version
+                config.query_model_version
             )));
         }
         let anchors: AnchorsResponse = serde_json::from_str(anchors_json)

@@ -107,9 +107,9 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     let mut short: Value = serde_json::from_str(&anchors).unwrap();
     short["frame_rows"].as_array_mut().unwrap().pop();
     assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &short.to_string()).is_err());
-    // Weights other than those the gallery was built with: refused, naming both versions.
+    // Weights other than the query model the gallery expects: refused, naming both versions.
     let mut other: Value = serde_json::from_str(&config).unwrap();
-    other["model_version"] = json!("cnn-v2-0000000000000000");
+    other["query_model_version"] = json!("cnn-v2-0000000000000000");
     let e = common::message(
         Client::new(WEIGHTS, CLASS_WEIGHTS, &other.to_string(), &anchors)
             .err()

@@ -10,7 +10,7 @@ use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-const WEIGHTS: &[u8] = include_bytes!("../../server/assets/model.bin");
+const WEIGHTS: &[u8] = include_bytes!("../../server/assets/query.bin");
 const FIXTURE: &str = include_str!("fixtures/parity.json");
 
 #[wasm_bindgen_test]

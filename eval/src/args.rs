@@ -120,8 +120,8 @@ pub(crate) struct Args {
     /// Photo evaluation: held-out photos (and calibration photos, and non-clothing images).
     #[arg(long, default_value_t = 1000)]
     pub(crate) photos_count: usize,
-    /// Photo evaluation: weights files to compare, as `label=path` (default: the committed
-    /// weights).
+    /// Photo evaluation: query models to compare, as `label=path` (default: the committed
+    /// query model).
     #[arg(long, value_delimiter = ',')]
     pub(crate) photos_weights: Vec<String>,
     /// Photo evaluation: the weights whose features of the test images are the gallery

@@ -2,8 +2,8 @@
 //! images), so a regression cannot pass silently. Full-split figures are in the README.
 
 use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
-use privatemail_server::gallery::quality::model_quality;
-use privatemail_server::MODEL_WEIGHTS;
+use privatemail_server::gallery::quality::{model_quality, query_quality};
+use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use shared::embed::model::Model;
 
 #[test]
@@ -20,11 +20,28 @@ fn committed_model_meets_quality_floors() {
     assert!(q.recall8 >= 0.96, "Recall@8 {}", q.recall8);
 }
 
+/// The query model's features of a dataset image rank the gallery model's features as the
+/// gallery model's own do: the query model is trained to land every image where the gallery
+/// model puts it, photo or not.
 #[test]
-fn weights_file_is_small() {
-    assert!(
-        MODEL_WEIGHTS.len() < 2 << 20,
-        "{} bytes",
-        MODEL_WEIGHTS.len()
+fn committed_query_model_meets_the_same_floors_against_the_gallery() {
+    let query = Model::from_bytes(QUERY_WEIGHTS).expect("committed query weights parse");
+    let gallery = Model::from_bytes(MODEL_WEIGHTS).unwrap();
+    let test = load_split(std::path::Path::new(DEFAULT_DIR), "t10k").unwrap();
+    let q = query_quality(&query, &gallery, &test, 2000);
+    println!(
+        "first 2,000 test images, query model against the gallery model: accuracy {:.4}, \
+         R@1 {:.4}, R@8 {:.4}",
+        q.accuracy, q.recall1, q.recall8
     );
+    assert!(q.accuracy >= 0.88, "accuracy {}", q.accuracy);
+    assert!(q.recall1 >= 0.85, "Recall@1 {}", q.recall1);
+    assert!(q.recall8 >= 0.96, "Recall@8 {}", q.recall8);
+}
+
+#[test]
+fn weights_files_are_small() {
+    for w in [MODEL_WEIGHTS, QUERY_WEIGHTS] {
+        assert!(w.len() < 2 << 20, "{} bytes", w.len());
+    }
 }

@@ -1,14 +1,15 @@
 //! The hintless ranking's level (`publish::ranking_spec`) built as the server builds it, on the
-//! demo gallery's real features with the committed weights: the share of a held-out photo's
-//! exact top 8 that its own block holds is the ranking's fidelity (it scores that block only),
-//! so a change to the level's construction or to the features that lowers it cannot pass
-//! silently. Measured on the 1,000 reserved training images `pirbench` searches with.
+//! demo gallery's real features with the committed gallery model, probed with the committed
+//! query model's features of held-out images (as a client computes them): the share of a
+//! held-out photo's exact top 8 that its own block holds is the ranking's fidelity (it scores
+//! that block only), so a change to the level's construction or to either model that lowers it
+//! cannot pass silently. Measured on the 1,000 reserved training images `pirbench` searches with.
 
 use privatemail_server::gallery::data::{
     balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR,
 };
 use privatemail_server::partition::closure_neighbours;
-use privatemail_server::MODEL_WEIGHTS;
+use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use shared::embed::model::{Model, EMBED};
 use shared::protocol::partition::{build_level, coverage, nearest_k_many, Level, Overlap};
 use shared::protocol::publish::{ranking_spec, COVERAGE_K};
@@ -25,6 +26,7 @@ fn features(model: &Model, images: &[&[u8]]) -> Vec<f32> {
 #[test]
 fn the_ranking_level_holds_most_of_a_held_out_photos_top_8() {
     let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
+    let query = Model::from_bytes(QUERY_WEIGHTS).unwrap();
     let dir = std::path::Path::new(DEFAULT_DIR);
     let (train, test) = (
         load_split(dir, "train").unwrap(),
@@ -44,7 +46,7 @@ fn the_ranking_level_holds_most_of_a_held_out_photos_top_8() {
             .into_iter()
             .map(|i| train.images.image(i))
             .collect();
-        let probes = features(&model, &photos);
+        let probes = features(&query, &photos);
         let truth = nearest_k_many(&x, EMBED, &probes, COVERAGE_K);
         let spec = ranking_spec(n).expect("a ranking level");
         let Overlap::Capped { m, rows } = spec.overlap else {

@@ -1,17 +1,17 @@
 //! Writes, or checks, the fixture the wasm parity test compares against: native features of
-//! eight Fashion-MNIST test images under the committed weights, and the class the committed
+//! eight Fashion-MNIST test images under the committed query model (the one the page runs), and the class the committed
 //! class model (`shared::embed::classify`) gives them. With `PM_WRITE_FIXTURE=1` it
 //! (re)writes the file; otherwise it fails if the file does not match the current weights, so
 //! the fixture cannot go stale silently.
 
 use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
-use privatemail_server::{CLASS_WEIGHTS, MODEL_WEIGHTS};
+use privatemail_server::{CLASS_WEIGHTS, QUERY_WEIGHTS};
 use shared::embed::classify::Classifier;
 use shared::embed::model::Model;
 
 #[test]
 fn wasm_parity_fixture_matches_the_committed_weights() {
-    let model = Model::from_bytes(MODEL_WEIGHTS).unwrap();
+    let model = Model::from_bytes(QUERY_WEIGHTS).unwrap();
     let classifier = Classifier::from_bytes(CLASS_WEIGHTS).unwrap();
     let test = load_split(std::path::Path::new(DEFAULT_DIR), "t10k").unwrap();
     let cases: Vec<serde_json::Value> = (0..8)

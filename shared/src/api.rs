@@ -32,7 +32,13 @@ pub struct ConfigResponse {
     /// SHA-256 (lower-case hex) of the `GET /anchors` body: a client keeps the anchors by
     /// content, as it keeps PIR hints, and reads its copy without asking the server again.
     pub anchors_sha256: String,
+    /// Version ([`crate::embed::model::weights_version`]) of the gallery model, whose features
+    /// of the gallery and the anchors the server holds.
     pub model_version: String,
+    /// Version of the query model, the one a client must run on a photo: trained to put a
+    /// photo's features where the gallery model puts its clean image, and the one the
+    /// anchors' familiarity reference was fitted with.
+    pub query_model_version: String,
     pub limits: ApiLimits,
 }
 
@@ -665,6 +671,7 @@ mod tests {
             anchor_count: n,
             anchors_sha256: "ab".repeat(32),
             model_version: "test".into(),
+            query_model_version: "test-query".into(),
             limits: limits(),
         };
         (anchors, config)

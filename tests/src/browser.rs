@@ -202,7 +202,7 @@ pub fn native_features(i: usize) -> Vec<f32> {
     let (px, _) = test_image(i);
     let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
     let pixels = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
     model.infer(&pixels).unwrap().features
 }
 

@@ -285,7 +285,7 @@ pub fn test_image(i: usize) -> (Vec<u8>, u32) {
 /// What a real client computes on-device for test image `i`: the retrieval model's features
 /// and the class model's label (`shared::embed::classify`).
 pub fn client_query(i: usize) -> (Vec<f64>, u32) {
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS)
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS)
         .expect("weights");
     let classifier =
         shared::embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS)

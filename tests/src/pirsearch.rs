@@ -183,7 +183,7 @@ pub struct Ahead {
 /// The on-device model's features of the first `count` held-out photos: Fashion-MNIST training
 /// images the demo gallery never holds, at any size (`data::reserved_train`).
 pub fn held_out_features(count: usize) -> Vec<Vec<f32>> {
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
     let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
     let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
     privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])

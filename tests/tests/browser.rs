@@ -20,7 +20,7 @@ const ROOT: &str = privatemail_e2e::browser::ROOT;
 /// Test images the native model classifies correctly and confidently: the test is about the
 /// pipeline at a large ε, not about the model's mistakes.
 fn confident_images(count: usize) -> Vec<usize> {
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
     (5000..6000)
         .filter(|&i| {
             let (px, label) = test_image(i);
@@ -1738,7 +1738,7 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
     let web = std::path::Path::new(ROOT).join("web");
     copy_dir(&web, &dir);
     let srv = privatemail_e2e::demo_server("browser", &["--web-dir", dir.to_str().unwrap()]);
-    let model = std::fs::read(web.join("pkg/model.bin")).unwrap();
+    let model = std::fs::read(web.join("pkg/query.bin")).unwrap();
     let class = std::fs::read(web.join("pkg/classifier.bin")).unwrap();
     let mut longer = class.clone();
     longer.extend(std::iter::repeat_n(7u8, 4 << 20));
@@ -1766,15 +1766,15 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
             &["scale"],
         ),
         (
-            "model.bin",
+            "query.bin",
             "cut short",
             model[..model.len() / 2].to_vec(),
             &["refused", "bytes, not the"],
         ),
-        ("model.bin", "a weight of 10³⁰", overflowing, &["at most"]),
+        ("query.bin", "a weight of 10³⁰", overflowing, &["at most"]),
     ];
     for (file, what, bytes, words) in cases {
-        std::fs::write(dir.join("pkg/model.bin"), &model).unwrap();
+        std::fs::write(dir.join("pkg/query.bin"), &model).unwrap();
         std::fs::write(dir.join("pkg/classifier.bin"), &class).unwrap();
         std::fs::write(dir.join("pkg").join(file), &bytes).unwrap();
         // A fresh browser each time: nothing from the last case's cache.

@@ -105,9 +105,11 @@ fn ids(v: &Value) -> Vec<u64> {
 }
 
 /// The exact non-private top 8 of the demo gallery (test images 0..1000, ids = indices) for
-/// each photo, on the model's features as the CLI computes them.
+/// each photo: the gallery model's features of the gallery, the query model's of the photo (as
+/// the CLI computes them).
 fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
     let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let query = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
     let dir = Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
     let test = privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
     let gallery: Vec<Vec<f32>> = (0..1000)
@@ -116,7 +118,7 @@ fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
     photos
         .iter()
         .map(|px| {
-            let q = model.infer(px).unwrap().features;
+            let q = query.infer(px).unwrap().features;
             let mut d: Vec<(f32, u64)> = gallery
                 .iter()
                 .enumerate()
@@ -236,9 +238,9 @@ fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
     }
 }
 
-/// The model's features of a model input.
+/// The query model's features of a model input (what the CLI computes).
 fn features(input: &[u8]) -> Vec<f32> {
-    shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS)
+    shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS)
         .unwrap()
         .infer(input)
         .unwrap()

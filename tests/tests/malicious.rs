@@ -129,7 +129,7 @@ struct Gallery {
 fn photos(n: usize) -> Vec<Vec<f32>> {
     let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
     let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
-    let model = Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
     (0..n)
         .map(|i| model.infer(test.images.image(i)).unwrap().features)
         .collect()

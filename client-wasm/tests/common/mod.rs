@@ -7,8 +7,8 @@
 use serde_json::json;
 use shared::DMatrix;
 
-/// The weights the server serves the page (and whose version its configuration names).
-pub const WEIGHTS: &[u8] = include_bytes!("../../../server/assets/model.bin");
+/// The query model the server serves the page (and whose version its configuration names).
+pub const WEIGHTS: &[u8] = include_bytes!("../../../server/assets/query.bin");
 pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../../server/assets/classifier.bin");
 
 /// A `JsError`'s message, as the page shows it.
@@ -56,7 +56,7 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
         "class_names": ["T-shirt/top","Trouser","Pullover","Dress","Coat","Sandal","Shirt","Sneaker","Bag","Ankle boot"],
         "feature_dim": 64, "frame_dim": 10, "frame_kernel_scale": 0.02, "anchor_count": n,
         "anchors_sha256": shared::protocol::blocks::hash_hex(anchors.as_bytes()),
-        "model_version": shared::embed::model::weights_version(WEIGHTS), "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
+        "model_version": "gallery", "query_model_version": shared::embed::model::weights_version(WEIGHTS), "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
     });
     let f = DMatrix::from_fn(n, 64, |i, j| features[i][j] as f64);
     let r = DMatrix::from_fn(n, 10, |i, j| frame_rows[i][j]);

@@ -6,7 +6,8 @@
 //! Queries: the reserved training images (`data::reserved_train`), outside every gallery and
 //! the public anchors (the first `--anchors` class-balanced training images), the same queries
 //! for both galleries; the anchors are held out too, so coverage is measured on held-out
-//! probes at both sizes. Features: the on-device model's, as the server computes them.
+//! probes at both sizes. Features: the gallery model's of the gallery and the anchors (as the
+//! server computes them), the query model's of the queries (as a client does).
 //!
 //! Levels are the same k-means levels the server publishes (`partition::kmeans` with the
 //! server's seed), made to overlap by spill (each item in its `r` nearest centroids' blocks) or
@@ -48,7 +49,7 @@ use shared::protocol::partition::Overlap;
 use privatemail_server::gallery::data::{
     balanced_anchors, demo_gallery, load_split, reserved_train,
 };
-use privatemail_server::MODEL_WEIGHTS;
+use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 
 use crate::args::Args;
 use csv::write_csv;
@@ -100,7 +101,8 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     log("model features: test split, queries, anchors");
     let test_idx: Vec<usize> = (0..small_n).collect();
     let test_feats = infer(&model, &test, &test_idx)?;
-    let q_features = infer(&model, &train, &query_idx)?;
+    // The queries are photos a client embeds: the query model's features.
+    let q_features = infer(&Model::from_bytes(QUERY_WEIGHTS)?, &train, &query_idx)?;
     let a_features = infer(&model, &train, &anchor_idx)?;
     let dim = q_features.len() / query_idx.len();
     let ctx = Ctx {

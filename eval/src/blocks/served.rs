@@ -31,7 +31,7 @@ use privatemail_server::gallery::data::{
 use privatemail_server::partition::{
     closure_neighbours, coverage_probes, PartitionSettings, WHOLE_MAX_ITEMS,
 };
-use privatemail_server::MODEL_WEIGHTS;
+use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 
 use super::level::{evaluate_level, Coef};
 use super::setup::{exact_top, infer, infer_rows, Res, K, THUMB};
@@ -86,7 +86,8 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         return Err("no held-out queries".into());
     }
     let a_features = infer(&model, &train, &anchor_idx)?;
-    let q_features = infer(&model, &train, &query_idx)?;
+    // The queries are photos a client embeds: the query model's features.
+    let q_features = infer(&Model::from_bytes(QUERY_WEIGHTS)?, &train, &query_idx)?;
     let dim = q_features.len() / query_idx.len();
     let mut out = Vec::new();
     for &n in &args.blocks_served {

@@ -1,12 +1,14 @@
-//! `eval --photos`: the on-device model on photos rather than dataset images. Each held-out
+//! `eval --photos`: the query model (the one a client runs) on photos rather than dataset
+//! images, against the gallery model's features of the gallery. Each held-out
 //! Fashion-MNIST image (`data::reserved_train`: never in the gallery, never trained on) is
 //! drawn as a 112×112 RGBA product photo (`gallery::photos`: dark object on a light
 //! background) under one perturbation at a time and under the whole family at once (background
 //! 200–255, shifts up to 10 %, scale 0.7–1.0, rotations up to 10°, Gaussian noise σ = 5, JPEG
 //! quality 60), and preprocessed by the client's pipeline (`from_rgba`) and by the one before
-//! it (`legacy`). Reported: class accuracy (the retrieval model's own and the class shown, the
+//! it (`legacy`). Reported: class accuracy (the query model's own and the class shown, the
 //! class model's: `shared::embed::classify`) and the exact top-8 agreement over the gallery (the
-//! 10,000 test images' features) with the same photo clean; the class on photos of test images; that the pipeline leaves the
+//! 10,000 test images' features) with the same photo clean; the class on photos of test
+//! images; that the pipeline leaves the
 //! dataset's own images unchanged; and the out-of-distribution scores on procedurally
 //! generated non-clothing images (`ood`): AUROC, and the flagged share at a threshold
 //! calibrated on photos of the test split (`photos.md`, `photos.csv`, `photos-ood.csv`).
@@ -168,7 +170,7 @@ impl Pipeline {
             Pipeline::Legacy => "before (invert only)",
         }
     }
-    /// The retrieval model's input and the class model's
+    /// The query model's input and the class model's
     /// (`shared::embed::photo::Framing::class_pixels`; the pipeline before: the same one).
     fn inputs(self, rgba: &[u8]) -> Res<(Vec<u8>, Vec<u8>)> {
         Ok(match self {
@@ -272,7 +274,7 @@ fn score_photo(
 
 /// One photo's outcome.
 struct Outcome {
-    /// The retrieval model's own class is right.
+    /// The query model's own class is right.
     right: bool,
     /// The class shown (the class model's, `shared::embed::classify`) is right.
     shown_right: bool,
@@ -290,6 +292,8 @@ struct Row {
     accuracy: f64,
     shown: f64,
     agreement: f64,
+    /// The share of the gallery model's own top k of the dataset image.
+    own: f64,
 }
 
 pub(crate) fn run(args: &Args) -> Res<()> {
@@ -303,8 +307,8 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let calibration: Vec<usize> = (0..args.photos_count.min(test.labels.len())).collect();
     let weights: Vec<(String, Vec<u8>)> = if args.photos_weights.is_empty() {
         vec![(
-            "committed".into(),
-            privatemail_server::MODEL_WEIGHTS.to_vec(),
+            "committed query model".into(),
+            privatemail_server::QUERY_WEIGHTS.to_vec(),
         )]
     } else {
         args.photos_weights
@@ -315,10 +319,12 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             })
             .collect::<Res<_>>()?
     };
-    let gallery_model = match &args.photos_gallery {
-        Some(p) => Model::from_bytes(&std::fs::read(p)?)?,
-        None => Model::from_bytes(privatemail_server::MODEL_WEIGHTS)?,
+    let gallery_bytes = match &args.photos_gallery {
+        Some(p) => std::fs::read(p)?,
+        None => privatemail_server::MODEL_WEIGHTS.to_vec(),
     };
+    let gallery_model = Model::from_bytes(&gallery_bytes)?;
+    let gallery_version = weights_version(&gallery_bytes);
     let classifier_bytes = match &args.photos_classifier {
         Some(p) => std::fs::read(p)?,
         None => privatemail_server::CLASS_WEIGHTS.to_vec(),
@@ -331,7 +337,8 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         md,
         "# The on-device model on photos\n\n`eval --photos` ({} held-out training images \
          (`data::reserved_train`), each drawn as a {SIDE}×{SIDE} photo, dark on light; gallery: \
-         the 10,000 test images' features; seed {}). Agreement: the share of the exact top {K} \
+         the 10,000 test images' features under the gallery model ({}); seed {}). Each weights \
+         file below is the query model, the one the photo goes through. Agreement: the share of the exact top {K} \
          over the gallery that the photo shares with the same photo clean, through the same \
          pipeline and model. Each photo is drawn from its own seeded stream, so every model and \
          pipeline sees the same photos. A shift moves the 28×28 frame, so at scales near 1 part \
@@ -340,10 +347,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
          set of the weights trained with photos (`train`), but were inside it for the weights \
          before them.\n",
         held_out.len(),
+        gallery_version,
         args.seed
     )?;
     let mut csv = String::from(
-        "weights,weights_version,class_model,pipeline,condition,photos,class_accuracy,class_shown_accuracy,top8_agreement\n",
+        "weights,weights_version,class_model,pipeline,condition,photos,class_accuracy,class_shown_accuracy,top8_agreement,top8_shared_with_gallery_model\n",
     );
     let mut ood_csv = String::from("weights,weights_version,score,kind,images,auroc,flagged\n");
     for (label, bytes) in &weights {
@@ -365,12 +373,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 let img = test.images.image(i);
                 let rgba: Vec<u8> = img.iter().flat_map(|&g| [g, g, g, 255]).collect();
                 let out = from_rgba(&rgba, 28, 28)?;
-                if out == img {
-                    return Ok((true, K));
-                }
+                // The query model's features of what the pipeline made of the image, against
+                // the gallery's own row of it (another model's: compared even when unchanged).
                 let f = model.infer(&out)?.features;
                 Ok((
-                    false,
+                    out == img,
                     overlap(&top_k(&gallery, &f), &top_k(&gallery, &gallery[i])),
                 ))
             })
@@ -399,10 +406,10 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             md,
             "## Weights `{label}` ({version}), class model {class_version}\n\nThe pipeline on the 10,000 test images \
              themselves (28×28, as the gallery holds them): {unchanged} come back unchanged; \
-             the top {K} of their features agree with the gallery's own in {id_agree:.4}. \
+             the top {K} of their query features agree with the gallery's own in {id_agree:.4}. \
              Photos (background 240) of the first {} test images: class accuracy {:.3} with the \
-             retrieval model, {:.3} with the class model.\n\n\
-             | pipeline | condition | class accuracy (retrieval model) | class shown (class model) | top-{K} agreement |\n|---|---|---:|---:|---:|",
+             query model, {:.3} with the class model.\n\n\
+             | pipeline | condition | class accuracy (query model) | class shown (class model) | top-{K} agreement with the photo clean | top-{K} shared with the gallery model's of the image |\n|---|---|---:|---:|---:|---:|",
             second.len(),
             second_share(|x| x.0),
             second_share(|x| x.1),
@@ -426,6 +433,17 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             )?,
             rows: anchors,
         };
+        // The gallery model's own top k of each held-out dataset image: what a photo of it
+        // would find if the photo changed nothing and the query model were the gallery's.
+        let own_top: Vec<Vec<usize>> = held_out
+            .par_iter()
+            .map(|&i| -> Res<Vec<usize>> {
+                Ok(top_k(
+                    &gallery,
+                    &gallery_model.infer(train.images.image(i))?.features,
+                ))
+            })
+            .collect::<Res<_>>()?;
         for pipeline in [Pipeline::Legacy, Pipeline::Current] {
             // Per held-out image and condition: (correct, top-k, scores).
             let per: Vec<Vec<Outcome>> = held_out
@@ -461,9 +479,15 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                     .map(|r| overlap(&r[ci].top, &r[0].top))
                     .sum::<usize>() as f64
                     / (K * n) as f64;
+                let own = per
+                    .iter()
+                    .zip(&own_top)
+                    .map(|(r, t)| overlap(&r[ci].top, t))
+                    .sum::<usize>() as f64
+                    / (K * n) as f64;
                 writeln!(
                     md,
-                    "| {} | {} | {accuracy:.3} | {shown:.3} | {agreement:.3} |",
+                    "| {} | {} | {accuracy:.3} | {shown:.3} | {agreement:.3} | {own:.3} |",
                     pipeline.name(),
                     c.name
                 )?;
@@ -475,17 +499,19 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                     accuracy,
                     shown,
                     agreement,
+                    own,
                 };
                 writeln!(
                     csv,
-                    "{},{version},{class_version},{},{},{},{:.4},{:.4},{:.4}",
+                    "{},{version},{class_version},{},{},{},{:.4},{:.4},{:.4},{:.4}",
                     row.weights,
                     row.pipeline,
                     row.condition,
                     row.photos,
                     row.accuracy,
                     row.shown,
-                    row.agreement
+                    row.agreement,
+                    row.own
                 )?;
             }
             if pipeline == Pipeline::Current {

@@ -336,15 +336,22 @@ impl AppState {
             shared::protocol::frame::DEFAULT_KERNEL_SCALE,
         )?;
         // The out-of-distribution reference: Gaussians over the anchors' features and layer
-        // means (`shared::embed::ood`).
-        let layer_means: Vec<f32> = anchor_idx
+        // means (`shared::embed::ood`) under the query model, the one a client scores its
+        // photo with.
+        let query = Model::from_bytes(crate::QUERY_WEIGHTS)?;
+        let (query_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = anchor_idx
             .par_iter()
-            .map(|&i| model.layer_means(train.images.image(i)))
+            .map(|&i| {
+                query
+                    .infer_with_layer_means(train.images.image(i))
+                    .map(|(inf, layers)| (inf.features, layers))
+            })
             .collect::<Result<Vec<_>, _>>()?
-            .concat();
+            .into_iter()
+            .unzip();
         let familiarity = shared::embed::ood::Reference::fit(
-            &anchor_inf.concat(),
-            &layer_means,
+            &query_features.concat(),
+            &layer_means.concat(),
             &anchor_labels,
             fd,
         )?;
@@ -374,6 +381,7 @@ impl AppState {
             anchor_count: anchor_idx.len(),
             anchors_sha256,
             model_version: weights,
+            query_model_version: model_version(crate::QUERY_WEIGHTS),
             limits: opts.limits,
         };
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();

@@ -149,23 +149,27 @@ fn teacher_targets(teacher: &Model, xs: &[Vec<f32>]) -> Vec<[Vec<f32>; 2]> {
 /// Each image's [`NEIGHBOURS`] nearest other images by the teacher's unit embeddings `t`
 /// (upright), most similar first: O(n²·EMBED) time, O(n·NEIGHBOURS) memory.
 fn teacher_neighbours(t: &[[Vec<f32>; 2]]) -> Vec<Vec<u32>> {
+    let k = NEIGHBOURS.min(t.len().saturating_sub(1));
     t.par_iter()
         .enumerate()
-        .map(|(i, a)| {
-            let mut s: Vec<(f32, u32)> = t
-                .iter()
-                .enumerate()
-                .filter(|&(j, _)| j != i)
-                .map(|(j, b)| (a[0].iter().zip(&b[0]).map(|(x, y)| x * y).sum(), j as u32))
-                .collect();
-            let k = NEIGHBOURS.min(s.len());
+        .map_init(Vec::new, |s: &mut Vec<(f32, u32)>, (i, a)| {
+            // One similarity buffer per thread; the result is a fresh k-long list (collecting
+            // from the buffer itself would keep its n-long allocation per image).
+            s.clear();
+            s.extend(
+                t.iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .map(|(j, b)| (a[0].iter().zip(&b[0]).map(|(x, y)| x * y).sum(), j as u32)),
+            );
             if k == 0 {
                 return Vec::new();
             }
-            s.select_nth_unstable_by(k - 1, |x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-            s.truncate(k);
-            s.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
-            s.into_iter().map(|x| x.1).collect()
+            let order = |x: &(f32, u32), y: &(f32, u32)| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1));
+            s.select_nth_unstable_by(k - 1, order);
+            let top = &mut s[..k];
+            top.sort_by(order);
+            top.iter().map(|x| x.1).collect::<Vec<u32>>()
         })
         .collect()
 }

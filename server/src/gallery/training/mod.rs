@@ -487,8 +487,8 @@ mod tests {
             );
         }
         // At its own target's direction with the others far, the loss is near 0.
-        let own = contrastive(&targets[2], &targets, 2, 1.0).0;
-        assert!(own < contrastive(&targets[0], &targets, 2, 1.0).0);
+        let own = contrastive(targets[2], &targets, 2, 1.0).0;
+        assert!(own < contrastive(targets[0], &targets, 2, 1.0).0);
     }
 
     /// The soft cross-entropy's gradient is its derivative (central differences), and it is

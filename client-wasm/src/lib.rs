@@ -82,9 +82,9 @@ pub struct Client {
 
 #[wasm_bindgen]
 impl Client {
-    /// `weights`: the bytes of `query.bin` (the query model); `class_weights`: the bytes of `classifier.bin`
-    /// (the class model, `shared::embed::classify`); `config_json`, `anchors_json`: the bodies of
-    /// `GET /api/v1/config` and `GET /api/v1/anchors`. The frame's sensitivity is computed here
+    /// `weights`: the bytes of `query.bin` (the query model); `class_weights`: the bytes of
+    /// `classifier.bin` (the class model, `shared::embed::classify`); `config_json`,
+    /// `anchors_json`: the bodies of `GET /api/v1/config` and `GET /api/v1/anchors`. The frame's sensitivity is computed here
     /// from the rows received, so a server cannot make the noise too small.
     #[wasm_bindgen(constructor)]
     pub fn new(

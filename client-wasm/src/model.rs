@@ -17,7 +17,8 @@ pub struct OnDeviceModel {
 
 #[wasm_bindgen]
 impl OnDeviceModel {
-    /// Load weights (the bytes of `query.bin`, the query model); a clear error for anything else.
+    /// Load weights (the bytes of `query.bin`, the query model); a clear error for anything
+    /// else.
     #[wasm_bindgen(constructor)]
     pub fn new(weights: &[u8]) -> Result<OnDeviceModel, JsError> {
         Ok(OnDeviceModel {

@@ -46,14 +46,11 @@ struct Args {
     /// (`gallery::training::TrainConfig::distill`); needs `--teacher`.
     #[arg(long, default_value_t = 0.0)]
     distill: f32,
-    /// Weight of the loss ordering each sample's teacher-nearest training images as the
-    /// teacher does (`gallery::training::TrainConfig::rank`); needs `--teacher`.
-    #[arg(long, default_value_t = 0.0)]
-    rank: f32,
-    /// The teacher's weights file for `--distill` and `--rank`.
+    /// The teacher's weights file for `--distill`.
     #[arg(long)]
     teacher: Option<PathBuf>,
-    /// Start from this weights file instead of random weights (fine-tuning).
+    /// Start from this weights file instead of random weights (fine-tuning: the query model
+    /// starts from the gallery model).
     #[arg(long)]
     init: Option<PathBuf>,
     /// Share of the flat layer dropped in training.
@@ -130,7 +127,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         photo_share: args.photo_share,
         contrast: args.contrast,
         distill: args.distill,
-        rank: args.rank,
         dropout: args.dropout,
         weight_decay: args.weight_decay,
     };
@@ -214,11 +210,8 @@ fn check(a: &Args) -> Result<(), String> {
     if !(a.distill.is_finite() && a.distill >= 0.0) {
         return bad("distill", a.distill, "a number ≥ 0");
     }
-    if !(a.rank.is_finite() && a.rank >= 0.0) {
-        return bad("rank", a.rank, "a number ≥ 0");
-    }
-    if (a.distill > 0.0 || a.rank > 0.0) && a.teacher.is_none() {
-        return Err("--distill and --rank need --teacher (a weights file)".into());
+    if a.distill > 0.0 && a.teacher.is_none() {
+        return Err("--distill needs --teacher (a weights file)".into());
     }
     if a.epochs == 0 || a.batch == 0 {
         return Err("--epochs and --batch must be at least 1".into());

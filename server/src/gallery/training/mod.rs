@@ -41,12 +41,6 @@ pub struct TrainConfig {
     /// with them (a consistency term between the student's own views collapsed the features
     /// in session 24). 0, or no teacher given to [`train`], disables it.
     pub distill: f32,
-    /// Weight of a ranking loss that needs the teacher too: the student's softmax (temperature
-    /// [`RANK_TAU`]) over the teacher's unit embeddings of the image's [`NEIGHBOURS`] nearest
-    /// training images (by the teacher) is pulled towards the teacher's own — the order of the
-    /// nearest neighbours, which is what a query's exact top k reads, rather than every
-    /// direction of the embedding alike. 0 disables it.
-    pub rank: f32,
     /// Share of the flat layer's values dropped in training (inverted dropout; none at
     /// inference).
     pub dropout: f32,
@@ -56,10 +50,6 @@ pub struct TrainConfig {
 
 /// Temperature of the contrastive loss.
 pub const TAU: f32 = 0.1;
-/// Temperature of the ranking loss: similarities of near neighbours differ by hundredths.
-pub const RANK_TAU: f32 = 0.02;
-/// Teacher's nearest training images per image that the ranking loss orders.
-pub const NEIGHBOURS: usize = 32;
 
 /// The unit vector of `h` and its norm. Not `shared::embed::model`'s normalisation: that one
 /// floors the norm at `f32::MIN_POSITIVE`, this one at 1e-12, which keeps the gradient's
@@ -71,39 +61,19 @@ fn unit(h: &[f32]) -> (Vec<f32>, f32) {
 
 /// InfoNCE of the view `h` against clean unit `targets` (its own at `own`): the loss and its
 /// gradient with respect to `h`, both scaled by `weight`.
-fn contrastive(h: &[f32], targets: &[&[f32]], own: usize, weight: f32) -> (f32, Vec<f32>) {
-    let q: Vec<f32> = (0..targets.len())
-        .map(|j| if j == own { 1.0 } else { 0.0 })
-        .collect();
-    soft_contrastive(h, targets, &q, TAU, weight)
-}
-
-/// Cross-entropy `−Σ q_j log p_j` of the softmax `p` of `h`'s unit vector's similarities to
-/// unit `targets` (temperature `tau`) against the distribution `q`: the loss and its gradient
-/// with respect to `h`, both scaled by `weight`.
-fn soft_contrastive(
-    h: &[f32],
-    targets: &[&[f32]],
-    q: &[f32],
-    tau: f32,
-    weight: f32,
-) -> (f32, Vec<f32>) {
+fn contrastive(h: &[f32], targets: &[Vec<f32>], own: usize, weight: f32) -> (f32, Vec<f32>) {
     let (u, norm) = unit(h);
     let logits: Vec<f32> = targets
         .iter()
-        .map(|t| t.iter().zip(&u).map(|(a, b)| a * b).sum::<f32>() / tau)
+        .map(|t| t.iter().zip(&u).map(|(a, b)| a * b).sum::<f32>() / TAU)
         .collect();
     let p = shared::embed::model::softmax(&logits);
-    let loss: f32 = q
-        .iter()
-        .zip(&p)
-        .map(|(qj, pj)| -qj * pj.max(1e-12).ln())
-        .sum();
-    // dL/du = Σ_j (p_j − q_j) t_j / τ; through the normalisation: (I − u uᵀ)/|h|.
+    let loss = -p[own].max(1e-12).ln();
+    // dL/du = Σ_j (p_j − [j = own]) t_j / τ; through the normalisation: (I − u uᵀ)/|h|.
     let mut du = vec![0.0f32; u.len()];
     for (j, t) in targets.iter().enumerate() {
-        let c = (p[j] - q[j]) / tau;
-        du.iter_mut().zip(t.iter()).for_each(|(d, v)| *d += c * v);
+        let c = (p[j] - if j == own { 1.0 } else { 0.0 }) / TAU;
+        du.iter_mut().zip(t).for_each(|(d, v)| *d += c * v);
     }
     let dot: f32 = du.iter().zip(&u).map(|(a, b)| a * b).sum();
     let dh = du
@@ -144,58 +114,6 @@ fn teacher_targets(teacher: &Model, xs: &[Vec<f32>]) -> Vec<[Vec<f32>; 2]> {
             ]
         })
         .collect()
-}
-
-/// Each image's [`NEIGHBOURS`] nearest other images by the teacher's unit embeddings `t`
-/// (upright), most similar first: O(n²·EMBED) time, O(n·NEIGHBOURS) memory.
-fn teacher_neighbours(t: &[[Vec<f32>; 2]]) -> Vec<Vec<u32>> {
-    let k = NEIGHBOURS.min(t.len().saturating_sub(1));
-    t.par_iter()
-        .enumerate()
-        .map_init(Vec::new, |s: &mut Vec<(f32, u32)>, (i, a)| {
-            // One similarity buffer per thread; the result is a fresh k-long list (collecting
-            // from the buffer itself would keep its n-long allocation per image).
-            s.clear();
-            s.extend(
-                t.iter()
-                    .enumerate()
-                    .filter(|&(j, _)| j != i)
-                    .map(|(j, b)| (a[0].iter().zip(&b[0]).map(|(x, y)| x * y).sum(), j as u32)),
-            );
-            if k == 0 {
-                return Vec::new();
-            }
-            let order = |x: &(f32, u32), y: &(f32, u32)| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1));
-            s.select_nth_unstable_by(k - 1, order);
-            let top = &mut s[..k];
-            top.sort_by(order);
-            top.iter().map(|x| x.1).collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
-/// The ranking loss of the embedding `h` of a view of image `i` (mirrored if `flip`): the
-/// teacher's softmax over `i`'s neighbours as the target ([`soft_contrastive`]).
-fn rank_loss(
-    h: &[f32],
-    i: usize,
-    flip: bool,
-    taught: &[[Vec<f32>; 2]],
-    near: &[Vec<u32>],
-    weight: f32,
-) -> (f32, Vec<f32>) {
-    let f = usize::from(flip);
-    let targets: Vec<&[f32]> = near[i]
-        .iter()
-        .map(|&j| taught[j as usize][f].as_slice())
-        .collect();
-    let own = &taught[i][f];
-    let logits: Vec<f32> = targets
-        .iter()
-        .map(|t| t.iter().zip(own).map(|(a, b)| a * b).sum::<f32>() / RANK_TAU)
-        .collect();
-    let q = shared::embed::model::softmax(&logits);
-    soft_contrastive(h, &targets, &q, RANK_TAU, weight)
 }
 
 /// How one training sample is drawn.
@@ -289,7 +207,8 @@ fn draw_input(x: &[f32], draw: &Draw) -> Vec<f32> {
 
 /// Train on preprocessed images `xs` with `labels` (distilling from `teacher` if given and
 /// `cfg.distill > 0`), from `start`'s weights if given (unfolded at the statistics of the first
-/// 2,000 images, [`Net::unfold`]) or from [`init`]; `after_epoch(epoch, model, mean_loss)` is called after each epoch (for progress reports). Shows each epoch's batches and running loss
+/// 2,000 images, [`Net::unfold`]: how the query model is fine-tuned from the gallery model) or
+/// from [`init`]; `after_epoch(epoch, model, mean_loss)` is called after each epoch (for progress reports). Shows each epoch's batches and running loss
 /// (`crate::ops::progress`: a bar on a terminal, log lines otherwise).
 pub fn train(
     xs: &[Vec<f32>],
@@ -300,17 +219,11 @@ pub fn train(
     mut after_epoch: impl FnMut(usize, &Model, f64),
 ) -> Model {
     let taught = match teacher {
-        Some(t) if cfg.distill > 0.0 || cfg.rank > 0.0 => {
+        Some(t) if cfg.distill > 0.0 => {
             tracing::info!(images = xs.len(), "the teacher's embeddings");
             teacher_targets(t, xs)
         }
         _ => Vec::new(),
-    };
-    let near = if cfg.rank > 0.0 && !taught.is_empty() {
-        tracing::info!(images = xs.len(), "the teacher's nearest neighbours");
-        teacher_neighbours(&taught)
-    } else {
-        Vec::new()
     };
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut net = match start {
@@ -392,7 +305,6 @@ pub fn train(
             } else {
                 Vec::new()
             };
-            let refs: Vec<&[f32]> = targets.iter().map(Vec::as_slice).collect();
             let cache = net.forward(&inputs, keep);
             net.track(&cache);
             let scale = 1.0 / batch.len() as f32;
@@ -410,23 +322,17 @@ pub fn train(
                 }
                 if matches!(draw, Draw::Photo(..)) && cfg.contrast > 0.0 {
                     let h = &cache.h[j * EMBED..][..EMBED];
-                    let (cl, g) = contrastive(h, &refs, j, cfg.contrast);
+                    let (cl, g) = contrastive(h, &targets, j, cfg.contrast);
                     loss_sum += cl as f64;
                     dh[j * EMBED..][..EMBED]
                         .iter_mut()
                         .zip(g)
                         .for_each(|(d, v)| *d += scale * v);
                 }
-                let flip = matches!(draw, Draw::Photo(_, _, true) | Draw::Shifted(true, _, _));
-                let h = &cache.h[j * EMBED..][..EMBED];
-                let mut terms = Vec::new();
-                if let (Some(t), true) = (taught.get(i), cfg.distill > 0.0) {
-                    terms.push(distill(h, &t[usize::from(flip)], cfg.distill));
-                }
-                if !near.is_empty() {
-                    terms.push(rank_loss(h, i, flip, &taught, &near, cfg.rank));
-                }
-                for (dl, g) in terms {
+                if let Some(t) = taught.get(i) {
+                    let flip = matches!(draw, Draw::Photo(_, _, true) | Draw::Shifted(true, _, _));
+                    let h = &cache.h[j * EMBED..][..EMBED];
+                    let (dl, g) = distill(h, &t[usize::from(flip)], cfg.distill);
                     loss_sum += dl as f64;
                     dh[j * EMBED..][..EMBED]
                         .iter_mut()
@@ -470,7 +376,6 @@ mod tests {
                 .0
             })
             .collect();
-        let targets: Vec<&[f32]> = targets.iter().map(Vec::as_slice).collect();
         let (_, grad) = contrastive(&h, &targets, 2, 0.7);
         for k in 0..h.len() {
             let step = 1e-3f32;
@@ -487,87 +392,8 @@ mod tests {
             );
         }
         // At its own target's direction with the others far, the loss is near 0.
-        let own = contrastive(targets[2], &targets, 2, 1.0).0;
-        assert!(own < contrastive(targets[0], &targets, 2, 1.0).0);
-    }
-
-    /// The soft cross-entropy's gradient is its derivative (central differences), and it is
-    /// smallest where the student's softmax equals the target distribution.
-    #[test]
-    fn soft_contrastive_gradient_matches_finite_differences() {
-        let mut rng = ChaCha8Rng::seed_from_u64(13);
-        let rand_unit = |rng: &mut ChaCha8Rng| {
-            unit(
-                &(0..8)
-                    .map(|_| rng.random_range(-1.0..1.0))
-                    .collect::<Vec<f32>>(),
-            )
-            .0
-        };
-        let owned: Vec<Vec<f32>> = (0..6).map(|_| rand_unit(&mut rng)).collect();
-        let targets: Vec<&[f32]> = owned.iter().map(Vec::as_slice).collect();
-        let teacher = rand_unit(&mut rng);
-        let q = shared::embed::model::softmax(
-            &owned
-                .iter()
-                .map(|t| t.iter().zip(&teacher).map(|(a, b)| a * b).sum::<f32>() / 0.5)
-                .collect::<Vec<f32>>(),
-        );
-        let h: Vec<f32> = (0..8).map(|_| rng.random_range(-1.0..1.0)).collect();
-        let (_, grad) = soft_contrastive(&h, &targets, &q, 0.5, 2.0);
-        for k in 0..h.len() {
-            let step = 1e-3f32;
-            let at = |d: f32| {
-                let mut x = h.clone();
-                x[k] += d;
-                soft_contrastive(&x, &targets, &q, 0.5, 2.0).0
-            };
-            let numeric = (at(step) - at(-step)) / (2.0 * step);
-            assert!(
-                (numeric - grad[k]).abs() <= 2e-2 * numeric.abs().max(1.0),
-                "coordinate {k}: {numeric} against {}",
-                grad[k]
-            );
-        }
-        // At the teacher's own direction the gradient vanishes (the softmaxes agree).
-        let (at_teacher, g) = soft_contrastive(&teacher, &targets, &q, 0.5, 2.0);
-        assert!(g.iter().all(|v| v.abs() < 1e-4), "{g:?}");
-        assert!(at_teacher < soft_contrastive(&h, &targets, &q, 0.5, 2.0).0);
-    }
-
-    /// The teacher's neighbours are the most similar other images, in order.
-    #[test]
-    fn teacher_neighbours_are_the_nearest_others_in_order() {
-        let mut rng = ChaCha8Rng::seed_from_u64(14);
-        let t: Vec<[Vec<f32>; 2]> = (0..NEIGHBOURS + 9)
-            .map(|_| {
-                let u = unit(
-                    &(0..4)
-                        .map(|_| rng.random_range(-1.0..1.0))
-                        .collect::<Vec<f32>>(),
-                )
-                .0;
-                [u.clone(), u]
-            })
-            .collect();
-        let near = teacher_neighbours(&t);
-        let dot = |a: usize, b: usize| {
-            t[a][0]
-                .iter()
-                .zip(&t[b][0])
-                .map(|(x, y)| x * y)
-                .sum::<f32>()
-        };
-        for (i, n) in near.iter().enumerate() {
-            assert_eq!(n.len(), NEIGHBOURS);
-            assert!(!n.contains(&(i as u32)));
-            assert!(n
-                .windows(2)
-                .all(|w| dot(i, w[0] as usize) >= dot(i, w[1] as usize)));
-            let worst = dot(i, *n.last().unwrap() as usize);
-            let outside = (0..t.len()).filter(|&j| j != i && !n.contains(&(j as u32)));
-            assert!(outside.into_iter().all(|j| dot(i, j) <= worst));
-        }
+        let own = contrastive(&targets[2], &targets, 2, 1.0).0;
+        assert!(own < contrastive(&targets[0], &targets, 2, 1.0).0);
     }
 
     /// The distillation loss's gradient is its derivative (central differences), and the loss
@@ -622,7 +448,6 @@ mod tests {
             photo_share: 0.5,
             contrast: 0.5,
             distill: 0.5,
-            rank: 0.5,
             dropout: 0.25,
             weight_decay: 1e-3,
         };

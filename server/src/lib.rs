@@ -18,8 +18,8 @@ pub mod state;
 pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../assets/model.bin");
 /// The committed weights of the query model, the one the page and the CLI run on a photo
 /// (served as `web/pkg/query.bin`): the gallery model fine-tuned so that a photo's features
-/// land where the gallery model puts its clean image (`train --init --teacher --distill
-/// --rank`; see the README). The server uses them only for the familiarity reference, which
+/// land where the gallery model puts its clean image (`train --init --teacher --distill`; see
+/// the README). The server uses them only for the familiarity reference, which
 /// the client scores its own features against.
 pub const QUERY_WEIGHTS: &[u8] = include_bytes!("../assets/query.bin");
 /// The class model the page and the CLI show the class with (`shared::embed::classify`); the

@@ -4,7 +4,8 @@
 //! block cut short and then held open, a partition dripped a byte at a time, a redirect to
 //! another port, a 10 MB error message with terminal escapes, and a document whose planning
 //! used to take minutes, and a level's centroids file damaged (one byte flipped: its hash is
-//! wrong) or one byte longer than declared. The `privatemail` CLI must exit with its documented code, on its own,
+//! wrong) or one byte longer than declared, and a configuration naming a query model the client
+//! does not run. The `privatemail` CLI must exit with its documented code, on its own,
 //! within 60 s and with a peak RSS ≤ 256 MB in every case (measured with `wait4`); the page
 //! must show a plain error in headless Chromium and stay alive.
 //!
@@ -60,6 +61,8 @@ enum Case {
     DamagedPirThumbs,
     /// Not in `CASES`: a PIR document whose packing seed is its query seed.
     RelatedSeeds,
+    /// Not in `CASES`: a configuration naming a query model the client does not run.
+    OtherQueryModel,
 }
 
 const CASES: [Case; 19] = [
@@ -108,6 +111,7 @@ impl Case {
             Case::TraversingAnchorsName => "traversing-anchors-name",
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
             Case::RelatedSeeds => "related-seeds",
+            Case::OtherQueryModel => "other-query-model",
         }
     }
 
@@ -142,6 +146,7 @@ impl Case {
             }
             Case::DamagedPirThumbs => "every PIR thumbnail answer with ten bytes inverted",
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
+            Case::OtherQueryModel => "a configuration naming another query model",
         }
     }
 
@@ -159,7 +164,11 @@ impl Case {
         CASES
             .iter()
             .copied()
-            .chain([Case::DamagedPirThumbs, Case::RelatedSeeds])
+            .chain([
+                Case::DamagedPirThumbs,
+                Case::RelatedSeeds,
+                Case::OtherQueryModel,
+            ])
             .find(|c| c.name() == n)
     }
 }
@@ -177,6 +186,9 @@ struct Hostile {
     damaged_posts: AtomicUsize,
     /// Search requests (partition, blocks, PIR) sent after mismatched anchors: must be none.
     after_bad_anchors: AtomicUsize,
+    /// API requests other than the configuration, the anchors and the gallery map (which the
+    /// page reads beside it, before it can check it) in `Case::OtherQueryModel`.
+    after_other_model: AtomicUsize,
     /// Every PIR request (`METHOD path body-bytes`, the case prefix removed), in order.
     pir_log: Mutex<Vec<String>>,
     /// The case for requests without a `/case/{name}` prefix (the page's).
@@ -223,6 +235,9 @@ fn slow_planning_doc(real: &PartitionDoc) -> PartitionDoc {
         ..real.clone()
     }
 }
+
+/// The query model a hostile configuration names in `Case::OtherQueryModel`.
+const OTHER_QUERY_MODEL: &str = "cnn-v2-0123456789abcdef";
 
 fn json_reply(v: &impl serde::Serialize) -> Reply {
     Reply::bytes(200, "application/json", serde_json::to_vec(v).unwrap())
@@ -313,6 +328,22 @@ impl Hostile {
                 if partition || block || path.starts_with("/api/v1/pir") =>
             {
                 self.after_bad_anchors.fetch_add(1, Ordering::SeqCst);
+                fake::forward(&self.http, &self.real, path, req).await
+            }
+            Case::OtherQueryModel if path == "/api/v1/config" => {
+                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                let mut config: Value = serde_json::from_slice(&bytes).unwrap();
+                config["query_model_version"] = json!(OTHER_QUERY_MODEL);
+                json_reply(&config)
+            }
+            Case::OtherQueryModel
+                if path.starts_with("/api/v1/")
+                    && !matches!(path, "/api/v1/anchors" | "/api/v1/gallery-map") =>
+            {
+                self.after_other_model.fetch_add(1, Ordering::SeqCst);
                 fake::forward(&self.http, &self.real, path, req).await
             }
             Case::RelatedSeeds if req.method == "POST" && path.starts_with("/api/v1/pir/") => {
@@ -465,6 +496,7 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         damaged_hits: AtomicUsize::new(0),
         damaged_posts: AtomicUsize::new(0),
         after_bad_anchors: AtomicUsize::new(0),
+        after_other_model: AtomicUsize::new(0),
         pir_log: Mutex::new(Vec::new()),
         page_case: Mutex::new(Case::Honest),
     });
@@ -1094,6 +1126,77 @@ async fn related_seeds_are_refused_by_the_cli_and_the_page_before_any_query() {
         0,
         "a PIR query was sent"
     );
+    c.close().await.unwrap();
+}
+
+/// A configuration naming a query model other than the one the client runs (a photo's
+/// features from other weights would rank the gallery's silently): the CLI refuses right after
+/// reading it, whatever the protocol, with nothing sent after it (exit 7, naming both
+/// versions); the page does not start, and a photo chosen on it sends nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_request() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let bin = tokio::task::spawn_blocking(cli_bin).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("pm-other-model-{}", std::process::id()));
+    let ours = shared::embed::model::weights_version(privatemail_server::QUERY_WEIGHTS);
+    for (i, protocol) in ["pir", "blocks", "frame", "paper"].into_iter().enumerate() {
+        let args: Vec<String> = vec![
+            "search".into(),
+            photo(&dir, i).to_str().unwrap().into(),
+            "--server".into(),
+            format!("{base}/case/{}", Case::OtherQueryModel.name()),
+            "--protocol".into(),
+            protocol.into(),
+        ];
+        let (bin, state) = (bin.clone(), dir.join("state"));
+        let r = tokio::task::spawn_blocking(move || run_measured(&bin, &args, &state, "model"))
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&r.stderr).to_string();
+        assert_eq!(r.code, 7, "{protocol}: {err}");
+        assert!(
+            err.contains(OTHER_QUERY_MODEL) && err.contains(&ours),
+            "{protocol}: {err}"
+        );
+        assert_eq!(
+            hostile.after_other_model.load(Ordering::SeqCst),
+            0,
+            "{protocol}: a request after the configuration"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let (_driver, c) = browser::browser().await;
+    *hostile.page_case.lock().unwrap() = Case::OtherQueryModel;
+    c.goto(&format!("{base}/")).await.unwrap();
+    wait_for(
+        &c,
+        "!document.getElementById('error').hidden",
+        "the page's refusal",
+    )
+    .await;
+    let error = js(&c, "return document.getElementById('error').textContent;").await;
+    let error = error.as_str().unwrap().to_string();
+    assert!(
+        error.contains(OTHER_QUERY_MODEL) && error.contains(&ours),
+        "{error}"
+    );
+    // A photo chosen anyway: nothing is searched, and nothing is sent.
+    let (file, _) = browser::image_file(0);
+    browser::upload(&c, &file).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        js(&c, "return document.getElementById('search').disabled;").await,
+        json!(true)
+    );
+    js(&c, "document.getElementById('search').click(); return 0;").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        hostile.after_other_model.load(Ordering::SeqCst),
+        0,
+        "the page sent a request after refusing the configuration"
+    );
+    let _ = std::fs::remove_file(&file);
     c.close().await.unwrap();
 }
 

@@ -362,10 +362,10 @@ fn continuous_weights(n: usize, long: usize) -> (Vec<Vec<(usize, i64)>>, i64) {
     let (n, d) = (n as i64, 2 * long as i64);
     let span = 2 * SIDE as i64;
     let margin = span * (long as i64 - n);
-    let nearest_even = (margin + d).div_euclid(2 * d) * 2 * d;
     let start = if long > SIDE {
         margin / 2
     } else {
+        let nearest_even = (margin + d).div_euclid(2 * d) * 2 * d;
         margin / 2 + (margin - nearest_even).abs() / 2
     };
     let ws = (0..SIDE as i64)

@@ -125,6 +125,16 @@ pub async fn wait_for(c: &Client, cond: &str, what: &str) {
     }
 }
 
+/// The text of the element with this id (`textContent`).
+pub async fn text(c: &Client, id: &str) -> String {
+    let v = js(
+        c,
+        &format!("return document.getElementById('{id}').textContent;"),
+    )
+    .await;
+    v.as_str().unwrap().to_string()
+}
+
 /// Click search (confirming the over-budget warning if it appears) and wait for the matches.
 /// Click the element with this id.
 pub async fn click(c: &Client, id: &str) {

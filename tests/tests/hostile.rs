@@ -887,8 +887,7 @@ async fn the_page_shows_a_plain_error_for_hostile_answers_and_stays_alive() {
             "the partition refused",
         )
         .await;
-        let text = js(&c, "return document.getElementById('plan').textContent;").await;
-        let text = text.as_str().unwrap().to_string();
+        let text = browser::text(&c, "plan").await;
         assert!(text.contains(expect), "{case:?}: {text}");
         let secs = t.elapsed().as_secs_f64();
         assert!(secs < LIMIT_SECS, "{case:?}: {secs:.1} s");
@@ -1106,8 +1105,7 @@ async fn related_seeds_are_refused_by_the_cli_and_the_page_before_any_query() {
     let (_driver, c) = browser::browser().await;
     *hostile.page_case.lock().unwrap() = Case::RelatedSeeds;
     browser::open_page(&c, &base).await;
-    let error = js(&c, "return document.getElementById('error').textContent;").await;
-    let error = error.as_str().unwrap().to_string();
+    let error = browser::text(&c, "error").await;
     assert!(
         error.contains("private information retrieval was refused"),
         "{error}"
@@ -1175,8 +1173,7 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
         "the page's refusal",
     )
     .await;
-    let error = js(&c, "return document.getElementById('error').textContent;").await;
-    let error = error.as_str().unwrap().to_string();
+    let error = browser::text(&c, "error").await;
     assert!(
         error.contains(OTHER_QUERY_MODEL) && error.contains(&ours),
         "{error}"

@@ -1,7 +1,7 @@
 // The user's photo: from a file, a drop or a sample, scaled down by the browser, then given to
 // the wasm client, which runs the model; the page shows what the model saw and predicted.
 import { $, showError, state, status, timings } from "./page.js";
-import { SAMPLES } from "./samples.js";
+import { SAMPLES, SAMPLES_MODEL } from "./samples.js";
 import { clearBlockMarks } from "./map.js";
 import { article } from "./format.js";
 
@@ -17,14 +17,15 @@ export function renderSamples() {
     img.src = s.png;
     img.alt = "";
     b.append(img);
-    b.addEventListener("click", () => loadFromUrl(s.png));
+    b.addEventListener("click", () => loadSample(s));
     box.append(b);
   }
 }
 
 const MAX_SIDE = 1024; // large photos are scaled down by the browser first (speed, memory)
 
-function loadBitmap(bitmap) {
+// `sample`: a sample's published features (see loadSample), or undefined for a photo.
+function loadBitmap(bitmap, sample) {
   const scale = Math.min(1, MAX_SIDE / Math.max(bitmap.width, bitmap.height));
   const w = Math.max(1, Math.round(bitmap.width * scale));
   const h = Math.max(1, Math.round(bitmap.height * scale));
@@ -35,24 +36,39 @@ function loadBitmap(bitmap) {
   ctx.drawImage(bitmap, 0, 0, w, h);
   const data = ctx.getImageData(0, 0, w, h).data;
   const t = performance.now();
-  state.image = JSON.parse(state.client.load_image(new Uint8Array(data.buffer), w, h));
+  const rgba = new Uint8Array(data.buffer);
+  state.image = JSON.parse(
+    sample
+      ? state.client.load_sample(rgba, w, h, new Float32Array(sample.features), SAMPLES_MODEL)
+      : state.client.load_image(rgba, w, h),
+  );
   timings.infer_ms = performance.now() - t;
   showImage();
   clearBlockMarks();
 }
 
 // A sample (a data: URL) is decoded as an image, not fetched: the Content-Security-Policy
-// allows data: images but no connection except to this origin.
-async function loadFromUrl(url) {
+// allows data: images but no connection except to this origin. It is searched with the
+// gallery model's features published with it (shared::embed::sample): a 28×28 dataset image
+// through the query model, which is trained on photos, keeps only about three quarters of
+// the gallery's own nearest neighbours of it.
+async function loadSample(sample) {
   showError("");
   try {
     const img = new Image();
-    img.src = url;
+    img.src = sample.png;
     await img.decode();
-    loadBitmap(await createImageBitmap(img));
+    loadBitmap(await createImageBitmap(img), sample);
   } catch (e) {
+    forgetImage();
     showError("That sample could not be opened.");
   }
+}
+
+function forgetImage() {
+  state.image = null;
+  $("search").disabled = true;
+  $("query").hidden = true;
 }
 
 export async function loadFromFile(file) {
@@ -61,9 +77,7 @@ export async function loadFromFile(file) {
   try {
     loadBitmap(await createImageBitmap(file));
   } catch (e) {
-    state.image = null;
-    $("search").disabled = true;
-    $("query").hidden = true;
+    forgetImage();
     showError(`“${file.name}” is not an image this browser can open. Try a JPEG or PNG photo.`);
   }
 }
@@ -82,5 +96,9 @@ function showImage() {
   $("unfamiliar").hidden = !state.image.unfamiliar;
   $("query").hidden = false;
   $("search").disabled = false;
-  status(`Photo ready (model: ${timings.infer_ms.toFixed(1)} ms). Choose a privacy level and search.`);
+  const what =
+    state.image.features === "published"
+      ? "Sample ready: it is searched with the gallery's own features of it, published with the page"
+      : "Photo ready";
+  status(`${what} (model: ${timings.infer_ms.toFixed(1)} ms). Choose a privacy level and search.`);
 }

@@ -53,6 +53,9 @@ struct ImageInfo {
     unfamiliar: bool,
     /// The sentence to show when `unfamiliar` (`shared::embed::ood::UNFAMILIAR_MESSAGE`).
     unfamiliar_message: Option<&'static str>,
+    /// Which features a search uses: `"query model"` (computed here, as for every photo) or
+    /// `"published"` (a sample's gallery-model features, `Client::load_sample`).
+    features: &'static str,
 }
 
 #[wasm_bindgen]
@@ -63,19 +66,60 @@ impl Client {
     /// unfamiliar_score, unfamiliar, unfamiliar_message}`.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
         let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
-        self.load(&framing.pixels, &framing.class_pixels)
+        self.load(&framing.pixels, &framing.class_pixels, None)
     }
 
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
-        self.load(pixels, pixels)
+        self.load(pixels, pixels, None)
+    }
+
+    /// As [`Client::load_image`] for one of the page's samples (`web/samples.js`), which
+    /// carries the gallery model's features of itself and that model's version
+    /// (`shared::embed::sample`): a search uses those features when `model_version` is the
+    /// gallery's (the configuration's `model_version`), and the query model's otherwise.
+    /// Published features that are not a finite unit vector of the model's length are an
+    /// error, and nothing is loaded.
+    ///
+    /// Privacy: the features are public data from the server, checked like any query
+    /// (`shared::embed::sample::published_features`); every protocol's guarantee holds for
+    /// any unit vector, so a sample's search reveals what a photo's would.
+    pub fn load_sample(
+        &mut self,
+        rgba: &[u8],
+        width: u32,
+        height: u32,
+        features: &[f32],
+        model_version: &str,
+    ) -> Result<String, JsError> {
+        // Whatever was loaded before is forgotten first, so a refused sample cannot leave an
+        // earlier photo to be searched in its place.
+        self.forget_query();
+        let published = shared::embed::sample::published_features(features).map_err(js_err)?;
+        let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
+        let published = (model_version == self.config.model_version).then_some(published);
+        self.load(&framing.pixels, &framing.class_pixels, published)
     }
 }
 
 impl Client {
+    fn forget_query(&mut self) {
+        self.query = None;
+        self.query_f32 = None;
+        self.query_label = None;
+        self.pending = None;
+        self.pending_blocks = None;
+    }
+
     /// The query from the retrieval model's input and the class model's (the photo pipeline
-    /// gives each its own: `shared::embed::photo::Framing::class_pixels`).
-    fn load(&mut self, pixels: &[u8], class_pixels: &[u8]) -> Result<String, JsError> {
+    /// gives each its own: `shared::embed::photo::Framing::class_pixels`); `published`, if
+    /// given, replaces the retrieval model's features as the query (a sample's, checked).
+    fn load(
+        &mut self,
+        pixels: &[u8],
+        class_pixels: &[u8],
+        published: Option<Vec<f32>>,
+    ) -> Result<String, JsError> {
         // One pass over the upright image gives the features and the layer means.
         let (inf, layers) = self.model.infer_with_layer_means(pixels).map_err(js_err)?;
         // The class shown (and Algorithm 1's label) is the class model's; the features are
@@ -96,9 +140,17 @@ impl Client {
             unfamiliar_message: ood
                 .unfamiliar
                 .then_some(shared::embed::ood::UNFAMILIAR_MESSAGE),
+            features: if published.is_some() {
+                "published"
+            } else {
+                "query model"
+            },
         };
-        self.query = Some(inf.features.iter().map(|&v| v as f64).collect());
-        self.query_f32 = Some(inf.features);
+        // The familiarity check above stays the query model's (its reference was fitted
+        // with it); only the search's features are the published ones.
+        let features = published.unwrap_or(inf.features);
+        self.query = Some(features.iter().map(|&v| v as f64).collect());
+        self.query_f32 = Some(features);
         self.query_label = Some(class.label);
         self.pending = None;
         self.pending_blocks = None;

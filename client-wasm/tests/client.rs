@@ -280,3 +280,105 @@ fn a_tilted_photo_gives_the_native_model_input() {
         assert!((a - b).abs() <= 1e-5 * b.abs(), "wasm {a} vs native {b}");
     }
 }
+
+/// A sample (`web/samples.js`, `shared::embed::sample`) is searched with the features published
+/// with it when they are the gallery model's (the configuration's `model_version`), and with
+/// the query model's otherwise, as any photo. Published features that are not a finite unit
+/// vector of the model's length are refused, and the refusal forgets what was loaded before,
+/// so an earlier photo is never searched in the sample's place.
+#[wasm_bindgen_test]
+fn a_sample_is_searched_with_its_published_gallery_features() {
+    let (config, anchors, feats, rows) = server_json();
+    let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    // The sample as the page decodes it: the dataset image's grey levels as RGBA.
+    let rgba: Vec<u8> = image(0).iter().flat_map(|&p| [p, p, p, 255]).collect();
+    // Published features: anchor 3's, which the frame places far from the photo's own.
+    let published: Vec<f32> = {
+        let a: Vec<f32> = (0..64).map(|j| feats[(3, j)] as f32).collect();
+        let n = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+        a.iter().map(|x| x / n).collect()
+    };
+    let frame = AnchorFrame::new(&feats, &rows, 0.02).unwrap();
+    let place = |q: &[f32]| {
+        frame
+            .place(&DMatrix::from_fn(1, 64, |_, j| q[j] as f64))
+            .unwrap()
+    };
+    let want = place(&shared::embed::sample::published_features(&published).unwrap());
+    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let own = place(&model.infer(&image(0)).unwrap().features);
+    let apart = (0..10)
+        .map(|j| (want[(0, j)] - own[(0, j)]).powi(2))
+        .sum::<f64>();
+    assert!(
+        apart > 0.25,
+        "the two placements must be told apart: {apart}"
+    );
+    // The real row, averaged over searches (its position read back through `pick`).
+    let mean_real_row = |client: &mut Client| -> Vec<f64> {
+        let trials = 150;
+        let mut sum = vec![0.0; 10];
+        for _ in 0..trials {
+            let out: Value = serde_json::from_str(
+                &client
+                    .privatize(8.0, 1e-5, "discrete_gaussian", 8, "proportional")
+                    .unwrap(),
+            )
+            .unwrap();
+            let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
+            let sent = req["query_rows"].as_array().unwrap().clone();
+            let picked: Value =
+                serde_json::from_str(&client.pick(&answer(&sent)).unwrap()).unwrap();
+            let pos = picked["matches"][0]["id"].as_u64().unwrap() as usize;
+            for (j, s) in sum.iter_mut().enumerate() {
+                *s += sent[pos][j].as_f64().unwrap() / trials as f64;
+            }
+        }
+        sum
+    };
+    let dist = |m: &[f64], x: &DMatrix<f64>| (0..10).map(|j| (m[j] - x[(0, j)]).powi(2)).sum();
+    // The gallery's model version: the published features are the query.
+    let info: Value = serde_json::from_str(
+        &client
+            .load_sample(&rgba, 28, 28, &published, "gallery")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(info["features"], "published");
+    let m = mean_real_row(&mut client);
+    let (to_want, to_own): (f64, f64) = (dist(&m, &want), dist(&m, &own));
+    assert!(to_want < to_own, "{to_want} vs {to_own}");
+    // Another model's features: the query model's own, as for a photo.
+    let info: Value = serde_json::from_str(
+        &client
+            .load_sample(&rgba, 28, 28, &published, "cnn-v2-0000000000000000")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(info["features"], "query model");
+    let m = mean_real_row(&mut client);
+    let (to_want, to_own): (f64, f64) = (dist(&m, &want), dist(&m, &own));
+    assert!(to_own < to_want, "{to_own} vs {to_want}");
+    // Refused: wrong length, NaN, infinity, zero, far from unit length. Each refusal leaves
+    // nothing to search.
+    let mut bad: Vec<Vec<f32>> = vec![published[..63].to_vec(), vec![0.0; 64]];
+    for v in [f32::NAN, f32::INFINITY] {
+        let mut b = published.clone();
+        b[5] = v;
+        bad.push(b);
+    }
+    bad.push(published.iter().map(|x| x * 2.0).collect());
+    for b in &bad {
+        client.load_pixels(&image(1)).unwrap();
+        let e = common::message(
+            client
+                .load_sample(&rgba, 28, 28, b, "gallery")
+                .err()
+                .unwrap(),
+        );
+        assert!(e.contains("sample"), "{e}");
+        assert!(client
+            .privatize(1.0, 1e-5, "discrete_gaussian", 8, "proportional")
+            .is_err());
+    }
+}

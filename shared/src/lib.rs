@@ -39,6 +39,7 @@ pub mod embed {
     pub mod nystrom;
     pub mod ood;
     pub mod photo;
+    pub mod sample;
     pub mod smlq;
     pub mod upright;
 }

@@ -9,8 +9,8 @@ use fantoccini::key::Key;
 use fantoccini::Locator;
 use privatemail_e2e::browser::{
     block_searches, browser, choose, click, confirm_warning, image_file, js, load_photo,
-    native_features, open_page, partition, search, server, server_with, top8, upload, wait_for,
-    whole_gallery,
+    native_features, open_page, partition, search, server, server_with, text, top8, upload,
+    wait_for, whole_gallery,
 };
 use privatemail_e2e::test_image;
 use serde_json::{json, Value};
@@ -604,6 +604,56 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
         logs.iter().all(|l| l == &logs[0]),
         "requests differ between photos: {logs:?}"
     );
+    // A sample is searched with the gallery model's features of it, published with the page
+    // (`web/samples.js`, `shared::embed::sample`): its exact top 8 are the gallery's own
+    // nearest neighbours of the image. The sample taken is one whose top 8 through the query
+    // model differ, so the check tells the two apart.
+    let train = privatemail_server::gallery::data::load_split(
+        std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
+        "train",
+    )
+    .unwrap();
+    let gallery_model =
+        shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let query_model =
+        shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let (sample, want) = (0..10u8)
+        .find_map(|class| {
+            let last = (0..train.labels.len())
+                .rev()
+                .find(|&j| train.labels[j] == class)
+                .unwrap();
+            let px = train.images.image(last);
+            let published = shared::embed::sample::published_features(
+                &gallery_model.infer(px).unwrap().features,
+            )
+            .unwrap();
+            let want = top8(&whole, &published);
+            (want != top8(&whole, &query_model.infer(px).unwrap().features))
+                .then_some((class, want))
+        })
+        .expect("a sample whose top 8 differ between the two models");
+    js(
+        &c,
+        &format!("document.querySelectorAll('#samples button')[{sample}].click(); return 0;"),
+    )
+    .await;
+    wait_for(&c, "!document.getElementById('query').hidden", "the sample").await;
+    let said = text(&c, "status").await;
+    assert!(
+        said.contains("searched with the gallery's own features of it"),
+        "{said}"
+    );
+    assert_eq!(search(&c).await.len(), 8);
+    let ids: Vec<u64> = serde_json::from_value(
+        js(
+            &c,
+            "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(ids, want, "sample {sample}: the gallery's exact top 8");
     // The thumbnail request carries exactly 8 query vectors of the published width.
     let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
         &privatemail_e2e::browser::get_bytes(&srv.base, "/api/v1/pir").await,
@@ -771,17 +821,6 @@ async fn record_requests(c: &fantoccini::Client) {
 }
 
 /// The text of the element with this id.
-async fn text(c: &fantoccini::Client, id: &str) -> String {
-    js(
-        c,
-        &format!("return document.getElementById('{id}').textContent;"),
-    )
-    .await
-    .as_str()
-    .unwrap()
-    .to_string()
-}
-
 /// `pct` of `web/format.js`: a share in whole percent, never a bare 100 or 0 for what is only
 /// nearly so.
 fn pct(x: f64) -> String {

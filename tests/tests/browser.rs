@@ -44,26 +44,15 @@ async fn page_finds_same_class_matches_at_large_epsilon() {
     // Keyboard only: End moves the privacy slider to its largest ε.
     let slider = c.find(Locator::Id("epsilon")).await.unwrap();
     slider.send_keys(&Key::End).await.unwrap();
-    assert_eq!(
-        js(
-            &c,
-            "return document.getElementById('eps-value').textContent;"
-        )
-        .await,
-        json!("100")
-    );
+    assert_eq!(text(&c, "eps-value").await, "100");
 
     let (mut same, mut total) = (0, 0);
     let mut timings = Vec::new();
     for i in confident_images(4) {
         let (path, label) = image_file(i);
         load_photo(&c, &path).await;
-        let shown = js(
-            &c,
-            "return document.getElementById('prediction').textContent;",
-        )
-        .await;
-        assert!(shown.as_str().unwrap().contains("sure"), "{shown}");
+        let shown = text(&c, "prediction").await;
+        assert!(shown.contains("sure"), "{shown}");
         let labels = search(&c).await;
         assert_eq!(labels.len(), 8, "image {i}: {labels:?}");
         same += labels.iter().filter(|&&l| l == label).count();
@@ -87,11 +76,8 @@ async fn page_finds_same_class_matches_at_large_epsilon() {
         .await,
         json!(1)
     );
-    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
-    assert!(
-        spent.as_str().unwrap().contains("over 4 searches"),
-        "{spent}"
-    );
+    let spent = text(&c, "spent").await;
+    assert!(spent.contains("over 4 searches"), "{spent}");
     eprintln!("browser timings (ms): {timings:?}");
     c.close().await.unwrap();
     let share = same as f64 / total as f64;
@@ -181,8 +167,8 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
         "the bad-image error",
     )
     .await;
-    let msg = js(&c, "return document.getElementById('error').textContent;").await;
-    assert!(msg.as_str().unwrap().contains("not an image"), "{msg}");
+    let msg = text(&c, "error").await;
+    assert!(msg.contains("not an image"), "{msg}");
     // The server goes away.
     load_photo(&c, &path).await;
     drop(srv);
@@ -194,13 +180,8 @@ async fn requests_after_a_search_do_not_depend_on_the_real_row() {
         "the server-down error",
     )
     .await;
-    let msg = js(&c, "return document.getElementById('error').textContent;").await;
-    assert!(
-        msg.as_str()
-            .unwrap()
-            .contains("Cannot reach the search server"),
-        "{msg}"
-    );
+    let msg = text(&c, "error").await;
+    assert!(msg.contains("Cannot reach the search server"), "{msg}");
     c.close().await.unwrap();
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(bad);
@@ -228,8 +209,7 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
     let i = 5003;
     let (path, _) = image_file(i);
     load_photo(&c, &path).await;
-    let plan = js(&c, "return document.getElementById('plan').textContent;").await;
-    let plan = plan.as_str().unwrap();
+    let plan = text(&c, "plan").await;
     for want in ["KiB", "% of the gallery", "8 exact nearest", "ε = "] {
         assert!(plan.contains(want), "plan text lacks {want:?}: {plan}");
     }
@@ -250,8 +230,8 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
     )
     .await;
     assert_eq!(canvases, json!(8), "thumbnails drawn from the blocks");
-    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
-    assert!(spent.as_str().unwrap().contains("over 1 search"), "{spent}");
+    let spent = text(&c, "spent").await;
+    assert!(spent.contains("over 1 search"), "{spent}");
     let dir = format!("{ROOT}/target/e2e-artifacts");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -262,10 +242,10 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
 
     // The whole gallery: no release, the exact answer.
     choose(&c, "protocol", "whole").await;
-    let plan = js(&c, "return document.getElementById('plan').textContent;").await;
-    assert!(plan.as_str().unwrap().contains("whole gallery"), "{plan}");
-    assert!(plan.as_str().unwrap().contains("ε = 0"), "{plan}");
-    assert!(plan.as_str().unwrap().contains("learns nothing"), "{plan}");
+    let plan = text(&c, "plan").await;
+    assert!(plan.contains("whole gallery"), "{plan}");
+    assert!(plan.contains("ε = 0"), "{plan}");
+    assert!(plan.contains("learns nothing"), "{plan}");
     search(&c).await;
     let ids: Vec<u64> = serde_json::from_value(
         js(
@@ -280,11 +260,8 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
         ids, want,
         "the whole gallery's top 8 is the non-private top 8"
     );
-    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
-    assert!(
-        spent.as_str().unwrap().contains("over 1 search"),
-        "nothing spent: {spent}"
-    );
+    let spent = text(&c, "spent").await;
+    assert!(spent.contains("over 1 search"), "nothing spent: {spent}");
     c.close().await.unwrap();
     let _ = std::fs::remove_file(path);
 }
@@ -319,14 +296,7 @@ async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_plac
     choose(&c, "protocol", "blocks").await;
     choose(&c, "budget", &budget.to_string()).await;
     choose(&c, "epsilon", &slider.to_string()).await;
-    assert_eq!(
-        js(
-            &c,
-            "return document.getElementById('eps-value').textContent;"
-        )
-        .await,
-        json!(eps.to_string())
-    );
+    assert_eq!(text(&c, "eps-value").await, eps.to_string());
     let i = 5003;
     let (path, _) = image_file(i);
     load_photo(&c, &path).await;
@@ -440,8 +410,7 @@ async fn the_whole_gallery_is_offered_only_where_the_operator_allows_it() {
         "the download error",
     )
     .await;
-    let msg = js(&c, "return document.getElementById('error').textContent;").await;
-    let msg = msg.as_str().unwrap();
+    let msg = text(&c, "error").await;
     assert!(
         msg.contains("Nothing was retried") && msg.contains("spends privacy budget again"),
         "{msg}"
@@ -530,8 +499,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
         js(&c, "return document.getElementById('protocol').value;").await,
         json!("pir")
     );
-    let plan = js(&c, "return document.getElementById('plan').textContent;").await;
-    let plan = plan.as_str().unwrap().to_string();
+    let plan = text(&c, "plan").await;
     for want in [
         "learns nothing",
         "ε = 0",
@@ -665,11 +633,8 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
         8 * pir.thumbs.shape.query_bytes()
     );
     assert!(logs[0].contains(&thumbs), "{thumbs} not in {:?}", logs[0]);
-    let spent = js(&c, "return document.getElementById('spent').textContent;").await;
-    assert!(
-        spent.as_str().unwrap().contains("over 0 searches"),
-        "nothing spent: {spent}"
-    );
+    let spent = text(&c, "spent").await;
+    assert!(spent.contains("over 0 searches"), "nothing spent: {spent}");
     let dir = format!("{ROOT}/target/e2e-artifacts");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -1825,8 +1790,7 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
             &format!("the page refusing {file} ({what})"),
         )
         .await;
-        let error = js(&c, "return document.getElementById('error').textContent;").await;
-        let error = error.as_str().unwrap().to_string();
+        let error = text(&c, "error").await;
         for w in words {
             assert!(error.contains(w), "{file} ({what}): {error}");
         }

@@ -135,7 +135,18 @@ pub async fn text(c: &Client, id: &str) -> String {
     v.as_str().unwrap().to_string()
 }
 
-/// Click search (confirming the over-budget warning if it appears) and wait for the matches.
+/// The gallery ids of the results shown, in order.
+pub async fn result_ids(c: &Client) -> Vec<u64> {
+    serde_json::from_value(
+        js(
+            c,
+            "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
+        )
+        .await,
+    )
+    .unwrap()
+}
+
 /// Click the element with this id.
 pub async fn click(c: &Client, id: &str) {
     c.find(Locator::Id(id))
@@ -164,6 +175,8 @@ pub async fn load_photo(c: &Client, path: &std::path::Path) {
     .await;
 }
 
+/// Click search (confirming the over-budget warning if it appears) and wait for the matches;
+/// their labels, in order.
 pub async fn search(c: &Client) -> Vec<u32> {
     js(
         c,

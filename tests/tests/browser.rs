@@ -9,8 +9,8 @@ use fantoccini::key::Key;
 use fantoccini::Locator;
 use privatemail_e2e::browser::{
     block_searches, browser, choose, click, confirm_warning, image_file, js, load_photo,
-    native_features, open_page, partition, search, server, server_with, text, top8, upload,
-    wait_for, whole_gallery,
+    native_features, open_page, partition, result_ids, search, server, server_with, text, top8,
+    upload, wait_for, whole_gallery,
 };
 use privatemail_e2e::test_image;
 use serde_json::{json, Value};
@@ -247,14 +247,7 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
     assert!(plan.contains("ε = 0"), "{plan}");
     assert!(plan.contains("learns nothing"), "{plan}");
     search(&c).await;
-    let ids: Vec<u64> = serde_json::from_value(
-        js(
-            &c,
-            "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
-        )
-        .await,
-    )
-    .unwrap();
+    let ids = result_ids(&c).await;
     let want = top8(&whole_gallery(&srv.base).await, &native_features(i));
     assert_eq!(
         ids, want,
@@ -547,14 +540,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
             .map(|l| l.split(' ').nth(1).unwrap().to_string())
             .collect();
         assert_eq!(resources, fetched, "only the recorded requests were made");
-        let ids: Vec<u64> = serde_json::from_value(
-            js(
-                &c,
-                "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
-            )
-            .await,
-        )
-        .unwrap();
+        let ids = result_ids(&c).await;
         let want = top8(&whole, &native_features(i));
         assert_eq!(ids, want, "photo {i}: the exact top 8");
         let canvases = js(
@@ -613,14 +599,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
         "{said}"
     );
     assert_eq!(search(&c).await.len(), 8);
-    let ids: Vec<u64> = serde_json::from_value(
-        js(
-            &c,
-            "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
-        )
-        .await,
-    )
-    .unwrap();
+    let ids = result_ids(&c).await;
     assert_eq!(ids, want, "sample {sample}: the gallery's exact top 8");
     // The thumbnail request carries exactly 8 query vectors of the published width.
     let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
@@ -695,14 +674,7 @@ async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let log: Vec<String> =
             serde_json::from_value(js(&c, "return window.__log;").await).unwrap();
-        let ids: Vec<u64> = serde_json::from_value(
-            js(
-                &c,
-                "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
-            )
-            .await,
-        )
-        .unwrap();
+        let ids = result_ids(&c).await;
         // The photo's block by the client's rule, and its exact top 8 by integer score.
         let q = native_features(i);
         let x = shared::protocol::partition::nearest_centroid(&cents, doc.feature_dim, &q);
@@ -1472,11 +1444,7 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
         choose(&c, "epsilon", slider).await;
         load_photo(&c, p).await;
         search(&c).await;
-        let ids = js(
-            &c,
-            "return [...document.querySelectorAll('#results li')].map(li => Number(li.dataset.id));",
-        )
-        .await;
+        let ids = result_ids(&c).await;
         // The caption says what the plot shows: every ring within the star's outer radius
         // (0.08, where it hides them) of every other, or rings to see.
         let (same_point, caption) = (

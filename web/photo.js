@@ -99,6 +99,8 @@ function showImage() {
   const what =
     state.image.features === "published"
       ? "Sample ready: it is searched with the gallery's own features of it, published with the page"
-      : "Photo ready";
+      : state.image.published_error
+        ? `Sample ready: the features published with it were refused (${state.image.published_error}), so it is searched with the on-device model's, as a photo`
+        : "Photo ready";
   status(`${what} (model: ${timings.infer_ms.toFixed(1)} ms). Choose a privacy level and search.`);
 }

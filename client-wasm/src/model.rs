@@ -56,6 +56,8 @@ struct ImageInfo {
     /// Which features a search uses: `"query model"` (computed here, as for every photo) or
     /// `"published"` (a sample's gallery-model features, `Client::load_sample`).
     features: &'static str,
+    /// Why a sample's published features were refused (`Client::load_sample`), if they were.
+    published_error: Option<String>,
 }
 
 #[wasm_bindgen]
@@ -66,24 +68,27 @@ impl Client {
     /// unfamiliar_score, unfamiliar, unfamiliar_message}`.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
         let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
-        self.load(&framing.pixels, &framing.class_pixels, None)
+        self.load(&framing.pixels, &framing.class_pixels, Ok(None))
     }
 
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
-        self.load(pixels, pixels, None)
+        self.load(pixels, pixels, Ok(None))
     }
 
     /// As [`Client::load_image`] for one of the page's samples (`web/samples.js`), which
     /// carries the gallery model's features of itself and that model's version
     /// (`shared::embed::sample`): a search uses those features when `model_version` is the
     /// gallery's (the configuration's `model_version`), and the query model's otherwise.
-    /// Published features that are not a finite unit vector of the model's length are an
-    /// error, and nothing is loaded.
+    /// Published features that are not a finite unit vector of the model's length are
+    /// refused: the sample is then searched with the query model's features, as any photo,
+    /// and `published_error` says why.
     ///
     /// Privacy: the features are public data from the server, checked like any query
     /// (`shared::embed::sample::published_features`); every protocol's guarantee holds for
-    /// any unit vector, so a sample's search reveals what a photo's would.
+    /// any unit vector, so a sample's search reveals what a photo's would. A refusal changes
+    /// only which features are searched, never whether a search follows, so malformed
+    /// features cannot tell the server which sample was chosen by a search that never came.
     pub fn load_sample(
         &mut self,
         rgba: &[u8],
@@ -92,34 +97,30 @@ impl Client {
         features: &[f32],
         model_version: &str,
     ) -> Result<String, JsError> {
-        // Whatever was loaded before is forgotten first, so a refused sample cannot leave an
-        // earlier photo to be searched in its place.
-        self.forget_query();
-        let published = shared::embed::sample::published_features(features).map_err(js_err)?;
         let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
-        let published = (model_version == self.config.model_version).then_some(published);
+        let published = match shared::embed::sample::published_features(features) {
+            Ok(f) => Ok((model_version == self.config.model_version).then_some(f)),
+            Err(e) => Err(e.to_string()),
+        };
         self.load(&framing.pixels, &framing.class_pixels, published)
     }
 }
 
 impl Client {
-    fn forget_query(&mut self) {
-        self.query = None;
-        self.query_f32 = None;
-        self.query_label = None;
-        self.pending = None;
-        self.pending_blocks = None;
-    }
-
     /// The query from the retrieval model's input and the class model's (the photo pipeline
     /// gives each its own: `shared::embed::photo::Framing::class_pixels`); `published`, if
-    /// given, replaces the retrieval model's features as the query (a sample's, checked).
+    /// `Ok(Some)`, replaces the retrieval model's features as the query (a sample's, checked;
+    /// `Err`: why they were refused).
     fn load(
         &mut self,
         pixels: &[u8],
         class_pixels: &[u8],
-        published: Option<Vec<f32>>,
+        published: std::result::Result<Option<Vec<f32>>, String>,
     ) -> Result<String, JsError> {
+        let (published, published_error) = match published {
+            Ok(p) => (p, None),
+            Err(e) => (None, Some(e)),
+        };
         // One pass over the upright image gives the features and the layer means.
         let (inf, layers) = self.model.infer_with_layer_means(pixels).map_err(js_err)?;
         // The class shown (and Algorithm 1's label) is the class model's; the features are
@@ -145,6 +146,7 @@ impl Client {
             } else {
                 "query model"
             },
+            published_error,
         };
         // The familiarity check above stays the query model's (its reference was fitted
         // with it); only the search's features are the published ones.

@@ -284,8 +284,8 @@ fn a_tilted_photo_gives_the_native_model_input() {
 /// A sample (`web/samples.js`, `shared::embed::sample`) is searched with the features published
 /// with it when they are the gallery model's (the configuration's `model_version`), and with
 /// the query model's otherwise, as any photo. Published features that are not a finite unit
-/// vector of the model's length are refused, and the refusal forgets what was loaded before,
-/// so an earlier photo is never searched in the sample's place.
+/// vector of the model's length are refused with the reason, and the sample is searched with
+/// the query model's features: a refusal never stops the search.
 #[wasm_bindgen_test]
 fn a_sample_is_searched_with_its_published_gallery_features() {
     let (config, anchors, feats, rows) = server_json();
@@ -359,8 +359,8 @@ fn a_sample_is_searched_with_its_published_gallery_features() {
     let m = mean_real_row(&mut client);
     let (to_want, to_own): (f64, f64) = (dist(&m, &want), dist(&m, &own));
     assert!(to_own < to_want, "{to_own} vs {to_want}");
-    // Refused: wrong length, NaN, infinity, zero, far from unit length. Each refusal leaves
-    // nothing to search.
+    // Refused: wrong length, NaN, infinity, zero, far from unit length. Each is searched with
+    // the query model's features, the reason given.
     let mut bad: Vec<Vec<f32>> = vec![published[..63].to_vec(), vec![0.0; 64]];
     for v in [f32::NAN, f32::INFINITY] {
         let mut b = published.clone();
@@ -368,17 +368,25 @@ fn a_sample_is_searched_with_its_published_gallery_features() {
         bad.push(b);
     }
     bad.push(published.iter().map(|x| x * 2.0).collect());
-    for b in &bad {
-        client.load_pixels(&image(1)).unwrap();
-        let e = common::message(
-            client
-                .load_sample(&rgba, 28, 28, b, "gallery")
-                .err()
-                .unwrap(),
-        );
-        assert!(e.contains("sample"), "{e}");
-        assert!(client
-            .privatize(1.0, 1e-5, "discrete_gaussian", 8, "proportional")
-            .is_err());
+    for (k, b) in bad.iter().enumerate() {
+        let info: Value =
+            serde_json::from_str(&client.load_sample(&rgba, 28, 28, b, "gallery").unwrap())
+                .unwrap();
+        assert_eq!(info["features"], "query model");
+        let why = info["published_error"].as_str().unwrap();
+        assert!(why.contains("sample"), "{why}");
+        if k == 0 {
+            let m = mean_real_row(&mut client);
+            let (to_want, to_own): (f64, f64) = (dist(&m, &want), dist(&m, &own));
+            assert!(to_own < to_want, "{to_own} vs {to_want}");
+        }
     }
+    // Accepted features give no reason.
+    let info: Value = serde_json::from_str(
+        &client
+            .load_sample(&rgba, 28, 28, &published, "gallery")
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(info["published_error"].is_null());
 }

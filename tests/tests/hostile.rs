@@ -63,6 +63,8 @@ enum Case {
     RelatedSeeds,
     /// Not in `CASES`: a configuration naming a query model the client does not run.
     OtherQueryModel,
+    /// Not in `CASES`: the page's samples (`samples.js`) with malformed published features.
+    MalformedSamples,
 }
 
 const CASES: [Case; 19] = [
@@ -112,6 +114,7 @@ impl Case {
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
             Case::RelatedSeeds => "related-seeds",
             Case::OtherQueryModel => "other-query-model",
+            Case::MalformedSamples => "malformed-samples",
         }
     }
 
@@ -147,6 +150,7 @@ impl Case {
             Case::DamagedPirThumbs => "every PIR thumbnail answer with ten bytes inverted",
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
             Case::OtherQueryModel => "a configuration naming another query model",
+            Case::MalformedSamples => "samples with malformed published features",
         }
     }
 
@@ -234,6 +238,36 @@ fn slow_planning_doc(real: &PartitionDoc) -> PartitionDoc {
         levels: vec![level; shared::params::limits::MAX_LEVELS],
         ..real.clone()
     }
+}
+
+/// `samples.js` with each sample's published features replaced, in turn, by a vector of the
+/// wrong length, a zero vector and one twice unit length (`Case::MalformedSamples`).
+fn malformed_samples(js: &[u8]) -> Vec<u8> {
+    let js = String::from_utf8(js.to_vec()).unwrap();
+    let mut out = String::new();
+    let mut rest = js.as_str();
+    let mut k = 0;
+    while let Some(at) = rest.find("features: [") {
+        let open = at + "features: [".len();
+        let close = open + rest[open..].find(']').unwrap();
+        let values: Vec<&str> = rest[open..close].split(',').collect();
+        let bad = match k % 3 {
+            0 => values[..values.len() - 1].join(","),
+            1 => vec!["0"; values.len()].join(","),
+            _ => values
+                .iter()
+                .map(|v| (2.0 * v.trim().parse::<f64>().unwrap()).to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&bad);
+        rest = &rest[close..];
+        k += 1;
+    }
+    assert_eq!(k, 10, "ten samples");
+    out.push_str(rest);
+    out.into_bytes()
 }
 
 /// The query model a hostile configuration names in `Case::OtherQueryModel`.
@@ -345,6 +379,13 @@ impl Hostile {
             {
                 self.after_other_model.fetch_add(1, Ordering::SeqCst);
                 fake::forward(&self.http, &self.real, path, req).await
+            }
+            Case::MalformedSamples if path == "/samples.js" => {
+                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                Reply::bytes(200, "text/javascript", malformed_samples(&bytes))
             }
             Case::RelatedSeeds if req.method == "POST" && path.starts_with("/api/v1/pir/") => {
                 self.damaged_posts.fetch_add(1, Ordering::SeqCst);
@@ -1194,6 +1235,73 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
         "the page sent a request after refusing the configuration"
     );
     let _ = std::fs::remove_file(&file);
+    c.close().await.unwrap();
+}
+
+/// Samples whose published features are malformed (the wrong length, zero, twice unit length)
+/// are searched all the same, with the query model's features, as a photo: the page says why
+/// the published ones were refused, the PIR search goes out and shows the exact top 8 of the
+/// query model's features of the sample. A refusal that stopped the search would tell the
+/// server which sample was chosen by the search that never came.
+#[tokio::test(flavor = "multi_thread")]
+async fn samples_with_malformed_published_features_are_searched_with_the_query_model() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let (_driver, c) = browser::browser().await;
+    *hostile.page_case.lock().unwrap() = Case::MalformedSamples;
+    browser::open_page(&c, &base).await;
+    let whole = browser::whole_gallery(&real.base).await;
+    let train = privatemail_server::gallery::data::load_split(
+        std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
+        "train",
+    )
+    .unwrap();
+    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    // One sample of each kind of malformed vector.
+    for sample in [0u8, 1, 2] {
+        js(
+            &c,
+            &format!(
+                "document.getElementById('status').textContent = '';
+                 document.querySelectorAll('#samples button')[{sample}].click(); return 0;"
+            ),
+        )
+        .await;
+        wait_for(
+            &c,
+            "document.getElementById('status').textContent.includes('ready')",
+            "the sample",
+        )
+        .await;
+        let said = browser::text(&c, "status").await;
+        assert!(
+            said.contains("were refused") && said.contains("sample"),
+            "sample {sample}: {said}"
+        );
+        hostile.pir_log.lock().unwrap().clear();
+        assert_eq!(browser::search(&c).await.len(), 8);
+        let posts = hostile
+            .pir_log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with("POST"))
+            .count();
+        assert!(posts > 0, "sample {sample}: no PIR query was sent");
+        let last = (0..train.labels.len())
+            .rev()
+            .find(|&j| train.labels[j] == sample)
+            .unwrap();
+        let px = train.images.image(last);
+        let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
+        let input = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
+        let want = browser::top8(&whole, &model.infer(&input).unwrap().features);
+        assert_eq!(
+            browser::result_ids(&c).await,
+            want,
+            "sample {sample}: the query model's exact top 8"
+        );
+    }
     c.close().await.unwrap();
 }
 

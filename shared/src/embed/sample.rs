@@ -13,8 +13,9 @@
 //! nothing more, whichever vectors it published. A server that publishes wrong vectors changes
 //! what a sample finds, nothing about what a search reveals — it writes the answers anyway.
 //! [`published_features`] refuses anything that is not a finite vector of the model's length
-//! and (near) unit length, before any request and whatever the person does, so a refusal
-//! depends only on the published data.
+//! and (near) unit length; a client then searches the sample with the query model's features,
+//! as any photo, so a refusal changes which vector is searched, never whether a search follows
+//! (a search that never came would tell the server which sample was chosen).
 
 use crate::embed::model::EMBED;
 use crate::error::{Error, Result};

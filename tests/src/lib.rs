@@ -282,6 +282,22 @@ pub fn test_image(i: usize) -> (Vec<u8>, u32) {
     (test.images.image(i).to_vec(), test.labels[i] as u32)
 }
 
+/// The page's ten samples (`web/samples.js`, written by `server/tests/wasm_parity_fixture.rs`):
+/// sample `c` is the last training image of class `c`.
+pub fn sample_images() -> Vec<Vec<u8>> {
+    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    (0..10u8)
+        .map(|class| {
+            let i = (0..train.labels.len())
+                .rev()
+                .find(|&j| train.labels[j] == class)
+                .expect("a training image of every class");
+            train.images.image(i).to_vec()
+        })
+        .collect()
+}
+
 /// What a real client computes on-device for test image `i`: the retrieval model's features
 /// and the class model's label (`shared::embed::classify`).
 pub fn client_query(i: usize) -> (Vec<f64>, u32) {

@@ -562,22 +562,14 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
     // (`web/samples.js`, `shared::embed::sample`): its exact top 8 are the gallery's own
     // nearest neighbours of the image. The sample taken is one whose top 8 through the query
     // model differ, so the check tells the two apart.
-    let train = privatemail_server::gallery::data::load_split(
-        std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
-        "train",
-    )
-    .unwrap();
     let gallery_model =
         shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
     let query_model =
         shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    let (sample, want) = (0..10u8)
-        .find_map(|class| {
-            let last = (0..train.labels.len())
-                .rev()
-                .find(|&j| train.labels[j] == class)
-                .unwrap();
-            let px = train.images.image(last);
+    let (sample, want) = privatemail_e2e::sample_images()
+        .iter()
+        .enumerate()
+        .find_map(|(class, px)| {
             let published = shared::embed::sample::published_features(
                 &gallery_model.infer(px).unwrap().features,
             )
@@ -1618,11 +1610,7 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
     // Grammar: every sample's predicted class with its article. The class and the certainty
     // shown are the class model's (`shared::embed::classify`, natively here): sample `i` is the
     // last training image of class `i` (`web/samples.js`).
-    let train = privatemail_server::gallery::data::load_split(
-        std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
-        "train",
-    )
-    .unwrap();
+    let samples = privatemail_e2e::sample_images();
     let classifier =
         shared::embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS).unwrap();
     let mut an = 0;
@@ -1645,11 +1633,7 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
             .nth(1)
             .unwrap_or_else(|| panic!("{words}"));
         let (article, name) = rest.split_once(' ').unwrap();
-        let last = (0..train.labels.len())
-            .rev()
-            .find(|&j| train.labels[j] as u64 == i)
-            .unwrap();
-        let class = classifier.classify(train.images.image(last)).unwrap();
+        let class = classifier.classify(&samples[i as usize]).unwrap();
         let named = privatemail_server::gallery::data::CLASS_NAMES[class.label as usize];
         let sure = (100.0 * class.probabilities[class.label as usize] as f64).round();
         assert!(

@@ -1251,11 +1251,7 @@ async fn samples_with_malformed_published_features_are_searched_with_the_query_m
     *hostile.page_case.lock().unwrap() = Case::MalformedSamples;
     browser::open_page(&c, &base).await;
     let whole = browser::whole_gallery(&real.base).await;
-    let train = privatemail_server::gallery::data::load_split(
-        std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
-        "train",
-    )
-    .unwrap();
+    let samples = privatemail_e2e::sample_images();
     let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
     // One sample of each kind of malformed vector.
     for sample in [0u8, 1, 2] {
@@ -1288,11 +1284,7 @@ async fn samples_with_malformed_published_features_are_searched_with_the_query_m
             .filter(|l| l.starts_with("POST"))
             .count();
         assert!(posts > 0, "sample {sample}: no PIR query was sent");
-        let last = (0..train.labels.len())
-            .rev()
-            .find(|&j| train.labels[j] == sample)
-            .unwrap();
-        let px = train.images.image(last);
+        let px = &samples[usize::from(sample)];
         let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
         let input = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
         let want = browser::top8(&whole, &model.infer(&input).unwrap().features);

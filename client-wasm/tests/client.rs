@@ -337,27 +337,28 @@ fn a_sample_is_searched_with_its_published_gallery_features() {
         sum
     };
     let dist = |m: &[f64], x: &DMatrix<f64>| (0..10).map(|j| (m[j] - x[(0, j)]).powi(2)).sum();
+    // The real row's distances to the published features' placement and to the photo's own.
+    let distances = |client: &mut Client| -> (f64, f64) {
+        let m = mean_real_row(client);
+        (dist(&m, &want), dist(&m, &own))
+    };
+    let load = |client: &mut Client, features: &[f32], version: &str| -> Value {
+        serde_json::from_str(
+            &client
+                .load_sample(&rgba, 28, 28, features, version)
+                .unwrap(),
+        )
+        .unwrap()
+    };
     // The gallery's model version: the published features are the query.
-    let info: Value = serde_json::from_str(
-        &client
-            .load_sample(&rgba, 28, 28, &published, "gallery")
-            .unwrap(),
-    )
-    .unwrap();
+    let info = load(&mut client, &published, "gallery");
     assert_eq!(info["features"], "published");
-    let m = mean_real_row(&mut client);
-    let (to_want, to_own): (f64, f64) = (dist(&m, &want), dist(&m, &own));
+    let (to_want, to_own) = distances(&mut client);
     assert!(to_want < to_own, "{to_want} vs {to_own}");
     // Another model's features: the query model's own, as for a photo.
-    let info: Value = serde_json::from_str(
-        &client
-            .load_sample(&rgba, 28, 28, &published, "cnn-v2-0000000000000000")
-            .unwrap(),
-    )
-    .unwrap();
+    let info = load(&mut client, &published, "cnn-v2-0000000000000000");
     assert_eq!(info["features"], "query model");
-    let m = mean_real_row(&mut client);
-    let (to_want, to_own): (f64, f64) = (dist(&m, &want), dist(&m, &own));
+    let (to_want, to_own) = distances(&mut client);
     assert!(to_own < to_want, "{to_own} vs {to_want}");
     // Refused: wrong length, NaN, infinity, zero, far from unit length. Each is searched with
     // the query model's features, the reason given.
@@ -369,24 +370,16 @@ fn a_sample_is_searched_with_its_published_gallery_features() {
     }
     bad.push(published.iter().map(|x| x * 2.0).collect());
     for (k, b) in bad.iter().enumerate() {
-        let info: Value =
-            serde_json::from_str(&client.load_sample(&rgba, 28, 28, b, "gallery").unwrap())
-                .unwrap();
+        let info = load(&mut client, b, "gallery");
         assert_eq!(info["features"], "query model");
         let why = info["published_error"].as_str().unwrap();
         assert!(why.contains("sample"), "{why}");
         if k == 0 {
-            let m = mean_real_row(&mut client);
-            let (to_want, to_own): (f64, f64) = (dist(&m, &want), dist(&m, &own));
+            let (to_want, to_own) = distances(&mut client);
             assert!(to_own < to_want, "{to_own} vs {to_want}");
         }
     }
     // Accepted features give no reason.
-    let info: Value = serde_json::from_str(
-        &client
-            .load_sample(&rgba, 28, 28, &published, "gallery")
-            .unwrap(),
-    )
-    .unwrap();
+    let info = load(&mut client, &published, "gallery");
     assert!(info["published_error"].is_null());
 }

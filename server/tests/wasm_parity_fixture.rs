@@ -106,23 +106,56 @@ fn web_samples_are_the_documented_images() {
 /// checked otherwise.
 #[test]
 fn wasm_photo_fixture_matches_the_pipeline() {
+    photo_fixture(2, 1, 8.0, "photo.json", |framing| {
+        // The pipeline turned it (the axis was 8° off): nothing is left for the model's step.
+        let o = shared::embed::upright::orientation(&framing.pixels).unwrap();
+        assert!(o.applied.to_degrees().abs() < 0.25, "{o:?}");
+    });
+}
+
+/// The same for a shoe (test image 0, an ankle boot, turned −8°): its axis is a diagonal the
+/// model's step keeps, so the pipeline levels its base instead (`shared::embed::base`: integer
+/// hull, one division, the series `atan`), and the wasm client must make the same bytes.
+#[test]
+fn wasm_shoe_photo_fixture_matches_the_pipeline() {
+    photo_fixture(0, 9, -8.0, "photo-shoe.json", |framing| {
+        let full = shared::embed::upright::TILT_FULL_DEGREES;
+        let o = shared::embed::upright::orientation(&framing.class_pixels).unwrap();
+        assert!(o.offset.to_degrees().abs() > full, "{o:?}");
+        let tilt = |px: &[u8]| shared::embed::base::tilt(px).unwrap().to_degrees();
+        let (before, after) = (tilt(&framing.class_pixels), tilt(&framing.pixels));
+        assert!(
+            before.abs() > 4.0 && after.abs() < 1.0,
+            "{before} → {after}"
+        );
+    });
+}
+
+/// Test image `index` (of class `label`) drawn at 56 pixels, turned `degrees`, on a background
+/// of 236 with noise σ = 4, and the model input and class the native pipeline makes of it,
+/// written to `client-wasm/tests/fixtures/{file}` with `PM_WRITE_FIXTURE=1` and checked
+/// otherwise; `turned` checks how the pipeline turned it.
+fn photo_fixture(
+    index: usize,
+    label: u8,
+    degrees: f32,
+    file: &str,
+    turned: impl Fn(&shared::embed::photo::Framing),
+) {
     use privatemail_server::gallery::photos::{render, Shot};
     use rand::SeedableRng;
     let test = load_split(std::path::Path::new(DEFAULT_DIR), "t10k").unwrap();
     let shot = Shot {
         background: 236,
-        degrees: 8.0,
+        degrees,
         noise: 4.0,
         ..Shot::clean(56)
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-    assert_eq!(test.labels[2], 1, "trousers: an axis the pipeline turns");
-    let rgba = render(test.images.image(2), &shot, &mut rng);
+    assert_eq!(test.labels[index], label);
+    let rgba = render(test.images.image(index), &shot, &mut rng);
     let framing = shared::embed::photo::analyse(&rgba, 56, 56).unwrap();
-    let pixels = framing.pixels;
-    // The pipeline turned it (the axis was 8° off): nothing is left for the model's step.
-    let o = shared::embed::upright::orientation(&pixels).unwrap();
-    assert!(o.applied.to_degrees().abs() < 0.25, "{o:?}");
+    turned(&framing);
     // The noise is seen, so both ways of removing it (the knee for the retrieval input, the
     // threshold subtracted for the class model's) are exercised.
     assert!(framing.noise_level > 0);
@@ -130,22 +163,22 @@ fn wasm_photo_fixture_matches_the_pipeline() {
         .unwrap()
         .classify(&framing.class_pixels)
         .unwrap();
-    assert_eq!(class.label, 1);
+    assert_eq!(class.label, u32::from(label));
     let fixture = serde_json::json!({
         "side": 56,
         "rgba": rgba,
-        "pixels": pixels,
+        "pixels": framing.pixels,
         "class_probabilities": class.probabilities,
     });
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../client-wasm/tests/fixtures/photo.json"
+    let path = format!(
+        "{}/../client-wasm/tests/fixtures/{file}",
+        env!("CARGO_MANIFEST_DIR")
     );
     if std::env::var("PM_WRITE_FIXTURE").is_ok() {
-        std::fs::write(path, fixture.to_string()).unwrap();
+        std::fs::write(&path, fixture.to_string()).unwrap();
     }
     let stored: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     // Floats compared as the f32 they are (JSON's decimal text need not parse back to the same
     // f64, but it does to the same f32).
     let probabilities =

@@ -32,6 +32,7 @@ pub mod dp {
 
 /// Embedding math: the on-device model, the kernel, SMLQ and its large-gallery approximation.
 pub mod embed {
+    pub mod base;
     pub mod classify;
     pub mod lanes;
     pub mod laplacian;

@@ -8,7 +8,8 @@
 //! it (`legacy`). Reported: class accuracy (the query model's own and the class shown, the
 //! class model's: `shared::embed::classify`) and the exact top-8 agreement over the gallery (the
 //! 10,000 test images' features) with the same photo clean, and the share of the gallery
-//! model's own top 8 of the dataset image that the photo finds; the class on photos of test
+//! model's own top 8 of the dataset image that the photo finds (and, per class, under rotation
+//! and the whole family: where the loss lies); the class on photos of test
 //! images; that the pipeline leaves the dataset's own images unchanged; and the
 //! out-of-distribution scores on procedurally generated non-clothing images (`ood`): AUROC,
 //! and the flagged share at a threshold calibrated on photos of the test split (`photos.md`,
@@ -26,7 +27,9 @@ use rayon::prelude::*;
 use shared::embed::model::{from_rgba, weights_version, Inference, Model, PIXELS};
 use shared::embed::photo::analyse;
 
-use privatemail_server::gallery::data::{balanced_anchors, load_split, reserved_train, Split};
+use privatemail_server::gallery::data::{
+    balanced_anchors, load_split, reserved_train, Split, CLASS_NAMES,
+};
 use privatemail_server::gallery::photos::{render, Shot};
 
 use crate::args::Args;
@@ -517,6 +520,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 )?;
             }
             if pipeline == Pipeline::Current {
+                by_class(&per, &held_out, &train, &own_top, &conds, &mut md)?;
                 ood_report(
                     args,
                     &model,
@@ -538,6 +542,55 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     std::fs::write(args.out.join("photos.csv"), &csv)?;
     std::fs::write(args.out.join("photos-ood.csv"), &ood_csv)?;
     print!("{md}");
+    Ok(())
+}
+
+/// The current pipeline's figures per class (where the loss lies): a clean photo's share of
+/// the gallery model's own top k, and the agreement with the clean photo under rotation and
+/// under the whole family, with the whole family's share of the gallery's own.
+fn by_class(
+    per: &[Vec<Outcome>],
+    held_out: &[usize],
+    train: &Split,
+    own_top: &[Vec<usize>],
+    conds: &[Condition],
+    md: &mut String,
+) -> Res<()> {
+    let find = |name: &str| conds.iter().position(|c| c.name == name);
+    let (Some(rotation), Some(family)) = (
+        find("rotation ±10°"),
+        find("the whole family (random draws)"),
+    ) else {
+        return Ok(());
+    };
+    writeln!(
+        md,
+        "\nBy class (photo pipeline):\n\n| class | photos | clean → gallery's own top {K} | rotation ±10°: agreement | whole family: agreement | whole family → gallery's own |\n|---|---:|---:|---:|---:|---:|"
+    )?;
+    for (c, name) in CLASS_NAMES.iter().enumerate() {
+        let rows: Vec<(&Vec<Outcome>, &Vec<usize>)> = per
+            .iter()
+            .zip(own_top)
+            .zip(held_out)
+            .filter(|(_, &i)| usize::from(train.labels[i]) == c)
+            .map(|(r, _)| r)
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let share = |f: &dyn Fn(&Vec<Outcome>, &Vec<usize>) -> usize| {
+            rows.iter().map(|(r, t)| f(r, t)).sum::<usize>() as f64 / (K * rows.len()) as f64
+        };
+        writeln!(
+            md,
+            "| {name} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            rows.len(),
+            share(&|r, t| overlap(&r[0].top, t)),
+            share(&|r, _| overlap(&r[rotation].top, &r[0].top)),
+            share(&|r, _| overlap(&r[family].top, &r[0].top)),
+            share(&|r, t| overlap(&r[family].top, t)),
+        )?;
+    }
     Ok(())
 }
 

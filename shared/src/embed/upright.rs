@@ -181,7 +181,7 @@ pub(crate) fn rotate_region(
 /// `atan(t)` for any finite `t`, to about 1e-15: `atan t = π/2·sign t − atan(1/t)` brings
 /// |t| ≤ 1, two halvings `atan t = 2·atan(t / (1 + √(1 + t²)))` bring |t| ≤ tan(π/16) < 0.2,
 /// then the Taylor series to t²¹.
-fn atan(t: f64) -> f64 {
+pub(crate) fn atan(t: f64) -> f64 {
     if t.abs() > 1.0 {
         return std::f64::consts::FRAC_PI_2 * t.signum() - atan(1.0 / t);
     }

@@ -1,0 +1,188 @@
+//! The tilt of the line an object stands on, for the photo pipeline's turn
+//! ([`super::photo`], step 7).
+//!
+//! Why: the principal-axis turn ([`super::upright`]) leaves an object whose axis lies 12–45°
+//! off the image axes as it is, or only partly turned — for sandals, sneakers and ankle boots
+//! that diagonal is the product's shape, and the gallery model was trained with it left alone.
+//! So a shoe photographed 10° off level reached the query model 10° off (or, in the partial
+//! turn's ramp, up to three times that), and its exact top 8 over 10,000 gallery images kept
+//! 0.31 of the level photo's (ankle boots, `eval --photos`, session 38). But the dataset
+//! photographs every such product standing on its sole, level: the **base** — the edge of the
+//! object's lower convex hull, the line it would rest on — is a cue a tilt moves and the shape
+//! does not. Levelling it turns a tilted shoe back to where the dataset (and the gallery)
+//! has it, and leaves a level one (nearly) alone, so a clean photo still finds the gallery's
+//! own neighbours.
+//!
+//! How: on the 28×28 input (light object on 0), each column's lowest pixel above [`INK`], at
+//! sub-pixel depth (the level of the pixel below it, of 255, added); the lower convex hull of
+//! those points; its longest edge within [`MAX_DEGREES`] of level and spanning at least
+//! [`MIN_SPAN`] of the points' width. Exact integer arithmetic up to the one division and
+//! series arctangent of the result, so a mirror image gets exactly the opposite tilt and
+//! native, wasm and training get the same bytes.
+
+use crate::embed::model::{PIXELS, SIDE};
+
+/// A column's lowest pixel brighter than this (of 255) is its bottom: fainter pixels are the
+/// object's anti-aliased rim, which noise and resampling move.
+pub const INK: u8 = 64;
+/// The base's edge spans at least this share of the object's bottom width (a toe's or a
+/// heel's short facet is not a base)…
+pub const MIN_SPAN: f64 = 0.25;
+/// …and lies within this many degrees of level (a steeper edge is a side, not a base; the
+/// tilts undone are the camera's, up to 10° in the evaluation).
+pub const MAX_DEGREES: f64 = 15.0;
+
+/// The tilt of the object's base in radians, in the convention of
+/// [`super::upright::Orientation::offset`] (image y pointing down: `atan` of the base's slope),
+/// so that [`super::upright::rotate_region`] by it levels the base. `None` when no edge of the
+/// lower hull qualifies (fewer than three columns hold ink, the bottom is rounded or steep),
+/// or when two equally long edges tilt by exactly opposite angles (a symmetric bottom has no
+/// tilt to take: `None` keeps the mirror image's answer the mirror of this one's).
+///
+/// Arithmetic: points are integers (x in half pixels, depth in 510ths of a pixel), the hull's
+/// turn tests are exact in i64, and the slope is one f64 division, so the hull of a mirror
+/// image is exactly the mirror of this one's.
+pub fn tilt(pixels: &[u8]) -> Option<f64> {
+    debug_assert_eq!(pixels.len(), PIXELS);
+    // (2x + 1, 510·y + 255 + 2·below): the pixel's centre, its depth pushed down by the
+    // share of ink in the pixel below it.
+    let points: Vec<(i64, i64)> = (0..SIDE)
+        .filter_map(|x| {
+            let y = (0..SIDE).rev().find(|&y| pixels[y * SIDE + x] > INK)?;
+            let below = if y + 1 < SIDE {
+                i64::from(pixels[(y + 1) * SIDE + x])
+            } else {
+                0
+            };
+            Some((2 * x as i64 + 1, 510 * y as i64 + 255 + 2 * below))
+        })
+        .collect();
+    if points.len() < 3 {
+        return None;
+    }
+    let width = points[points.len() - 1].0 - points[0].0;
+    // The hull below the points (image y down: the chain every point lies above), left to
+    // right; collinear points are dropped, so the hull is unique and mirrors exactly.
+    let cross = |o: (i64, i64), a: (i64, i64), b: (i64, i64)| {
+        (a.0 - o.0) * (b.1 - o.1) - (a.1 - o.1) * (b.0 - o.0)
+    };
+    let mut hull: Vec<(i64, i64)> = Vec::with_capacity(points.len());
+    for &p in &points {
+        while hull.len() >= 2 && cross(hull[hull.len() - 2], hull[hull.len() - 1], p) >= 0 {
+            hull.pop();
+        }
+        hull.push(p);
+    }
+    let limit = MAX_DEGREES * std::f64::consts::PI / 180.0;
+    // (span, angle) of the longest qualifying edge, and whether an equally long one tilts
+    // the exactly opposite way.
+    let mut best: Option<(i64, f64)> = None;
+    let mut opposed = false;
+    for e in hull.windows(2) {
+        let (dx, dy) = (e[1].0 - e[0].0, e[1].1 - e[0].1);
+        if (dx as f64) < MIN_SPAN * width as f64 {
+            continue;
+        }
+        // Depth is in 510ths of a pixel and x in halves: slope = dy / (255·dx).
+        let angle = super::upright::atan(dy as f64 / (255 * dx) as f64);
+        if angle.abs() > limit {
+            continue;
+        }
+        match best {
+            Some((span, a)) if span == dx => {
+                if angle == -a && angle != 0.0 {
+                    opposed = true;
+                } else if angle.abs() < a.abs() {
+                    (best, opposed) = (Some((dx, angle)), false);
+                }
+            }
+            Some((span, _)) if span > dx => {}
+            _ => (best, opposed) = (Some((dx, angle)), false),
+        }
+    }
+    match best {
+        Some((_, angle)) if !opposed => Some(angle),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A boot-like silhouette (a shaft standing on a longer foot, level 200 with an
+    /// anti-aliased rim, 4×4 supersampled) turned by `degrees` about the centre (image y
+    /// down: positive turns clockwise on screen), `mirrored` left–right.
+    fn boot(degrees: f64, mirrored: bool) -> Vec<u8> {
+        let (s, c) = degrees.to_radians().sin_cos();
+        let inside = |u: f64, v: f64| {
+            let u = if mirrored { -u } else { u };
+            let shaft = (-9.0..-1.0).contains(&u) && (-10.0..4.0).contains(&v);
+            let foot = (-9.0..11.0).contains(&u) && (2.0..8.0).contains(&v);
+            shaft || foot
+        };
+        (0..PIXELS)
+            .map(|i| {
+                let mut ink = 0.0f64;
+                for k in 0..16 {
+                    let x = (i % SIDE) as f64 + (k % 4) as f64 / 4.0 + 0.125 - 14.0;
+                    let y = (i / SIDE) as f64 + (k / 4) as f64 / 4.0 + 0.125 - 14.0;
+                    // Back to the boot's own frame.
+                    let (u, v) = (c * x + s * y, -s * x + c * y);
+                    ink += if inside(u, v) { 200.0 / 16.0 } else { 0.0 };
+                }
+                ink.round() as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_tilted_base_is_measured() {
+        // Level: (nearly) no tilt.
+        let level = tilt(&boot(0.0, false)).unwrap();
+        assert!(level.to_degrees().abs() < 1.0, "{}", level.to_degrees());
+        for degrees in [-10.0, -6.0, 4.0, 9.0] {
+            let t = tilt(&boot(degrees, false)).unwrap().to_degrees();
+            // Turned clockwise on screen by `degrees`, the base's slope (y down) is
+            // tan(degrees), and `rotate_region` by that angle levels it.
+            assert!((t - degrees).abs() < 1.5, "{degrees}: {t}");
+        }
+    }
+
+    #[test]
+    fn a_mirror_image_has_exactly_the_opposite_tilt() {
+        for degrees in [-7.0, 0.0, 3.0, 8.5] {
+            let (a, b) = (boot(degrees, false), boot(-degrees, true));
+            // The renderings are exact mirror images of each other…
+            let mirror: Vec<u8> = b
+                .chunks_exact(SIDE)
+                .flat_map(|r| r.iter().rev().copied())
+                .collect();
+            assert_eq!(a, mirror);
+            // …and so are their tilts, bit for bit.
+            assert_eq!(tilt(&a).map(|t| -t), tilt(&b), "{degrees}");
+        }
+    }
+
+    #[test]
+    fn no_base_no_tilt() {
+        assert_eq!(tilt(&[0; PIXELS]), None);
+        // A single column, and a diamond (its lower edges are 45° steep).
+        let mut column = vec![0u8; PIXELS];
+        for y in 4..24 {
+            column[y * SIDE + 14] = 255;
+        }
+        assert_eq!(tilt(&column), None);
+        let diamond: Vec<u8> = (0..PIXELS)
+            .map(|i| {
+                let (x, y) = ((i % SIDE) as i32 - 14, (i / SIDE) as i32 - 14);
+                if x.abs() + y.abs() <= 10 {
+                    255
+                } else {
+                    0
+                }
+            })
+            .collect();
+        assert_eq!(tilt(&diamond), None);
+    }
+}

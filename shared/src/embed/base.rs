@@ -164,6 +164,54 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Any input: a tilt within the stated bound or none, and a mirror image's exactly
+        /// the opposite (the features' mirror invariance rests on it).
+        #[test]
+        fn any_input_has_a_bounded_mirrored_tilt(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), PIXELS),
+        ) {
+            // Sparse ink (a fifth of the pixels down to one in fifty), so the hulls vary.
+            let floor = 200 + bytes[0] % 50;
+            let img: Vec<u8> = bytes.iter().map(|&b| if b > floor { b } else { 0 }).collect();
+            let mirror: Vec<u8> = img
+                .chunks_exact(SIDE)
+                .flat_map(|r| r.iter().rev().copied())
+                .collect();
+            let t = tilt(&img);
+            if let Some(a) = t {
+                proptest::prop_assert!(a.abs() <= MAX_DEGREES.to_radians() + 1e-12, "{a}");
+            }
+            proptest::prop_assert_eq!(tilt(&mirror), t.map(|a| -a));
+        }
+    }
+
+    #[test]
+    fn a_symmetric_v_has_no_tilt() {
+        // Bottoms on two edges of exactly opposite slope and equal span (columns 5–13 and
+        // 14–22), every other column's above them: no tilt to take, whichever edge comes first.
+        let mut img = vec![0u8; PIXELS];
+        for x in 5..=22 {
+            let bottom = match x {
+                5 | 22 => 20,
+                9 | 18 => 21,
+                13 | 14 => 22,
+                _ => 19,
+            };
+            for y in 6..=bottom {
+                img[y * SIDE + x] = 255;
+            }
+        }
+        assert_eq!(tilt(&img), None);
+        // With its first column lowered to the bottom, the left edge is level and the
+        // longest: that is the base.
+        for y in 21..=22 {
+            img[y * SIDE + 5] = 255;
+        }
+        assert_eq!(tilt(&img), Some(0.0));
+    }
+
     #[test]
     fn no_base_no_tilt() {
         assert_eq!(tilt(&[0; PIXELS]), None);

@@ -59,8 +59,8 @@ pub const MAX_IMAGE_SIDE: usize = 4_096;
 
 /// Most turns [`upright_at_photo_resolution`] makes: each re-estimates the axis on the turned
 /// result (the model's step only partly undoes an offset in its ramps, and a turned object's
-/// axis or base is re-measured at 28×28). Measured with `eval --photos`: whole-family agreement 0.608
-/// after one turn, 0.619 after two, 0.625 after four, 0.623 after eight.
+/// axis or base is re-measured at 28×28). Measured with `eval --photos`: whole-family
+/// agreement 0.608 after one turn, 0.619 after two, 0.625 after four, 0.623 after eight.
 const TURN_STEPS: usize = 4;
 /// A turn left to make below this (radians, 0.006°) is done.
 const TURN_DONE: f64 = 1e-4;
@@ -515,11 +515,11 @@ fn upright_at_photo_resolution(
 /// keeps, at least in part, as the product's shape (a shoe's) — whose base is levelled instead
 /// ([`super::base::tilt`]; the model's step's turn when it has no base). Why: at the model's
 /// step's ramp a 10° tilt came out as up to 30°, and beyond it as 10°, so held-out ankle boots
-/// turned 10° kept 0.31 of their exact top 8 and sandals 0.65; levelling the base keeps 0.58
-/// and 0.78 with the same query model, and the whole family 0.742 → 0.776 while a clean
-/// photo still finds 0.679 of the gallery model's own top 8 (0.681 before; the principal axis
-/// turned in full instead: 0.781 but 0.608, since a shoe's diagonal is what the gallery
-/// model ranks by — `eval --photos`, session 38). 0 for a blank input.
+/// turned 10° kept 0.31 of their exact top 8 and sandals 0.65; with the base levelled (and the
+/// query model retrained for it) 0.62 and 0.81, the whole family 0.742 → 0.771, and a clean
+/// photo finds 0.686 of the gallery model's own top 8 (0.681 before; with the principal axis
+/// turned in full instead: 0.781 but 0.622, since a shoe's diagonal is what the gallery model
+/// ranks by — `eval --photos`, session 38). 0 for a blank input.
 fn photo_turn(pixels: &[u8]) -> f64 {
     let Some(o) = super::upright::orientation(pixels) else {
         return 0.0;

@@ -454,7 +454,8 @@ fn upright_at_photo_resolution(
 ) -> Vec<u8> {
     // Most photos need no turn (an upright or round object, a level shoe): no working copy
     // is built for them.
-    if photo_turn(&pixels).abs() < TURN_DONE {
+    let first = photo_turn(&pixels);
+    if first.abs() < TURN_DONE {
         return pixels;
     }
     let fix = super::upright::FIX;
@@ -495,8 +496,9 @@ fn upright_at_photo_resolution(
     // object each time, and an offset the step only partly turns (in its ramps) is turned on.
     let mut total = 0.0;
     let mut out = pixels;
-    for _ in 0..TURN_STEPS {
-        let applied = photo_turn(&out);
+    for step in 0..TURN_STEPS {
+        // The first turn was measured above, on this very input.
+        let applied = if step == 0 { first } else { photo_turn(&out) };
         let next = total + applied;
         if applied.abs() < TURN_DONE || next.abs() > std::f64::consts::FRAC_PI_4 {
             break;

@@ -65,6 +65,8 @@ enum Case {
     OtherQueryModel,
     /// Not in `CASES`: the page's samples (`samples.js`) with malformed published features.
     MalformedSamples,
+    /// Not in `CASES`: the page's samples published as another gallery model's features.
+    OtherSamplesModel,
 }
 
 const CASES: [Case; 19] = [
@@ -115,6 +117,7 @@ impl Case {
             Case::RelatedSeeds => "related-seeds",
             Case::OtherQueryModel => "other-query-model",
             Case::MalformedSamples => "malformed-samples",
+            Case::OtherSamplesModel => "other-samples-model",
         }
     }
 
@@ -151,6 +154,7 @@ impl Case {
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
             Case::OtherQueryModel => "a configuration naming another query model",
             Case::MalformedSamples => "samples with malformed published features",
+            Case::OtherSamplesModel => "samples published as another gallery model's features",
         }
     }
 
@@ -270,6 +274,15 @@ fn malformed_samples(js: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
+/// `samples.js` naming another gallery model as its features' (`Case::OtherSamplesModel`):
+/// the features themselves are well-formed.
+fn other_samples_model(js: &[u8]) -> Vec<u8> {
+    let js = String::from_utf8(js.to_vec()).unwrap();
+    let at = js.find("SAMPLES_MODEL = \"").unwrap() + "SAMPLES_MODEL = \"".len();
+    let end = at + js[at..].find('"').unwrap();
+    format!("{}{OTHER_QUERY_MODEL}{}", &js[..at], &js[end..]).into_bytes()
+}
+
 /// The query model a hostile configuration names in `Case::OtherQueryModel`.
 const OTHER_QUERY_MODEL: &str = "cnn-v2-0123456789abcdef";
 
@@ -380,12 +393,17 @@ impl Hostile {
                 self.after_other_model.fetch_add(1, Ordering::SeqCst);
                 fake::forward(&self.http, &self.real, path, req).await
             }
-            Case::MalformedSamples if path == "/samples.js" => {
+            Case::MalformedSamples | Case::OtherSamplesModel if path == "/samples.js" => {
                 let r = fake::forward_identity(&self.http, &self.real, path, req).await;
                 let Body::Bytes(bytes) = r.body else {
                     unreachable!("forward answers with bytes")
                 };
-                Reply::bytes(200, "text/javascript", malformed_samples(&bytes))
+                let rewritten = if case == Case::MalformedSamples {
+                    malformed_samples(&bytes)
+                } else {
+                    other_samples_model(&bytes)
+                };
+                Reply::bytes(200, "text/javascript", rewritten)
             }
             Case::RelatedSeeds if req.method == "POST" && path.starts_with("/api/v1/pir/") => {
                 self.damaged_posts.fetch_add(1, Ordering::SeqCst);
@@ -1245,15 +1263,31 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
 /// server which sample was chosen by the search that never came.
 #[tokio::test(flavor = "multi_thread")]
 async fn samples_with_malformed_published_features_are_searched_with_the_query_model() {
+    samples_are_searched_with_the_query_model(Case::MalformedSamples, &["were refused", "sample"])
+        .await;
+}
+
+/// Samples whose published features are well-formed but named as another gallery model's
+/// (`SAMPLES_MODEL`) are searched the same way: with the query model's features, as a photo,
+/// the search going out as for any sample.
+#[tokio::test(flavor = "multi_thread")]
+async fn samples_of_another_gallery_model_are_searched_with_the_query_model() {
+    samples_are_searched_with_the_query_model(Case::OtherSamplesModel, &["ready"]).await;
+}
+
+/// The first three samples under `case`, each clicked and searched by PIR: the status says
+/// each of `said` (and never that the gallery's own features are used), PIR queries go out, and the results are the exact top 8 of the query model's
+/// features of the sample.
+async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
     let real = browser::server();
     let (base, hostile) = hostile(&real.base).await;
     let (_driver, c) = browser::browser().await;
-    *hostile.page_case.lock().unwrap() = Case::MalformedSamples;
+    *hostile.page_case.lock().unwrap() = case;
     browser::open_page(&c, &base).await;
     let whole = browser::whole_gallery(&real.base).await;
     let samples = privatemail_e2e::sample_images();
     let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    // One sample of each kind of malformed vector.
+    // Under `MalformedSamples`, one sample of each kind of malformed vector.
     for sample in [0u8, 1, 2] {
         js(
             &c,
@@ -1269,10 +1303,10 @@ async fn samples_with_malformed_published_features_are_searched_with_the_query_m
             "the sample",
         )
         .await;
-        let said = browser::text(&c, "status").await;
+        let status = browser::text(&c, "status").await;
         assert!(
-            said.contains("were refused") && said.contains("sample"),
-            "sample {sample}: {said}"
+            said.iter().all(|s| status.contains(s)) && !status.contains("gallery's own features"),
+            "sample {sample}: {status}"
         );
         hostile.pir_log.lock().unwrap().clear();
         assert_eq!(browser::search(&c).await.len(), 8);

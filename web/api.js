@@ -33,13 +33,15 @@ export async function getJson(path, maxBytes) {
   return new TextDecoder().decode(await getBytes(path, maxBytes ?? L.max_json_bytes));
 }
 
-// One of the on-device models' files, whose exact length its format fixes (`limits()`:
-// `model_bytes`, `class_model_bytes`): not a byte more is read, and a shorter file is refused
-// here (the wasm client refuses any file that does not parse). Before any photo is chosen.
-export async function getModel(path, lengthKey) {
+// One of the on-device models' files (`limits()`: `max_model_bytes`, the longest query model
+// file, and `class_model_bytes`, the class model's exact length): not a byte more is read, and
+// an `exact` file of another length is refused here (the wasm client refuses any file that
+// does not parse, a query model of the wrong length for its header too). Before any photo is
+// chosen.
+export async function getModel(path, lengthKey, exact) {
   const want = (await LIMITS)[lengthKey];
   const bytes = await getBytes(path, want);
-  if (bytes.byteLength !== want) {
+  if (exact && bytes.byteLength !== want) {
     throw new Error(`The server's answer for ${path} was refused: ${bytes.byteLength} bytes, not the ${want} of a model file.`);
   }
   return bytes;

@@ -40,8 +40,8 @@ async function start() {
   try {
     const [, weights, classWeights, configText, anchorsText, mapText] = await Promise.all([
       wasmReady,
-      getModel("pkg/query.bin", "model_bytes"),
-      getModel("pkg/classifier.bin", "class_model_bytes"),
+      getModel("pkg/query.bin", "max_model_bytes", false),
+      getModel("pkg/classifier.bin", "class_model_bytes", true),
       getJson("/api/v1/config"),
       getJson("/api/v1/anchors"),
       getJson("/api/v1/gallery-map"),

@@ -105,7 +105,11 @@ pub struct Outcome {
 /// do not fit are refused before any search request, whatever the protocol (a server that
 /// sends them is not following the protocol), and every later use may rely on their shape.
 /// Returns them and the bytes downloaded.
-fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse, u64)> {
+fn anchors(
+    server: &Server,
+    config: &ConfigResponse,
+    model: &Model,
+) -> Result<(AnchorsResponse, u64)> {
     let limit = crate::http::BodyLimit::both(limits::MAX_JSON_BYTES);
     let (bytes, n) =
         crate::pir::public_file(server, "/api/v1/anchors", &config.anchors_sha256, limit)?;
@@ -117,7 +121,7 @@ fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse,
     let anchors: AnchorsResponse = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Malformed(format!("the anchors are not valid JSON: {e}")))?;
     anchors
-        .check(config)
+        .check(config, model.w.arch.layer_dim())
         .map_err(|e| CliError::Malformed(format!("the anchors: {e}")))?;
     Ok((anchors, n))
 }
@@ -187,7 +191,7 @@ pub fn run(
         .classify(&framing.class_pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
-    let (public_anchors, anchor_bytes) = anchors(server, &config)?;
+    let (public_anchors, anchor_bytes) = anchors(server, &config, model)?;
     let ood = familiarity(&public_anchors, pixels, &inf.features, &layer_means)?;
     let mut rng = shared::dp::rng::secure_rng()?;
     let mut pir = None;

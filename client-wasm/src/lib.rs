@@ -113,7 +113,7 @@ impl Client {
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         // Every part of the anchors checked once, here (the CLI calls the same check).
         anchors
-            .check(&config)
+            .check(&config, model.w.arch.layer_dim())
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         let n = anchors.features.len();
         let feats = DMatrix::from_row_iterator(

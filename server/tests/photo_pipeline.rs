@@ -35,7 +35,14 @@ fn anchor_features(model: &Model, train: &Split) -> (Vec<usize>, Reference) {
         .flat_map(|&i| model.layer_means(train.images.image(i)).unwrap())
         .collect();
     let labels: Vec<u32> = idx.iter().map(|&i| train.labels[i] as u32).collect();
-    let reference = Reference::fit(&flat, &layers, &labels, flat.len() / idx.len()).unwrap();
+    let reference = Reference::fit(
+        &flat,
+        &layers,
+        &labels,
+        flat.len() / idx.len(),
+        model.w.arch.layer_dim(),
+    )
+    .unwrap();
     (idx, reference)
 }
 

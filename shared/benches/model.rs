@@ -31,7 +31,7 @@ fn tilted_photo(side: usize) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    let mut w = Weights::zeros();
+    let mut w = Weights::zeros(shared::embed::model::Arch::SMALL);
     for t in w.tensors_mut() {
         t.iter_mut().for_each(|v| *v = rng.random::<f32>() - 0.5);
     }

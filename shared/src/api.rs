@@ -64,10 +64,11 @@ impl AnchorsResponse {
     /// feature length other than the model's ([`crate::embed::model::EMBED`]), lists of
     /// different lengths (ids, labels, features, frame rows), a feature row or frame row of the
     /// wrong length, a non-finite value, a label outside the configuration's classes, and a
-    /// [`crate::embed::ood::Reference`] of the wrong shape ([`Reference::check`]).
+    /// [`crate::embed::ood::Reference`] of the wrong shape for the model's features and
+    /// `layer_dim` layer means ([`Reference::check`]).
     ///
     /// [`Reference::check`]: crate::embed::ood::Reference::check
-    pub fn check(&self, config: &ConfigResponse) -> crate::error::Result<()> {
+    pub fn check(&self, config: &ConfigResponse, layer_dim: usize) -> crate::error::Result<()> {
         use crate::error::Error;
         let (dim, n) = (config.feature_dim, self.features.len());
         if dim != crate::embed::model::EMBED {
@@ -120,7 +121,7 @@ impl AnchorsResponse {
                 max: config.smlq.num_classes.saturating_sub(1),
             });
         }
-        self.familiarity.check(dim)
+        self.familiarity.check(dim, layer_dim)
     }
 }
 
@@ -525,6 +526,9 @@ mod tests {
     use super::*;
     use crate::error::Error;
 
+    /// The query model's layer means' length.
+    const LAYER_DIM: usize = crate::embed::weights::Arch::WIDE.layer_dim();
+
     fn limits() -> ApiLimits {
         ApiLimits {
             max_k: 50,
@@ -648,8 +652,9 @@ mod tests {
         let features: Vec<Vec<f32>> = (0..n)
             .map(|_| (0..EMBED).map(|_| next()).collect())
             .collect();
-        let layers: Vec<f32> = (0..n * ood::LAYER_DIM).map(|_| next()).collect();
-        let familiarity = ood::Reference::fit(&features.concat(), &layers, &labels, EMBED).unwrap();
+        let layers: Vec<f32> = (0..n * LAYER_DIM).map(|_| next()).collect();
+        let familiarity =
+            ood::Reference::fit(&features.concat(), &layers, &labels, EMBED, LAYER_DIM).unwrap();
         let frame_rows = labels
             .iter()
             .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
@@ -682,11 +687,15 @@ mod tests {
     #[test]
     fn anchors_check_refuses_every_malformed_part() {
         let (good, config) = anchors();
-        assert_eq!(good.check(&config), Ok(()));
+        assert_eq!(good.check(&config, LAYER_DIM), Ok(()));
+        assert!(
+            good.check(&config, LAYER_DIM - 1).is_err(),
+            "another model's layers"
+        );
         let refused = |change: &dyn Fn(&mut AnchorsResponse, &mut ConfigResponse)| {
             let (mut a, mut c) = (good.clone(), config.clone());
             change(&mut a, &mut c);
-            a.check(&c).unwrap_err()
+            a.check(&c, LAYER_DIM).unwrap_err()
         };
         let mismatch = |e: Error| matches!(e, Error::DimensionMismatch { .. });
         // Features of another width, named consistently by the configuration (the hostile

@@ -43,6 +43,7 @@ pub mod embed {
     pub mod sample;
     pub mod smlq;
     pub mod upright;
+    pub mod weights;
 }
 
 /// The retrieval protocols: what the client releases and what each side computes from it.

@@ -87,9 +87,10 @@ pub mod limits {
         pub max_block_bytes: u64,
         pub max_search_bytes: u64,
         pub max_redirects: usize,
-        /// The exact lengths of the on-device models' files (the retrieval model, the class
-        /// model): fixed by their formats, so a page reads no byte more.
-        pub model_bytes: usize,
+        /// The longest query model file (its format admits several widths, each of one exact
+        /// length, checked when it is parsed) and the class model file's exact length: a page
+        /// reads no byte more.
+        pub max_model_bytes: usize,
         pub class_model_bytes: usize,
         pub connect_timeout_secs: u64,
         pub first_byte_timeout_secs: u64,
@@ -104,7 +105,7 @@ pub mod limits {
         max_block_bytes: MAX_BLOCK_BYTES,
         max_search_bytes: MAX_SEARCH_BYTES,
         max_redirects: MAX_REDIRECTS,
-        model_bytes: crate::embed::model::Weights::file_len(),
+        max_model_bytes: crate::embed::model::Weights::max_file_len(),
         class_model_bytes: crate::embed::classify::Classifier::file_len(),
         connect_timeout_secs: CONNECT_TIMEOUT_SECS,
         first_byte_timeout_secs: FIRST_BYTE_TIMEOUT_SECS,

@@ -40,11 +40,20 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
         .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
         .collect();
     // The out-of-distribution reference, fitted as the server fits it (layer means made up).
-    let layer_means: Vec<f32> = (0..n * shared::embed::ood::LAYER_DIM)
-        .map(|_| next() as f32)
-        .collect();
-    let familiarity =
-        shared::embed::ood::Reference::fit(&features.concat(), &layer_means, &labels, 64).unwrap();
+    let layer_dim = shared::embed::model::Model::from_bytes(WEIGHTS)
+        .unwrap()
+        .w
+        .arch
+        .layer_dim();
+    let layer_means: Vec<f32> = (0..n * layer_dim).map(|_| next() as f32).collect();
+    let familiarity = shared::embed::ood::Reference::fit(
+        &features.concat(),
+        &layer_means,
+        &labels,
+        64,
+        layer_dim,
+    )
+    .unwrap();
     let anchors = json!({
         "ids": (0..n as u64).collect::<Vec<_>>(), "labels": labels,
         "features": features, "frame_rows": frame_rows, "familiarity": familiarity,

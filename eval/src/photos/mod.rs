@@ -446,6 +446,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 &layer_means,
                 &anchor_labels,
                 shared::embed::model::EMBED,
+                model.w.arch.layer_dim(),
             )?,
             rows: anchors,
         };

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use shared::embed::classify::Classifier;
-use shared::embed::model::{preprocess, Model};
+use shared::embed::model::{preprocess, Arch, Model};
 
 use privatemail_server::gallery::data::{load_split, Split, DEFAULT_DIR, RESERVED};
 use privatemail_server::gallery::quality::model_quality;
@@ -53,6 +53,14 @@ struct Args {
     /// starts from the gallery model).
     #[arg(long)]
     init: Option<PathBuf>,
+    /// The convolutions' widths of a network trained from scratch, `C1,C2` (each 1 to 128);
+    /// with `--init` the start model's are kept.
+    #[arg(long, default_value = "32,64", value_parser = parse_arch)]
+    channels: Arch,
+    /// Write the weights in 8 bits (`PMCNN3`, `shared::embed::weights::EightBit`): how the
+    /// query model is shipped.
+    #[arg(long)]
+    eight_bit: bool,
     /// Share of the flat layer dropped in training.
     #[arg(long, default_value_t = 0.25)]
     dropout: f32,
@@ -109,7 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(path) = &args.encode_class_model {
         let model = Model::from_bytes(&std::fs::read(path)?)?;
-        return write(&model, &out, true, &test, Instant::now());
+        return write(&model, &out, Format::ClassModel, &test, Instant::now());
     }
     // The reserved images (`data::reserved_train`) stay out of training too, so the photo
     // evaluation (`eval --photos`) and the out-of-distribution threshold's check measure on
@@ -129,6 +137,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         distill: args.distill,
         dropout: args.dropout,
         weight_decay: args.weight_decay,
+        arch: args.channels,
     };
     let teacher = match &args.teacher {
         Some(p) => Some(Model::from_bytes(&std::fs::read(p)?)?),
@@ -155,27 +164,63 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         },
     );
-    write(&model, &out, class_model, &test, t0)
+    let format = match (class_model, args.eight_bit) {
+        (true, _) => Format::ClassModel,
+        (false, true) => Format::EightBit,
+        (false, false) => Format::Full,
+    };
+    write(&model, &out, format, &test, t0)
 }
 
-/// Write the weights (as the 8-bit class model if `class_model`) and report the quality of the
-/// network as written.
+/// `C1,C2` → the widths, checked.
+fn parse_arch(s: &str) -> Result<Arch, String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("`{s}`: expected two widths, `C1,C2`"))?;
+    let num = |v: &str| v.trim().parse::<usize>().map_err(|e| format!("`{v}`: {e}"));
+    let arch = Arch {
+        c1: num(a)?,
+        c2: num(b)?,
+    };
+    arch.check().map_err(|e| e.to_string())?;
+    Ok(arch)
+}
+
+/// How the weights are written.
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    /// f32 (`Weights::to_bytes`).
+    Full,
+    /// 8 bits (`Weights::to_bytes_8bit`).
+    EightBit,
+    /// The 8-bit class model (`Classifier::encode`).
+    ClassModel,
+}
+
+/// Write the weights in `format` and report the quality of the network as written (decoded
+/// from the bytes written).
 fn write(
     model: &Model,
     out: &std::path::Path,
-    class_model: bool,
+    format: Format,
     test: &Split,
     t0: Instant,
 ) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let (bytes, written) = if class_model {
-        let bytes = Classifier::encode(&model.w);
-        let w = Classifier::from_bytes(&bytes)?.weights().clone();
-        (bytes, Model { w })
-    } else {
-        (model.w.to_bytes(), model.clone())
+    let (bytes, written) = match format {
+        Format::ClassModel => {
+            let bytes = Classifier::encode(&model.w);
+            let w = Classifier::from_bytes(&bytes)?.weights().clone();
+            (bytes, Model { w })
+        }
+        Format::EightBit => {
+            let bytes = model.w.to_bytes_8bit();
+            let written = Model::from_bytes(&bytes)?;
+            (bytes, written)
+        }
+        Format::Full => (model.w.to_bytes(), model.clone()),
     };
     std::fs::write(out, &bytes)?;
     println!(

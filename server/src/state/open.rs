@@ -354,6 +354,7 @@ impl AppState {
             &layer_means.concat(),
             &anchor_labels,
             fd,
+            query.w.arch.layer_dim(),
         )?;
         report.data_secs += t.elapsed().as_secs_f64();
         let anchors = AnchorsResponse {

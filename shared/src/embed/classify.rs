@@ -27,19 +27,17 @@
 //! overflow ([`Classifier::classify`]), so no photo can make the class model fail — a failure
 //! that depended on the photo would tell the server something by the search that never came.
 
-use crate::embed::model::{Model, Weights, C1, C2, CLASSES, EMBED};
+use crate::embed::model::{Model, Weights};
+use crate::embed::weights::{Arch, EightBit};
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"PMCLS1\0\0";
 
 /// Largest per-row scale accepted (so |w| ≤ 127): the committed network's largest is 0.03.
-pub const MAX_SCALE: f32 = 1.0;
+pub use crate::embed::weights::MAX_SCALE;
 /// Largest |bias| accepted (the retrieval model's bound): the committed network's largest
 /// is 1.4.
 pub const MAX_BIAS: f32 = crate::embed::model::MAX_BIAS;
-
-/// The rows (output units) of each weight matrix, in [`Weights::tensors`] order.
-const ROWS: [usize; 4] = [C1, C2, EMBED, CLASSES];
 
 /// What the classifier says about one image.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,45 +71,17 @@ impl Classifier {
         &self.model.w
     }
 
-    /// Quantise f32 weights to the file format (see the module's notes).
+    /// Quantise f32 weights (of [`Arch::SMALL`]) to the file format (see the module's notes).
     pub fn encode(w: &Weights) -> Vec<u8> {
-        let t = w.tensors();
         let mut out = MAGIC.to_vec();
-        for (m, &rows) in [t[0], t[2], t[4], t[6]].into_iter().zip(&ROWS) {
-            let cols = m.len() / rows;
-            let scales: Vec<f32> = m
-                .chunks_exact(cols)
-                .map(|r| r.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0)
-                .collect();
-            for s in &scales {
-                out.extend_from_slice(&s.to_le_bytes());
-            }
-            for (r, s) in m.chunks_exact(cols).zip(&scales) {
-                out.extend(r.iter().map(|v| {
-                    let q = if *s > 0.0 { (v / s).round() } else { 0.0 };
-                    q.clamp(-127.0, 127.0) as i8 as u8
-                }));
-            }
-        }
-        for b in [t[1], t[3], t[5], t[7]] {
-            for v in b {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
+        EightBit::encode(w, &mut out);
         out
     }
 
     /// The exact length of a class model file: the magic, one f32 scale per output row, one
     /// byte per weight and one f32 per bias (a client reads no more than this from a server).
     pub const fn file_len() -> usize {
-        let s = Weights::sizes();
-        let mut n = 8;
-        let mut i = 0;
-        while i < 4 {
-            n += ROWS[i] * 4 + s[2 * i] + s[2 * i + 1] * 4;
-            i += 1;
-        }
-        n
+        8 + EightBit::len(Arch::SMALL)
     }
 
     /// Parse [`Classifier::encode`]: wrong magic or length, a scale that is not finite, negative
@@ -128,45 +98,7 @@ impl Classifier {
                 Self::file_len()
             )));
         }
-        let f32_at = |o: usize| f32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
-        let mut w = Weights::zeros();
-        let mut off = 8;
-        {
-            let mut t = w.tensors_mut();
-            for (k, &rows) in [0usize, 2, 4, 6].iter().zip(&ROWS) {
-                let m = &mut t[*k];
-                let cols = m.len() / rows;
-                let scales: Vec<f32> = (0..rows).map(|r| f32_at(off + 4 * r)).collect();
-                if let Some(s) = scales
-                    .iter()
-                    .find(|s| !(s.is_finite() && (0.0..=MAX_SCALE).contains(*s)))
-                {
-                    return Err(bad(format!("a weight scale of {s}")));
-                }
-                off += 4 * rows;
-                for (r, row) in m.chunks_exact_mut(cols).enumerate() {
-                    for (v, &q) in row.iter_mut().zip(&bytes[off + r * cols..]) {
-                        *v = (q as i8) as f32 * scales[r];
-                    }
-                }
-                off += rows * cols;
-            }
-            for k in [1usize, 3, 5, 7] {
-                for v in t[k].iter_mut() {
-                    *v = f32_at(off);
-                    off += 4;
-                }
-            }
-        }
-        let biases = [&w.b1, &w.b2, &w.b3, &w.b4];
-        if let Some(b) = biases
-            .iter()
-            .flat_map(|b| b.iter())
-            .find(|b| !(b.is_finite() && b.abs() <= MAX_BIAS))
-        {
-            return Err(bad(format!("a bias of {b}")));
-        }
-        debug_assert!(w.check_bounds().is_ok());
+        let w = EightBit::decode(&bytes[8..], Arch::SMALL).map_err(bad)?;
         Ok(Classifier { model: Model { w } })
     }
 
@@ -193,12 +125,14 @@ impl Classifier {
 mod tests {
     use super::*;
     use crate::embed::model::{random_weights, PIXELS};
+
+    const ROWS: [usize; 4] = Arch::SMALL.rows();
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
     #[test]
     fn eight_bit_weights_round_trip_within_half_a_step() {
-        let w = random_weights(&mut ChaCha8Rng::seed_from_u64(3));
+        let w = random_weights(&mut ChaCha8Rng::seed_from_u64(3), Arch::SMALL);
         let bytes = Classifier::encode(&w);
         assert_eq!(bytes.len(), Classifier::file_len());
         let c = Classifier::from_bytes(&bytes).unwrap();
@@ -228,7 +162,7 @@ mod tests {
 
     #[test]
     fn hostile_files_are_refused() {
-        let w = random_weights(&mut ChaCha8Rng::seed_from_u64(4));
+        let w = random_weights(&mut ChaCha8Rng::seed_from_u64(4), Arch::SMALL);
         let bytes = Classifier::encode(&w);
         assert!(Classifier::from_bytes(&bytes[..bytes.len() - 1]).is_err());
         assert!(Classifier::from_bytes(b"PMCLS1\0\0").is_err());

@@ -3,9 +3,11 @@
 //! network on whole batches with batch normalisation, folded into these convolutions' weights
 //! when it writes them; its tests check the folded weights against [`Model::forward`].
 //!
-//! conv 5×5 (1→32) · ReLU · max-pool 2 → conv 5×5 (32→64) · ReLU · max-pool 2 → dense 1024→64
-//! (the **embedding**; its unit-normalised value is the feature vector) → ReLU → dense 64→10
-//! (class logits; softmax gives the probabilities).
+//! conv 5×5 (1→c1) · ReLU · max-pool 2 → conv 5×5 (c1→c2) · ReLU · max-pool 2 → dense
+//! 16·c2→64 (the **embedding**; its unit-normalised value is the feature vector) → ReLU →
+//! dense 64→10 (class logits; softmax gives the probabilities). The widths `c1`, `c2` are the
+//! weights' [`Arch`] (32 and 64 for the gallery model, 64 and 128 for the query model); the
+//! weights and their files are [`super::weights`].
 //!
 //! Preprocessing (the same everywhere): 28×28 pixels, row-major, one byte each, 0 = background,
 //! as in Fashion-MNIST (light object on a dark background), turned upright
@@ -14,162 +16,10 @@
 
 use crate::error::{Error, Result};
 
-pub const SIDE: usize = 28;
-pub const PIXELS: usize = SIDE * SIDE;
-pub const C1: usize = 32;
-pub const C2: usize = 64;
-pub const K: usize = 5;
-const S1: usize = SIDE - K + 1; // 24
-const P1: usize = S1 / 2; // 12
-const S2: usize = P1 - K + 1; // 8
-const P2: usize = S2 / 2; // 4
-pub const FLAT: usize = C2 * P2 * P2; // 1024
-pub const EMBED: usize = 64;
-pub const CLASSES: usize = 10;
-
-const MAGIC: &[u8; 8] = b"PMCNN2\0\0";
-
-/// Largest |weight| a model file may hold (the committed retrieval model's largest is 1.8).
-pub const MAX_WEIGHT: f32 = 127.0;
-/// Largest |bias| a model file may hold (the committed retrieval model's largest is 0.53).
-pub const MAX_BIAS: f32 = 1.0e3;
-
-/// All parameters, flat, in a fixed layout (see [`Weights::sizes`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Weights {
-    pub w1: Vec<f32>, // [C1][K][K]
-    pub b1: Vec<f32>, // [C1]
-    pub w2: Vec<f32>, // [C2][C1][K][K]
-    pub b2: Vec<f32>, // [C2]
-    pub w3: Vec<f32>, // [EMBED][FLAT]
-    pub b3: Vec<f32>, // [EMBED]
-    pub w4: Vec<f32>, // [CLASSES][EMBED]
-    pub b4: Vec<f32>, // [CLASSES]
-}
-
-impl Weights {
-    pub const fn sizes() -> [usize; 8] {
-        [
-            C1 * K * K,
-            C1,
-            C2 * C1 * K * K,
-            C2,
-            EMBED * FLAT,
-            EMBED,
-            CLASSES * EMBED,
-            CLASSES,
-        ]
-    }
-
-    pub fn zeros() -> Self {
-        let s = Self::sizes();
-        Weights {
-            w1: vec![0.0; s[0]],
-            b1: vec![0.0; s[1]],
-            w2: vec![0.0; s[2]],
-            b2: vec![0.0; s[3]],
-            w3: vec![0.0; s[4]],
-            b3: vec![0.0; s[5]],
-            w4: vec![0.0; s[6]],
-            b4: vec![0.0; s[7]],
-        }
-    }
-
-    pub fn tensors(&self) -> [&Vec<f32>; 8] {
-        [
-            &self.w1, &self.b1, &self.w2, &self.b2, &self.w3, &self.b3, &self.w4, &self.b4,
-        ]
-    }
-
-    pub fn tensors_mut(&mut self) -> [&mut Vec<f32>; 8] {
-        [
-            &mut self.w1,
-            &mut self.b1,
-            &mut self.w2,
-            &mut self.b2,
-            &mut self.w3,
-            &mut self.b3,
-            &mut self.w4,
-            &mut self.b4,
-        ]
-    }
-
-    /// The exact length of a weights file: the magic and one f32 per parameter (a client
-    /// reads no more than this from a server).
-    pub const fn file_len() -> usize {
-        let s = Self::sizes();
-        let mut n = 0;
-        let mut i = 0;
-        while i < s.len() {
-            n += s[i];
-            i += 1;
-        }
-        8 + 4 * n
-    }
-
-    /// `MAGIC ‖ f32 LE …` in the fixed layout.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        for t in self.tensors() {
-            for v in t {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        out
-    }
-
-    /// Parse [`Weights::to_bytes`]; wrong magic, size, non-finite values, a weight above
-    /// [`MAX_WEIGHT`] or a bias above [`MAX_BIAS`] in magnitude are typed errors.
-    ///
-    /// The bounds are what makes inference total ([`Model::infer`]): the server sends the
-    /// page its model, and weights that could overflow for some photos only would make the
-    /// photo decide whether a search follows — the server would learn that bit by waiting.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let bad = |m: &str| Error::InvalidParameter {
-            name: "model weights",
-            reason: m.into(),
-        };
-        if bytes.len() < 8 || &bytes[..8] != MAGIC {
-            return Err(bad("not a PrivateMail model file (wrong magic)"));
-        }
-        if bytes.len() != Self::file_len() {
-            return Err(bad(&format!(
-                "{} bytes, expected {}",
-                bytes.len(),
-                Self::file_len()
-            )));
-        }
-        let mut w = Self::zeros();
-        let mut off = 8;
-        for t in w.tensors_mut() {
-            for v in t.iter_mut() {
-                *v = f32::from_le_bytes(bytes[off..off + 4].try_into().unwrap());
-                off += 4;
-            }
-        }
-        if w.tensors().iter().any(|t| t.iter().any(|v| !v.is_finite())) {
-            return Err(bad("non-finite parameter"));
-        }
-        w.check_bounds().map_err(|m| bad(&m))?;
-        Ok(w)
-    }
-
-    /// Every weight within ±[`MAX_WEIGHT`] and every bias within ±[`MAX_BIAS`] (NaN fails):
-    /// the bounds under which [`Model::infer`] is total.
-    pub fn check_bounds(&self) -> std::result::Result<(), String> {
-        for (k, t) in self.tensors().into_iter().enumerate() {
-            let (limit, what) = if k % 2 == 0 {
-                (MAX_WEIGHT, "weight")
-            } else {
-                (MAX_BIAS, "bias")
-            };
-            if let Some(v) = t.iter().find(|v| v.is_nan() || v.abs() > limit) {
-                return Err(format!("a {what} of {v} (at most {limit} in magnitude)"));
-            }
-        }
-        Ok(())
-    }
-}
+pub use super::weights::{
+    Arch, Weights, CLASSES, EMBED, K, MAX_BIAS, MAX_CHANNELS, MAX_WEIGHT, PIXELS, SIDE,
+};
+use super::weights::{P1, P2};
 
 /// What one forward pass leaves: the pooled maps of both convolutions (for the
 /// out-of-distribution check's channel means), the embedding and the logits.
@@ -182,7 +32,7 @@ pub struct Trace {
 }
 
 impl Trace {
-    /// The mean of each pooled channel of both convolution layers (`C1 + C2` values): what the
+    /// The mean of each pooled channel of both convolution layers (`c1 + c2` values, [`Arch::layer_dim`]): what the
     /// out-of-distribution check compares besides the embedding, since the embedding keeps
     /// only what tells the ten classes apart.
     pub fn channel_means(&self) -> Vec<f32> {
@@ -425,19 +275,19 @@ fn dense8(w: &[f32], b: &[f32], x: &[L], out: &mut [L]) {
 /// Working memory of one batched forward pass.
 struct Lanes8 {
     x: Vec<L>,      // [SIDE][SIDE]
-    p1: Vec<L>,     // [C1][P1][P1]
-    p2: Vec<L>,     // [C2][P2][P2] = FLAT
+    p1: Vec<L>,     // [c1][P1][P1]
+    p2: Vec<L>,     // [c2][P2][P2] = flat
     h: Vec<L>,      // [EMBED]
     r: Vec<L>,      // [EMBED]
     logits: Vec<L>, // [CLASSES]
 }
 
 impl Lanes8 {
-    fn new() -> Self {
+    fn new(arch: Arch) -> Self {
         Lanes8 {
             x: vec![splat(0.0); PIXELS],
-            p1: vec![splat(0.0); C1 * P1 * P1],
-            p2: vec![splat(0.0); FLAT],
+            p1: vec![splat(0.0); arch.c1 * P1 * P1],
+            p2: vec![splat(0.0); arch.flat()],
             h: vec![splat(0.0); EMBED],
             r: vec![splat(0.0); EMBED],
             logits: vec![splat(0.0); CLASSES],
@@ -449,8 +299,9 @@ impl Lanes8 {
 /// `t.x`, into `t.h` and `t.logits`.
 #[inline(always)]
 fn forward8_body(w: &Weights, t: &mut Lanes8) {
-    conv_relu_pool8(&t.x, 1, SIDE, &w.w1, &w.b1, C1, &mut t.p1);
-    conv_relu_pool8(&t.p1, C1, P1, &w.w2, &w.b2, C2, &mut t.p2);
+    let Arch { c1, c2 } = w.arch;
+    conv_relu_pool8(&t.x, 1, SIDE, &w.w1, &w.b1, c1, &mut t.p1);
+    conv_relu_pool8(&t.p1, c1, P1, &w.w2, &w.b2, c2, &mut t.p2);
     dense8(&w.w3, &w.b3, &t.p2, &mut t.h);
     for (r, h) in t.r.iter_mut().zip(&t.h) {
         for (rv, &hv) in r.iter_mut().zip(h) {
@@ -494,8 +345,9 @@ impl Model {
 
     pub fn forward(&self, x: &[f32]) -> Trace {
         let w = &self.w;
-        let p1 = conv_relu_pool(x, 1, SIDE, &w.w1, &w.b1, C1);
-        let p2 = conv_relu_pool(&p1, C1, P1, &w.w2, &w.b2, C2);
+        let Arch { c1, c2 } = w.arch;
+        let p1 = conv_relu_pool(x, 1, SIDE, &w.w1, &w.b1, c1);
+        let p2 = conv_relu_pool(&p1, c1, P1, &w.w2, &w.b2, c2);
         let h = dense(&w.w3, &w.b3, &p2, EMBED);
         let r: Vec<f32> = h.iter().map(|v| v.max(0.0)).collect();
         let logits = dense(&w.w4, &w.b4, &r, CLASSES);
@@ -509,10 +361,11 @@ impl Model {
     /// no photo can make inference fail, so none can decide by a failure whether a search
     /// follows. Proof: inputs lie in [0, 1], |w| ≤ 127 and |b| ≤ 1,000, so each layer's
     /// outputs are bounded by its fan-in × 127 × the previous bound + 1,000 (ReLU and
-    /// max-pooling do not grow them): 4,175 after the first convolution (fan-in 25), 4.3·10⁸
-    /// after the second (800), 5.6·10¹³ in the embedding (1,024) and 4.6·10¹⁷ in the logits
-    /// (64). The mirrored pair's embedding sums stay below 1.2·10¹⁴ and their 64 squares
-    /// below 10³⁰; the logits' softmax and energy are shifted by the largest logit — every
+    /// max-pooling do not grow them). At the widest shape a file may have (both widths
+    /// [`MAX_CHANNELS`] = 128): 4,175 after the first convolution (fan-in 25), 1.7·10⁹ after
+    /// the second (3,200), 4.5·10¹⁴ in the embedding (2,048) and 3.6·10¹⁸ in the logits (64).
+    /// The mirrored pair's embedding sums stay below 9·10¹⁴ and their 64 squares below
+    /// 5.2·10³¹; the logits' softmax and energy are shifted by the largest logit — every
     /// value finite in f32 (≤ 3.4·10³⁸). The features are unit-length for any weights (see
     /// `unit_features`: a vanishing embedding is normalised in f64, a zero one becomes the
     /// first axis). Tested at the bound.
@@ -553,7 +406,7 @@ impl Model {
                 got: bad.len(),
             });
         }
-        let mut t = Lanes8::new();
+        let mut t = Lanes8::new(self.w.arch);
         let (mut ha, mut la) = (t.h.clone(), t.logits.clone());
         let mut out = Vec::with_capacity(images.len());
         for group in images.chunks(BATCH_LANES) {
@@ -657,8 +510,8 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Random weights of a plausible scale (uniform within ±1/√fan), for tests.
 #[cfg(test)]
-pub(crate) fn random_weights(rng: &mut impl rand::Rng) -> Weights {
-    let mut w = Weights::zeros();
+pub(crate) fn random_weights(rng: &mut impl rand::Rng, arch: Arch) -> Weights {
+    let mut w = Weights::zeros(arch);
     for t in w.tensors_mut() {
         let fan = (t.len() as f32).sqrt();
         for v in t.iter_mut() {
@@ -674,12 +527,19 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// The widest network a file may hold.
+    const WIDEST: Arch = Arch {
+        c1: MAX_CHANNELS,
+        c2: MAX_CHANNELS,
+    };
+
     /// A file past the bounds is refused; at the bounds — every weight ±127, every bias
-    /// ±1,000, signs chosen so nothing cancels — inference is finite for the brightest, the
-    /// darkest and a random input (the guarantee of `Model::infer`).
+    /// ±1,000, signs chosen so nothing cancels, in the widest network a file may hold —
+    /// inference is finite for the brightest, the darkest and a random input (the guarantee
+    /// of `Model::infer`).
     #[test]
     fn weights_past_the_bounds_are_refused_and_inference_at_them_is_finite() {
-        let base = random_weights(&mut ChaCha8Rng::seed_from_u64(21));
+        let base = random_weights(&mut ChaCha8Rng::seed_from_u64(21), Arch::SMALL);
         assert!(Weights::from_bytes(&base.to_bytes()).is_ok());
         for (k, bad) in [
             (0, 128.0f32),
@@ -697,7 +557,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(22);
         let random: Vec<u8> = (0..PIXELS).map(|_| rng.random()).collect();
         for sign in [1.0f32, -1.0] {
-            let mut w = Weights::zeros();
+            let mut w = Weights::zeros(WIDEST);
             for (k, t) in w.tensors_mut().into_iter().enumerate() {
                 let v = if k % 2 == 0 {
                     MAX_WEIGHT
@@ -707,6 +567,7 @@ mod tests {
                 t.fill(v);
             }
             let m = Model::from_bytes(&w.to_bytes()).unwrap();
+            assert_eq!(m.w.arch, WIDEST);
             for px in [vec![255u8; PIXELS], vec![0u8; PIXELS], random.clone()] {
                 let inf = m.infer(&px).unwrap();
                 assert!(inf.features.iter().all(|v| v.is_finite()), "{sign}");
@@ -724,7 +585,7 @@ mod tests {
     /// one too small for f32 squares is normalised in f64 — on both inference paths.
     #[test]
     fn vanishing_embeddings_still_give_unit_features() {
-        let base = random_weights(&mut ChaCha8Rng::seed_from_u64(23));
+        let base = random_weights(&mut ChaCha8Rng::seed_from_u64(23), Arch::WIDE);
         let mut px: Vec<u8> = (0..PIXELS).map(|i| (i * 7 % 256) as u8).collect();
         px[0] = 255;
         for (scale, bias) in [(0.0f32, 0.0f32), (0.0, 1e-30), (1e-30, 0.0)] {
@@ -745,16 +606,81 @@ mod tests {
         }
     }
 
-    fn random_model(rng: &mut impl Rng) -> Model {
+    fn random_model(rng: &mut impl Rng, arch: Arch) -> Model {
         Model {
-            w: random_weights(rng),
+            w: random_weights(rng, arch),
         }
+    }
+
+    /// Both shapes round-trip in f32 (the small one in the gallery model's `PMCNN2` format);
+    /// the 8-bit encoding is within half a step of every weight, keeps the biases exactly and
+    /// is a fixed point; a header the format does not admit is refused.
+    #[test]
+    fn every_format_round_trips_and_bad_headers_are_refused() {
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        for arch in [Arch::SMALL, Arch::WIDE, Arch { c1: 3, c2: 5 }] {
+            let w = random_weights(&mut rng, arch);
+            let f32_bytes = w.to_bytes();
+            assert_eq!(
+                &f32_bytes[..6],
+                if arch == Arch::SMALL {
+                    b"PMCNN2"
+                } else {
+                    b"PMCNN3"
+                }
+            );
+            assert_eq!(Weights::from_bytes(&f32_bytes).unwrap(), w);
+            let bytes = w.to_bytes_8bit();
+            let q = Weights::from_bytes(&bytes).unwrap();
+            assert_eq!(q.arch, arch);
+            assert_eq!(q.to_bytes_8bit(), bytes, "{arch:?}: a fixed point");
+            for k in 0..8 {
+                let (a, b) = (&w.tensors()[k], &q.tensors()[k]);
+                if k % 2 == 1 {
+                    assert_eq!(a, b, "biases are kept exactly");
+                    continue;
+                }
+                let cols = a.len() / arch.rows()[k / 2];
+                for (ra, rb) in a.chunks_exact(cols).zip(b.chunks_exact(cols)) {
+                    let step = ra.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+                    for (x, y) in ra.iter().zip(rb) {
+                        assert!((x - y).abs() <= 0.5 * step * 1.0001, "{x} vs {y}");
+                    }
+                }
+            }
+            assert!(Weights::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+        }
+        let good = random_weights(&mut rng, Arch::WIDE).to_bytes_8bit();
+        let edit = |at: usize, v: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + v.len()].copy_from_slice(v);
+            Weights::from_bytes(&b).unwrap_err().to_string()
+        };
+        assert!(edit(8, &0u16.to_le_bytes()).contains("0 channels"));
+        assert!(edit(10, &129u16.to_le_bytes()).contains("129 channels"));
+        assert!(
+            edit(8, &32u16.to_le_bytes()).contains("expected"),
+            "a shape the body is not"
+        );
+        assert!(edit(12, &[2]).contains("encoding 2"));
+        assert!(edit(13, &[1]).contains("padding"));
+        assert!(edit(16, &f32::NAN.to_le_bytes()).contains("scale"));
+        assert!(edit(16, &2.0f32.to_le_bytes()).contains("scale"));
+        let last = good.len() - 4;
+        assert!(edit(last, &f32::INFINITY.to_le_bytes()).contains("bias"));
+        let mut long = good.clone();
+        long.resize(Weights::max_file_len() + 1, 0);
+        assert!(Weights::from_bytes(&long).is_err());
+        assert!(
+            Weights::from_bytes(b"PMCNN3\0\0\x40").is_err(),
+            "a short header"
+        );
     }
 
     #[test]
     fn weights_round_trip_and_reject_garbage() {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
-        let m = random_model(&mut rng);
+        let m = random_model(&mut rng, Arch::SMALL);
         let bytes = m.w.to_bytes();
         assert_eq!(Model::from_bytes(&bytes).unwrap(), m);
         assert!(Model::from_bytes(&bytes[..bytes.len() - 1]).is_err());
@@ -871,29 +797,40 @@ mod tests {
     #[test]
     fn infer_batch_equals_infer_random_weights() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        for (seed, n) in [(0u64, 19usize), (1, 8), (2, 1), (3, 0)] {
-            let model = random_model(&mut ChaCha8Rng::seed_from_u64(100 + seed));
+        for (seed, n, arch) in [
+            (0u64, 19usize, Arch::SMALL),
+            (1, 8, Arch::WIDE),
+            (2, 1, Arch::SMALL),
+            (3, 0, Arch::WIDE),
+            (4, 11, Arch::WIDE),
+        ] {
+            let model = random_model(&mut ChaCha8Rng::seed_from_u64(100 + seed), arch);
             assert_batch_equals_infer(&model, &test_images(&mut rng, n));
         }
     }
 
-    /// The same with the weights the server ships.
+    /// The same with the weights the server ships: the gallery model and the query model.
     #[test]
     fn infer_batch_equals_infer_shipped_weights() {
-        let model = Model::from_bytes(include_bytes!("../../../server/assets/model.bin")).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(4);
-        assert_batch_equals_infer(&model, &test_images(&mut rng, 37));
+        for bytes in [
+            &include_bytes!("../../../server/assets/model.bin")[..],
+            &include_bytes!("../../../server/assets/query.bin")[..],
+        ] {
+            let model = Model::from_bytes(bytes).unwrap();
+            assert_batch_equals_infer(&model, &test_images(&mut rng, 37));
+        }
     }
 
     /// The portable lane code (what runs without AVX, and in wasm) equals `forward` per lane.
     #[test]
     fn portable_lanes_equal_forward() {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let model = random_model(&mut rng);
+        let model = random_model(&mut rng, Arch::WIDE);
         let xs: Vec<Vec<f32>> = (0..BATCH_LANES)
             .map(|_| (0..PIXELS).map(|_| rng.random::<f32>()).collect())
             .collect();
-        let mut t = Lanes8::new();
+        let mut t = Lanes8::new(model.w.arch);
         for (i, x) in t.x.iter_mut().enumerate() {
             for (lane, v) in x.iter_mut().enumerate() {
                 *v = xs[lane][i];
@@ -911,7 +848,7 @@ mod tests {
 
     #[test]
     fn infer_batch_rejects_wrong_sizes() {
-        let model = random_model(&mut ChaCha8Rng::seed_from_u64(6));
+        let model = random_model(&mut ChaCha8Rng::seed_from_u64(6), Arch::SMALL);
         let good = vec![9u8; PIXELS];
         let short = vec![9u8; PIXELS - 1];
         assert!(model.infer_batch(&[&good, &short]).is_err());
@@ -961,7 +898,7 @@ mod tests {
         images.extend(test_images(&mut ChaCha8Rng::seed_from_u64(8), 8));
         let shipped =
             Model::from_bytes(include_bytes!("../../../server/assets/model.bin")).unwrap();
-        let random = random_model(&mut ChaCha8Rng::seed_from_u64(9));
+        let random = random_model(&mut ChaCha8Rng::seed_from_u64(9), Arch::WIDE);
         for model in [&shipped, &random] {
             for (k, img) in images.iter().enumerate() {
                 let (inf, layers) = model.infer_with_layer_means(img).unwrap();
@@ -988,7 +925,7 @@ mod tests {
     #[test]
     fn mirrored_images_get_identical_features() {
         let model = Model {
-            w: Weights::zeros(),
+            w: Weights::zeros(Arch::SMALL),
         };
         let mut w = model.w.clone();
         for (k, t) in w.tensors_mut().into_iter().enumerate() {

@@ -27,11 +27,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::embed::model::{C1, C2};
 use crate::error::{Error, Result};
-
-/// Length of [`crate::embed::model::Model::layer_means`]: one mean per pooled channel.
-pub const LAYER_DIM: usize = C1 + C2;
 
 /// Above this score a photo is called unfamiliar. Calibrated by `eval --photos` for the
 /// committed query model (cnn-v2-3427f2146d446bd1, the one a client scores its photo with; the
@@ -229,23 +225,26 @@ pub struct Reference {
 
 impl Reference {
     /// Fits both to the anchors: `features` (flat rows of `feature_dim`), `layer_means` (flat
-    /// rows of [`LAYER_DIM`]) and their `labels`.
+    /// rows of `layer_dim`, the query model's [`crate::embed::weights::Arch::layer_dim`]) and
+    /// their `labels`.
     pub fn fit(
         features: &[f32],
         layer_means: &[f32],
         labels: &[u32],
         feature_dim: usize,
+        layer_dim: usize,
     ) -> Result<Self> {
         Ok(Reference {
             features: ClassGaussians::fit(features, labels, feature_dim)?,
-            layers: ClassGaussians::fit(layer_means, labels, LAYER_DIM)?,
+            layers: ClassGaussians::fit(layer_means, labels, layer_dim)?,
         })
     }
 
-    /// Checks a received reference against the model's feature length.
-    pub fn check(&self, feature_dim: usize) -> Result<()> {
+    /// Checks a received reference against the model's feature length and layer means'
+    /// length.
+    pub fn check(&self, feature_dim: usize, layer_dim: usize) -> Result<()> {
         self.features.check(feature_dim)?;
-        self.layers.check(LAYER_DIM)
+        self.layers.check(layer_dim)
     }
 
     /// The score: each squared Mahalanobis distance divided by its dimension, added (about 1
@@ -302,6 +301,9 @@ pub fn assess_input(
 mod tests {
     use super::*;
 
+    /// The query model's layer means' length.
+    const LAYER_DIM: usize = crate::embed::weights::Arch::WIDE.layer_dim();
+
     /// Two classes of 3-d rows around (±1, 0, 0), spread by a fixed pattern.
     fn rows() -> (Vec<f32>, Vec<u32>) {
         let mut rows = Vec::new();
@@ -351,8 +353,9 @@ mod tests {
             .chunks_exact(3)
             .flat_map(|r| (0..LAYER_DIM).map(move |k| r[k % 3] * (1.0 + k as f32 / 10.0)))
             .collect();
-        let reference = Reference::fit(&rows, &layer_rows, &labels, 3).unwrap();
-        reference.check(3).unwrap();
+        let reference = Reference::fit(&rows, &layer_rows, &labels, 3, LAYER_DIM).unwrap();
+        reference.check(3, LAYER_DIM).unwrap();
+        assert!(reference.check(3, LAYER_DIM - 1).is_err());
         let f = [1.0, 0.0, 0.0];
         let l: Vec<f32> = (0..LAYER_DIM)
             .map(|k| f[k % 3] * (1.0 + k as f32 / 10.0))
@@ -410,7 +413,7 @@ mod tests {
                 precision: identity,
             },
         };
-        reference.check(3).unwrap();
+        reference.check(3, LAYER_DIM).unwrap();
         assert!(reference.score(&[1.0, 0.0, 0.0], &[0.0; LAYER_DIM]).is_ok());
         assert!(reference.score(&[1.0, 0.0], &[0.0; LAYER_DIM]).is_err());
         assert!(reference.score(&[1.0, 0.0, 0.0], &[0.0; 3]).is_err());

@@ -18,7 +18,7 @@
 //! weights on one thread or many.
 
 use rayon::prelude::*;
-use shared::embed::model::{Weights, C1, C2, CLASSES, EMBED, FLAT, K, PIXELS, SIDE};
+use shared::embed::model::{Arch, Weights, CLASSES, EMBED, K, PIXELS, SIDE};
 
 const S1: usize = SIDE - K + 1; // 24
 const P1: usize = S1 / 2; // 12
@@ -36,13 +36,13 @@ const BLOCK: usize = 256;
 /// convolutions' biases, which it would cancel) and the running statistics.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Net {
-    pub w1: Vec<f32>, // [C1][K·K]
+    pub w1: Vec<f32>, // [c1][K·K]
     pub g1: Vec<f32>,
     pub s1: Vec<f32>,
-    pub w2: Vec<f32>, // [C2][C1·K·K]
+    pub w2: Vec<f32>, // [c2][c1·K·K]
     pub g2: Vec<f32>,
     pub s2: Vec<f32>,
-    pub w3: Vec<f32>, // [EMBED][FLAT]
+    pub w3: Vec<f32>, // [EMBED][flat]
     pub b3: Vec<f32>,
     pub w4: Vec<f32>, // [CLASSES][EMBED]
     pub b4: Vec<f32>,
@@ -60,21 +60,22 @@ pub struct Grads(pub Vec<Vec<f32>>);
 impl Net {
     /// He-uniform convolution and dense weights (from `w`), unit scales, zero shifts.
     pub fn new(w: &Weights) -> Self {
+        let Arch { c1, c2 } = w.arch;
         Net {
             w1: w.w1.clone(),
-            g1: vec![1.0; C1],
-            s1: vec![0.0; C1],
+            g1: vec![1.0; c1],
+            s1: vec![0.0; c1],
             w2: w.w2.clone(),
-            g2: vec![1.0; C2],
-            s2: vec![0.0; C2],
+            g2: vec![1.0; c2],
+            s2: vec![0.0; c2],
             w3: w.w3.clone(),
             b3: w.b3.clone(),
             w4: w.w4.clone(),
             b4: w.b4.clone(),
-            mean1: vec![0.0; C1],
-            var1: vec![1.0; C1],
-            mean2: vec![0.0; C2],
-            var2: vec![1.0; C2],
+            mean1: vec![0.0; c1],
+            var1: vec![1.0; c1],
+            mean2: vec![0.0; c2],
+            var2: vec![1.0; c2],
         }
     }
 
@@ -103,6 +104,14 @@ impl Net {
             }
         }
         net
+    }
+
+    /// The convolutions' widths.
+    pub fn arch(&self) -> Arch {
+        Arch {
+            c1: self.g1.len(),
+            c2: self.g2.len(),
+        }
     }
 
     /// The trainable tensors, in the order of [`Grads`].
@@ -150,6 +159,7 @@ impl Net {
         let (w1, b1) = fold(&self.w1, &self.g1, &self.s1, &self.mean1, &self.var1);
         let (w2, b2) = fold(&self.w2, &self.g2, &self.s2, &self.mean2, &self.var2);
         Weights {
+            arch: self.arch(),
             w1,
             b1,
             w2,
@@ -346,7 +356,7 @@ pub struct Cache {
     cols2: Vec<f32>,
     n2: Norm,
     arg2: Vec<u32>,
-    /// The flat layer after dropout (images × FLAT, channel-major per image).
+    /// The flat layer after dropout (images × nflat, channel-major per image).
     flat: Vec<f32>,
     /// Dropout's multipliers (0 or 1/(1 − p)); empty: none.
     keep: Vec<f32>,
@@ -357,18 +367,20 @@ pub struct Cache {
 
 impl Net {
     /// The batch `xs` (images × 784, the shared model's input) through the network in
-    /// training mode: batch statistics, and dropout multipliers `keep` (images × FLAT; empty
+    /// training mode: batch statistics, and dropout multipliers `keep` (images × nflat; empty
     /// for none).
     pub fn forward(&self, xs: &[f32], keep: Vec<f32>) -> Cache {
+        let Arch { c1, c2 } = self.arch();
+        let nflat = self.arch().flat();
         let images = xs.len() / PIXELS;
         assert_eq!(xs.len(), images * PIXELS);
-        assert!(keep.is_empty() || keep.len() == images * FLAT);
+        assert!(keep.is_empty() || keep.len() == images * nflat);
         let cols1 = im2col(xs, 1, SIDE);
-        let mut z1 = vec![0.0f32; images * S1 * S1 * C1];
+        let mut z1 = vec![0.0f32; images * S1 * S1 * c1];
         gemm(
             images * S1 * S1,
             KK,
-            C1,
+            c1,
             &cols1,
             (KK, 1),
             &self.w1,
@@ -376,16 +388,16 @@ impl Net {
             &mut z1,
             false,
         );
-        let n1 = normalise(&z1, C1);
+        let n1 = normalise(&z1, c1);
         drop(z1);
-        let (p1, arg1) = affine_relu_pool(&n1.xhat, &self.g1, &self.s1, C1, S1);
-        let cols2 = im2col(&p1, C1, P1);
-        let w = C1 * KK;
-        let mut z2 = vec![0.0f32; images * S2 * S2 * C2];
+        let (p1, arg1) = affine_relu_pool(&n1.xhat, &self.g1, &self.s1, c1, S1);
+        let cols2 = im2col(&p1, c1, P1);
+        let w = c1 * KK;
+        let mut z2 = vec![0.0f32; images * S2 * S2 * c2];
         gemm(
             images * S2 * S2,
             w,
-            C2,
+            c2,
             &cols2,
             (w, 1),
             &self.w2,
@@ -393,21 +405,21 @@ impl Net {
             &mut z2,
             false,
         );
-        let n2 = normalise(&z2, C2);
-        let (p2, arg2) = affine_relu_pool(&n2.xhat, &self.g2, &self.s2, C2, S2);
+        let n2 = normalise(&z2, c2);
+        let (p2, arg2) = affine_relu_pool(&n2.xhat, &self.g2, &self.s2, c2, S2);
         // Channel-major flat layer, as the shared model's dense weights read it.
-        let mut flat = vec![0.0f32; images * FLAT];
+        let mut flat = vec![0.0f32; images * nflat];
         for b in 0..images {
             for pos in 0..P2 * P2 {
-                for c in 0..C2 {
-                    flat[b * FLAT + c * P2 * P2 + pos] = p2[(b * P2 * P2 + pos) * C2 + c];
+                for c in 0..c2 {
+                    flat[b * nflat + c * P2 * P2 + pos] = p2[(b * P2 * P2 + pos) * c2 + c];
                 }
             }
         }
         if !keep.is_empty() {
             flat.iter_mut().zip(&keep).for_each(|(v, k)| *v *= k);
         }
-        let h = dense(&flat, images, FLAT, &self.w3, &self.b3, EMBED);
+        let h = dense(&flat, images, nflat, &self.w3, &self.b3, EMBED);
         let r: Vec<f32> = h.iter().map(|v| v.max(0.0)).collect();
         let logits = dense(&r, images, EMBED, &self.w4, &self.b4, CLASSES);
         Cache {
@@ -441,6 +453,8 @@ impl Net {
     /// Gradients of a loss whose derivatives are `dlogits` (images × CLASSES) and `dh`
     /// (images × EMBED, added to what flows back from the logits), added into `g`.
     pub fn backward(&self, c: &Cache, dlogits: &[f32], dh: &[f32], g: &mut Grads) {
+        let Arch { c1, c2 } = self.arch();
+        let nflat = self.arch().flat();
         let n = c.images;
         let r: Vec<f32> = c.h.iter().map(|v| v.max(0.0)).collect();
         // Dense layers.
@@ -463,16 +477,16 @@ impl Net {
             .zip(dh)
             .map(|((d, h), e)| if *h > 0.0 { d + e } else { *e })
             .collect();
-        dense_backward(&dhh, &c.flat, n, FLAT, EMBED, &mut g.0, 6);
-        let mut dflat = vec![0.0f32; n * FLAT];
+        dense_backward(&dhh, &c.flat, n, nflat, EMBED, &mut g.0, 6);
+        let mut dflat = vec![0.0f32; n * nflat];
         gemm(
             n,
             EMBED,
-            FLAT,
+            nflat,
             &dhh,
             (EMBED, 1),
             &self.w3,
-            (FLAT, 1),
+            (nflat, 1),
             &mut dflat,
             false,
         );
@@ -480,24 +494,24 @@ impl Net {
             dflat.iter_mut().zip(&c.keep).for_each(|(v, k)| *v *= k);
         }
         // Second convolution: unpool onto its winners, through ReLU and the normalisation.
-        let mut dy2 = vec![0.0f32; n * S2 * S2 * C2];
+        let mut dy2 = vec![0.0f32; n * S2 * S2 * c2];
         for b in 0..n {
             for pos in 0..P2 * P2 {
-                for ch in 0..C2 {
-                    let i = (b * P2 * P2 + pos) * C2 + ch;
-                    dy2[c.arg2[i] as usize * C2 + ch] += dflat[b * FLAT + ch * P2 * P2 + pos];
+                for ch in 0..c2 {
+                    let i = (b * P2 * P2 + pos) * c2 + ch;
+                    dy2[c.arg2[i] as usize * c2 + ch] += dflat[b * nflat + ch * P2 * P2 + pos];
                 }
             }
         }
-        let dz2 = norm_backward(&mut dy2, &c.n2, &self.g2, &self.s2, C2, &mut g.0, 4);
-        let w = C1 * KK;
+        let dz2 = norm_backward(&mut dy2, &c.n2, &self.g2, &self.s2, c2, &mut g.0, 4);
+        let w = c1 * KK;
         // dW2 = dZ2ᵀ · cols2.
         gemm(
-            C2,
+            c2,
             n * S2 * S2,
             w,
             &dz2,
-            (1, C2),
+            (1, c2),
             &c.cols2,
             (w, 1),
             &mut g.0[3],
@@ -506,29 +520,29 @@ impl Net {
         let mut dcols2 = vec![0.0f32; n * S2 * S2 * w];
         gemm(
             n * S2 * S2,
-            C2,
+            c2,
             w,
             &dz2,
-            (C2, 1),
+            (c2, 1),
             &self.w2,
             (w, 1),
             &mut dcols2,
             false,
         );
-        let dp1 = col2im(&dcols2, C1, P1);
+        let dp1 = col2im(&dcols2, c1, P1);
         drop(dcols2);
         // First convolution.
-        let mut dy1 = vec![0.0f32; n * S1 * S1 * C1];
+        let mut dy1 = vec![0.0f32; n * S1 * S1 * c1];
         for (i, d) in dp1.iter().enumerate() {
-            dy1[c.arg1[i] as usize * C1 + i % C1] += d;
+            dy1[c.arg1[i] as usize * c1 + i % c1] += d;
         }
-        let dz1 = norm_backward(&mut dy1, &c.n1, &self.g1, &self.s1, C1, &mut g.0, 1);
+        let dz1 = norm_backward(&mut dy1, &c.n1, &self.g1, &self.s1, c1, &mut g.0, 1);
         gemm(
-            C1,
+            c1,
             n * S1 * S1,
             KK,
             &dz1,
-            (1, C1),
+            (1, c1),
             &c.cols1,
             (KK, 1),
             &mut g.0[0],
@@ -630,7 +644,7 @@ mod tests {
 
     fn random_net(seed: u64) -> Net {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut net = Net::new(&super::super::init(&mut rng));
+        let mut net = Net::new(&super::super::init(&mut rng, Arch::SMALL));
         for t in [&mut net.g1, &mut net.g2] {
             t.iter_mut().for_each(|v| *v = rng.random_range(0.5..1.5));
         }
@@ -711,7 +725,7 @@ mod tests {
         let n = 2;
         let xs = images(n, 4);
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let keep: Vec<f32> = (0..n * FLAT)
+        let keep: Vec<f32> = (0..n * net.arch().flat())
             .map(|_| {
                 if rng.random::<f32>() < 0.25 {
                     0.0
@@ -742,8 +756,8 @@ mod tests {
                     .collect::<Vec<bool>>()
             };
             let relu: Vec<bool> = c.h.iter().map(|v| *v > 0.0).collect();
-            let l1 = live(&c.arg1, &c.n1, &net.g1, &net.s1, C1);
-            let l2 = live(&c.arg2, &c.n2, &net.g2, &net.s2, C2);
+            let l1 = live(&c.arg1, &c.n1, &net.g1, &net.s1, net.arch().c1);
+            let l2 = live(&c.arg2, &c.n2, &net.g2, &net.s2, net.arch().c2);
             (c.arg1, c.arg2, l1, l2, relu)
         };
         let base = decisions(&net);

@@ -8,7 +8,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use shared::embed::model::{Model, Weights, C1, CLASSES, EMBED, FLAT, K};
+use shared::embed::model::{Arch, Model, Weights, CLASSES, EMBED};
 
 pub mod batched;
 
@@ -46,6 +46,9 @@ pub struct TrainConfig {
     pub dropout: f32,
     /// Decoupled weight decay (AdamW) of the convolution and dense weights.
     pub weight_decay: f32,
+    /// The convolutions' widths of a network trained from scratch (one fine-tuned from a
+    /// start model keeps that model's).
+    pub arch: Arch,
 }
 
 /// Temperature of the contrastive loss.
@@ -158,13 +161,12 @@ pub fn augment(x: &[f32], flip: bool, dx: i32, dy: i32) -> Vec<f32> {
     out
 }
 
-/// He-uniform initialisation, biases zero.
-pub fn init(rng: &mut impl Rng) -> Weights {
-    let mut w = Weights::zeros();
-    let fans = [K * K, 0, C1 * K * K, 0, FLAT, 0, EMBED, 0];
-    for (t, fan) in w.tensors_mut().into_iter().zip(fans) {
-        if fan > 0 {
-            let a = (6.0 / fan as f32).sqrt();
+/// He-uniform initialisation of a network of widths `arch`, biases zero.
+pub fn init(rng: &mut impl Rng, arch: Arch) -> Weights {
+    let mut w = Weights::zeros(arch);
+    for (k, t) in w.tensors_mut().into_iter().enumerate() {
+        if k % 2 == 0 {
+            let a = (6.0 / arch.fans()[k / 2] as f32).sqrt();
             t.iter_mut().for_each(|v| *v = rng.random_range(-a..a));
         }
     }
@@ -228,7 +230,7 @@ pub fn train(
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut net = match start {
         Some(m) => Net::unfold(&m.w, &xs[..xs.len().min(2000)].concat()),
-        None => Net::new(&init(&mut rng)),
+        None => Net::new(&init(&mut rng, cfg.arch)),
     };
     let mut adam = Adam {
         m: net.zero_grads(),
@@ -269,7 +271,7 @@ pub fn train(
                 .collect();
             let keep: Vec<f32> = if cfg.dropout > 0.0 {
                 let k = 1.0 / (1.0 - cfg.dropout);
-                (0..batch.len() * FLAT)
+                (0..batch.len() * net.arch().flat())
                     .map(|_| {
                         if rng.random::<f32>() < cfg.dropout {
                             0.0
@@ -450,10 +452,11 @@ mod tests {
             distill: 0.5,
             dropout: 0.25,
             weight_decay: 1e-3,
+            arch: Arch::SMALL,
         };
         // A teacher to distil from: every loss term runs.
         let teacher = Model {
-            w: init(&mut ChaCha8Rng::seed_from_u64(6)),
+            w: init(&mut ChaCha8Rng::seed_from_u64(6), Arch::SMALL),
         };
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()

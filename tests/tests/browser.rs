@@ -1683,8 +1683,8 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
 }
 
 /// The server sends the page its models, so a hostile server can send any bytes as them. A
-/// file longer than its format (`limits()`: `model_bytes`, `class_model_bytes`) is not read
-/// past that length, a shorter one or one that does not parse is refused — and in each case
+/// file longer than its format admits (`limits()`: `max_model_bytes`, `class_model_bytes`) is
+/// not read past that length, one of the wrong length or one that does not parse is refused — and in each case
 /// the page says it could not start and requests nothing more: no API request but the start's
 /// three public ones, before or after a photo is offered to it. All of this before any photo, so a
 /// refusal says nothing about one.
@@ -1703,11 +1703,14 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
     let mut out_of_range = class.clone();
     // The first f32 scale (just after the 8-byte magic): above the format's bound.
     out_of_range[8..12].copy_from_slice(&1e6f32.to_le_bytes());
-    // A retrieval model whose first weight could overflow inference for bright photos only
-    // (past `shared::embed::model::MAX_WEIGHT`).
+    // A query model whose first weights could overflow inference for bright photos only
+    // (their 8-bit scale past `shared::embed::weights::MAX_SCALE`, just after the 16-byte
+    // header).
     let mut overflowing = model.clone();
-    overflowing[8..12].copy_from_slice(&1e30f32.to_le_bytes());
-    let cases: [(&str, &str, Vec<u8>, &[&str]); 5] = [
+    overflowing[16..20].copy_from_slice(&1e30f32.to_le_bytes());
+    let mut too_wide = model.clone();
+    too_wide[10..12].copy_from_slice(&129u16.to_le_bytes());
+    let cases: [(&str, &str, Vec<u8>, &[&str]); 6] = [
         (
             "classifier.bin",
             "4 MiB too long",
@@ -1725,9 +1728,15 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
             "query.bin",
             "cut short",
             model[..model.len() / 2].to_vec(),
-            &["refused", "bytes, not the"],
+            &["model weights", "bytes, expected"],
         ),
-        ("query.bin", "a weight of 10³⁰", overflowing, &["at most"]),
+        (
+            "query.bin",
+            "a weight scale of 10³⁰",
+            overflowing,
+            &["scale"],
+        ),
+        ("query.bin", "129 channels", too_wide, &["129 channels"]),
     ];
     for (file, what, bytes, words) in cases {
         std::fs::write(dir.join("pkg/query.bin"), &model).unwrap();

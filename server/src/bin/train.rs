@@ -53,8 +53,9 @@ struct Args {
     /// starts from the gallery model).
     #[arg(long)]
     init: Option<PathBuf>,
-    /// The convolutions' widths of a network trained from scratch, `C1,C2` (each 1 to 128);
-    /// with `--init` the start model's are kept.
+    /// The convolutions' widths, `C1,C2` (each 1 to 128): of a network trained from scratch,
+    /// or the widths a start model (`--init`) is widened to first, its new channels reaching
+    /// nothing until trained (`gallery::training::widen`).
     #[arg(long, default_value = "32,64", value_parser = parse_arch)]
     channels: Arch,
     /// Write the weights in 8 bits (`PMCNN3`, `shared::embed::weights::EightBit`): how the

@@ -29,13 +29,15 @@ pub(crate) const P2: usize = S2 / 2; // 4
 pub const EMBED: usize = 64;
 pub const CLASSES: usize = 10;
 
-/// Widest convolution a weights file may have: bounds a file's size (2.3 MB in f32, 0.58 MB in
+/// Widest convolution a weights file may have: bounds a file's size (2.2 MB in f32, 0.55 MB in
 /// 8 bits) and the totality proof's fan-ins.
 pub const MAX_CHANNELS: usize = 128;
 
-/// Largest |weight| a model file may hold (the committed retrieval model's largest is 1.8).
+/// Largest |weight| a model file may hold (the committed gallery model's largest is 1.8, the
+/// query model's 2.7).
 pub const MAX_WEIGHT: f32 = 127.0;
-/// Largest |bias| a model file may hold (the committed retrieval model's largest is 0.53).
+/// Largest |bias| a model file may hold (the committed gallery model's largest is 0.53, the
+/// query model's 2.1).
 pub const MAX_BIAS: f32 = 1.0e3;
 
 const MAGIC_V2: &[u8; 8] = b"PMCNN2\0\0";

@@ -8,7 +8,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use shared::embed::model::{Arch, Model, Weights, CLASSES, EMBED};
+use shared::embed::model::{Arch, Model, Weights, CLASSES, EMBED, K};
 
 pub mod batched;
 
@@ -46,8 +46,8 @@ pub struct TrainConfig {
     pub dropout: f32,
     /// Decoupled weight decay (AdamW) of the convolution and dense weights.
     pub weight_decay: f32,
-    /// The convolutions' widths of a network trained from scratch (one fine-tuned from a
-    /// start model keeps that model's).
+    /// The convolutions' widths of a network trained from scratch; one fine-tuned from a
+    /// start model is first widened to them where they are wider ([`widen`]).
     pub arch: Arch,
 }
 
@@ -173,6 +173,49 @@ pub fn init(rng: &mut impl Rng, arch: Arch) -> Weights {
     w
 }
 
+/// `w` in a network at least as wide (each width the larger of `w`'s and `arch`'s) that
+/// computes exactly what `w` does: the old channels keep their weights, the new ones get
+/// He-uniform incoming weights and zero outgoing ones (so nothing they compute reaches the
+/// embedding until training moves them). How a wider query model starts from the gallery
+/// model: its geometry of the gallery, kept from the first step.
+pub fn widen(w: &Weights, arch: Arch, rng: &mut impl Rng) -> Weights {
+    let (old, new) = (
+        w.arch,
+        Arch {
+            c1: arch.c1.max(w.arch.c1),
+            c2: arch.c2.max(w.arch.c2),
+        },
+    );
+    if new == old {
+        return w.clone();
+    }
+    let fresh = init(rng, new);
+    let mut out = Weights::zeros(new);
+    let kk = K * K;
+    // First convolution: old rows, then fresh ones.
+    out.w1 = fresh.w1.clone();
+    out.w1[..old.c1 * kk].copy_from_slice(&w.w1);
+    out.b1[..old.c1].copy_from_slice(&w.b1);
+    // Second: an old output reads its old inputs only; a new output reads every input.
+    out.w2 = fresh.w2.clone();
+    for o in 0..old.c2 {
+        let row = &mut out.w2[o * new.c1 * kk..(o + 1) * new.c1 * kk];
+        row[..old.c1 * kk].copy_from_slice(&w.w2[o * old.c1 * kk..(o + 1) * old.c1 * kk]);
+        row[old.c1 * kk..].fill(0.0);
+    }
+    out.b2[..old.c2].copy_from_slice(&w.b2);
+    // Embedding: the old channels' columns (channel-major), zero for the new channels'.
+    let per = old.flat() / old.c2;
+    for e in 0..EMBED {
+        out.w3[e * new.flat()..e * new.flat() + old.c2 * per]
+            .copy_from_slice(&w.w3[e * old.flat()..e * old.flat() + old.c2 * per]);
+    }
+    out.b3.copy_from_slice(&w.b3);
+    out.w4.copy_from_slice(&w.w4);
+    out.b4.copy_from_slice(&w.b4);
+    out
+}
+
 /// Adam with decoupled weight decay (AdamW) over the batched network's trainable tensors.
 struct Adam {
     m: Grads,
@@ -229,7 +272,10 @@ pub fn train(
     };
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut net = match start {
-        Some(m) => Net::unfold(&m.w, &xs[..xs.len().min(2000)].concat()),
+        Some(m) => {
+            let w = widen(&m.w, cfg.arch, &mut rng);
+            Net::unfold(&w, &xs[..xs.len().min(2000)].concat())
+        }
         None => Net::new(&init(&mut rng, cfg.arch)),
     };
     let mut adam = Adam {
@@ -361,6 +407,29 @@ pub fn train(
 
 #[cfg(test)]
 mod tests {
+    /// A widened network computes what its start computes (features, probabilities, energy,
+    /// for random images): the new channels reach nothing until trained; its new weights are
+    /// not all zero.
+    #[test]
+    fn widening_keeps_what_the_network_computes() {
+        let mut rng = ChaCha8Rng::seed_from_u64(31);
+        let small = Model {
+            w: init(&mut rng, Arch::SMALL),
+        };
+        let wide = Model {
+            w: widen(&small.w, Arch::WIDE, &mut rng),
+        };
+        assert_eq!(wide.w.arch, Arch::WIDE);
+        assert!(wide.w.w2.iter().skip(64 * 64 * 25).any(|v| *v != 0.0));
+        assert_eq!(widen(&small.w, Arch::SMALL, &mut rng), small.w);
+        for k in 0..6 {
+            let px: Vec<u8> = (0..784).map(|i| ((i * (k + 3) * 37) % 256) as u8).collect();
+            let (a, b) = (small.infer(&px).unwrap(), wide.infer(&px).unwrap());
+            assert_eq!(a.features, b.features, "image {k}");
+            assert_eq!(a.probabilities, b.probabilities, "image {k}");
+            assert_eq!(a.energy, b.energy, "image {k}");
+        }
+    }
     use super::*;
 
     /// The contrastive loss's gradient is its derivative (central differences).

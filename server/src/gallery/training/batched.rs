@@ -643,8 +643,12 @@ mod tests {
     use shared::embed::model::Model;
 
     fn random_net(seed: u64) -> Net {
+        random_net_of(seed, Arch::SMALL)
+    }
+
+    fn random_net_of(seed: u64, arch: Arch) -> Net {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut net = Net::new(&super::super::init(&mut rng, Arch::SMALL));
+        let mut net = Net::new(&super::super::init(&mut rng, arch));
         for t in [&mut net.g1, &mut net.g2] {
             t.iter_mut().for_each(|v| *v = rng.random_range(0.5..1.5));
         }
@@ -670,12 +674,20 @@ mod tests {
     /// ones is emulated by setting the running statistics to the batch's).
     #[test]
     fn folding_gives_the_shared_model() {
-        let mut net = random_net(1);
+        // The gallery model's widths, and others (the query model's are a multiple of them).
+        for arch in [Arch::SMALL, Arch { c1: 5, c2: 7 }] {
+            folding_gives_the_shared_model_of(arch);
+        }
+    }
+
+    fn folding_gives_the_shared_model_of(arch: Arch) {
+        let mut net = random_net_of(1, arch);
         let xs = images(6, 2);
         let c = net.forward(&xs, Vec::new());
         (net.mean1, net.var1) = (c.n1.mean.clone(), c.n1.var.clone());
         (net.mean2, net.var2) = (c.n2.mean.clone(), c.n2.var.clone());
         let model = Model { w: net.fold() };
+        assert_eq!(model.w.arch, arch);
         for (b, x) in xs.chunks_exact(PIXELS).enumerate() {
             let t = model.forward(x);
             for (got, want) in t.logits.iter().zip(&c.logits[b * CLASSES..]) {

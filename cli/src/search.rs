@@ -183,24 +183,26 @@ pub fn run(
         )));
     }
     let t = Instant::now();
-    // The layer means (for the familiarity score) come from inference's own forward pass.
-    let (inf, layer_means) = model
-        .infer_with_layer_means(pixels)
+    // The unshifted input's inference and layer means (for the familiarity score) and the
+    // search features over the half-pixel views (`shared::embed::views`).
+    let photo = model
+        .infer_photo(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
+    let (inf, layer_means) = (&photo.inference, &photo.layer_means);
     let class = classifier
         .classify(&framing.class_pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config, model)?;
-    let ood = familiarity(&public_anchors, pixels, &inf.features, &layer_means)?;
+    let ood = familiarity(&public_anchors, pixels, &inf.features, layer_means)?;
     let mut rng = shared::dp::rng::secure_rng()?;
     let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {
-        Protocol::Blocks => blocks(server, &config, &inf.features, q, &mut rng)?,
+        Protocol::Blocks => blocks(server, &config, &photo.search, q, &mut rng)?,
         Protocol::Pir => {
             let (ranked, costs) = crate::pir::search(
                 server,
-                &inf.features,
+                &photo.search,
                 q.k,
                 q.max_bytes,
                 q.pir_ranking,
@@ -221,8 +223,8 @@ pub fn run(
             (None, None, bytes, hits)
         }
         Protocol::Frame | Protocol::Paper => {
-            let photo = (&inf.features[..], class.label);
-            let (r, hits) = ranked_by_server(server, &config, &public_anchors, photo, q, &mut rng)?;
+            let query = (&photo.search[..], class.label);
+            let (r, hits) = ranked_by_server(server, &config, &public_anchors, query, q, &mut rng)?;
             (Some(r), None, 0, hits)
         }
     };

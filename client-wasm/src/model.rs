@@ -26,9 +26,11 @@ impl OnDeviceModel {
         })
     }
 
-    /// Unit-norm features of a 28×28 greyscale image (784 bytes, row-major).
+    /// The search features of a 28×28 greyscale model input (784 bytes, row-major): unit
+    /// length, averaged over half-pixel shifts (`shared::embed::views`), as a photo's search
+    /// uses them.
     pub fn features(&self, pixels: &[u8]) -> Result<Vec<f32>, JsError> {
-        Ok(self.model.infer(pixels).map_err(js_err)?.features)
+        self.model.search_features(pixels).map_err(js_err)
     }
 
     /// The predicted class of the image.
@@ -121,14 +123,16 @@ impl Client {
             Ok(p) => (p, None),
             Err(e) => (None, Some(e)),
         };
-        // One pass over the upright image gives the features and the layer means.
-        let (inf, layers) = self.model.infer_with_layer_means(pixels).map_err(js_err)?;
+        // The unshifted input's inference and layer means (for the familiarity check) and the
+        // search features over the half-pixel views (`shared::embed::views`), in one call.
+        let photo = self.model.infer_photo(pixels).map_err(js_err)?;
+        let (inf, layers) = (&photo.inference, &photo.layer_means);
         // The class shown (and Algorithm 1's label) is the class model's; the features are
         // the retrieval model's.
         let class = self.classifier.classify(class_pixels).map_err(js_err)?;
         let class_name = self.class_name(class.label);
         let ood =
-            shared::embed::ood::assess_input(pixels, &inf.features, &layers, &self.familiarity)
+            shared::embed::ood::assess_input(pixels, &inf.features, layers, &self.familiarity)
                 .map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
@@ -150,7 +154,7 @@ impl Client {
         };
         // The familiarity check above stays the query model's (its reference was fitted
         // with it); only the search's features are the published ones.
-        let features = published.unwrap_or(inf.features);
+        let features = published.unwrap_or(photo.search);
         self.query = Some(features.iter().map(|&v| v as f64).collect());
         self.query_f32 = Some(features);
         self.query_label = Some(class.label);

@@ -53,7 +53,7 @@ fn plan_with_three_or_more(c: &Client) -> Value {
 /// centroids file decoded natively).
 fn true_block(doc: &PartitionDoc, files: &[Vec<Vec<u8>>], level: usize, pixels: &[u8]) -> u32 {
     let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
-    let q = model.infer(pixels).unwrap().features;
+    let q = model.search_features(pixels).unwrap();
     let c = shared::protocol::centroids::verify(doc, level, files[level].last().unwrap()).unwrap();
     shared::protocol::partition::nearest_centroid(&c.values, doc.feature_dim, &q)
 }
@@ -226,7 +226,7 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
         let urls = out["urls"].as_array().unwrap();
         let got = json(&c.rank_blocks(common::fetch(urls, &files), 8).unwrap());
         // Native: the same features, the same blocks in the same order.
-        let q = model.infer(&image(k)).unwrap().features;
+        let q = model.search_features(&image(k)).unwrap();
         let blocks: Vec<_> = urls
             .iter()
             .map(|u| {

@@ -51,7 +51,7 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
     assert!((p - 1.0).abs() < 1e-4);
     // The exact placement of this image, computed with the same shared code.
     let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
-    let q = model.infer(&image(0)).unwrap().features;
+    let q = model.search_features(&image(0)).unwrap();
     let frame = AnchorFrame::new(&feats, &rows, 0.02).unwrap();
     let exact = frame
         .place(&DMatrix::from_fn(1, 64, |_, j| q[j] as f64))
@@ -313,7 +313,7 @@ fn a_sample_is_searched_with_its_published_gallery_features() {
     };
     let want = place(&shared::embed::sample::published_features(&published).unwrap());
     let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
-    let own = place(&model.infer(&image(0)).unwrap().features);
+    let own = place(&model.search_features(&image(0)).unwrap());
     let apart = (0..10)
         .map(|j| (want[(0, j)] - own[(0, j)]).powi(2))
         .sum::<f64>();

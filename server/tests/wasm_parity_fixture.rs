@@ -1,4 +1,5 @@
-//! Writes, or checks, the fixture the wasm parity test compares against: native features of
+//! Writes, or checks, the fixture the wasm parity test compares against: native search
+//! features (`shared::embed::views`) of
 //! eight Fashion-MNIST test images under the committed query model (the one the page runs), and the class the committed
 //! class model (`shared::embed::classify`) gives them. With `PM_WRITE_FIXTURE=1` it
 //! (re)writes the file; otherwise it fails if the file does not match the current weights, so
@@ -18,10 +19,10 @@ fn wasm_parity_fixture_matches_the_committed_weights() {
         .map(|k| {
             let i = k * 1237;
             let px = test.images.image(i);
-            let inf = model.infer(px).unwrap();
+            let inf = model.infer_photo(px).unwrap();
             let class = classifier.classify(px).unwrap();
             serde_json::json!({
-                "index": i, "pixels": px, "features": inf.features, "label": inf.label,
+                "index": i, "pixels": px, "features": inf.search, "label": inf.inference.label,
                 "shown_label": class.label, "shown_probabilities": class.probabilities,
             })
         })

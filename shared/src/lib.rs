@@ -43,6 +43,7 @@ pub mod embed {
     pub mod sample;
     pub mod smlq;
     pub mod upright;
+    pub mod views;
     pub mod weights;
 }
 

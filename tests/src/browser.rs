@@ -226,7 +226,7 @@ pub fn native_features(i: usize) -> Vec<f32> {
     let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
     let pixels = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
     let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    model.infer(&pixels).unwrap().features
+    model.search_features(&pixels).unwrap()
 }
 
 /// `GET {base}{path}` as bytes, from a blocking thread.

@@ -307,12 +307,9 @@ pub fn client_query(i: usize) -> (Vec<f64>, u32) {
         shared::embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS)
             .expect("class model");
     let (px, _) = test_image(i);
-    let inf = model.infer(&px).expect("28×28");
+    let features = model.search_features(&px).expect("28×28");
     let class = classifier.classify(&px).expect("28×28");
-    (
-        inf.features.iter().map(|&v| v as f64).collect(),
-        class.label,
-    )
+    (features.iter().map(|&v| v as f64).collect(), class.label)
 }
 
 /// `POST /api/v1/search`, decoded as `T` (a `SearchResponse`, or raw JSON to inspect its shape).

@@ -189,6 +189,6 @@ pub fn held_out_features(count: usize) -> Vec<Vec<f32>> {
     privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
         .into_iter()
         .take(count)
-        .map(|i| model.infer(train.images.image(i)).unwrap().features)
+        .map(|i| model.search_features(train.images.image(i)).unwrap())
         .collect()
 }

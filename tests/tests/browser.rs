@@ -575,7 +575,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
             )
             .unwrap();
             let want = top8(&whole, &published);
-            (want != top8(&whole, &query_model.infer(px).unwrap().features))
+            (want != top8(&whole, &query_model.search_features(px).unwrap()))
                 .then_some((class, want))
         })
         .expect("a sample whose top 8 differ between the two models");

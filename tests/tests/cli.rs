@@ -118,7 +118,7 @@ fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
     photos
         .iter()
         .map(|px| {
-            let q = query.infer(px).unwrap().features;
+            let q = query.search_features(px).unwrap();
             let mut d: Vec<(f32, u64)> = gallery
                 .iter()
                 .enumerate()
@@ -242,9 +242,8 @@ fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
 fn features(input: &[u8]) -> Vec<f32> {
     shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS)
         .unwrap()
-        .infer(input)
+        .search_features(input)
         .unwrap()
-        .features
 }
 
 /// The block of the hintless ranking's level a photo (its model input) is scored in: its

@@ -1321,7 +1321,7 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
         let px = &samples[usize::from(sample)];
         let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
         let input = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
-        let want = browser::top8(&whole, &model.infer(&input).unwrap().features);
+        let want = browser::top8(&whole, &model.search_features(&input).unwrap());
         assert_eq!(
             browser::result_ids(&c).await,
             want,

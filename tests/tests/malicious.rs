@@ -131,7 +131,7 @@ fn photos(n: usize) -> Vec<Vec<f32>> {
     let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
     let model = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
     (0..n)
-        .map(|i| model.infer(test.images.image(i)).unwrap().features)
+        .map(|i| model.search_features(test.images.image(i)).unwrap())
         .collect()
 }
 

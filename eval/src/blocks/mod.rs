@@ -58,7 +58,7 @@ use reference::{EPSILONS, LARGE_EPSILONS};
 use report::report;
 use result::GalleryResult;
 use select::rank_variants;
-use setup::{infer, infer_rows, parse_overlap, Ctx, Gallery, Res, SMALL};
+use setup::{infer, infer_rows, parse_overlap, search_rows, Ctx, Gallery, Res, SMALL};
 use sweep::eval_gallery;
 
 pub(crate) fn run(args: &Args) -> Res<()> {
@@ -102,7 +102,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let test_idx: Vec<usize> = (0..small_n).collect();
     let test_feats = infer(&model, &test, &test_idx)?;
     // The queries are photos a client embeds: the query model's features.
-    let q_features = infer(&Model::from_bytes(QUERY_WEIGHTS)?, &train, &query_idx)?;
+    let q_features = search_rows(&Model::from_bytes(QUERY_WEIGHTS)?, &train, &query_idx)?;
     let a_features = infer(&model, &train, &anchor_idx)?;
     let dim = q_features.len() / query_idx.len();
     let ctx = Ctx {

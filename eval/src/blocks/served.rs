@@ -34,7 +34,7 @@ use privatemail_server::partition::{
 use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 
 use super::level::{evaluate_level, Coef};
-use super::setup::{exact_top, infer, infer_rows, Res, K, THUMB};
+use super::setup::{exact_top, infer, infer_rows, search_rows, Res, K, THUMB};
 use crate::args::Args;
 
 /// ε of the served table.
@@ -87,7 +87,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     }
     let a_features = infer(&model, &train, &anchor_idx)?;
     // The queries are photos a client embeds: the query model's features.
-    let q_features = infer(&Model::from_bytes(QUERY_WEIGHTS)?, &train, &query_idx)?;
+    let q_features = search_rows(&Model::from_bytes(QUERY_WEIGHTS)?, &train, &query_idx)?;
     let dim = q_features.len() / query_idx.len();
     let mut out = Vec::new();
     for &n in &args.blocks_served {

@@ -51,6 +51,16 @@ pub(super) fn infer(model: &Model, split: &Split, idx: &[usize]) -> Res<Vec<f32>
     Ok(rows.concat())
 }
 
+/// Search features of images `idx` of a split, flat: what a client queries with
+/// (`Model::search_features`, the query model's views).
+pub(super) fn search_rows(model: &Model, split: &Split, idx: &[usize]) -> Res<Vec<f32>> {
+    let rows: Vec<Vec<f32>> = idx
+        .par_iter()
+        .map(|&i| model.search_features(split.images.image(i)))
+        .collect::<Result<_, _>>()?;
+    Ok(rows.concat())
+}
+
 /// Model features of flat 28×28 images, 8 to a pass (`Model::infer_batch`, equal bit for bit to
 /// `infer`), flat unit rows.
 pub(super) fn infer_rows(model: &Model, pixels: &[u8]) -> Res<Vec<f32>> {

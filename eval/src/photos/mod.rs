@@ -344,7 +344,9 @@ pub(crate) fn run(args: &Args) -> Res<()> {
          the 10,000 test images' features under the gallery model ({}); seed {}). Each weights \
          file below is the query model, the one the photo goes through. Agreement: the share of \
          the exact top {K} over the gallery that the photo shares with the same photo clean, through the same \
-         pipeline and model. Each photo is drawn from its own seeded stream, so every model and \
+         pipeline and model, each photo searched with its search features (the query model's \
+         embedding over half-pixel views, `shared::embed::views`, as a client searches; the \
+         class and the familiarity scores from the unshifted input). Each photo is drawn from its own seeded stream, so every model and \
          pipeline sees the same photos. A shift moves the 28×28 frame, so at scales near 1 part \
          of the object leaves the photo (\"family with the object kept in frame\" limits the \
          shift to the margin the scale leaves). The reserved images are outside the training \
@@ -391,7 +393,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 let out = from_rgba(&rgba, 28, 28)?;
                 // The query model's features of what the pipeline made of the image, against
                 // the gallery's own row of it (another model's: compared even when unchanged).
-                let f = model.infer(&out)?.features;
+                let f = model.search_features(&out)?;
                 Ok((
                     out == img,
                     overlap(&top_k(&gallery, &f), &top_k(&gallery, &gallery[i])),
@@ -461,13 +463,16 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                         .map(|(ci, c)| -> Res<_> {
                             let p = photo(&train, i, ci, c, args.seed)?;
                             let (pixels, class_pixels) = pipeline.inputs(&p)?;
-                            let inf = model.infer(&pixels)?;
+                            // The search features over the views; the label and the
+                            // familiarity scores from the unshifted input (as a client).
+                            let photo = model.infer_photo(&pixels)?;
+                            let inf = photo.inference;
                             let shown = classifier.classify(&class_pixels)?;
                             let truth = train.labels[i] as u32;
                             Ok(Outcome {
                                 right: inf.label == truth,
                                 shown_right: shown.label == truth,
-                                top: top_k(&gallery, &inf.features),
+                                top: top_k(&gallery, &photo.search),
                                 scores: scores(&model, &pixels, &inf, &anchors),
                             })
                         })

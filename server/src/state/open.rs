@@ -339,15 +339,18 @@ impl AppState {
         // means (`shared::embed::ood`) under the query model, the one a client scores its
         // photo with.
         let query = Model::from_bytes(crate::QUERY_WEIGHTS)?;
+        // Batched as the anchors' features above (`infer_batch_with_layer_means`,
+        // bit-identical to `infer_with_layer_means`, which the client scores a photo with).
         let (query_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = anchor_idx
-            .par_iter()
-            .map(|&i| {
-                query
-                    .infer_with_layer_means(train.images.image(i))
-                    .map(|(inf, layers)| (inf.features, layers))
+            .par_chunks(64)
+            .map(|chunk| {
+                let images: Vec<&[u8]> = chunk.iter().map(|&i| train.images.image(i)).collect();
+                query.infer_batch_with_layer_means(&images)
             })
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
+            .flatten()
+            .map(|(inf, layers)| (inf.features, layers))
             .unzip();
         let familiarity = shared::embed::ood::Reference::fit(
             &query_features.concat(),

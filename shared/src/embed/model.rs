@@ -36,15 +36,24 @@ impl Trace {
     /// out-of-distribution check compares besides the embedding, since the embedding keeps
     /// only what tells the ten classes apart.
     pub fn channel_means(&self) -> Vec<f32> {
-        let mean = |v: &[f32], side: usize| -> Vec<f32> {
-            v.chunks_exact(side * side)
-                .map(|c| c.iter().sum::<f32>() / (side * side) as f32)
-                .collect()
-        };
-        let mut out = mean(&self.p1, P1);
-        out.extend(mean(&self.p2, P2));
-        out
+        channel_means(&self.p1, &self.p2, |&v| v)
     }
+}
+
+/// [`Trace::channel_means`] of pooled maps `p1` (`[c1][P1][P1]`) and `p2` (`[c2][P2][P2]`)
+/// whose values are `value(&p[i])`: the scalar pass's maps with the identity, and one lane of
+/// [`Lanes8`]'s maps (the same layout) with that lane's value. One code for both, so each
+/// channel is summed in the same order (first to last, as `Iterator::sum` folds) and divided
+/// by the same f32 — the batched means are the scalar ones bit for bit.
+fn channel_means<T>(p1: &[T], p2: &[T], value: impl Fn(&T) -> f32) -> Vec<f32> {
+    let mean = |v: &[T], side: usize| {
+        v.chunks_exact(side * side)
+            .map(|c| c.iter().map(&value).sum::<f32>() / (side * side) as f32)
+            .collect::<Vec<f32>>()
+    };
+    let mut out = mean(p1, P1);
+    out.extend(mean(p2, P2));
+    out
 }
 
 /// What inference returns.
@@ -399,6 +408,38 @@ impl Model {
     /// faster: the images go through the network eight at a time, one per SIMD lane (a last
     /// partial group is padded). A wrong-sized image is an error (nothing is computed).
     pub fn infer_batch(&self, images: &[&[u8]]) -> Result<Vec<Inference>> {
+        Ok(self
+            .infer_batch_then(images, |_, _| ())?
+            .into_iter()
+            .map(|(inference, ())| inference)
+            .collect())
+    }
+
+    /// [`Model::infer_with_layer_means`] for many images, bit-identical to it image by image
+    /// (as [`Model::infer_batch`] is to [`Model::infer`]): each image's [`Inference`] and the
+    /// `c1 + c2` means of its upright pass's pooled channels ([`Trace::channel_means`]), taken
+    /// from the lanes' pooled maps, which hold the scalar pass's values in the same layout,
+    /// and summed by the same code. The server fits the out-of-distribution reference
+    /// ([`super::ood::Reference::fit`]) on the features and layer means of its 1,000 anchors
+    /// under the query model at start-up: batched, that takes about a fifth of the time
+    /// (0.9 s instead of 4.8 s on two cores), and a client scoring a photo with
+    /// `infer_with_layer_means` still gets exactly the values the reference was fitted on. A
+    /// wrong-sized image is an error (nothing is computed).
+    pub fn infer_batch_with_layer_means(
+        &self,
+        images: &[&[u8]],
+    ) -> Result<Vec<(Inference, Vec<f32>)>> {
+        self.infer_batch_then(images, |t, l| channel_means(&t.p1, &t.p2, |v: &L| v[l]))
+    }
+
+    /// The body of the batched calls: each image's [`Inference`] with `upright(t, lane)`, what
+    /// that image's lane of the upright pass (before the mirror images' pass overwrites it)
+    /// gives.
+    fn infer_batch_then<M>(
+        &self,
+        images: &[&[u8]],
+        upright: impl Fn(&Lanes8, usize) -> M,
+    ) -> Result<Vec<(Inference, M)>> {
         if let Some(bad) = images.iter().find(|px| px.len() != PIXELS) {
             return Err(Error::DimensionMismatch {
                 what: "image pixels",
@@ -418,27 +459,49 @@ impl Model {
                 }
             }
             forward8(&self.w, &mut t);
+            let extra: Vec<M> = (0..group.len()).map(|l| upright(&t, l)).collect();
             ha.copy_from_slice(&t.h);
             la.copy_from_slice(&t.logits);
             t.x.chunks_exact_mut(SIDE).for_each(|row| row.reverse());
             forward8(&self.w, &mut t);
             let lane = |v: &[L], l: usize| -> Vec<f32> { v.iter().map(|x| x[l]).collect() };
-            out.extend((0..group.len()).map(|l| {
-                combine(
+            out.extend(extra.into_iter().enumerate().map(|(l, m)| {
+                let inference = combine(
                     &lane(&ha, l),
                     &lane(&t.h, l),
                     &lane(&la, l),
                     &lane(&t.logits, l),
-                )
+                );
+                (inference, m)
             }));
         }
         Ok(out)
+    }
+
+    /// The embeddings of preprocessed 28×28 inputs (values in [0, 1], as [`preprocess`] and
+    /// [`mirror`] make them), eight to a pass through the lanes: bit-identical to
+    /// `forward(x).h` input by input (the lanes compute every value as the scalar pass does).
+    /// For [`super::views`], whose views are inputs rather than images.
+    pub(crate) fn embed_inputs(&self, inputs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+        debug_assert!(inputs.iter().all(|x| x.len() == PIXELS));
+        let mut t = Lanes8::new(self.w.arch);
+        let mut out = Vec::with_capacity(inputs.len());
+        for group in inputs.chunks(BATCH_LANES) {
+            for (i, x) in t.x.iter_mut().enumerate() {
+                for (lane, v) in x.iter_mut().enumerate() {
+                    *v = group.get(lane).map_or(0.0, |g| g[i]);
+                }
+            }
+            forward8(&self.w, &mut t);
+            out.extend((0..group.len()).map(|l| t.h.iter().map(|v| v[l]).collect()));
+        }
+        out
     }
 }
 
 /// [`Inference`] from the embeddings and logits of an image (`a`) and its mirror image (`b`):
 /// the logits averaged, the embeddings summed and normalised.
-fn combine(ha: &[f32], hb: &[f32], la: &[f32], lb: &[f32]) -> Inference {
+pub(crate) fn combine(ha: &[f32], hb: &[f32], la: &[f32], lb: &[f32]) -> Inference {
     let logits: Vec<f32> = la.iter().zip(lb).map(|(p, q)| 0.5 * (p + q)).collect();
     let h: Vec<f32> = ha.iter().zip(hb).map(|(p, q)| p + q).collect();
     let probabilities = softmax(&logits);
@@ -459,7 +522,7 @@ fn combine(ha: &[f32], hb: &[f32], la: &[f32], lb: &[f32]) -> Inference {
 /// input, whatever the weights: the frame and Algorithm 1 refuse a zero row, and a hostile model
 /// whose embedding vanished for some photos only would otherwise make those photos' searches
 /// fail. Ordinary embeddings take the first branch, bit for bit as before.
-fn unit_features(h: &[f32]) -> Vec<f32> {
+pub(crate) fn unit_features(h: &[f32]) -> Vec<f32> {
     let s = h.iter().map(|v| v * v).sum::<f32>();
     if s >= f32::MIN_POSITIVE {
         let norm = s.sqrt();
@@ -918,6 +981,61 @@ mod tests {
                 );
             }
             assert!(model.infer_with_layer_means(&[0; PIXELS - 1]).is_err());
+        }
+    }
+
+    /// `infer_batch_with_layer_means` equals `infer_with_layer_means` bit for bit, image by
+    /// image: random weights of odd widths and of the query model's, and the two shipped
+    /// models on the parity fixture's Fashion-MNIST images and synthetic ones, in full groups
+    /// and a partial last one; a wrong-sized image is refused.
+    #[test]
+    fn infer_batch_with_layer_means_equals_infer_with_layer_means() {
+        let check = |model: &Model, images: &[Vec<u8>]| {
+            let refs: Vec<&[u8]> = images.iter().map(|v| v.as_slice()).collect();
+            let batch = model.infer_batch_with_layer_means(&refs).unwrap();
+            assert_eq!(batch.len(), images.len());
+            for (k, (img, (inf, layers))) in images.iter().zip(&batch).enumerate() {
+                let (one, one_layers) = model.infer_with_layer_means(img).unwrap();
+                assert_eq!(layers.len(), model.w.arch.layer_dim());
+                assert_bits_eq(layers, &one_layers, &format!("layer means of image {k}"));
+                assert_bits_eq(&inf.features, &one.features, &format!("features of {k}"));
+                assert_bits_eq(
+                    &inf.probabilities,
+                    &one.probabilities,
+                    &format!("probabilities of {k}"),
+                );
+                assert_eq!(inf.energy.to_bits(), one.energy.to_bits(), "energy of {k}");
+                assert_eq!(inf, &one);
+            }
+            let mut bad = refs.clone();
+            bad.push(&[0; PIXELS - 1]);
+            assert!(model.infer_batch_with_layer_means(&bad).is_err());
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(10);
+        for (seed, n, arch) in [
+            (0u64, 13usize, Arch { c1: 5, c2: 7 }),
+            (1, 21, Arch::WIDE),
+            (2, 3, Arch::SMALL),
+            (3, 0, Arch::WIDE),
+        ] {
+            let model = random_model(&mut ChaCha8Rng::seed_from_u64(200 + seed), arch);
+            check(&model, &test_images(&mut rng, n));
+        }
+        let fixture: Vec<serde_json::Value> = serde_json::from_str(include_str!(
+            "../../../client-wasm/tests/fixtures/parity.json"
+        ))
+        .unwrap();
+        let mut images: Vec<Vec<u8>> = fixture
+            .iter()
+            .map(|c| serde_json::from_value(c["pixels"].clone()).unwrap())
+            .collect();
+        images.extend(test_images(&mut rng, 29 - images.len()));
+        assert!(!images.len().is_multiple_of(BATCH_LANES));
+        for bytes in [
+            &include_bytes!("../../../server/assets/model.bin")[..],
+            &include_bytes!("../../../server/assets/query.bin")[..],
+        ] {
+            check(&Model::from_bytes(bytes).unwrap(), &images);
         }
     }
 

@@ -7,7 +7,8 @@
 //! wrong) or one byte longer than declared, and a configuration naming a query model the client
 //! does not run. The `privatemail` CLI must exit with its documented code, on its own,
 //! within 60 s and with a peak RSS ≤ 256 MB in every case (measured with `wait4`); the page
-//! must show a plain error in headless Chromium and stay alive.
+//! must show a plain error in headless Chromium and stay alive. A well-formed query model of
+//! other widths, served consistently, must change only what the page's search finds.
 //!
 //! `PM_HOSTILE_CLI=/path/to/privatemail` runs the CLI cases against another binary (e.g. an
 //! older one, to see them fail); a watchdog kills a run past 1 GiB or 75 s.
@@ -16,14 +17,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use privatemail_e2e::browser::{self, js, load_photo, wait_for, ROOT};
 use privatemail_e2e::fake::{self, Body, Reply, Request};
 use privatemail_e2e::{demo_server, test_image};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
-use shared::api::PartitionDoc;
+use shared::api::{AnchorsResponse, PartitionDoc};
+use shared::embed::model::{weights_version, Model};
+use shared::embed::ood::Reference;
+use shared::embed::weights::{Arch, Weights};
 use shared::protocol::blocks::file_len;
 
 const LIMIT_SECS: f64 = 60.0;
@@ -67,6 +73,9 @@ enum Case {
     MalformedSamples,
     /// Not in `CASES`: the page's samples published as another gallery model's features.
     OtherSamplesModel,
+    /// Not in `CASES`: a well-formed query model of other widths (`pkg/query.bin`), named in
+    /// the configuration, with anchors whose familiarity reference was fitted with it.
+    OtherWidthQueryModel,
 }
 
 const CASES: [Case; 19] = [
@@ -118,6 +127,7 @@ impl Case {
             Case::OtherQueryModel => "other-query-model",
             Case::MalformedSamples => "malformed-samples",
             Case::OtherSamplesModel => "other-samples-model",
+            Case::OtherWidthQueryModel => "other-width-query-model",
         }
     }
 
@@ -155,6 +165,9 @@ impl Case {
             Case::OtherQueryModel => "a configuration naming another query model",
             Case::MalformedSamples => "samples with malformed published features",
             Case::OtherSamplesModel => "samples published as another gallery model's features",
+            Case::OtherWidthQueryModel => {
+                "a query model of other widths (16 and 24), named in the configuration, with its own familiarity reference"
+            }
         }
     }
 
@@ -176,6 +189,7 @@ impl Case {
                 Case::DamagedPirThumbs,
                 Case::RelatedSeeds,
                 Case::OtherQueryModel,
+                Case::OtherWidthQueryModel,
             ])
             .find(|c| c.name() == n)
     }
@@ -201,6 +215,78 @@ struct Hostile {
     pir_log: Mutex<Vec<String>>,
     /// The case for requests without a `/case/{name}` prefix (the page's).
     page_case: Mutex<Case>,
+    /// What `Case::OtherWidthQueryModel` serves, prepared by its test
+    /// ([`other_width_query_model`]).
+    other_width: OnceLock<OtherWidth>,
+}
+
+/// A query model of other widths and the answers consistent with it
+/// (`Case::OtherWidthQueryModel`).
+struct OtherWidth {
+    /// `pkg/query.bin`: the model's file (8 bits).
+    model: Vec<u8>,
+    /// `GET /api/v1/anchors`: the real anchors with the familiarity reference fitted with
+    /// this model.
+    anchors: Vec<u8>,
+}
+
+/// A well-formed query model of other widths (16 and 24 channels, seeded He-uniform weights,
+/// small biases: well within the file's bounds), written in 8 bits, and the real server's
+/// anchors (at `real`) with their familiarity reference refitted with it as the server fits
+/// it (`server/src/state/open.rs`: the anchors' training images, `infer_batch_with_layer_means`,
+/// `Reference::fit` by their labels). Also the model as the page parses the file.
+fn other_width_query_model(real: &str) -> (OtherWidth, Model) {
+    let arch = Arch { c1: 16, c2: 24 };
+    let mut rng = ChaCha8Rng::seed_from_u64(16_24);
+    let mut w = Weights::zeros(arch);
+    let fans = arch.fans();
+    for (k, t) in w.tensors_mut().into_iter().enumerate() {
+        // Weights (even tensors) He-uniform for their fan-in, biases (odd) within ±0.01.
+        let bound = if k % 2 == 0 {
+            (6.0 / fans[k / 2] as f32).sqrt()
+        } else {
+            0.01
+        };
+        for v in t.iter_mut() {
+            *v = (rng.random::<f32>() * 2.0 - 1.0) * bound;
+        }
+    }
+    let bytes = w.to_bytes_8bit();
+    let model = Model::from_bytes(&bytes).expect("a well-formed model file");
+    assert_eq!(model.w.arch, arch);
+    let url = format!("{real}/api/v1/anchors");
+    let body = reqwest::blocking::get(&url).unwrap().bytes().unwrap();
+    let mut anchors: AnchorsResponse = serde_json::from_slice(&body).unwrap();
+    let dir = Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
+    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let images: Vec<&[u8]> = anchors
+        .ids
+        .iter()
+        .map(|&id| {
+            train
+                .images
+                .image((id - privatemail_server::state::ANCHOR_ID_BASE) as usize)
+        })
+        .collect();
+    let (features, layers): (Vec<Vec<f32>>, Vec<Vec<f32>>) = model
+        .infer_batch_with_layer_means(&images)
+        .unwrap()
+        .into_iter()
+        .map(|(inf, l)| (inf.features, l))
+        .unzip();
+    anchors.familiarity = Reference::fit(
+        &features.concat(),
+        &layers.concat(),
+        &anchors.labels,
+        shared::embed::model::EMBED,
+        arch.layer_dim(),
+    )
+    .unwrap();
+    let other = OtherWidth {
+        model: bytes,
+        anchors: serde_json::to_vec(&anchors).unwrap(),
+    };
+    (other, model)
 }
 
 /// 1 GiB of zeros, gzip: about 1 MB.
@@ -405,6 +491,28 @@ impl Hostile {
                 };
                 Reply::bytes(200, "text/javascript", rewritten)
             }
+            Case::OtherWidthQueryModel if path == "/pkg/query.bin" => {
+                let other = self.other_width.get().expect("the other model, prepared");
+                Reply::bytes(200, "application/octet-stream", other.model.clone())
+            }
+            Case::OtherWidthQueryModel if path == "/api/v1/anchors" => {
+                let other = self.other_width.get().expect("the other model, prepared");
+                Reply::bytes(200, "application/json", other.anchors.clone())
+            }
+            Case::OtherWidthQueryModel if path == "/api/v1/config" => {
+                // A consistent liar: the configuration names the model it serves and the
+                // anchors fitted with it.
+                let other = self.other_width.get().expect("the other model, prepared");
+                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
+                let Body::Bytes(bytes) = r.body else {
+                    unreachable!("forward answers with bytes")
+                };
+                let mut config: Value = serde_json::from_slice(&bytes).unwrap();
+                config["query_model_version"] = json!(weights_version(&other.model));
+                config["anchors_sha256"] =
+                    json!(shared::protocol::blocks::hash_hex(&other.anchors));
+                json_reply(&config)
+            }
             Case::RelatedSeeds if req.method == "POST" && path.starts_with("/api/v1/pir/") => {
                 self.damaged_posts.fetch_add(1, Ordering::SeqCst);
                 fake::forward(&self.http, &self.real, path, req).await
@@ -558,6 +666,7 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         after_other_model: AtomicUsize::new(0),
         pir_log: Mutex::new(Vec::new()),
         page_case: Mutex::new(Case::Honest),
+        other_width: OnceLock::new(),
     });
     let s = state.clone();
     let base = fake::start(fake::handler(move |req: Request| {
@@ -1328,6 +1437,85 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
             "sample {sample}: the query model's exact top 8"
         );
     }
+    c.close().await.unwrap();
+}
+
+/// A server choosing the query model's widths changes only what a search finds (utility),
+/// never whether the page works or what it sends: a well-formed query model of other widths
+/// (16 and 24 channels instead of 64 and 128, random weights within the file's bounds, 8
+/// bits), named in the configuration, with anchors whose familiarity reference was fitted with
+/// it (and the configuration naming their SHA-256) — a consistent server. Inference is total
+/// at every admitted shape (`Model::infer`'s proof), so no photo can make the page fail or
+/// hold back its search: the page starts without an error, runs that model on each photo,
+/// sends its PIR queries, and shows exactly the native exact top 8 over the whole gallery of
+/// that model's search features of the photo — not the honest query model's — and nothing
+/// reaches another origin.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let real_base = real.base.clone();
+    let (other, model) = tokio::task::spawn_blocking(move || other_width_query_model(&real_base))
+        .await
+        .unwrap();
+    assert!(hostile.other_width.set(other).is_ok());
+    let (_driver, c) = browser::browser().await;
+    *hostile.page_case.lock().unwrap() = Case::OtherWidthQueryModel;
+    c.goto(&format!("{base}/")).await.unwrap();
+    wait_for(
+        &c,
+        "document.body.dataset.ready === 'true' || !document.getElementById('error').hidden",
+        "the page's start",
+    )
+    .await;
+    let error = browser::text(&c, "error").await;
+    assert_eq!(
+        js(&c, "return document.body.dataset.ready === 'true';").await,
+        json!(true),
+        "the page did not start: {error}"
+    );
+    assert!(error.is_empty(), "{error}");
+    let whole = browser::whole_gallery(&real.base).await;
+    let honest = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let mut differs = false;
+    for i in [3usize, 40, 123] {
+        let (file, _) = browser::image_file(i);
+        load_photo(&c, &file).await;
+        let status = browser::text(&c, "status").await;
+        assert!(status.contains("ready"), "photo {i}: {status}");
+        hostile.pir_log.lock().unwrap().clear();
+        assert_eq!(browser::search(&c).await.len(), 8, "photo {i}");
+        let posts = hostile
+            .pir_log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with("POST"))
+            .count();
+        assert!(posts > 0, "photo {i}: no PIR query was sent");
+        let error = browser::text(&c, "error").await;
+        assert!(error.is_empty(), "photo {i}: {error}");
+        let (px, _) = test_image(i);
+        let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
+        let input = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
+        let want = browser::top8(&whole, &model.search_features(&input).unwrap());
+        assert_eq!(
+            browser::result_ids(&c).await,
+            want,
+            "photo {i}: the served model's exact top 8"
+        );
+        differs |= want != browser::top8(&whole, &honest.search_features(&input).unwrap());
+        let _ = std::fs::remove_file(&file);
+    }
+    assert!(
+        differs,
+        "the served model ranked like the honest one: the case shows nothing"
+    );
+    assert_eq!(
+        hostile.other_hits.load(Ordering::SeqCst),
+        0,
+        "a request reached another origin"
+    );
     c.close().await.unwrap();
 }
 

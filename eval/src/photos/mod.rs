@@ -9,7 +9,8 @@
 //! class model's: `shared::embed::classify`) and the exact top-8 agreement over the gallery (the
 //! 10,000 test images' features) with the same photo clean, and the share of the gallery
 //! model's own top 8 of the dataset image that the photo finds (and, per class, under rotation
-//! and the whole family: where the loss lies); the class on photos of test
+//! and the whole family: where the loss lies); the whole family's figures under four more
+//! draws of the family (so a figure near a target is not one lucky draw); the class on photos of test
 //! images; that the pipeline leaves the dataset's own images unchanged; and the
 //! out-of-distribution scores on procedurally generated non-clothing images (`ood`): AUROC,
 //! and the flagged share at a threshold calibrated on photos of the test split (`photos.md`,

@@ -1417,19 +1417,10 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
             said.iter().all(|s| status.contains(s)) && !status.contains("gallery's own features"),
             "sample {sample}: {status}"
         );
-        hostile.pir_log.lock().unwrap().clear();
-        assert_eq!(browser::search(&c).await.len(), 8);
-        let posts = hostile
-            .pir_log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.starts_with("POST"))
-            .count();
+        let posts = pir_posts_of_a_search(&c, &hostile, &format!("sample {sample}")).await;
         assert!(posts > 0, "sample {sample}: no PIR query was sent");
         let px = &samples[usize::from(sample)];
-        let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
-        let input = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
+        let input = model_input(px);
         let want = browser::top8(&whole, &model.search_features(&input).unwrap());
         assert_eq!(
             browser::result_ids(&c).await,
@@ -1483,21 +1474,12 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
         load_photo(&c, &file).await;
         let status = browser::text(&c, "status").await;
         assert!(status.contains("ready"), "photo {i}: {status}");
-        hostile.pir_log.lock().unwrap().clear();
-        assert_eq!(browser::search(&c).await.len(), 8, "photo {i}");
-        let posts = hostile
-            .pir_log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.starts_with("POST"))
-            .count();
+        let posts = pir_posts_of_a_search(&c, &hostile, &format!("photo {i}")).await;
         assert!(posts > 0, "photo {i}: no PIR query was sent");
         let error = browser::text(&c, "error").await;
         assert!(error.is_empty(), "photo {i}: {error}");
         let (px, _) = test_image(i);
-        let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
-        let input = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
+        let input = model_input(&px);
         let want = browser::top8(&whole, &model.search_features(&input).unwrap());
         assert_eq!(
             browser::result_ids(&c).await,
@@ -1517,6 +1499,27 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
         "a request reached another origin"
     );
     c.close().await.unwrap();
+}
+
+/// One search on the page (8 results, `what` names it in a failure) and the PIR queries
+/// (`POST`s) it sent.
+async fn pir_posts_of_a_search(c: &fantoccini::Client, hostile: &Hostile, what: &str) -> usize {
+    hostile.pir_log.lock().unwrap().clear();
+    assert_eq!(browser::search(c).await.len(), 8, "{what}");
+    hostile
+        .pir_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("POST"))
+        .count()
+}
+
+/// The model input the page makes of a 28×28 grey image (drawn opaque, through the photo
+/// pipeline).
+fn model_input(px: &[u8]) -> Vec<u8> {
+    let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
+    shared::embed::model::from_rgba(&rgba, 28, 28).unwrap()
 }
 
 /// The page's Content-Security-Policy lets the browser enforce what the page promises: a

@@ -944,19 +944,24 @@ mod tests {
         );
     }
 
+    /// The Fashion-MNIST images of the browser client's parity fixture.
+    fn fixture_images() -> Vec<Vec<u8>> {
+        let fixture: Vec<serde_json::Value> = serde_json::from_str(include_str!(
+            "../../../client-wasm/tests/fixtures/parity.json"
+        ))
+        .unwrap();
+        fixture
+            .iter()
+            .map(|c| serde_json::from_value(c["pixels"].clone()).unwrap())
+            .collect()
+    }
+
     /// `infer_with_layer_means` equals `infer` and `layer_means` bit for bit: the shipped
     /// weights on the Fashion-MNIST images of the browser client's parity fixture and on
     /// synthetic ones, and random weights; a wrong-sized image is refused.
     #[test]
     fn infer_with_layer_means_equals_the_separate_calls() {
-        let fixture: Vec<serde_json::Value> = serde_json::from_str(include_str!(
-            "../../../client-wasm/tests/fixtures/parity.json"
-        ))
-        .unwrap();
-        let mut images: Vec<Vec<u8>> = fixture
-            .iter()
-            .map(|c| serde_json::from_value(c["pixels"].clone()).unwrap())
-            .collect();
+        let mut images = fixture_images();
         assert!(images.len() >= 4);
         images.extend(test_images(&mut ChaCha8Rng::seed_from_u64(8), 8));
         let shipped =
@@ -1021,14 +1026,7 @@ mod tests {
             let model = random_model(&mut ChaCha8Rng::seed_from_u64(200 + seed), arch);
             check(&model, &test_images(&mut rng, n));
         }
-        let fixture: Vec<serde_json::Value> = serde_json::from_str(include_str!(
-            "../../../client-wasm/tests/fixtures/parity.json"
-        ))
-        .unwrap();
-        let mut images: Vec<Vec<u8>> = fixture
-            .iter()
-            .map(|c| serde_json::from_value(c["pixels"].clone()).unwrap())
-            .collect();
+        let mut images = fixture_images();
         images.extend(test_images(&mut rng, 29 - images.len()));
         assert!(!images.len().is_multiple_of(BATCH_LANES));
         for bytes in [

@@ -190,6 +190,10 @@ mod tests {
             .collect()
     }
 
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     #[test]
     fn views_are_in_mirror_order_and_cover_every_half_pixel_shift() {
         assert_eq!(VIEWS[0], (0, 0), "the unshifted input comes first");
@@ -266,7 +270,6 @@ mod tests {
             }
             let want = crate::embed::model::unit_features(&sum);
             let got = model.search_features(&px).unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want));
         }
     }
@@ -285,7 +288,6 @@ mod tests {
                 model.infer_photo(&px).unwrap(),
                 model.infer_photo(&m).unwrap(),
             );
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a.search), bits(&b.search));
         }
     }

@@ -113,11 +113,7 @@ fn anchors(
     let limit = crate::http::BodyLimit::both(limits::MAX_JSON_BYTES);
     let (bytes, n) =
         crate::pir::public_file(server, "/api/v1/anchors", &config.anchors_sha256, limit)?;
-    if !shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(&config.anchors_sha256) {
-        return Err(CliError::Malformed(
-            "the anchors do not match the SHA-256 the configuration names".into(),
-        ));
-    }
+    AnchorsResponse::check_named(&bytes, config).map_err(|e| CliError::Malformed(e.to_string()))?;
     let anchors: AnchorsResponse = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Malformed(format!("the anchors are not valid JSON: {e}")))?;
     anchors

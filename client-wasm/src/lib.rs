@@ -109,6 +109,8 @@ impl Client {
                 config.query_model_version
             )));
         }
+        // The anchors the configuration names, as the CLI checks them.
+        AnchorsResponse::check_named(anchors_json.as_bytes(), &config).map_err(js_err)?;
         let anchors: AnchorsResponse = serde_json::from_str(anchors_json)
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         // Every part of the anchors checked once, here (the CLI calls the same check).

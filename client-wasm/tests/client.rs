@@ -106,7 +106,23 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, &config, "[]").is_err());
     let mut short: Value = serde_json::from_str(&anchors).unwrap();
     short["frame_rows"].as_array_mut().unwrap().pop();
-    assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &short.to_string()).is_err());
+    let short = short.to_string();
+    // Anchors other than the ones the configuration names: refused as such, as the CLI does…
+    let e = common::message(
+        Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &short)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("SHA-256"), "{e}");
+    // …and, named, refused for their shape.
+    let mut naming: Value = serde_json::from_str(&config).unwrap();
+    naming["anchors_sha256"] = json!(shared::protocol::blocks::hash_hex(short.as_bytes()));
+    let e = common::message(
+        Client::new(WEIGHTS, CLASS_WEIGHTS, &naming.to_string(), &short)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("frame rows"), "{e}");
     // Weights other than the query model the gallery expects: refused, naming both versions.
     let mut other: Value = serde_json::from_str(&config).unwrap();
     other["query_model_version"] = json!("cnn-v2-0000000000000000");

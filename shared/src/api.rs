@@ -29,8 +29,9 @@ pub struct ConfigResponse {
     /// Kernel scale of the placement in the anchor frame (client and server must agree).
     pub frame_kernel_scale: f64,
     pub anchor_count: usize,
-    /// SHA-256 (lower-case hex) of the `GET /anchors` body: a client keeps the anchors by
-    /// content, as it keeps PIR hints, and reads its copy without asking the server again.
+    /// SHA-256 (lower-case hex) of the `GET /anchors` body: both clients refuse anchors
+    /// other than these ([`AnchorsResponse::check_named`]), and the CLI keeps the anchors by
+    /// content, as it keeps PIR hints, reading its copy without asking the server again.
     pub anchors_sha256: String,
     /// Version ([`crate::embed::model::weights_version`]) of the gallery model, whose features
     /// of the gallery and the anchors the server holds.
@@ -56,6 +57,23 @@ pub struct AnchorsResponse {
 }
 
 impl AnchorsResponse {
+    /// Checks that `body`, the bytes of a `GET /api/v1/anchors` answer, are the anchors the
+    /// configuration names by content ([`ConfigResponse::anchors_sha256`], compared without
+    /// regard to case), before they are parsed. Both clients call it: the CLI keeps the anchors
+    /// by that name, and the page would otherwise run with anchors the configuration does not
+    /// describe (the anchors are public and the server's choice either way, so this keeps the
+    /// two clients alike and a server's documents consistent; it is not what any privacy
+    /// guarantee rests on).
+    pub fn check_named(body: &[u8], config: &ConfigResponse) -> crate::error::Result<()> {
+        if crate::protocol::blocks::hash_hex(body).eq_ignore_ascii_case(&config.anchors_sha256) {
+            Ok(())
+        } else {
+            Err(crate::error::Error::NotAsNamed {
+                what: "the anchors",
+            })
+        }
+    }
+
     /// Checks anchors received from a server against the configuration they came with and
     /// the model this client runs, once, where a client loads them: every later use (the
     /// anchor frame, Algorithm 1, the out-of-distribution score) may then rely on their shape.
@@ -684,6 +702,23 @@ mod tests {
 
     /// Each malformed part of an anchors file is refused with a typed error, and the
     /// well-formed file passes.
+    /// The body the configuration names passes, in either case of hex; one byte changed, or
+    /// a configuration naming other bytes, does not.
+    #[test]
+    fn anchors_named_by_content() {
+        let (_, mut config) = anchors();
+        let body = br#"{"ids":[]}"#;
+        config.anchors_sha256 = crate::protocol::blocks::hash_hex(body).to_uppercase();
+        assert_eq!(AnchorsResponse::check_named(body, &config), Ok(()));
+        let other = br#"{"ids":[1]}"#;
+        assert_eq!(
+            AnchorsResponse::check_named(other, &config),
+            Err(Error::NotAsNamed { what: "the anchors" })
+        );
+        config.anchors_sha256 = "ab".repeat(32);
+        assert!(AnchorsResponse::check_named(body, &config).is_err());
+    }
+
     #[test]
     fn anchors_check_refuses_every_malformed_part() {
         let (good, config) = anchors();

@@ -39,6 +39,8 @@ pub enum Error {
     DegenerateAlignment { reason: &'static str },
     #[error("value too large for the noise grid: |x| / grid = {ratio:e} exceeds 2^52")]
     OutOfGrid { ratio: f64 },
+    #[error("{what} do not match the SHA-256 the configuration names")]
+    NotAsNamed { what: &'static str },
     #[error("malformed IDX data: {0}")]
     Idx(String),
     #[error("the operating system's random number generator failed: {0}")]

@@ -1365,6 +1365,40 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
     c.close().await.unwrap();
 }
 
+/// Anchors the configuration does not name (one value changed), or named but of the wrong
+/// shape (3 features a row; a familiarity reference of the wrong size): the page refuses to
+/// start, saying why, as the CLI refuses them (the `CASES` above), and sends no request for
+/// the partition, a block or PIR.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_refuses_anchors_the_configuration_does_not_describe() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let (_driver, c) = browser::browser().await;
+    for (case, expect) in [
+        (Case::MisnamedAnchors, "SHA-256"),
+        (Case::MismatchedAnchors, "anchors are malformed"),
+        (Case::MalformedReference, "anchors are malformed"),
+    ] {
+        *hostile.page_case.lock().unwrap() = case;
+        c.goto(&format!("{base}/")).await.unwrap();
+        wait_for(
+            &c,
+            "!document.getElementById('error').hidden",
+            "the page's refusal",
+        )
+        .await;
+        let error = browser::text(&c, "error").await;
+        assert!(error.contains(expect), "{case:?}: {error}");
+        assert_eq!(
+            js(&c, "return document.getElementById('search').disabled;").await,
+            json!(true),
+            "{case:?}"
+        );
+    }
+    assert_eq!(hostile.after_bad_anchors.load(Ordering::SeqCst), 0);
+    c.close().await.unwrap();
+}
+
 /// Samples whose published features are malformed (the wrong length, zero, twice unit length)
 /// are searched all the same, with the query model's features, as a photo: the page says why
 /// the published ones were refused, the PIR search goes out and shows the exact top 8 of the

@@ -1334,14 +1334,7 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
     let _ = std::fs::remove_dir_all(&dir);
     let (_driver, c) = browser::browser().await;
     *hostile.page_case.lock().unwrap() = Case::OtherQueryModel;
-    c.goto(&format!("{base}/")).await.unwrap();
-    wait_for(
-        &c,
-        "!document.getElementById('error').hidden",
-        "the page's refusal",
-    )
-    .await;
-    let error = browser::text(&c, "error").await;
+    let error = refused_start(&c, &base).await;
     assert!(
         error.contains(OTHER_QUERY_MODEL) && error.contains(&ours),
         "{error}"
@@ -1365,6 +1358,18 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
     c.close().await.unwrap();
 }
 
+/// The page opened at `base`, refusing to start: the error it shows.
+async fn refused_start(c: &fantoccini::Client, base: &str) -> String {
+    c.goto(&format!("{base}/")).await.unwrap();
+    wait_for(
+        c,
+        "!document.getElementById('error').hidden",
+        "the page's refusal",
+    )
+    .await;
+    browser::text(c, "error").await
+}
+
 /// Anchors the configuration does not name (one value changed), or named but of the wrong
 /// shape (3 features a row; a familiarity reference of the wrong size): the page refuses to
 /// start, saying why, as the CLI refuses them (the `CASES` above), and sends no request for
@@ -1380,14 +1385,7 @@ async fn the_page_refuses_anchors_the_configuration_does_not_describe() {
         (Case::MalformedReference, "anchors are malformed"),
     ] {
         *hostile.page_case.lock().unwrap() = case;
-        c.goto(&format!("{base}/")).await.unwrap();
-        wait_for(
-            &c,
-            "!document.getElementById('error').hidden",
-            "the page's refusal",
-        )
-        .await;
-        let error = browser::text(&c, "error").await;
+        let error = refused_start(&c, &base).await;
         assert!(error.contains(expect), "{case:?}: {error}");
         assert_eq!(
             js(&c, "return document.getElementById('search').disabled;").await,

@@ -713,7 +713,9 @@ mod tests {
         let other = br#"{"ids":[1]}"#;
         assert_eq!(
             AnchorsResponse::check_named(other, &config),
-            Err(Error::NotAsNamed { what: "the anchors" })
+            Err(Error::NotAsNamed {
+                what: "the anchors"
+            })
         );
         config.anchors_sha256 = "ab".repeat(32);
         assert!(AnchorsResponse::check_named(body, &config).is_err());

@@ -115,12 +115,15 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     );
     assert!(e.contains("SHA-256"), "{e}");
     // …and, named, refused for their shape.
-    let mut naming: Value = serde_json::from_str(&config).unwrap();
-    naming["anchors_sha256"] = json!(shared::protocol::blocks::hash_hex(short.as_bytes()));
     let e = common::message(
-        Client::new(WEIGHTS, CLASS_WEIGHTS, &naming.to_string(), &short)
-            .err()
-            .unwrap(),
+        Client::new(
+            WEIGHTS,
+            CLASS_WEIGHTS,
+            &common::naming(&config, &short),
+            &short,
+        )
+        .err()
+        .unwrap(),
     );
     assert!(e.contains("frame rows"), "{e}");
     // Weights other than the query model the gallery expects: refused, naming both versions.
@@ -205,7 +208,13 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     let q = model.infer(&image(0)).unwrap().features;
     let layers = model.layer_means(&image(0)).unwrap();
     let check = |anchors: &str| -> Value {
-        let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, anchors).unwrap();
+        let mut client = Client::new(
+            WEIGHTS,
+            CLASS_WEIGHTS,
+            &common::naming(&config, anchors),
+            anchors,
+        )
+        .unwrap();
         let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
         let parsed: shared::api::AnchorsResponse = serde_json::from_str(anchors).unwrap();
         let native =
@@ -247,7 +256,13 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     // A reference of the wrong shape: the client is not made.
     let mut bad: Value = serde_json::from_str(&anchors).unwrap();
     bad["familiarity"]["layers"]["precision"] = json!([1.0]);
-    assert!(Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &bad.to_string()).is_err());
+    let bad = bad.to_string();
+    let e = common::message(
+        Client::new(WEIGHTS, CLASS_WEIGHTS, &common::naming(&config, &bad), &bad)
+            .err()
+            .unwrap(),
+    );
+    assert!(e.contains("malformed"), "{e}");
 }
 
 /// The class shown for a photo is the class model's (`shared::embed::classify`), reproduced in

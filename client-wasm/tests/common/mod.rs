@@ -12,6 +12,15 @@ pub const WEIGHTS: &[u8] = include_bytes!("../../../server/assets/query.bin");
 pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../../server/assets/classifier.bin");
 
 /// A `JsError`'s message, as the page shows it.
+/// `config` naming `anchors` by their SHA-256, as a server sending altered anchors
+/// consistently would (the client refuses anchors the configuration does not name).
+#[allow(dead_code)] // Not every test binary alters the anchors.
+pub fn naming(config: &str, anchors: &str) -> String {
+    let mut c: serde_json::Value = serde_json::from_str(config).unwrap();
+    c["anchors_sha256"] = shared::protocol::blocks::hash_hex(anchors.as_bytes()).into();
+    c.to_string()
+}
+
 pub fn message(e: wasm_bindgen::JsError) -> String {
     use wasm_bindgen::JsCast;
     let v: wasm_bindgen::JsValue = e.into();

@@ -1378,13 +1378,15 @@ async fn refused_start(c: &fantoccini::Client, base: &str) -> String {
 async fn the_page_refuses_anchors_the_configuration_does_not_describe() {
     let real = browser::server();
     let (base, hostile) = hostile(&real.base).await;
-    let (_driver, c) = browser::browser().await;
     for (case, expect) in [
         (Case::MisnamedAnchors, "SHA-256"),
         (Case::MismatchedAnchors, "anchors are malformed"),
         (Case::MalformedReference, "anchors are malformed"),
     ] {
         *hostile.page_case.lock().unwrap() = case;
+        // A browser of its own for each case: an empty cache, so the configuration is read
+        // whole (not revalidated), as the altered answers need it.
+        let (_driver, c) = browser::browser().await;
         let error = refused_start(&c, &base).await;
         assert!(error.contains(expect), "{case:?}: {error}");
         assert_eq!(
@@ -1392,9 +1394,9 @@ async fn the_page_refuses_anchors_the_configuration_does_not_describe() {
             json!(true),
             "{case:?}"
         );
+        c.close().await.unwrap();
     }
     assert_eq!(hostile.after_bad_anchors.load(Ordering::SeqCst), 0);
-    c.close().await.unwrap();
 }
 
 /// Samples whose published features are malformed (the wrong length, zero, twice unit length)

@@ -130,29 +130,12 @@ fn photos(n: usize) -> Vec<Vec<f32>> {
     let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
     let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
     let model = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    // One chunk of photos per core: each photo's search features run the query model on
-    // nine views of it.
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let per = n.div_ceil(threads).max(1);
-    let idx: Vec<usize> = (0..n).collect();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = idx
-            .chunks(per)
-            .map(|chunk| {
-                let (model, test) = (&model, &test);
-                s.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|&i| model.search_features(test.images.image(i)).unwrap())
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
-    })
+    // On every core: each photo's search features run the query model on nine views of it.
+    use rayon::prelude::*;
+    (0..n)
+        .into_par_iter()
+        .map(|i| model.search_features(test.images.image(i)).unwrap())
+        .collect()
 }
 
 impl Gallery {

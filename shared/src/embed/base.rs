@@ -16,8 +16,9 @@
 //! How: on the 28×28 input (light object on 0), each column's lowest pixel above [`INK`], at
 //! the sub-pixel depth where the column's ink ends (the pixel's row, plus its own level and
 //! the level of the pixel below it, each of 255: exact for a sharp edge, and as exact in the
-//! input's last row, where no pixel lies below); the lower convex hull of those points; its longest edge within [`MAX_DEGREES`] of level and spanning at least
-//! [`MIN_SPAN`] of the points' width. Exact integer arithmetic up to the one division and
+//! input's last row, where no pixel lies below); the lower convex hull of those points; its
+//! longest edge within [`MAX_DEGREES`] of level and spanning at least [`MIN_SPAN`] of the
+//! points' width. Exact integer arithmetic up to the one division and
 //! series arctangent of the result, so a mirror image gets exactly the opposite tilt and
 //! native, wasm and training get the same bytes.
 
@@ -117,40 +118,30 @@ pub fn tilt(pixels: &[u8]) -> Option<f64> {
 mod tests {
     use super::*;
 
-    /// The shape `inside` (in its own frame, centred on `(14, centre_y)`) at `level` with an
-    /// anti-aliased rim (4×4 supersampled), turned by `degrees` about that centre (image y
-    /// down: positive turns clockwise on screen).
-    fn drawn(
-        level: f64,
-        centre_y: f64,
-        degrees: f64,
-        inside: impl Fn(f64, f64) -> bool,
-    ) -> Vec<u8> {
+    /// A boot-like silhouette (a shaft standing on a longer foot, level 200 with an
+    /// anti-aliased rim, 4×4 supersampled) turned by `degrees` about the centre (image y
+    /// down: positive turns clockwise on screen), `mirrored` left–right.
+    fn boot(degrees: f64, mirrored: bool) -> Vec<u8> {
         let (s, c) = degrees.to_radians().sin_cos();
+        let inside = |u: f64, v: f64| {
+            let u = if mirrored { -u } else { u };
+            let shaft = (-9.0..-1.0).contains(&u) && (-10.0..4.0).contains(&v);
+            let foot = (-9.0..11.0).contains(&u) && (2.0..8.0).contains(&v);
+            shaft || foot
+        };
         (0..PIXELS)
             .map(|i| {
                 let mut ink = 0.0f64;
                 for k in 0..16 {
                     let x = (i % SIDE) as f64 + (k % 4) as f64 / 4.0 + 0.125 - 14.0;
-                    let y = (i / SIDE) as f64 + (k / 4) as f64 / 4.0 + 0.125 - centre_y;
-                    // Back to the shape's own frame.
+                    let y = (i / SIDE) as f64 + (k / 4) as f64 / 4.0 + 0.125 - 14.0;
+                    // Back to the boot's own frame.
                     let (u, v) = (c * x + s * y, -s * x + c * y);
-                    ink += if inside(u, v) { level / 16.0 } else { 0.0 };
+                    ink += if inside(u, v) { 200.0 / 16.0 } else { 0.0 };
                 }
                 ink.round() as u8
             })
             .collect()
-    }
-
-    /// A boot-like silhouette (a shaft standing on a longer foot, level 200) turned by
-    /// `degrees` about the centre, `mirrored` left–right.
-    fn boot(degrees: f64, mirrored: bool) -> Vec<u8> {
-        drawn(200.0, 14.0, degrees, |u, v| {
-            let u = if mirrored { -u } else { u };
-            let shaft = (-9.0..-1.0).contains(&u) && (-10.0..4.0).contains(&v);
-            let foot = (-9.0..11.0).contains(&u) && (2.0..8.0).contains(&v);
-            shaft || foot
-        })
     }
 
     /// A garment-like slab (a quarter of the width short of its height) photographed dark on

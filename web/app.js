@@ -116,7 +116,7 @@ $("search-anyway").addEventListener("click", () => {
   if (!state.pending) return;
   const p = state.pending;
   state.pending = null;
-  if (p.urls) { p.started = performance.now(); fetchBlocks(p); } else send(p);
+  if (p.kind === "blocks") { p.started = performance.now(); fetchBlocks(p); } else send(p);
 });
 $("cancel").addEventListener("click", () => {
   state.pending = null;

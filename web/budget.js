@@ -78,7 +78,8 @@ export function updateBudget() {
   if (stored && document.activeElement !== $("limit")) $("limit").value = stored;
 }
 
-// Add a release's receipt to the budget this browser has spent (the request is leaving),
+// Add a release's receipt to the budget this browser has spent: the ledger the wasm search
+// drivers call before they hand out the request that carries it (it must throw if it cannot),
 // with the protocol it came from (words only: the wasm client composes the receipt's figures).
 export function spend(receipt) {
   const before = total(receipts());

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use shared::dp::budget::{compose, Total};
 use shared::dp::mechanism::Receipt;
+use shared::protocol::ledger::LedgerError;
 
 use crate::error::{CliError, Result};
 
@@ -94,4 +95,40 @@ pub fn record(receipt: &Receipt) -> Result<()> {
 
 pub fn reset() -> Result<()> {
     store(&[])
+}
+
+/// The receipts file as the search drivers' ledger (`shared::protocol::ledger`): a release is
+/// guarded against `--max-epsilon`, then recorded, before the driver hands out the request that
+/// carries it. The CLI error behind a refusal is kept, so its exit code survives the driver.
+pub struct Spend {
+    pub max_epsilon: Option<f64>,
+    pub delta: f64,
+    pub error: Option<CliError>,
+}
+
+impl Spend {
+    pub fn new(max_epsilon: Option<f64>, delta: f64) -> Self {
+        Spend {
+            max_epsilon,
+            delta,
+            error: None,
+        }
+    }
+
+    /// The CLI error that stopped a record, else `fallback` (the driver's own error).
+    pub fn error_or(&mut self, fallback: CliError) -> CliError {
+        self.error.take().unwrap_or(fallback)
+    }
+}
+
+impl shared::protocol::ledger::Ledger for Spend {
+    fn record(&mut self, receipt: &Receipt) -> std::result::Result<(), LedgerError> {
+        let done =
+            guard(Some(receipt), self.max_epsilon, self.delta).and_then(|()| record(receipt));
+        done.map_err(|e| {
+            let words = LedgerError(e.to_string());
+            self.error = Some(e);
+            words
+        })
+    }
 }

@@ -338,6 +338,24 @@ impl Server {
         Ok(got.bytes)
     }
 
+    /// `POST` a body a search driver made (its bytes and content type, sent as they are);
+    /// the answer is read within `max_bytes`.
+    pub fn post_body(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>> {
+        let url = self.url(path);
+        let req = self
+            .http
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body);
+        Ok(self.exchange(&url, req, BodyLimit::both(max_bytes))?.bytes)
+    }
+
     pub fn post_json<B: serde::Serialize, T: DeserializeOwned>(
         &self,
         path: &str,

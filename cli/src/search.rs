@@ -9,21 +9,20 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::RngCore;
 use serde::Serialize;
-use shared::api::{
-    AnchorsResponse, ConfigResponse, PartitionDoc, Ranking, SearchRequest, SearchResponse,
-};
+use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc, Ranking};
 use shared::dp::mechanism::Receipt;
 use shared::embed::classify::Classifier;
 use shared::embed::model::Model;
 use shared::embed::photo::Framing;
 use shared::params::limits;
-use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
+use shared::protocol::block_driver::{BlockGet, BlockSearch, BlockSearchError};
 use shared::protocol::blocks::max_transfer_len;
 use shared::protocol::centroids::{self, centroids_url, Centroids};
-use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
+use shared::protocol::frame::AnchorFrame;
+use shared::protocol::frame_search::{FrameSearch, FrameSearchError};
 use shared::protocol::plan::{plan, validate_doc, whole_plan, Plan};
-use shared::protocol::privatemail::{privatize, Anchors};
-use shared::{DMatrix, Mechanism, Params, PrivacyParams};
+use shared::protocol::privatemail::Anchors;
+use shared::{DMatrix, Mechanism, PrivacyParams};
 
 use crate::budget;
 use crate::error::{CliError, Result};
@@ -143,15 +142,6 @@ fn class_name(config: &ConfigResponse, label: u32) -> String {
         .get(label as usize)
         .map(|n| shared::text::excerpt(n, 64))
         .unwrap_or_else(|| format!("class {label}"))
-}
-
-/// Guard the budget, then record the receipt before anything leaves.
-fn spend(receipt: Option<&Receipt>, q: &Query) -> Result<()> {
-    budget::guard(receipt, q.max_epsilon, q.delta)?;
-    if let Some(r) = receipt {
-        budget::record(r)?;
-    }
-    Ok(())
 }
 
 /// One search with the photo (`framing`: the pipeline's two inputs): `models` are the retrieval
@@ -289,6 +279,10 @@ pub fn level_centroids(
 
 type Found = (Option<Receipt>, Option<Plan>, u64, Vec<Hit>);
 
+/// A block search through the shared driver (`shared::protocol::block_driver`): the driver
+/// checks the plan, names the centroids, makes the release, records its receipt in the
+/// receipts file (after the `--max-epsilon` guard) and only then hands out the block requests;
+/// this function moves the bytes.
 fn blocks(
     server: &Server,
     config: &ConfigResponse,
@@ -298,32 +292,33 @@ fn blocks(
 ) -> Result<Found> {
     let doc = partition(server)?;
     let p = choose_plan(&doc, q)?;
+    let mut search = BlockSearch::start(&doc, &p, features).map_err(block_error)?;
     // The plan's level is public; its centroids are needed only when blocks are released.
-    let (cents, cent_bytes) = if p.size < p.blocks {
-        let (c, n) = level_centroids(server, &doc, p.level)?;
-        (Some(c), n)
-    } else {
-        (None, 0)
+    let (cents, cent_bytes) = match search.centroids() {
+        Some(c) => {
+            let (c, n) = level_centroids(server, &doc, c.level)?;
+            (Some(c), n)
+        }
+        None => (None, 0),
     };
-    let req = release_blocks(&doc, &p, cents.as_ref(), features, rng)?;
-    // Sizes are validated per block; the search as a whole is bounded too (nothing sent yet).
-    let declared: u64 = req
-        .fetch
-        .iter()
-        .map(|&b| doc.levels[req.level].bytes[b as usize])
-        .sum();
-    if declared > limits::MAX_SEARCH_BYTES {
-        return Err(CliError::Malformed(format!(
-            "the plan would download {declared} bytes, more than {}",
-            limits::MAX_SEARCH_BYTES
-        )));
-    }
-    spend(req.receipt.as_ref(), q)?;
-    let (fetched, bytes) = fetch_all(server, &doc, req.level, &req.fetch, q.progress)?;
-    let refs: Vec<(u32, &[u8])> = fetched.iter().map(|(b, v)| (*b, v.as_slice())).collect();
-    let (hits, blocks) = verify_and_rank(&doc, req.level, &refs, features, q.k)
-        .map_err(|e| CliError::Malformed(e.to_string()))?;
-    let results = hits
+    let receipt = search.release(cents.as_ref(), rng).map_err(block_error)?;
+    let mut ledger = budget::Spend::new(q.max_epsilon, q.delta);
+    let gets = match search.requests(&mut ledger) {
+        Ok(gets) => gets,
+        Err(e) => return Err(ledger.error_or(block_error(e))),
+    };
+    let (fetched, bytes) = match fetch_all(server, &gets, q.progress) {
+        Ok(got) => got,
+        Err(e) => {
+            // Nothing is retried; a release that left stays recorded.
+            search.transport_failed();
+            return Err(e);
+        }
+    };
+    let refs: Vec<&[u8]> = fetched.iter().map(Vec::as_slice).collect();
+    let ranked = search.answer(&refs, q.k).map_err(block_error)?;
+    let results = ranked
+        .hits
         .iter()
         .map(|h| Hit {
             id: h.id,
@@ -332,12 +327,29 @@ fn blocks(
             distance: h.distance as f64,
         })
         .collect();
-    drop(blocks);
-    Ok((req.receipt, Some(p), bytes + cent_bytes, results))
+    Ok((receipt, Some(p), bytes + cent_bytes, results))
 }
 
-/// The fetched blocks `(id, bytes)` in request order, and the bytes counted on the wire.
-type Fetched = (Vec<(u32, Vec<u8>)>, u64);
+/// A block driver's error as the CLI's (its exit code): a plan or release the parameters
+/// cannot make is a usage or privacy error (9), the rest the server's (7).
+fn block_error(e: BlockSearchError) -> CliError {
+    match e {
+        BlockSearchError::Plan(_) | BlockSearchError::WholeNotAllowed => {
+            CliError::Usage(e.to_string())
+        }
+        BlockSearchError::Release(e) => CliError::Privacy(e),
+        BlockSearchError::Ledger(e) => CliError::State {
+            path: budget::path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            reason: e.to_string(),
+        },
+        e => CliError::Malformed(e.to_string()),
+    }
+}
+
+/// The fetched blocks' bytes in request order, and the bytes counted on the wire.
+type Fetched = (Vec<Vec<u8>>, u64);
 
 /// Fetch every released block at once (a few threads over the list, in its random order), by
 /// one code path; no retries (a retry could reveal which block mattered). Each block is read
@@ -345,17 +357,8 @@ type Fetched = (Vec<(u32, Vec<u8>)>, u64);
 /// command's deadline; the first failure abandons the whole search (requests not yet sent are
 /// dropped, whichever block failed: the order is random and public). Returns the blocks and
 /// the bytes counted on the wire.
-fn fetch_all(
-    server: &Server,
-    doc: &PartitionDoc,
-    level: usize,
-    fetch: &[u32],
-    progress: bool,
-) -> Result<Fetched> {
-    let total: u64 = fetch
-        .iter()
-        .map(|&b| doc.levels[level].transfer_bytes[b as usize])
-        .sum();
+fn fetch_all(server: &Server, fetch: &[BlockGet], progress: bool) -> Result<Fetched> {
+    let total: u64 = fetch.iter().map(|g| g.max_wire_bytes).sum();
     let bar = if progress {
         ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
     } else {
@@ -369,22 +372,21 @@ fn fetch_all(
     bar.set_message(format!("{} blocks", fetch.len()));
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let l = &doc.levels[level];
     let out: Mutex<Vec<Option<Result<crate::http::Body>>>> =
         Mutex::new((0..fetch.len()).map(|_| None).collect());
     std::thread::scope(|s| {
         for _ in 0..FETCH_THREADS.min(fetch.len()) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&b) = fetch.get(i) else { break };
+                let Some(g) = fetch.get(i) else { break };
                 if failed.load(Ordering::SeqCst) {
                     break;
                 }
                 let limit = BodyLimit {
-                    wire: l.transfer_bytes[b as usize],
-                    decoded: l.bytes[b as usize],
+                    wire: g.max_wire_bytes,
+                    decoded: g.max_bytes,
                 };
-                let r = server.get_bounded(&block_url(doc, level, b), limit);
+                let r = server.get_bounded(&g.url, limit);
                 match &r {
                     Ok(body) => bar.inc(body.wire),
                     Err(_) => failed.store(true, Ordering::SeqCst),
@@ -397,16 +399,11 @@ fn fetch_all(
     let mut wire = 0;
     let mut blocks = Vec::with_capacity(fetch.len());
     let mut first_error = None;
-    for (r, &b) in out
-        .into_inner()
-        .expect("threads joined")
-        .into_iter()
-        .zip(fetch)
-    {
+    for r in out.into_inner().expect("threads joined") {
         match r {
             Some(Ok(body)) => {
                 wire += body.wire;
-                blocks.push((b, body.bytes));
+                blocks.push(body.bytes);
             }
             Some(Err(e)) => {
                 first_error.get_or_insert(e);
@@ -424,6 +421,10 @@ fn fetch_all(
     }
 }
 
+/// A search by noisy numbers (the frame or Algorithm 1) through the shared driver
+/// (`shared::protocol::frame_search`): the driver makes the release, records its receipt in the
+/// receipts file (after the `--max-epsilon` guard) and only then hands out the request; this
+/// function moves the bytes.
 fn ranked_by_server(
     server: &Server,
     config: &ConfigResponse,
@@ -451,39 +452,49 @@ fn ranked_by_server(
         delta: q.delta,
         mechanism: Mechanism::DiscreteGaussian,
     };
-    let (req, receipt, real) = if q.protocol == Protocol::Frame {
+    let mut search = if q.protocol == Protocol::Frame {
         let rows = DMatrix::from_row_iterator(
             n,
             config.frame_dim,
             anchors.frame_rows.iter().flatten().copied(),
         );
         let frame = AnchorFrame::new(&feats, &rows, config.frame_kernel_scale)?;
-        let dummies = config.smlq.num_classes as usize - 1;
-        let r = privatize_in_frame(&query, &frame, dummies, &privacy, rng)?;
-        (
-            SearchRequest::from_frame(&r, q.k, Ranking::Proportional),
-            r.receipt,
-            r.real_position(),
+        FrameSearch::frame(
+            config,
+            &frame,
+            &query,
+            &privacy,
+            (q.k, Ranking::Proportional),
+            rng,
         )
     } else {
         let a = Anchors::new(&feats, &anchors.labels, &config.smlq)?;
-        let params = Params {
-            smlq: config.smlq,
-            privacy,
-            post_bandwidth: Default::default(),
-        };
-        let r = privatize(&query, label, &a, &params, rng)?;
-        let req = SearchRequest::from_release(&r, q.k);
-        (req, r.receipt, r.real_position())
+        FrameSearch::paper(config, &a, (&query, label), &privacy, q.k, rng)
+    }
+    .map_err(frame_error)?;
+    let receipt = *search.receipt();
+    let mut ledger = budget::Spend::new(q.max_epsilon, q.delta);
+    let post = match search.request(&mut ledger) {
+        Ok(post) => post,
+        Err(e) => return Err(ledger.error_or(frame_error(e))),
     };
-    spend(Some(&receipt), q)?;
-    let resp: SearchResponse = server.post_json("/api/v1/search", &req, None)?;
-    let row = resp
-        .results
-        .get(real)
-        .filter(|_| resp.results.len() == req.query_rows.len())
-        .ok_or_else(|| CliError::Malformed("the answer has the wrong number of rows".into()))?;
-    let hits = row
+    let (path, content_type, body, max) = (
+        post.path,
+        post.content_type,
+        post.body.to_vec(),
+        post.max_answer_bytes,
+    );
+    let answer = match server.post_body(path, content_type, body, max) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            // The release left (or may have): it stays recorded.
+            search.transport_failed();
+            return Err(e);
+        }
+    };
+    let picked = search.answer(&answer).map_err(frame_error)?;
+    let hits = picked
+        .matches
         .iter()
         .map(|m| Hit {
             id: m.id,
@@ -493,4 +504,20 @@ fn ranked_by_server(
         })
         .collect();
     Ok((receipt, hits))
+}
+
+/// A driver's error as the CLI's (its exit code): a release that cannot be made is a privacy
+/// parameter's fault (9), an answer that cannot be read the server's (7).
+fn frame_error(e: FrameSearchError) -> CliError {
+    match e {
+        FrameSearchError::Release(e) => CliError::Privacy(e),
+        FrameSearchError::K { .. } => CliError::Usage(e.to_string()),
+        FrameSearchError::Ledger(e) => CliError::State {
+            path: budget::path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            reason: e.to_string(),
+        },
+        e => CliError::Malformed(e.to_string()),
+    }
 }

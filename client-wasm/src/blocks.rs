@@ -5,29 +5,28 @@
 
 use shared::api::PartitionDoc;
 use shared::dp::mechanism::Receipt;
-use shared::protocol::block_search;
+use shared::protocol::block_driver::{BlockSearch, BlockSearchError};
 use shared::protocol::plan::Plan;
 use wasm_bindgen::prelude::*;
 
+use crate::budget::JsLedger;
 use crate::{js_err, Client};
 
-/// The last block release: its level and the released blocks in the order of the URLs handed
-/// to JavaScript (the true block is not kept).
-pub(crate) struct PendingBlocks {
-    level: usize,
-    order: Vec<u32>,
-}
-
-/// What JavaScript receives from a block release.
+/// What JavaScript receives from a block release: what sending it will spend, not yet the
+/// URLs ([`Client::block_requests`] hands them out once the spend is recorded).
 #[derive(serde::Serialize)]
 struct BlockRelease {
-    /// The URLs to fetch, all at once, in this order.
-    urls: Vec<String>,
     /// The receipt to add to the spent budget; `null` when every block of the level (or the
     /// whole gallery) is downloaded, which releases nothing.
     receipt: Option<Receipt>,
     /// ε spent (0 when nothing is released).
     epsilon: f64,
+}
+
+/// The block requests, in the order to make them (all at once).
+#[derive(serde::Serialize)]
+struct BlockRequests {
+    urls: Vec<String>,
     /// For each URL, the bytes the partition declares for the block uncompressed and on the
     /// wire: the page stops reading past them.
     max_bytes: Vec<u64>,
@@ -89,8 +88,9 @@ struct BlockMap {
 /// Private block retrieval (design: `shared/spec/blocks.md`, leakage rules there).
 ///
 /// What leaves the browser: the partition request (identical for every client) and, per
-/// search, the URLs [`Client::release_blocks`] returns — the set the k-subset mechanism
-/// released, in a fresh uniformly random order, at the level the (public) plan names. Every
+/// search, the URLs [`Client::block_requests`] returns (after the page's ledger recorded the
+/// release) — the set the k-subset mechanism released, in a fresh uniformly random order, at
+/// the level the (public) plan names. Every
 /// request is therefore a function of the release alone (post-processing of an ε-DP output).
 /// The page fetches them all at once by one code path, never retries one, and fetches nothing
 /// after [`Client::rank_blocks`] (thumbnails come from the blocks).
@@ -190,66 +190,62 @@ impl Client {
     }
 
     /// Release the blocks to download for the loaded photo under `plan_json` (a `Plan` as
-    /// [`Client::plan`] or [`Client::whole_plan`] returned it). Returns JSON
-    /// `{urls, receipt, epsilon}`.
+    /// [`Client::plan`] or [`Client::whole_plan`] returned it) with the shared driver
+    /// (`shared::protocol::block_driver`, the CLI's too). Returns JSON `{receipt, epsilon}`;
+    /// the URLs come from [`Client::block_requests`].
     ///
     /// The photo's true block (its nearest centroid at the plan's level) is computed here and
     /// never leaves wasm. `shared::protocol::block_search::release_blocks` draws `L` of the
     /// level's `B` blocks with the k-subset mechanism (`shared::dp::subset`: pure ε-DP, δ = 0,
     /// ρ = ε²/2 — the receipt) from the crypto RNG, then puts the set in a fresh uniformly random
     /// order (the same RNG), so neither the set nor the order depends on the photo beyond the
-    /// mechanism's output. When the plan downloads every block of its
-    /// level (`L = B`, or the whole gallery), nothing is released: all blocks, random order, no
-    /// receipt. The client remembers which (level, block) each URL is, for the hash check.
+    /// mechanism's output. When the plan downloads every block of its level (`L = B`, or the
+    /// whole gallery), nothing is released: all blocks, random order, no receipt. Sends nothing.
     pub fn release_blocks(&mut self, plan_json: &str) -> Result<String, JsError> {
         let plan: Plan = serde_json::from_str(plan_json)
             .map_err(|e| js_err(format!("the search plan is malformed: {e}")))?;
         let query = self.block_query()?;
         let p = self.partition()?;
-        let level = p
-            .levels
-            .get(plan.level)
-            .ok_or_else(|| js_err("the search plan names a level the partition does not have"))?;
-        if plan.blocks != level.blocks || plan.size == 0 || plan.size > level.blocks {
-            return Err(js_err(
-                "the search plan does not match the partition's blocks",
-            ));
-        }
-        if plan.whole != level.whole || (level.whole && !p.allow_full_download) {
-            return Err(js_err(
-                "this server does not allow downloading the whole gallery",
-            ));
-        }
-        // The release and the fresh fetch order (shared with every client: one implementation).
-        let cents = if plan.size < level.blocks {
-            Some(self.level_centroids(plan.level)?)
-        } else {
-            None
+        let mut search = BlockSearch::start(p, &plan, query).map_err(js_err)?;
+        let cents = match search.centroids() {
+            Some(c) => Some(self.level_centroids(c.level)?),
+            None => None,
         };
         let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let req = block_search::release_blocks(p, &plan, cents, query, &mut rng).map_err(js_err)?;
-        let urls = req
-            .fetch
-            .iter()
-            .map(|&b| block_search::block_url(p, req.level, b))
-            .collect();
-        let l = &p.levels[req.level];
+        let receipt = search.release(cents, &mut rng).map_err(js_err)?;
         let out = BlockRelease {
-            urls,
-            epsilon: req.receipt.map_or(0.0, |r| r.epsilon),
-            receipt: req.receipt,
-            max_bytes: req.fetch.iter().map(|&b| l.bytes[b as usize]).collect(),
-            max_wire_bytes: req
-                .fetch
-                .iter()
-                .map(|&b| l.transfer_bytes[b as usize])
-                .collect(),
+            epsilon: receipt.map_or(0.0, |r| r.epsilon),
+            receipt,
         };
-        self.pending_blocks = Some(PendingBlocks {
-            level: req.level,
-            order: req.fetch,
-        });
+        self.pending_blocks = Some(search);
         serde_json::to_string(&out).map_err(js_err)
+    }
+
+    /// Record the held release's receipt (if it has one) with `record` — the page's ledger:
+    /// called with the receipt's JSON, it must store it before it returns and throw if it
+    /// cannot — and only then return the requests, JSON `{urls, max_bytes, max_wire_bytes}`:
+    /// every URL to fetch, all at once, in this order. If `record` throws, nothing is returned
+    /// and the release stays unsent. A release's requests are handed out once.
+    pub fn block_requests(&mut self, record: &js_sys::Function) -> Result<String, JsError> {
+        let search = self
+            .pending_blocks
+            .as_mut()
+            .ok_or_else(|| js_err("no block search is pending"))?;
+        let gets = search.requests(&mut JsLedger(record)).map_err(js_err)?;
+        let out = BlockRequests {
+            max_bytes: gets.iter().map(|g| g.max_bytes).collect(),
+            max_wire_bytes: gets.iter().map(|g| g.max_wire_bytes).collect(),
+            urls: gets.into_iter().map(|g| g.url).collect(),
+        };
+        serde_json::to_string(&out).map_err(js_err)
+    }
+
+    /// A block request failed (no answer, an HTTP error, a size past the document's): the
+    /// search is over, nothing is retried, and its spend stays recorded.
+    pub fn blocks_failed(&mut self) {
+        if let Some(mut s) = self.pending_blocks.take() {
+            s.transport_failed();
+        }
     }
 
     /// Rank the downloaded blocks (their uncompressed bytes, in the order of the URLs
@@ -260,39 +256,34 @@ impl Client {
     /// (level, block) first; a mismatch, a malformed block or a wrong count is an error.
     /// Nothing leaves the browser: this is for the user's screen only.
     pub fn rank_blocks(
-        &self,
+        &mut self,
         blocks: Vec<js_sys::Uint8Array>,
         k: usize,
     ) -> Result<String, JsError> {
-        let pending = self
+        let mut search = self
             .pending_blocks
-            .as_ref()
+            .take()
             .ok_or_else(|| js_err("no block search is pending"))?;
-        let query = self.block_query()?;
-        let p = self.partition()?;
-        if blocks.len() != pending.order.len() {
-            return Err(js_err(format!(
-                "{} blocks were released but {} were given",
-                pending.order.len(),
-                blocks.len()
-            )));
-        }
         let bytes: Vec<Vec<u8>> = blocks.iter().map(js_sys::Uint8Array::to_vec).collect();
-        let fetched: Vec<(u32, &[u8])> = pending
-            .order
-            .iter()
-            .zip(&bytes)
-            .map(|(&b, bytes)| (b, bytes.as_slice()))
-            .collect();
-        let (hits, decoded) = block_search::verify_and_rank(p, pending.level, &fetched, query, k)
-            .map_err(|e| match e {
-            shared::Error::InvalidParameter { name: "block", .. } => js_err(format!(
-                "a downloaded block does not match the fingerprint the gallery \
-                         published (the server sent different data, or the gallery changed), \
-                         so nothing is shown: {e}"
-            )),
+        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let answered = search.answer(&refs, k);
+        if !search.sent() {
+            // Nothing was handed out yet: the release is still the pending one.
+            self.pending_blocks = Some(search);
+        }
+        let ranked = answered.map_err(|e| match e {
+            BlockSearchError::Blocks(shared::Error::InvalidParameter { name: "block", .. }) => {
+                js_err(format!(
+                    "a downloaded block does not match the fingerprint the gallery \
+                     published (the server sent different data, or the gallery changed), \
+                     so nothing is shown: {e}"
+                ))
+            }
             other => js_err(other),
         })?;
+        let query = self.block_query()?;
+        let p = self.partition()?;
+        let (hits, decoded) = (ranked.hits, ranked.blocks);
         let n = decoded.len();
         if decoded.iter().any(|b| b.thumb_side != p.thumb_side) {
             return Err(js_err(
@@ -312,11 +303,10 @@ impl Client {
                 thumbnail: decoded[h.block].thumbnail(h.index).to_vec(),
             })
             .collect();
-        let mut released = pending.order.clone();
-        released.sort_unstable();
+        let released = ranked.released;
         // Where nothing was released (the whole gallery, or every block) the centroids were
         // never needed, so they may not be loaded: then there is no own block to show.
-        let own_block = self.level_centroids(pending.level).ok().map(|c| {
+        let own_block = self.level_centroids(ranked.level).ok().map(|c| {
             shared::protocol::partition::nearest_centroid(&c.values, p.feature_dim, query)
         });
         let out = BlockRanking {
@@ -324,7 +314,7 @@ impl Client {
             thumb_side: p.thumb_side,
             pool_items: ids.len(),
             blocks: n,
-            level: pending.level,
+            level: ranked.level,
             released,
             own_block,
         };

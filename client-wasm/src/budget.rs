@@ -1,6 +1,7 @@
 //! The privacy budget: composing the receipts of the releases this browser made.
 
 use shared::dp::mechanism::Receipt;
+use shared::protocol::ledger::LedgerError;
 use wasm_bindgen::prelude::*;
 
 use crate::js_err;
@@ -13,4 +14,26 @@ pub fn compose_budget(receipts_json: &str, delta: f64) -> Result<String, JsError
         .map_err(|e| js_err(format!("stored receipts are malformed: {e}")))?;
     let total = shared::dp::budget::compose(&receipts, delta).map_err(js_err)?;
     serde_json::to_string(&total).map_err(js_err)
+}
+
+/// The page's ledger as the search drivers see it (`shared::protocol::ledger`): a JavaScript
+/// function called with the receipt's JSON, which stores it (`web/budget.js`, `spend`) and
+/// throws if it cannot. The driver hands out a release's request only after it returned.
+pub(crate) struct JsLedger<'a>(pub(crate) &'a js_sys::Function);
+
+impl shared::protocol::ledger::Ledger for JsLedger<'_> {
+    fn record(&mut self, receipt: &Receipt) -> Result<(), LedgerError> {
+        let json = serde_json::to_string(receipt).map_err(|e| LedgerError(e.to_string()))?;
+        self.0
+            .call1(&JsValue::NULL, &JsValue::from_str(&json))
+            .map(|_| ())
+            .map_err(|e| {
+                let words = js_sys::Error::try_from(e.clone())
+                    .ok()
+                    .map(|e| String::from(e.message()))
+                    .or_else(|| e.as_string())
+                    .unwrap_or_else(|| "the page's ledger refused it".into());
+                LedgerError(shared::text::excerpt(&words, 200))
+            })
+    }
 }

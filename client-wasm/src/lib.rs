@@ -3,10 +3,14 @@
 //! retrieval (`shared::protocol::{plan, blocks}`, `shared::dp::subset`).
 //!
 //! API boundary: what leaves this module towards the network is only
-//! - for the frame protocol, the JSON body that [`Client::privatize`] returns — noisy rows in a
-//!   random order;
-//! - for block retrieval, the list of block URLs that [`Client::release_blocks`] returns — the
+//! - for the frame protocol, the JSON body that [`Client::search_request`] returns — noisy rows
+//!   in a random order;
+//! - for block retrieval, the list of block URLs that [`Client::block_requests`] returns — the
 //!   output of the pure ε-DP k-subset mechanism, in a fresh uniformly random order.
+//!
+//! Both come from the shared search drivers (`shared::protocol::{frame_search, block_driver}`,
+//! the CLI's too), which hand them out only after the page's ledger recorded the release's
+//! receipt (`budget.rs`, `JsLedger`).
 //!
 //! The features, the predicted label, the real row's position and the photo's true block stay
 //! inside the `Client`; [`Client::pick`] and [`Client::rank_blocks`] use them to compute the
@@ -57,14 +61,16 @@ pub struct Client {
     query: Option<Vec<f64>>,
     /// The same features in f32, as the model computed them (the block ranking's query).
     query_f32: Option<Vec<f32>>,
-    pending: Option<frame::Pending>,
+    /// The last noisy-numbers release (the frame or Algorithm 1), until its answer.
+    pending: Option<shared::protocol::frame_search::FrameSearch>,
     /// The validated partition document (`GET /api/v1/partition`).
     partition: Option<PartitionDoc>,
     /// Verified centroids of the loaded partition's levels, by their SHA-256 (content
     /// addressed, so per version; each level's fetched at most once while its version is
     /// loaded).
     centroids: std::collections::HashMap<String, shared::protocol::centroids::Centroids>,
-    pending_blocks: Option<blocks::PendingBlocks>,
+    /// The last block release, until its blocks are ranked.
+    pending_blocks: Option<shared::protocol::block_driver::BlockSearch>,
     /// The public anchors' features and labels, for Algorithm 1 (its kernel cache is built on
     /// the first Algorithm 1 search, so page load does not pay for it).
     anchor_features: DMatrix<f64>,

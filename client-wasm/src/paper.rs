@@ -1,9 +1,9 @@
 //! The paper's Algorithm 1 in the browser (`shared::protocol::privatemail`), for study and
 //! comparison: the request goes through the frame protocol's round trip (`frame.rs`).
 
-use shared::api::SearchRequest;
-use shared::protocol::privatemail::{privatize as privatize_paper, Anchors};
-use shared::{Mechanism, Params, PrivacyParams};
+use shared::protocol::frame_search::FrameSearch;
+use shared::protocol::privatemail::Anchors;
+use shared::{Mechanism, PrivacyParams};
 use wasm_bindgen::prelude::*;
 
 use crate::{js_err, named, Client};
@@ -14,8 +14,8 @@ impl Client {
     /// the photo's features, one public anchor of every other class as decoys, and every
     /// anchor, one SMLQ step released with discrete Gaussian noise calibrated to the proven
     /// sensitivity bound (ε, δ, the named mechanism), then post-processing from the noisy rows
-    /// only. Returns JSON `{request, receipt, sensitivity}`; `request` asks the server to align
-    /// the anchor rows and return `k` matches for every query row. Guarantee: (ε, δ)-DP for the
+    /// only. Returns JSON `{receipt, sensitivity}`; the request ([`Client::search_request`]) asks
+    /// the server to align the anchor rows and return `k` matches for every query row. Guarantee: (ε, δ)-DP for the
     /// features given the predicted label; the label is hidden only among the decoys (its rows
     /// are shuffled with the crypto RNG, and the real position stays here). Noise comes from
     /// the browser's crypto RNG.
@@ -30,12 +30,6 @@ impl Client {
             return Err(js_err("load an image before searching"));
         };
         let mechanism: Mechanism = named(mechanism, "mechanism")?;
-        if k == 0 || k > self.config.limits.max_k {
-            return Err(js_err(format!(
-                "k must be in 1..={}",
-                self.config.limits.max_k
-            )));
-        }
         if self.paper.is_none() {
             let a = Anchors::new(
                 &self.anchor_features,
@@ -45,19 +39,18 @@ impl Client {
             .map_err(js_err)?;
             self.paper = Some(a);
         }
-        let anchors = self.paper.as_ref().expect("built above");
-        let params = Params {
-            smlq: self.config.smlq,
-            privacy: PrivacyParams {
-                epsilon,
-                delta,
-                mechanism,
-            },
-            post_bandwidth: Default::default(),
+        let Some(anchors) = self.paper.as_ref() else {
+            return Err(js_err("the anchors' kernel could not be built"));
+        };
+        let privacy = PrivacyParams {
+            epsilon,
+            delta,
+            mechanism,
         };
         let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
-        let r = privatize_paper(query, label, anchors, &params, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_release(&r, k);
-        self.hold(req, r.real_position(), r.receipt, r.sensitivity.value)
+        let search =
+            FrameSearch::paper(&self.config, anchors, (query, label), &privacy, k, &mut rng)
+                .map_err(js_err)?;
+        self.hold(search)
     }
 }

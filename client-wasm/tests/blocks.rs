@@ -138,7 +138,8 @@ fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_place
     let mut first = vec![0usize; doc.levels[level].blocks as usize];
     let plan_json = plan.to_string();
     for _ in 0..trials {
-        let out = json(&c.release_blocks(&plan_json).unwrap());
+        let released = c.release_blocks(&plan_json).unwrap();
+        let out = common::with_urls(&mut c, &released);
         let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
         assert_eq!(
             keys,
@@ -187,14 +188,41 @@ fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_place
     // The first URL is not always the true block: every position is used.
     assert!(counts.iter().all(|&c| c > 0), "{counts:?}");
     // The receipts compose with the other protocols' in the page's budget.
-    let r = json(&c.release_blocks(&plan_json).unwrap())["receipt"].clone();
+    // The ledger is called with the receipt before the URLs are handed out; a ledger that
+    // cannot store gets none, and the release stays unsent.
+    let released = json(&c.release_blocks(&plan_json).unwrap());
+    let e = common::message(c.block_requests(&common::full_ledger()).unwrap_err());
+    assert!(e.contains("could not be recorded"), "{e}");
+    let kept = js_sys::Array::new();
+    let record = wasm_bindgen::closure::Closure::<dyn FnMut(String)>::new({
+        let kept = kept.clone();
+        move |r: String| {
+            kept.push(&r.into());
+        }
+    });
+    let reqs = json(
+        &c.block_requests(wasm_bindgen::JsCast::unchecked_ref::<js_sys::Function>(
+            record.as_ref(),
+        ))
+        .unwrap(),
+    );
+    assert_eq!(reqs["urls"].as_array().unwrap().len(), l);
+    assert_eq!(kept.length(), 1);
+    let recorded = json(&kept.get(0).as_string().unwrap());
+    assert_eq!(recorded, released["receipt"]);
+    assert!(
+        c.block_requests(&common::ledger()).is_err(),
+        "handed out once"
+    );
+    let r = released["receipt"].clone();
     let total = json(&compose_budget(&Value::Array(vec![r.clone(), r]).to_string(), 1e-5).unwrap());
     assert!((total["zcdp_rho"].as_f64().unwrap() - 64.0).abs() < 1e-9);
     assert!(total["epsilon"].as_f64().unwrap() <= 16.0 + 1e-9);
 
     // The whole gallery and an all-blocks plan release nothing: every block, no receipt.
     let whole = c.whole_plan().unwrap();
-    let out = json(&c.release_blocks(&whole).unwrap());
+    let released = c.release_blocks(&whole).unwrap();
+    let out = common::with_urls(&mut c, &released);
     assert_eq!(out["urls"], serde_json::json!(["/b/v/0/0"]));
     assert_eq!(out["receipt"], Value::Null);
     assert_eq!(out["epsilon"], 0.0);
@@ -202,7 +230,8 @@ fn a_release_is_l_distinct_urls_of_one_level_with_the_true_block_uniformly_place
     let b = doc.levels[level].blocks;
     all["size"] = b.into();
     all["epsilon"] = 0.0.into();
-    let out = json(&c.release_blocks(&all.to_string()).unwrap());
+    let released = c.release_blocks(&all.to_string()).unwrap();
+    let out = common::with_urls(&mut c, &released);
     assert_eq!(out["urls"].as_array().unwrap().len(), b as usize);
     assert_eq!(out["receipt"], Value::Null);
 }
@@ -222,8 +251,19 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
         (4, c.whole_plan().unwrap()),
     ] {
         c.load_pixels(&image(k)).unwrap();
-        let out = json(&c.release_blocks(&plan).unwrap());
+        let released = c.release_blocks(&plan).unwrap();
+        assert!(
+            c.rank_blocks(vec![], 8).is_err(),
+            "no request was handed out yet"
+        );
+        let out = common::with_urls(&mut c, &released);
         let urls = out["urls"].as_array().unwrap();
+        // The same release each time (a search is ranked once: each bad answer below ends it).
+        let again = |c: &mut Client| {
+            c.release_blocks(&plan).unwrap();
+            let reqs = json(&c.block_requests(&common::ledger()).unwrap());
+            reqs["urls"].clone()
+        };
         let got = json(&c.rank_blocks(common::fetch(urls, &files), 8).unwrap());
         // Native: the same features, the same blocks in the same order.
         let q = model.search_features(&image(k)).unwrap();
@@ -276,19 +316,39 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
         let last = bad.len() - 1;
         bad[last] ^= 1;
         tampered[0] = js_sys::Uint8Array::from(&bad[..]);
+        assert!(
+            c.rank_blocks(tampered.clone(), 8).is_err(),
+            "ranked once: the search is over"
+        );
+        let urls = again(&mut c);
+        let urls = urls.as_array().unwrap();
+        let mut tampered = common::fetch(urls, &files);
+        let bytes = tampered[0].to_vec();
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        tampered[0] = js_sys::Uint8Array::from(&bad[..]);
         let e = common::message(c.rank_blocks(tampered, 8).unwrap_err());
         assert!(e.contains("fingerprint"), "{e}");
         // Too few blocks, a truncated block, k out of range.
+        let urls = again(&mut c);
+        let urls = urls.as_array().unwrap();
         let mut few = common::fetch(urls, &files);
         few.pop();
         if !few.is_empty() {
             assert!(c.rank_blocks(few, 8).is_err());
         }
+        let urls = again(&mut c);
+        let urls = urls.as_array().unwrap();
         let mut cut = common::fetch(urls, &files);
+        let bytes = cut[0].to_vec();
         cut[0] = js_sys::Uint8Array::from(&bytes[..bytes.len() / 2]);
         assert!(c.rank_blocks(cut, 8).is_err());
-        assert!(c.rank_blocks(common::fetch(urls, &files), 0).is_err());
-        assert!(c.rank_blocks(common::fetch(urls, &files), 1000).is_err());
+        for k in [0, 1000] {
+            let urls = again(&mut c);
+            let urls = urls.as_array().unwrap();
+            assert!(c.rank_blocks(common::fetch(urls, &files), k).is_err());
+        }
     }
     let _ = doc;
 }

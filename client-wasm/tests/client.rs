@@ -64,12 +64,10 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
     let mut sq = 0.0;
     let mut scale = 0.0;
     for _ in 0..trials {
-        let out: Value = serde_json::from_str(
-            &client
-                .privatize(eps, delta, "discrete_gaussian", 8, "proportional")
-                .unwrap(),
-        )
-        .unwrap();
+        let privatized = client
+            .privatize(eps, delta, "discrete_gaussian", 8, "proportional")
+            .unwrap();
+        let out = common::with_request(&mut client, &privatized);
         let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["receipt", "request", "sensitivity"]);
         let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
@@ -179,16 +177,34 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(client
         .privatize(1.0, 1e-5, "discrete_gaussian", 51, "proportional")
         .is_err());
-    let out: Value = serde_json::from_str(
-        &client
+    // The request only after the ledger recorded the receipt, and once; an answer only after
+    // the request, and once (a bad one ends the search too).
+    let privatized = client
+        .privatize(1.0, 1e-5, "analytic_gaussian", 8, "proportional")
+        .unwrap();
+    assert!(client.pick("{}").is_err(), "no request was handed out");
+    let e = common::message(client.search_request(&common::full_ledger()).unwrap_err());
+    assert!(e.contains("could not be recorded"), "{e}");
+    let out = common::with_request(&mut client, &privatized);
+    assert!(
+        client.search_request(&common::ledger()).is_err(),
+        "sent once"
+    );
+    let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
+    let rows = req["query_rows"].as_array().unwrap().clone();
+    assert!(client.pick(&answer(&rows[..9])).is_err());
+    assert!(client.pick(&answer(&rows)).is_err(), "the search is over");
+    let fresh = |client: &mut Client| {
+        let p = client
             .privatize(1.0, 1e-5, "analytic_gaussian", 8, "proportional")
-            .unwrap(),
-    )
-    .unwrap();
+            .unwrap();
+        common::with_request(client, &p)
+    };
+    fresh(&mut client);
+    assert!(client.pick("not json").is_err());
+    let out = fresh(&mut client);
     let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
     let rows = req["query_rows"].as_array().unwrap();
-    assert!(client.pick(&answer(&rows[..9])).is_err());
-    assert!(client.pick("not json").is_err());
     assert!(client.pick(&answer(rows)).is_ok());
     // Budget: two receipts compose below the sum of their epsilons.
     let receipts = json!([out["receipt"], out["receipt"]]).to_string();
@@ -357,12 +373,10 @@ fn a_sample_is_searched_with_its_published_gallery_features() {
         let trials = 150;
         let mut sum = vec![0.0; 10];
         for _ in 0..trials {
-            let out: Value = serde_json::from_str(
-                &client
-                    .privatize(8.0, 1e-5, "discrete_gaussian", 8, "proportional")
-                    .unwrap(),
-            )
-            .unwrap();
+            let privatized = client
+                .privatize(8.0, 1e-5, "discrete_gaussian", 8, "proportional")
+                .unwrap();
+            let out = common::with_request(client, &privatized);
             let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
             let sent = req["query_rows"].as_array().unwrap().clone();
             let picked: Value =

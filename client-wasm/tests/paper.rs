@@ -69,12 +69,10 @@ fn client_release_has_the_request_shape_and_the_calibrated_noise() {
         "no photo yet"
     );
     client.load_pixels(&[30u8; 784]).unwrap();
-    let out: Value = serde_json::from_str(
-        &client
-            .privatize_paper(1.0, 1e-5, "discrete_gaussian", 8)
-            .unwrap(),
-    )
-    .unwrap();
+    let privatized = client
+        .privatize_paper(1.0, 1e-5, "discrete_gaussian", 8)
+        .unwrap();
+    let out = common::with_request(&mut client, &privatized);
     let req: Value = serde_json::from_str(out["request"].as_str().unwrap()).unwrap();
     assert_eq!(
         req["query_rows"].as_array().unwrap().len(),

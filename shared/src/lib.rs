@@ -50,10 +50,13 @@ pub mod embed {
 /// The retrieval protocols: what the client releases and what each side computes from it.
 pub mod protocol {
     pub mod align;
+    pub mod block_driver;
     pub mod block_search;
     pub mod blocks;
     pub mod centroids;
     pub mod frame;
+    pub mod frame_search;
+    pub mod ledger;
     pub mod map;
     pub mod partition;
     pub mod pir_search;

@@ -76,6 +76,9 @@ enum Case {
     /// Not in `CASES`: a well-formed query model of other widths (`pkg/query.bin`), named in
     /// the configuration, with anchors whose familiarity reference was fitted with it.
     OtherWidthQueryModel,
+    /// Not in `CASES` (its own tests): every release answered 500 — a noisy-numbers search
+    /// (`POST /api/v1/search`) and every block — after the server has received it.
+    RefusedRelease,
 }
 
 const CASES: [Case; 19] = [
@@ -128,6 +131,7 @@ impl Case {
             Case::MalformedSamples => "malformed-samples",
             Case::OtherSamplesModel => "other-samples-model",
             Case::OtherWidthQueryModel => "other-width-query-model",
+            Case::RefusedRelease => "refused-release",
         }
     }
 
@@ -168,6 +172,7 @@ impl Case {
             Case::OtherWidthQueryModel => {
                 "a query model of other widths (16 and 24), named in the configuration, with its own familiarity reference"
             }
+            Case::RefusedRelease => "every release received, then answered 500",
         }
     }
 
@@ -190,6 +195,7 @@ impl Case {
                 Case::RelatedSeeds,
                 Case::OtherQueryModel,
                 Case::OtherWidthQueryModel,
+                Case::RefusedRelease,
             ])
             .find(|c| c.name() == n)
     }
@@ -213,6 +219,10 @@ struct Hostile {
     after_other_model: AtomicUsize,
     /// Every PIR request (`METHOD path body-bytes`, the case prefix removed), in order.
     pir_log: Mutex<Vec<String>>,
+    /// Releases received and answered 500 in `Case::RefusedRelease`: search bodies (`POST
+    /// /api/v1/search`) and block requests.
+    refused_searches: AtomicUsize,
+    refused_blocks: AtomicUsize,
     /// The case for requests without a `/case/{name}` prefix (the page's).
     page_case: Mutex<Case>,
     /// What `Case::OtherWidthQueryModel` serves, prepared by its test
@@ -546,6 +556,20 @@ impl Hostile {
                     body: Body::Bytes(bytes),
                 }
             }
+            Case::RefusedRelease if req.method == "POST" && path == "/api/v1/search" => {
+                // The release arrived whole: the server holds it, whatever it answers.
+                assert!(!req.body.is_empty());
+                self.refused_searches.fetch_add(1, Ordering::SeqCst);
+                let body =
+                    json!({"error": {"code": "internal", "message": "refused after reading"}});
+                Reply::bytes(500, "application/json", serde_json::to_vec(&body).unwrap())
+            }
+            Case::RefusedRelease if block && !centroids => {
+                self.refused_blocks.fetch_add(1, Ordering::SeqCst);
+                let body =
+                    json!({"error": {"code": "internal", "message": "refused after reading"}});
+                Reply::bytes(500, "application/json", serde_json::to_vec(&body).unwrap())
+            }
             Case::DamagedCentroids if centroids => {
                 let mut bytes = self.real_centroids(path).await;
                 *bytes.last_mut().unwrap() ^= 1;
@@ -665,6 +689,8 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         after_bad_anchors: AtomicUsize::new(0),
         after_other_model: AtomicUsize::new(0),
         pir_log: Mutex::new(Vec::new()),
+        refused_searches: AtomicUsize::new(0),
+        refused_blocks: AtomicUsize::new(0),
         page_case: Mutex::new(Case::Honest),
         other_width: OnceLock::new(),
     });
@@ -852,6 +878,62 @@ fn the_cli_stops_searching_a_server_whose_pir_answer_failed_a_check() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A server that receives a release and answers 500 still has it: the CLI counts the spend
+/// of every release it sent — a frame search, an Algorithm 1 search, a block search — whatever
+/// the answer (the shared drivers record the receipt before they hand out the request).
+#[test]
+fn the_cli_counts_a_release_the_server_answered_with_500() {
+    let real = demo_server("hostile-refused-cli", &[]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (base, hostile) = rt.block_on(hostile(&real.base));
+    let bin = cli_bin();
+    let dir = std::env::temp_dir().join(format!("pm-hostile-refused-{}", std::process::id()));
+    let state = dir.join("state");
+    let server = format!("{base}/case/{}", Case::RefusedRelease.name());
+    let releases = |tag: &str| -> u64 {
+        let r = run_measured(&bin, &["budget".into(), "--json".into()], &state, tag);
+        assert_eq!(r.code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+        let v: Value = serde_json::from_slice(&r.stdout).unwrap();
+        v["releases"].as_u64().unwrap()
+    };
+    assert_eq!(releases("refused-budget-0"), 0);
+    for (n, protocol) in ["frame", "paper", "blocks"].into_iter().enumerate() {
+        let mut args: Vec<String> = vec![
+            "search".into(),
+            photo(&dir, n).to_str().unwrap().into(),
+            "--server".into(),
+            server.clone(),
+            "--protocol".into(),
+            protocol.into(),
+            "--epsilon".into(),
+            "2".into(),
+        ];
+        // Below the whole gallery (about 300 KB): the plan releases blocks.
+        args.extend(["--max-kib".into(), "128".into()]);
+        let r = run_measured(&bin, &args, &state, &format!("refused-{protocol}"));
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.code, 6, "{protocol}: {err}");
+        assert!(err.contains("500"), "{protocol}: {err}");
+        let received = hostile.refused_searches.load(Ordering::SeqCst)
+            + hostile.refused_blocks.load(Ordering::SeqCst).min(1);
+        assert_eq!(
+            received,
+            n + 1,
+            "{protocol}: the release reached the server"
+        );
+        assert_eq!(
+            releases(&format!("refused-budget-{protocol}")),
+            n as u64 + 1,
+            "{protocol}: the release the server received is counted"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() {
     let real = demo_server("hostile-cli", &[]);
@@ -984,13 +1066,25 @@ fn the_server_quotes_a_bounded_prefix_of_bad_input() {
 }
 
 /// Search from the page with the fake server in `case`; the plain error it shows.
-async fn page_error(c: &fantoccini::Client, hostile: &Hostile, case: Case) -> (String, f64) {
+async fn page_error(
+    c: &fantoccini::Client,
+    hostile: &Hostile,
+    case: Case,
+    forget_receipts: bool,
+) -> (String, f64) {
     *hostile.page_case.lock().unwrap() = case;
     js(
         c,
-        "document.getElementById('error').hidden = true; localStorage.removeItem('privatemail.receipts'); return 0;",
+        "document.getElementById('error').hidden = true; return 0;",
     )
     .await;
+    if forget_receipts {
+        js(
+            c,
+            "localStorage.removeItem('privatemail.receipts'); return 0;",
+        )
+        .await;
+    }
     let t = Instant::now();
     browser::click(c, "search").await;
     let deadline = Instant::now() + Duration::from_secs(70);
@@ -1029,7 +1123,7 @@ async fn the_page_shows_a_plain_error_for_hostile_answers_and_stays_alive() {
         (Case::StalledBlock, "no complete answer within"),
         (Case::OtherPort, "cannot reach"),
     ] {
-        let (text, secs) = page_error(&c, &hostile, case).await;
+        let (text, secs) = page_error(&c, &hostile, case, true).await;
         assert!(text.contains(expect), "{case:?}: {text}");
         assert!(secs < LIMIT_SECS, "{case:?}: {secs:.1} s");
         // Alive: scripts run and the page still answers.
@@ -1177,6 +1271,51 @@ async fn the_page_stops_searching_a_server_whose_pir_answer_failed_a_check() {
     load_photo(&c, &file).await;
     assert_eq!(browser::search(&c).await.len(), 8);
     assert_eq!(hostile.damaged_posts.load(Ordering::SeqCst), posts);
+    let _ = std::fs::remove_file(&file);
+    c.close().await.unwrap();
+}
+
+/// A server that receives a release and answers 500 still has it: the page counts the spend
+/// of every release it sent, a frame search and an Algorithm 1 search (the wasm driver records
+/// the receipt in `localStorage` before it hands out the request), and says the search failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_counts_a_release_the_server_answered_with_500() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
+    let (_driver, c) = browser::browser().await;
+    *hostile.page_case.lock().unwrap() = Case::RefusedRelease;
+    browser::open_page(&c, &base).await;
+    js(
+        &c,
+        "localStorage.removeItem('privatemail.receipts'); localStorage.removeItem('privatemail.refusal'); return 0;",
+    )
+    .await;
+    let (file, _) = browser::image_file(0);
+    load_photo(&c, &file).await;
+    for (n, protocol) in ["frame", "paper"].into_iter().enumerate() {
+        browser::choose(&c, "protocol", protocol).await;
+        let (text, _) = page_error(&c, &hostile, Case::RefusedRelease, false).await;
+        assert!(text.contains("refused the search"), "{protocol}: {text}");
+        assert_eq!(
+            hostile.refused_searches.load(Ordering::SeqCst),
+            n + 1,
+            "{protocol}: the release reached the server"
+        );
+        let receipts = js(
+            &c,
+            "return JSON.parse(localStorage.getItem('privatemail.receipts') || '[]').map(r => r.via);",
+        )
+        .await;
+        let want: Vec<&str> = ["frame", "paper"][..=n].to_vec();
+        assert_eq!(
+            receipts,
+            json!(want),
+            "{protocol}: the release the server received is counted"
+        );
+    }
+    // The page says so in its budget.
+    let spent = browser::text(&c, "spent").await;
+    assert!(spent.contains("over 2 searches"), "{spent}");
     let _ = std::fs::remove_file(&file);
     c.close().await.unwrap();
 }

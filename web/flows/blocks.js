@@ -1,5 +1,7 @@
 // Block download (the blocks the wasm client released, or the whole gallery): everything this
-// flow requests after a release is a function of the release alone.
+// flow requests after a release is a function of the release alone. The wasm client's driver
+// (`shared::protocol::block_driver`, the CLI's too) hands out the block URLs only after the
+// release's receipt is recorded here (`spend`); this module moves the bytes.
 import { $, K, showError, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";
 import { HostileAnswer, deadline, fetchBounded, fetchCentroids, wireOf } from "../net.js";
@@ -31,6 +33,7 @@ export async function onBlockSearch() {
   }
   timings.release_ms = performance.now() - t;
   out.started = t;
+  out.kind = "blocks";
   if (out.receipt) {
     if (holdOverBudget(out)) return;
   }
@@ -41,22 +44,30 @@ export async function onBlockSearch() {
 export async function fetchBlocks(out) {
   $("warning").hidden = true;
   showError("");
+  let reqs;
+  try {
+    // The driver calls `spend` with the receipt (if the plan releases anything) and hands out
+    // the URLs only once it is stored: whatever the server answers, the release is counted.
+    reqs = JSON.parse(state.client.block_requests((r) => spend(JSON.parse(r))));
+  } catch (e) {
+    searchFailed(`The privacy spent could not be recorded, so nothing was sent: ${e.message || e}`);
+    return;
+  }
+  out.urls = reqs.urls;
   const t = performance.now();
   out.started = out.started ?? t;
   $("progress").hidden = false;
   $("progress").value = 2;
   status(`Downloading ${out.urls.length} block${out.urls.length === 1 ? "" : "s"}…`);
-  // The requests leave now: the release is spent whatever happens next.
-  if (out.receipt) spend(out.receipt);
   let buffers;
   // One deadline for the whole search; the first failure stops every other download.
   const L = await LIMITS;
   const d = deadline(L.total_timeout_secs);
   try {
-    buffers = await Promise.all(out.urls.map(async (u, i) => {
+    buffers = await Promise.all(reqs.urls.map(async (u, i) => {
       const { resp, bytes } = await fetchBounded(u, {
-        maxBytes: out.max_bytes[i],
-        maxWire: out.max_wire_bytes[i],
+        maxBytes: reqs.max_bytes[i],
+        maxWire: reqs.max_wire_bytes[i],
         signal: d.signal,
         follow: false,
       });
@@ -68,6 +79,7 @@ export async function fetchBlocks(out) {
       return bytes;
     }).map((p) => p.catch((e) => { d.abort(); throw e; })));
   } catch (e) {
+    state.client.blocks_failed();
     $("progress").hidden = true;
     const reason = e.status ? e.message
       : e instanceof HostileAnswer ? `${e.message}; refused`

@@ -1,6 +1,8 @@
-// The noisy-numbers searches: the anchor frame and the paper's Algorithm 1. The wasm client
-// privatizes the photo (placement, noise, the real row's position, all kept in wasm); this
-// module sends the one request, `POST /api/v1/search`, and shows the real row's matches.
+// The noisy-numbers searches: the anchor frame and the paper's Algorithm 1. The wasm client's
+// driver (`shared::protocol::frame_search`, the CLI's too) privatizes the photo (placement,
+// noise, the real row's position, all kept in wasm) and hands out the one request only after
+// the release's receipt is recorded here (`spend`); this module moves the bytes and shows the
+// real row's matches.
 import { $, K, epsilon, protocol, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";
 import { HostileAnswer, deadline, fetchBounded, serverMessage } from "../net.js";
@@ -15,6 +17,7 @@ function privatize() {
     ? state.client.privatize_paper(epsilon(), delta, $("mechanism").value, K)
     : state.client.privatize(epsilon(), delta, $("mechanism").value, K, $("ranking").value));
   out.paper = protocol() === "paper";
+  out.kind = "frame";
   timings.privatize_ms = performance.now() - t;
   return out;
 }
@@ -44,18 +47,29 @@ export async function send(out) {
   $("progress").hidden = false;
   $("progress").value = 2;
   status("Searching the gallery…");
-  const t = performance.now();
   const L = await LIMITS;
+  let req;
+  try {
+    // The driver calls `spend` with the receipt and hands out the request only once it is
+    // stored: whatever the server does with the request, the release is counted.
+    req = JSON.parse(state.client.search_request((r) => spend(JSON.parse(r))));
+  } catch (e) {
+    $("progress").hidden = true;
+    searchFailed(`The privacy spent could not be recorded, so nothing was sent: ${e.message || e}`);
+    return;
+  }
+  const t = performance.now();
   const d = deadline(L.total_timeout_secs);
   let resp, text, bytes;
   try {
-    ({ resp, bytes } = await fetchBounded("/api/v1/search", {
-      maxBytes: L.max_json_bytes,
+    ({ resp, bytes } = await fetchBounded(req.url, {
+      maxBytes: req.max_bytes,
       signal: d.signal,
-      init: { method: "POST", headers: { "content-type": "application/json" }, body: out.request },
+      init: { method: req.method, headers: { "content-type": req.content_type }, body: req.body },
     }));
     text = new TextDecoder().decode(bytes);
   } catch (e) {
+    state.client.search_failed();
     $("progress").hidden = true;
     searchFailed(e instanceof HostileAnswer ? `The server's answer was refused: ${e.message}.`
       : d.signal.aborted ? "The search server did not answer in time."
@@ -66,13 +80,12 @@ export async function send(out) {
   }
   timings.roundtrip_ms = performance.now() - t;
   if (!resp.ok) {
+    state.client.search_failed();
     $("progress").hidden = true;
     const msg = serverMessage(bytes, `HTTP ${resp.status}`, L);
     searchFailed(`The server refused the search: ${msg}`);
     return;
   }
-  // The request reached the server: the budget is spent.
-  spend(out.receipt);
   let picked;
   try {
     picked = JSON.parse(state.client.pick(text));

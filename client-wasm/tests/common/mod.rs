@@ -168,3 +168,40 @@ pub const CHI2_999: [f64; 21] = [
     0.0, 10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124, 27.877, 29.588, 31.264,
     32.909, 34.528, 36.123, 37.697, 39.252, 40.790, 42.312, 43.820, 45.315,
 ];
+
+/// The page's ledger for tests that do not count receipts: stores nothing, refuses nothing.
+pub fn ledger() -> js_sys::Function {
+    js_sys::Function::new_with_args("r", "")
+}
+
+/// A ledger that cannot store (a full `localStorage`): it throws.
+pub fn full_ledger() -> js_sys::Function {
+    js_sys::Function::new_with_args("r", "throw new Error('the store is full')")
+}
+
+/// What `privatize` (or `privatize_paper`) returned with the request body the driver then
+/// hands out (`search_request`, after [`ledger`] recorded the receipt):
+/// `{receipt, request, sensitivity}`.
+pub fn with_request(
+    c: &mut privatemail_client_wasm::Client,
+    privatized: &str,
+) -> serde_json::Value {
+    let mut out: serde_json::Value = serde_json::from_str(privatized).unwrap();
+    let post: serde_json::Value =
+        serde_json::from_str(&c.search_request(&ledger()).unwrap()).unwrap();
+    out["request"] = post["body"].clone();
+    out
+}
+
+/// What `release_blocks` returned with the requests the driver then hands out
+/// (`block_requests`, after [`ledger`] recorded the receipt):
+/// `{epsilon, max_bytes, max_wire_bytes, receipt, urls}`.
+pub fn with_urls(c: &mut privatemail_client_wasm::Client, released: &str) -> serde_json::Value {
+    let mut out: serde_json::Value = serde_json::from_str(released).unwrap();
+    let reqs: serde_json::Value =
+        serde_json::from_str(&c.block_requests(&ledger()).unwrap()).unwrap();
+    for key in ["urls", "max_bytes", "max_wire_bytes"] {
+        out[key] = reqs[key].clone();
+    }
+    out
+}

@@ -433,13 +433,7 @@ fn ranked_by_server(
     q: &Query,
     rng: &mut impl RngCore,
 ) -> Result<(Receipt, Vec<Hit>)> {
-    if q.k == 0 || q.k > config.limits.max_k {
-        return Err(CliError::Usage(format!(
-            "-k must be in 1..={}",
-            config.limits.max_k
-        )));
-    }
-    // Shapes checked where the anchors were loaded ([`anchors`]).
+    // Shapes checked where the anchors were loaded ([`anchors`]); `-k` by the driver.
     let n = anchors.features.len();
     let feats = DMatrix::from_row_iterator(
         n,
@@ -511,7 +505,7 @@ fn ranked_by_server(
 fn frame_error(e: FrameSearchError) -> CliError {
     match e {
         FrameSearchError::Release(e) => CliError::Privacy(e),
-        FrameSearchError::K { .. } => CliError::Usage(e.to_string()),
+        FrameSearchError::K { max } => CliError::Usage(format!("-k must be in 1..={max}")),
         FrameSearchError::Ledger(e) => CliError::State {
             path: budget::path()
                 .map(|p| p.display().to_string())

@@ -246,8 +246,7 @@ impl FrameSearch {
                 sent: self.rows,
             });
         }
-        let mut results = resp.results;
-        let mut rows = resp.rows_in_frame;
+        let (mut results, rows) = (resp.results, resp.rows_in_frame);
         // In range: both lists hold `self.rows` entries and `real < self.rows`.
         let (Some(matches), Some(real_row)) = (
             results.get_mut(self.real).map(std::mem::take),
@@ -258,8 +257,6 @@ impl FrameSearch {
                 sent: self.rows,
             });
         };
-        drop(results);
-        rows.shrink_to_fit();
         Ok(Picked {
             matches,
             real_row,

@@ -3,6 +3,7 @@
 use shared::dp::mechanism::Receipt;
 use shared::protocol::ledger::LedgerError;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 use crate::js_err;
 
@@ -28,8 +29,8 @@ impl shared::protocol::ledger::Ledger for JsLedger<'_> {
             .call1(&JsValue::NULL, &JsValue::from_str(&json))
             .map(|_| ())
             .map_err(|e| {
-                let words = js_sys::Error::try_from(e.clone())
-                    .ok()
+                let words = e
+                    .dyn_ref::<js_sys::Error>()
                     .map(|e| String::from(e.message()))
                     .or_else(|| e.as_string())
                     .unwrap_or_else(|| "the page's ledger refused it".into());

@@ -1276,8 +1276,9 @@ async fn the_page_stops_searching_a_server_whose_pir_answer_failed_a_check() {
 }
 
 /// A server that receives a release and answers 500 still has it: the page counts the spend
-/// of every release it sent, a frame search and an Algorithm 1 search (the wasm driver records
-/// the receipt in `localStorage` before it hands out the request), and says the search failed.
+/// of every release it sent — a frame search, an Algorithm 1 search, a block search (the wasm
+/// drivers record the receipt in `localStorage` before they hand out the requests) — and says
+/// the search failed. (The page used to count a noisy-numbers release only after `resp.ok`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_counts_a_release_the_server_answered_with_500() {
     let real = browser::server();
@@ -1313,9 +1314,22 @@ async fn the_page_counts_a_release_the_server_answered_with_500() {
             "{protocol}: the release the server received is counted"
         );
     }
+    // A block release whose blocks are answered 500 is counted too (below the whole gallery's
+    // size, so the plan releases blocks).
+    browser::choose(&c, "protocol", "blocks").await;
+    browser::choose(&c, "budget", "131072").await;
+    let (text, _) = page_error(&c, &hostile, Case::RefusedRelease, false).await;
+    assert!(text.contains("HTTP 500"), "blocks: {text}");
+    assert!(hostile.refused_blocks.load(Ordering::SeqCst) >= 1);
+    let receipts = js(
+        &c,
+        "return JSON.parse(localStorage.getItem('privatemail.receipts') || '[]').map(r => r.via);",
+    )
+    .await;
+    assert_eq!(receipts, json!(["frame", "paper", "blocks"]));
     // The page says so in its budget.
     let spent = browser::text(&c, "spent").await;
-    assert!(spent.contains("over 2 searches"), "{spent}");
+    assert!(spent.contains("over 3 searches"), "{spent}");
     let _ = std::fs::remove_file(&file);
     c.close().await.unwrap();
 }

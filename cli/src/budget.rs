@@ -1,11 +1,11 @@
 //! The privacy budget this user has spent from this machine: every release's receipt, kept in
 //! a file under the user's state directory and composed as the page composes its own
-//! (`shared::dp::budget::compose`).
+//! (`dp::budget::compose`).
 
 use std::path::PathBuf;
 
-use shared::dp::budget::{compose, Total};
-use shared::dp::mechanism::Receipt;
+use dp::budget::{compose, Total};
+use dp::mechanism::Receipt;
 
 use crate::error::{CliError, Result};
 

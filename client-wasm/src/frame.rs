@@ -1,4 +1,4 @@
-//! The anchor-frame protocol in the browser (`shared::protocol::frame`): place the photo in
+//! The anchor-frame protocol in the browser (`::paper::frame`): place the photo in
 //! the server's public frame with one dummy row per other class, release the rows with noise,
 //! and pick the real row's answer out of `POST /api/v1/search`. The paper's Algorithm 1
 //! (`paper.rs`) sends its rows through the same round trip ([`Client::pick`]).
@@ -6,9 +6,9 @@
 //! What leaves the browser: the JSON body [`Client::privatize`] returns — noisy rows in a random
 //! order. The real row's position stays in the `Client`.
 
+use ::paper::frame::privatize_in_frame;
+use dp::mechanism::Receipt;
 use shared::api::{Ranking, SearchRequest, SearchResponse};
-use shared::dp::mechanism::Receipt;
-use shared::protocol::frame::privatize_in_frame;
 use shared::{Mechanism, PrivacyParams};
 use wasm_bindgen::prelude::*;
 
@@ -70,11 +70,11 @@ impl Client {
             delta,
             mechanism,
         };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let mut rng = dp::rng::secure_rng().map_err(js_err)?;
         let dummies = self.config.smlq.num_classes as usize - 1;
         let r =
             privatize_in_frame(query, &self.frame, dummies, &privacy, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_frame(&r, k, ranking);
+        let req = ::paper::frame::search_request(&r, k, ranking);
         self.hold(req, r.real_position(), r.receipt, r.sensitivity.value)
     }
 

@@ -1,8 +1,7 @@
-//! The paper's Algorithm 1 in the browser (`shared::protocol::privatemail`), for study and
+//! The paper's Algorithm 1 in the browser (`::paper::privatemail`), for study and
 //! comparison: the request goes through the frame protocol's round trip (`frame.rs`).
 
-use shared::api::SearchRequest;
-use shared::protocol::privatemail::{privatize as privatize_paper, Anchors};
+use ::paper::privatemail::{privatize as privatize_paper, Anchors};
 use shared::{Mechanism, Params, PrivacyParams};
 use wasm_bindgen::prelude::*;
 
@@ -10,7 +9,7 @@ use crate::{js_err, named, Client};
 
 #[wasm_bindgen]
 impl Client {
-    /// Privatize the loaded image with the paper's Algorithm 1 (`shared::protocol::privatemail`):
+    /// Privatize the loaded image with the paper's Algorithm 1 (`::paper::privatemail`):
     /// the photo's features, one public anchor of every other class as decoys, and every
     /// anchor, one SMLQ step released with discrete Gaussian noise calibrated to the proven
     /// sensitivity bound (ε, δ, the named mechanism), then post-processing from the noisy rows
@@ -55,9 +54,9 @@ impl Client {
             },
             post_bandwidth: Default::default(),
         };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let mut rng = dp::rng::secure_rng().map_err(js_err)?;
         let r = privatize_paper(query, label, anchors, &params, &mut rng).map_err(js_err)?;
-        let req = SearchRequest::from_release(&r, k);
+        let req = ::paper::privatemail::search_request(&r, k);
         self.hold(req, r.real_position(), r.receipt, r.sensitivity.value)
     }
 }

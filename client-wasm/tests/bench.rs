@@ -45,7 +45,7 @@ fn bench_inference_per_image() {
     console_log!(
         "BENCH wasm model inference: {ms:.3} ms per image over {runs} runs (checksum {sink})"
     );
-    // …and 40 photos' search features (`shared::embed::views`: the unshifted pair, then the
+    // …and 40 photos' search features (`embed::views`: the unshifted pair, then the
     // eight half-pixel views and their mirror images through the lanes), what a photo costs.
     let runs = 40;
     let t0 = js_sys::Date::now();
@@ -87,7 +87,7 @@ fn bench_privatization_1000_anchors() {
 
 /// Ranking a 1,000-item pool in the browser: `Client::rank_blocks` on one 1,000-item block (the
 /// SHA-256 check of its 0.9 MB, decoding, the exact top 8, thumbnails, JSON), and the exact
-/// ranking alone (`shared::protocol::blocks::rank`).
+/// ranking alone (`publish::blocks::rank`).
 #[wasm_bindgen_test]
 fn bench_rank_1000_item_pool() {
     use privatemail_client_wasm::Client;
@@ -111,7 +111,7 @@ fn bench_rank_1000_item_pool() {
         bytes += client.rank_blocks(blocks.clone(), 8).unwrap().len();
     }
     let whole_ms = (js_sys::Date::now() - t0) / runs as f64;
-    let decoded = shared::protocol::blocks::decode(&files[0][0], None).unwrap();
+    let decoded = publish::blocks::decode(&files[0][0], None).unwrap();
     assert_eq!(decoded.len(), 1000);
     let q = OnDeviceModel::new(WEIGHTS)
         .unwrap()
@@ -121,14 +121,13 @@ fn bench_rank_1000_item_pool() {
     let t0 = js_sys::Date::now();
     let mut sink = 0u64;
     for _ in 0..runs {
-        sink +=
-            shared::protocol::blocks::rank(&q, std::slice::from_ref(&decoded), 8).unwrap()[0].id;
+        sink += publish::blocks::rank(&q, std::slice::from_ref(&decoded), 8).unwrap()[0].id;
     }
     let rank_ms = (js_sys::Date::now() - t0) / runs as f64;
     let runs = 50;
     let t0 = js_sys::Date::now();
     for _ in 0..runs {
-        sink += shared::protocol::blocks::hash_hex(&files[0][0]).len() as u64;
+        sink += publish::blocks::hash_hex(&files[0][0]).len() as u64;
     }
     let hash_ms = (js_sys::Date::now() - t0) / runs as f64;
     console_log!(

@@ -4,6 +4,12 @@
 //! block retrieval evaluation (`blocks`, with `--blocks`).
 
 mod args;
+/// The private baselines the evaluation compares with (no route of the product uses them).
+mod baselines {
+    pub mod dsne;
+    pub mod hashing;
+    pub mod projection;
+}
 mod blocks;
 mod chart;
 mod photos;

@@ -22,6 +22,6 @@ pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../assets/model.bin");
 /// the README). The server uses them only for the familiarity reference, which
 /// the client scores its own features against.
 pub const QUERY_WEIGHTS: &[u8] = include_bytes!("../assets/query.bin");
-/// The class model the page and the CLI show the class with (`shared::embed::classify`); the
+/// The class model the page and the CLI show the class with (`embed::classify`); the
 /// server only serves it (as `web/pkg/classifier.bin`) and the evaluation measures it.
 pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../assets/classifier.bin");

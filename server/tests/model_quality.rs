@@ -1,10 +1,10 @@
 //! The committed models: quality floors on a fixed subset (the first 2,000 test images), so a
 //! regression cannot pass silently. Full-split figures are in the README.
 
+use embed::model::Model;
 use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
 use privatemail_server::gallery::quality::{model_quality, query_quality, Quality};
 use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
-use shared::embed::model::Model;
 
 /// The floors both models meet: accuracy, leave-one-out Recall@1 and Recall@8.
 fn meets_floors(what: &str, q: Quality) {

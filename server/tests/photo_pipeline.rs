@@ -1,8 +1,10 @@
-//! The committed query model on photos through the client's pipeline (`shared::embed::photo`),
+//! The committed query model on photos through the client's pipeline (`embed::photo`),
 //! against the gallery model's features of the gallery, and its out-of-distribution check
-//! (`shared::embed::ood`), on a small fixed sample so a regression cannot pass silently. The full figures come from `eval --photos`
+//! (`embed::ood`), on a small fixed sample so a regression cannot pass silently. The full figures come from `eval --photos`
 //! (`docs/eval/photos.md`).
 
+use embed::model::{from_rgba, Model};
+use embed::ood::{assess_input, fit, Reference};
 use privatemail_server::gallery::data::{
     balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR,
 };
@@ -10,8 +12,6 @@ use privatemail_server::gallery::photos::{render, Shot};
 use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use shared::embed::model::{from_rgba, Model};
-use shared::embed::ood::{assess_input, Reference};
 
 const SIDE: usize = 112;
 
@@ -35,7 +35,7 @@ fn anchor_features(model: &Model, train: &Split) -> (Vec<usize>, Reference) {
         .flat_map(|&i| model.layer_means(train.images.image(i)).unwrap())
         .collect();
     let labels: Vec<u32> = idx.iter().map(|&i| train.labels[i] as u32).collect();
-    let reference = Reference::fit(
+    let reference = fit(
         &flat,
         &layers,
         &labels,
@@ -158,7 +158,7 @@ fn tilted_photos_keep_the_neighbours() {
 /// model's input (before the model's own step) within 1° of the level photo's. A turn can take
 /// an axis past the 12° where the pipeline levels a base instead of turning the axis
 /// (`photo_turn`); a garment's base is its hem, which the framing puts in the input's last row
-/// (`shared::embed::base`). Pure pipeline, no model. On this sample 0.953 of them (0.887 with
+/// (`embed::base`). Pure pipeline, no model. On this sample 0.953 of them (0.887 with
 /// the depth rule before session 41, which read a hem in the last row as level).
 #[test]
 fn tilted_garments_are_turned_back() {
@@ -176,8 +176,8 @@ fn tilted_garments_are_turned_back() {
             ..Shot::clean(SIDE)
         };
         let photo = render(train.images.image(i), &shot, rng);
-        let pixels = shared::embed::photo::to_model_input(&photo, SIDE, SIDE).unwrap();
-        shared::embed::upright::orientation(&pixels)
+        let pixels = embed::photo::to_model_input(&photo, SIDE, SIDE).unwrap();
+        embed::upright::orientation(&pixels)
             .unwrap()
             .offset
             .to_degrees()
@@ -198,7 +198,7 @@ fn tilted_garments_are_turned_back() {
 
 /// Held-out photos of shoes (sandals, sneakers, ankle boots) turned 10° either way keep their
 /// exact neighbours: their principal axis is a diagonal the model's own step keeps as the
-/// shape, so the pipeline levels their base instead (`shared::embed::base`). On this sample
+/// shape, so the pipeline levels their base instead (`embed::base`). On this sample
 /// 0.838 with the query model's search features (0.821 before session 41's base depth and
 /// query model; 0.814 without the views); 0.635 when the pipeline turned them by the model's step's rule
 /// (with the query model trained for that, session 35).
@@ -249,7 +249,7 @@ fn smaller_and_noisy_photos_keep_the_neighbours() {
 /// `Shot::random`) keep more of their exact neighbours with the query model than with the
 /// gallery model's own features: the query model is trained to put a photo where the gallery
 /// model puts its clean image (on this sample, each searched with its search features over the
-/// half-pixel views, `shared::embed::views`: 0.873 against 0.853; before session 41's base
+/// half-pixel views, `embed::views`: 0.873 against 0.853; before session 41's base
 /// depth and query model 0.858 against 0.831; without the views 0.850
 /// against 0.811; session 35's query model, before the base levelling, 0.831 against 0.799).
 #[test]

@@ -152,7 +152,7 @@ fn restart_reuses_stored_features_and_recomputes_for_other_weights() {
                 features: &short,
             })
             .collect();
-        let version = shared::embed::model::weights_version(privatemail_server::MODEL_WEIGHTS);
+        let version = embed::model::weights_version(privatemail_server::MODEL_WEIGHTS);
         assert_eq!(db.put_features(&version, &rows).unwrap(), 5);
     }
     {

@@ -43,8 +43,8 @@ mod sweep;
 use std::collections::HashSet;
 use std::time::Instant;
 
-use shared::embed::model::Model;
-use shared::protocol::partition::Overlap;
+use embed::model::Model;
+use publish::partition::Overlap;
 
 use privatemail_server::gallery::data::{
     balanced_anchors, demo_gallery, load_split, reserved_train,

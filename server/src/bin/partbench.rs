@@ -3,7 +3,7 @@
 //! per-block encrypted-score database has as many rows as its largest block).
 //!
 //! For each block count it prints the default level (closure-24) and capped levels
-//! ([`shared::protocol::partition::Overlap::Capped`]): own-block coverage on the held-out
+//! ([`publish::partition::Overlap::Capped`]): own-block coverage on the held-out
 //! anchors, the largest and mean block, the largest own cell. The gallery's features can be
 //! cached to a file (`--cache`), since computing them is most of a run at 1,000,000 images.
 
@@ -12,14 +12,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use rayon::prelude::*;
-use shared::embed::model::{Model, EMBED};
-use shared::protocol::centroids::quantised;
-use shared::protocol::partition::{
+use embed::model::{Model, EMBED};
+use publish::centroids::quantised;
+use publish::partition::{
     build_level, capped_members, coverage, kmeans_centroids, nearest_centroids_exact,
     nearest_k_many, split_cells, Level, LevelSpec, Overlap,
 };
-use shared::protocol::publish::{ranking_spec, COVERAGE_K, DEFAULT_CLOSURE, RANKING_CLOSURE};
+use publish::publish::{ranking_spec, COVERAGE_K, DEFAULT_CLOSURE, RANKING_CLOSURE};
+use rayon::prelude::*;
 
 use privatemail_server::gallery::data::{
     balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR,
@@ -258,7 +258,7 @@ fn misses(level: &Level, nb: &[Vec<u32>], m: usize, probes: &[f32], truth: &[Vec
     }
     let (mut listed, mut unlisted, mut total) = (0usize, 0usize, 0usize);
     for (p, t) in probes.chunks_exact(dim).zip(truth) {
-        let x = shared::protocol::partition::nearest_centroid(&level.centroids, dim, p) as usize;
+        let x = publish::partition::nearest_centroid(&level.centroids, dim, p) as usize;
         total += t.len();
         let missing: Vec<u32> = t
             .iter()

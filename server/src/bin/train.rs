@@ -1,7 +1,7 @@
-//! `train`: fits the on-device model (`shared::embed::model`) on the Fashion-MNIST training images
+//! `train`: fits the on-device model (`embed::model`) on the Fashion-MNIST training images
 //! (all but the 1,000 reserved ones), half of them drawn as product photos, and writes a weights file (by default `server/assets/model.bin`; the committed file came from the per-image trainer of session 24, see the README).
 //! With `--class-model` it writes the network as the 8-bit class model
-//! (`shared::embed::classify`, by default `server/assets/classifier.bin`) instead, and
+//! (`embed::classify`, by default `server/assets/classifier.bin`) instead, and
 //! `--encode-class-model F` writes an existing weights file as one: the committed class model
 //! is session 25's run with the defaults (cnn-v2-2f44aea4358eea24), encoded so.
 //! Deterministic for a given seed (see `privatemail_server::gallery::training`).
@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use shared::embed::classify::Classifier;
-use shared::embed::model::{preprocess, Arch, Model};
+use embed::classify::Classifier;
+use embed::model::{preprocess, Arch, Model};
 
 use privatemail_server::gallery::data::{load_split, Split, DEFAULT_DIR, RESERVED};
 use privatemail_server::gallery::quality::model_quality;
@@ -34,7 +34,7 @@ struct Args {
     #[arg(long)]
     no_augment: bool,
     /// Share of samples drawn as product photos through the client's photo pipeline
-    /// (`gallery::photos`, `shared::embed::photo`); 0 disables it.
+    /// (`gallery::photos`, `embed::photo`); 0 disables it.
     #[arg(long, default_value_t = 0.5)]
     photo_share: f32,
     /// Weight of the contrastive loss pulling a photo's embedding to its clean image's
@@ -58,7 +58,7 @@ struct Args {
     /// nothing until trained (`gallery::training::widen`).
     #[arg(long, default_value = "32,64", value_parser = parse_arch)]
     channels: Arch,
-    /// Write the weights in 8 bits (`PMCNN3`, `shared::embed::weights::EightBit`): how the
+    /// Write the weights in 8 bits (`PMCNN3`, `embed::weights::EightBit`): how the
     /// query model is shipped.
     #[arg(long)]
     eight_bit: bool,
@@ -72,7 +72,7 @@ struct Args {
     /// `server/assets/classifier.bin` with `--class-model`).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Write the trained network as the 8-bit class model (`shared::embed::classify`).
+    /// Write the trained network as the 8-bit class model (`embed::classify`).
     #[arg(long)]
     class_model: bool,
     /// Do not train: write this f32 weights file as the 8-bit class model (to `--out`).

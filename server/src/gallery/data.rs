@@ -1,9 +1,9 @@
 //! Loading Fashion-MNIST from disk (the Debian package `dataset-fashion-mnist`). File I/O lives
-//! here, at the edge; parsing is `shared::idx`.
+//! here, at the edge; parsing is `embed::idx`.
 
 use std::path::{Path, PathBuf};
 
-use shared::idx::{parse_pair, Images};
+use embed::idx::{parse_pair, Images};
 
 /// Where Debian's `dataset-fashion-mnist` installs the files.
 pub const DEFAULT_DIR: &str = "/usr/share/datasets/fashion-mnist";
@@ -234,7 +234,7 @@ mod tests {
         let mut labels = vec![0u8, 0, 8, 1];
         labels.extend_from_slice(&(n as u32).to_be_bytes());
         labels.extend((0..n).map(|i| (i % 10) as u8));
-        let (images, labels) = shared::idx::parse_pair(&bytes, &labels).unwrap();
+        let (images, labels) = embed::idx::parse_pair(&bytes, &labels).unwrap();
         Split { images, labels }
     }
 
@@ -300,10 +300,10 @@ mod tests {
 
     /// The transform code the largest galleries' PIR thumbnails use, on the real photos: a
     /// codebook fitted on the training split draws the held-out test images at least as well
-    /// as measured when the code was chosen (`shared::protocol::thumbcode`).
+    /// as measured when the code was chosen (`publish::thumbcode`).
     #[test]
     fn coded_thumbnails_of_fashion_mnist_keep_their_measured_quality() {
-        use shared::protocol::{thumbcode::Codebook, thumbs};
+        use publish::{thumbcode::Codebook, thumbs};
         let dir = Path::new(DEFAULT_DIR);
         let (train, test) = (
             load_split(dir, "train").unwrap(),

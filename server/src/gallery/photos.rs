@@ -1,10 +1,10 @@
 //! Fashion-MNIST images drawn as product photos: a dark object on a light background, at some
 //! scale, shift and rotation, with sensor noise. Training augments with these (through the
-//! client's own photo pipeline, `shared::embed::photo`), and `eval --photos` measures the
+//! client's own photo pipeline, `embed::photo`), and `eval --photos` measures the
 //! pipeline and the model on them, so both use one definition of the perturbation family.
 
+use embed::model::SIDE;
 use rand::Rng;
-use shared::embed::model::SIDE;
 
 /// How one photo is taken.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -121,7 +121,7 @@ mod tests {
             .collect();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let photo = render(&img, &Shot::clean(112), &mut rng);
-        let back = shared::embed::photo::to_model_input(&photo, 112, 112).unwrap();
+        let back = embed::photo::to_model_input(&photo, 112, 112).unwrap();
         let diff: i32 = back
             .iter()
             .zip(&img)

@@ -1,8 +1,8 @@
 //! Quality of the on-device model on a split: classification accuracy and leave-one-out
 //! retrieval with its features (cosine = Euclidean on unit vectors).
 
+use embed::model::Model;
 use rayon::prelude::*;
-use shared::embed::model::Model;
 
 use crate::gallery::data::Split;
 

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use paper::frame::AnchorFrame;
+use paper::retrieve::gallery_rows;
 use shared::api::{AnchorsResponse, ConfigResponse};
-use shared::protocol::frame::AnchorFrame;
-use shared::protocol::retrieve::gallery_rows;
 use shared::{DMatrix, Params};
 
 use super::*;
@@ -17,8 +17,8 @@ use crate::gallery::store::{FeatureRow, Store, StoredItem};
 use crate::item::{GalleryItem, SIDE};
 use crate::ops::progress::{Progress, Spinner};
 use crate::partition::{PartitionSettings, Partitions};
+use ::embed::model::Model;
 use rayon::prelude::*;
-use shared::embed::model::Model;
 
 /// The gallery items with their features: stored ones (same weights version) reused, the
 /// others computed in parallel with progress and written back. Also returns, for each
@@ -33,9 +33,9 @@ fn gallery_features(
     let t = std::time::Instant::now();
     // A stored row of the wrong width or with non-finite values is recomputed.
     inputs.par_iter_mut().for_each(|(_, f)| {
-        if f.as_ref().is_some_and(|f| {
-            f.len() != shared::embed::model::EMBED || !f.iter().all(|v| v.is_finite())
-        }) {
+        if f.as_ref()
+            .is_some_and(|f| f.len() != ::embed::model::EMBED || !f.iter().all(|v| v.is_finite()))
+        {
             *f = None;
         }
     });
@@ -333,10 +333,10 @@ impl AppState {
             &anchor_features,
             &anchor_labels,
             params.smlq.num_classes,
-            shared::protocol::frame::DEFAULT_KERNEL_SCALE,
+            paper::frame::DEFAULT_KERNEL_SCALE,
         )?;
         // The out-of-distribution reference: Gaussians over the anchors' features and layer
-        // means (`shared::embed::ood`) under the query model, the one a client scores its
+        // means (`::embed::ood`) under the query model, the one a client scores its
         // photo with.
         let query = Model::from_bytes(crate::QUERY_WEIGHTS)?;
         // Batched as the anchors' features above (`infer_batch_with_layer_means`,
@@ -352,7 +352,7 @@ impl AppState {
             .flatten()
             .map(|(inf, layers)| (inf.features, layers))
             .unzip();
-        let familiarity = shared::embed::ood::Reference::fit(
+        let familiarity = ::embed::ood::fit(
             &query_features.concat(),
             &layer_means.concat(),
             &anchor_labels,
@@ -372,7 +372,7 @@ impl AppState {
         };
         // The same bytes `GET /anchors` serves (`http::cache::json_revalidated`).
         let anchors_sha256 =
-            shared::protocol::blocks::hash_hex(&serde_json::to_vec(&anchors).map_err(|e| {
+            publish::blocks::hash_hex(&serde_json::to_vec(&anchors).map_err(|e| {
                 StateError::Invalid(format!("the anchors could not be written: {e}"))
             })?);
         let config = ConfigResponse {
@@ -381,7 +381,7 @@ impl AppState {
             class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
             feature_dim: fd,
             frame_dim: frame.dim(),
-            frame_kernel_scale: shared::protocol::frame::DEFAULT_KERNEL_SCALE,
+            frame_kernel_scale: paper::frame::DEFAULT_KERNEL_SCALE,
             anchor_count: anchor_idx.len(),
             anchors_sha256,
             model_version: weights,

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use privatemail_e2e::pirsearch::{held_out_features, ScoresSearch};
 use privatemail_e2e::raw;
+use publish::pir::doc::PirDoc;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
-use shared::pir::doc::PirDoc;
 
 #[derive(Parser)]
 struct Args {

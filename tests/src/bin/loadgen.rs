@@ -18,10 +18,10 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use paper::privatemail::privatize;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use shared::api::StatusResponse;
-use shared::protocol::privatemail::privatize;
 use shared::Params;
 
 #[derive(Parser)]
@@ -220,19 +220,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 config.frame_dim,
                 anchors.frame_rows.iter().flatten().copied(),
             );
-            let frame = shared::protocol::frame::AnchorFrame::new(
-                a.features(),
-                &rows,
-                config.frame_kernel_scale,
-            )?;
-            let r = shared::protocol::frame::privatize_in_frame(
-                &query,
-                &frame,
-                9,
-                &params.privacy,
-                &mut rng,
-            )?;
-            shared::api::SearchRequest::from_frame(&r, args.k, shared::api::Ranking::Proportional)
+            let frame =
+                paper::frame::AnchorFrame::new(a.features(), &rows, config.frame_kernel_scale)?;
+            let r = paper::frame::privatize_in_frame(&query, &frame, 9, &params.privacy, &mut rng)?;
+            paper::frame::search_request(&r, args.k, shared::api::Ranking::Proportional)
         }
         other => {
             return Err(format!("unknown protocol `{other}` (frame, aligned or blocks)").into())

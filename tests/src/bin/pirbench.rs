@@ -12,21 +12,21 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
+use ::pir::client::Hint;
 use clap::Parser;
+use client::block_search::{block_url, release_blocks, verify_and_rank};
+use client::pir_search::{
+    rank_level, rank_query, rank_table, thumbs_decode, thumbs_prepare, thumbs_query_prepared,
+    Ranked,
+};
+use publish::blocks::{decode, rank, Block};
+use publish::pir::doc::PirDoc;
+use publish::pir::hintless::{self, ScoresKeys, ScoresPublic};
+use publish::plan::plan;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
-use shared::pir::client::Hint;
-use shared::pir::doc::PirDoc;
-use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
-use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
-use shared::protocol::blocks::{decode, rank, Block};
-use shared::protocol::pir_search::{
-    rank_level, rank_query, rank_table, thumbs_decode, thumbs_prepare, thumbs_query_prepared,
-    Ranked,
-};
-use shared::protocol::plan::plan;
 
 use privatemail_e2e::pirsearch::{get, held_out_features, try_post, ScoresSearch};
 
@@ -122,7 +122,7 @@ fn pir_rows(
     rows: &mut Vec<(String, Acc, f64)>,
 ) {
     // Hints (one-time bytes).
-    let hint_of = |db: &str, d: &shared::pir::doc::PirDbDoc| {
+    let hint_of = |db: &str, d: &publish::pir::doc::PirDbDoc| {
         let b = get(http, &format!("{base}{}/{db}/hint", pir.answer_url));
         Hint::from_bytes(&d.shape, &b, &d.hint_sha256).unwrap()
     };

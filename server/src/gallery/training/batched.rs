@@ -3,10 +3,10 @@
 //! and dropout before the embedding layer.
 //!
 //! Why batches: batch normalisation needs the batch's statistics, and one product a layer is
-//! several times faster on two cores than the per-image loops of `shared::embed::model`.
+//! several times faster on two cores than the per-image loops of `embed::model`.
 //! Neither changes what the browser runs: dropout is off at inference, and
 //! [`Net::fold`] folds each normalisation (with its running statistics) into its convolution's
-//! weights and bias, so the result is `shared::embed::model`'s network exactly (conv · ReLU ·
+//! weights and bias, so the result is `embed::model`'s network exactly (conv · ReLU ·
 //! max-pool twice, dense, ReLU, dense). [`tests`] check the fold against that forward pass and
 //! every gradient against finite differences.
 //!
@@ -17,8 +17,8 @@
 //! thread count), and every sum over the batch runs in a fixed order, so a seed gives the same
 //! weights on one thread or many.
 
+use embed::model::{Arch, Weights, CLASSES, EMBED, K, PIXELS, SIDE};
 use rayon::prelude::*;
-use shared::embed::model::{Arch, Weights, CLASSES, EMBED, K, PIXELS, SIDE};
 
 const S1: usize = SIDE - K + 1; // 24
 const P1: usize = S1 / 2; // 12
@@ -638,9 +638,9 @@ fn norm_backward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use embed::model::Model;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
-    use shared::embed::model::Model;
 
     fn random_net(seed: u64) -> Net {
         random_net_of(seed, Arch::SMALL)

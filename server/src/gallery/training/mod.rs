@@ -1,14 +1,14 @@
-//! Training of the on-device model (`shared::embed::model`): AdamW on softmax cross-entropy
+//! Training of the on-device model (`embed::model`): AdamW on softmax cross-entropy
 //! (plus the contrastive and distillation terms) with a cosine learning-rate decay, through
 //! the batched network of [`batched`] (batch normalisation and dropout, folded away for
 //! inference). Deterministic for a given seed, whatever the thread count: augmentation and
 //! dropout are drawn in order, and [`batched`] sums in a fixed order.
 
+use embed::model::{Arch, Model, Weights, CLASSES, EMBED, K};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use shared::embed::model::{Arch, Model, Weights, CLASSES, EMBED, K};
 
 pub mod batched;
 
@@ -25,7 +25,7 @@ pub struct TrainConfig {
     pub augment: bool,
     /// Share of training samples drawn as product photos instead (`gallery::photos`: a random
     /// background, shift, scale, rotation and noise) and brought back by the client's own
-    /// photo pipeline (`shared::embed::photo`), so the model learns what that pipeline leaves
+    /// photo pipeline (`embed::photo`), so the model learns what that pipeline leaves
     /// of a photo: its resampling blur, rotations, noise. 0 disables it.
     pub photo_share: f32,
     /// Weight of a contrastive loss (InfoNCE, temperature [`TAU`]) that pulls each photo's
@@ -54,7 +54,7 @@ pub struct TrainConfig {
 /// Temperature of the contrastive loss.
 pub const TAU: f32 = 0.1;
 
-/// The unit vector of `h` and its norm. Not `shared::embed::model`'s normalisation: that one
+/// The unit vector of `h` and its norm. Not `embed::model`'s normalisation: that one
 /// floors the norm at `f32::MIN_POSITIVE`, this one at 1e-12, which keeps the gradient's
 /// division by the norm (in [`contrastive`]) finite for a near-zero embedding.
 fn unit(h: &[f32]) -> (Vec<f32>, f32) {
@@ -70,7 +70,7 @@ fn contrastive(h: &[f32], targets: &[Vec<f32>], own: usize, weight: f32) -> (f32
         .iter()
         .map(|t| t.iter().zip(&u).map(|(a, b)| a * b).sum::<f32>() / TAU)
         .collect();
-    let p = shared::embed::model::softmax(&logits);
+    let p = embed::model::softmax(&logits);
     let loss = -p[own].max(1e-12).ln();
     // dL/du = Σ_j (p_j − [j = own]) t_j / τ; through the normalisation: (I − u uᵀ)/|h|.
     let mut du = vec![0.0f32; u.len()];
@@ -113,7 +113,7 @@ fn teacher_targets(teacher: &Model, xs: &[Vec<f32>]) -> Vec<[Vec<f32>; 2]> {
         .map(|x| {
             [
                 unit(&teacher.forward(x).h).0,
-                unit(&teacher.forward(&shared::embed::model::mirror(x)).h).0,
+                unit(&teacher.forward(&embed::model::mirror(x)).h).0,
             ]
         })
         .collect()
@@ -134,11 +134,11 @@ fn photo_input(x: &[f32], shot: &crate::gallery::photos::Shot, seed: u64, flip: 
     let img: Vec<u8> = x.iter().map(|v| (v * 255.0).round() as u8).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let photo = crate::gallery::photos::render(&img, shot, &mut rng);
-    let pixels = shared::embed::photo::to_model_input(&photo, shot.side, shot.side)
+    let pixels = embed::photo::to_model_input(&photo, shot.side, shot.side)
         .expect("a rendered photo has a valid size");
-    let x = shared::embed::model::preprocess(&pixels).expect("28×28");
+    let x = embed::model::preprocess(&pixels).expect("28×28");
     if flip {
-        shared::embed::model::mirror(&x)
+        embed::model::mirror(&x)
     } else {
         x
     }
@@ -147,7 +147,7 @@ fn photo_input(x: &[f32], shot: &crate::gallery::photos::Shot, seed: u64, flip: 
 /// One augmented copy of a preprocessed image: mirrored if `flip`, shifted by `(dx, dy)`
 /// pixels with zero (background) fill.
 pub fn augment(x: &[f32], flip: bool, dx: i32, dy: i32) -> Vec<f32> {
-    let side = shared::embed::model::SIDE as i32;
+    let side = embed::model::SIDE as i32;
     let mut out = vec![0.0f32; x.len()];
     for r in 0..side {
         for c in 0..side {
@@ -343,7 +343,7 @@ pub fn train(
                     .zip(&aug)
                     .flat_map_iter(|(&i, draw)| match *draw {
                         Draw::Photo(_, _, true) | Draw::Shifted(true, _, _) => {
-                            shared::embed::model::mirror(&xs[i])
+                            embed::model::mirror(&xs[i])
                         }
                         _ => xs[i].clone(),
                     })
@@ -359,7 +359,7 @@ pub fn train(
             let mut dlogits = vec![0.0f32; batch.len() * CLASSES];
             let mut dh = vec![0.0f32; batch.len() * EMBED];
             for (j, (&i, draw)) in batch.iter().zip(&aug).enumerate() {
-                let p = shared::embed::model::softmax(&cache.logits[j * CLASSES..][..CLASSES]);
+                let p = embed::model::softmax(&cache.logits[j * CLASSES..][..CLASSES]);
                 loss_sum -= (p[labels[i] as usize].max(1e-12) as f64).ln();
                 for (c, (d, pc)) in dlogits[j * CLASSES..][..CLASSES]
                     .iter_mut()

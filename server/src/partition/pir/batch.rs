@@ -15,15 +15,15 @@
 //! query gets its own error without holding up the others. A panic while computing a batch
 //! fails that batch's requests (500), never the leader's later batches.
 //!
-//! [`ScoreDb::answer_many`]: shared::pir::ring::scores::ScoreDb::answer_many
+//! [`ScoreDb::answer_many`]: ::pir::ring::scores::ScoreDb::answer_many
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use shared::pir::ring::inspiring::InspiringBodies;
-use shared::pir::ring::scores::encode_answer;
+use ::pir::ring::inspiring::InspiringBodies;
+use ::pir::ring::scores::encode_answer;
 use tokio::sync::oneshot;
 
 use super::serve::{PirCounters, QueryError, ScoresQuery, ScoresServe};
@@ -141,14 +141,14 @@ impl ScoresServe {
 mod tests {
     use std::sync::Arc;
 
+    use ::pir::ring::inspiring::InspiringMasks;
+    use ::pir::ring::rlwe::Ring;
+    use ::pir::ring::scores::{
+        decode, decode_answer, packing_masks, plaintext_scores, query, ScoreDb, ScoreShape,
+    };
     use axum::body::Bytes;
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
-    use shared::pir::ring::inspiring::InspiringMasks;
-    use shared::pir::ring::rlwe::Ring;
-    use shared::pir::ring::scores::{
-        decode, decode_answer, packing_masks, plaintext_scores, query, ScoreDb, ScoreShape,
-    };
 
     use super::*;
 
@@ -163,7 +163,7 @@ mod tests {
         let db = ScoreDb::build_from(
             &ring,
             shape,
-            |b| Ok::<_, shared::Error>(feats(b)),
+            |b| Ok::<_, ::pir::Error>(feats(b)),
             &[5; 32],
             &masks,
         )

@@ -5,28 +5,26 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ::pir::layout::{encode_hint, Database, Shape};
+use ::pir::lwe::{matrix_a, LWE_N};
+use ::pir::ring::rlwe::Ring;
+use ::pir::ring::scores::{answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape};
+use ::pir::ring::N as RING_N;
 use axum::body::Bytes;
-use rayon::prelude::*;
-use shared::pir::doc::{
+use publish::blocks::quantise;
+use publish::blocks::{decode_ids, hash_hex};
+use publish::partition::Overlap;
+use publish::pir::doc::{
     level_shape, thumbs_plan_with, FileDoc, PirDbDoc, PirDoc, SchemeDoc, ScoresDoc,
     THUMBS_SEARCH_BYTES,
 };
-use shared::pir::hintless::ScoresPublic;
-use shared::pir::layout::{encode_hint, Database, Shape};
-use shared::pir::lwe::{matrix_a, LWE_N};
-use shared::pir::records::{encode_rank_record, rank_record_len, unit_digests, RankItem, DIGEST};
-use shared::pir::ring::rlwe::Ring;
-use shared::pir::ring::scores::{
-    answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape,
-};
-use shared::pir::ring::N as RING_N;
-use shared::pir::seeds::{self, Purpose};
-use shared::protocol::blocks::quantise;
-use shared::protocol::blocks::{decode_ids, hash_hex};
-use shared::protocol::partition::Overlap;
-use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
-use shared::protocol::thumbcode::Codebook;
-use shared::protocol::thumbs;
+use publish::pir::hintless::ScoresPublic;
+use publish::pir::records::{encode_rank_record, rank_record_len, unit_digests, RankItem, DIGEST};
+use publish::pir::seeds::{self, Purpose};
+use publish::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
+use publish::thumbcode::Codebook;
+use publish::thumbs;
+use rayon::prelude::*;
 
 use super::serve::*;
 use crate::item::GalleryItem;
@@ -42,7 +40,7 @@ pub enum PirBuildError {
     Shared(#[from] shared::Error),
     /// The lattice code's refusals (laying out a database).
     #[error("pir: {0}")]
-    Lattice(#[from] shared::pir::error::Error),
+    Lattice(#[from] ::pir::error::Error),
     #[error("pir: {0}")]
     Invalid(String),
     #[error("pir: {0}")]
@@ -165,7 +163,7 @@ pub fn build(
     }
     // One record per item: its thumbnail, as the blocks hold it (3 bits a pixel) where that
     // fits the thumbnails' bytes, coded with a codebook fitted on the gallery where it does
-    // not (`shared::pir::doc::thumbs_plan`).
+    // not (`publish::pir::doc::thumbs_plan`).
     let side = p.doc.thumb_side;
     // With verified scores each record also carries the item's i16 features (the digests,
     // computed over the record, cover them).
@@ -355,7 +353,7 @@ pub fn build(
 }
 
 /// The codebook of `len`-byte pictures fitted on the gallery's thumbnails (an even sample,
-/// `shared::protocol::thumbcode::FIT_SAMPLE`; a few seconds, logged).
+/// `publish::thumbcode::FIT_SAMPLE`; a few seconds, logged).
 fn fit_code(
     items: &[Arc<GalleryItem>],
     side: usize,
@@ -379,7 +377,7 @@ fn fit_code(
     Ok(book)
 }
 
-/// The thumbnail database's unit digests (`shared::pir::records::unit_digest`).
+/// The thumbnail database's unit digests (`publish::pir::records::unit_digest`).
 struct Units {
     shape: Shape,
     digests: Vec<[u8; DIGEST]>,
@@ -424,16 +422,17 @@ fn build_scores(
         seeds::derive(&p.doc, Purpose::ScoresQuery),
         seeds::derive(&p.doc, Purpose::ScoresPacking),
     );
-    let masks = shared::pir::ring::scores::packing_masks(&ring, &shape, &packing_seed);
+    let masks = ::pir::ring::scores::packing_masks(&ring, &shape, &packing_seed);
     // Each block's i16 features as the planes are laid out (one block held at a time).
-    let features = |b: usize| -> Result<Vec<i16>, shared::Error> {
+    let features = |b: usize| -> Result<Vec<i16>, ::pir::Error> {
         Ok(members[b]
             .iter()
             .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
             .collect())
     };
     let lay_out = || ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks);
-    let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)?;
+    let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)
+        .map_err(publish::pir::error)?;
     let public = ScoresPublic {
         public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
         rows: members,
@@ -654,7 +653,7 @@ fn level_indices(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::pir::ring::scores::packing_masks;
+    use ::pir::ring::scores::packing_masks;
 
     /// A level whose longest record takes more queries than one request may carry is not
     /// offered, however cheap its upload; one query fewer than the limit is.
@@ -681,7 +680,7 @@ mod tests {
             rows: 40,
         };
         let masks = packing_masks(&ring, &shape, &[3; 32]);
-        let block = |b: usize| -> Result<Vec<i16>, shared::Error> {
+        let block = |b: usize| -> Result<Vec<i16>, ::pir::Error> {
             Ok((0..4 * (40 - b))
                 .map(|i| (i * 37 + b) as i16 - 200)
                 .collect())

@@ -2,14 +2,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ::pir::cpu::timed;
+use ::pir::layout::Database;
+use ::pir::ring::inspiring::InspiringBodies;
+use ::pir::ring::rlwe::Ring;
+use ::pir::ring::scores::{decode_upload, upload_len, ScoreDb};
 use axum::body::Bytes;
+use publish::pir::doc::{PirDbDoc, PirDoc};
 use rayon::prelude::*;
-use shared::pir::cpu::timed;
-use shared::pir::doc::{PirDbDoc, PirDoc};
-use shared::pir::layout::Database;
-use shared::pir::ring::inspiring::InspiringBodies;
-use shared::pir::ring::rlwe::Ring;
-use shared::pir::ring::scores::{decode_upload, upload_len, ScoreDb};
 
 /// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}` (`thumbs`, a level, or
 /// `scores`).
@@ -39,7 +39,7 @@ pub struct PirDb {
     pub hint: Bytes,
 }
 
-/// The hintless ranking, ready to answer (`shared::pir::hintless`).
+/// The hintless ranking, ready to answer (`publish::pir::hintless`).
 pub struct ScoresServe {
     pub ring: Ring,
     pub db: ScoreDb,

@@ -537,9 +537,9 @@ fn score_db<'a, E>(
 }
 
 /// Whether a level database of `shape` is offered: a record takes at most the queries one
-/// request may carry (else no client could fetch it: at 10,000 items with session 24's weights
-/// a coarse level's record needed 140 of 128), and the upload and the database stay within
-/// [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
+/// request may carry (else no client could fetch it: at 10,000 items with an earlier cnn-v2
+/// model a coarse level's record needed 140 of 128), and the upload and the database stay
+/// within [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
 fn offered(shape: &Shape) -> bool {
     shape.record_fits_one_request()
         && shape.queries_per_record() * shape.query_bytes() <= MAX_LEVEL_UPLOAD

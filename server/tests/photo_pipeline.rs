@@ -137,11 +137,9 @@ fn agreement_with_clean(
 }
 
 /// Held-out photos turned 10° either way find more of the same exact neighbours as upright,
-/// now that the photo pipeline turns them back at the photo's resolution (on this sample:
-/// 0.861 with the query model's search features (0.843 before session 41's base depth and
-/// query model), 0.838 without the views, 0.791 with session 35's query model before the base levelling,
-/// 0.770 with the gallery model's features, against 0.650 when the 28×28 input was turned
-/// instead; 0.734 before session 34's exact box sizes and photo mask floor).
+/// now that the photo pipeline turns them back at the photo's resolution (on this sample
+/// 0.861 with the query model's search features, against 0.650 when the 28×28 input was
+/// turned instead).
 #[test]
 fn tilted_photos_keep_the_neighbours() {
     let setup = neighbours_setup(100);
@@ -159,7 +157,8 @@ fn tilted_photos_keep_the_neighbours() {
 /// an axis past the 12° where the pipeline levels a base instead of turning the axis
 /// (`photo_turn`); a garment's base is its hem, which the framing puts in the input's last row
 /// (`embed::base`). Pure pipeline, no model. On this sample 0.953 of them (0.887 with
-/// the depth rule before session 41, which read a hem in the last row as level).
+/// the pixel's middle plus the level below as the base's depth, which read a hem in the last
+/// row as level).
 #[test]
 fn tilted_garments_are_turned_back() {
     let (_, train) = splits();
@@ -199,9 +198,8 @@ fn tilted_garments_are_turned_back() {
 /// Held-out photos of shoes (sandals, sneakers, ankle boots) turned 10° either way keep their
 /// exact neighbours: their principal axis is a diagonal the model's own step keeps as the
 /// shape, so the pipeline levels their base instead (`embed::base`). On this sample
-/// 0.838 with the query model's search features (0.821 before session 41's base depth and
-/// query model; 0.814 without the views); 0.635 when the pipeline turned them by the model's step's rule
-/// (with the query model trained for that, session 35).
+/// 0.838 with the query model's search features; 0.635 when the pipeline turned them by the
+/// model's step's rule (with a query model trained for that).
 #[test]
 fn tilted_shoes_keep_the_neighbours() {
     let (model, train, gallery, _) = neighbours_setup(0);
@@ -223,12 +221,8 @@ fn tilted_shoes_keep_the_neighbours() {
 /// exact neighbours: the box's short side keeps its exact length (not rounded to whole model
 /// pixels), the noise is removed by a knee that leaves the object's levels as they are, and
 /// the box ignores the faint ramp at the object's edge (`PHOTO_MASK_FLOOR`). On this sample
-/// 0.927 and 0.945 with the query model's search features (0.915 and 0.936 before session
-/// 41's base depth and query model; 0.911 and 0.929 without the
-/// views; 0.924 and 0.946 with session 35's; 0.912 and 0.934
-/// with the gallery model's features),
-/// against 0.819 and 0.886 with the short side rounded, the noise threshold subtracted and the
-/// dataset's floor (session 33).
+/// 0.927 and 0.945 with the query model's search features, against 0.819 and 0.886 with the
+/// short side rounded, the noise threshold subtracted and the dataset's floor.
 #[test]
 fn smaller_and_noisy_photos_keep_the_neighbours() {
     let setup = neighbours_setup(100);
@@ -249,9 +243,7 @@ fn smaller_and_noisy_photos_keep_the_neighbours() {
 /// `Shot::random`) keep more of their exact neighbours with the query model than with the
 /// gallery model's own features: the query model is trained to put a photo where the gallery
 /// model puts its clean image (on this sample, each searched with its search features over the
-/// half-pixel views, `embed::views`: 0.873 against 0.853; before session 41's base
-/// depth and query model 0.858 against 0.831; without the views 0.850
-/// against 0.811; session 35's query model, before the base levelling, 0.831 against 0.799).
+/// half-pixel views, `embed::views`: 0.873 against 0.853).
 #[test]
 fn the_query_model_keeps_a_family_photos_neighbours() {
     let family = |weights: &[u8]| {

@@ -6,7 +6,7 @@
 //! that diagonal is the product's shape, and the gallery model was trained with it left alone.
 //! So a shoe photographed 10° off level reached the query model 10° off (or, in the partial
 //! turn's ramp, up to three times that), and its exact top 8 over 10,000 gallery images kept
-//! 0.31 of the level photo's (ankle boots, `eval --photos`, session 38). But the dataset
+//! 0.31 of the level photo's (ankle boots, `eval --photos`, without this step). But the dataset
 //! photographs every such product standing on its sole, level: the **base** — the edge of the
 //! object's lower convex hull, the line it would rest on — is a cue a tilt moves and the shape
 //! does not. Levelling it turns a tilted shoe back to where the dataset (and the gallery)
@@ -48,11 +48,11 @@ pub fn tilt(pixels: &[u8]) -> Option<f64> {
     debug_assert_eq!(pixels.len(), PIXELS);
     // (2x + 1, 510·y + 2·level + 2·below): the pixel's centre, and where its column's ink
     // ends — a sharp edge a share f down a pixel leaves that pixel at 255·f (or a full pixel
-    // and the one below at 255·f). Why not the pixel's middle plus the level below (as before
-    // session 41): the framing puts an object's lowest ink in the input's last row, where
-    // nothing lies below, so a tilted hem's bottom run read as level and a garment turned 10°
-    // was not turned back (held-out photos turned ±10°: 0.801 → 0.805 of the exact top 8, the
-    // whole family 0.789 → 0.797 over five draws, `eval --photos`).
+    // and the one below at 255·f). Why not the pixel's middle plus the level below: the
+    // framing puts an object's lowest ink in the input's last row, where nothing lies below,
+    // so a tilted hem's bottom run read as level and a garment turned 10° was not turned back
+    // (held-out photos turned ±10°: 0.801 → 0.805 of the exact top 8, the whole family
+    // 0.789 → 0.797 over five draws, `eval --photos`).
     let points: Vec<(i64, i64)> = (0..SIDE)
         .filter_map(|x| {
             let y = (0..SIDE).rev().find(|&y| pixels[y * SIDE + x] > INK)?;
@@ -182,8 +182,8 @@ mod tests {
         }
     }
 
-    /// Within half a degree, where the framing puts the base in the last row (the depth rule
-    /// before session 41, the pixel's middle plus the level below, read 5.7° for 4° here).
+    /// Within half a degree, where the framing puts the base in the last row (the pixel's
+    /// middle plus the level below as the depth read 5.7° for 4° here).
     #[test]
     fn a_base_in_the_last_row_is_measured() {
         for degrees in [-12.0, -10.0, -7.0, 0.0, 4.0, 10.0, 12.0] {

@@ -3,11 +3,11 @@
 //!
 //! Why a second network: the retrieval model's embedding is trained to keep a photo's exact
 //! nearest neighbours where its clean image's are and to cluster well for the partitions every
-//! private plan reads. Session 25's batch-normalised network names the class of held-out photos
-//! better (0.931 against 0.916 on a background of 240, `docs/eval/photos.md`), but its features
-//! cluster worse: the PIR ranking found less of the exact top 8 with them (README). So it only
-//! names the class — the page's and the CLI's "this looks like …" and Algorithm 1's query
-//! label — and the retrieval features never come from it.
+//! private plan reads. A batch-normalised network (cnn-v2-2f44aea4358eea24) names the class of
+//! held-out photos better (0.931 against 0.916 on a background of 240, `docs/eval/photos.md`),
+//! but its features cluster worse: the PIR ranking found less of the exact top 8 with them
+//! (README). So it only names the class — the page's and the CLI's "this looks like …" and
+//! Algorithm 1's query label — and the retrieval features never come from it.
 //!
 //! Why 8 bits: the page loads this file besides the retrieval model's, and f32 weights would
 //! add 473 KB to a first load held under 1.5 MB. Each weight matrix is stored as `i8` per

@@ -38,10 +38,9 @@ pub use shared::familiarity::{ClassGaussians, Reference, MAX_CLASSES};
 /// the deployed decision ([`assess_input`]) has AUROC 0.978 (noise 0.990, gradients 0.996,
 /// geometric shapes 0.973, text-like 0.955); the nearest anchor's distance reached 0.917, the
 /// features' Mahalanobis distance alone 0.922 and the logits' energy 0.879
-/// (`docs/eval/photos.md`; session 41, the query model retrained on the photo pipeline with the
-/// base's exact depth: 2.7918 for session 39's, 3.0621 for session 38's 32/64 one, 3.0247 for
-/// session 35's, 2.9724 with the gallery model in session 34, 3.2591 before it). Recalibrate
-/// with `bash scripts/eval.sh --photos` whenever the query model or the photo pipeline change.
+/// (`docs/eval/photos.md`). The threshold is the query model's own (earlier query models'
+/// ranged from 2.79 to 3.26): recalibrate it with `bash scripts/eval.sh --photos` whenever
+/// the query model or the photo pipeline change.
 pub const UNFAMILIAR_SCORE: f32 = 2.740_0;
 
 /// Below this much ink (the sum of the model input's 784 bytes) there is no object to speak

@@ -33,7 +33,7 @@
 //!    knee at 3 × the noise left after averaging: 0 below it, stretched linearly from 0 to
 //!    twice it, unchanged above (a soft threshold, which subtracted it everywhere, lowered
 //!    every level of a noisy photo against its clean twin: whole-family agreement 0.653 →
-//!    0.666 and noise with JPEG 0.891 → 0.911 with the knee, `eval --photos`, session 34);
+//!    0.666 and noise with JPEG 0.891 → 0.911 with the knee, `eval --photos`);
 //! 7. when the object is larger than 28 pixels, a **tilt is undone at the photo's resolution**:
 //!    the turn the model's own step ([`super::upright`]) would make of that input is made on
 //!    the photo's amounts instead (repeated on the result up to [`TURN_STEPS`] times), and the
@@ -77,7 +77,7 @@ pub const MASK_FLOOR: i32 = 8;
 /// [`MASK_FLOOR`] in a larger photo. There the faint pixels at the object's edge are a ramp
 /// several photo pixels wide (the optics' or the resampling's blur, JPEG ringing), and where
 /// it crosses a low floor moves with the noise, the background and the scale, so the box does
-/// too. Measured with `eval --photos` (session 34): whole-family agreement 0.650 at 8, 0.712
+/// too. Measured with `eval --photos`: whole-family agreement 0.650 at 8, 0.712
 /// at 24 (scale 0.852 → 0.863, rotation 0.668 → 0.696, noise 0.914 → 0.923), 0.721 at 32;
 /// but at 32 the class shown on background 240 fell to 0.926, below the 0.93 (0.930
 /// at 24). The cost: an edge fainter than this is left out of the box (a clean photo of a
@@ -96,7 +96,7 @@ pub struct Framing {
     /// trained. Measured with `eval --photos`: on it the class shown is right for 0.931 / 0.930
     /// of held-out photos on backgrounds 240 / 230, on the turned input for 0.926 / 0.926 (one
     /// retrained on the turned photos reached 0.921 / 0.922); on the whole family 0.926, with
-    /// the knee 0.912 (session 34, before [`PHOTO_MASK_FLOOR`]; with it 0.930 / 0.930 and
+    /// the knee 0.912 (without [`PHOTO_MASK_FLOOR`]; with it 0.930 / 0.930 and
     /// 0.922). The retrieval features gain from the turn and the knee (whole-family top-8
     /// agreement 0.524 → 0.625 → 0.650), the class does not, so each network reads the input
     /// it does best on.
@@ -280,7 +280,7 @@ pub(crate) enum Fit {
     /// whole one. At the dataset's own resolution (`long ≤ 28`) an odd margin puts the extra
     /// pixel before the box, as the dataset does (blended linearly between whole sizes), so a
     /// dataset image comes back unchanged. Measured against rounding the short side to whole
-    /// pixels (`eval --photos`, session 34): whole-family top-8 agreement 0.625 → 0.639 (0.633
+    /// pixels (`eval --photos`): whole-family top-8 agreement 0.625 → 0.639 (0.633
     /// → 0.653 on a second draw of the family), and a clean photo of a gallery image finds that
     /// image first for 0.919 of 2,000 (0.888 before); with the dataset's rounding of the margin
     /// kept for photos too, 0.624 and 0.882 (second draw).
@@ -521,7 +521,7 @@ fn upright_at_photo_resolution(
 /// query model retrained for it) 0.62 and 0.81, the whole family 0.742 → 0.771, and a clean
 /// photo finds 0.686 of the gallery model's own top 8 (0.681 before; with the principal axis
 /// turned in full instead: 0.781 but 0.622, since a shoe's diagonal is what the gallery model
-/// ranks by — `eval --photos`, session 38). 0 for a blank input.
+/// ranks by — `eval --photos`). 0 for a blank input.
 fn photo_turn(pixels: &[u8]) -> f64 {
     let Some(o) = super::upright::orientation(pixels) else {
         return 0.0;
@@ -905,7 +905,7 @@ mod tests {
             // the 28×28 input itself gets (the input before the turn, which the class model
             // reads; the level photo is not turned at all). Mean absolute difference at −9° /
             // 6°: 11.0 / 9.6 against 12.1 / 19.2 turned at 28×28 (with the short side rounded
-            // to whole pixels in step 5, session 33: 12.3 / 9.7 against 15.2 / 18.3).
+            // to whole pixels in step 5: 12.3 / 9.7 against 15.2 / 18.3).
             let before_turn = &framing.class_pixels;
             let tilt = orientation(before_turn).unwrap().applied.to_degrees();
             assert!(

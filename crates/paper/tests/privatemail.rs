@@ -1,9 +1,8 @@
 //! The client pipeline end to end on synthetic clustered data, plus its error paths.
 
-use dp::mechanism::NoisyEmbedding;
 use nalgebra::DMatrix;
 use paper::align::umeyama;
-use paper::privatemail::{embed_dense, post_process, privatize, Anchors};
+use paper::privatemail::{embed_dense, privatize, Anchors};
 use paper::retrieve::knn;
 use rand::{Rng, SeedableRng};
 use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
@@ -74,13 +73,44 @@ fn release_has_the_right_shape_and_a_uniform_real_position() {
     assert!(chi2 < 33.7, "real position not uniform: {counts:?}");
 }
 
-/// Post-processing sees only the released embedding, labels and public parameters: its type
-/// admits nothing else, and a `NoisyEmbedding` can only come out of the mechanism (its field is
-/// private; see the `compile_fail` example on the type).
+/// Post-processing reads only the release (with the labels and public parameters), never the
+/// query's features: two queries privatized with the same randomness whose releases are the
+/// same — features 1e-12 apart, which move the private iteration's values far less than the
+/// release's grid step — get the same rows, bit for bit, though their features differ; a
+/// query whose release differs (features 1e-3 apart) gets other rows, so the rows do follow
+/// the release. A kernel scale of 4 and ε = 100 keep the noise below the signal (at the
+/// defaults the release is nearly all noise, and would not tell the two cases apart).
 #[test]
-fn post_processing_cannot_read_raw_features() {
-    type PostProcess = fn(&NoisyEmbedding, &[u32], &Params) -> Result<DMatrix<f64>, Error>;
-    let _: PostProcess = post_process;
+fn post_processing_reads_only_the_release() {
+    let (_, _, a, al) = setup(10);
+    let mut p = params(10, 100.0);
+    p.smlq.kernel_scale = 4.0;
+    let anchors = Anchors::new(&a, &al, &p.smlq).unwrap();
+    let q: Vec<f64> = a.row(0).iter().copied().collect();
+    let nudged = |by: f64| {
+        let mut v = q.clone();
+        v[3] += by;
+        v
+    };
+    let unit = |v: &[f64]| {
+        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.iter().map(|x| x / n).collect::<Vec<f64>>()
+    };
+    let run = |x: &[f64]| {
+        let mut rng = ChaCha20Rng::from_seed([4; 32]);
+        privatize(x, al[0], &anchors, &p, &mut rng).unwrap()
+    };
+    let base = run(&q);
+    // The premise: the release's grid step is far coarser than what 1e-12 moves.
+    assert!(base.receipt.grid > 1e-9, "{:?}", base.receipt);
+    let near = nudged(1e-12);
+    assert_ne!(unit(&near), unit(&q), "the unit features must differ");
+    let same = run(&near);
+    assert_eq!(same.query_rows, base.query_rows);
+    assert_eq!(same.anchor_rows, base.anchor_rows);
+    assert_eq!(same.real_position(), base.real_position());
+    let other = run(&nudged(1e-3));
+    assert_ne!(other.query_rows, base.query_rows);
 }
 
 /// The whole protocol runs: privatize, align on the anchors, retrieve k valid gallery items for

@@ -809,8 +809,8 @@ pub fn split_cells(
 /// `x`'s distance to every point of the region, hence to every query homed there: an item is
 /// one of such a query's nearest only if that bound is below the query's `k`-th neighbour
 /// distance. The bound is taken over `x`'s [`NEAR_CENTROIDS`] nearest centroids (its own among
-/// them), the bisectors that can bind near `x`; with `x`'s own centroid alone (the rule before
-/// session 26) it ignores the cell's other sides.
+/// them), the bisectors that can bind near `x`; with `x`'s own centroid alone it would ignore
+/// the cell's other sides.
 ///
 /// **Why also the spill candidates.** At 1,000,000 items (the demo gallery, `partbench
 /// --misses`), up to 3.2 % of held-out photos' top-8 items were among no member's 192

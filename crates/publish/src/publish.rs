@@ -150,9 +150,9 @@ pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
 /// [`RANKING_CLOSURE`] neighbours), from `2n/rows` clusters split until each holds at most half
 /// a block. With the committed weights (cnn-v2-c8361eac547fbb43), at 1,000,000 items: 12,288
 /// rows in 323 blocks, own-block coverage 0.983 on the held-out anchors and 0.974 on held-out
-/// photos (0.963 filled by the rule before session 26); at 70,000: 2,048 rows in 128 blocks,
-/// 0.984 and 0.978. With cnn-v1, 8,000 rows and 96 neighbours had given 0.957 at 1,000,000 and
-/// 1,024 rows 0.967 at 70,000 (`partbench`, `docs/eval/pir.md`).
+/// photos (0.963 filled without the Voronoi-region bound of f546ab5); at 70,000: 2,048 rows
+/// in 128 blocks, 0.984 and 0.978. With cnn-v1, 8,000 rows and 96 neighbours had given 0.957
+/// at 1,000,000 and 1,024 rows 0.967 at 70,000 (`partbench`, `docs/eval/pir.md`).
 pub fn ranking_spec(gallery_size: usize) -> Option<LevelSpec> {
     // From 65,536 items at least one full packed ciphertext (2,048 rows): at 70,000 items
     // 2,048 rows reached coverage 0.989 on held-out photos where 1,024 reached 0.967–0.969

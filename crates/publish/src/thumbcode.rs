@@ -6,10 +6,10 @@
 //! queries trade against each other (`hint × queries ∝ E`, `docs/eval/pir.md`, "One digest a
 //! column"). At 1,000,000 items the 3-bit records (294 bytes) need either 903 KiB of queries
 //! a search or a 46 MiB hint; 1 MiB a search and 16 MiB once a version hold together only
-//! with records of at most about 96 bytes. Of the codes measured at that length (session 29,
-//! on the 10,000 Fashion-MNIST test images), a transform on the gallery's own principal
-//! components draws best: 24.9 dB PSNR at 98 bytes, against 22.3 on a DCT basis and 18.0 for
-//! 14×14 pixels at 4 bits; this code, fitted on the training split, draws them at 24.8 dB at
+//! with records of at most about 96 bytes. Of the codes measured at that length (on the
+//! 10,000 Fashion-MNIST test images), a transform on the gallery's own principal components
+//! draws best: 24.9 dB PSNR at 98 bytes, against 22.3 on a DCT basis and 18.0 for 14×14
+//! pixels at 4 bits; this code, fitted on the training split, draws them at 24.8 dB at
 //! 94 bytes (the length served at 1,000,000 items), against the 3-bit form's 30.9 at 294.
 //! Smaller galleries keep the 3-bit records, which are exact at their levels and which a
 //! codebook of at most [`MAX_COMPONENTS`] components does not beat at their length (27.1 dB

@@ -1,9 +1,11 @@
 //! `train`: fits the on-device model (`embed::model`) on the Fashion-MNIST training images
-//! (all but the 1,000 reserved ones), half of them drawn as product photos, and writes a weights file (by default `server/assets/model.bin`; the committed file came from the per-image trainer of session 24, see the README).
+//! (all but the 1,000 reserved ones), half of them drawn as product photos, and writes a weights
+//! file (by default `server/assets/model.bin`; the committed file came from the per-image
+//! trainer, see the README).
 //! With `--class-model` it writes the network as the 8-bit class model
 //! (`embed::classify`, by default `server/assets/classifier.bin`) instead, and
 //! `--encode-class-model F` writes an existing weights file as one: the committed class model
-//! is session 25's run with the defaults (cnn-v2-2f44aea4358eea24), encoded so.
+//! (cnn-v2-2f44aea4358eea24) is a run with the defaults, encoded so.
 //! Deterministic for a given seed (see `privatemail_server::gallery::training`).
 
 use std::path::PathBuf;

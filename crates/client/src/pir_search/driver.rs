@@ -628,7 +628,7 @@ impl PirSearch {
                         .expect("the driver names offered databases")
                 };
                 let hint = Hint::from_bytes(&db.shape, bytes, &db.hint_sha256)
-                    .map_err(publish::pir::error)?;
+                    .map_err(publish::pir::from_lattice)?;
                 if cache.hints.len() >= MAX_HINTS {
                     // Room for this search's files: drop those it does not need.
                     let needed = self.needed();

@@ -358,7 +358,7 @@ pub fn rank_query(
         &[x],
         rng,
     )
-    .map_err(publish::pir::error)?)
+    .map_err(publish::pir::from_lattice)?)
 }
 
 /// The exact top k of a verified ranking record (the table, or a level's record).
@@ -416,7 +416,7 @@ pub fn rank_level(
         })?;
     let padded = pending
         .decode(hint, answer)
-        .map_err(publish::pir::error)?
+        .map_err(publish::pir::from_lattice)?
         .pop()
         .ok_or(Error::InvalidParameter {
             name: "pir",
@@ -513,7 +513,7 @@ pub fn thumbs_prepare(
         k * t.shape.queries_per_record(),
         rng,
     )
-    .map_err(publish::pir::error)?)
+    .map_err(publish::pir::from_lattice)?)
 }
 
 /// [`thumbs_query`] from a preparation ([`thumbs_prepare`] for the same documents and `k`);
@@ -532,7 +532,9 @@ pub fn thumbs_query_prepared(
     while records.len() < k {
         records.push(uniform_below(rng, t.shape.records as u128) as usize);
     }
-    Ok(prepared.query(&records).map_err(publish::pir::error)?)
+    Ok(prepared
+        .query(&records)
+        .map_err(publish::pir::from_lattice)?)
 }
 
 /// The thumbnail records of the ranked hits, each checked against its unit's digest: the pixels
@@ -576,7 +578,7 @@ pub fn thumbs_decode_records(
     let units = zeroize::Zeroizing::new(
         pending
             .decode_units(hint, answer)
-            .map_err(publish::pir::error)?,
+            .map_err(publish::pir::from_lattice)?,
     );
     let shape = pending.shape();
     let len = code.picture_len();

@@ -145,7 +145,7 @@ pub struct PirDoc {
 }
 
 fn check_db(db: &PirDbDoc, what: &'static str, with_hashes: bool) -> Result<()> {
-    db.shape.validate().map_err(crate::pir::error)?;
+    db.shape.validate().map_err(crate::pir::from_lattice)?;
     db.seed()?;
     let hex64 = crate::plan::is_hash;
     if !hex64(&db.hint_sha256) {
@@ -260,7 +260,7 @@ pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
     let shape = |g: usize| Shape::new(thumb_bytes, items, thumb_bytes * g);
     let per_search = thumbs_search_bytes;
     let slack = 16 << 10;
-    let mut candidates = vec![shape(1).map_err(crate::pir::error)?];
+    let mut candidates = vec![shape(1).map_err(crate::pir::from_lattice)?];
     for g in (1..usize::BITS).map(|b| 1usize << b) {
         match shape(g) {
             Ok(s) if g <= items && s.hint_bytes() <= 32 << 20 => candidates.push(s),
@@ -371,7 +371,7 @@ pub fn level_shape(blocks: usize, longest_record: usize) -> Result<Shape> {
     let rows = longest_record.max(1).next_power_of_two().min(4096);
     Ok(
         Shape::new(longest_record.max(1).next_multiple_of(rows), blocks, rows)
-            .map_err(crate::pir::error)?,
+            .map_err(crate::pir::from_lattice)?,
     )
 }
 

@@ -78,7 +78,7 @@ pub fn check(part: &PartitionDoc, doc: &ScoresDoc) -> Result<()> {
         )));
     }
     let shape = doc.shape();
-    shape.check(N).map_err(crate::pir::error)?;
+    shape.check(N).map_err(crate::pir::from_lattice)?;
     if doc.upload_bytes != upload_len(&shape, N) as u64
         || doc.answer_bytes != answer_len(&shape, N) as u64
     {
@@ -380,7 +380,7 @@ pub fn prepare(
     Ok(ScoresPrepared {
         version: part.version.clone(),
         inner: scores::prepare(&keys.ring, &doc.shape(), &keys.query_seed, &keys.masks, rng)
-            .map_err(crate::pir::error)?,
+            .map_err(crate::pir::from_lattice)?,
     })
 }
 
@@ -403,7 +403,10 @@ pub fn query_prepared(
     }
     let block = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
     let q: Vec<i16> = features.iter().map(|&v| quantise(v)).collect();
-    let (upload, bodies, sk) = prepared.inner.query(block, &q).map_err(crate::pir::error)?;
+    let (upload, bodies, sk) = prepared
+        .inner
+        .query(block, &q)
+        .map_err(crate::pir::from_lattice)?;
     let body = encode_upload(&upload, &bodies);
     debug_assert_eq!(body.len() as u64, doc.upload_bytes);
     Ok((body, ScoresPending { sk, block, q }))
@@ -425,13 +428,13 @@ pub fn rank(
     k: usize,
 ) -> Result<Ranked> {
     let shape = doc.shape();
-    let answer = decode_answer(&shape, N, answer).map_err(crate::pir::error)?;
+    let answer = decode_answer(&shape, N, answer).map_err(crate::pir::from_lattice)?;
     let a: Vec<&[u64]> = public.public_a.iter().map(Vec::as_slice).collect();
     // Every coefficient is decoded and the block ranked whether or not the answer checks out
     // (a failure depends on the photo's block when the server damages one block's answer on
     // purpose; the work, and so the moment the next request leaves, does not).
     let (t, ok) = scores::decode_all(&keys.ring, &shape, &pending.sk, &a, &answer)
-        .map_err(crate::pir::error)?;
+        .map_err(crate::pir::from_lattice)?;
     let rows = public
         .rows
         .get(pending.block)

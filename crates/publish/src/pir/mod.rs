@@ -6,7 +6,7 @@
 //! its NTT, packing and key switching, the encrypted score database, their parameters, error
 //! bounds and proofs — is the crate `pir` (package `privatemail-pir`), which knows nothing
 //! about galleries. Its errors become [`shared::Error`] with the same message through
-//! [`error`].
+//! [`from_lattice`].
 //!
 //! What knows about partitions, blocks and documents is here:
 //! - [`records`] — ranking and thumbnail records and their verification, and [`records::Ranked`],
@@ -24,7 +24,7 @@ const _: () = assert!(shared::params::limits::MAX_PIR_QUERIES == ::pir::client::
 /// The lattice code's refusals as the wire's [`shared::Error`], with the messages they have
 /// always had: `Error::InvalidParameter`/`TooLarge` as themselves, an answer, hint or record
 /// that failed its checks as an invalid `pir` parameter.
-pub fn error(e: ::pir::Error) -> shared::Error {
+pub fn from_lattice(e: ::pir::Error) -> shared::Error {
     match e {
         ::pir::Error::InvalidParameter { name, reason } => {
             shared::Error::InvalidParameter { name, reason }

@@ -38,8 +38,8 @@ pub struct TrainConfig {
     /// clean, shifted or photo — towards a fixed teacher's unit embedding `t` of the clean
     /// image (mirrored with the sample): the teacher's geometry of the gallery is kept while
     /// the photos' embeddings are pulled onto their clean images' without the targets moving
-    /// with them (a consistency term between the student's own views collapsed the features
-    /// in session 24). 0, or no teacher given to [`train`], disables it.
+    /// with them (a consistency term between the student's own views collapsed the
+    /// features). 0, or no teacher given to [`train`], disables it.
     pub distill: f32,
     /// Share of the flat layer's values dropped in training (inverted dropout; none at
     /// inference).

@@ -432,7 +432,7 @@ fn build_scores(
     };
     let lay_out = || ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks);
     let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)
-        .map_err(publish::pir::error)?;
+        .map_err(publish::pir::from_lattice)?;
     let public = ScoresPublic {
         public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
         rows: members,
@@ -536,9 +536,9 @@ fn score_db<'a, E>(
 }
 
 /// Whether a level database of `shape` is offered: a record takes at most the queries one
-/// request may carry (else no client could fetch it: at 10,000 items with session 24's weights
-/// a coarse level's record needed 140 of 128), and the upload and the database stay within
-/// [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
+/// request may carry (else no client could fetch it: at 10,000 items with an earlier cnn-v2
+/// model a coarse level's record needed 140 of 128), and the upload and the database stay
+/// within [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
 fn offered(shape: &Shape) -> bool {
     shape.record_fits_one_request()
         && shape.queries_per_record() * shape.query_bytes() <= MAX_LEVEL_UPLOAD

@@ -1,5 +1,14 @@
-//! Benchmark (reports, asserts nothing about time): model inference per image in the browser.
-//! Its figure is printed in the wasm-pack test output.
+//! Browser benchmarks (they report timings and check nothing, so they are not tests): the
+//! model's inference and search features per photo, privatization for 1,000 anchors, ranking
+//! a 1,000-item pool, and Algorithm 1 for 1,000 anchors, in headless Chromium. `wasm-pack
+//! test` runs the tests only; run these with
+//!
+//! ```text
+//! wasm-pack test --release --headless --chrome --chromedriver /usr/bin/chromedriver \
+//!   --mode no-install client-wasm --bench browser -- --nocapture
+//! ```
+//!
+//! The figures are printed as `BENCH` lines.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -7,6 +16,7 @@ use privatemail_client_wasm::OnDeviceModel;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -112,6 +122,7 @@ fn bench_rank_1000_item_pool() {
     }
     let whole_ms = (js_sys::Date::now() - t0) / runs as f64;
     let decoded = publish::blocks::decode(&files[0][0], None).unwrap();
+    // The figure is of a 1,000-item pool only if the whole level's one block holds them all.
     assert_eq!(decoded.len(), 1000);
     let q = OnDeviceModel::new(WEIGHTS)
         .unwrap()

@@ -3,8 +3,9 @@
 //! (`embed::ood`), on a small fixed sample so a regression cannot pass silently. The full figures come from `eval --photos`
 //! (`docs/eval/photos.md`).
 
-use embed::model::{from_rgba, Model};
+use embed::model::Model;
 use embed::ood::{assess_input, fit, Reference};
+use embed::photo::to_model_input;
 use privatemail_server::gallery::data::{
     balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR,
 };
@@ -94,7 +95,7 @@ fn off_white_backgrounds_keep_the_neighbours() {
             };
             let photo = render(train.images.image(i), &shot, rng);
             model
-                .infer_photo(&from_rgba(&photo, SIDE, SIDE).unwrap())
+                .infer_photo(&to_model_input(&photo, SIDE, SIDE).unwrap())
                 .unwrap()
         };
         let (white, off) = (inf(255, &mut rng), inf(235, &mut rng));
@@ -123,7 +124,7 @@ fn agreement_with_clean(
     for (k, &i) in held.iter().enumerate() {
         let mut features = |shot: &Shot| {
             let photo = render(train.images.image(i), shot, &mut rng);
-            let pixels = from_rgba(&photo, SIDE, SIDE).unwrap();
+            let pixels = to_model_input(&photo, SIDE, SIDE).unwrap();
             model.search_features(&pixels).unwrap()
         };
         let (clean, taken) = (features(&Shot::clean(SIDE)), features(&shot(k)));
@@ -265,7 +266,7 @@ fn non_clothing_is_flagged_and_clothing_is_not() {
     let (anchors, reference) = anchor_features(&model, &train);
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let flagged = |rgba: &[u8], side: usize| {
-        let pixels = from_rgba(rgba, side, side).unwrap();
+        let pixels = to_model_input(rgba, side, side).unwrap();
         let inf = model.infer(&pixels).unwrap();
         let layers = model.layer_means(&pixels).unwrap();
         assess_input(&pixels, &inf.features, &layers, &reference)

@@ -78,7 +78,7 @@ fn photo_input(i: usize) -> Vec<u8> {
         .chunks_exact(3)
         .flat_map(|p| [p[0], p[1], p[2], 255])
         .collect();
-    embed::model::from_rgba(&rgba, 84, 84).unwrap()
+    embed::photo::to_model_input(&rgba, 84, 84).unwrap()
 }
 
 /// [`photo_rgb`] `i` written as a PNG in `dir`.

@@ -1551,7 +1551,7 @@ async fn pir_posts_of_a_search(c: &fantoccini::Client, hostile: &Hostile, what: 
 /// pipeline).
 fn model_input(px: &[u8]) -> Vec<u8> {
     let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
-    embed::model::from_rgba(&rgba, 28, 28).unwrap()
+    embed::photo::to_model_input(&rgba, 28, 28).unwrap()
 }
 
 /// The page's Content-Security-Policy lets the browser enforce what the page promises: a

@@ -3,7 +3,8 @@
 //! 112 (native). The wasm figure comes from the browser benchmark of the browser-client issue.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use embed::model::{from_rgba, Model, Weights, PIXELS};
+use embed::model::{Model, Weights, PIXELS};
+use embed::photo::to_model_input;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -43,7 +44,7 @@ fn bench(c: &mut Criterion) {
     for side in [112, 1024] {
         let photo = tilted_photo(side);
         c.bench_function(&format!("photo_pipeline_{side}px_tilted"), |b| {
-            b.iter(|| from_rgba(&photo, side, side).unwrap())
+            b.iter(|| to_model_input(&photo, side, side).unwrap())
         });
     }
 }

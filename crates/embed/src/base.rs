@@ -22,7 +22,7 @@
 //! series arctangent of the result, so a mirror image gets exactly the opposite tilt and
 //! native, wasm and training get the same bytes.
 
-use crate::model::{PIXELS, SIDE};
+use crate::weights::{PIXELS, SIDE};
 
 /// A column's lowest pixel brighter than this (of 255) is its bottom: fainter pixels are the
 /// object's anti-aliased rim, which noise and resampling move.

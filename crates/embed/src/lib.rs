@@ -2,8 +2,9 @@
 //! client, and the server's embedding of its gallery with the same code.
 //!
 //! The photo pipeline runs one way — [`photo`] (any RGBA photo to the model's frame) →
-//! [`upright`] (the object's axis onto the image's) → [`base`] (a shoe levelled by its base)
-//! → the model's 28×28 input — then [`model`] (inference, 8-lane batches in [`lanes`]),
+//! [`base`] (a shoe levelled by its base) → [`upright`] (the object's axis onto the image's)
+//! → [`place`] (the object framed in the model's 28×28 input) — then [`model`] (inference,
+//! which makes the upright step its own; 8-lane batches in [`lanes`]),
 //! [`views`] (a photo's search features over nine half-pixel views), [`ood`] (is it something
 //! the gallery holds?) and [`classify`] (the class shown). [`weights`] is the weights' file
 //! format; [`sample`] draws inputs for tests and training; [`idx`] reads Fashion-MNIST.
@@ -19,6 +20,7 @@ pub mod lanes;
 pub mod model;
 pub mod ood;
 pub mod photo;
+pub mod place;
 pub mod sample;
 pub mod upright;
 pub mod views;

@@ -92,18 +92,6 @@ pub fn mirror(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// Largest side of an image accepted by [`from_rgba`].
-pub use super::photo::MAX_IMAGE_SIDE;
-
-/// Any decoded image (RGBA, row-major, 4 bytes a pixel, as a browser's `ImageData`) → the
-/// model's 28×28 input: [`super::photo::to_model_input`], which frames a photo the way
-/// Fashion-MNIST frames its products (background level and colour removed, cropped to the
-/// object, longest side 28, centred, dark background), in integer arithmetic so every
-/// platform gets the same bytes. A Fashion-MNIST image comes back unchanged.
-pub fn from_rgba(rgba: &[u8], width: usize, height: usize) -> Result<Vec<u8>> {
-    super::photo::to_model_input(rgba, width, height)
-}
-
 fn conv_relu_pool(
     input: &[f32],
     cin: usize,
@@ -587,6 +575,7 @@ pub(crate) fn random_weights(rng: &mut impl rand::Rng, arch: Arch) -> Weights {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::photo::to_model_input as from_rgba;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

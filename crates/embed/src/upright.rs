@@ -30,8 +30,8 @@
 //! from the series below rather than the platform's libm — so native, wasm and training get
 //! the same bytes.
 
-use crate::model::{PIXELS, SIDE};
-use crate::photo::{bounding_box, place, Fit, Floor};
+use crate::place::{bounding_box, place, Fit, Floor};
+use crate::weights::{PIXELS, SIDE};
 
 /// Below this anisotropy the principal axis is not trusted (no rotation).
 pub const ANISOTROPY_OFF: f64 = 0.08;

@@ -30,9 +30,7 @@ use crate::error::{Error, Result};
 use crate::layout::Shape;
 use crate::lwe::{self, DELTA, LWE_N};
 
-/// Most PIR query vectors in one request (a ranking record of many columns plus the
-/// thumbnails of one search): a client never builds more, a server never answers more.
-pub const MAX_QUERIES: usize = 128;
+pub use crate::layout::MAX_QUERIES;
 
 /// A hint as the client holds it: `rows × N` u32 (each the multiple of `2^(32 − HINT_BITS)`
 /// the wire carried), checked against its published hash.
@@ -54,7 +52,7 @@ impl Hint {
             }
             .into());
         }
-        let got = crate::sha256_hex(bytes);
+        let got = crate::digest::sha256_hex(bytes);
         if !got.eq_ignore_ascii_case(sha256_hex) {
             return Err(PirError::HashMismatch {
                 what: "hint",

@@ -15,6 +15,10 @@ use crate::error::{Error, Result};
 use crate::held::{Held, SharedBytes};
 use crate::lwe::{self, LWE_N};
 
+/// Most PIR query vectors in one request (a ranking record of many columns plus the
+/// thumbnails of one search): a client never builds more, a server never answers more.
+pub const MAX_QUERIES: usize = 128;
+
 /// The public geometry of one PIR database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
@@ -122,9 +126,9 @@ impl Shape {
     }
 
     /// Whether one request can fetch a record: its queries are at most
-    /// [`crate::client::MAX_QUERIES`] (the server offers, and a client plans, nothing else).
+    /// [`MAX_QUERIES`] (the server offers, and a client plans, nothing else).
     pub fn record_fits_one_request(&self) -> bool {
-        self.queries_per_record() <= crate::client::MAX_QUERIES
+        self.queries_per_record() <= MAX_QUERIES
     }
 
     /// The first column of record `r` (it spans [`Self::queries_per_record`] columns).

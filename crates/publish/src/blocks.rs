@@ -26,8 +26,8 @@
 //! (1.2·10⁻⁴ at d = 64) in L2, so only pairs of gallery items whose distances to the query are
 //! that close can swap; the evaluation measures the effect.
 
-use crate::partition::TopK;
 use crate::thumbs;
+use crate::topk::TopK;
 use shared::error::{Error, Result};
 use shared::params::limits;
 

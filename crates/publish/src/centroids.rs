@@ -27,8 +27,9 @@
 //! block by the server's own assignment. f16 would have needed NaN/infinity and subnormal
 //! rules and a conversion the wasm target lacks natively, for no gain in size.
 
-use crate::blocks::{hash_hex, quantise, FEATURE_SCALE};
+use crate::blocks::{quantise, FEATURE_SCALE};
 use shared::api::{LevelDoc, PartitionDoc};
+use shared::digest::hash_hex;
 use shared::error::{Error, Result};
 use shared::params::limits;
 

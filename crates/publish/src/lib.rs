@@ -24,3 +24,4 @@ pub mod plan;
 pub mod publish;
 pub mod thumbcode;
 pub mod thumbs;
+pub mod topk;

@@ -4,7 +4,7 @@
 use dp::subset::release;
 use paper::metrics::{average_precision, recall_at_k};
 use publish::blocks::{decode, encode, rank, BlockItem};
-use publish::partition::TopK;
+use publish::topk::TopK;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 

@@ -22,8 +22,9 @@ mod ood;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use embed::model::{from_rgba, weights_version, Inference, Model, PIXELS};
+use embed::model::{weights_version, Inference, Model, PIXELS};
 use embed::photo::analyse;
+use embed::photo::to_model_input;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -271,7 +272,7 @@ fn score_photo(
     side: usize,
     anchors: &Refs,
 ) -> Res<(Inference, Scores)> {
-    let pixels = from_rgba(rgba, side, side)?;
+    let pixels = to_model_input(rgba, side, side)?;
     let inf = model.infer(&pixels)?;
     let s = scores(model, &pixels, &inf, anchors);
     Ok((inf, s))
@@ -391,7 +392,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             .map(|i| -> Res<(bool, usize)> {
                 let img = test.images.image(i);
                 let rgba: Vec<u8> = img.iter().flat_map(|&g| [g, g, g, 255]).collect();
-                let out = from_rgba(&rgba, 28, 28)?;
+                let out = to_model_input(&rgba, 28, 28)?;
                 // The query model's features of what the pipeline made of the image, against
                 // the gallery's own row of it (another model's: compared even when unchanged).
                 let f = model.search_features(&out)?;

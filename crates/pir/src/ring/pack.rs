@@ -159,6 +159,8 @@ pub struct PackingPlan {
     /// Every key switch's transformed digits, in the order the online pass consumes them.
     digits: StepDigits,
     a: Vec<u64>,
+    /// The online pass's transform-domain tables for the plan's ring, built on first use.
+    tables: std::sync::OnceLock<Tables>,
 }
 
 /// Every key switch's transformed digits of a plan, one step after another, modulo `Q` and
@@ -271,7 +273,12 @@ impl PackingPlan {
             a = add(&a, &switched);
         }
         debug_assert_eq!(digits.steps(), steps);
-        PackingPlan { width, digits, a }
+        PackingPlan {
+            width,
+            digits,
+            a,
+            tables: std::sync::OnceLock::new(),
+        }
     }
 
     /// Bytes [`PackingPlan::write_digits`] writes.
@@ -327,7 +334,7 @@ impl PackingPlan {
     /// and residue, a rotation and a permutation of slots — no transforms until the last.
     pub fn pack_b(&self, ring: &Ring, bodies: &PackingBodies, b_values: &[u64]) -> Vec<u64> {
         assert!(!b_values.is_empty() && b_values.len().next_power_of_two() == self.width);
-        let tables = ring.packing_tables();
+        let tables = self.tables.get_or_init(|| Tables::new(ring));
         // A leaf is `P·N⁻¹·b` as a constant polynomial: the same value in every slot modulo
         // `Q`, and 0 modulo `P`.
         let scale = Q.shoup(Q.mul(P.value % Q.value, Q.inv(ring.n() as u64)));

@@ -66,8 +66,6 @@ pub struct Ring {
     ntt_p: Ntt,
     /// `P⁻¹ mod Q`, for the rounding division of key switching.
     p_inv: Shoup,
-    /// The online packing's transform-domain tables, built on first use (servers only).
-    packing: std::sync::OnceLock<super::pack::Tables>,
 }
 
 impl Ring {
@@ -76,7 +74,6 @@ impl Ring {
             ntt: Ntt::new(n, Q),
             ntt_p: Ntt::new(n, P),
             p_inv: Q.shoup(Q.inv(P.value % Q.value)),
-            packing: std::sync::OnceLock::new(),
         }
     }
 
@@ -89,11 +86,6 @@ impl Ring {
         let mut f = a.to_vec();
         self.ntt.forward(&mut f);
         f
-    }
-
-    /// The online packing's tables ([`super::pack`]).
-    pub(super) fn packing_tables(&self) -> &super::pack::Tables {
-        self.packing.get_or_init(|| super::pack::Tables::new(self))
     }
 
     /// The transform modulo `P` of a copy of `a` (already reduced modulo `P`).

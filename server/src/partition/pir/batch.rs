@@ -23,10 +23,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use ::pir::ring::inspiring::InspiringBodies;
-use ::pir::ring::scores::encode_answer;
+use ::pir::ring::rlwe::Ring;
+use ::pir::ring::scores::{decode_upload, encode_answer, ScoreDb};
+use axum::body::Bytes;
 use tokio::sync::oneshot;
 
-use super::serve::{PirCounters, QueryError, ScoresQuery, ScoresServe};
+use super::counters::PirCounters;
 
 /// Queries answered in one pass at most: a batch's work (and the first request's wait) grows
 /// with its size, while the reads it saves are shared once a few queries share them
@@ -135,6 +137,50 @@ impl ScoresServe {
             }
         }
     }
+}
+
+/// Why a query body was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("the body must be 1..={max} query vectors of {per} bytes each; got {got} bytes")]
+    Size { per: usize, max: usize, got: usize },
+    #[error("the scores query is malformed: {0}")]
+    Scores(String),
+    #[error("the query is malformed: {0}")]
+    Malformed(String),
+}
+
+/// A scores query decoded (cheap next to its answer: done before it takes an answer slot, so
+/// a malformed one is refused without waiting for one).
+pub struct ScoresQuery {
+    pub(super) query: Vec<u64>,
+    pub(super) bodies: InspiringBodies,
+}
+
+/// The hintless ranking, ready to answer (`publish::pir::hintless`).
+pub struct ScoresServe {
+    pub ring: Ring,
+    pub db: ScoreDb,
+    /// The public file, plain and gzip.
+    pub public: (Bytes, Bytes),
+    /// Queries waiting to be answered together (below).
+    pub batch: Batcher,
+}
+
+impl std::fmt::Debug for ScoresServe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScoresServe")
+            .field("shape", &self.db.shape())
+            .field("bytes", &self.db.bytes())
+            .finish()
+    }
+}
+
+/// Decodes a hintless scores query (exactly the document's `upload_bytes`).
+pub fn decode_scores(s: &ScoresServe, body: &[u8]) -> Result<ScoresQuery, QueryError> {
+    let (query, bodies) = decode_upload(&s.db.shape(), s.ring.n(), body)
+        .map_err(|e| QueryError::Scores(e.to_string()))?;
+    Ok(ScoresQuery { query, bodies })
 }
 
 #[cfg(test)]

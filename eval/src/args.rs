@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use shared::Mechanism;
 
-use privatemail_server::gallery::data::DEFAULT_DIR;
+use data::fashion::DEFAULT_DIR;
 
 #[derive(Parser, Debug)]
 #[command(about = "Privacy–utility table and plots of PrivateMail and baselines on Fashion-MNIST")]

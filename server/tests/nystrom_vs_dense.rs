@@ -12,11 +12,11 @@ use shared::{DMatrix, Params};
 
 #[test]
 fn nystrom_matches_dense_on_3000_images() {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").unwrap();
     let n = 3000;
     // The server's features: the on-device model's.
-    let model = embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::MODEL_WEIGHTS).unwrap();
     let feats: Vec<Vec<f32>> = (0..n)
         .map(|i| model.infer(test.images.image(i)).unwrap().features)
         .collect();

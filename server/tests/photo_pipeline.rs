@@ -3,14 +3,12 @@
 //! (`embed::ood`), on a small fixed sample so a regression cannot pass silently. The full figures come from `eval --photos`
 //! (`docs/eval/photos.md`).
 
+use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR};
+use data::photos::{render, Shot};
 use embed::model::Model;
 use embed::ood::{assess_input, fit, Reference};
 use embed::photo::to_model_input;
-use privatemail_server::gallery::data::{
-    balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR,
-};
-use privatemail_server::gallery::photos::{render, Shot};
-use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

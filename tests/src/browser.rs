@@ -225,7 +225,7 @@ pub fn native_features(i: usize) -> Vec<f32> {
     let (px, _) = test_image(i);
     let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
     let pixels = embed::photo::to_model_input(&rgba, 28, 28).unwrap();
-    let model = embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     model.search_features(&pixels).unwrap()
 }
 

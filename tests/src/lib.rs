@@ -272,16 +272,16 @@ pub fn status_json(http: &reqwest::blocking::Client, base: &str) -> serde_json::
 
 /// Test image `i` of Fashion-MNIST (pixels, label).
 pub fn test_image(i: usize) -> (Vec<u8>, u32) {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").expect("Fashion-MNIST");
     (test.images.image(i).to_vec(), test.labels[i] as u32)
 }
 
 /// The page's ten samples (`web/samples.js`, written by `server/tests/wasm_parity_fixture.rs`):
 /// sample `c` is the last training image of class `c`.
 pub fn sample_images() -> Vec<Vec<u8>> {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let train = data::fashion::load_split(dir, "train").expect("Fashion-MNIST");
     (0..10u8)
         .map(|class| {
             let i = (0..train.labels.len())
@@ -296,10 +296,9 @@ pub fn sample_images() -> Vec<Vec<u8>> {
 /// What a real client computes on-device for test image `i`: the retrieval model's features
 /// and the class model's label (`embed::classify`).
 pub fn client_query(i: usize) -> (Vec<f64>, u32) {
-    let model =
-        embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).expect("weights");
-    let classifier = embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS)
-        .expect("class model");
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).expect("weights");
+    let classifier =
+        embed::classify::Classifier::from_bytes(data::assets::CLASS_WEIGHTS).expect("class model");
     let (px, _) = test_image(i);
     let features = model.search_features(&px).expect("28×28");
     let class = classifier.classify(&px).expect("28×28");

@@ -183,10 +183,10 @@ pub struct Ahead {
 /// The on-device model's features of the first `count` held-out photos: Fashion-MNIST training
 /// images the demo gallery never holds, at any size (`data::reserved_train`).
 pub fn held_out_features(count: usize) -> Vec<Vec<f32>> {
-    let model = embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
-    privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let train = data::fashion::load_split(dir, "train").expect("Fashion-MNIST");
+    data::fashion::reserved_train(train.labels.len(), &[])
         .into_iter()
         .take(count)
         .map(|i| model.search_features(train.images.image(i)).unwrap())

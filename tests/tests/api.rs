@@ -296,7 +296,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
         max_body_bytes: 1 << 20,
     };
     let local = privatemail_server::state::AppState::open(&privatemail_server::state::Options {
-        data_dir: std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
+        data_dir: std::path::Path::new(data::fashion::DEFAULT_DIR),
         store_path: &temp_store("own-local"),
         gallery_size: 1000,
         anchor_count: 200,

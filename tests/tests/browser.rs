@@ -20,7 +20,7 @@ const ROOT: &str = privatemail_e2e::browser::ROOT;
 /// Test images the native model classifies correctly and confidently: the test is about the
 /// pipeline at a large ε, not about the model's mistakes.
 fn confident_images(count: usize) -> Vec<usize> {
-    let model = embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     (5000..6000)
         .filter(|&i| {
             let (px, label) = test_image(i);
@@ -561,8 +561,8 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
     // (`web/samples.js`, `embed::sample`): its exact top 8 are the gallery's own
     // nearest neighbours of the image. The sample taken is one whose top 8 through the query
     // model differ, so the check tells the two apart.
-    let gallery_model = embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let query_model = embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let gallery_model = embed::model::Model::from_bytes(data::assets::MODEL_WEIGHTS).unwrap();
+    let query_model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     let (sample, want) = privatemail_e2e::sample_images()
         .iter()
         .enumerate()
@@ -1606,8 +1606,7 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
     // shown are the class model's (`embed::classify`, natively here): sample `i` is the
     // last training image of class `i` (`web/samples.js`).
     let samples = privatemail_e2e::sample_images();
-    let classifier =
-        embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS).unwrap();
+    let classifier = embed::classify::Classifier::from_bytes(data::assets::CLASS_WEIGHTS).unwrap();
     let mut an = 0;
     let count = js(
         &c,
@@ -1629,7 +1628,7 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
             .unwrap_or_else(|| panic!("{words}"));
         let (article, name) = rest.split_once(' ').unwrap();
         let class = classifier.classify(&samples[i as usize]).unwrap();
-        let named = privatemail_server::gallery::data::CLASS_NAMES[class.label as usize];
+        let named = data::fashion::CLASS_NAMES[class.label as usize];
         let sure = (100.0 * class.probabilities[class.label as usize] as f64).round();
         assert!(
             name.starts_with(&format!("{} ({sure}% sure)", named.to_lowercase())),

@@ -108,10 +108,10 @@ fn ids(v: &Value) -> Vec<u64> {
 /// each photo: the gallery model's features of the gallery, the query model's of the photo (as
 /// the CLI computes them).
 fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
-    let model = embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let query = embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    let dir = Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let model = embed::model::Model::from_bytes(data::assets::MODEL_WEIGHTS).unwrap();
+    let query = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
+    let dir = Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").expect("Fashion-MNIST");
     let gallery: Vec<Vec<f32>> = (0..1000)
         .map(|i| model.infer(test.images.image(i)).unwrap().features)
         .collect();
@@ -240,7 +240,7 @@ fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
 
 /// The query model's features of a model input (what the CLI computes).
 fn features(input: &[u8]) -> Vec<f32> {
-    embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS)
+    embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS)
         .unwrap()
         .search_features(input)
         .unwrap()

@@ -256,8 +256,8 @@ fn other_width_query_model(real: &str) -> (OtherWidth, Model) {
     let url = format!("{real}/api/v1/anchors");
     let body = reqwest::blocking::get(&url).unwrap().bytes().unwrap();
     let mut anchors: AnchorsResponse = serde_json::from_slice(&body).unwrap();
-    let dir = Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let dir = Path::new(data::fashion::DEFAULT_DIR);
+    let train = data::fashion::load_split(dir, "train").expect("Fashion-MNIST");
     let images: Vec<&[u8]> = anchors
         .ids
         .iter()
@@ -1303,7 +1303,7 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
     let (base, hostile) = hostile(&real.base).await;
     let bin = tokio::task::spawn_blocking(cli_bin).await.unwrap();
     let dir = std::env::temp_dir().join(format!("pm-other-model-{}", std::process::id()));
-    let ours = embed::model::weights_version(privatemail_server::QUERY_WEIGHTS);
+    let ours = embed::model::weights_version(data::assets::QUERY_WEIGHTS);
     for (i, protocol) in ["pir", "blocks", "frame", "paper"].into_iter().enumerate() {
         let args: Vec<String> = vec![
             "search".into(),
@@ -1427,7 +1427,7 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
     browser::open_page(&c, &base).await;
     let whole = browser::whole_gallery(&real.base).await;
     let samples = privatemail_e2e::sample_images();
-    let model = embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     // Under `MalformedSamples`, one sample of each kind of malformed vector.
     for sample in [0u8, 1, 2] {
         js(
@@ -1499,7 +1499,7 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
     );
     assert!(error.is_empty(), "{error}");
     let whole = browser::whole_gallery(&real.base).await;
-    let honest = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let honest = Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     let mut differs = false;
     for i in [3usize, 40, 123] {
         let (file, _) = browser::image_file(i);

@@ -127,9 +127,9 @@ struct Gallery {
 }
 
 fn photos(n: usize) -> Vec<Vec<f32>> {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
-    let model = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").unwrap();
+    let model = Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     // On every core: each photo's search features run the query model on nine views of it.
     use rayon::prelude::*;
     (0..n)

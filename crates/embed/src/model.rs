@@ -1,5 +1,5 @@
 //! The on-device feature model, defined once for inference (native and wasm): a small CNN for
-//! 28×28 greyscale images. Training (`privatemail_server::gallery::training`) runs the same
+//! 28×28 greyscale images. Training (`train`) runs the same
 //! network on whole batches with batch normalisation, folded into these convolutions' weights
 //! when it writes them; its tests check the folded weights against [`Model::forward`].
 //!

@@ -25,13 +25,11 @@ use publish::publish::{
 };
 use rayon::prelude::*;
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, demo_gallery, load_split, reserved_train,
-};
+use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train};
 use privatemail_server::partition::{
     closure_neighbours, coverage_probes, PartitionSettings, WHOLE_MAX_ITEMS,
 };
-use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 
 use super::level::{evaluate_level, Coef};
 use super::setup::{exact_top, infer, infer_rows, search_rows, Res, K, THUMB};

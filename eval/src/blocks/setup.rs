@@ -8,7 +8,7 @@ use publish::partition::Overlap;
 use publish::publish::{GalleryView, Thumbnails, COVERAGE_K};
 use rayon::prelude::*;
 
-use privatemail_server::gallery::data::Split;
+use data::fashion::Split;
 
 use crate::args::Args;
 

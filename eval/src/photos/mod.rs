@@ -29,10 +29,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, load_split, reserved_train, Split, CLASS_NAMES,
-};
-use privatemail_server::gallery::photos::{render, Shot};
+use data::fashion::{balanced_anchors, load_split, reserved_train, Split, CLASS_NAMES};
+use data::photos::{render, Shot};
 
 use crate::args::Args;
 
@@ -314,7 +312,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let weights: Vec<(String, Vec<u8>)> = if args.photos_weights.is_empty() {
         vec![(
             "committed query model".into(),
-            privatemail_server::QUERY_WEIGHTS.to_vec(),
+            data::assets::QUERY_WEIGHTS.to_vec(),
         )]
     } else {
         args.photos_weights
@@ -327,13 +325,13 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     };
     let gallery_bytes = match &args.photos_gallery {
         Some(p) => std::fs::read(p)?,
-        None => privatemail_server::MODEL_WEIGHTS.to_vec(),
+        None => data::assets::MODEL_WEIGHTS.to_vec(),
     };
     let gallery_model = Model::from_bytes(&gallery_bytes)?;
     let gallery_version = weights_version(&gallery_bytes);
     let classifier_bytes = match &args.photos_classifier {
         Some(p) => std::fs::read(p)?,
-        None => privatemail_server::CLASS_WEIGHTS.to_vec(),
+        None => data::assets::CLASS_WEIGHTS.to_vec(),
     };
     let classifier = embed::classify::Classifier::from_bytes(&classifier_bytes)?;
     let class_version = embed::classify::version(&classifier_bytes);

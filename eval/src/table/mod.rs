@@ -35,9 +35,9 @@ use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 use shared::PrivacyParams;
 
-use privatemail_server::gallery::data::load_split;
-use privatemail_server::ops::progress::Progress;
-use privatemail_server::MODEL_WEIGHTS;
+use data::assets::MODEL_WEIGHTS;
+use data::fashion::load_split;
+use data::progress::Progress;
 
 use crate::args::Args;
 use crate::rng::query_rng;

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
 use shared::DMatrix;
 
-use privatemail_server::gallery::data::Split;
+use data::fashion::Split;
 
 use super::report::Triple;
 use crate::args::{Args, EvalSplit, Features};

@@ -173,7 +173,7 @@ fn cut_lists(lists: &mut Vec<Vec<u32>>, m: usize) {
         .par_iter()
         .map(|l| l[..m.min(l.len())].to_vec())
         .collect();
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
 }
 
 /// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if

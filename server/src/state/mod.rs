@@ -15,12 +15,12 @@ use paper::frame::AnchorFrame;
 use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse, StatusResponse};
 use shared::{DMatrix, Params};
 
-use crate::gallery::data::DataError;
 use crate::gallery::index::Index;
 use crate::gallery::store::{Store, StoreError};
 use crate::item::GalleryItem;
 use crate::partition::Partitions;
 use ::embed::model::Model;
+use data::fashion::DataError;
 
 /// Anchor ids live above every gallery id the demo seeds.
 pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;

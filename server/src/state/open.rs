@@ -11,13 +11,13 @@ use shared::api::{AnchorsResponse, ConfigResponse};
 use shared::{DMatrix, Params};
 
 use super::*;
-use crate::gallery::data::{balanced_anchors, demo_gallery, load_split, CLASS_NAMES};
 use crate::gallery::index::Index;
 use crate::gallery::store::{FeatureRow, Store, StoredItem};
 use crate::item::{GalleryItem, SIDE};
-use crate::ops::progress::{Progress, Spinner};
 use crate::partition::{PartitionSettings, Partitions};
 use ::embed::model::Model;
+use data::fashion::{balanced_anchors, demo_gallery, load_split, CLASS_NAMES};
+use data::progress::{Progress, Spinner};
 use rayon::prelude::*;
 
 /// The gallery items with their features: stored ones (same weights version) reused, the
@@ -156,7 +156,7 @@ impl AppState {
         let mut report = StartupReport::default();
         let t = std::time::Instant::now();
         let d = (SIDE * SIDE) as usize;
-        let weights = model_version(crate::MODEL_WEIGHTS);
+        let weights = model_version(data::assets::MODEL_WEIGHTS);
         // The training split (for the anchors) and the store load independently: overlapped.
         // Each stored item with its stored features, if any.
         type Loaded = (
@@ -239,7 +239,7 @@ impl AppState {
             secs = report.store_load_secs,
             "store loaded"
         );
-        let model = Model::from_bytes(crate::MODEL_WEIGHTS)?;
+        let model = Model::from_bytes(data::assets::MODEL_WEIGHTS)?;
         if let Some((bad, _)) = stored
             .iter()
             .find(|(it, _)| it.pixels.len() != d || it.label >= 10)
@@ -267,7 +267,7 @@ impl AppState {
                 }
             }
         }
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
         if !packed_used {
@@ -338,7 +338,7 @@ impl AppState {
         // The out-of-distribution reference: Gaussians over the anchors' features and layer
         // means (`::embed::ood`) under the query model, the one a client scores its
         // photo with.
-        let query = Model::from_bytes(crate::QUERY_WEIGHTS)?;
+        let query = Model::from_bytes(data::assets::QUERY_WEIGHTS)?;
         // Batched as the anchors' features above (`infer_batch_with_layer_means`,
         // bit-identical to `infer_with_layer_means`, which the client scores a photo with).
         let (query_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = anchor_idx
@@ -385,7 +385,7 @@ impl AppState {
             anchor_count: anchor_idx.len(),
             anchors_sha256,
             model_version: weights,
-            query_model_version: model_version(crate::QUERY_WEIGHTS),
+            query_model_version: model_version(data::assets::QUERY_WEIGHTS),
             limits: opts.limits,
         };
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
@@ -452,7 +452,7 @@ impl AppState {
             },
         );
         let (snap, reused, embedding_secs) = embedded?;
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         report.embedding_reused = reused;
         report.embedding_secs = embedding_secs;
         *state.snapshot.write().unwrap() = Arc::new(snap);
@@ -475,7 +475,7 @@ impl AppState {
             }
         }
         state.partitions.collect_garbage();
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         state.release_catalogue_pages();
         report.partition_secs = partition_load_secs + t.elapsed().as_secs_f64();
         report.total_secs = t_total.elapsed().as_secs_f64();

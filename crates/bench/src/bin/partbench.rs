@@ -21,9 +21,7 @@ use publish::partition::{
 use publish::publish::{ranking_spec, COVERAGE_K, DEFAULT_CLOSURE, RANKING_CLOSURE};
 use rayon::prelude::*;
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR,
-};
+use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR};
 use privatemail_server::partition::{closure_neighbours, coverage_probes};
 
 #[derive(Parser)]
@@ -70,7 +68,7 @@ type Features = (Vec<f32>, Vec<f32>);
 fn model(args: &Args) -> Result<Model, Box<dyn std::error::Error>> {
     Ok(match &args.weights {
         Some(path) => Model::from_bytes(&std::fs::read(path)?)?,
-        None => Model::from_bytes(privatemail_server::MODEL_WEIGHTS)?,
+        None => Model::from_bytes(data::assets::MODEL_WEIGHTS)?,
     })
 }
 

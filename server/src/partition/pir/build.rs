@@ -29,10 +29,10 @@ use rayon::prelude::*;
 use super::serve::*;
 use crate::item::GalleryItem;
 use crate::ops::mapped::{self, Pages};
-use crate::ops::progress::Progress;
 use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;
 use crate::partition::versions::Partitions;
+use data::progress::Progress;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PirBuildError {
@@ -119,11 +119,11 @@ pub fn attach(p: &Published, partitions: &Partitions, items: &[Arc<GalleryItem>]
     // The partition's build just freed its transients (about 1.7 GB at 1,000,000 items, in
     // its threads' arenas, where this build's threads would not reuse them): give them back
     // first, so they do not add to this build's peak.
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     let built = build(p, partitions, items, inputs);
     // The thumbnails packed for the build and the table's encoding (about 0.5 GB at 1,000,000
     // items) are freed: give the pages back.
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     match built {
         Ok(serve) => {
             let _ = p.pir.set(Arc::new(serve));
@@ -213,7 +213,7 @@ pub fn build(
     // Packed again for the thumbnail database once the hintless ranking is built: not held
     // through that build's peak (0.3 GB at 1,000,000 items; packing takes about a second).
     drop(packed);
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     let rank_item = |i: usize| RankItem {
         id: items[i].id,
         label: items[i].label as u8,
@@ -235,7 +235,7 @@ pub fn build(
             tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
             None
         });
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     inputs.release();
     // Nothing reads this version's files until it is swapped in (the one serving meanwhile has
     // its own in the resident set): its pages go as each part is built, and searches fault

@@ -6,7 +6,7 @@
 //! (`embed::classify`, by default `server/assets/classifier.bin`) instead, and
 //! `--encode-class-model F` writes an existing weights file as one: the committed class model
 //! (cnn-v2-2f44aea4358eea24) is a run with the defaults, encoded so.
-//! Deterministic for a given seed (see `privatemail_server::gallery::training`).
+//! Deterministic for a given seed (see `train`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -15,9 +15,9 @@ use clap::Parser;
 use embed::classify::Classifier;
 use embed::model::{preprocess, Arch, Model};
 
-use privatemail_server::gallery::data::{load_split, Split, DEFAULT_DIR, RESERVED};
-use privatemail_server::gallery::quality::model_quality;
-use privatemail_server::gallery::training::{train, TrainConfig};
+use data::fashion::{load_split, Split, DEFAULT_DIR, RESERVED};
+use data::quality::model_quality;
+use train::{train, TrainConfig};
 
 #[derive(Parser)]
 #[command(about = "Train the on-device feature model on Fashion-MNIST")]
@@ -88,7 +88,7 @@ struct Args {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Progress (log lines when stderr is not a terminal) goes to stderr; results to stdout.
     tracing_subscriber::fmt()
-        .with_writer(privatemail_server::ops::progress::LogWriter::Stderr)
+        .with_writer(data::progress::LogWriter::Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -105,7 +105,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             "model.bin"
         };
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/assets")).join(name)
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../server/assets")).join(name)
     });
     if let Some(path) = &args.evaluate {
         let bytes = std::fs::read(path)?;

@@ -4,7 +4,7 @@
 use embed::model::Model;
 use rayon::prelude::*;
 
-use crate::gallery::data::Split;
+use crate::fashion::Split;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Quality {

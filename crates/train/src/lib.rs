@@ -126,14 +126,14 @@ enum Draw {
     /// Mirrored if the flag is set, shifted by `(dx, dy)`.
     Shifted(bool, i32, i32),
     /// A photo taken with `Shot` (noise from a stream seeded with the `u64`), mirrored if set.
-    Photo(crate::gallery::photos::Shot, u64, bool),
+    Photo(data::photos::Shot, u64, bool),
 }
 
 /// The model input of a photo of the preprocessed image `x` (values `p / 255`).
-fn photo_input(x: &[f32], shot: &crate::gallery::photos::Shot, seed: u64, flip: bool) -> Vec<f32> {
+fn photo_input(x: &[f32], shot: &data::photos::Shot, seed: u64, flip: bool) -> Vec<f32> {
     let img: Vec<u8> = x.iter().map(|v| (v * 255.0).round() as u8).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let photo = crate::gallery::photos::render(&img, shot, &mut rng);
+    let photo = data::photos::render(&img, shot, &mut rng);
     let pixels = embed::photo::to_model_input(&photo, shot.side, shot.side)
         .expect("a rendered photo has a valid size");
     let x = embed::model::preprocess(&pixels).expect("28×28");
@@ -289,7 +289,7 @@ pub fn train(
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
         let mut seen = 0usize;
-        let bar = crate::ops::progress::Progress::new(
+        let bar = data::progress::Progress::new(
             format!("epoch {}/{}", epoch + 1, cfg.epochs),
             batches as u64,
             "batches",
@@ -301,7 +301,7 @@ pub fn train(
                 .map(|_| {
                     if cfg.photo_share > 0.0 && rng.random::<f32>() < cfg.photo_share {
                         let side = if rng.random::<bool>() { 56 } else { 112 };
-                        let mut shot = crate::gallery::photos::Shot::random(side, &mut rng);
+                        let mut shot = data::photos::Shot::random(side, &mut rng);
                         shot.noise = rng.random_range(0.0..8.0);
                         Draw::Photo(shot, rng.random(), rng.random())
                     } else if cfg.augment {

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=0 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release -q -p privatemail-server --bin server -p privatemail-e2e --bin hostilebench
+cargo build --release -q -p privatemail-server --bin server -p privatemail-bench --bin hostilebench
 n=${1:-10000}
 dir=$(mktemp -d)
 port=$((19000 + RANDOM % 1000))

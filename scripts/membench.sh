@@ -21,7 +21,7 @@ n=${1:-1000000}
 every=${MEMBENCH_EVERY:-1}
 # MEMBENCH_BUILD=0: use the binaries as they are.
 if [ "${MEMBENCH_BUILD:-1}" != 0 ]; then
-  nice -n 10 cargo build --release -q -p privatemail-server --bin server -p privatemail-e2e --bin pirbench
+  nice -n 10 cargo build --release -q -p privatemail-server --bin server -p privatemail-bench --bin pirbench
 fi
 logs=/tmp/membench-logs; mkdir -p "$logs"
 dir=$(mktemp -d /tmp/membench.XXXXXX)

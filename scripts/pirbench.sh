@@ -16,11 +16,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_WASM=0 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release -q -p privatemail-server --bin server -p privatemail-e2e --bin pirbench
+cargo build --release -q -p privatemail-server --bin server -p privatemail-bench --bin pirbench
 if [ -n "${PIRBENCH_PAGE_AT:-}" ]; then
   PM_SETUP_BROWSER=1 bash scripts/setup.sh
   bash scripts/build-web.sh
-  cargo build --release -q -p privatemail-e2e --bin pagebench
+  cargo build --release -q -p privatemail-bench --bin pagebench
 fi
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(10000 70000 1000000:300)
 logs=/tmp/pirbench-logs; mkdir -p "$logs"

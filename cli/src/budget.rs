@@ -1,12 +1,12 @@
 //! The privacy budget this user has spent from this machine: every release's receipt, kept in
 //! a file under the user's state directory and composed as the page composes its own
-//! (`shared::dp::budget::compose`).
+//! (`dp::budget::compose`).
 
 use std::path::PathBuf;
 
-use shared::dp::budget::{compose, Total};
-use shared::dp::mechanism::Receipt;
-use shared::protocol::ledger::LedgerError;
+use client::ledger::LedgerError;
+use dp::budget::{compose, Total};
+use dp::mechanism::Receipt;
 
 use crate::error::{CliError, Result};
 
@@ -97,7 +97,7 @@ pub fn reset() -> Result<()> {
     store(&[])
 }
 
-/// The receipts file as the search drivers' ledger (`shared::protocol::ledger`): a release is
+/// The receipts file as the search drivers' ledger (`client::ledger`): a release is
 /// guarded against `--max-epsilon`, then recorded, before the driver hands out the request that
 /// carries it. The CLI error behind a refusal is kept, so its exit code survives the driver.
 pub struct Spend {
@@ -121,7 +121,7 @@ impl Spend {
     }
 }
 
-impl shared::protocol::ledger::Ledger for Spend {
+impl client::ledger::Ledger for Spend {
     fn record(&mut self, receipt: &Receipt) -> std::result::Result<(), LedgerError> {
         let done =
             guard(Some(receipt), self.max_epsilon, self.delta).and_then(|()| record(receipt));

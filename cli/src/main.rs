@@ -22,13 +22,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use client::pir_search::RankingKind;
+use embed::classify::Classifier;
+use embed::model::Model;
+use publish::plan::{candidates, pareto};
 use serde::Serialize;
 use shared::api::{AddItemsRequest, ChangeResponse, NewItem};
-use shared::embed::classify::Classifier;
-use shared::embed::model::Model;
 use shared::params::limits;
-use shared::protocol::pir_search::RankingKind;
-use shared::protocol::plan::{candidates, pareto};
 
 use error::{CliError, Result};
 use search::{Protocol, Query};
@@ -36,7 +36,7 @@ use search::{Protocol, Query};
 /// The query model, the one a photo's features come from (the same file the page loads,
 /// trained to land a photo where the server's gallery model puts its clean image).
 pub const QUERY_WEIGHTS: &[u8] = include_bytes!("../../server/assets/query.bin");
-/// The class model whose label the CLI prints and Algorithm 1 uses (`shared::embed::classify`;
+/// The class model whose label the CLI prints and Algorithm 1 uses (`embed::classify`;
 /// the same file the page loads).
 pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../server/assets/classifier.bin");
 
@@ -274,7 +274,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             println!("photo: {} (on-device model)", out.predicted_class);
             if out.unfamiliar {
-                println!("{}", shared::embed::ood::UNFAMILIAR_MESSAGE);
+                println!("{}", embed::ood::UNFAMILIAR_MESSAGE);
             }
             if let Some(c) = &out.pir {
                 println!(

@@ -1,5 +1,5 @@
 //! A photo file → the model's 28×28 inputs, with the page's preprocessing
-//! (`shared::embed::photo::analyse`, as `from_rgba`), so one photo gives the same inputs
+//! (`embed::photo::analyse`, as `from_rgba`), so one photo gives the same inputs
 //! everywhere.
 
 use std::path::Path;
@@ -13,7 +13,7 @@ const MAX_SIDE: u32 = 16_384;
 
 /// Decode a PNG or JPEG of any size and reduce it to the models' 28×28 grey inputs (the
 /// retrieval model's `pixels`, the class model's `class_pixels`).
-pub fn load(path: &Path) -> Result<shared::embed::photo::Framing> {
+pub fn load(path: &Path) -> Result<embed::photo::Framing> {
     let bad = |reason: String| CliError::BadPhoto {
         path: path.display().to_string(),
         reason,
@@ -35,6 +35,5 @@ pub fn load(path: &Path) -> Result<shared::embed::photo::Framing> {
         .map_err(|e| bad(format!("not a PNG or JPEG image this tool can read: {e}")))?;
     let rgba = img.to_rgba8();
     let (w, h) = rgba.dimensions();
-    shared::embed::photo::analyse(rgba.as_raw(), w as usize, h as usize)
-        .map_err(|e| bad(e.to_string()))
+    embed::photo::analyse(rgba.as_raw(), w as usize, h as usize).map_err(|e| bad(e.to_string()))
 }

@@ -1,4 +1,4 @@
-//! A PIR search from the command line: the flow of `shared::protocol::pir_search` over HTTP.
+//! A PIR search from the command line: the flow of `client::pir_search` over HTTP.
 //! Hints and the ranking table are public, immutable files: cached on disk by their SHA-256
 //! (under the state directory's `pir-cache/`), so only the first search of a version pays for
 //! them.
@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use client::pir_search::driver::{FailureKind, PirCache, PirSearch, Request, Step};
+use client::pir_search::{plan_of, PirPlan, Ranked, RankingKind};
+use publish::pir::doc::PirDoc;
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 use shared::api::PartitionDoc;
 use shared::params::limits;
-use shared::pir::doc::PirDoc;
-use shared::protocol::pir_search::driver::{FailureKind, PirCache, PirSearch, Request, Step};
-use shared::protocol::pir_search::{plan_of, PirPlan, Ranked, RankingKind};
 
 use crate::error::{CliError, Result};
 use crate::http::{BodyLimit, Server};
@@ -46,7 +46,7 @@ pub(crate) fn public_file(
     sha256: &str,
     limit: BodyLimit,
 ) -> Result<(Vec<u8>, u64)> {
-    if !shared::protocol::plan::is_hash(sha256) {
+    if !publish::plan::is_hash(sha256) {
         return Err(CliError::Malformed(format!(
             "{url}: the server names its SHA-256 as `{}`, not 64 hex digits",
             shared::text::excerpt(sha256, 80)
@@ -54,14 +54,14 @@ pub(crate) fn public_file(
     }
     let cached = cache_dir().map(|d| d.join(sha256.to_ascii_lowercase()));
     if let Some(bytes) = cached.as_ref().and_then(|p| std::fs::read(p).ok()) {
-        if shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
+        if publish::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
             return Ok((bytes, 0));
         }
     }
     let got = server.get_bounded(url, limit)?;
     let (bytes, n) = (got.bytes, got.wire);
     if let Some(p) = cached {
-        if shared::protocol::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
+        if publish::blocks::hash_hex(&bytes).eq_ignore_ascii_case(sha256) {
             let _ = std::fs::create_dir_all(p.parent().expect("a file in a directory"));
             let tmp = p.with_extension("part");
             if std::fs::write(&tmp, &bytes).is_ok() {
@@ -73,7 +73,7 @@ pub(crate) fn public_file(
 }
 
 /// The ranked top k (ids, labels, distances) with their thumbnails checked: the sequence of
-/// `shared::protocol::pir_search::driver` over HTTP. This function only moves bytes; the
+/// `client::pir_search::driver` over HTTP. This function only moves bytes; the
 /// order, sizes and failure handling are the driver's. A hostile failure is persisted
 /// ([`crate::refusal`]) before it is reported.
 pub fn search(

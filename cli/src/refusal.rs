@@ -1,4 +1,4 @@
-//! The persisted refusal after a hostile PIR failure (`shared::protocol::pir_search::driver`):
+//! The persisted refusal after a hostile PIR failure (`client::pir_search::driver`):
 //! one file in the state directory, `refusals.json`, mapping a server's base URL to the
 //! refusal. While a server has one, every search against it (every protocol: no fallback to a
 //! less private mode) is refused before anything is sent, until `privatemail clear-refusal`.
@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use shared::protocol::pir_search::driver::Refusal;
+use client::pir_search::driver::Refusal;
 
 use crate::error::{CliError, Result};
 

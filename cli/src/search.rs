@@ -6,22 +6,22 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use client::block_driver::{BlockGet, BlockSearch, BlockSearchError};
+use client::frame_search::{FrameSearch, FrameSearchError};
+use dp::mechanism::Receipt;
+use embed::classify::Classifier;
+use embed::model::Model;
+use embed::photo::Framing;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use paper::frame::AnchorFrame;
+use paper::privatemail::Anchors;
+use publish::blocks::max_transfer_len;
+use publish::centroids::{self, centroids_url, Centroids};
+use publish::plan::{plan, validate_doc, whole_plan, Plan};
 use rand::RngCore;
 use serde::Serialize;
 use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc, Ranking};
-use shared::dp::mechanism::Receipt;
-use shared::embed::classify::Classifier;
-use shared::embed::model::Model;
-use shared::embed::photo::Framing;
 use shared::params::limits;
-use shared::protocol::block_driver::{BlockGet, BlockSearch, BlockSearchError};
-use shared::protocol::blocks::max_transfer_len;
-use shared::protocol::centroids::{self, centroids_url, Centroids};
-use shared::protocol::frame::AnchorFrame;
-use shared::protocol::frame_search::{FrameSearch, FrameSearchError};
-use shared::protocol::plan::{plan, validate_doc, whole_plan, Plan};
-use shared::protocol::privatemail::Anchors;
 use shared::{DMatrix, Mechanism, PrivacyParams};
 
 use crate::budget;
@@ -53,7 +53,7 @@ pub struct Query {
     pub k: usize,
     pub max_bytes: f64,
     /// PIR: the ranking kind a person chose.
-    pub pir_ranking: Option<shared::protocol::pir_search::RankingKind>,
+    pub pir_ranking: Option<client::pir_search::RankingKind>,
     pub whole: bool,
     pub max_epsilon: Option<f64>,
     pub progress: bool,
@@ -78,7 +78,7 @@ pub struct Outcome {
     pub protocol: Protocol,
     pub predicted_class: String,
     /// The photo's out-of-distribution score against the anchors' reference, and whether it is
-    /// above the calibrated threshold (`shared::embed::ood`): then it does not look like
+    /// above the calibrated threshold (`embed::ood`): then it does not look like
     /// clothing. `None` for an input with almost no ink (an infinite score).
     pub unfamiliar_score: Option<f32>,
     pub unfamiliar: bool,
@@ -93,7 +93,7 @@ pub struct Outcome {
     /// The public anchors' bytes this search downloaded (0 when this client held their copy).
     pub anchors_bytes_downloaded: u64,
     pub results: Vec<Hit>,
-    pub budget: shared::dp::budget::Total,
+    pub budget: dp::budget::Total,
     pub timings: Timings,
 }
 
@@ -122,7 +122,7 @@ fn anchors(
 }
 
 /// Does the photo look like something the gallery holds? Its score against the anchors'
-/// public reference (`shared::embed::ood`; checked with the anchors in [`anchors`]), computed
+/// public reference (`embed::ood`; checked with the anchors in [`anchors`]), computed
 /// here; the anchors are the same public file for every client, so fetching them reveals
 /// nothing about the photo.
 fn familiarity(
@@ -130,8 +130,8 @@ fn familiarity(
     pixels: &[u8],
     features: &[f32],
     layer_means: &[f32],
-) -> Result<shared::embed::ood::Familiarity> {
-    shared::embed::ood::assess_input(pixels, features, layer_means, &anchors.familiarity)
+) -> Result<embed::ood::Familiarity> {
+    embed::ood::assess_input(pixels, features, layer_means, &anchors.familiarity)
         .map_err(|e| CliError::Malformed(format!("the anchors' reference: {e}")))
 }
 
@@ -160,7 +160,7 @@ pub fn run(
     crate::refusal::guard(&server.base)?;
     let start = Instant::now();
     let config: ConfigResponse = server.get_json("/api/v1/config")?;
-    let ours = shared::embed::model::weights_version(crate::QUERY_WEIGHTS);
+    let ours = embed::model::weights_version(crate::QUERY_WEIGHTS);
     if config.query_model_version != ours {
         return Err(CliError::Malformed(format!(
             "the server's gallery expects the query model {}, this client has {ours}: update \
@@ -170,7 +170,7 @@ pub fn run(
     }
     let t = Instant::now();
     // The unshifted input's inference and layer means (for the familiarity score) and the
-    // search features over the half-pixel views (`shared::embed::views`).
+    // search features over the half-pixel views (`embed::views`).
     let photo = model
         .infer_photo(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
@@ -181,7 +181,7 @@ pub fn run(
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config, model)?;
     let ood = familiarity(&public_anchors, pixels, &inf.features, layer_means)?;
-    let mut rng = shared::dp::rng::secure_rng()?;
+    let mut rng = dp::rng::secure_rng()?;
     let mut pir = None;
     let (receipt, plan, bytes, results) = match q.protocol {
         Protocol::Blocks => blocks(server, &config, &photo.search, q, &mut rng)?,
@@ -192,7 +192,7 @@ pub fn run(
                 q.k,
                 q.max_bytes,
                 q.pir_ranking,
-                shared::dp::rng::secure_rng()?,
+                dp::rng::secure_rng()?,
             )?;
             let hits = ranked
                 .hits
@@ -254,7 +254,7 @@ pub fn choose_plan(doc: &PartitionDoc, q: &Query) -> Result<Plan> {
 
 /// The centroids of a (public) level: fetched once per version (kept on disk by SHA-256, like
 /// PIR's public files), read within the size the document declares (on the wire and
-/// decompressed), checked against its hash and decoded by `shared::protocol::centroids`. A
+/// decompressed), checked against its hash and decoded by `publish::centroids`. A
 /// wrong size, hash or header is an unusable answer (exit 7), like a damaged block. Returns
 /// them and the bytes downloaded (0 when cached).
 pub fn level_centroids(
@@ -279,7 +279,7 @@ pub fn level_centroids(
 
 type Found = (Option<Receipt>, Option<Plan>, u64, Vec<Hit>);
 
-/// A block search through the shared driver (`shared::protocol::block_driver`): the driver
+/// A block search through the shared driver (`client::block_driver`): the driver
 /// checks the plan, names the centroids, makes the release, records its receipt in the
 /// receipts file (after the `--max-epsilon` guard) and only then hands out the block requests;
 /// this function moves the bytes.
@@ -422,7 +422,7 @@ fn fetch_all(server: &Server, fetch: &[BlockGet], progress: bool) -> Result<Fetc
 }
 
 /// A search by noisy numbers (the frame or Algorithm 1) through the shared driver
-/// (`shared::protocol::frame_search`): the driver makes the release, records its receipt in the
+/// (`client::frame_search`): the driver makes the release, records its receipt in the
 /// receipts file (after the `--max-epsilon` guard) and only then hands out the request; this
 /// function moves the bytes.
 fn ranked_by_server(

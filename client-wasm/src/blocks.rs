@@ -1,12 +1,12 @@
 //! Private block retrieval in the browser (`shared::protocol::{plan, blocks}`,
-//! `shared::dp::subset`): load the public partition, plan, release the blocks to download with
+//! `dp::subset`): load the public partition, plan, release the blocks to download with
 //! the k-subset mechanism, and rank what was downloaded. Design and leakage rules:
 //! `shared/spec/blocks.md`.
 
+use client::block_driver::{BlockSearch, BlockSearchError};
+use dp::mechanism::Receipt;
+use publish::plan::Plan;
 use shared::api::PartitionDoc;
-use shared::dp::mechanism::Receipt;
-use shared::protocol::block_driver::{BlockSearch, BlockSearchError};
-use shared::protocol::plan::Plan;
 use wasm_bindgen::prelude::*;
 
 use crate::budget::JsLedger;
@@ -75,7 +75,7 @@ struct BlockRanking {
     own_block: Option<u32>,
 }
 
-/// A level's blocks drawn flat (`shared::protocol::map::block_map`) with their sizes.
+/// A level's blocks drawn flat (`publish::map::block_map`) with their sizes.
 #[derive(serde::Serialize)]
 struct BlockMap {
     level: usize,
@@ -108,7 +108,7 @@ impl Client {
         }
         let doc: PartitionDoc = serde_json::from_str(partition_json)
             .map_err(|e| js_err(format!("the server's partition is malformed: {e}")))?;
-        shared::protocol::plan::validate_doc(&doc).map_err(js_err)?;
+        publish::plan::validate_doc(&doc).map_err(js_err)?;
         if doc.feature_dim != self.config.feature_dim {
             return Err(js_err(format!(
                 "the server's partition has {}-dimensional features, but the model computes {}",
@@ -142,35 +142,34 @@ impl Client {
             return Ok(None);
         }
         let req = CentroidsRequest {
-            url: shared::protocol::centroids::centroids_url(p, level),
+            url: publish::centroids::centroids_url(p, level),
             max_bytes: l.centroids_bytes,
-            max_wire_bytes: shared::protocol::blocks::max_transfer_len(l.centroids_bytes),
+            max_wire_bytes: publish::blocks::max_transfer_len(l.centroids_bytes),
         };
         serde_json::to_string(&req).map(Some).map_err(js_err)
     }
 
     /// Keep `level`'s centroids file (its uncompressed bytes), once its size, SHA-256 and
-    /// header agree with the partition (`shared::protocol::centroids::verify`); an error
+    /// header agree with the partition (`publish::centroids::verify`); an error
     /// otherwise, and nothing is kept. Sends nothing.
     pub fn set_centroids(&mut self, level: usize, bytes: &[u8]) -> Result<(), JsError> {
-        let c =
-            shared::protocol::centroids::verify(self.partition()?, level, bytes).map_err(|e| {
-                js_err(format!(
-                    "the gallery's centroids do not match what it published (the server sent \
+        let c = publish::centroids::verify(self.partition()?, level, bytes).map_err(|e| {
+            js_err(format!(
+                "the gallery's centroids do not match what it published (the server sent \
                  different data, or the gallery changed): {e}"
-                ))
-            })?;
+            ))
+        })?;
         self.centroids.insert(c.hash.to_ascii_lowercase(), c);
         Ok(())
     }
 
     /// The plan for a search at `epsilon` within `max_bytes` expected bytes on the wire (JSON
-    /// `shared::protocol::plan::Plan`). Public: a function of ε, the byte budget and the
+    /// `publish::plan::Plan`). Public: a function of ε, the byte budget and the
     /// partition only — it reads no photo, so the number of blocks and their level reveal
     /// nothing. Sends nothing.
     pub fn plan(&self, epsilon: f64, max_bytes: f64) -> Result<String, JsError> {
         let p = self.partition()?;
-        let plan = shared::protocol::plan::plan(p, epsilon, max_bytes).map_err(js_err)?;
+        let plan = publish::plan::plan(p, epsilon, max_bytes).map_err(js_err)?;
         serde_json::to_string(&plan).map_err(js_err)
     }
 
@@ -178,25 +177,25 @@ impl Client {
     /// array of `Plan`), for the plot. Public, like [`Client::plan`]. Sends nothing.
     pub fn plans(&self, epsilon: f64) -> Result<String, JsError> {
         let p = self.partition()?;
-        let all = shared::protocol::plan::candidates(p, epsilon).map_err(js_err)?;
-        serde_json::to_string(&shared::protocol::plan::pareto(all)).map_err(js_err)
+        let all = publish::plan::candidates(p, epsilon).map_err(js_err)?;
+        serde_json::to_string(&publish::plan::pareto(all)).map_err(js_err)
     }
 
     /// The whole-gallery plan (one block, nothing released, zero privacy cost), or an error
     /// when the operator does not allow it. Public. Sends nothing.
     pub fn whole_plan(&self) -> Result<String, JsError> {
-        let plan = shared::protocol::plan::whole_plan(self.partition()?).map_err(js_err)?;
+        let plan = publish::plan::whole_plan(self.partition()?).map_err(js_err)?;
         serde_json::to_string(&plan).map_err(js_err)
     }
 
     /// Release the blocks to download for the loaded photo under `plan_json` (a `Plan` as
     /// [`Client::plan`] or [`Client::whole_plan`] returned it) with the shared driver
-    /// (`shared::protocol::block_driver`, the CLI's too). Returns JSON `{receipt, epsilon}`;
+    /// (`client::block_driver`, the CLI's too). Returns JSON `{receipt, epsilon}`;
     /// the URLs come from [`Client::block_requests`].
     ///
     /// The photo's true block (its nearest centroid at the plan's level) is computed here and
-    /// never leaves wasm. `shared::protocol::block_search::release_blocks` draws `L` of the
-    /// level's `B` blocks with the k-subset mechanism (`shared::dp::subset`: pure ε-DP, δ = 0,
+    /// never leaves wasm. `client::block_search::release_blocks` draws `L` of the
+    /// level's `B` blocks with the k-subset mechanism (`dp::subset`: pure ε-DP, δ = 0,
     /// ρ = ε²/2 — the receipt) from the crypto RNG, then puts the set in a fresh uniformly random
     /// order (the same RNG), so neither the set nor the order depends on the photo beyond the
     /// mechanism's output. When the plan downloads every block of its level (`L = B`, or the
@@ -211,7 +210,7 @@ impl Client {
             Some(c) => Some(self.level_centroids(c.level)?),
             None => None,
         };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let mut rng = dp::rng::secure_rng().map_err(js_err)?;
         let receipt = search.release(cents, &mut rng).map_err(js_err)?;
         let out = BlockRelease {
             epsilon: receipt.map_or(0.0, |r| r.epsilon),
@@ -306,9 +305,10 @@ impl Client {
         let released = ranked.released;
         // Where nothing was released (the whole gallery, or every block) the centroids were
         // never needed, so they may not be loaded: then there is no own block to show.
-        let own_block = self.level_centroids(ranked.level).ok().map(|c| {
-            shared::protocol::partition::nearest_centroid(&c.values, p.feature_dim, query)
-        });
+        let own_block = self
+            .level_centroids(ranked.level)
+            .ok()
+            .map(|c| publish::partition::nearest_centroid(&c.values, p.feature_dim, query));
         let out = BlockRanking {
             results,
             thumb_side: p.thumb_side,
@@ -333,9 +333,8 @@ impl Client {
             .levels
             .get(level)
             .ok_or_else(|| js_err(format!("the partition has no level {level}")))?;
-        let points =
-            shared::protocol::map::block_map(&self.level_centroids(level)?.values, p.feature_dim)
-                .map_err(js_err)?;
+        let points = publish::map::block_map(&self.level_centroids(level)?.values, p.feature_dim)
+            .map_err(js_err)?;
         let out = BlockMap {
             level,
             points,
@@ -358,7 +357,7 @@ impl Client {
     pub(crate) fn level_centroids(
         &self,
         level: usize,
-    ) -> Result<&shared::protocol::centroids::Centroids, JsError> {
+    ) -> Result<&publish::centroids::Centroids, JsError> {
         let l = self
             .partition()?
             .levels

@@ -1,28 +1,28 @@
 //! The privacy budget: composing the receipts of the releases this browser made.
 
-use shared::dp::mechanism::Receipt;
-use shared::protocol::ledger::LedgerError;
+use client::ledger::LedgerError;
+use dp::mechanism::Receipt;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::js_err;
 
 /// The budget spent by a list of receipts (a JSON array, as `privatize` returned them), composed
-/// by zCDP and reported at `delta` (see `shared::dp::budget`). Returns JSON `shared::dp::budget::Total`.
+/// by zCDP and reported at `delta` (see `dp::budget`). Returns JSON `dp::budget::Total`.
 #[wasm_bindgen]
 pub fn compose_budget(receipts_json: &str, delta: f64) -> Result<String, JsError> {
     let receipts: Vec<Receipt> = serde_json::from_str(receipts_json)
         .map_err(|e| js_err(format!("stored receipts are malformed: {e}")))?;
-    let total = shared::dp::budget::compose(&receipts, delta).map_err(js_err)?;
+    let total = dp::budget::compose(&receipts, delta).map_err(js_err)?;
     serde_json::to_string(&total).map_err(js_err)
 }
 
-/// The page's ledger as the search drivers see it (`shared::protocol::ledger`): a JavaScript
+/// The page's ledger as the search drivers see it (`client::ledger`): a JavaScript
 /// function called with the receipt's JSON, which stores it (`web/budget.js`, `spend`) and
 /// throws if it cannot. The driver hands out a release's request only after it returned.
 pub(crate) struct JsLedger<'a>(pub(crate) &'a js_sys::Function);
 
-impl shared::protocol::ledger::Ledger for JsLedger<'_> {
+impl client::ledger::Ledger for JsLedger<'_> {
     fn record(&mut self, receipt: &Receipt) -> Result<(), LedgerError> {
         let json = serde_json::to_string(receipt).map_err(|e| LedgerError(e.to_string()))?;
         self.0

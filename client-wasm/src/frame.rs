@@ -1,5 +1,5 @@
-//! The anchor-frame protocol in the browser (`shared::protocol::frame`) through the shared
-//! driver (`shared::protocol::frame_search`, the CLI's too): [`Client::privatize`] makes the
+//! The anchor-frame protocol in the browser (`::paper::frame`) through the shared
+//! driver (`client::frame_search`, the CLI's too): [`Client::privatize`] makes the
 //! release (the photo placed in the server's public frame with one dummy row per other class,
 //! released with noise), [`Client::search_request`] records its receipt through the page's
 //! ledger and only then hands out `POST /api/v1/search`, and [`Client::pick`] picks the real
@@ -9,8 +9,8 @@
 //! random order — and only after the page's ledger recorded the release. The real row's
 //! position stays in the driver.
 
+use client::frame_search::FrameSearch;
 use shared::api::Ranking;
-use shared::protocol::frame_search::FrameSearch;
 use shared::{Mechanism, PrivacyParams};
 use wasm_bindgen::prelude::*;
 
@@ -21,7 +21,7 @@ use crate::{js_err, named, Client};
 /// yet the request: that comes from [`Client::search_request`], once the spend is recorded).
 #[derive(serde::Serialize)]
 struct Privatized {
-    receipt: shared::dp::mechanism::Receipt,
+    receipt: dp::mechanism::Receipt,
     sensitivity: f64,
 }
 
@@ -64,7 +64,7 @@ impl Client {
             delta,
             mechanism,
         };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let mut rng = dp::rng::secure_rng().map_err(js_err)?;
         let search = FrameSearch::frame(
             &self.config,
             &self.frame,

@@ -1,6 +1,6 @@
 //! The browser client, compiled to WebAssembly with wasm-bindgen: the on-device model, the
-//! client side of the anchor-frame protocol (`shared::protocol::frame`) and of private block
-//! retrieval (`shared::protocol::{plan, blocks}`, `shared::dp::subset`).
+//! client side of the anchor-frame protocol (`::paper::frame`) and of private block
+//! retrieval (`shared::protocol::{plan, blocks}`, `dp::subset`).
 //!
 //! API boundary: what leaves this module towards the network is only
 //! - for the frame protocol, the JSON body that [`Client::search_request`] returns — noisy rows
@@ -24,11 +24,11 @@
 //! retrieval, and the block map), `pir.rs` (private information retrieval), `budget.rs` (composing
 //! receipts) and `disclosure.rs` (what a plan tells the server, in figures).
 
+use ::paper::frame::AnchorFrame;
+use ::paper::privatemail::Anchors;
+use embed::classify::Classifier;
+use embed::model::Model;
 use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc};
-use shared::embed::classify::Classifier;
-use shared::embed::model::Model;
-use shared::protocol::frame::AnchorFrame;
-use shared::protocol::privatemail::Anchors;
 use shared::DMatrix;
 use wasm_bindgen::prelude::*;
 
@@ -54,7 +54,7 @@ pub(crate) fn js_err(e: impl std::fmt::Display) -> JsError {
 #[wasm_bindgen]
 pub struct Client {
     model: Model,
-    /// The class model (`shared::embed::classify`): the label shown and Algorithm 1's.
+    /// The class model (`embed::classify`): the label shown and Algorithm 1's.
     classifier: Classifier,
     frame: AnchorFrame,
     config: ConfigResponse,
@@ -62,21 +62,21 @@ pub struct Client {
     /// The same features in f32, as the model computed them (the block ranking's query).
     query_f32: Option<Vec<f32>>,
     /// The last noisy-numbers release (the frame or Algorithm 1), until its answer.
-    pending: Option<shared::protocol::frame_search::FrameSearch>,
+    pending: Option<client::frame_search::FrameSearch>,
     /// The validated partition document (`GET /api/v1/partition`).
     partition: Option<PartitionDoc>,
     /// Verified centroids of the loaded partition's levels, by their SHA-256 (content
     /// addressed, so per version; each level's fetched at most once while its version is
     /// loaded).
-    centroids: std::collections::HashMap<String, shared::protocol::centroids::Centroids>,
+    centroids: std::collections::HashMap<String, publish::centroids::Centroids>,
     /// The last block release, until its blocks are ranked.
-    pending_blocks: Option<shared::protocol::block_driver::BlockSearch>,
+    pending_blocks: Option<client::block_driver::BlockSearch>,
     /// The public anchors' features and labels, for Algorithm 1 (its kernel cache is built on
     /// the first Algorithm 1 search, so page load does not pay for it).
     anchor_features: DMatrix<f64>,
     /// The anchors' reference for the photo's out-of-distribution score
-    /// (`shared::embed::ood`), checked for shape when loaded (`AnchorsResponse::check`).
-    familiarity: shared::embed::ood::Reference,
+    /// (`embed::ood`), checked for shape when loaded (`AnchorsResponse::check`).
+    familiarity: embed::ood::Reference,
     anchor_labels: Vec<u32>,
     paper: Option<Anchors>,
     /// The on-device model's label of the loaded photo (Algorithm 1's query label; it never
@@ -89,7 +89,7 @@ pub struct Client {
 #[wasm_bindgen]
 impl Client {
     /// `weights`: the bytes of `query.bin` (the query model); `class_weights`: the bytes of
-    /// `classifier.bin` (the class model, `shared::embed::classify`); `config_json`,
+    /// `classifier.bin` (the class model, `embed::classify`); `config_json`,
     /// `anchors_json`: the bodies of `GET /api/v1/config` and `GET /api/v1/anchors`. The frame's sensitivity is computed here
     /// from the rows received, so a server cannot make the noise too small.
     #[wasm_bindgen(constructor)]
@@ -107,7 +107,7 @@ impl Client {
         // configuration names is the one trained to land a photo among them (and the one the
         // familiarity reference was fitted with); a photo's features from any other weights
         // would be compared with them silently and rank nonsense.
-        let version = shared::embed::model::weights_version(weights);
+        let version = embed::model::weights_version(weights);
         if config.query_model_version != version {
             return Err(js_err(format!(
                 "the server's gallery expects the query model {}, but it sent the page model \

@@ -3,8 +3,8 @@
 //! keep the features and the class). Nothing here
 //! sends anything: the features and the predicted label stay in the `Client`.
 
-use shared::embed::model::Model;
-use shared::embed::photo::analyse;
+use embed::model::Model;
+use embed::photo::analyse;
 use wasm_bindgen::prelude::*;
 
 use crate::{js_err, Client};
@@ -27,7 +27,7 @@ impl OnDeviceModel {
     }
 
     /// The search features of a 28×28 greyscale model input (784 bytes, row-major): unit
-    /// length, averaged over half-pixel shifts (`shared::embed::views`), as a photo's search
+    /// length, averaged over half-pixel shifts (`embed::views`), as a photo's search
     /// uses them.
     pub fn features(&self, pixels: &[u8]) -> Result<Vec<f32>, JsError> {
         self.model.search_features(pixels).map_err(js_err)
@@ -49,11 +49,11 @@ struct ImageInfo {
     probability: f32,
     probabilities: Vec<f32>,
     /// The photo's out-of-distribution score against the anchors' reference and whether it is
-    /// above the calibrated threshold (`shared::embed::ood`): the photo does not look like
+    /// above the calibrated threshold (`embed::ood`): the photo does not look like
     /// clothing. `null` for an input with almost no ink (an infinite score).
     unfamiliar_score: Option<f32>,
     unfamiliar: bool,
-    /// The sentence to show when `unfamiliar` (`shared::embed::ood::UNFAMILIAR_MESSAGE`).
+    /// The sentence to show when `unfamiliar` (`embed::ood::UNFAMILIAR_MESSAGE`).
     unfamiliar_message: Option<&'static str>,
     /// Which features a search uses: `"query model"` (computed here, as for every photo) or
     /// `"published"` (a sample's gallery-model features, `Client::load_sample`).
@@ -65,7 +65,7 @@ struct ImageInfo {
 #[wasm_bindgen]
 impl Client {
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
-    /// (`shared::embed::photo::analyse`, as `from_rgba`), run the models, keep the features.
+    /// (`embed::photo::analyse`, as `from_rgba`), run the models, keep the features.
     /// Returns JSON `{pixels, label, class_name, probability, probabilities,
     /// unfamiliar_score, unfamiliar, unfamiliar_message}`.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
@@ -80,14 +80,14 @@ impl Client {
 
     /// As [`Client::load_image`] for one of the page's samples (`web/samples.js`), which
     /// carries the gallery model's features of itself and that model's version
-    /// (`shared::embed::sample`): a search uses those features when `model_version` is the
+    /// (`embed::sample`): a search uses those features when `model_version` is the
     /// gallery's (the configuration's `model_version`), and the query model's otherwise.
     /// Published features that are not a finite unit vector of the model's length are
     /// refused: the sample is then searched with the query model's features, as any photo,
     /// and `published_error` says why.
     ///
     /// Privacy: the features are public data from the server, checked like any query
-    /// (`shared::embed::sample::published_features`); every protocol's guarantee holds for
+    /// (`embed::sample::published_features`); every protocol's guarantee holds for
     /// any unit vector, so a sample's search reveals what a photo's would. A refusal changes
     /// only which features are searched, never whether a search follows, so malformed
     /// features cannot tell the server which sample was chosen by a search that never came.
@@ -100,7 +100,7 @@ impl Client {
         model_version: &str,
     ) -> Result<String, JsError> {
         let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
-        let published = match shared::embed::sample::published_features(features) {
+        let published = match embed::sample::published_features(features) {
             Ok(f) => Ok((model_version == self.config.model_version).then_some(f)),
             Err(e) => Err(e.to_string()),
         };
@@ -110,7 +110,7 @@ impl Client {
 
 impl Client {
     /// The query from the retrieval model's input and the class model's (the photo pipeline
-    /// gives each its own: `shared::embed::photo::Framing::class_pixels`); `published`, if
+    /// gives each its own: `embed::photo::Framing::class_pixels`); `published`, if
     /// `Ok(Some)`, replaces the retrieval model's features as the query (a sample's, checked;
     /// `Err`: why they were refused).
     fn load(
@@ -124,16 +124,15 @@ impl Client {
             Err(e) => (None, Some(e)),
         };
         // The unshifted input's inference and layer means (for the familiarity check) and the
-        // search features over the half-pixel views (`shared::embed::views`), in one call.
+        // search features over the half-pixel views (`embed::views`), in one call.
         let photo = self.model.infer_photo(pixels).map_err(js_err)?;
         let (inf, layers) = (&photo.inference, &photo.layer_means);
         // The class shown (and Algorithm 1's label) is the class model's; the features are
         // the retrieval model's.
         let class = self.classifier.classify(class_pixels).map_err(js_err)?;
         let class_name = self.class_name(class.label);
-        let ood =
-            shared::embed::ood::assess_input(pixels, &inf.features, layers, &self.familiarity)
-                .map_err(js_err)?;
+        let ood = embed::ood::assess_input(pixels, &inf.features, layers, &self.familiarity)
+            .map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
             label: class.label,
@@ -142,9 +141,7 @@ impl Client {
             probabilities: class.probabilities,
             unfamiliar_score: ood.score.is_finite().then_some(ood.score),
             unfamiliar: ood.unfamiliar,
-            unfamiliar_message: ood
-                .unfamiliar
-                .then_some(shared::embed::ood::UNFAMILIAR_MESSAGE),
+            unfamiliar_message: ood.unfamiliar.then_some(embed::ood::UNFAMILIAR_MESSAGE),
             features: if published.is_some() {
                 "published"
             } else {

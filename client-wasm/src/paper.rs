@@ -1,8 +1,8 @@
-//! The paper's Algorithm 1 in the browser (`shared::protocol::privatemail`), for study and
+//! The paper's Algorithm 1 in the browser (`::paper::privatemail`), for study and
 //! comparison: the request goes through the frame protocol's round trip (`frame.rs`).
 
-use shared::protocol::frame_search::FrameSearch;
-use shared::protocol::privatemail::Anchors;
+use ::paper::privatemail::Anchors;
+use client::frame_search::FrameSearch;
 use shared::{Mechanism, PrivacyParams};
 use wasm_bindgen::prelude::*;
 
@@ -10,7 +10,7 @@ use crate::{js_err, named, Client};
 
 #[wasm_bindgen]
 impl Client {
-    /// Privatize the loaded image with the paper's Algorithm 1 (`shared::protocol::privatemail`):
+    /// Privatize the loaded image with the paper's Algorithm 1 (`::paper::privatemail`):
     /// the photo's features, one public anchor of every other class as decoys, and every
     /// anchor, one SMLQ step released with discrete Gaussian noise calibrated to the proven
     /// sensitivity bound (ε, δ, the named mechanism), then post-processing from the noisy rows
@@ -47,7 +47,7 @@ impl Client {
             delta,
             mechanism,
         };
-        let mut rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let mut rng = dp::rng::secure_rng().map_err(js_err)?;
         let search =
             FrameSearch::paper(&self.config, anchors, (query, label), &privacy, k, &mut rng)
                 .map_err(js_err)?;

@@ -1,4 +1,4 @@
-//! Private information retrieval in the browser: `shared::protocol::pir_search::driver` behind
+//! Private information retrieval in the browser: `client::pir_search::driver` behind
 //! four calls. The driver decides every request of a search (order, sizes, what follows a
 //! failure); the page only moves bytes: [`Client::pir_start`] gives the first request,
 //! [`Client::pir_answer`] takes each answer and gives the next, [`Client::pir_body`] is a
@@ -10,11 +10,9 @@
 //! "kind", "message", "refusal"}`. A `refusal` (after an answer failed a check that involved
 //! the photo's secret) must be stored by the page and passed to every later `pir_start`.
 
-use shared::pir::doc::PirDoc;
-use shared::protocol::pir_search::driver::{
-    Failure, PirCache, PirSearch, Prepared, Refusal, Step, Traffic,
-};
-use shared::protocol::pir_search::{self, PirPlan};
+use client::pir_search::driver::{Failure, PirCache, PirSearch, Prepared, Refusal, Step, Traffic};
+use client::pir_search::{self, PirPlan};
+use publish::pir::doc::PirDoc;
 use wasm_bindgen::prelude::*;
 
 use crate::blocks::BlockHit;
@@ -34,7 +32,7 @@ pub(crate) struct PirSession {
 #[derive(serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 enum StepJson {
-    Send(shared::protocol::pir_search::driver::Request),
+    Send(client::pir_search::driver::Request),
     Done(DoneJson),
 }
 
@@ -97,7 +95,7 @@ impl Client {
     pub fn pir_prepare(&mut self, plan_json: &str) -> Result<f64, JsError> {
         let plan: PirPlan = serde_json::from_str(plan_json).map_err(js_err)?;
         let t = js_sys::Date::now();
-        let rng = shared::dp::rng::secure_rng().map_err(js_err)?;
+        let rng = dp::rng::secure_rng().map_err(js_err)?;
         let prepared = Prepared::new(self.partition()?, self.pir_doc()?, &plan, rng);
         self.pir.prepared = Some(prepared);
         Ok(js_sys::Date::now() - t)
@@ -127,12 +125,7 @@ impl Client {
         let doc = self.pir_doc()?;
         let prepared = match held {
             Some(p) => p,
-            None => Prepared::new(
-                part,
-                doc,
-                &plan,
-                shared::dp::rng::secure_rng().map_err(js_err)?,
-            ),
+            None => Prepared::new(part, doc, &plan, dp::rng::secure_rng().map_err(js_err)?),
         };
         let (search, step) = PirSearch::start_prepared(
             part,

@@ -1,7 +1,7 @@
 //! Private block retrieval through the wasm `Client` in headless Chromium: the plan is a function
 //! of public data only (two photos, one plan), a release is L distinct URLs of one level in a
 //! uniformly random order with the true block's position uniform, the ranking equals the native
-//! `shared::protocol::blocks::rank`, hashes are checked, and bad inputs are errors, not panics.
+//! `publish::blocks::rank`, hashes are checked, and bad inputs are errors, not panics.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -52,10 +52,10 @@ fn plan_with_three_or_more(c: &Client) -> Value {
 /// Native ground truth for the test: the photo's true block at a level (the level's
 /// centroids file decoded natively).
 fn true_block(doc: &PartitionDoc, files: &[Vec<Vec<u8>>], level: usize, pixels: &[u8]) -> u32 {
-    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(WEIGHTS).unwrap();
     let q = model.search_features(pixels).unwrap();
-    let c = shared::protocol::centroids::verify(doc, level, files[level].last().unwrap()).unwrap();
-    shared::protocol::partition::nearest_centroid(&c.values, doc.feature_dim, &q)
+    let c = publish::centroids::verify(doc, level, files[level].last().unwrap()).unwrap();
+    publish::partition::nearest_centroid(&c.values, doc.feature_dim, &q)
 }
 
 /// Give the client `level`'s centroids as the page does: it asks for them (the URL and the
@@ -245,7 +245,7 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
     assert!(c.rank_blocks(vec![], 8).is_err(), "nothing released yet");
     let level = plan_with_three_or_more(&c)["level"].as_u64().unwrap() as usize;
     load_centroids(&mut c, &files, level);
-    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(WEIGHTS).unwrap();
     for (k, plan) in [
         (1, plan_with_three_or_more(&c).to_string()),
         (4, c.whole_plan().unwrap()),
@@ -271,10 +271,10 @@ fn ranking_the_released_blocks_equals_the_native_ranking_after_the_hash_check() 
             .iter()
             .map(|u| {
                 let (lv, b) = common::level_block(u.as_str().unwrap());
-                shared::protocol::blocks::decode(&files[lv][b as usize], None).unwrap()
+                publish::blocks::decode(&files[lv][b as usize], None).unwrap()
             })
             .collect();
-        let want = shared::protocol::blocks::rank(&q, &blocks, 8).unwrap();
+        let want = publish::blocks::rank(&q, &blocks, 8).unwrap();
         let results = got["results"].as_array().unwrap();
         assert_eq!(results.len(), 8);
         for (r, h) in results.iter().zip(&want) {
@@ -364,10 +364,10 @@ fn the_block_map_and_the_disclosure_equal_the_native_ones() {
         assert!(c.block_map(level).is_err(), "centroids not loaded yet");
         load_centroids(&mut c, &files, level);
         let got = json(&c.block_map(level).unwrap());
-        let flat = shared::protocol::centroids::verify(&doc, level, files[level].last().unwrap())
+        let flat = publish::centroids::verify(&doc, level, files[level].last().unwrap())
             .unwrap()
             .values;
-        let want = shared::protocol::map::block_map(&flat, doc.feature_dim).unwrap();
+        let want = publish::map::block_map(&flat, doc.feature_dim).unwrap();
         assert_eq!(got["level"].as_u64().unwrap() as usize, level);
         let points: Vec<[f64; 2]> = serde_json::from_value(got["points"].clone()).unwrap();
         assert_eq!(points.len(), l.blocks as usize);
@@ -384,8 +384,8 @@ fn the_block_map_and_the_disclosure_equal_the_native_ones() {
     // What a plan tells the server: the native figures for a block plan and the whole gallery.
     for plan in [plan_with_three_or_more(&c), json(&c.whole_plan().unwrap())] {
         let got = json(&privatemail_client_wasm::disclosure(&plan.to_string()).unwrap());
-        let native: shared::protocol::plan::Plan = serde_json::from_value(plan).unwrap();
-        let want = shared::protocol::plan::disclosure(&native);
+        let native: publish::plan::Plan = serde_json::from_value(plan).unwrap();
+        let want = publish::plan::disclosure(&native);
         let want = serde_json::to_value(want).unwrap();
         for key in ["learns_nothing", "regions", "of"] {
             assert_eq!(got[key], want[key], "{key}");
@@ -397,7 +397,7 @@ fn the_block_map_and_the_disclosure_equal_the_native_ones() {
         if native.whole {
             assert_eq!(got["learns_nothing"], true);
         } else {
-            let p = shared::dp::subset::inclusion_probability(native.blocks, native.size, 8.0);
+            let p = dp::subset::inclusion_probability(native.blocks, native.size, 8.0);
             assert!((got["posterior"].as_f64().unwrap() - p).abs() < 1e-12);
             assert_eq!(got["regions"], 3);
         }

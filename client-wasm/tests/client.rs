@@ -3,9 +3,9 @@
 
 #![cfg(target_arch = "wasm32")]
 
+use paper::frame::AnchorFrame;
 use privatemail_client_wasm::{compose_budget, Client};
 use serde_json::{json, Value};
-use shared::protocol::frame::AnchorFrame;
 use shared::DMatrix;
 use wasm_bindgen_test::*;
 
@@ -50,7 +50,7 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
         .sum();
     assert!((p - 1.0).abs() < 1e-4);
     // The exact placement of this image, computed with the same shared code.
-    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(WEIGHTS).unwrap();
     let q = model.search_features(&image(0)).unwrap();
     let frame = AnchorFrame::new(&feats, &rows, 0.02).unwrap();
     let exact = frame
@@ -87,7 +87,7 @@ fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
         }
     }
     // σ as calibrated for the frame's sensitivity (up to the proven grid terms, < 1 %).
-    let want = shared::dp::mechanism::zcdp_sigma(eps, delta, 2f64.sqrt()).unwrap();
+    let want = dp::mechanism::zcdp_sigma(eps, delta, 2f64.sqrt()).unwrap();
     assert!(scale >= want && scale < 1.01 * want, "{scale} vs {want}");
     // Empirical std of the real row's noise: 3,000 entries, SE ≈ 1.3 %; allow 6 SE.
     let est = (sq / (10.0 * trials as f64)).sqrt();
@@ -133,10 +133,7 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
             .unwrap(),
     );
     assert!(e.contains("cnn-v2-0000000000000000"), "{e}");
-    assert!(
-        e.contains(&shared::embed::model::weights_version(WEIGHTS)),
-        "{e}"
-    );
+    assert!(e.contains(&embed::model::weights_version(WEIGHTS)), "{e}");
     let mut altered = WEIGHTS.to_vec();
     let last = altered.len() - 1;
     altered[last] ^= 1;
@@ -214,13 +211,13 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
 }
 
 /// The photo's out-of-distribution check: the score and decision are the native
-/// `shared::embed::ood::assess_input` of its input, features and layer means against the
+/// `embed::ood::assess_input` of its input, features and layer means against the
 /// reference the client was given, and the sentence comes with the decision. A malformed
 /// reference is refused when the client is made.
 #[wasm_bindgen_test]
 fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     let (config, anchors, _, _) = server_json();
-    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(WEIGHTS).unwrap();
     let q = model.infer(&image(0)).unwrap().features;
     let layers = model.layer_means(&image(0)).unwrap();
     let check = |anchors: &str| -> Value {
@@ -233,8 +230,7 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
         .unwrap();
         let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
         let parsed: shared::api::AnchorsResponse = serde_json::from_str(anchors).unwrap();
-        let native =
-            shared::embed::ood::assess_input(&image(0), &q, &layers, &parsed.familiarity).unwrap();
+        let native = embed::ood::assess_input(&image(0), &q, &layers, &parsed.familiarity).unwrap();
         let s = info["unfamiliar_score"].as_f64().unwrap() as f32;
         assert!(
             (s - native.score).abs() <= 1e-5 * native.score.max(1.0),
@@ -263,7 +259,7 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     assert!(far["unfamiliar"].as_bool().unwrap());
     assert_eq!(
         far["unfamiliar_message"].as_str().unwrap(),
-        shared::embed::ood::UNFAMILIAR_MESSAGE
+        embed::ood::UNFAMILIAR_MESSAGE
     );
     // Centred on the photo's own features and layer means: familiar, no sentence.
     let near = check(&centred(0.0));
@@ -281,7 +277,7 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     assert!(e.contains("malformed"), "{e}");
 }
 
-/// The class shown for a photo is the class model's (`shared::embed::classify`), reproduced in
+/// The class shown for a photo is the class model's (`embed::classify`), reproduced in
 /// the browser to 1e-5 of the native figures the fixture holds — not the retrieval model's
 /// (whose probabilities differ).
 #[wasm_bindgen_test]
@@ -335,7 +331,7 @@ fn a_tilted_photo_gives_the_native_model_input() {
     }
 }
 
-/// A sample (`web/samples.js`, `shared::embed::sample`) is searched with the features published
+/// A sample (`web/samples.js`, `embed::sample`) is searched with the features published
 /// with it when they are the gallery model's (the configuration's `model_version`), and with
 /// the query model's otherwise, as any photo. Published features that are not a finite unit
 /// vector of the model's length are refused with the reason, and the sample is searched with
@@ -358,8 +354,8 @@ fn a_sample_is_searched_with_its_published_gallery_features() {
             .place(&DMatrix::from_fn(1, 64, |_, j| q[j] as f64))
             .unwrap()
     };
-    let want = place(&shared::embed::sample::published_features(&published).unwrap());
-    let model = shared::embed::model::Model::from_bytes(WEIGHTS).unwrap();
+    let want = place(&embed::sample::published_features(&published).unwrap());
+    let model = embed::model::Model::from_bytes(WEIGHTS).unwrap();
     let own = place(&model.search_features(&image(0)).unwrap());
     let apart = (0..10)
         .map(|j| (want[(0, j)] - own[(0, j)]).powi(2))

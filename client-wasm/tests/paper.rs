@@ -5,12 +5,12 @@
 
 #![cfg(target_arch = "wasm32")]
 
+use dp::mechanism::calibrate;
+use paper::privatemail::{privatize, Anchors};
 use privatemail_client_wasm::Client;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde_json::{json, Value};
-use shared::dp::mechanism::calibrate;
-use shared::protocol::privatemail::{privatize, Anchors};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 use wasm_bindgen_test::*;
 
@@ -39,7 +39,7 @@ fn wasm_release_equals_the_native_one_for_the_same_seed() {
     let a = Anchors::new(&feats, &labels, &params.smlq).unwrap();
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let r = privatize(&query, label, &a, &params, &mut rng).unwrap();
-    let req = shared::api::SearchRequest::from_release(&r, 8);
+    let req = paper::privatemail::search_request(&r, 8);
     let native = &f["release"];
     assert_eq!(
         r.real_position() as u64,
@@ -127,12 +127,12 @@ fn bad_arguments_are_errors_not_panics() {
     }
 }
 
-/// The kernels' explicit SIMD (SIMD128 here, scalars natively; `shared::embed::lanes`) equals
+/// The kernels' explicit SIMD (SIMD128 here, scalars natively; `embed::lanes`) equals
 /// the scalar code bit for bit: the f64 weights of the private kernel and the f32 weights of
 /// the post-processing kernel, remainders included; both products equal the dense product.
 #[wasm_bindgen_test]
 fn simd_kernels_equal_the_scalar_code() {
-    use shared::embed::laplacian::{
+    use paper::laplacian::{
         exp_neg, exp_neg_f32, min_unit_weight, weights_in_place, DenseKernel, DenseKernel32,
         GraphOperator,
     };

@@ -1,4 +1,4 @@
-//! Native and wasm inference agree: search features (`shared::embed::views`) computed natively
+//! Native and wasm inference agree: search features (`embed::views`) computed natively
 //! for eight Fashion-MNIST test
 //! images (the fixture, checked against the current weights by a native test in `server`) are
 //! reproduced to 1e-5 in the browser. Run with

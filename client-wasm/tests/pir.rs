@@ -5,11 +5,11 @@
 
 #![cfg(target_arch = "wasm32")]
 
+use ::pir::client::{query, Hint};
+use ::pir::layout::{encode_hint, Database, Shape};
+use ::pir::lwe::matrix_a;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::pir::client::{query, Hint};
-use shared::pir::layout::{encode_hint, Database, Shape};
-use shared::pir::lwe::matrix_a;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -24,20 +24,20 @@ const NATIVE_HINTLESS_TRANSCRIPT_7: &str =
 
 #[wasm_bindgen_test]
 fn wasm_queries_answers_and_decoding_equal_the_native_ones() {
-    assert_eq!(shared::pir::selftest::transcript(7), NATIVE_TRANSCRIPT_7);
+    assert_eq!(::pir::selftest::transcript(7), NATIVE_TRANSCRIPT_7);
     assert_eq!(
-        shared::pir::selftest::hintless_transcript(7),
+        ::pir::selftest::hintless_transcript(7),
         NATIVE_HINTLESS_TRANSCRIPT_7
     );
 }
 
 #[wasm_bindgen_test]
 fn hintless_scores_at_the_deployed_degree_in_wasm() {
-    use shared::pir::ring::rlwe::{uniform, Ring};
-    use shared::pir::ring::scores::{
+    use ::pir::ring::rlwe::{uniform, Ring};
+    use ::pir::ring::scores::{
         decode, packing_masks, plaintext_scores, prepare, query, ScoreDb, ScoreShape,
     };
-    use shared::pir::ring::N;
+    use ::pir::ring::N;
     let ring = Ring::new(N);
     let mut rng = ChaCha20Rng::seed_from_u64(2);
     // Exact scores end to end on a small database at N = 4,096.
@@ -115,7 +115,7 @@ fn a_thumbnail_batch_round_trips_in_wasm() {
     let db = Database::build(shape, recs.iter().map(|r| r.as_slice())).unwrap();
     let seed = [5u8; 32];
     let hint = encode_hint(&db.hint_rows(&matrix_a(&seed, shape.cols), 0..shape.rows));
-    let h = Hint::from_bytes(&shape, &hint, &shared::protocol::blocks::hash_hex(&hint)).unwrap();
+    let h = Hint::from_bytes(&shape, &hint, &publish::blocks::hash_hex(&hint)).unwrap();
     let want = [0usize, 999, 500, 501, 3, 3, 77, 640];
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let (body, pending) = query(&shape, &seed, &want, &mut rng).unwrap();

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use shared::Mechanism;
 
-use privatemail_server::gallery::data::DEFAULT_DIR;
+use data::fashion::DEFAULT_DIR;
 
 #[derive(Parser, Debug)]
 #[command(about = "Privacy–utility table and plots of PrivateMail and baselines on Fashion-MNIST")]
@@ -47,7 +47,7 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) iterations: Option<usize>,
     /// Kernel scale of the anchor-frame placement.
-    #[arg(long, default_value_t = shared::protocol::frame::DEFAULT_KERNEL_SCALE)]
+    #[arg(long, default_value_t = paper::frame::DEFAULT_KERNEL_SCALE)]
     pub(crate) frame_kernel_scale: f64,
     /// Feature vectors: the on-device model's (64-d; the query's label is then the model's
     /// prediction, as on a real client) or raw pixels (784-d, true labels).
@@ -128,7 +128,7 @@ pub(crate) struct Args {
     /// (default: the committed gallery model); `--photos-weights` are the query models.
     #[arg(long)]
     pub(crate) photos_gallery: Option<std::path::PathBuf>,
-    /// Photo evaluation: the class model (`shared::embed::classify`) whose label is shown
+    /// Photo evaluation: the class model (`embed::classify`) whose label is shown
     /// (default: the committed one).
     #[arg(long)]
     pub(crate) photos_classifier: Option<std::path::PathBuf>,

@@ -4,6 +4,12 @@
 //! block retrieval evaluation (`blocks`, with `--blocks`).
 
 mod args;
+/// The private baselines the evaluation compares with (no route of the product uses them).
+mod baselines {
+    pub mod dsne;
+    pub mod hashing;
+    pub mod projection;
+}
 mod blocks;
 mod chart;
 mod photos;
@@ -17,7 +23,7 @@ use args::Args;
 fn main() {
     // Progress (log lines when stderr is not a terminal) goes to stderr; the table to stdout.
     tracing_subscriber::fmt()
-        .with_writer(privatemail_server::ops::progress::LogWriter::Stderr)
+        .with_writer(data::progress::LogWriter::Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

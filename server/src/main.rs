@@ -7,7 +7,7 @@ use clap::Parser;
 use shared::api::ApiLimits;
 use tracing_subscriber::EnvFilter;
 
-use privatemail_server::gallery::data::DEFAULT_DIR;
+use data::fashion::DEFAULT_DIR;
 use privatemail_server::http::router;
 use privatemail_server::net::{self, NetLimits};
 use privatemail_server::partition::PartitionSettings;
@@ -153,7 +153,7 @@ async fn main() {
     // Colours only on a terminal, so service logs stay plain text.
     tracing_subscriber::fmt()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_writer(privatemail_server::ops::progress::LogWriter::Stdout)
+        .with_writer(data::progress::LogWriter::Stdout)
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=info".into()),
         )

@@ -1,10 +1,10 @@
 //! The committed models: quality floors on a fixed subset (the first 2,000 test images), so a
 //! regression cannot pass silently. Full-split figures are in the README.
 
-use privatemail_server::gallery::data::{load_split, DEFAULT_DIR};
-use privatemail_server::gallery::quality::{model_quality, query_quality, Quality};
-use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
-use shared::embed::model::Model;
+use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::fashion::{load_split, DEFAULT_DIR};
+use data::quality::{model_quality, query_quality, Quality};
+use embed::model::Model;
 
 /// The floors both models meet: accuracy, leave-one-out Recall@1 and Recall@8.
 fn meets_floors(what: &str, q: Quality) {
@@ -17,7 +17,7 @@ fn meets_floors(what: &str, q: Quality) {
     assert!(q.recall8 >= 0.96, "{what}: Recall@8 {}", q.recall8);
 }
 
-fn test_split() -> privatemail_server::gallery::data::Split {
+fn test_split() -> data::fashion::Split {
     load_split(std::path::Path::new(DEFAULT_DIR), "t10k").unwrap()
 }
 

@@ -2,21 +2,21 @@
 //! Fashion-MNIST gallery: Recall@8 within 0.01, the aligned embeddings close, and most of
 //! each item's 8 nearest neighbours the same.
 
+use paper::align::umeyama;
+use paper::metrics::{mean, recall_at_k};
+use paper::privatemail::{embed_dense, embed_nystrom};
+use paper::retrieve::{gallery_rows, knn_rows};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::metrics::{mean, recall_at_k};
-use shared::protocol::align::umeyama;
-use shared::protocol::privatemail::{embed_dense, embed_nystrom};
-use shared::protocol::retrieve::{gallery_rows, knn_rows};
 use shared::{DMatrix, Params};
 
 #[test]
 fn nystrom_matches_dense_on_3000_images() {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").unwrap();
     let n = 3000;
     // The server's features: the on-device model's.
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::MODEL_WEIGHTS).unwrap();
     let feats: Vec<Vec<f32>> = (0..n)
         .map(|i| model.infer(test.images.image(i)).unwrap().features)
         .collect();
@@ -66,7 +66,7 @@ fn nystrom_matches_dense_on_3000_images() {
                     .iter()
                     .map(|m| m.index)
                     .collect();
-                shared::metrics::overlap(&b, &a)
+                paper::metrics::overlap(&b, &a)
             })
             .collect::<Vec<_>>(),
     );

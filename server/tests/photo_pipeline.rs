@@ -1,17 +1,16 @@
-//! The committed query model on photos through the client's pipeline (`shared::embed::photo`),
+//! The committed query model on photos through the client's pipeline (`embed::photo`),
 //! against the gallery model's features of the gallery, and its out-of-distribution check
-//! (`shared::embed::ood`), on a small fixed sample so a regression cannot pass silently. The full figures come from `eval --photos`
+//! (`embed::ood`), on a small fixed sample so a regression cannot pass silently. The full figures come from `eval --photos`
 //! (`docs/eval/photos.md`).
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR,
-};
-use privatemail_server::gallery::photos::{render, Shot};
-use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR};
+use data::photos::{render, Shot};
+use embed::model::Model;
+use embed::ood::{assess_input, fit, Reference};
+use embed::photo::to_model_input;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use shared::embed::model::{from_rgba, Model};
-use shared::embed::ood::{assess_input, Reference};
 
 const SIDE: usize = 112;
 
@@ -35,7 +34,7 @@ fn anchor_features(model: &Model, train: &Split) -> (Vec<usize>, Reference) {
         .flat_map(|&i| model.layer_means(train.images.image(i)).unwrap())
         .collect();
     let labels: Vec<u32> = idx.iter().map(|&i| train.labels[i] as u32).collect();
-    let reference = Reference::fit(
+    let reference = fit(
         &flat,
         &layers,
         &labels,
@@ -94,7 +93,7 @@ fn off_white_backgrounds_keep_the_neighbours() {
             };
             let photo = render(train.images.image(i), &shot, rng);
             model
-                .infer_photo(&from_rgba(&photo, SIDE, SIDE).unwrap())
+                .infer_photo(&to_model_input(&photo, SIDE, SIDE).unwrap())
                 .unwrap()
         };
         let (white, off) = (inf(255, &mut rng), inf(235, &mut rng));
@@ -123,7 +122,7 @@ fn agreement_with_clean(
     for (k, &i) in held.iter().enumerate() {
         let mut features = |shot: &Shot| {
             let photo = render(train.images.image(i), shot, &mut rng);
-            let pixels = from_rgba(&photo, SIDE, SIDE).unwrap();
+            let pixels = to_model_input(&photo, SIDE, SIDE).unwrap();
             model.search_features(&pixels).unwrap()
         };
         let (clean, taken) = (features(&Shot::clean(SIDE)), features(&shot(k)));
@@ -137,11 +136,9 @@ fn agreement_with_clean(
 }
 
 /// Held-out photos turned 10° either way find more of the same exact neighbours as upright,
-/// now that the photo pipeline turns them back at the photo's resolution (on this sample:
-/// 0.861 with the query model's search features (0.843 before session 41's base depth and
-/// query model), 0.838 without the views, 0.791 with session 35's query model before the base levelling,
-/// 0.770 with the gallery model's features, against 0.650 when the 28×28 input was turned
-/// instead; 0.734 before session 34's exact box sizes and photo mask floor).
+/// now that the photo pipeline turns them back at the photo's resolution (on this sample
+/// 0.861 with the query model's search features, against 0.650 when the 28×28 input was
+/// turned instead).
 #[test]
 fn tilted_photos_keep_the_neighbours() {
     let setup = neighbours_setup(100);
@@ -158,8 +155,9 @@ fn tilted_photos_keep_the_neighbours() {
 /// model's input (before the model's own step) within 1° of the level photo's. A turn can take
 /// an axis past the 12° where the pipeline levels a base instead of turning the axis
 /// (`photo_turn`); a garment's base is its hem, which the framing puts in the input's last row
-/// (`shared::embed::base`). Pure pipeline, no model. On this sample 0.953 of them (0.887 with
-/// the depth rule before session 41, which read a hem in the last row as level).
+/// (`embed::base`). Pure pipeline, no model. On this sample 0.953 of them (0.887 with
+/// the pixel's middle plus the level below as the base's depth, which read a hem in the last
+/// row as level).
 #[test]
 fn tilted_garments_are_turned_back() {
     let (_, train) = splits();
@@ -176,8 +174,8 @@ fn tilted_garments_are_turned_back() {
             ..Shot::clean(SIDE)
         };
         let photo = render(train.images.image(i), &shot, rng);
-        let pixels = shared::embed::photo::to_model_input(&photo, SIDE, SIDE).unwrap();
-        shared::embed::upright::orientation(&pixels)
+        let pixels = embed::photo::to_model_input(&photo, SIDE, SIDE).unwrap();
+        embed::upright::orientation(&pixels)
             .unwrap()
             .offset
             .to_degrees()
@@ -198,10 +196,9 @@ fn tilted_garments_are_turned_back() {
 
 /// Held-out photos of shoes (sandals, sneakers, ankle boots) turned 10° either way keep their
 /// exact neighbours: their principal axis is a diagonal the model's own step keeps as the
-/// shape, so the pipeline levels their base instead (`shared::embed::base`). On this sample
-/// 0.838 with the query model's search features (0.821 before session 41's base depth and
-/// query model; 0.814 without the views); 0.635 when the pipeline turned them by the model's step's rule
-/// (with the query model trained for that, session 35).
+/// shape, so the pipeline levels their base instead (`embed::base`). On this sample
+/// 0.838 with the query model's search features; 0.635 when the pipeline turned them by the
+/// model's step's rule (with a query model trained for that).
 #[test]
 fn tilted_shoes_keep_the_neighbours() {
     let (model, train, gallery, _) = neighbours_setup(0);
@@ -223,12 +220,8 @@ fn tilted_shoes_keep_the_neighbours() {
 /// exact neighbours: the box's short side keeps its exact length (not rounded to whole model
 /// pixels), the noise is removed by a knee that leaves the object's levels as they are, and
 /// the box ignores the faint ramp at the object's edge (`PHOTO_MASK_FLOOR`). On this sample
-/// 0.927 and 0.945 with the query model's search features (0.915 and 0.936 before session
-/// 41's base depth and query model; 0.911 and 0.929 without the
-/// views; 0.924 and 0.946 with session 35's; 0.912 and 0.934
-/// with the gallery model's features),
-/// against 0.819 and 0.886 with the short side rounded, the noise threshold subtracted and the
-/// dataset's floor (session 33).
+/// 0.927 and 0.945 with the query model's search features, against 0.819 and 0.886 with the
+/// short side rounded, the noise threshold subtracted and the dataset's floor.
 #[test]
 fn smaller_and_noisy_photos_keep_the_neighbours() {
     let setup = neighbours_setup(100);
@@ -249,9 +242,7 @@ fn smaller_and_noisy_photos_keep_the_neighbours() {
 /// `Shot::random`) keep more of their exact neighbours with the query model than with the
 /// gallery model's own features: the query model is trained to put a photo where the gallery
 /// model puts its clean image (on this sample, each searched with its search features over the
-/// half-pixel views, `shared::embed::views`: 0.873 against 0.853; before session 41's base
-/// depth and query model 0.858 against 0.831; without the views 0.850
-/// against 0.811; session 35's query model, before the base levelling, 0.831 against 0.799).
+/// half-pixel views, `embed::views`: 0.873 against 0.853).
 #[test]
 fn the_query_model_keeps_a_family_photos_neighbours() {
     let family = |weights: &[u8]| {
@@ -273,7 +264,7 @@ fn non_clothing_is_flagged_and_clothing_is_not() {
     let (anchors, reference) = anchor_features(&model, &train);
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let flagged = |rgba: &[u8], side: usize| {
-        let pixels = from_rgba(rgba, side, side).unwrap();
+        let pixels = to_model_input(rgba, side, side).unwrap();
         let inf = model.infer(&pixels).unwrap();
         let layers = model.layer_means(&pixels).unwrap();
         assess_input(&pixels, &inf.features, &layers, &reference)

@@ -5,14 +5,12 @@
 //! that block only), so a change to the level's construction or to either model that lowers it
 //! cannot pass silently. Measured on the 1,000 reserved training images `pirbench` searches with.
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR,
-};
+use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR};
+use embed::model::{Model, EMBED};
 use privatemail_server::partition::closure_neighbours;
-use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
-use shared::embed::model::{Model, EMBED};
-use shared::protocol::partition::{build_level, coverage, nearest_k_many, Level, Overlap};
-use shared::protocol::publish::{ranking_spec, COVERAGE_K};
+use publish::partition::{build_level, coverage, nearest_k_many, Level, Overlap};
+use publish::publish::{ranking_spec, COVERAGE_K};
 
 fn features(model: &Model, images: &[&[u8]]) -> Vec<f32> {
     model

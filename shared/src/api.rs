@@ -33,7 +33,7 @@ pub struct ConfigResponse {
     /// other than these ([`AnchorsResponse::check_named`]), and the CLI keeps the anchors by
     /// content, as it keeps PIR hints, reading its copy without asking the server again.
     pub anchors_sha256: String,
-    /// Version ([`crate::embed::model::weights_version`]) of the gallery model, whose features
+    /// Version ([`embed::model::weights_version`]) of the gallery model, whose features
     /// of the gallery and the anchors the server holds.
     pub model_version: String,
     /// Version of the query model, the one a client must run on a photo: trained to put a
@@ -49,11 +49,11 @@ pub struct AnchorsResponse {
     pub ids: Vec<u64>,
     pub labels: Vec<u32>,
     pub features: Vec<Vec<f32>>,
-    /// The public anchor frame (see `shared::protocol::frame`), one row per anchor.
+    /// The public anchor frame (see `paper::frame`), one row per anchor.
     pub frame_rows: Vec<Vec<f64>>,
     /// Gaussians fitted to the anchors' features and layer means, for the client's
-    /// out-of-distribution check (`shared::embed::ood`).
-    pub familiarity: crate::embed::ood::Reference,
+    /// out-of-distribution check (`embed::ood`).
+    pub familiarity: crate::familiarity::Reference,
 }
 
 impl AnchorsResponse {
@@ -65,7 +65,7 @@ impl AnchorsResponse {
     /// two clients alike and a server's documents consistent; it is not what any privacy
     /// guarantee rests on).
     pub fn check_named(body: &[u8], config: &ConfigResponse) -> crate::error::Result<()> {
-        if crate::protocol::blocks::hash_hex(body).eq_ignore_ascii_case(&config.anchors_sha256) {
+        if crate::digest::hash_hex(body).eq_ignore_ascii_case(&config.anchors_sha256) {
             Ok(())
         } else {
             Err(crate::error::Error::NotAsNamed {
@@ -79,20 +79,20 @@ impl AnchorsResponse {
     /// anchor frame, Algorithm 1, the out-of-distribution score) may then rely on their shape.
     /// One place for the rule, so the browser client and the CLI cannot drift apart (a
     /// feature-length check was once lost when it lived at one use). Refuses: a configured
-    /// feature length other than the model's ([`crate::embed::model::EMBED`]), lists of
+    /// feature length other than the model's ([`crate::params::EMBED`]), lists of
     /// different lengths (ids, labels, features, frame rows), a feature row or frame row of the
     /// wrong length, a non-finite value, a label outside the configuration's classes, and a
-    /// [`crate::embed::ood::Reference`] of the wrong shape for the model's features and
+    /// [`crate::familiarity::Reference`] of the wrong shape for the model's features and
     /// `layer_dim` layer means ([`Reference::check`]).
     ///
-    /// [`Reference::check`]: crate::embed::ood::Reference::check
+    /// [`Reference::check`]: crate::familiarity::Reference::check
     pub fn check(&self, config: &ConfigResponse, layer_dim: usize) -> crate::error::Result<()> {
         use crate::error::Error;
         let (dim, n) = (config.feature_dim, self.features.len());
-        if dim != crate::embed::model::EMBED {
+        if dim != crate::params::EMBED {
             return Err(Error::DimensionMismatch {
                 what: "the configuration's feature length (the model's)",
-                expected: crate::embed::model::EMBED,
+                expected: crate::params::EMBED,
                 got: dim,
             });
         }
@@ -172,7 +172,7 @@ pub struct SearchRequest {
     pub k: usize,
     /// Frame protocol only: the std of the noise the client added (public — a function of ε,
     /// δ and the frame). With it the server ranks by the posterior probability of each item's
-    /// class (`shared::protocol::retrieve::posterior_ranking`) instead of by distance.
+    /// class (`paper::retrieve::posterior_ranking`) instead of by distance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_std: Option<f64>,
     /// Frame protocol with `noise_std` only: how the `k` results are chosen (default
@@ -185,12 +185,12 @@ pub struct SearchRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ranking {
-    /// The most probable class's items first (`shared::protocol::retrieve::posterior_ranking`): the
+    /// The most probable class's items first (`paper::retrieve::posterior_ranking`): the
     /// most relevant items expected at every depth (best mAP).
     #[default]
     Posterior,
     /// The `k` results shared among the probable classes in proportion to their probability
-    /// (`shared::protocol::retrieve::proportional_ranking`): under heavy noise the page shows several
+    /// (`paper::retrieve::proportional_ranking`): under heavy noise the page shows several
     /// likely categories instead of betting on one (best Recall@k). The page's choice.
     Proportional,
 }
@@ -267,7 +267,7 @@ pub struct LatencySummary {
     pub p99_us: u64,
 }
 
-/// `GET /api/v1/partition`: the gallery cut into blocks (see `shared::protocol::partition`).
+/// `GET /api/v1/partition`: the gallery cut into blocks (see `publish::partition`).
 /// The same document for every client; fetching it reveals nothing about a query.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionDoc {
@@ -301,7 +301,7 @@ pub struct PartitionDoc {
 pub struct LevelDoc {
     /// B, the number of blocks.
     pub blocks: u32,
-    pub overlap: crate::protocol::partition::Overlap,
+    pub overlap: Overlap,
     /// The whole gallery as one block (B = 1): no release needed, no privacy spent.
     #[serde(default)]
     pub whole: bool,
@@ -328,7 +328,7 @@ pub struct LevelDoc {
     #[serde(deserialize_with = "doc_bounds::multiplicity")]
     pub multiplicity: Vec<u64>,
     /// Coverage measured on the public anchors.
-    pub coverage: crate::protocol::partition::Coverage,
+    pub coverage: Coverage,
 }
 
 /// The partition document decodes into bounded structures (`params::limits`): a hostile
@@ -425,41 +425,6 @@ impl ErrorResponse {
 }
 
 impl SearchRequest {
-    /// The request carrying a frame-protocol release: its rows in their (shuffled) order, `k`,
-    /// and the public noise std so the server can rank by posterior.
-    pub fn from_frame(
-        r: &crate::protocol::frame::FrameRelease,
-        k: usize,
-        ranking: Ranking,
-    ) -> Self {
-        SearchRequest {
-            query_rows: r
-                .rows
-                .row_iter()
-                .map(|x| x.iter().copied().collect())
-                .collect(),
-            anchor_rows: None,
-            k,
-            noise_std: Some(r.receipt.noise_scale),
-            ranking: Some(ranking),
-        }
-    }
-
-    /// The request carrying an Algorithm 1 release: its query rows in their (shuffled) order
-    /// and its anchor rows in the public anchor order, for the server to align.
-    pub fn from_release(r: &crate::protocol::privatemail::ClientRelease, k: usize) -> Self {
-        let rows = |m: &nalgebra::DMatrix<f64>| {
-            m.row_iter().map(|x| x.iter().copied().collect()).collect()
-        };
-        SearchRequest {
-            query_rows: rows(&r.query_rows),
-            anchor_rows: Some(rows(&r.anchor_rows)),
-            k,
-            noise_std: None,
-            ranking: None,
-        }
-    }
-
     /// Check shape, sizes and finiteness against what the server expects: `embed_dim` entries
     /// a row with anchor rows (aligned protocol), `frame_dim` without (frame protocol).
     pub fn validate(
@@ -539,13 +504,52 @@ impl SearchRequest {
     }
 }
 
+/// How a level's blocks overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum Overlap {
+    /// Each item only in its own cluster's block.
+    None,
+    /// Each item in the blocks of its `r` nearest centroids.
+    Spill(u32),
+    /// Each block also holds the `m` nearest gallery items of each member.
+    Closure(u32),
+    /// Blocks of at most `rows` items (a per-block PIR database has as many rows as its largest
+    /// block): clusters whose own members exceed half of `rows` are split, then each block is
+    /// filled with its members' `m`-nearest items and the items near its cell, those nearest
+    /// the cell first, until it holds `rows` ([`capped_members`]).
+    Capped { m: u32, rows: u32 },
+}
+
+impl Overlap {
+    /// The evaluation's name for the variant: `none`, `spill-3`, `closure-16`.
+    pub fn name(&self) -> String {
+        match self {
+            Overlap::None => "none".into(),
+            Overlap::Spill(r) => format!("spill-{r}"),
+            Overlap::Closure(m) => format!("closure-{m}"),
+            Overlap::Capped { m, rows } => format!("capped-{m}-{rows}"),
+        }
+    }
+}
+
+/// How well a level's blocks hold their queries' neighbours, measured on probe points (the
+/// server uses the public anchors, never a query).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Mean share of a probe's true top-k gallery items inside its own block.
+    pub own: f64,
+    /// Mean share inside one other block, averaged over the other blocks.
+    pub other: f64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::Error;
 
-    /// The query model's layer means' length.
-    const LAYER_DIM: usize = crate::embed::weights::Arch::WIDE.layer_dim();
+    /// The query model's layer means' length (its convolutions' widths, 64 + 128).
+    const LAYER_DIM: usize = 192;
 
     fn limits() -> ApiLimits {
         ApiLimits {
@@ -657,7 +661,8 @@ mod tests {
     /// Anchors as a server publishes them (two a class, pseudo-random features and layer
     /// means, one-hot frame rows) and the configuration naming them.
     fn anchors() -> (AnchorsResponse, ConfigResponse) {
-        use crate::embed::{model::EMBED, ood};
+        use crate::familiarity::{ClassGaussians, Reference};
+        use crate::params::EMBED;
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
             x ^= x << 13;
@@ -671,8 +676,17 @@ mod tests {
             .map(|_| (0..EMBED).map(|_| next()).collect())
             .collect();
         let layers: Vec<f32> = (0..n * LAYER_DIM).map(|_| next()).collect();
-        let familiarity =
-            ood::Reference::fit(&features.concat(), &layers, &labels, EMBED, LAYER_DIM).unwrap();
+        // Well-formed Gaussians: each class's mean of the right length, identity precisions.
+        let gaussians = |dim: usize, rows: &[f32]| ClassGaussians {
+            means: (0..10).map(|c| rows[c * dim..][..dim].to_vec()).collect(),
+            precision: (0..dim * dim)
+                .map(|i| f32::from(u8::from(i % (dim + 1) == 0)))
+                .collect(),
+        };
+        let familiarity = Reference {
+            features: gaussians(EMBED, &features.concat()),
+            layers: gaussians(LAYER_DIM, &layers),
+        };
         let frame_rows = labels
             .iter()
             .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
@@ -708,7 +722,7 @@ mod tests {
     fn anchors_named_by_content() {
         let (_, mut config) = anchors();
         let body = br#"{"ids":[]}"#;
-        config.anchors_sha256 = crate::protocol::blocks::hash_hex(body).to_uppercase();
+        config.anchors_sha256 = crate::digest::hash_hex(body).to_uppercase();
         assert_eq!(AnchorsResponse::check_named(body, &config), Ok(()));
         let other = br#"{"ids":[1]}"#;
         assert_eq!(

@@ -1,4 +1,4 @@
-//! One error type for the shared math: every bad input is a typed variant, never a panic.
+//! One error type for every layer: every bad input is a typed variant, never a panic.
 
 use thiserror::Error;
 
@@ -48,29 +48,6 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
-
-/// The lattice code's refusals, with the messages they have always had here.
-impl From<::pir::Error> for Error {
-    fn from(e: ::pir::Error) -> Self {
-        match e {
-            ::pir::Error::InvalidParameter { name, reason } => {
-                Error::InvalidParameter { name, reason }
-            }
-            ::pir::Error::TooLarge { what, count, limit } => Error::TooLarge { what, count, limit },
-            ::pir::Error::Pir(e) => e.into(),
-        }
-    }
-}
-
-/// A PIR answer, hint or record that failed its checks.
-impl From<::pir::PirError> for Error {
-    fn from(e: ::pir::PirError) -> Self {
-        Error::InvalidParameter {
-            name: "pir",
-            reason: e.to_string(),
-        }
-    }
-}
 
 /// A query feature vector at the boundary: the expected length, and finite.
 pub fn ensure_query(features: &[f64], dim: usize) -> Result<()> {

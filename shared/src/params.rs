@@ -4,6 +4,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+/// Length of the model's features: every document and request that carries features carries
+/// this many (the on-device model's output, `embed::weights::EMBED`).
+pub const EMBED: usize = 64;
+
 /// Hard limits that bound every size the shared code accepts.
 pub mod limits {
     /// Rows of one client embedding (query + dummies + anchors). The client keeps an n×n kernel,
@@ -33,7 +37,7 @@ pub mod limits {
     pub const MAX_RANK_K: usize = 100;
     /// PIR query vectors in one request (a ranking record of many columns plus the
     /// thumbnails of one search): the lattice code's own bound, `pir::client::MAX_QUERIES`.
-    pub const MAX_PIR_QUERIES: usize = ::pir::client::MAX_QUERIES;
+    pub const MAX_PIR_QUERIES: usize = 128;
     /// Bytes of one PIR hint a client accepts (a 4,096-row database has 16 MiB).
     pub const MAX_PIR_HINT_BYTES: usize = 32 << 20;
     /// Bytes of the whole ranking table a client accepts (157 B an item: 1,000,000 items are
@@ -97,6 +101,13 @@ pub mod limits {
         pub total_timeout_secs: u64,
     }
 
+    /// Bytes of the longest query model file a client accepts (two convolutions of the widest
+    /// admitted width in f32; `embed::weights::Weights::max_file_len`, checked there).
+    pub const MAX_MODEL_BYTES: usize = 2_179_384;
+    /// Bytes of the class model's file (`embed::classify::Classifier::file_len`, checked
+    /// there).
+    pub const CLASS_MODEL_BYTES: usize = 119_544;
+
     pub const CLIENT: ClientLimits = ClientLimits {
         max_partition_doc_bytes: MAX_PARTITION_DOC_BYTES,
         max_json_bytes: MAX_JSON_BYTES,
@@ -105,8 +116,8 @@ pub mod limits {
         max_block_bytes: MAX_BLOCK_BYTES,
         max_search_bytes: MAX_SEARCH_BYTES,
         max_redirects: MAX_REDIRECTS,
-        max_model_bytes: crate::embed::model::Weights::max_file_len(),
-        class_model_bytes: crate::embed::classify::Classifier::file_len(),
+        max_model_bytes: MAX_MODEL_BYTES,
+        class_model_bytes: CLASS_MODEL_BYTES,
         connect_timeout_secs: CONNECT_TIMEOUT_SECS,
         first_byte_timeout_secs: FIRST_BYTE_TIMEOUT_SECS,
         total_timeout_secs: TOTAL_TIMEOUT_SECS,
@@ -114,7 +125,7 @@ pub mod limits {
 }
 
 /// How the noise scale is calibrated. All three add exact discrete Gaussian noise on a fine
-/// power-of-two grid (see [`crate::dp::mechanism`]); they differ in how σ is chosen.
+/// power-of-two grid (see [`dp::mechanism`]); they differ in how σ is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Mechanism {
@@ -161,7 +172,7 @@ pub struct SmlqParams {
     /// Post-processing iterations `T` (the server runs `T + 1` plain ones).
     pub iterations: usize,
     /// Centre, orthonormalise and rescale the iterate after each iteration (post-processing;
-    /// see [`crate::embed::smlq::renormalize`]).
+    /// see `paper::smlq::renormalize`).
     pub renormalize: bool,
     /// Number of classes `C`; labels are `0..C`, so the largest label is `c = C − 1`. Public.
     pub num_classes: u32,

@@ -224,8 +224,8 @@ pub async fn choose(c: &Client, id: &str, value: &str) {
 pub fn native_features(i: usize) -> Vec<f32> {
     let (px, _) = test_image(i);
     let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
-    let pixels = shared::embed::model::from_rgba(&rgba, 28, 28).unwrap();
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let pixels = embed::photo::to_model_input(&rgba, 28, 28).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     model.search_features(&pixels).unwrap()
 }
 
@@ -243,24 +243,20 @@ pub async fn get_bytes(base: &str, path: &str) -> Vec<u8> {
 
 /// The whole gallery as the partition publishes it (its whole-gallery block), hash-checked:
 /// the ground truth of the exact top 8.
-pub async fn whole_gallery(base: &str) -> shared::protocol::blocks::Block {
+pub async fn whole_gallery(base: &str) -> publish::blocks::Block {
     let doc = partition(base).await;
     let level = doc
         .levels
         .iter()
         .position(|l| l.whole)
         .expect("whole level");
-    let bytes = get_bytes(
-        base,
-        &shared::protocol::block_search::block_url(&doc, level, 0),
-    )
-    .await;
-    shared::protocol::blocks::decode(&bytes, Some(&doc.levels[level].hashes[0])).unwrap()
+    let bytes = get_bytes(base, &client::block_search::block_url(&doc, level, 0)).await;
+    publish::blocks::decode(&bytes, Some(&doc.levels[level].hashes[0])).unwrap()
 }
 
 /// The ids of the exact top 8 of `whole` for `features`.
-pub fn top8(whole: &shared::protocol::blocks::Block, features: &[f32]) -> Vec<u64> {
-    shared::protocol::blocks::rank(features, std::slice::from_ref(whole), 8)
+pub fn top8(whole: &publish::blocks::Block, features: &[f32]) -> Vec<u64> {
+    publish::blocks::rank(features, std::slice::from_ref(whole), 8)
         .unwrap()
         .iter()
         .map(|h| h.id)
@@ -277,9 +273,9 @@ pub async fn centroids(
     base: &str,
     doc: &shared::api::PartitionDoc,
     level: usize,
-) -> shared::protocol::centroids::Centroids {
-    let url = shared::protocol::centroids::centroids_url(doc, level);
-    shared::protocol::centroids::verify(doc, level, &get_bytes(base, &url).await).unwrap()
+) -> publish::centroids::Centroids {
+    let url = publish::centroids::centroids_url(doc, level);
+    publish::centroids::verify(doc, level, &get_bytes(base, &url).await).unwrap()
 }
 
 /// One block search as the page made it: the URLs it passed to `fetch` (in order) and the

@@ -194,11 +194,11 @@ pub fn level_centroids(
     base: &str,
     part: &shared::api::PartitionDoc,
     level: usize,
-) -> shared::protocol::centroids::Centroids {
-    let url = shared::protocol::centroids::centroids_url(part, level);
+) -> publish::centroids::Centroids {
+    let url = publish::centroids::centroids_url(part, level);
     let r = http.get(format!("{base}{url}")).send().unwrap();
     assert!(r.status().is_success(), "{url}: {}", r.status());
-    shared::protocol::centroids::verify(part, level, &r.bytes().unwrap()).unwrap()
+    publish::centroids::verify(part, level, &r.bytes().unwrap()).unwrap()
 }
 
 /// The server with a 1,000-image gallery and 200 anchors on a fresh store (the API tests'
@@ -238,13 +238,8 @@ pub fn demo_server(tag: &str, extra: &[&str]) -> Server {
 pub fn fetch_client(
     http: &reqwest::blocking::Client,
     base: &str,
-) -> Result<
-    (
-        shared::api::ConfigResponse,
-        shared::protocol::privatemail::Anchors,
-    ),
-    Box<dyn std::error::Error>,
-> {
+) -> Result<(shared::api::ConfigResponse, paper::privatemail::Anchors), Box<dyn std::error::Error>>
+{
     let config: shared::api::ConfigResponse =
         http.get(format!("{base}/api/v1/config")).send()?.json()?;
     let anchors: shared::api::AnchorsResponse =
@@ -254,16 +249,16 @@ pub fn fetch_client(
         config.feature_dim,
         anchors.features.iter().flatten().map(|&v| v as f64),
     );
-    let a = shared::protocol::privatemail::Anchors::new(&feats, &anchors.labels, &config.smlq)?;
+    let a = paper::privatemail::Anchors::new(&feats, &anchors.labels, &config.smlq)?;
     Ok((config, a))
 }
 
 /// The search request carrying a client release.
 pub fn search_request(
-    r: &shared::protocol::privatemail::ClientRelease,
+    r: &paper::privatemail::ClientRelease,
     k: usize,
 ) -> shared::api::SearchRequest {
-    shared::api::SearchRequest::from_release(r, k)
+    paper::privatemail::search_request(r, k)
 }
 
 /// `GET {base}/api/v1/status` as JSON (panics on failure: for tests).
@@ -277,16 +272,16 @@ pub fn status_json(http: &reqwest::blocking::Client, base: &str) -> serde_json::
 
 /// Test image `i` of Fashion-MNIST (pixels, label).
 pub fn test_image(i: usize) -> (Vec<u8>, u32) {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").expect("Fashion-MNIST");
     (test.images.image(i).to_vec(), test.labels[i] as u32)
 }
 
 /// The page's ten samples (`web/samples.js`, written by `server/tests/wasm_parity_fixture.rs`):
 /// sample `c` is the last training image of class `c`.
 pub fn sample_images() -> Vec<Vec<u8>> {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let train = data::fashion::load_split(dir, "train").expect("Fashion-MNIST");
     (0..10u8)
         .map(|class| {
             let i = (0..train.labels.len())
@@ -299,13 +294,11 @@ pub fn sample_images() -> Vec<Vec<u8>> {
 }
 
 /// What a real client computes on-device for test image `i`: the retrieval model's features
-/// and the class model's label (`shared::embed::classify`).
+/// and the class model's label (`embed::classify`).
 pub fn client_query(i: usize) -> (Vec<f64>, u32) {
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS)
-        .expect("weights");
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).expect("weights");
     let classifier =
-        shared::embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS)
-            .expect("class model");
+        embed::classify::Classifier::from_bytes(data::assets::CLASS_WEIGHTS).expect("class model");
     let (px, _) = test_image(i);
     let features = model.search_features(&px).expect("28×28");
     let class = classifier.classify(&px).expect("28×28");
@@ -328,12 +321,12 @@ pub fn post_search<T: serde::de::DeserializeOwned>(
 
 /// The exact top 8 of `block` for the photo `q` by integer score `T = 2⟨q, f⟩ − ‖f‖²` over the
 /// quantised photo and features, highest first, ties to the lower id: what the hintless ranking
-/// (`shared::pir::hintless::rank`) must return for the photo's block.
-pub fn block_top8_by_scores(q: &[f32], block: &shared::protocol::blocks::Block) -> Vec<u64> {
-    use shared::protocol::blocks::quantise;
+/// (`publish::pir::hintless::rank`) must return for the photo's block.
+pub fn block_top8_by_scores(q: &[f32], block: &publish::blocks::Block) -> Vec<u64> {
+    use publish::blocks::quantise;
     let qi: Vec<i16> = q.iter().map(|&v| quantise(v)).collect();
     let fi: Vec<i16> = block.features.iter().map(|&v| quantise(v)).collect();
-    let t = shared::pir::ring::scores::plaintext_scores(&qi, &fi, block.dim);
+    let t = ::pir::ring::scores::plaintext_scores(&qi, &fi, block.dim);
     let mut order: Vec<usize> = (0..block.ids.len()).collect();
     order.sort_by(|&a, &b| t[b].cmp(&t[a]).then(block.ids[a].cmp(&block.ids[b])));
     order.iter().take(8).map(|&r| block.ids[r]).collect()

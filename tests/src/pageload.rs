@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use client::block_search::{block_url, release_blocks, verify_and_rank};
+use publish::centroids::{centroids_url, verify, Centroids};
+use publish::plan::plan;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
-use shared::protocol::block_search::{block_url, release_blocks, verify_and_rank};
-use shared::protocol::centroids::{centroids_url, verify, Centroids};
-use shared::protocol::plan::plan;
 
 #[derive(Debug, Clone)]
 pub struct LoadSettings {

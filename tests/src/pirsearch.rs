@@ -3,19 +3,19 @@
 //! fetched once, as the page keeps them; then per search the scores query, its answer, the
 //! ranking, 8 thumbnail queries and their checks.
 
+use ::pir::client::Hint;
+use ::pir::client::{Pending, Prepared};
+use client::pir_search::{
+    thumbs_decode, thumbs_prepare, thumbs_query, thumbs_query_prepared, ThumbCode,
+};
+use publish::centroids::Centroids;
+use publish::pir::doc::{PirDoc, ScoresDoc};
+use publish::pir::hintless::{self, ScoresKeys, ScoresPublic};
+use publish::pir::records::Ranked;
+use publish::thumbcode::Codebook;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
-use shared::pir::client::Hint;
-use shared::pir::client::{Pending, Prepared};
-use shared::pir::doc::{PirDoc, ScoresDoc};
-use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
-use shared::pir::records::Ranked;
-use shared::protocol::centroids::Centroids;
-use shared::protocol::pir_search::{
-    thumbs_decode, thumbs_prepare, thumbs_query, thumbs_query_prepared, ThumbCode,
-};
-use shared::protocol::thumbcode::Codebook;
 
 /// `GET`, panicking on failure (setup only).
 pub fn get(http: &Client, url: &str) -> Vec<u8> {
@@ -41,7 +41,7 @@ pub fn try_post(http: &Client, url: &str, body: Vec<u8>) -> Option<Vec<u8>> {
 pub fn thumb_codebook(http: &Client, base: &str, pir: &PirDoc) -> Option<Codebook> {
     let doc = pir.thumbs_code.as_ref()?;
     let bytes = get(http, &format!("{base}{}/thumbs/code", pir.answer_url));
-    assert_eq!(shared::protocol::blocks::hash_hex(&bytes), doc.sha256);
+    assert_eq!(publish::blocks::hash_hex(&bytes), doc.sha256);
     Some(Codebook::from_bytes(&bytes).expect("a valid codebook"))
 }
 
@@ -183,10 +183,10 @@ pub struct Ahead {
 /// The on-device model's features of the first `count` held-out photos: Fashion-MNIST training
 /// images the demo gallery never holds, at any size (`data::reserved_train`).
 pub fn held_out_features(count: usize) -> Vec<Vec<f32>> {
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
-    privatemail_server::gallery::data::reserved_train(train.labels.len(), &[])
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let train = data::fashion::load_split(dir, "train").expect("Fashion-MNIST");
+    data::fashion::reserved_train(train.labels.len(), &[])
         .into_iter()
         .take(count)
         .map(|i| model.search_features(train.images.image(i)).unwrap())

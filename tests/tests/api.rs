@@ -2,6 +2,8 @@
 //! `shared`. Needs the Debian package dataset-fashion-mnist (the set-up scripts install it).
 
 use base64::Engine;
+use paper::frame::{privatize_in_frame, AnchorFrame};
+use paper::privatemail::privatize;
 use privatemail_e2e::{
     client_query, fetch_client, post_search, search_request, temp_store, Server,
 };
@@ -11,8 +13,6 @@ use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::api::{ConfigResponse, ErrorResponse, Ranking, SearchRequest, SearchResponse};
-use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
-use shared::protocol::privatemail::privatize;
 use shared::Params;
 
 fn server() -> Server {
@@ -24,7 +24,7 @@ fn client_release(
     http: &Client,
     query_index: usize,
     seed: u8,
-) -> (shared::protocol::privatemail::ClientRelease, ConfigResponse) {
+) -> (paper::privatemail::ClientRelease, ConfigResponse) {
     let (config, a) = fetch_client(http, base).unwrap();
     let (q, label) = client_query(query_index);
     let params = Params {
@@ -296,7 +296,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
         max_body_bytes: 1 << 20,
     };
     let local = privatemail_server::state::AppState::open(&privatemail_server::state::Options {
-        data_dir: std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR),
+        data_dir: std::path::Path::new(data::fashion::DEFAULT_DIR),
         store_path: &temp_store("own-local"),
         gallery_size: 1000,
         anchor_count: 200,
@@ -397,7 +397,7 @@ fn frame_protocol_finds_the_class_at_large_epsilon() {
         let r = privatize_in_frame(&q, &frame, 9, &privacy, &mut rng).unwrap();
         // Every ranking in turn: the proportional page (what the page asks for), the
         // posterior ranking, and plain nearest neighbours in the frame (the k-d tree).
-        let mut req = SearchRequest::from_frame(&r, 8, Ranking::Proportional);
+        let mut req = paper::frame::search_request(&r, 8, Ranking::Proportional);
         match i % 3 {
             1 => req.ranking = Some(Ranking::Posterior),
             2 => (req.noise_std, req.ranking) = (None, None),

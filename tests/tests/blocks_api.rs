@@ -7,14 +7,14 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use privatemail_e2e::{gunzip, status_json, Server};
+use publish::blocks::{decode, rank, Block};
+use publish::centroids::{self, centroids_url, Centroids};
+use publish::partition::{nearest_centroid, Overlap};
+use publish::plan::validate_doc;
 use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::api::{ErrorResponse, PartitionDoc};
-use shared::protocol::blocks::{decode, rank, Block};
-use shared::protocol::centroids::{self, centroids_url, Centroids};
-use shared::protocol::partition::{nearest_centroid, Overlap};
-use shared::protocol::plan::validate_doc;
 
 const TOKEN: &str = "blocks-token";
 
@@ -474,7 +474,7 @@ fn a_gallery_change_publishes_a_new_version_and_keeps_the_old_one_for_the_grace_
     assert_eq!(s["partition"]["version"], new.version);
     // PIR databases live and expire with their version: the new document names the new
     // version, and the old version still answers queries during the grace period.
-    let pir: shared::pir::doc::PirDoc = http
+    let pir: publish::pir::doc::PirDoc = http
         .get(format!("{base}/api/v1/pir"))
         .send()
         .unwrap()
@@ -490,12 +490,10 @@ fn a_gallery_change_publishes_a_new_version_and_keeps_the_old_one_for_the_grace_
         .bytes()
         .unwrap();
     // The hint's rows are the column's width (`Shape::hint_bytes`: N entries a row).
-    let width = shared::pir::layout::decode_hint(&hint).unwrap().len() / shared::pir::lwe::LWE_N;
+    let width = ::pir::layout::decode_hint(&hint).unwrap().len() / ::pir::lwe::LWE_N;
     assert!(width > 0, "the old version's hint is served");
     // The old version's shape: its 1,000 thumbnails in columns of that width.
-    let shape =
-        shared::pir::layout::Shape::new(shared::protocol::thumbs::packed_len(28), 1000, width)
-            .unwrap();
+    let shape = ::pir::layout::Shape::new(publish::thumbs::packed_len(28), 1000, width).unwrap();
     // A query of arbitrary values, asked twice: after each late answer the old version's
     // mapped pages leave the resident set (`Partitions::after_answer`), and the second answer
     // reads them back from its files — the same bytes, so the same answer.

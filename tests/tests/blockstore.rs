@@ -61,14 +61,11 @@ fn assert_whole_version(http: &Client, base: &str) -> PartitionDoc {
     let mut items = 0;
     for (li, level) in d.levels.iter().enumerate() {
         for b in 0..level.blocks {
-            let url = format!(
-                "{base}{}",
-                shared::protocol::block_search::block_url(&d, li, b)
-            );
+            let url = format!("{base}{}", client::block_search::block_url(&d, li, b));
             let r = http.get(&url).send().unwrap();
             assert_eq!(r.status().as_u16(), 200, "{url}");
             let bytes = r.bytes().unwrap();
-            let block = shared::protocol::blocks::decode(&bytes, Some(&level.hashes[b as usize]))
+            let block = publish::blocks::decode(&bytes, Some(&level.hashes[b as usize]))
                 .unwrap_or_else(|e| panic!("{url}: {e}"));
             if level.whole {
                 items = block.ids.len();
@@ -166,7 +163,7 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     assert_eq!(gz.status().as_u16(), 200);
     assert_eq!(gz.headers()["content-encoding"], "gzip");
     let plain = gunzip(&gz.bytes().unwrap());
-    shared::protocol::blocks::decode(&plain, Some(&first.levels[level].hashes[0])).unwrap();
+    publish::blocks::decode(&plain, Some(&first.levels[level].hashes[0])).unwrap();
     assert_eq!(
         kept_map_bytes(&http, &s.base),
         0,
@@ -199,7 +196,7 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
                 assert_eq!(r.status().as_u16(), 200, "level {l} block {block}");
                 let body = r.bytes().unwrap();
                 let plain = if gzip { gunzip(&body) } else { body.to_vec() };
-                shared::protocol::blocks::decode(&plain, Some(hash)).unwrap();
+                publish::blocks::decode(&plain, Some(hash)).unwrap();
             }
         }
     }
@@ -267,7 +264,7 @@ fn a_restart_serves_the_announced_version_without_rebuilding() {
     let ok = get(&s.base, 2, true, None);
     assert_eq!(ok.status().as_u16(), 200);
     let plain = gunzip(&ok.bytes().unwrap());
-    shared::protocol::blocks::decode(&plain, Some(&first.levels[level].hashes[2])).unwrap();
+    publish::blocks::decode(&plain, Some(&first.levels[level].hashes[2])).unwrap();
     std::fs::remove_dir_all(store.parent().unwrap()).ok();
 }
 

@@ -20,7 +20,7 @@ const ROOT: &str = privatemail_e2e::browser::ROOT;
 /// Test images the native model classifies correctly and confidently: the test is about the
 /// pipeline at a large ε, not about the model's mistakes.
 fn confident_images(count: usize) -> Vec<usize> {
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     (5000..6000)
         .filter(|&i| {
             let (px, label) = test_image(i);
@@ -279,7 +279,7 @@ async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_plac
         .iter()
         .flat_map(|&(i, e)| budgets.iter().map(move |&b| (i, e, b)))
         .find_map(|(i, e, b)| {
-            let p = shared::protocol::plan::plan(&doc, e, b as f64).ok()?;
+            let p = publish::plan::plan(&doc, e, b as f64).ok()?;
             (!p.whole && p.size >= 3 && p.size < p.blocks).then_some((i, e, b, p))
         })
         .expect("a setting with L ≥ 3");
@@ -296,8 +296,7 @@ async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_plac
     let flat = privatemail_e2e::browser::centroids(&srv.base, &doc, plan.level)
         .await
         .values;
-    let truth =
-        shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
+    let truth = publish::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
     let prefix = format!("/api/v1/blocks/{}/{}/", doc.version, plan.level);
     let searches = 150;
     let logs = block_searches(&c, searches).await;
@@ -559,21 +558,18 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
         "requests differ between photos: {logs:?}"
     );
     // A sample is searched with the gallery model's features of it, published with the page
-    // (`web/samples.js`, `shared::embed::sample`): its exact top 8 are the gallery's own
+    // (`web/samples.js`, `embed::sample`): its exact top 8 are the gallery's own
     // nearest neighbours of the image. The sample taken is one whose top 8 through the query
     // model differ, so the check tells the two apart.
-    let gallery_model =
-        shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let query_model =
-        shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let gallery_model = embed::model::Model::from_bytes(data::assets::MODEL_WEIGHTS).unwrap();
+    let query_model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     let (sample, want) = privatemail_e2e::sample_images()
         .iter()
         .enumerate()
         .find_map(|(class, px)| {
-            let published = shared::embed::sample::published_features(
-                &gallery_model.infer(px).unwrap().features,
-            )
-            .unwrap();
+            let published =
+                embed::sample::published_features(&gallery_model.infer(px).unwrap().features)
+                    .unwrap();
             let want = top8(&whole, &published);
             (want != top8(&whole, &query_model.search_features(px).unwrap()))
                 .then_some((class, want))
@@ -594,7 +590,7 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
     let ids = result_ids(&c).await;
     assert_eq!(ids, want, "sample {sample}: the gallery's exact top 8");
     // The thumbnail request carries exactly 8 query vectors of the published width.
-    let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
+    let pir: publish::pir::doc::PirDoc = serde_json::from_slice(
         &privatemail_e2e::browser::get_bytes(&srv.base, "/api/v1/pir").await,
     )
     .unwrap();
@@ -624,10 +620,10 @@ async fn pir_search_is_exact_and_its_requests_do_not_depend_on_the_photo() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_not_depend_on_the_photo(
 ) {
-    use shared::protocol::blocks::decode;
+    use publish::blocks::decode;
     let srv = server();
     let doc = partition(&srv.base).await;
-    let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
+    let pir: publish::pir::doc::PirDoc = serde_json::from_slice(
         &privatemail_e2e::browser::get_bytes(&srv.base, "/api/v1/pir").await,
     )
     .unwrap();
@@ -637,10 +633,10 @@ async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_
         .expect("the capped level's ranking is offered");
     let cents = privatemail_e2e::browser::get_bytes(
         &srv.base,
-        &shared::protocol::centroids::centroids_url(&doc, sd.level),
+        &publish::centroids::centroids_url(&doc, sd.level),
     )
     .await;
-    let cents = shared::protocol::centroids::decode(&cents).unwrap().1;
+    let cents = publish::centroids::decode(&cents).unwrap().1;
     let (_driver, c) = browser().await;
     open_page(&c, &srv.base).await;
     choose(&c, "protocol", "pir").await;
@@ -669,7 +665,7 @@ async fn hintless_pir_search_ranks_the_photos_block_exactly_and_its_requests_do_
         let ids = result_ids(&c).await;
         // The photo's block by the client's rule, and its exact top 8 by integer score.
         let q = native_features(i);
-        let x = shared::protocol::partition::nearest_centroid(&cents, doc.feature_dim, &q);
+        let x = publish::partition::nearest_centroid(&cents, doc.feature_dim, &q);
         let bytes = privatemail_e2e::browser::get_bytes(
             &srv.base,
             &format!("{}/{}/{x}", doc.blocks_url, sd.level),
@@ -792,7 +788,7 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
     choose(&c, "protocol", "blocks").await;
     // ε = 8 (slider 6) at the default 512 KiB: the whole 1,000-image gallery fits.
     choose(&c, "epsilon", "6").await;
-    let whole = shared::protocol::plan::plan(&doc, 8.0, 524288.0).unwrap();
+    let whole = publish::plan::plan(&doc, 8.0, 524288.0).unwrap();
     assert!(whole.whole, "{whole:?}");
     let (plan_text, hint) = (text(&c, "plan").await, text(&c, "eps-hint").await);
     for want in [
@@ -814,7 +810,7 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
     // The smallest ε and budget: a plan that mostly misses, said plainly.
     choose(&c, "budget", "131072").await;
     choose(&c, "epsilon", "0").await;
-    let low = shared::protocol::plan::plan(&doc, 0.1, 131072.0).unwrap();
+    let low = publish::plan::plan(&doc, 0.1, 131072.0).unwrap();
     assert!(low.predicted_fidelity < 0.5, "{low:?}");
     let plan_text = text(&c, "plan").await;
     let warn = format!(
@@ -835,9 +831,9 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
 
     // ε = 8 at 128 KiB: a block release, worded by its posterior.
     choose(&c, "epsilon", "6").await;
-    let plan = shared::protocol::plan::plan(&doc, 8.0, 131072.0).unwrap();
+    let plan = publish::plan::plan(&doc, 8.0, 131072.0).unwrap();
     assert!(!plan.whole && plan.size < plan.blocks, "{plan:?}");
-    let d = shared::protocol::plan::disclosure(&plan);
+    let d = publish::plan::disclosure(&plan);
     let (plan_text, hint) = (text(&c, "plan").await, text(&c, "eps-hint").await);
     let posterior = if plan.size == 1 {
         format!(
@@ -884,7 +880,7 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
             assert_eq!((&l[2], &l[3]), (&json!(true), &json!(true)), "{label}");
             continue;
         }
-        let want = pct(shared::protocol::plan::plan(&doc, 8.0, bytes)
+        let want = pct(publish::plan::plan(&doc, 8.0, bytes)
             .unwrap()
             .predicted_fidelity);
         assert!(
@@ -977,8 +973,7 @@ async fn block_plans_state_the_posterior_and_the_map_rings_what_the_server_saw()
     let flat = privatemail_e2e::browser::centroids(&srv.base, &doc, plan.level)
         .await
         .values;
-    let truth =
-        shared::protocol::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
+    let truth = publish::partition::nearest_centroid(&flat, doc.feature_dim, &native_features(i));
     let drawn = js(&c, marks).await;
     assert_eq!(drawn[0], json!(false));
     assert_eq!(drawn[1], json!(plan.blocks));
@@ -1204,19 +1199,19 @@ fn share(x: f64) -> String {
     }
 }
 
-/// The receipts this browser stored, composed natively (`shared::dp::budget`).
+/// The receipts this browser stored, composed natively (`dp::budget`).
 async fn native_total(
     c: &fantoccini::Client,
-    extra: Option<shared::dp::mechanism::Receipt>,
-) -> shared::dp::budget::Total {
+    extra: Option<dp::mechanism::Receipt>,
+) -> dp::budget::Total {
     let v = js(
         c,
         "return JSON.parse(localStorage.getItem('privatemail.receipts') || '[]');",
     )
     .await;
-    let mut list: Vec<shared::dp::mechanism::Receipt> = serde_json::from_value(v).unwrap();
+    let mut list: Vec<dp::mechanism::Receipt> = serde_json::from_value(v).unwrap();
     list.extend(extra);
-    shared::dp::budget::compose(&list, 1e-5).unwrap()
+    dp::budget::compose(&list, 1e-5).unwrap()
 }
 
 /// The noisy-numbers searches say what their results are worth at the chosen ε, in the figures
@@ -1320,7 +1315,7 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
     search(&c).await;
     let t = native_total(&c, None).await;
     assert!(t.basic_delta > 1e-5, "{t:?}");
-    let every_rho = shared::dp::budget::epsilon_of_rho(t.zcdp_rho, 1e-5).unwrap();
+    let every_rho = dp::budget::epsilon_of_rho(t.zcdp_rho, 1e-5).unwrap();
     assert!(every_rho > 40.0, "{t:?}");
     assert!(t.epsilon < 19.0 + 8.0, "the total jumped: {t:?}");
     let how = text(&c, "spent-how").await;
@@ -1342,7 +1337,7 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
         assert!(how.contains(&want), "{want:?} not in {how}");
     }
     // Over the limit: the warning names the release and the totals before and after.
-    let last: shared::dp::mechanism::Receipt = serde_json::from_value(
+    let last: dp::mechanism::Receipt = serde_json::from_value(
         js(
             &c,
             "const r = JSON.parse(localStorage.getItem('privatemail.receipts')); return r[r.length - 1];",
@@ -1473,10 +1468,10 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
 /// nothing is released (PIR, the whole gallery). Grammar: "an ankle boot", "this one region".
 #[tokio::test(flavor = "multi_thread")]
 async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_hidden() {
-    use shared::protocol::pir_search::{plan_of, RankingKind};
+    use client::pir_search::{plan_of, RankingKind};
     let srv = server();
     let doc = partition(&srv.base).await;
-    let pir: shared::pir::doc::PirDoc = serde_json::from_slice(
+    let pir: publish::pir::doc::PirDoc = serde_json::from_slice(
         &privatemail_e2e::browser::get_bytes(&srv.base, "/api/v1/pir").await,
     )
     .unwrap();
@@ -1608,11 +1603,10 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
     .unwrap();
 
     // Grammar: every sample's predicted class with its article. The class and the certainty
-    // shown are the class model's (`shared::embed::classify`, natively here): sample `i` is the
+    // shown are the class model's (`embed::classify`, natively here): sample `i` is the
     // last training image of class `i` (`web/samples.js`).
     let samples = privatemail_e2e::sample_images();
-    let classifier =
-        shared::embed::classify::Classifier::from_bytes(privatemail_server::CLASS_WEIGHTS).unwrap();
+    let classifier = embed::classify::Classifier::from_bytes(data::assets::CLASS_WEIGHTS).unwrap();
     let mut an = 0;
     let count = js(
         &c,
@@ -1634,7 +1628,7 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
             .unwrap_or_else(|| panic!("{words}"));
         let (article, name) = rest.split_once(' ').unwrap();
         let class = classifier.classify(&samples[i as usize]).unwrap();
-        let named = privatemail_server::gallery::data::CLASS_NAMES[class.label as usize];
+        let named = data::fashion::CLASS_NAMES[class.label as usize];
         let sure = (100.0 * class.probabilities[class.label as usize] as f64).round();
         assert!(
             name.starts_with(&format!("{} ({sure}% sure)", named.to_lowercase())),
@@ -1657,13 +1651,13 @@ async fn choices_that_cannot_work_are_greyed_and_controls_that_do_not_apply_are_
     let (slider, eps, one) = (0..epsilons.len())
         .flat_map(|i| budgets.iter().map(move |&b| (i, epsilons[i], b)))
         .find(|&(_, e, b)| {
-            shared::protocol::plan::plan(&doc, e, b as f64)
+            publish::plan::plan(&doc, e, b as f64)
                 .is_ok_and(|p| !p.whole && p.size == 1 && p.size < p.blocks)
         })
         .expect("a plan of one block among the page's choices");
     choose(&c, "budget", &one.to_string()).await;
     choose(&c, "epsilon", &slider.to_string()).await;
-    let p = shared::protocol::plan::plan(&doc, eps, one as f64).unwrap();
+    let p = publish::plan::plan(&doc, eps, one as f64).unwrap();
     let plan = text(&c, "plan").await;
     assert!(
         plan.contains(&format!("is in this one region (of {})", p.blocks)),
@@ -1704,7 +1698,7 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
     // The first f32 scale (just after the 8-byte magic): above the format's bound.
     out_of_range[8..12].copy_from_slice(&1e6f32.to_le_bytes());
     // A query model whose first weights could overflow inference for bright photos only
-    // (their 8-bit scale past `shared::embed::weights::MAX_SCALE`, just after the 16-byte
+    // (their 8-bit scale past `embed::weights::MAX_SCALE`, just after the 16-byte
     // header).
     let mut overflowing = model.clone();
     overflowing[16..20].copy_from_slice(&1e30f32.to_le_bytes());

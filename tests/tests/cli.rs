@@ -78,7 +78,7 @@ fn photo_input(i: usize) -> Vec<u8> {
         .chunks_exact(3)
         .flat_map(|p| [p[0], p[1], p[2], 255])
         .collect();
-    shared::embed::model::from_rgba(&rgba, 84, 84).unwrap()
+    embed::photo::to_model_input(&rgba, 84, 84).unwrap()
 }
 
 /// [`photo_rgb`] `i` written as a PNG in `dir`.
@@ -108,10 +108,10 @@ fn ids(v: &Value) -> Vec<u64> {
 /// each photo: the gallery model's features of the gallery, the query model's of the photo (as
 /// the CLI computes them).
 fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::MODEL_WEIGHTS).unwrap();
-    let query = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
-    let dir = Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let model = embed::model::Model::from_bytes(data::assets::MODEL_WEIGHTS).unwrap();
+    let query = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
+    let dir = Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").expect("Fashion-MNIST");
     let gallery: Vec<Vec<f32>> = (0..1000)
         .map(|i| model.infer(test.images.image(i)).unwrap().features)
         .collect();
@@ -240,7 +240,7 @@ fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
 
 /// The query model's features of a model input (what the CLI computes).
 fn features(input: &[u8]) -> Vec<f32> {
-    shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS)
+    embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS)
         .unwrap()
         .search_features(input)
         .unwrap()
@@ -249,21 +249,17 @@ fn features(input: &[u8]) -> Vec<f32> {
 /// The block of the hintless ranking's level a photo (its model input) is scored in: its
 /// nearest centroid of that level, as the client finds it, decoded from the block's file and
 /// checked against the partition document's hash.
-fn scores_block(base: &str, input: &[u8]) -> shared::protocol::blocks::Block {
+fn scores_block(base: &str, input: &[u8]) -> publish::blocks::Block {
     let http = reqwest::blocking::Client::new();
     let part: shared::api::PartitionDoc =
         privatemail_e2e::get_json(&http, base, "/api/v1/partition");
-    let pir: shared::pir::doc::PirDoc = privatemail_e2e::get_json(&http, base, "/api/v1/pir");
+    let pir: publish::pir::doc::PirDoc = privatemail_e2e::get_json(&http, base, "/api/v1/pir");
     let level = pir.scores.expect("the hintless ranking is offered").level;
     let cents = privatemail_e2e::level_centroids(&http, base, &part, level);
-    let x = shared::protocol::partition::nearest_centroid(
-        &cents.values,
-        part.feature_dim,
-        &features(input),
-    );
+    let x = publish::partition::nearest_centroid(&cents.values, part.feature_dim, &features(input));
     let url = format!("{base}{}/{level}/{x}", part.blocks_url);
     let bytes = http.get(&url).send().unwrap().bytes().unwrap();
-    shared::protocol::blocks::decode(&bytes, Some(&part.levels[level].hashes[x as usize])).unwrap()
+    publish::blocks::decode(&bytes, Some(&part.levels[level].hashes[x as usize])).unwrap()
 }
 
 /// Without `--protocol` the CLI searches as the page does by default: PIR, nothing released,
@@ -473,10 +469,7 @@ fn a_photo_that_is_not_clothing_is_said_so() {
     let noise = noise.to_str().unwrap();
     let text = cli.run(&["search", noise, "--server", &s.base]);
     let text = String::from_utf8_lossy(&text.stdout).to_string();
-    assert!(
-        text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE),
-        "{text}"
-    );
+    assert!(text.contains(embed::ood::UNFAMILIAR_MESSAGE), "{text}");
     let out = cli.json(&["search", noise, "--server", &s.base, "--json"]);
     assert_eq!(out["unfamiliar"], true, "{out}");
     let p = photo(&dir, 5003);
@@ -485,8 +478,5 @@ fn a_photo_that_is_not_clothing_is_said_so() {
     assert_eq!(out["unfamiliar"], false, "{out}");
     let text = cli.run(&["search", p, "--server", &s.base]);
     let text = String::from_utf8_lossy(&text.stdout).to_string();
-    assert!(
-        !text.contains(shared::embed::ood::UNFAMILIAR_MESSAGE),
-        "{text}"
-    );
+    assert!(!text.contains(embed::ood::UNFAMILIAR_MESSAGE), "{text}");
 }

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use paper::privatemail::privatize;
 use privatemail_e2e::{
     client_query, fetch_client, search_request, start_server, temp_store, test_image, Server,
 };
@@ -12,7 +13,6 @@ use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::api::{SearchRequest, SearchResponse, StatusResponse};
-use shared::protocol::privatemail::privatize;
 use shared::Params;
 
 const TOKEN: &str = "test-token-123";

@@ -20,17 +20,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use embed::model::{weights_version, Model};
+use embed::weights::{Arch, Weights};
 use privatemail_e2e::browser::{self, js, load_photo, wait_for, ROOT};
 use privatemail_e2e::fake::{self, Body, Reply, Request};
 use privatemail_e2e::{demo_server, test_image};
+use publish::blocks::file_len;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 use shared::api::{AnchorsResponse, PartitionDoc};
-use shared::embed::model::{weights_version, Model};
-use shared::embed::ood::Reference;
-use shared::embed::weights::{Arch, Weights};
-use shared::protocol::blocks::file_len;
 
 const LIMIT_SECS: f64 = 60.0;
 const LIMIT_RSS_MB: f64 = 256.0;
@@ -267,8 +266,8 @@ fn other_width_query_model(real: &str) -> (OtherWidth, Model) {
     let url = format!("{real}/api/v1/anchors");
     let body = reqwest::blocking::get(&url).unwrap().bytes().unwrap();
     let mut anchors: AnchorsResponse = serde_json::from_slice(&body).unwrap();
-    let dir = Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let train = privatemail_server::gallery::data::load_split(dir, "train").expect("Fashion-MNIST");
+    let dir = Path::new(data::fashion::DEFAULT_DIR);
+    let train = data::fashion::load_split(dir, "train").expect("Fashion-MNIST");
     let images: Vec<&[u8]> = anchors
         .ids
         .iter()
@@ -284,11 +283,11 @@ fn other_width_query_model(real: &str) -> (OtherWidth, Model) {
         .into_iter()
         .map(|(inf, l)| (inf.features, l))
         .unzip();
-    anchors.familiarity = Reference::fit(
+    anchors.familiarity = embed::ood::fit(
         &features.concat(),
         &layers.concat(),
         &anchors.labels,
-        shared::embed::model::EMBED,
+        embed::model::EMBED,
         arch.layer_dim(),
     )
     .unwrap();
@@ -322,7 +321,7 @@ fn slow_planning_doc(real: &PartitionDoc) -> PartitionDoc {
         blocks: b as u32,
         overlap: real.levels[1].overlap,
         whole: false,
-        centroids_bytes: shared::protocol::centroids::file_len(b as u64, dim as u64).unwrap(),
+        centroids_bytes: publish::centroids::file_len(b as u64, dim as u64).unwrap(),
         centroids_hash: "cd".repeat(32),
         sizes: vec![1; b],
         bytes: vec![bytes; b],
@@ -461,7 +460,7 @@ impl Hostile {
                 };
                 let mut config: Value = serde_json::from_slice(&bytes).unwrap();
                 let altered = self.altered_anchors(case, req).await;
-                config["anchors_sha256"] = json!(shared::protocol::blocks::hash_hex(&altered));
+                config["anchors_sha256"] = json!(publish::blocks::hash_hex(&altered));
                 json_reply(&config)
             }
             Case::MismatchedAnchors
@@ -519,8 +518,7 @@ impl Hostile {
                 };
                 let mut config: Value = serde_json::from_slice(&bytes).unwrap();
                 config["query_model_version"] = json!(weights_version(&other.model));
-                config["anchors_sha256"] =
-                    json!(shared::protocol::blocks::hash_hex(&other.anchors));
+                config["anchors_sha256"] = json!(publish::blocks::hash_hex(&other.anchors));
                 json_reply(&config)
             }
             Case::RelatedSeeds if req.method == "POST" && path.starts_with("/api/v1/pir/") => {
@@ -532,7 +530,7 @@ impl Hostile {
                 let Body::Bytes(bytes) = r.body else {
                     unreachable!("forward answers with bytes")
                 };
-                let mut doc: shared::pir::doc::PirDoc = serde_json::from_slice(&bytes).unwrap();
+                let mut doc: publish::pir::doc::PirDoc = serde_json::from_slice(&bytes).unwrap();
                 let sd = doc
                     .scores
                     .as_mut()
@@ -667,7 +665,7 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         .json()
         .await
         .unwrap();
-    shared::protocol::plan::validate_doc(&doc).expect("the real document is valid");
+    publish::plan::validate_doc(&doc).expect("the real document is valid");
     let other_hits = Arc::new(AtomicUsize::new(0));
     let (hits, fwd_http, fwd_real) = (other_hits.clone(), http.clone(), real.to_string());
     let other = fake::start(fake::handler(move |req: Request| {
@@ -1458,7 +1456,7 @@ async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_requ
     let (base, hostile) = hostile(&real.base).await;
     let bin = tokio::task::spawn_blocking(cli_bin).await.unwrap();
     let dir = std::env::temp_dir().join(format!("pm-other-model-{}", std::process::id()));
-    let ours = shared::embed::model::weights_version(privatemail_server::QUERY_WEIGHTS);
+    let ours = embed::model::weights_version(data::assets::QUERY_WEIGHTS);
     for (i, protocol) in ["pir", "blocks", "frame", "paper"].into_iter().enumerate() {
         let args: Vec<String> = vec![
             "search".into(),
@@ -1582,7 +1580,7 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
     browser::open_page(&c, &base).await;
     let whole = browser::whole_gallery(&real.base).await;
     let samples = privatemail_e2e::sample_images();
-    let model = shared::embed::model::Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     // Under `MalformedSamples`, one sample of each kind of malformed vector.
     for sample in [0u8, 1, 2] {
         js(
@@ -1654,7 +1652,7 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
     );
     assert!(error.is_empty(), "{error}");
     let whole = browser::whole_gallery(&real.base).await;
-    let honest = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let honest = Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     let mut differs = false;
     for i in [3usize, 40, 123] {
         let (file, _) = browser::image_file(i);
@@ -1706,7 +1704,7 @@ async fn pir_posts_of_a_search(c: &fantoccini::Client, hostile: &Hostile, what: 
 /// pipeline).
 fn model_input(px: &[u8]) -> Vec<u8> {
     let rgba: Vec<u8> = px.iter().flat_map(|&v| [v, v, v, 255]).collect();
-    shared::embed::model::from_rgba(&rgba, 28, 28).unwrap()
+    embed::photo::to_model_input(&rgba, 28, 28).unwrap()
 }
 
 /// The page's Content-Security-Policy lets the browser enforce what the page promises: a

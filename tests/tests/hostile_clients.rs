@@ -14,10 +14,10 @@ use privatemail_e2e::raw;
 use privatemail_e2e::{
     get_json, small_server, start_server_logged, status_json, temp_store, Server,
 };
+use publish::pir::doc::PirDoc;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use shared::api::{ErrorCode, ErrorResponse};
-use shared::pir::doc::PirDoc;
 
 fn addr(srv: &Server) -> String {
     srv.base.trim_start_matches("http://").to_string()

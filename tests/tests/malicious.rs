@@ -1,5 +1,5 @@
 //! A malicious server against the one search driver every client runs
-//! (`shared::protocol::pir_search::driver`, the CLI's and the page's). The real server binary
+//! (`client::pir_search::driver`, the CLI's and the page's). The real server binary
 //! serves a 1,000-image gallery; a server imitation in front of it changes what a hostile
 //! server would change, per attack:
 //!
@@ -23,21 +23,21 @@
 
 use std::time::{Duration, Instant};
 
+use ::pir::layout::{decode_hint, encode_hint};
+use ::pir::lwe::{matrix_a, LWE_N};
+use client::pir_search::driver::{
+    Failure, FailureKind, Found, PirCache, PirSearch, Prepared, PublicFile, Refusal, Request, Step,
+};
+use client::pir_search::{plan_of, rank_table, PirPlan, RankingKind};
+use embed::model::Model;
 use privatemail_e2e::{get_json, small_server};
+use publish::partition::nearest_centroid;
+use publish::pir::doc::PirDoc;
+use publish::pir::seeds::{self, Purpose};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use shared::api::PartitionDoc;
-use shared::embed::model::Model;
-use shared::pir::doc::PirDoc;
-use shared::pir::layout::{decode_hint, encode_hint};
-use shared::pir::lwe::{matrix_a, LWE_N};
-use shared::pir::seeds::{self, Purpose};
-use shared::protocol::partition::nearest_centroid;
-use shared::protocol::pir_search::driver::{
-    Failure, FailureKind, Found, PirCache, PirSearch, Prepared, PublicFile, Refusal, Request, Step,
-};
-use shared::protocol::pir_search::{plan_of, rank_table, PirPlan, RankingKind};
 
 /// What the server sees of one search: each request's method, URL, body size and the size of
 /// the answer it gave.
@@ -127,9 +127,9 @@ struct Gallery {
 }
 
 fn photos(n: usize) -> Vec<Vec<f32>> {
-    let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-    let test = privatemail_server::gallery::data::load_split(dir, "t10k").unwrap();
-    let model = Model::from_bytes(privatemail_server::QUERY_WEIGHTS).unwrap();
+    let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+    let test = data::fashion::load_split(dir, "t10k").unwrap();
+    let model = Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     // On every core: each photo's search features run the query model on nine views of it.
     use rayon::prelude::*;
     (0..n)
@@ -190,7 +190,7 @@ impl Gallery {
     /// The same gallery with the thumbnail hint `hint` published in its PIR document.
     fn with_thumbs_hint(&self, hint: &[u8]) -> Gallery {
         let mut pir = self.pir.clone();
-        pir.thumbs.hint_sha256 = shared::protocol::blocks::hash_hex(hint);
+        pir.thumbs.hint_sha256 = publish::blocks::hash_hex(hint);
         Gallery {
             http: self.http.clone(),
             base: self.base.clone(),
@@ -301,12 +301,12 @@ fn indistinguishable(
 /// `3·2³⁰` more (`Δ·3·2³⁰` added to the first packed coefficient), more than any real score
 /// (unit-norm features score at most `2³⁰`), so it comes first — what a server computing
 /// other scores on purpose can do.
-fn raise_row_zero(answer: &mut Vec<u8>, shape: &shared::pir::ring::scores::ScoreShape) {
-    use shared::pir::ring::scores::{decode_answer, encode_answer};
-    let n = shared::pir::ring::N;
+fn raise_row_zero(answer: &mut Vec<u8>, shape: &::pir::ring::scores::ScoreShape) {
+    use ::pir::ring::scores::{decode_answer, encode_answer};
+    let n = ::pir::ring::N;
     let mut values = decode_answer(shape, n, answer).unwrap();
     // The first packed ciphertext's coefficient 0 is row 0.
-    let q = shared::pir::ring::modq::Q.value;
+    let q = ::pir::ring::modq::Q.value;
     values[0][0] = ((u128::from(values[0][0]) + (3u128 << 59)) % u128::from(q)) as u64;
     *answer = encode_answer(&values);
 }
@@ -447,7 +447,7 @@ fn verified_scores_catch_a_server_that_computes_other_scores() {
 /// database's records, ends the search before any query leaves.
 #[test]
 fn coded_thumbnails_search_and_a_codebook_not_published_is_refused() {
-    use shared::protocol::blocks::{decode, hash_hex};
+    use publish::blocks::{decode, hash_hex};
     let srv = small_server("malicious-coded", &["--pir-thumb-bytes", "48"]);
     let g = Gallery::open(&srv.base, 12);
     let code = g.pir.thumbs_code.clone().expect("a codebook is published");
@@ -498,8 +498,7 @@ fn coded_thumbnails_search_and_a_codebook_not_published_is_refused() {
     pir.thumbs_code = None;
     assert!(plan_of(&g.part, &pir, 8, 1e12, None).is_err());
     let mut pir = g.pir.clone();
-    pir.thumbs_code.as_mut().unwrap().bytes =
-        shared::protocol::thumbcode::max_file_len(28) as u64 + 1;
+    pir.thumbs_code.as_mut().unwrap().bytes = publish::thumbcode::max_file_len(28) as u64 + 1;
     assert!(plan_of(&g.part, &pir, 8, 1e12, None).is_err());
     let real = g.public(
         format!("{}/thumbs/code", g.pir.answer_url),
@@ -561,7 +560,7 @@ fn a_level_no_request_can_fetch_is_not_a_plan(g: &Gallery) {
     let mut changed = 0;
     for db in d.levels.iter_mut().flatten() {
         let s = db.shape;
-        db.shape = shared::pir::layout::Shape::new((max + 1) * s.rows, s.records, s.rows).unwrap();
+        db.shape = ::pir::layout::Shape::new((max + 1) * s.rows, s.records, s.rows).unwrap();
         assert_eq!(db.shape.queries_per_record(), max + 1);
         changed += 1;
     }
@@ -644,14 +643,14 @@ fn stray_bits_in_a_packed_answer_stop_the_search_alike_for_every_photo(g: &Galle
 /// alike, and nothing is fetched or sent.
 fn level_records_that_do_not_fit_the_blocks_are_refused_for_every_photo(g: &Gallery) {
     let level = g.plan(RankingKind::Level);
-    let shared::protocol::pir_search::PirRanking::Level { level: l } = level.ranking else {
+    let client::pir_search::PirRanking::Level { level: l } = level.ranking else {
         unreachable!("a level plan")
     };
     let s = g.pir.levels[l].as_ref().unwrap().shape;
     let mut attacks = Vec::new();
     let mut d = g.pir.clone();
     let db = d.levels[l].as_mut().unwrap();
-    db.shape = shared::pir::layout::Shape::new(s.record_len, s.records - 1, s.rows).unwrap();
+    db.shape = ::pir::layout::Shape::new(s.record_len, s.records - 1, s.rows).unwrap();
     db.record_hashes.pop();
     attacks.push(("one record short", d));
     let mut d = g.pir.clone();
@@ -662,7 +661,7 @@ fn level_records_that_do_not_fit_the_blocks_are_refused_for_every_photo(g: &Gall
     } else {
         s.record_len / 2
     };
-    db.shape = shared::pir::layout::Shape::new(short, s.records, s.rows).unwrap();
+    db.shape = ::pir::layout::Shape::new(short, s.records, s.rows).unwrap();
     attacks.push(("records too short for the longest block", d));
     for (what, d) in attacks {
         let mut kinds = Vec::new();
@@ -820,11 +819,11 @@ fn a_crafted_scores_answer(g: &Gallery) {
         "/scores",
         &|a| {
             // 2²⁷ added to a coefficient in the middle: half of Δ = 2²⁹ from any multiple of it.
-            use shared::pir::ring::scores::{decode_answer, encode_answer};
+            use ::pir::ring::scores::{decode_answer, encode_answer};
             let shape = g.pir.scores.as_ref().unwrap().shape();
-            let mut v = decode_answer(&shape, shared::pir::ring::N, a).unwrap();
+            let mut v = decode_answer(&shape, ::pir::ring::N, a).unwrap();
             let (c, i) = (v.len() / 2, v[0].len() / 2);
-            let q = shared::pir::ring::modq::Q.value;
+            let q = ::pir::ring::modq::Q.value;
             v[c][i] = ((u128::from(v[c][i]) + (1u128 << 27)) % u128::from(q)) as u64;
             *a = encode_answer(&v);
         },
@@ -975,7 +974,7 @@ fn a_damaged_hint_slot(g: &Gallery) {
 
 fn a_damaged_level_record(g: &Gallery) {
     let plan = plan_of(&g.part, &g.pir, 8, 1e12, Some(RankingKind::Level)).unwrap();
-    let shared::protocol::pir_search::PirRanking::Level { level } = plan.ranking else {
+    let client::pir_search::PirRanking::Level { level } = plan.ranking else {
         panic!("the server offers a level database");
     };
     // Record bytes off by a multiple of Δ: the record's hash check fails.

@@ -2,21 +2,21 @@
 //! table files, answers that decode to exactly the published records, the exact top 8 with
 //! verified thumbnails, requests that do not depend on the photo, and typed errors.
 
+use ::pir::client::Hint;
+use client::pir_search::{
+    plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirRanking, Ranked,
+    ThumbCode,
+};
 use privatemail_e2e::{client_query, get_json, small_server, status_json, Server};
+use publish::blocks::{decode, rank};
+use publish::partition::{nearest_centroid, Overlap};
+use publish::pir::doc::PirDoc;
+use publish::pir::hintless::{self, ScoresKeys, ScoresPublic};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
 use shared::api::{ErrorResponse, PartitionDoc};
-use shared::pir::client::Hint;
-use shared::pir::doc::PirDoc;
-use shared::pir::hintless::{self, ScoresKeys, ScoresPublic};
-use shared::protocol::blocks::{decode, rank};
-use shared::protocol::partition::{nearest_centroid, Overlap};
-use shared::protocol::pir_search::{
-    plan, rank_level, rank_query, rank_table, thumbs_decode, thumbs_query, PirRanking, Ranked,
-    ThumbCode,
-};
 
 /// The small test galleries' thumbnails: 3-bit records of 28×28.
 const RAW28: ThumbCode<'static> = ThumbCode::Raw { side: 28 };
@@ -62,7 +62,7 @@ fn features(i: usize) -> Vec<f32> {
 }
 
 /// The whole gallery as one block (the partition's whole level), checked.
-fn whole(http: &Client, base: &str, part: &PartitionDoc) -> shared::protocol::blocks::Block {
+fn whole(http: &Client, base: &str, part: &PartitionDoc) -> publish::blocks::Block {
     let l = part
         .levels
         .iter()
@@ -97,7 +97,7 @@ fn table_and_level_searches_are_exact_and_verified() {
     let srv = server("pir-exact");
     let (base, http) = (&srv.base, Client::new());
     let (part, pir) = docs(&http, base);
-    shared::pir::doc::validate(&pir, part.gallery_size, part.levels.len()).unwrap();
+    publish::pir::doc::validate(&pir, part.gallery_size, part.levels.len()).unwrap();
     assert_eq!(pir.version, part.version);
     let th = hint(&http, base, &pir, "thumbs");
     let mut rng = ChaCha20Rng::seed_from_u64(5);
@@ -130,7 +130,7 @@ fn table_and_level_searches_are_exact_and_verified() {
         let q = features(i);
         let r = rank_table(&pir, &table, &q, 8).unwrap();
         let want = rank(&q, std::slice::from_ref(&all), 8).unwrap();
-        let ids = |h: &[shared::protocol::blocks::Hit]| h.iter().map(|h| h.id).collect::<Vec<_>>();
+        let ids = |h: &[publish::blocks::Hit]| h.iter().map(|h| h.id).collect::<Vec<_>>();
         assert_eq!(ids(&r.hits), ids(&want), "photo {i}");
         let (n, px) = thumbs(&http, base, &part, &pir, &th, &r, &mut rng);
         sizes.push(n);
@@ -162,8 +162,7 @@ fn table_and_level_searches_are_exact_and_verified() {
             assert_eq!(st, StatusCode::OK);
             let r = rank_level(&pir, l, &pending, &lh, &answer, &q, 8).unwrap();
             let ld = &part.levels[l];
-            let x =
-                shared::protocol::partition::nearest_centroid(&cents.values, part.feature_dim, &q);
+            let x = publish::partition::nearest_centroid(&cents.values, part.feature_dim, &q);
             let bytes = get(&http, &format!("{base}{}/{l}/{x}", part.blocks_url));
             let block = decode(&bytes, Some(&ld.hashes[x as usize])).unwrap();
             let want: Vec<u64> = rank(&q, &[block], 8)
@@ -261,9 +260,9 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
         // of the first packed ciphertext holds a row; coefficients from the packing width on
         // are never read, see `pir::ring::inspiring`.)
         let bad = {
-            use shared::pir::ring::scores::{decode_answer, encode_answer};
-            let (shape, q) = (sd.shape(), shared::pir::ring::modq::Q.value);
-            let mut v = decode_answer(&shape, shared::pir::ring::N, &answer).unwrap();
+            use ::pir::ring::scores::{decode_answer, encode_answer};
+            let (shape, q) = (sd.shape(), ::pir::ring::modq::Q.value);
+            let mut v = decode_answer(&shape, ::pir::ring::N, &answer).unwrap();
             // 2²⁸ = Δ/2 away: outside the error bound.
             v[0][3] = ((u128::from(v[0][3]) + (1 << 28)) % u128::from(q)) as u64;
             encode_answer(&v)

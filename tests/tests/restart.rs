@@ -152,7 +152,7 @@ fn restart_reuses_stored_features_and_recomputes_for_other_weights() {
                 features: &short,
             })
             .collect();
-        let version = shared::embed::model::weights_version(privatemail_server::MODEL_WEIGHTS);
+        let version = embed::model::weights_version(data::assets::MODEL_WEIGHTS);
         assert_eq!(db.put_features(&version, &rows).unwrap(), 5);
     }
     {
@@ -213,9 +213,8 @@ fn a_store_without_features_opens_and_is_completed_once() {
     let store = temp_store("restart-old");
     {
         let db = Store::open(&store).unwrap();
-        let dir = std::path::Path::new(privatemail_server::gallery::data::DEFAULT_DIR);
-        let test =
-            privatemail_server::gallery::data::load_split(dir, "t10k").expect("Fashion-MNIST");
+        let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);
+        let test = data::fashion::load_split(dir, "t10k").expect("Fashion-MNIST");
         let items: Vec<StoredItem> = (0..GALLERY)
             .map(|i| StoredItem {
                 id: i as u64,

@@ -84,7 +84,7 @@ fn public_documents_and_page_files_are_compressed_and_revalidated() {
     assert_eq!(gz.headers()["content-encoding"], "gzip");
     let gz = gz.bytes().unwrap();
     let block = gunzip(&gz);
-    shared::protocol::blocks::decode(&block, Some(&doc.levels[level].hashes[0])).unwrap();
+    publish::blocks::decode(&block, Some(&doc.levels[level].hashes[0])).unwrap();
     let br = get(&http, &url, &[("accept-encoding", "br")]);
     assert!(br.headers().get("content-encoding").is_none());
     assert_eq!(br.bytes().unwrap().as_ref(), block.as_slice());
@@ -92,7 +92,7 @@ fn public_documents_and_page_files_are_compressed_and_revalidated() {
     // A PIR hint (binary, uniformly random-looking): its published size on the wire.
     // (The PIR databases may still be building just after the start.)
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let pir: shared::pir::doc::PirDoc = loop {
+    let pir: publish::pir::doc::PirDoc = loop {
         let r = get(&http, &format!("{}/api/v1/pir", srv.base), &[]);
         if r.status() == StatusCode::OK {
             break r.json().unwrap();

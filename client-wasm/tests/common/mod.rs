@@ -17,7 +17,7 @@ pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../../server/assets/classifi
 #[allow(dead_code)] // Not every test binary alters the anchors.
 pub fn naming(config: &str, anchors: &str) -> String {
     let mut c: serde_json::Value = serde_json::from_str(config).unwrap();
-    c["anchors_sha256"] = shared::protocol::blocks::hash_hex(anchors.as_bytes()).into();
+    c["anchors_sha256"] = publish::blocks::hash_hex(anchors.as_bytes()).into();
     c.to_string()
 }
 
@@ -49,20 +49,14 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
         .map(|&l| (0..10).map(|j| f64::from(j == l)).collect())
         .collect();
     // The out-of-distribution reference, fitted as the server fits it (layer means made up).
-    let layer_dim = shared::embed::model::Model::from_bytes(WEIGHTS)
+    let layer_dim = embed::model::Model::from_bytes(WEIGHTS)
         .unwrap()
         .w
         .arch
         .layer_dim();
     let layer_means: Vec<f32> = (0..n * layer_dim).map(|_| next() as f32).collect();
-    let familiarity = shared::embed::ood::Reference::fit(
-        &features.concat(),
-        &layer_means,
-        &labels,
-        64,
-        layer_dim,
-    )
-    .unwrap();
+    let familiarity =
+        embed::ood::fit(&features.concat(), &layer_means, &labels, 64, layer_dim).unwrap();
     let anchors = json!({
         "ids": (0..n as u64).collect::<Vec<_>>(), "labels": labels,
         "features": features, "frame_rows": frame_rows, "familiarity": familiarity,
@@ -73,8 +67,8 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
         "privacy_defaults": shared::PrivacyParams::default(),
         "class_names": ["T-shirt/top","Trouser","Pullover","Dress","Coat","Sandal","Shirt","Sneaker","Bag","Ankle boot"],
         "feature_dim": 64, "frame_dim": 10, "frame_kernel_scale": 0.02, "anchor_count": n,
-        "anchors_sha256": shared::protocol::blocks::hash_hex(anchors.as_bytes()),
-        "model_version": "gallery", "query_model_version": shared::embed::model::weights_version(WEIGHTS), "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
+        "anchors_sha256": publish::blocks::hash_hex(anchors.as_bytes()),
+        "model_version": "gallery", "query_model_version": embed::model::weights_version(WEIGHTS), "limits": { "max_k": 50, "max_query_rows": 32, "max_body_bytes": 1048576 }
     });
     let f = DMatrix::from_fn(n, 64, |i, j| features[i][j] as f64);
     let r = DMatrix::from_fn(n, 10, |i, j| frame_rows[i][j]);
@@ -88,8 +82,8 @@ pub fn server_json(n: usize, seed: u64) -> (String, String, DMatrix<f64>, DMatri
 /// A partition of `n` random unit features: the document (JSON) and `files[level]`, the
 /// level's block files followed by its centroids file.
 pub fn partition(n: usize, seed: u64, allow_full: bool) -> (String, Vec<Vec<Vec<u8>>>) {
-    use shared::protocol::partition::{build_level, gallery_neighbours, nearest_k};
-    use shared::protocol::publish::{
+    use publish::partition::{build_level, gallery_neighbours, nearest_k};
+    use publish::publish::{
         default_specs, document, publish_level, publish_whole, GalleryView, Thumbnails, COVERAGE_K,
     };
     let (dim, t) = (64usize, 28usize);
@@ -125,7 +119,7 @@ pub fn partition(n: usize, seed: u64, allow_full: bool) -> (String, Vec<Vec<Vec<
     let m = specs
         .iter()
         .filter_map(|s| match s.overlap {
-            shared::protocol::partition::Overlap::Closure(m) => Some(m as usize),
+            publish::partition::Overlap::Closure(m) => Some(m as usize),
             _ => None,
         })
         .max()

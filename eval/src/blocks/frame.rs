@@ -1,8 +1,8 @@
 //! Pools from the Gaussian anchor-frame release, for comparison with the blocks.
 
+use paper::frame::{privatize_in_frame, AnchorFrame, DEFAULT_KERNEL_SCALE};
+use paper::retrieve::{full_ranking, gallery_rows, posterior_ranking, LabelledRows};
 use rayon::prelude::*;
-use shared::protocol::frame::{privatize_in_frame, AnchorFrame, DEFAULT_KERNEL_SCALE};
-use shared::protocol::retrieve::{full_ranking, gallery_rows, posterior_ranking, LabelledRows};
 use shared::{DMatrix, Params, PrivacyParams};
 
 use super::page::{add3, page, page_metrics};

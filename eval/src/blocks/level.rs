@@ -1,8 +1,8 @@
 //! One published level (B, overlap variant) and the exact coefficients of its expectations over
 //! the k-subset mechanism.
 
+use publish::partition::LevelSpec;
 use shared::api::LevelDoc;
-use shared::protocol::partition::LevelSpec;
 
 use super::setup::K;
 

@@ -43,13 +43,11 @@ mod sweep;
 use std::collections::HashSet;
 use std::time::Instant;
 
-use shared::embed::model::Model;
-use shared::protocol::partition::Overlap;
+use embed::model::Model;
+use publish::partition::Overlap;
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, demo_gallery, load_split, reserved_train,
-};
-use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train};
 
 use crate::args::Args;
 use csv::write_csv;

@@ -1,12 +1,12 @@
 //! The page a client gets from a released pool, and its metrics: Monte Carlo with the real
 //! release, and the quantised check over encoded and decoded block files.
 
+use dp::subset::release;
+use paper::metrics::{average_precision, recall_at_k};
+use publish::blocks::{decode, encode, rank, BlockItem};
+use publish::topk::TopK;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
-use shared::dp::subset::release;
-use shared::metrics::{average_precision, recall_at_k};
-use shared::protocol::blocks::{decode, encode, rank, BlockItem};
-use shared::protocol::partition::TopK;
 
 use super::level::LevelEval;
 use super::result::Point;

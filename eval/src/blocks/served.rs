@@ -14,24 +14,22 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use rayon::prelude::*;
-use shared::embed::model::Model;
-use shared::protocol::partition::{
+use embed::model::Model;
+use publish::partition::{
     build_level, max_closure, nearest_centroid, nearest_k_many, LevelSpec, Overlap,
 };
-use shared::protocol::plan::{plan, validate_doc};
-use shared::protocol::publish::{
+use publish::plan::{plan, validate_doc};
+use publish::publish::{
     default_specs, document, publish_level_to, publish_whole, BlockFiles, GalleryView, Thumbnails,
     COVERAGE_K, DEFAULT_CLOSURE,
 };
+use rayon::prelude::*;
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, demo_gallery, load_split, reserved_train,
-};
+use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
+use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train};
 use privatemail_server::partition::{
     closure_neighbours, coverage_probes, PartitionSettings, WHOLE_MAX_ITEMS,
 };
-use privatemail_server::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 
 use super::level::{evaluate_level, Coef};
 use super::setup::{exact_top, infer, infer_rows, search_rows, Res, K, THUMB};

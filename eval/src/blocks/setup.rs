@@ -3,12 +3,12 @@
 
 use std::time::Instant;
 
+use embed::model::Model;
+use publish::partition::Overlap;
+use publish::publish::{GalleryView, Thumbnails, COVERAGE_K};
 use rayon::prelude::*;
-use shared::embed::model::Model;
-use shared::protocol::partition::Overlap;
-use shared::protocol::publish::{GalleryView, Thumbnails, COVERAGE_K};
 
-use privatemail_server::gallery::data::Split;
+use data::fashion::Split;
 
 use crate::args::Args;
 

@@ -3,16 +3,16 @@
 
 use std::collections::{HashMap, HashSet};
 
+use dp::subset::inclusion_probability;
 use privatemail_server::partition::{closure_neighbours, coverage_probes};
-use rayon::prelude::*;
-use shared::dp::subset::inclusion_probability;
-use shared::protocol::blocks::{decode, rank};
-use shared::protocol::partition::{
+use publish::blocks::{decode, rank};
+use publish::partition::{
     build_level, kmeans_centroids, max_closure, nearest_centroid, nearest_centroids_exact,
     nearest_k, Level, LevelSpec, Overlap,
 };
-use shared::protocol::plan::candidates;
-use shared::protocol::publish::{default_specs, document, publish_level, publish_whole};
+use publish::plan::candidates;
+use publish::publish::{default_specs, document, publish_level, publish_whole};
+use rayon::prelude::*;
 
 use super::frame::frame_pools;
 use super::level::{evaluate_level, LevelEval};
@@ -93,7 +93,7 @@ pub(super) fn eval_gallery(
         .par_iter()
         .map(|&b| -> Result<_, shared::Error> {
             let raw = kmeans_centroids(&g.features, dim, b as usize, seed)?;
-            let c = shared::protocol::centroids::quantised(&raw, dim)?;
+            let c = publish::centroids::quantised(&raw, dim)?;
             let home = nearest_centroids_exact(&g.features, &c, dim);
             Ok((c, home))
         })

@@ -1,7 +1,7 @@
-//! The photo preprocessing before `shared::embed::photo` (commit afd448e's `from_rgba`), kept
+//! The photo preprocessing before `embed::photo` (commit afd448e's `from_rgba`), kept
 //! here only so `eval --photos` can report the before/after figures on the same photos.
 
-use shared::embed::model::{PIXELS, SIDE};
+use embed::model::{PIXELS, SIDE};
 use shared::error::{Error, Result};
 
 /// Any decoded image (RGBA, row-major, 4 bytes a pixel, as a browser's `ImageData`) → the
@@ -16,14 +16,14 @@ use shared::error::{Error, Result};
 pub(super) fn from_rgba(rgba: &[u8], width: usize, height: usize) -> Result<Vec<u8>> {
     if width == 0
         || height == 0
-        || width > shared::embed::photo::MAX_IMAGE_SIDE
-        || height > shared::embed::photo::MAX_IMAGE_SIDE
+        || width > embed::photo::MAX_IMAGE_SIDE
+        || height > embed::photo::MAX_IMAGE_SIDE
     {
         return Err(Error::InvalidParameter {
             name: "image size",
             reason: format!(
                 "{width}×{height}: each side must be in 1..={}",
-                shared::embed::photo::MAX_IMAGE_SIDE
+                embed::photo::MAX_IMAGE_SIDE
             ),
         });
     }

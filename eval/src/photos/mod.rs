@@ -6,7 +6,7 @@
 //! 200–255, shifts up to 10 %, scale 0.7–1.0, rotations up to 10°, Gaussian noise σ = 5, JPEG
 //! quality 60), and preprocessed by the client's pipeline (`from_rgba`) and by the one before
 //! it (`legacy`). Reported: class accuracy (the query model's own and the class shown, the
-//! class model's: `shared::embed::classify`) and the exact top-8 agreement over the gallery (the
+//! class model's: `embed::classify`) and the exact top-8 agreement over the gallery (the
 //! 10,000 test images' features) with the same photo clean, and the share of the gallery
 //! model's own top 8 of the dataset image that the photo finds (and, per class, under rotation
 //! and the whole family: where the loss lies); the whole family's figures under four more
@@ -22,16 +22,15 @@ mod ood;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use embed::model::{weights_version, Inference, Model, PIXELS};
+use embed::photo::analyse;
+use embed::photo::to_model_input;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use shared::embed::model::{from_rgba, weights_version, Inference, Model, PIXELS};
-use shared::embed::photo::analyse;
 
-use privatemail_server::gallery::data::{
-    balanced_anchors, load_split, reserved_train, Split, CLASS_NAMES,
-};
-use privatemail_server::gallery::photos::{render, Shot};
+use data::fashion::{balanced_anchors, load_split, reserved_train, Split, CLASS_NAMES};
+use data::photos::{render, Shot};
 
 use crate::args::Args;
 
@@ -171,12 +170,12 @@ enum Pipeline {
 impl Pipeline {
     fn name(self) -> &'static str {
         match self {
-            Pipeline::Current => "photo (shared::embed::photo)",
+            Pipeline::Current => "photo (embed::photo)",
             Pipeline::Legacy => "before (invert only)",
         }
     }
     /// The query model's input and the class model's
-    /// (`shared::embed::photo::Framing::class_pixels`; the pipeline before: the same one).
+    /// (`embed::photo::Framing::class_pixels`; the pipeline before: the same one).
     fn inputs(self, rgba: &[u8]) -> Res<(Vec<u8>, Vec<u8>)> {
         Ok(match self {
             Pipeline::Current => {
@@ -222,7 +221,7 @@ fn auroc(neg: &[f32], pos: &[f32]) -> f64 {
 }
 
 /// The out-of-distribution scores compared (higher: less like clothing). The deployed one is
-/// `shared::embed::ood::assess_input`: the features' and layer means' Mahalanobis distances
+/// `embed::ood::assess_input`: the features' and layer means' Mahalanobis distances
 /// per dimension, added, with an input holding less than `MIN_INK` counted as infinitely far.
 const SCORES: [&str; NS] = [
     "energy",
@@ -236,10 +235,10 @@ const NS: usize = 6;
 type Scores = [f32; NS];
 
 /// What the out-of-distribution scores compare a photo with: the public anchors' unit
-/// features and the reference the server fits to them (`shared::embed::ood::Reference`).
+/// features and the reference the server fits to them (`embed::ood::Reference`).
 struct Refs {
     rows: Vec<Vec<f32>>,
-    reference: shared::embed::ood::Reference,
+    reference: embed::ood::Reference,
 }
 
 fn scores(model: &Model, pixels: &[u8], inf: &Inference, refs: &Refs) -> Scores {
@@ -252,14 +251,14 @@ fn scores(model: &Model, pixels: &[u8], inf: &Inference, refs: &Refs) -> Scores 
     let pmax = inf.probabilities.iter().copied().fold(0.0f32, f32::max);
     let layers = model.layer_means(pixels).expect("28×28");
     let r = &refs.reference;
-    let deployed = shared::embed::ood::assess_input(pixels, &inf.features, &layers, r)
-        .map_or(f32::NAN, |f| f.score);
+    let deployed =
+        embed::ood::assess_input(pixels, &inf.features, &layers, r).map_or(f32::NAN, |f| f.score);
     [
         inf.energy,
         1.0 - pmax,
         nearest,
-        r.features.distance2(&inf.features) as f32,
-        r.layers.distance2(&layers) as f32,
+        embed::ood::distance2(&r.features, &inf.features) as f32,
+        embed::ood::distance2(&r.layers, &layers) as f32,
         deployed,
     ]
 }
@@ -271,7 +270,7 @@ fn score_photo(
     side: usize,
     anchors: &Refs,
 ) -> Res<(Inference, Scores)> {
-    let pixels = from_rgba(rgba, side, side)?;
+    let pixels = to_model_input(rgba, side, side)?;
     let inf = model.infer(&pixels)?;
     let s = scores(model, &pixels, &inf, anchors);
     Ok((inf, s))
@@ -281,7 +280,7 @@ fn score_photo(
 struct Outcome {
     /// The query model's own class is right.
     right: bool,
-    /// The class shown (the class model's, `shared::embed::classify`) is right.
+    /// The class shown (the class model's, `embed::classify`) is right.
     shown_right: bool,
     /// Its exact top k over the gallery.
     top: Vec<usize>,
@@ -313,7 +312,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let weights: Vec<(String, Vec<u8>)> = if args.photos_weights.is_empty() {
         vec![(
             "committed query model".into(),
-            privatemail_server::QUERY_WEIGHTS.to_vec(),
+            data::assets::QUERY_WEIGHTS.to_vec(),
         )]
     } else {
         args.photos_weights
@@ -326,16 +325,16 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     };
     let gallery_bytes = match &args.photos_gallery {
         Some(p) => std::fs::read(p)?,
-        None => privatemail_server::MODEL_WEIGHTS.to_vec(),
+        None => data::assets::MODEL_WEIGHTS.to_vec(),
     };
     let gallery_model = Model::from_bytes(&gallery_bytes)?;
     let gallery_version = weights_version(&gallery_bytes);
     let classifier_bytes = match &args.photos_classifier {
         Some(p) => std::fs::read(p)?,
-        None => privatemail_server::CLASS_WEIGHTS.to_vec(),
+        None => data::assets::CLASS_WEIGHTS.to_vec(),
     };
-    let classifier = shared::embed::classify::Classifier::from_bytes(&classifier_bytes)?;
-    let class_version = shared::embed::classify::version(&classifier_bytes);
+    let classifier = embed::classify::Classifier::from_bytes(&classifier_bytes)?;
+    let class_version = embed::classify::version(&classifier_bytes);
     let conds = conditions();
     let mut md = String::new();
     writeln!(
@@ -346,7 +345,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
          file below is the query model, the one the photo goes through. Agreement: the share of \
          the exact top {K} over the gallery that the photo shares with the same photo clean, through the same \
          pipeline and model, each photo searched with its search features (the query model's \
-         embedding over half-pixel views, `shared::embed::views`, as a client searches; the \
+         embedding over half-pixel views, `embed::views`, as a client searches; the \
          class and the familiarity scores from the unshifted input). Each photo is drawn from its own seeded stream, so every model and \
          pipeline sees the same photos. A shift moves the 28×28 frame, so at scales near 1 part \
          of the object leaves the photo (\"family with the object kept in frame\" limits the \
@@ -391,7 +390,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             .map(|i| -> Res<(bool, usize)> {
                 let img = test.images.image(i);
                 let rgba: Vec<u8> = img.iter().flat_map(|&g| [g, g, g, 255]).collect();
-                let out = from_rgba(&rgba, 28, 28)?;
+                let out = to_model_input(&rgba, 28, 28)?;
                 // The query model's features of what the pipeline made of the image, against
                 // the gallery's own row of it (another model's: compared even when unchanged).
                 let f = model.search_features(&out)?;
@@ -444,11 +443,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             .collect::<Result<Vec<_>, _>>()?
             .concat();
         let anchors = Refs {
-            reference: shared::embed::ood::Reference::fit(
+            reference: embed::ood::fit(
                 &anchors.concat(),
                 &layer_means,
                 &anchor_labels,
-                shared::embed::model::EMBED,
+                embed::model::EMBED,
                 model.w.arch.layer_dim(),
             )?,
             rows: anchors,

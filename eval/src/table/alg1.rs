@@ -1,9 +1,9 @@
 //! PrivateMail's Algorithm 1 (and the extended paper's multi-step protocol) for one
 //! parameter set.
 
-use shared::protocol::align::umeyama;
-use shared::protocol::privatemail::{embed_dense, privatize, privatize_multi, Anchors};
-use shared::protocol::retrieve::{full_ranking, gallery_rows};
+use paper::align::umeyama;
+use paper::privatemail::{embed_dense, privatize, privatize_multi, Anchors};
+use paper::retrieve::{full_ranking, gallery_rows};
 use shared::{DMatrix, Params, PrivacyParams};
 
 use super::report::Triple;

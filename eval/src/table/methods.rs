@@ -1,7 +1,7 @@
 //! The table's methods: their names (one per method; the ε column tells a private method
 //! from its noise-free counterpart) and the baselines' parameters.
 
-use shared::protocol::retrieve::LabelledRows;
+use paper::retrieve::LabelledRows;
 
 /// Method names: each private method and its noise-free counterpart share one (the table's ε
 /// column tells them apart; the plot draws both in one colour).

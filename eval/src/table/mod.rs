@@ -21,23 +21,23 @@ mod study;
 
 use std::time::Instant;
 
+use crate::baselines::dsne::{self, DsneParams, Reference};
+use crate::baselines::hashing::{randomized_response, Hash};
+use crate::baselines::projection::Projection;
+use embed::model::Model;
+use paper::frame::{privatize_in_frame, AnchorFrame};
+use paper::laplacian::normalize_rows;
+use paper::retrieve::{
+    full_ranking, gallery_rows, posterior_ranking, proportional_ranking, LabelledRows,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
-use shared::baselines::dsne::{self, DsneParams, Reference};
-use shared::baselines::hashing::{randomized_response, Hash};
-use shared::baselines::projection::Projection;
-use shared::embed::laplacian::normalize_rows;
-use shared::embed::model::Model;
-use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
-use shared::protocol::retrieve::{
-    full_ranking, gallery_rows, posterior_ranking, proportional_ranking, LabelledRows,
-};
 use shared::PrivacyParams;
 
-use privatemail_server::gallery::data::load_split;
-use privatemail_server::ops::progress::Progress;
-use privatemail_server::MODEL_WEIGHTS;
+use data::assets::MODEL_WEIGHTS;
+use data::fashion::load_split;
+use data::progress::Progress;
 
 use crate::args::Args;
 use crate::rng::query_rng;

@@ -1,10 +1,10 @@
 //! Rankings of the baselines and chance levels that are not in `shared`: the one-per-class
 //! page, random class blocks, t-SNE and Hamming ranking.
 
+use crate::baselines::hashing::hamming;
 use rand::seq::SliceRandom;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use shared::baselines::hashing::hamming;
 
 use super::methods::{CHANCE_BLOCKS, CHANCE_ORDER, CHANCE_PAGE};
 use super::report::Triple;

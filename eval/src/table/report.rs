@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use shared::metrics::mean;
+use paper::metrics::mean;
 
 /// Mean (Recall@k, AP, fidelity) over the queries of one seed.
 pub(super) type Triple = [f64; 3];

@@ -1,17 +1,17 @@
 //! One seed's setting (gallery, anchors, queries and their true neighbours) and the scoring
 //! of a method's rankings on it.
 
+use embed::model::Model;
+use paper::laplacian::normalize_rows;
+use paper::metrics::{average_precision, mean, overlap, recall_at_k};
+use paper::retrieve::{full_ranking, gallery_rows};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use rayon::prelude::*;
-use shared::embed::laplacian::normalize_rows;
-use shared::embed::model::Model;
-use shared::metrics::{average_precision, mean, overlap, recall_at_k};
-use shared::protocol::retrieve::{full_ranking, gallery_rows};
 use shared::DMatrix;
 
-use privatemail_server::gallery::data::Split;
+use data::fashion::Split;
 
 use super::report::Triple;
 use crate::args::{Args, EvalSplit, Features};

@@ -1,8 +1,8 @@
 //! The hyper-parameter studies: Algorithm 1's (the paper's Figure 5) and the frame protocol's.
 
+use paper::frame::{privatize_in_frame, AnchorFrame};
+use paper::retrieve::{full_ranking, gallery_rows};
 use rand_chacha::ChaCha20Rng;
-use shared::protocol::frame::{privatize_in_frame, AnchorFrame};
-use shared::protocol::retrieve::{full_ranking, gallery_rows};
 use shared::{Params, PrivacyParams, SmlqParams};
 
 use super::alg1::Alg1;

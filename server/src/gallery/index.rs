@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 
 use kiddo::immutable::float::kdtree::ImmutableKdTree;
 use kiddo::SquaredEuclidean;
-use shared::protocol::retrieve::{knn_rows, Neighbor};
+use paper::retrieve::{knn_rows, Neighbor};
 
 pub enum Index {
     Kd2(Box<ImmutableKdTree<f64, u64, 2, 32>>),

@@ -1,10 +1,6 @@
-//! The gallery's data: the dataset loader, the catalogue's store and its packed copy, the
-//! exact index, and the on-device model's training and quality check.
+//! The gallery the server holds: the catalogue's store and its packed copy, and the exact
+//! index. The dataset, the demo gallery and the model's training are `data` and `train`.
 
-pub mod data;
 pub mod index;
 pub mod packed;
-pub mod photos;
-pub mod quality;
 pub mod store;
-pub mod training;

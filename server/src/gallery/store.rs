@@ -4,7 +4,7 @@
 //!
 //! Layout: table `items` maps id → `label (u32 LE) ‖ pixels`; table `features` maps id →
 //! `version length (u8) ‖ model weights version (UTF-8) ‖ features (f32 LE)`, valid only while
-//! the weights version matches (`shared::embed::model::weights_version`); table `snapshot`
+//! the weights version matches (`embed::model::weights_version`); table `snapshot`
 //! holds `meta` (JSON [`SnapshotMeta`]), `ids` (u64 LE, gallery order) and `rows` (f64 LE: the
 //! gallery rows, then the anchor rows, each `embed_dim` wide).
 //!

@@ -65,7 +65,7 @@ async fn block(
         ApiError::BadRequest(ErrorResponse::new(ErrorCode::InvalidInput, e.body_text()))
     })?;
     let li = path_index(&level, "level")?;
-    let file = if block == shared::protocol::centroids::FILE_NAME {
+    let file = if block == publish::centroids::FILE_NAME {
         Some(LevelFile::Centroids)
     } else {
         path_index(&block, "block")?.map(LevelFile::Block)

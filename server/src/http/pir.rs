@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
+use publish::pir::doc::FileDoc;
 use shared::api::{ErrorCode, ErrorResponse};
-use shared::pir::doc::FileDoc;
 
 use super::cache::{send_held, IMMUTABLE, NO_CACHE};
 use super::error::ApiError;

@@ -9,13 +9,13 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use paper::align::umeyama;
+use paper::laplacian::dist2;
+use paper::retrieve::{
+    gallery_rows, posterior_ranking, proportional_ranking, LabelledRows, Neighbor,
+};
 use shared::api::{
     AnchorsResponse, ConfigResponse, GalleryMap, Match, Ranking, SearchRequest, SearchResponse,
-};
-use shared::embed::laplacian::dist2;
-use shared::protocol::align::umeyama;
-use shared::protocol::retrieve::{
-    gallery_rows, posterior_ranking, proportional_ranking, LabelledRows, Neighbor,
 };
 use shared::DMatrix;
 

@@ -4,7 +4,7 @@
 pub mod mapped;
 pub mod thumbnail;
 
-use shared::embed::model::Model;
+use embed::model::Model;
 
 pub use mapped::{Features, Pixels};
 

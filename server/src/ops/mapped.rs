@@ -17,9 +17,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use ::pir::held::SharedBytes;
 use axum::body::Bytes;
 use memmap2::{Mmap, UncheckedAdvice};
-use shared::pir::held::SharedBytes;
 
 /// The mappings one owner made (a version's PIR, the catalogue), noted to let their pages go
 /// when nothing needs them ([`Pages::release`]). Weak references: a mapping lives exactly as

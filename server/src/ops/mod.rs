@@ -1,8 +1,7 @@
-//! Operations: progress lines and bars, latency histograms, failure injection for tests, large
+//! Operations: latency histograms, failure injection for tests, large
 //! bytes kept as file pages (`mapped`).
 
 pub mod failpoint;
 pub mod latency;
 pub mod mapped;
-pub mod progress;
 pub mod refusals;

@@ -6,9 +6,9 @@
 //! Layout under the store's prefix (one directory per content-addressed version):
 //!
 //! ```text
-//! {version}/{level}/{block}      block file (the format of shared::protocol::blocks)
+//! {version}/{level}/{block}      block file (the format of publish::blocks)
 //! {version}/{level}/{block}.gz   the same, gzip (what this server sends when asked)
-//! {version}/{level}/centroids    the level's centroids (shared::protocol::centroids), and
+//! {version}/{level}/centroids    the level's centroids (publish::centroids), and
 //! {version}/{level}/centroids.gz   its gzip: a name no block number can take
 //! {version}/checksums.json       CRC-32 of every block file (a [`Checksums`]), before the document
 //! {version}/partition.json       the partition document, written after every block
@@ -93,7 +93,7 @@ impl std::fmt::Display for LevelFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LevelFile::Block(b) => write!(f, "{b}"),
-            LevelFile::Centroids => f.write_str(shared::protocol::centroids::FILE_NAME),
+            LevelFile::Centroids => f.write_str(publish::centroids::FILE_NAME),
         }
     }
 }

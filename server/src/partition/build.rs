@@ -5,17 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
-use rayon::prelude::*;
-use sha2::{Digest, Sha256};
-use shared::protocol::partition::LevelSpec;
-use shared::protocol::partition::{
+use publish::partition::LevelSpec;
+use publish::partition::{
     build_level, gallery_neighbours, held_out_probes, max_closure, nearest_k_many, InvertedFile,
     KMEANS_SAMPLE_ABOVE,
 };
-use shared::protocol::publish::{
+use publish::publish::{
     default_specs, document, publish_level, publish_level_to, publish_whole, ranking_spec,
     GalleryView, PublishedLevel, Thumbnails, COVERAGE_K,
 };
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
 
 use super::blockstore::{BlockStore, BlockStoreError, Checksums, LevelFile};
 use super::published::*;
@@ -93,7 +93,7 @@ pub const WHOLE_MAX_ITEMS: usize = 100_000;
 /// A pessimistic size of a version's files (plain + gzip): every item in each level about
 /// 2.5 times (closure overlap), gzip about 60 % of plain.
 fn estimated_bytes(n: usize, levels: usize, dim: usize, side: usize) -> u64 {
-    let item = (8 + 1 + 4 * dim + shared::protocol::thumbs::packed_len(side)) as f64;
+    let item = (8 + 1 + 4 * dim + publish::thumbs::packed_len(side)) as f64;
     (n as f64 * levels as f64 * item * 2.5 * 1.6) as u64
 }
 
@@ -173,7 +173,7 @@ fn cut_lists(lists: &mut Vec<Vec<u32>>, m: usize) {
         .par_iter()
         .map(|l| l[..m.min(l.len())].to_vec())
         .collect();
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
 }
 
 /// Build the partition of `items` (a gallery snapshot): the whole gallery as level 0 (only if

@@ -1,6 +1,6 @@
 //! The published partition (private block retrieval, `shared/spec/blocks.md`): the gallery cut
 //! into blocks at several levels, built from a gallery snapshot with
-//! [`shared::protocol::publish`], written to the [`BlockStore`] before it is announced, served
+//! [`publish::publish`], written to the [`BlockStore`] before it is announced, served
 //! from memory, and swapped atomically when the gallery changes.
 //!
 //! Serving is the hot path, so everything a response needs is computed once: the block files

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::HeaderValue;
+use publish::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 use shared::api::PartitionDoc;
-use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
 
 use super::blockstore::{BlockStore, BlockStoreError, Checksums, LevelFile};
 
@@ -79,8 +79,8 @@ pub struct PartitionSettings {
     /// PIR: each thumbnail record also carries its item's features, so clients check the
     /// hintless ranking's scores of the items they are returned (records 1.4× as large).
     pub verified_scores: bool,
-    /// PIR: thumbnail records coded to this many bytes (`shared::protocol::thumbcode`)
-    /// whatever the gallery's size; `None`: as `shared::pir::doc::thumbs_plan` decides.
+    /// PIR: thumbnail records coded to this many bytes (`publish::thumbcode`)
+    /// whatever the gallery's size; `None`: as `publish::pir::doc::thumbs_plan` decides.
     pub thumb_code_bytes: Option<usize>,
     /// PIR: a local directory the hintless ranking's planes and packing plans, the ranking
     /// table and the public files are written to and mapped from (each file unlinked once
@@ -276,7 +276,7 @@ pub(super) fn assemble(
     fingerprint: String,
     build_secs: f64,
 ) -> Result<Published, PartitionError> {
-    shared::protocol::plan::validate_doc(&canonical)?;
+    publish::plan::validate_doc(&canonical)?;
     let json = |d: &PartitionDoc| {
         serde_json::to_vec(d)
             .map(Bytes::from)

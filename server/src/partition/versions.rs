@@ -392,7 +392,7 @@ impl Partitions {
             .await
             .map_err(|e| fail(e.to_string()))?;
         let want = p.hash(level, block).ok_or_else(missing)?;
-        if shared::protocol::blocks::hash_hex(&raw) != want {
+        if publish::blocks::hash_hex(&raw) != want {
             return Err(fail(format!("stored bytes do not match SHA-256 {want}")));
         }
         // The gzip file too, where the version has checksums (else the client's SHA-256 check

@@ -46,7 +46,7 @@ impl AppState {
     /// CPU-heavy: call off the async runtime.
     pub fn rebuild_partition(&self, items: &[Arc<GalleryItem>], version: u64) {
         // The re-embedding just freed its transients; give them back before the build's peak.
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         let built = self
             .partitions
             .build(
@@ -71,7 +71,7 @@ impl AppState {
             Ok((_, false)) => {}
             Err(e) => tracing::error!(error = %e, "partition build failed; keeping the old one"),
         }
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         self.release_catalogue_pages();
     }
 

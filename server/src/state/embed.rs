@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use paper::privatemail::{embed_dense, embed_nystrom};
+use paper::retrieve::gallery_rows;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use shared::protocol::privatemail::{embed_dense, embed_nystrom};
-use shared::protocol::retrieve::gallery_rows;
 use shared::DMatrix;
 
 use super::*;

@@ -11,23 +11,23 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use paper::frame::AnchorFrame;
 use shared::api::{AnchorsResponse, ApiLimits, ConfigResponse, StatusResponse};
-use shared::protocol::frame::AnchorFrame;
 use shared::{DMatrix, Params};
 
-use crate::gallery::data::DataError;
 use crate::gallery::index::Index;
 use crate::gallery::store::{Store, StoreError};
 use crate::item::GalleryItem;
 use crate::partition::Partitions;
-use shared::embed::model::Model;
+use ::embed::model::Model;
+use data::fashion::DataError;
 
 /// Anchor ids live above every gallery id the demo seeds.
 pub const ANCHOR_ID_BASE: u64 = 1_000_000_000;
 
 /// A short, stable version string for the model weights (FNV-1a of the bytes).
 pub fn model_version(weights: &[u8]) -> String {
-    shared::embed::model::weights_version(weights)
+    ::embed::model::weights_version(weights)
 }
 
 /// How the last start went: what was reused from the store and where the time went
@@ -127,7 +127,7 @@ pub struct AppState {
     pub config: ConfigResponse,
     pub anchors: AnchorsResponse,
     anchor_features: DMatrix<f64>,
-    /// The public anchor frame (`shared::protocol::frame`), fixed for the server's lifetime.
+    /// The public anchor frame (`paper::frame`), fixed for the server's lifetime.
     pub frame: AnchorFrame,
     pub model: Model,
     pub params: Params,

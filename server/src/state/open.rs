@@ -5,20 +5,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use paper::frame::AnchorFrame;
+use paper::retrieve::gallery_rows;
 use shared::api::{AnchorsResponse, ConfigResponse};
-use shared::protocol::frame::AnchorFrame;
-use shared::protocol::retrieve::gallery_rows;
 use shared::{DMatrix, Params};
 
 use super::*;
-use crate::gallery::data::{balanced_anchors, demo_gallery, load_split, CLASS_NAMES};
 use crate::gallery::index::Index;
 use crate::gallery::store::{FeatureRow, Store, StoredItem};
 use crate::item::{GalleryItem, SIDE};
-use crate::ops::progress::{Progress, Spinner};
 use crate::partition::{PartitionSettings, Partitions};
+use ::embed::model::Model;
+use data::fashion::{balanced_anchors, demo_gallery, load_split, CLASS_NAMES};
+use data::progress::{Progress, Spinner};
 use rayon::prelude::*;
-use shared::embed::model::Model;
 
 /// The gallery items with their features: stored ones (same weights version) reused, the
 /// others computed in parallel with progress and written back. Also returns, for each
@@ -33,9 +33,9 @@ fn gallery_features(
     let t = std::time::Instant::now();
     // A stored row of the wrong width or with non-finite values is recomputed.
     inputs.par_iter_mut().for_each(|(_, f)| {
-        if f.as_ref().is_some_and(|f| {
-            f.len() != shared::embed::model::EMBED || !f.iter().all(|v| v.is_finite())
-        }) {
+        if f.as_ref()
+            .is_some_and(|f| f.len() != ::embed::model::EMBED || !f.iter().all(|v| v.is_finite()))
+        {
             *f = None;
         }
     });
@@ -156,7 +156,7 @@ impl AppState {
         let mut report = StartupReport::default();
         let t = std::time::Instant::now();
         let d = (SIDE * SIDE) as usize;
-        let weights = model_version(crate::MODEL_WEIGHTS);
+        let weights = model_version(data::assets::MODEL_WEIGHTS);
         // The training split (for the anchors) and the store load independently: overlapped.
         // Each stored item with its stored features, if any.
         type Loaded = (
@@ -239,7 +239,7 @@ impl AppState {
             secs = report.store_load_secs,
             "store loaded"
         );
-        let model = Model::from_bytes(crate::MODEL_WEIGHTS)?;
+        let model = Model::from_bytes(data::assets::MODEL_WEIGHTS)?;
         if let Some((bad, _)) = stored
             .iter()
             .find(|(it, _)| it.pixels.len() != d || it.label >= 10)
@@ -267,7 +267,7 @@ impl AppState {
                 }
             }
         }
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
         if !packed_used {
@@ -333,12 +333,12 @@ impl AppState {
             &anchor_features,
             &anchor_labels,
             params.smlq.num_classes,
-            shared::protocol::frame::DEFAULT_KERNEL_SCALE,
+            paper::frame::DEFAULT_KERNEL_SCALE,
         )?;
         // The out-of-distribution reference: Gaussians over the anchors' features and layer
-        // means (`shared::embed::ood`) under the query model, the one a client scores its
+        // means (`::embed::ood`) under the query model, the one a client scores its
         // photo with.
-        let query = Model::from_bytes(crate::QUERY_WEIGHTS)?;
+        let query = Model::from_bytes(data::assets::QUERY_WEIGHTS)?;
         // Batched as the anchors' features above (`infer_batch_with_layer_means`,
         // bit-identical to `infer_with_layer_means`, which the client scores a photo with).
         let (query_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = anchor_idx
@@ -352,7 +352,7 @@ impl AppState {
             .flatten()
             .map(|(inf, layers)| (inf.features, layers))
             .unzip();
-        let familiarity = shared::embed::ood::Reference::fit(
+        let familiarity = ::embed::ood::fit(
             &query_features.concat(),
             &layer_means.concat(),
             &anchor_labels,
@@ -372,7 +372,7 @@ impl AppState {
         };
         // The same bytes `GET /anchors` serves (`http::cache::json_revalidated`).
         let anchors_sha256 =
-            shared::protocol::blocks::hash_hex(&serde_json::to_vec(&anchors).map_err(|e| {
+            publish::blocks::hash_hex(&serde_json::to_vec(&anchors).map_err(|e| {
                 StateError::Invalid(format!("the anchors could not be written: {e}"))
             })?);
         let config = ConfigResponse {
@@ -381,11 +381,11 @@ impl AppState {
             class_names: CLASS_NAMES.iter().map(|s| s.to_string()).collect(),
             feature_dim: fd,
             frame_dim: frame.dim(),
-            frame_kernel_scale: shared::protocol::frame::DEFAULT_KERNEL_SCALE,
+            frame_kernel_scale: paper::frame::DEFAULT_KERNEL_SCALE,
             anchor_count: anchor_idx.len(),
             anchors_sha256,
             model_version: weights,
-            query_model_version: model_version(crate::QUERY_WEIGHTS),
+            query_model_version: model_version(data::assets::QUERY_WEIGHTS),
             limits: opts.limits,
         };
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
@@ -452,7 +452,7 @@ impl AppState {
             },
         );
         let (snap, reused, embedding_secs) = embedded?;
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         report.embedding_reused = reused;
         report.embedding_secs = embedding_secs;
         *state.snapshot.write().unwrap() = Arc::new(snap);
@@ -475,7 +475,7 @@ impl AppState {
             }
         }
         state.partitions.collect_garbage();
-        crate::ops::progress::release_freed_memory();
+        data::progress::release_freed_memory();
         state.release_catalogue_pages();
         report.partition_secs = partition_load_secs + t.elapsed().as_secs_f64();
         report.total_secs = t_total.elapsed().as_secs_f64();

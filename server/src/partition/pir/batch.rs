@@ -15,18 +15,20 @@
 //! query gets its own error without holding up the others. A panic while computing a batch
 //! fails that batch's requests (500), never the leader's later batches.
 //!
-//! [`ScoreDb::answer_many`]: shared::pir::ring::scores::ScoreDb::answer_many
+//! [`ScoreDb::answer_many`]: ::pir::ring::scores::ScoreDb::answer_many
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use shared::pir::ring::inspiring::InspiringBodies;
-use shared::pir::ring::scores::encode_answer;
+use ::pir::ring::inspiring::InspiringBodies;
+use ::pir::ring::rlwe::Ring;
+use ::pir::ring::scores::{decode_upload, encode_answer, ScoreDb};
+use axum::body::Bytes;
 use tokio::sync::oneshot;
 
-use super::serve::{PirCounters, QueryError, ScoresQuery, ScoresServe};
+use super::counters::PirCounters;
 
 /// Queries answered in one pass at most: a batch's work (and the first request's wait) grows
 /// with its size, while the reads it saves are shared once a few queries share them
@@ -137,18 +139,62 @@ impl ScoresServe {
     }
 }
 
+/// Why a query body was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("the body must be 1..={max} query vectors of {per} bytes each; got {got} bytes")]
+    Size { per: usize, max: usize, got: usize },
+    #[error("the scores query is malformed: {0}")]
+    Scores(String),
+    #[error("the query is malformed: {0}")]
+    Malformed(String),
+}
+
+/// A scores query decoded (cheap next to its answer: done before it takes an answer slot, so
+/// a malformed one is refused without waiting for one).
+pub struct ScoresQuery {
+    pub(super) query: Vec<u64>,
+    pub(super) bodies: InspiringBodies,
+}
+
+/// The hintless ranking, ready to answer (`publish::pir::hintless`).
+pub struct ScoresServe {
+    pub ring: Ring,
+    pub db: ScoreDb,
+    /// The public file, plain and gzip.
+    pub public: (Bytes, Bytes),
+    /// Queries waiting to be answered together (below).
+    pub batch: Batcher,
+}
+
+impl std::fmt::Debug for ScoresServe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScoresServe")
+            .field("shape", &self.db.shape())
+            .field("bytes", &self.db.bytes())
+            .finish()
+    }
+}
+
+/// Decodes a hintless scores query (exactly the document's `upload_bytes`).
+pub fn decode_scores(s: &ScoresServe, body: &[u8]) -> Result<ScoresQuery, QueryError> {
+    let (query, bodies) = decode_upload(&s.db.shape(), s.ring.n(), body)
+        .map_err(|e| QueryError::Scores(e.to_string()))?;
+    Ok(ScoresQuery { query, bodies })
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
+    use ::pir::ring::inspiring::InspiringMasks;
+    use ::pir::ring::rlwe::Ring;
+    use ::pir::ring::scores::{
+        decode, decode_answer, packing_masks, plaintext_scores, query, ScoreDb, ScoreShape,
+    };
     use axum::body::Bytes;
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
-    use shared::pir::ring::inspiring::InspiringMasks;
-    use shared::pir::ring::rlwe::Ring;
-    use shared::pir::ring::scores::{
-        decode, decode_answer, packing_masks, plaintext_scores, query, ScoreDb, ScoreShape,
-    };
 
     use super::*;
 
@@ -163,7 +209,7 @@ mod tests {
         let db = ScoreDb::build_from(
             &ring,
             shape,
-            |b| Ok::<_, shared::Error>(feats(b)),
+            |b| Ok::<_, ::pir::Error>(feats(b)),
             &[5; 32],
             &masks,
         )

@@ -5,36 +5,34 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ::pir::layout::{encode_hint, Database, Shape};
+use ::pir::lwe::{matrix_a, LWE_N};
+use ::pir::ring::rlwe::Ring;
+use ::pir::ring::scores::{answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape};
+use ::pir::ring::N as RING_N;
 use axum::body::Bytes;
-use rayon::prelude::*;
-use shared::pir::doc::{
+use publish::blocks::quantise;
+use publish::blocks::{decode_ids, hash_hex};
+use publish::partition::Overlap;
+use publish::pir::doc::{
     level_shape, thumbs_plan_with, FileDoc, PirDbDoc, PirDoc, SchemeDoc, ScoresDoc,
     THUMBS_SEARCH_BYTES,
 };
-use shared::pir::hintless::ScoresPublic;
-use shared::pir::layout::{encode_hint, Database, Shape};
-use shared::pir::lwe::{matrix_a, LWE_N};
-use shared::pir::records::{encode_rank_record, rank_record_len, unit_digests, RankItem, DIGEST};
-use shared::pir::ring::rlwe::Ring;
-use shared::pir::ring::scores::{
-    answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape,
-};
-use shared::pir::ring::N as RING_N;
-use shared::pir::seeds::{self, Purpose};
-use shared::protocol::blocks::quantise;
-use shared::protocol::blocks::{decode_ids, hash_hex};
-use shared::protocol::partition::Overlap;
-use shared::protocol::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
-use shared::protocol::thumbcode::Codebook;
-use shared::protocol::thumbs;
+use publish::pir::hintless::ScoresPublic;
+use publish::pir::records::{encode_rank_record, rank_record_len, unit_digests, RankItem, DIGEST};
+use publish::pir::seeds::{self, Purpose};
+use publish::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
+use publish::thumbcode::Codebook;
+use publish::thumbs;
+use rayon::prelude::*;
 
 use super::serve::*;
 use crate::item::GalleryItem;
 use crate::ops::mapped::{self, Pages};
-use crate::ops::progress::Progress;
 use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;
 use crate::partition::versions::Partitions;
+use data::progress::Progress;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PirBuildError {
@@ -42,7 +40,7 @@ pub enum PirBuildError {
     Shared(#[from] shared::Error),
     /// The lattice code's refusals (laying out a database).
     #[error("pir: {0}")]
-    Lattice(#[from] shared::pir::error::Error),
+    Lattice(#[from] ::pir::error::Error),
     #[error("pir: {0}")]
     Invalid(String),
     #[error("pir: {0}")]
@@ -121,11 +119,11 @@ pub fn attach(p: &Published, partitions: &Partitions, items: &[Arc<GalleryItem>]
     // The partition's build just freed its transients (about 1.7 GB at 1,000,000 items, in
     // its threads' arenas, where this build's threads would not reuse them): give them back
     // first, so they do not add to this build's peak.
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     let built = build(p, partitions, items, inputs);
     // The thumbnails packed for the build and the table's encoding (about 0.5 GB at 1,000,000
     // items) are freed: give the pages back.
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     match built {
         Ok(serve) => {
             let _ = p.pir.set(Arc::new(serve));
@@ -165,7 +163,7 @@ pub fn build(
     }
     // One record per item: its thumbnail, as the blocks hold it (3 bits a pixel) where that
     // fits the thumbnails' bytes, coded with a codebook fitted on the gallery where it does
-    // not (`shared::pir::doc::thumbs_plan`).
+    // not (`publish::pir::doc::thumbs_plan`).
     let side = p.doc.thumb_side;
     // With verified scores each record also carries the item's i16 features (the digests,
     // computed over the record, cover them).
@@ -215,7 +213,7 @@ pub fn build(
     // Packed again for the thumbnail database once the hintless ranking is built: not held
     // through that build's peak (0.3 GB at 1,000,000 items; packing takes about a second).
     drop(packed);
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     let rank_item = |i: usize| RankItem {
         id: items[i].id,
         label: items[i].label as u8,
@@ -237,7 +235,7 @@ pub fn build(
             tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
             None
         });
-    crate::ops::progress::release_freed_memory();
+    data::progress::release_freed_memory();
     inputs.release();
     // Nothing reads this version's files until it is swapped in (the one serving meanwhile has
     // its own in the resident set): its pages go as each part is built, and searches fault
@@ -355,7 +353,7 @@ pub fn build(
 }
 
 /// The codebook of `len`-byte pictures fitted on the gallery's thumbnails (an even sample,
-/// `shared::protocol::thumbcode::FIT_SAMPLE`; a few seconds, logged).
+/// `publish::thumbcode::FIT_SAMPLE`; a few seconds, logged).
 fn fit_code(
     items: &[Arc<GalleryItem>],
     side: usize,
@@ -379,7 +377,7 @@ fn fit_code(
     Ok(book)
 }
 
-/// The thumbnail database's unit digests (`shared::pir::records::unit_digest`).
+/// The thumbnail database's unit digests (`publish::pir::records::unit_digest`).
 struct Units {
     shape: Shape,
     digests: Vec<[u8; DIGEST]>,
@@ -424,16 +422,17 @@ fn build_scores(
         seeds::derive(&p.doc, Purpose::ScoresQuery),
         seeds::derive(&p.doc, Purpose::ScoresPacking),
     );
-    let masks = shared::pir::ring::scores::packing_masks(&ring, &shape, &packing_seed);
+    let masks = ::pir::ring::scores::packing_masks(&ring, &shape, &packing_seed);
     // Each block's i16 features as the planes are laid out (one block held at a time).
-    let features = |b: usize| -> Result<Vec<i16>, shared::Error> {
+    let features = |b: usize| -> Result<Vec<i16>, ::pir::Error> {
         Ok(members[b]
             .iter()
             .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
             .collect())
     };
     let lay_out = || ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks);
-    let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)?;
+    let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)
+        .map_err(publish::pir::from_lattice)?;
     let public = ScoresPublic {
         public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
         rows: members,
@@ -537,9 +536,9 @@ fn score_db<'a, E>(
 }
 
 /// Whether a level database of `shape` is offered: a record takes at most the queries one
-/// request may carry (else no client could fetch it: at 10,000 items with session 24's weights
-/// a coarse level's record needed 140 of 128), and the upload and the database stay within
-/// [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
+/// request may carry (else no client could fetch it: at 10,000 items with an earlier cnn-v2
+/// model a coarse level's record needed 140 of 128), and the upload and the database stay
+/// within [`MAX_LEVEL_UPLOAD`] and [`MAX_LEVEL_DB_BYTES`].
 fn offered(shape: &Shape) -> bool {
     shape.record_fits_one_request()
         && shape.queries_per_record() * shape.query_bytes() <= MAX_LEVEL_UPLOAD
@@ -654,7 +653,7 @@ fn level_indices(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::pir::ring::scores::packing_masks;
+    use ::pir::ring::scores::packing_masks;
 
     /// A level whose longest record takes more queries than one request may carry is not
     /// offered, however cheap its upload; one query fewer than the limit is.
@@ -681,7 +680,7 @@ mod tests {
             rows: 40,
         };
         let masks = packing_masks(&ring, &shape, &[3; 32]);
-        let block = |b: usize| -> Result<Vec<i16>, shared::Error> {
+        let block = |b: usize| -> Result<Vec<i16>, ::pir::Error> {
             Ok((0..4 * (40 - b))
                 .map(|i| (i * 37 + b) as i16 - 200)
                 .collect())

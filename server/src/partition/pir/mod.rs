@@ -1,4 +1,4 @@
-//! PIR databases of a partition version (`shared::pir`): built from the version's blocks and
+//! PIR databases of a partition version (`publish::pir`): built from the version's blocks and
 //! the gallery, held with the version (so they live and expire with it), and answered on the
 //! blocking pool with rayon.
 //!
@@ -10,6 +10,7 @@
 
 mod batch;
 mod build;
+mod counters;
 mod serve;
 
 pub use batch::{Batcher, Reply, MAX_BATCH};

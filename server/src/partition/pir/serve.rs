@@ -1,15 +1,16 @@
 //! The PIR databases of one version, ready to answer; the work counters `/status` shows.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+use ::pir::cpu::timed;
+use ::pir::layout::Database;
+use ::pir::ring::scores::upload_len;
 use axum::body::Bytes;
+use publish::pir::doc::{PirDbDoc, PirDoc};
+
+pub use super::batch::{decode_scores, QueryError, ScoresQuery, ScoresServe};
+pub use super::counters::PirCounters;
 use rayon::prelude::*;
-use shared::pir::cpu::timed;
-use shared::pir::doc::{PirDbDoc, PirDoc};
-use shared::pir::layout::Database;
-use shared::pir::ring::inspiring::InspiringBodies;
-use shared::pir::ring::rlwe::Ring;
-use shared::pir::ring::scores::{decode_upload, upload_len, ScoreDb};
 
 /// Where clients send PIR queries: `{PIR_PREFIX}/{version}/{db}` (`thumbs`, a level, or
 /// `scores`).
@@ -39,25 +40,6 @@ pub struct PirDb {
     pub hint: Bytes,
 }
 
-/// The hintless ranking, ready to answer (`shared::pir::hintless`).
-pub struct ScoresServe {
-    pub ring: Ring,
-    pub db: ScoreDb,
-    /// The public file, plain and gzip.
-    pub public: (Bytes, Bytes),
-    /// Queries waiting to be answered together (`super::batch`).
-    pub batch: super::batch::Batcher,
-}
-
-impl std::fmt::Debug for ScoresServe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScoresServe")
-            .field("shape", &self.db.shape())
-            .field("bytes", &self.db.bytes())
-            .finish()
-    }
-}
-
 /// The PIR side of one partition version.
 #[derive(Debug)]
 pub struct PirServe {
@@ -74,20 +56,6 @@ pub struct PirServe {
     /// The mapped files above (`ops::mapped`), whose pages leave the resident set when the
     /// version is replaced ([`Pages::release`](crate::ops::mapped::Pages::release)).
     pub pages: crate::ops::mapped::Pages,
-}
-
-/// Work done answering queries (for `/status`).
-#[derive(Debug, Default)]
-pub struct PirCounters {
-    pub requests: AtomicU64,
-    /// Searches: every search sends exactly one thumbnail request.
-    pub searches: AtomicU64,
-    pub queries: AtomicU64,
-    /// Summed CPU time of the answer tasks (each thread's own clock, `pir::cpu`), µs.
-    pub core_us: AtomicU64,
-    /// Hintless scores batches computed, and the queries answered in them (`batch`).
-    pub score_batches: AtomicU64,
-    pub score_queries: AtomicU64,
 }
 
 /// The PIR part of `GET /api/v1/status`.
@@ -161,31 +129,6 @@ impl PirServe {
             .map_or((0, 0), |s| (s.db.bytes() as u64, s.public.0.len() as u64));
         (d + sd, h + sh)
     }
-}
-
-/// Why a query body was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum QueryError {
-    #[error("the body must be 1..={max} query vectors of {per} bytes each; got {got} bytes")]
-    Size { per: usize, max: usize, got: usize },
-    #[error("the scores query is malformed: {0}")]
-    Scores(String),
-    #[error("the query is malformed: {0}")]
-    Malformed(String),
-}
-
-/// A scores query decoded (cheap next to its answer: done before it takes an answer slot, so
-/// a malformed one is refused without waiting for one).
-pub struct ScoresQuery {
-    pub(super) query: Vec<u64>,
-    pub(super) bodies: InspiringBodies,
-}
-
-/// Decodes a hintless scores query (exactly the document's `upload_bytes`).
-pub fn decode_scores(s: &ScoresServe, body: &[u8]) -> Result<ScoresQuery, QueryError> {
-    let (query, bodies) = decode_upload(&s.db.shape(), s.ring.n(), body)
-        .map_err(|e| QueryError::Scores(e.to_string()))?;
-    Ok(ScoresQuery { query, bodies })
 }
 
 fn check_query_size(per: usize, len: usize) -> Result<(), QueryError> {

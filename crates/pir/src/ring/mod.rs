@@ -1,0 +1,282 @@
+//! Ring-LWE building blocks for private ranking without a client hint (issue #18's
+//! million-image case; `publish::pir::hintless` serves [`scores`] on a capped level).
+//!
+//! - [`modq`] — arithmetic modulo the prime `Q = 2⁶² − 2¹⁶ + 1`;
+//! - [`ntt`] — the negacyclic transform of `Z_Q[X]/(Xᴺ + 1)`;
+//! - [`rlwe`] — keys, encryption, gadget decomposition, key switching, automorphisms;
+//! - [`pack`] — many LWE ciphertexts into one RLWE ciphertext (the server's answer
+//!   compression that makes a hint unnecessary);
+//! - [`scores`] — encrypted exact distance scores of the items of one privately chosen block.
+//!
+//! # Security of the parameters
+//! `N = 4,096`, `log₂ Q = 62`, ternary secrets, Gaussian errors of σ = 6.4: the
+//! homomorphic-encryption security standard (Albrecht et al. 2018, Table 1, ternary secrets,
+//! σ ≈ 3.2) gives 128-bit classical security to `N = 4,096` up to `log₂ Q = 109`; a larger σ
+//! only helps. `N = 2,048` would allow only `log₂ Q ≤ 54`, so it is used here in tests only.
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod inspiring;
+pub mod modq;
+pub mod ntt;
+pub mod pack;
+pub mod rlwe;
+pub mod scores;
+
+/// `f` over `items`, in order: on every core with the `parallel` feature (the server), serially
+/// otherwise (the browser). With `micros`, the calls' summed CPU time (each thread's own clock,
+/// [`crate::cpu`]) is added to it, µs — what the server reports per search; not measured where
+/// there is no thread clock (wasm32).
+pub(crate) fn par_map<T: Sync, U: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> U + Sync + Send,
+    micros: Option<&std::sync::atomic::AtomicU64>,
+) -> Vec<U> {
+    let timed = |x: &T| match micros {
+        Some(m) => crate::cpu::timed(m, || f(x)),
+        None => f(x),
+    };
+    #[cfg(feature = "parallel")]
+    {
+        use rayon::prelude::*;
+        items.par_iter().map(timed).collect()
+    }
+    #[cfg(not(feature = "parallel"))]
+    {
+        items.iter().map(timed).collect()
+    }
+}
+
+/// `f` over `items` (on every core with the `parallel` feature), each result handed to `sink`
+/// in the items' order as soon as it and all before it are made — for results too large to hold
+/// all at once (the score database's packing plans, written out as they are built). At most one
+/// result per thread exists at a time, made or waiting for its turn: a thread takes the next
+/// item only while fewer than that many are not yet through `sink`. Stops at `sink`'s first
+/// error and returns it.
+pub(crate) fn par_for_each_in_order<T: Sync, U: Send, E: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> U + Sync,
+    mut sink: impl FnMut(U) -> Result<(), E> + Send,
+) -> Result<(), E> {
+    #[cfg(feature = "parallel")]
+    {
+        if rayon::current_num_threads() > 1 {
+            return in_order::run(items, f, sink, rayon::current_num_threads());
+        }
+    }
+    items.iter().try_for_each(|x| sink(f(x)))
+}
+
+#[cfg(feature = "parallel")]
+mod in_order {
+    use std::collections::BTreeMap;
+    use std::sync::{Condvar, Mutex, MutexGuard};
+
+    struct State<U, S, E> {
+        /// Items taken by a thread (the first `taken`).
+        taken: usize,
+        /// Items through the sink (the first `done`).
+        done: usize,
+        /// Results made, waiting for their turn.
+        ready: BTreeMap<usize, U>,
+        /// The sink, unless a thread has taken it to hand results to it.
+        sink: Option<S>,
+        failed: Option<E>,
+        /// A thread panicked: the others stop (the scope then resumes the panic).
+        panicked: bool,
+    }
+
+    /// Marks the run as stopped if a thread unwinds (making a result or in the sink), so that
+    /// the others do not wait for it forever.
+    struct OnPanic<'a, U, S, E>(&'a Mutex<State<U, S, E>>, &'a Condvar);
+
+    impl<U, S, E> Drop for OnPanic<'_, U, S, E> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.lock().unwrap_or_else(|e| e.into_inner()).panicked = true;
+                self.1.notify_all();
+            }
+        }
+    }
+
+    pub(super) fn run<T: Sync, U: Send, E: Send, S: FnMut(U) -> Result<(), E> + Send>(
+        items: &[T],
+        f: impl Fn(&T) -> U + Sync,
+        sink: S,
+        window: usize,
+    ) -> Result<(), E> {
+        let state = Mutex::new(State {
+            taken: 0,
+            done: 0,
+            ready: BTreeMap::new(),
+            sink: Some(sink),
+            failed: None,
+            panicked: false,
+        });
+        let turn = Condvar::new();
+        let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
+        let stopped = |s: &MutexGuard<State<U, S, E>>| s.failed.is_some() || s.panicked;
+        rayon::scope(|scope| {
+            for _ in 0..window {
+                scope.spawn(|_| {
+                    let _stop_on_panic = OnPanic(&state, &turn);
+                    loop {
+                        let i = {
+                            let mut s = lock();
+                            loop {
+                                if stopped(&s) || s.taken == items.len() {
+                                    return;
+                                }
+                                if s.taken - s.done < window {
+                                    break;
+                                }
+                                s = turn.wait(s).unwrap_or_else(|e| e.into_inner());
+                            }
+                            s.taken += 1;
+                            s.taken - 1
+                        };
+                        let made = f(&items[i]);
+                        let mut s = lock();
+                        if stopped(&s) {
+                            return;
+                        }
+                        s.ready.insert(i, made);
+                        // Hand over what is due, unless another thread is doing so (it will find
+                        // this result when its current one is through).
+                        let Some(mut sink) = s.sink.take() else {
+                            continue;
+                        };
+                        loop {
+                            let next = s.done;
+                            let Some(due) = s.ready.remove(&next) else {
+                                break;
+                            };
+                            drop(s);
+                            let result = sink(due);
+                            s = lock();
+                            match result {
+                                Ok(()) => s.done += 1,
+                                Err(e) => {
+                                    s.failed = Some(e);
+                                    s.ready.clear();
+                                }
+                            }
+                            turn.notify_all();
+                            if stopped(&s) {
+                                break;
+                            }
+                        }
+                        s.sink = Some(sink);
+                    }
+                });
+            }
+        });
+        let s = state.into_inner().unwrap_or_else(|e| e.into_inner());
+        match s.failed {
+            Some(e) => Err(e),
+            None => {
+                debug_assert_eq!(s.done, items.len());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The ring degree of the deployed parameter set.
+pub const N: usize = 4096;
+
+/// Whether the AVX2 + BMI2 builds of the hot loops may run here (the transforms, the key
+/// switch's division, the scoring pass are compiled twice and chosen at run time).
+#[cfg(target_arch = "x86_64")]
+fn fast_x86() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("bmi2")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Results reach the sink in order, at most one per thread exists at a time, and the
+    /// first failed hand-over stops the run with its error.
+    fn check_in_order(threads: usize) {
+        let items: Vec<usize> = (0..40).collect();
+        let (alive, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let make = |&i: &usize| {
+            let now = alive.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            // Later items are quicker: they finish out of order.
+            std::thread::sleep(std::time::Duration::from_micros((40 - i as u64) * 50));
+            i
+        };
+        let mut seen = Vec::new();
+        super::par_for_each_in_order(&items, make, |i| {
+            alive.fetch_sub(1, Ordering::SeqCst);
+            seen.push(i);
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        assert_eq!(seen, items);
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            most <= threads,
+            "{most} results at once on {threads} threads"
+        );
+        let mut seen = Vec::new();
+        let stopped = super::par_for_each_in_order(
+            &items,
+            |&i| i,
+            |i| {
+                if i == 7 {
+                    return Err(i);
+                }
+                seen.push(i);
+                Ok(())
+            },
+        );
+        assert_eq!(stopped, Err(7));
+        assert_eq!(seen, (0..7).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn in_order_hands_results_over_in_order() {
+        #[cfg(feature = "parallel")]
+        for threads in [2, 4] {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| check_in_order(threads));
+        }
+        #[cfg(not(feature = "parallel"))]
+        check_in_order(1);
+    }
+
+    /// A result that panics while it is made ends the run with that panic: the threads that
+    /// wait for their turn do not wait forever.
+    #[test]
+    fn in_order_passes_a_panic_on() {
+        let run = || {
+            std::panic::catch_unwind(|| {
+                let items: Vec<usize> = (0..20).collect();
+                super::par_for_each_in_order(
+                    &items,
+                    |&i| {
+                        assert_ne!(i, 3, "the made-up failure");
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                        i
+                    },
+                    |_| Ok::<_, ()>(()),
+                )
+            })
+        };
+        #[cfg(feature = "parallel")]
+        let got = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap()
+            .install(run);
+        #[cfg(not(feature = "parallel"))]
+        let got = run();
+        assert!(got.is_err());
+    }
+}

@@ -1,0 +1,720 @@
+//! The hintless ranking as published and as every client runs it (browser and command line):
+//! the document entry's checks, the public file, the query for the photo's block and the exact
+//! top k from the answer. The scheme is [`super::ring::scores`]; the level is a capped one
+//! (`protocol::partition::Overlap::Capped`), so the database has as many rows as its cap.
+//!
+//! # What leaves the client, and why it reveals nothing
+//! One `POST` of exactly [`ScoresDoc::upload_bytes`]: RLWE samples under a fresh secret and the
+//! packing-key bodies for it ([`super::ring::scores`], "Guarantee"). The block (the photo's
+//! nearest centroid among the level's public centroids) and the photo's quantised features are
+//! inside the encrypted query vector, nowhere else; the size is the public shape's. The public
+//! file is the same for everyone and fetched whole.
+//!
+//! # What the client checks
+//! The public file against its published SHA-256, then its structure (every value reduced,
+//! every block's count equal to the partition document's, indices ascending and inside the
+//! gallery, the exact length); the answer's size and that every coefficient decodes within the
+//! error bound ([`super::ring::scores::decode`]: the key-error share proven, the rounding share heuristic). A hostile server can still return
+//! wrong scores on purpose (encrypted scores carry no checksum); it cannot learn the photo, and
+//! the thumbnails fetched next are checked against the public file's digests.
+
+use rand::RngCore;
+
+use crate::blocks::{hash_hex, quantise, Hit, FEATURE_SCALE};
+use crate::centroids::Centroids;
+use crate::partition::{nearest_centroid, Overlap};
+use crate::pir::doc::{check_file, seed_hex, PirDoc, ScoresDoc};
+use crate::pir::records::{Ranked, DIGEST};
+use crate::pir::seeds::{self, Purpose};
+use ::pir::client::PirError;
+use ::pir::ring::inspiring::InspiringMasks;
+use ::pir::ring::modq::Q;
+use ::pir::ring::rlwe::{Ring, SecretKey};
+use ::pir::ring::scores::{self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape};
+use ::pir::ring::N;
+use shared::api::PartitionDoc;
+use shared::error::{Error, Result};
+
+/// The public file's first bytes (2: one digest a thumbnail unit, not a record).
+const MAGIC: &[u8; 8] = b"PMSCORE2";
+/// Bytes per gallery item in the public file: id, label.
+const ITEM_BYTES: usize = 8 + 1;
+
+impl ScoresDoc {
+    pub fn shape(&self) -> ScoreShape {
+        ScoreShape {
+            blocks: self.blocks,
+            dim: self.dim,
+            rows: self.rows,
+        }
+    }
+}
+
+/// Checks the document's scores entry against the partition before anything is allocated from
+/// it: the ring this code speaks, a capped level of the same block count whose blocks fit the
+/// rows, the feature dimension, a servable shape, the sizes the shape implies, seeds, and a
+/// bounded public file.
+pub fn check(part: &PartitionDoc, doc: &ScoresDoc) -> Result<()> {
+    let invalid = |reason: String| Error::InvalidParameter {
+        name: "pir scores",
+        reason,
+    };
+    let ld = part
+        .levels
+        .get(doc.level)
+        .ok_or_else(|| invalid(format!("level {} does not exist", doc.level)))?;
+    if doc.ring_n != N {
+        return Err(invalid(format!("ring degree {} is not {N}", doc.ring_n)));
+    }
+    if !matches!(ld.overlap, Overlap::Capped { .. })
+        || ld.blocks as usize != doc.blocks
+        || doc.dim != part.feature_dim
+        || ld.sizes.iter().any(|&s| s as usize > doc.rows)
+    {
+        return Err(invalid(format!(
+            "the shape {:?} does not fit level {}",
+            doc.shape(),
+            doc.level
+        )));
+    }
+    let shape = doc.shape();
+    shape.check(N).map_err(crate::pir::from_lattice)?;
+    if doc.upload_bytes != upload_len(&shape, N) as u64
+        || doc.answer_bytes != answer_len(&shape, N) as u64
+    {
+        return Err(invalid("the declared sizes are not the shape's".into()));
+    }
+    seed_hex("pir scores query_seed", &doc.query_seed)?;
+    seed_hex("pir scores packing_seed", &doc.packing_seed)?;
+    check_file(&doc.public, "PIR scores public file")?;
+    if doc.thumb_units == 0 || doc.thumb_units > part.gallery_size {
+        return Err(invalid(format!(
+            "{} thumbnail units for {} items",
+            doc.thumb_units, part.gallery_size
+        )));
+    }
+    let (least, most) = public_len(
+        doc,
+        part.gallery_size,
+        ld.sizes.iter().map(|&s| s as u64).sum(),
+    );
+    if !(least..=most).contains(&doc.public.bytes) {
+        return Err(invalid(
+            "the public file's length does not fit its contents".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The public file's least and largest length for `rows` rows in all: the row map's varints
+/// take 1 to 5 bytes each.
+fn public_len(doc: &ScoresDoc, items: usize, rows: u64) -> (u64, u64) {
+    let parts = doc.shape().ciphertexts(N) * N * 8;
+    let fixed =
+        (MAGIC.len() + parts + doc.blocks * 4 + items * ITEM_BYTES + doc.thumb_units * DIGEST)
+            as u64;
+    (fixed + rows, fixed + 5 * rows)
+}
+
+/// The public file, decoded and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoresPublic {
+    /// The packed answers' `a` parts, per plane and row chunk.
+    pub public_a: Vec<Vec<u64>>,
+    /// Each block's rows: gallery indices, ascending.
+    pub rows: Vec<Vec<u32>>,
+    pub ids: Vec<u64>,
+    pub labels: Vec<u8>,
+    /// Each thumbnail unit's digest (`records::unit_digest`), in unit order.
+    pub digests: Vec<[u8; DIGEST]>,
+}
+
+impl ScoresPublic {
+    /// The file's bytes (the server writes it; [`ScoresPublic::decode`] reads it).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        for a in &self.public_a {
+            a.iter()
+                .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        }
+        for block in &self.rows {
+            out.extend_from_slice(&(block.len() as u32).to_le_bytes());
+            let mut prev = 0u32;
+            for (k, &i) in block.iter().enumerate() {
+                // Ascending: the first index, then gaps of at least 1, as LEB128 varints.
+                put_varint(&mut out, if k == 0 { i } else { i - prev });
+                prev = i;
+            }
+        }
+        // Column by column: the ids and labels compress, the digests do not.
+        self.ids
+            .iter()
+            .for_each(|id| out.extend_from_slice(&id.to_le_bytes()));
+        out.extend_from_slice(&self.labels);
+        self.digests.iter().for_each(|d| out.extend_from_slice(d));
+        out
+    }
+
+    /// Reads the file fetched for `doc`: its SHA-256 first, then every structural rule (module
+    /// docs), the block sizes from the partition document.
+    pub fn decode(doc: &ScoresDoc, part: &PartitionDoc, bytes: &[u8]) -> Result<ScoresPublic> {
+        check(part, doc)?;
+        let got = hash_hex(bytes);
+        if got != doc.public.sha256 {
+            return Err(crate::pir::refused(PirError::HashMismatch {
+                what: "scores public file",
+                expected: doc.public.sha256.clone(),
+                got,
+            }));
+        }
+        let bad = |what: &str| -> Error {
+            crate::pir::refused(PirError::Malformed(format!("scores file: {what}")))
+        };
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(MAGIC.len()).ok_or_else(|| bad("short"))? != MAGIC {
+            return Err(bad("not a scores file"));
+        }
+        let polys = doc.shape().ciphertexts(N);
+        let mut public_a = Vec::with_capacity(polys);
+        for _ in 0..polys {
+            let raw = r.take(N * 8).ok_or_else(|| bad("short"))?;
+            let a: Vec<u64> = raw
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            if a.iter().any(|&v| v >= Q.value) {
+                return Err(bad("a value is not reduced modulo Q"));
+            }
+            public_a.push(a);
+        }
+        let sizes = &part.levels[doc.level].sizes;
+        let items = part.gallery_size;
+        let mut rows = Vec::with_capacity(doc.blocks);
+        for &size in sizes {
+            let count = r.u32().ok_or_else(|| bad("short"))?;
+            if count != size {
+                return Err(bad("a block's row count is not the partition's"));
+            }
+            let mut block = Vec::with_capacity(count as usize);
+            let mut prev: Option<u32> = None;
+            for _ in 0..count {
+                let v = r.varint().ok_or_else(|| bad("a malformed index"))?;
+                let i = match prev {
+                    None => Some(v),
+                    Some(p) if v > 0 => p.checked_add(v),
+                    Some(_) => None,
+                }
+                .filter(|&i| (i as usize) < items)
+                .ok_or_else(|| bad("indices must ascend within the gallery"))?;
+                block.push(i);
+                prev = Some(i);
+            }
+            rows.push(block);
+        }
+        let ids = r.take(items * 8).ok_or_else(|| bad("short"))?;
+        let labels = r.take(items).ok_or_else(|| bad("short"))?;
+        let digests = r
+            .take(doc.thumb_units * DIGEST)
+            .ok_or_else(|| bad("short"))?;
+        if r.at != bytes.len() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(ScoresPublic {
+            public_a,
+            rows,
+            ids: ids
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+            labels: labels.to_vec(),
+            digests: digests
+                .chunks_exact(DIGEST)
+                .map(|c| c.try_into().expect("the digest's length"))
+                .collect(),
+        })
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    /// A LEB128 `u32` of at most 5 bytes, canonical (no trailing zero groups).
+    fn varint(&mut self) -> Option<u32> {
+        let mut v = 0u64;
+        for k in 0..5 {
+            let b = *self.take(1)?.first()?;
+            v |= u64::from(b & 0x7f) << (7 * k);
+            if b & 0x80 == 0 {
+                let canonical = k == 0 || b != 0;
+                return u32::try_from(v).ok().filter(|_| canonical);
+            }
+        }
+        None
+    }
+}
+
+/// What decoding an answer needs: the secret of this query only, the block asked for and the
+/// quantised photo.
+pub struct ScoresPending {
+    sk: SecretKey,
+    block: usize,
+    q: Vec<i16>,
+}
+
+/// The photo's block and quantised features are zeroised with the pending state (the secret
+/// key zeroises itself).
+impl Drop for ScoresPending {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.q.zeroize();
+        self.block.zeroize();
+    }
+}
+
+/// The ring and the public masks of a document (built once per version by a client that keeps
+/// them; a few milliseconds).
+pub struct ScoresKeys {
+    ring: Ring,
+    masks: InspiringMasks,
+    query_seed: [u8; 32],
+}
+
+impl ScoresKeys {
+    /// The ring and masks for `doc`, from the seeds the client derives for the partition's
+    /// version and content ([`crate::pir::seeds`]), never from the document's: a server that
+    /// publishes related seeds (the packing seed equal to the query seed) would otherwise make
+    /// a key body and a query chunk share a mask and expose the secret. A document whose
+    /// seeds are not the derived ones is refused.
+    pub fn new(part: &PartitionDoc, doc: &ScoresDoc) -> Result<ScoresKeys> {
+        if doc.ring_n != N {
+            return Err(Error::InvalidParameter {
+                name: "pir scores",
+                reason: format!("ring degree {} is not {N}", doc.ring_n),
+            });
+        }
+        check(part, doc)?;
+        let digest = seeds::partition_digest(part);
+        let query_seed = seeds::check_one(
+            "pir scores query_seed",
+            &doc.query_seed,
+            seeds::derive_from(&digest, Purpose::ScoresQuery),
+        )?;
+        let packing = seeds::check_one(
+            "pir scores packing_seed",
+            &doc.packing_seed,
+            seeds::derive_from(&digest, Purpose::ScoresPacking),
+        )?;
+        let ring = Ring::new(N);
+        let masks = ::pir::ring::scores::packing_masks(&ring, &doc.shape(), &packing);
+        Ok(ScoresKeys {
+            masks,
+            query_seed,
+            ring,
+        })
+    }
+
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    pub fn masks(&self) -> &InspiringMasks {
+        &self.masks
+    }
+}
+
+/// The query for the photo's block (its nearest centroid among the level's verified
+/// `centroids`): the body to `POST` to `{answer_url}/scores` (exactly
+/// [`ScoresDoc::upload_bytes`]) and what decoding its answer needs. A fresh secret from `rng`
+/// (the CSPRNG) every time: reusing one would expose the difference of two photos.
+/// [`prepare`] then [`query_prepared`].
+pub fn query(
+    part: &PartitionDoc,
+    doc: &ScoresDoc,
+    keys: &ScoresKeys,
+    centroids: &Centroids,
+    features: &[f32],
+    rng: &mut impl RngCore,
+) -> Result<(Vec<u8>, ScoresPending)> {
+    let prepared = prepare(part, doc, keys, rng)?;
+    query_prepared(part, doc, prepared, centroids, features)
+}
+
+/// The photo-independent part of one query (its fresh secret, key bodies and masks), computed
+/// before the photo is known. Used once ([`query_prepared`] consumes it).
+pub struct ScoresPrepared {
+    /// The partition version whose derived seeds made it: a query under another version's
+    /// masks would decode to garbage, which the client would take for a hostile answer.
+    version: String,
+    inner: scores::Prepared,
+}
+
+/// Prepares one query for `doc` under `keys` (the ring and masks of the derived seeds).
+pub fn prepare(
+    part: &PartitionDoc,
+    doc: &ScoresDoc,
+    keys: &ScoresKeys,
+    rng: &mut impl RngCore,
+) -> Result<ScoresPrepared> {
+    check(part, doc)?;
+    Ok(ScoresPrepared {
+        version: part.version.clone(),
+        inner: scores::prepare(&keys.ring, &doc.shape(), &keys.query_seed, &keys.masks, rng)
+            .map_err(crate::pir::from_lattice)?,
+    })
+}
+
+/// [`query`] from a preparation ([`prepare`] for the same documents).
+pub fn query_prepared(
+    part: &PartitionDoc,
+    doc: &ScoresDoc,
+    prepared: ScoresPrepared,
+    centroids: &Centroids,
+    features: &[f32],
+) -> Result<(Vec<u8>, ScoresPending)> {
+    shared::error::ensure_query_f32(features, part.feature_dim)?;
+    check(part, doc)?;
+    centroids.check_for(part, &part.levels[doc.level])?;
+    if prepared.version != part.version || prepared.inner.shape() != doc.shape() {
+        return Err(Error::InvalidParameter {
+            name: "pir scores",
+            reason: "the query was prepared for another version of the gallery".into(),
+        });
+    }
+    let block = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
+    let q: Vec<i16> = features.iter().map(|&v| quantise(v)).collect();
+    let (upload, bodies, sk) = prepared
+        .inner
+        .query(block, &q)
+        .map_err(crate::pir::from_lattice)?;
+    let body = encode_upload(&upload, &bodies);
+    debug_assert_eq!(body.len() as u64, doc.upload_bytes);
+    Ok((body, ScoresPending { sk, block, q }))
+}
+
+/// The exact top `k` of the photo's block from the answer: the scores decoded (refused beyond
+/// the error bound; decoded and ranked in full whether or not it passes), the block's rows ranked by `T = 2⟨q, f⟩ − ‖f‖²` (highest first, ties
+/// to the lower id) — exactly the order of the squared distance from the quantised photo to
+/// the items' `i16` features. Each hit's gallery index and its thumbnail unit's digest
+/// come from the public file (`thumbs`: the thumbnail database's shape, whose units
+/// [`entry`] checked against the document).
+pub fn rank(
+    doc: &ScoresDoc,
+    thumbs: &::pir::layout::Shape,
+    keys: &ScoresKeys,
+    public: &ScoresPublic,
+    pending: &ScoresPending,
+    answer: &[u8],
+    k: usize,
+) -> Result<Ranked> {
+    let shape = doc.shape();
+    let answer = decode_answer(&shape, N, answer).map_err(crate::pir::from_lattice)?;
+    let a: Vec<&[u64]> = public.public_a.iter().map(Vec::as_slice).collect();
+    // Every coefficient is decoded and the block ranked whether or not the answer checks out
+    // (a failure depends on the photo's block when the server damages one block's answer on
+    // purpose; the work, and so the moment the next request leaves, does not).
+    let (t, ok) = scores::decode_all(&keys.ring, &shape, &pending.sk, &a, &answer)
+        .map_err(crate::pir::from_lattice)?;
+    let rows = public
+        .rows
+        .get(pending.block)
+        .ok_or(Error::InvalidParameter {
+            name: "pir scores",
+            reason: "block out of range".into(),
+        })?;
+    if k == 0 || k > shared::params::limits::MAX_RANK_K {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={}", shared::params::limits::MAX_RANK_K),
+        });
+    }
+    let q2: i64 = pending.q.iter().map(|&v| i64::from(v) * i64::from(v)).sum();
+    // One key a database row (the block's rows first, the rest never chosen): higher score
+    // first, ties to the lower id. The same number of rows whatever the block.
+    let keys: Vec<i128> = (0..shape.rows)
+        .map(|r| match rows.get(r) {
+            Some(&g) => (i128::from(t[r]) << 64) | i128::from(u64::MAX - public.ids[g as usize]),
+            None => i128::MIN,
+        })
+        .collect();
+    let order: Vec<(i64, u64, usize)> = top_k_fixed(&keys, k.min(rows.len()))
+        .into_iter()
+        .map(|(_, r)| (t[r], public.ids[rows[r] as usize], r))
+        .collect();
+    let scale = f64::from(FEATURE_SCALE) * f64::from(FEATURE_SCALE);
+    let hits: Vec<Hit> = order
+        .iter()
+        .map(|&(t, id, r)| Hit {
+            id,
+            label: public.labels[rows[r] as usize],
+            distance: ((q2 - t) as f64 / scale) as f32,
+            block: 0,
+            index: r,
+        })
+        .collect();
+    let ranked = Ranked {
+        scores: order.iter().map(|&(t, _, _)| t).collect(),
+        indices: order.iter().map(|&(_, _, r)| rows[r]).collect(),
+        // A unit the file lacks (only if `thumbs` is not the document's) gets a digest no
+        // unit has, so the thumbnails' check fails rather than anything panicking.
+        digests: order
+            .iter()
+            .map(|&(_, _, r)| {
+                let u = thumbs.unit_of(rows[r] as usize);
+                public.digests.get(u).copied().unwrap_or([0; DIGEST])
+            })
+            .collect(),
+        hits,
+    };
+    if !ok {
+        return Err(crate::pir::refused(PirError::Malformed(
+            "the scores' answer does not decode within its error bound (a wrong key, a damaged \
+             answer or wrong public parts)"
+                .into(),
+        )));
+    }
+    Ok(ranked)
+}
+
+/// The `k` largest of `keys` with their positions, largest first, by a fixed sequence of
+/// compare-exchanges: the same work whatever the keys (the photo's scores, or garbage after a
+/// failed check), so the moment the next request leaves does not depend on them.
+fn top_k_fixed(keys: &[i128], k: usize) -> Vec<(i128, usize)> {
+    let mut best = vec![(i128::MIN, 0usize); k];
+    for (r, &key) in keys.iter().enumerate() {
+        let (mut key, mut at) = (key, r);
+        for slot in best.iter_mut() {
+            // Swap where the candidate is larger, as masks (no branch on the key).
+            let m = -i128::from(key > slot.0);
+            let mu = m as usize;
+            let (k0, a0) = (slot.0, slot.1);
+            slot.0 = (k0 & !m) | (key & m);
+            slot.1 = (a0 & !mu) | (at & mu);
+            key = (key & !m) | (k0 & m);
+            at = (at & !mu) | (a0 & mu);
+        }
+    }
+    best
+}
+
+/// The document's scores entry, checked against the partition (see [`check`]).
+pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> {
+    let doc = pir.scores.as_ref().ok_or(Error::InvalidParameter {
+        name: "pir",
+        reason: "no hintless ranking is offered".into(),
+    })?;
+    check(part, doc)?;
+    if doc.thumb_units != pir.thumbs.shape.units() || pir.thumbs.shape.records != part.gallery_size
+    {
+        return Err(Error::InvalidParameter {
+            name: "pir scores",
+            reason: "the thumbnail units are not the thumbnail database's".into(),
+        });
+    }
+    Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fixed_top_k_is_a_sort() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(4);
+        for n in [1usize, 5, 8, 100, 1000] {
+            let mut keys: Vec<i128> = (0..n)
+                .map(|_| rng.random_range(-50i128..50) << 64)
+                .collect();
+            keys.iter_mut()
+                .enumerate()
+                .for_each(|(i, k)| *k |= i as i128); // distinct
+            keys.extend([i128::MIN; 3]);
+            let mut want: Vec<(i128, usize)> = keys[..n].iter().copied().zip(0..).collect();
+            want.sort_by_key(|w| std::cmp::Reverse(w.0));
+            for k in [1, 8].into_iter().filter(|&k| k <= n) {
+                assert_eq!(top_k_fixed(&keys, k), want[..k].to_vec(), "n {n} k {k}");
+            }
+        }
+    }
+    use crate::pir::doc::FileDoc;
+    use ::pir::ring::scores::failure_log2;
+
+    const SIZES: [u32; 4] = [250, 260, 240, 250];
+
+    /// The planner tests' partition with a capped fourth level of 4 blocks of at most 300 rows,
+    /// its scores entry and a public file (block `b` holds items `100·b …`).
+    fn fixture() -> (PartitionDoc, ScoresDoc, ScoresPublic) {
+        let mut part = crate::plan::tests::doc();
+        let mut l = part.levels[1].clone();
+        l.blocks = 4;
+        l.overlap = Overlap::Capped { m: 8, rows: 300 };
+        l.sizes = SIZES.to_vec();
+        l.bytes.truncate(4);
+        l.transfer_bytes.truncate(4);
+        l.hashes.truncate(4);
+        part.levels.push(l);
+        let shape = ScoreShape {
+            blocks: 4,
+            dim: 2,
+            rows: 300,
+        };
+        let public = ScoresPublic {
+            public_a: vec![vec![1u64; N]; shape.ciphertexts(N)],
+            rows: SIZES
+                .iter()
+                .enumerate()
+                .map(|(b, &s)| (0..s).map(|i| 100 * b as u32 + i).collect())
+                .collect(),
+            ids: (0..1000).map(|i| i + 7).collect(),
+            labels: (0..1000).map(|i| (i % 10) as u8).collect(),
+            // 250 thumbnail units (four records a column).
+            digests: (0..250u32).map(|i| [i as u8; DIGEST]).collect(),
+        };
+        let doc = ScoresDoc {
+            level: 3,
+            ring_n: N,
+            blocks: 4,
+            dim: 2,
+            rows: 300,
+            query_seed: "11".repeat(32),
+            packing_seed: "22".repeat(32),
+            public: FileDoc {
+                bytes: 0,
+                transfer_bytes: 0,
+                sha256: String::new(),
+            },
+            thumb_units: 250,
+            upload_bytes: upload_len(&shape, N) as u64,
+            answer_bytes: answer_len(&shape, N) as u64,
+            failure_log2: failure_log2(&shape, N),
+        };
+        let doc = published(doc, &public.encode());
+        (part, doc, public)
+    }
+
+    /// `doc` naming `bytes` as its public file.
+    fn published(mut doc: ScoresDoc, bytes: &[u8]) -> ScoresDoc {
+        doc.public = FileDoc {
+            bytes: bytes.len() as u64,
+            transfer_bytes: bytes.len() as u64,
+            sha256: hash_hex(bytes),
+        };
+        doc
+    }
+
+    #[test]
+    fn the_public_file_round_trips_and_is_bound_to_its_hash() {
+        let (part, doc, public) = fixture();
+        check(&part, &doc).unwrap();
+        let bytes = public.encode();
+        assert_eq!(ScoresPublic::decode(&doc, &part, &bytes).unwrap(), public);
+        let mut other = bytes.clone();
+        other[20] ^= 1;
+        let e = ScoresPublic::decode(&doc, &part, &other).unwrap_err();
+        assert!(e.to_string().contains("SHA-256"), "{e}");
+    }
+
+    #[test]
+    fn malformed_public_files_are_refused_even_with_a_matching_hash() {
+        let (part, doc, public) = fixture();
+        let refused = |bytes: &[u8], want: &str| {
+            let doc = published(doc.clone(), bytes);
+            let e = ScoresPublic::decode(&doc, &part, bytes).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        };
+        let good = public.encode();
+        let map = MAGIC.len() + public.public_a.len() * N * 8;
+        let mut b = good.clone();
+        b[0] = b'X';
+        refused(&b, "not a scores file");
+        let mut b = good.clone();
+        b[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&Q.value.to_le_bytes());
+        refused(&b, "not reduced");
+        let mut b = good.clone();
+        b.push(0);
+        refused(&b, "trailing");
+        refused(&good[..good.len() - 1], "short");
+        // A block's count that is not the partition's.
+        let mut b = good.clone();
+        b[map..map + 4].copy_from_slice(&251u32.to_le_bytes());
+        refused(&b, "row count");
+        // A repeated index (a zero gap), an index outside the gallery.
+        let mut p = public.clone();
+        p.rows[0][1] = p.rows[0][0];
+        refused(&p.encode(), "ascend");
+        let mut p = public.clone();
+        *p.rows[3].last_mut().unwrap() = 1000;
+        refused(&p.encode(), "ascend");
+        // A varint with a needless zero group (0 written as 0x80 0x00).
+        let mut b = good.clone();
+        assert_eq!(b[map + 4], 0, "block 0 starts at item 0");
+        b.insert(map + 4, 0x80);
+        refused(&b, "malformed index");
+    }
+
+    #[test]
+    fn entries_that_do_not_fit_the_partition_are_refused() {
+        let (part, doc, _) = fixture();
+        let refused = |d: ScoresDoc| assert!(check(&part, &d).is_err(), "{d:?}");
+        refused(ScoresDoc {
+            ring_n: 2048,
+            ..doc.clone()
+        });
+        // A level that is not capped, one that does not exist, rows below a block's size.
+        refused(ScoresDoc {
+            level: 1,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            level: 9,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            rows: 259,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            dim: 3,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            upload_bytes: doc.upload_bytes - 8,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            answer_bytes: doc.answer_bytes + 8,
+            ..doc.clone()
+        });
+        refused(ScoresDoc {
+            query_seed: "zz".repeat(32),
+            ..doc.clone()
+        });
+        let mut d = doc.clone();
+        d.public.bytes = 1 << 40;
+        refused(d);
+        let mut d = doc.clone();
+        d.public.bytes -= 2_000;
+        refused(d);
+    }
+}

@@ -8,7 +8,7 @@
 use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR};
 use embed::model::{Model, EMBED};
-use privatemail_server::partition::closure_neighbours;
+use publish::partition::closure_neighbours;
 use publish::partition::{build_level, coverage, nearest_k_many, Level, Overlap};
 use publish::publish::{ranking_spec, COVERAGE_K};
 

@@ -940,6 +940,68 @@ pub fn coverage(level: &Level, dim: usize, probes: &[f32], truth: &[Vec<u32>]) -
     }
 }
 
+/// Items a neighbour task takes at a time.
+const NEIGHBOUR_CHUNK: usize = 256;
+
+/// Fewest anchors outside the gallery that coverage is measured on.
+const MIN_HELD_OUT_PROBES: usize = 100;
+
+/// The probes coverage is measured on, and how many there are: the public anchors outside the
+/// gallery (coverage predicts a held-out photo's fidelity), or — when fewer than
+/// [`MIN_HELD_OUT_PROBES`] are — all of them, counted as 0 (the document then says the
+/// prediction rests on gallery members and runs high). The demo gallery never holds the
+/// anchors (`data::fashion::demo_gallery`), so it always has the first case. A count of 0 is
+/// the caller's to report.
+pub fn coverage_probes(features: &[f32], dim: usize, anchors: &[f32]) -> (Vec<f32>, usize) {
+    let held_out = held_out_probes(features, dim, anchors);
+    if held_out.len() >= MIN_HELD_OUT_PROBES {
+        let p = held_out
+            .iter()
+            .flat_map(|&i| anchors[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        (p, held_out.len())
+    } else {
+        (anchors.to_vec(), 0)
+    }
+}
+
+/// Every item's `m` nearest other gallery items (for closure), on every core: exact for small
+/// galleries, the inverted file probed per item above [`EXACT_NEIGHBOURS_MAX`], list
+/// against list by matrix products above [`KMEANS_SAMPLE_ABOVE`], on every core where threads
+/// exist. Returns whether it was exact. The server's build and the evaluation both call this,
+/// so they measure the same levels.
+pub fn closure_neighbours(
+    features: &[f32],
+    dim: usize,
+    m: usize,
+    seed: u64,
+) -> Result<(Vec<Vec<u32>>, bool)> {
+    let n = features.len() / dim.max(1);
+    let ivf = InvertedFile::for_gallery(features, dim, seed)?;
+    let exact = ivf.is_none();
+    let nb = match &ivf {
+        Some(ivf) if n > KMEANS_SAMPLE_ABOVE => ivf.neighbours_by_list(features, dim, m),
+        _ => {
+            let mut chunks: Vec<Result<Vec<Vec<u32>>>> = (0..n.div_ceil(NEIGHBOUR_CHUNK))
+                .map(|_| Ok(Vec::new()))
+                .collect();
+            let slots: Vec<(usize, &mut [Result<Vec<Vec<u32>>>])> =
+                chunks.chunks_mut(1).enumerate().collect();
+            paper::nystrom::run_blocks(slots, &|c, out: &mut [Result<Vec<Vec<u32>>>]| {
+                let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
+                out[0] = gallery_neighbours(features, dim, m, rows, ivf.as_ref());
+            });
+            chunks
+                .into_iter()
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .flatten()
+                .collect()
+        }
+    };
+    Ok((nb, exact))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -404,6 +404,14 @@ pub fn document(
     }
 }
 
+/// Above this many items the whole gallery is not published as one block (at 100,000 items
+/// it is already about 100 MB; at 1,000,000 a 1 GB file nobody should download per search).
+pub const WHOLE_MAX_ITEMS: usize = 100_000;
+
+/// The largest expected share of the gallery one search may download, by default (the
+/// server's `--max-share`).
+pub const DEFAULT_MAX_SHARE: f64 = 0.25;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,9 +27,8 @@ use rayon::prelude::*;
 
 use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train};
-use privatemail_server::partition::{
-    closure_neighbours, coverage_probes, PartitionSettings, WHOLE_MAX_ITEMS,
-};
+use publish::partition::{closure_neighbours, coverage_probes};
+use publish::publish::{DEFAULT_MAX_SHARE, WHOLE_MAX_ITEMS};
 
 use super::level::{evaluate_level, Coef};
 use super::setup::{exact_top, infer, infer_rows, search_rows, Res, K, THUMB};
@@ -187,7 +186,7 @@ fn served_gallery(
     } else {
         None
     };
-    let whole = PartitionSettings::default().allow_full_download && n <= WHOLE_MAX_ITEMS;
+    let whole = n <= WHOLE_MAX_ITEMS;
     let mut docs = Vec::new();
     let mut coefs: Vec<Vec<Coef>> = Vec::new();
     if whole {
@@ -221,7 +220,7 @@ fn served_gallery(
         ));
         docs.push(p.doc);
     }
-    let max_share = PartitionSettings::default().max_share;
+    let max_share = DEFAULT_MAX_SHARE;
     let doc = document(docs, g, String::new(), max_share, whole, n_probes);
     validate_doc(&doc)?;
     let doc_bytes = serde_json::to_vec(&doc)?.len();

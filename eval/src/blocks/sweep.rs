@@ -4,12 +4,12 @@
 use std::collections::{HashMap, HashSet};
 
 use dp::subset::inclusion_probability;
-use privatemail_server::partition::{closure_neighbours, coverage_probes};
 use publish::blocks::{decode, rank};
 use publish::partition::{
     build_level, kmeans_centroids, max_closure, nearest_centroid, nearest_centroids_exact,
     nearest_k, Level, LevelSpec, Overlap,
 };
+use publish::partition::{closure_neighbours, coverage_probes};
 use publish::plan::candidates;
 use publish::publish::{default_specs, document, publish_level, publish_whole};
 use rayon::prelude::*;

@@ -7,12 +7,11 @@ use std::time::Instant;
 use axum::body::Bytes;
 use publish::partition::LevelSpec;
 use publish::partition::{
-    build_level, gallery_neighbours, held_out_probes, max_closure, nearest_k_many, InvertedFile,
-    KMEANS_SAMPLE_ABOVE,
+    build_level, closure_neighbours, coverage_probes, max_closure, nearest_k_many,
 };
 use publish::publish::{
     default_specs, document, publish_level, publish_level_to, publish_whole, ranking_spec,
-    GalleryView, PublishedLevel, Thumbnails, COVERAGE_K,
+    GalleryView, PublishedLevel, Thumbnails, COVERAGE_K, WHOLE_MAX_ITEMS,
 };
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -23,7 +22,6 @@ use crate::item::{GalleryItem, SIDE};
 use crate::ops::mapped::Pages;
 
 /// Rows of the neighbour search handed to one rayon task.
-const NEIGHBOUR_CHUNK: usize = 256;
 
 /// Bumped whenever the partition code changes what it builds from the same gallery, so a
 /// stored version built by older code is not served as current.
@@ -86,69 +84,11 @@ pub fn fingerprint(
     hex::encode(h.finalize())
 }
 
-/// Above this many items the whole gallery is not published as one block (at 100,000 items
-/// it is already about 100 MB; at 1,000,000 a 1 GB file nobody should download per search).
-pub const WHOLE_MAX_ITEMS: usize = 100_000;
-
 /// A pessimistic size of a version's files (plain + gzip): every item in each level about
 /// 2.5 times (closure overlap), gzip about 60 % of plain.
 fn estimated_bytes(n: usize, levels: usize, dim: usize, side: usize) -> u64 {
     let item = (8 + 1 + 4 * dim + publish::thumbs::packed_len(side)) as f64;
     (n as f64 * levels as f64 * item * 2.5 * 1.6) as u64
-}
-
-/// Fewest anchors outside the gallery that coverage is measured on.
-const MIN_HELD_OUT_PROBES: usize = 100;
-
-/// The probes coverage is measured on, and how many there are: the public anchors outside the
-/// gallery (coverage predicts a held-out photo's fidelity), or — when fewer than
-/// [`MIN_HELD_OUT_PROBES`] are — all of them, counted as 0 (the document then says the
-/// prediction rests on gallery members and runs high). The demo gallery never holds the
-/// anchors (`data::demo_gallery`), so it always has the first case.
-pub fn coverage_probes(features: &[f32], dim: usize, anchors: &[f32]) -> (Vec<f32>, usize) {
-    let held_out = held_out_probes(features, dim, anchors);
-    if held_out.len() >= MIN_HELD_OUT_PROBES {
-        let p = held_out
-            .iter()
-            .flat_map(|&i| anchors[i * dim..(i + 1) * dim].iter().copied())
-            .collect();
-        (p, held_out.len())
-    } else {
-        tracing::warn!(
-            held_out = held_out.len(),
-            "partition: too few anchors outside the gallery; coverage measured on gallery members overstates the predicted fidelity"
-        );
-        (anchors.to_vec(), 0)
-    }
-}
-
-/// Every item's `m` nearest other gallery items (for closure), on every core: exact for small
-/// galleries, the inverted file probed per item above `partition::EXACT_NEIGHBOURS_MAX`, list
-/// against list by matrix products above [`KMEANS_SAMPLE_ABOVE`]. Returns whether it was exact.
-/// The server's build and the evaluation both call this, so they measure the same levels.
-pub fn closure_neighbours(
-    features: &[f32],
-    dim: usize,
-    m: usize,
-    seed: u64,
-) -> Result<(Vec<Vec<u32>>, bool), shared::Error> {
-    let n = features.len() / dim.max(1);
-    let ivf = InvertedFile::for_gallery(features, dim, seed)?;
-    let exact = ivf.is_none();
-    let nb = match &ivf {
-        Some(ivf) if n > KMEANS_SAMPLE_ABOVE => ivf.neighbours_by_list(features, dim, m),
-        _ => (0..n.div_ceil(NEIGHBOUR_CHUNK))
-            .into_par_iter()
-            .map(|c| {
-                let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
-                gallery_neighbours(features, dim, m, rows, ivf.as_ref())
-            })
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .flatten()
-            .collect(),
-    };
-    Ok((nb, exact))
 }
 
 /// Where a build writes its files, and the mapped pages it reads its items from.
@@ -231,6 +171,11 @@ pub fn build(
         .copied()
         .collect();
     let (probes, coverage_probes) = coverage_probes(&features, dim, &anchors);
+    if coverage_probes == 0 {
+        tracing::warn!(
+            "partition: too few anchors outside the gallery; coverage measured on gallery members overstates the predicted fidelity"
+        );
+    }
     let truth = nearest_k_many(&features, dim, &probes, COVERAGE_K);
     let specs = level_specs(n);
     let whole = settings.allow_full_download && n <= WHOLE_MAX_ITEMS;

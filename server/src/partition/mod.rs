@@ -25,8 +25,6 @@ pub mod pir;
 pub(crate) mod published;
 pub(crate) mod versions;
 
-pub use build::{
-    build, closure_neighbours, coverage_probes, fingerprint, BuildIo, WHOLE_MAX_ITEMS,
-};
+pub use build::{build, fingerprint, BuildIo};
 pub use published::*;
 pub use versions::*;

@@ -93,7 +93,7 @@ pub struct PartitionSettings {
 impl Default for PartitionSettings {
     fn default() -> Self {
         PartitionSettings {
-            max_share: 0.25,
+            max_share: publish::publish::DEFAULT_MAX_SHARE,
             allow_full_download: true,
             grace: Duration::from_secs(600),
             cache_bytes: 1 << 30,

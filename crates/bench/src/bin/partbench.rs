@@ -22,7 +22,7 @@ use publish::publish::{ranking_spec, COVERAGE_K, DEFAULT_CLOSURE, RANKING_CLOSUR
 use rayon::prelude::*;
 
 use data::fashion::{balanced_anchors, demo_gallery, load_split, reserved_train, DEFAULT_DIR};
-use privatemail_server::partition::{closure_neighbours, coverage_probes};
+use publish::partition::{closure_neighbours, coverage_probes};
 
 #[derive(Parser)]
 #[command(about = "Coverage against block size of the partition's levels")]

@@ -3,7 +3,7 @@
 // ranking, and for the frame protocol the placement, the noise and the choice of the real row.
 // The page's modules only move bytes between the page, the wasm client and the server.
 //
-// Block retrieval (the default): everything this page requests after a release is a function of
+// Block retrieval: everything this page requests after a release is a function of
 // the release alone. It fetches exactly the released URLs, all at once, in the order the wasm
 // client gave (a fresh random order), by one code path whatever block it is; thumbnails come
 // from the blocks; it never retries a block and requests nothing after ranking.

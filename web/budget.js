@@ -43,7 +43,7 @@ export function releaseWords(r) {
     : `${via} at ε = ${r.epsilon}, δ = ${r.delta.toExponential(0)} (discrete Gaussian noise, ρ = ${r.zcdp_rho.toFixed(2)} in zero-concentrated DP)`;
 }
 
-// How a total was composed (`shared::dp::budget::Total`: the smallest of the valid
+// How a total was composed (`dp::budget::Total`: the smallest of the valid
 // compositions), in words with its figures.
 export function compositionWords(t, list) {
   const d = t.delta.toExponential(0);

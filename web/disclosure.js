@@ -1,10 +1,10 @@
 // What a search tells the server, in words. The figures come from the wasm client (computed in
-// Rust: shared::dp::posterior and shared::protocol::plan::disclosure, each with its proof);
+// Rust: dp::posterior and publish::plan::disclosure, each with its proof);
 // this module only words them. Public: from ε and the plan, never the photo.
 import { disclosure, yes_no_bound } from "./pkg/privatemail_client_wasm.js";
 import { pct, pctFine } from "./format.js";
 
-// The figures for a block plan (JSON shared::protocol::plan::Disclosure).
+// The figures for a block plan (JSON publish::plan::Disclosure).
 export function planDisclosure(plan) {
   return JSON.parse(disclosure(JSON.stringify(plan)));
 }

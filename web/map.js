@@ -1,6 +1,6 @@
 // The block map: the blocks of the plan's level drawn flat, each at its centroid's place on the
 // level's two main directions (computed in the wasm client from public data:
-// shared::protocol::map), dot size by block size. After a block search: rings on the blocks
+// publish::map), dot size by block size. After a block search: rings on the blocks
 // downloaded — the release, all the server saw — and a filled diamond on the photo's own block,
 // which only this page knows (the wasm client hands it out with the ranking, after every
 // request of the search was made). Nothing here sends anything.

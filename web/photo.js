@@ -49,7 +49,7 @@ function loadBitmap(bitmap, sample) {
 
 // A sample (a data: URL) is decoded as an image, not fetched: the Content-Security-Policy
 // allows data: images but no connection except to this origin. It is searched with the
-// gallery model's features published with it (shared::embed::sample): a 28×28 dataset image
+// gallery model's features published with it (embed::sample): a 28×28 dataset image
 // through the query model, which is trained on photos, keeps only about three quarters of
 // the gallery's own nearest neighbours of it.
 async function loadSample(sample) {
@@ -91,7 +91,7 @@ function showImage() {
     `The model thinks this is ${article(state.image.class_name)} ${state.image.class_name.toLowerCase()} ` +
     `(${Math.round(100 * state.image.probability)}% sure). That stays in your browser.`;
   // The model names a class for anything; the wasm client's out-of-distribution check
-  // (shared::embed::ood, computed in the browser) says when the photo looks like none.
+  // (embed::ood, computed in the browser) says when the photo looks like none.
   $("unfamiliar").textContent = state.image.unfamiliar_message || "";
   $("unfamiliar").hidden = !state.image.unfamiliar;
   $("query").hidden = false;

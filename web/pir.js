@@ -1,7 +1,7 @@
 // Private information retrieval (PIR) in the page: the server learns nothing about the photo
 // and the results are exact. Every request of a search — which, in what order, of what size,
 // and what follows a failed check — is decided by the wasm client's search driver
-// (`shared::protocol::pir_search::driver`, the same code the CLI runs); this module only moves
+// (`client::pir_search::driver`, the same code the CLI runs); this module only moves
 // bytes: it makes the request the driver names and hands back the answer, nothing else, and
 // never retries.
 //

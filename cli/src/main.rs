@@ -1,5 +1,5 @@
 //! `privatemail`: private image search from a terminal, with the page's model, preprocessing,
-//! mechanisms and budget accounting (all from `shared`).
+//! mechanisms, search drivers and budget accounting (the crates `embed`, `dp` and `client`).
 //!
 //! Exit codes: 0 ok, 2 usage, 3 server unreachable or too slow (connect, first-byte and total
 //! timeouts), 4 bad photo, 5 budget exceeded (nothing sent), 6 server refused, 7 malformed,

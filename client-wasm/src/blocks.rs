@@ -1,4 +1,4 @@
-//! Private block retrieval in the browser (`shared::protocol::{plan, blocks}`,
+//! Private block retrieval in the browser (`publish::plan`, `publish::blocks`,
 //! `dp::subset`): load the public partition, plan, release the blocks to download with
 //! the k-subset mechanism, and rank what was downloaded. Design and leakage rules:
 //! `shared/spec/blocks.md`.

@@ -1,6 +1,6 @@
 //! The browser client, compiled to WebAssembly with wasm-bindgen: the on-device model, the
 //! client side of the anchor-frame protocol (`::paper::frame`) and of private block
-//! retrieval (`shared::protocol::{plan, blocks}`, `dp::subset`).
+//! retrieval (`publish::plan`, `publish::blocks`, `dp::subset`).
 //!
 //! API boundary: what leaves this module towards the network is only
 //! - for the frame protocol, the JSON body that [`Client::search_request`] returns — noisy rows
@@ -8,7 +8,7 @@
 //! - for block retrieval, the list of block URLs that [`Client::block_requests`] returns — the
 //!   output of the pure ε-DP k-subset mechanism, in a fresh uniformly random order.
 //!
-//! Both come from the shared search drivers (`shared::protocol::{frame_search, block_driver}`,
+//! Both come from the shared search drivers (`client::frame_search`, `client::block_driver`,
 //! the CLI's too), which hand them out only after the page's ledger recorded the release's
 //! receipt (`budget.rs`, `JsLedger`).
 //!

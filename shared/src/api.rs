@@ -306,7 +306,7 @@ pub struct LevelDoc {
     #[serde(default)]
     pub whole: bool,
     /// Bytes of the level's centroids file (`{blocks_url}/{level}/centroids`, the format of
-    /// `protocol::centroids`: B rows of `feature_dim`; a client's true block is its nearest
+    /// `publish::centroids`: B rows of `feature_dim`; a client's true block is its nearest
     /// centroid), exactly the format's size for B and `feature_dim`.
     pub centroids_bytes: u64,
     /// SHA-256 (hex) of the centroids file.

@@ -1,6 +1,6 @@
 // Block download (the blocks the wasm client released, or the whole gallery): everything this
 // flow requests after a release is a function of the release alone. The wasm client's driver
-// (`shared::protocol::block_driver`, the CLI's too) hands out the block URLs only after the
+// (`client::block_driver`, the CLI's too) hands out the block URLs only after the
 // release's receipt is recorded here (`spend`); this module moves the bytes.
 import { $, K, showError, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";

@@ -1,5 +1,5 @@
 // The noisy-numbers searches: the anchor frame and the paper's Algorithm 1. The wasm client's
-// driver (`shared::protocol::frame_search`, the CLI's too) privatizes the photo (placement,
+// driver (`client::frame_search`, the CLI's too) privatizes the photo (placement,
 // noise, the real row's position, all kept in wasm) and hands out the one request only after
 // the release's receipt is recorded here (`spend`); this module moves the bytes and shows the
 // real row's matches.

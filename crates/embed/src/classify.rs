@@ -20,7 +20,7 @@
 //!
 //! Trust: the page receives this file from the server, which may write any network into it.
 //! What it decides is the label shown and Algorithm 1's query label (whose guarantee is stated
-//! given the label, as the paper's, `protocol::privatemail`); nothing any protocol releases
+//! given the label, as the paper's, `paper::privatemail`); nothing any protocol releases
 //! for PIR, the blocks or the frame depends on it. A file that does not parse is refused when
 //! the page starts, before any photo. A file that parses classifies every photo: its weights
 //! and biases are bounded ([`MAX_SCALE`], [`MAX_BIAS`]) so that no photo can make a score

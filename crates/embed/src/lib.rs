@@ -7,7 +7,7 @@
 //! which makes the upright step its own; 8-lane batches in [`lanes`]),
 //! [`views`] (a photo's search features over nine half-pixel views), [`ood`] (is it something
 //! the gallery holds?) and [`classify`] (the class shown). [`weights`] is the weights' file
-//! format; [`sample`] draws inputs for tests and training; [`idx`] reads Fashion-MNIST.
+//! format; [`sample`] checks the features published with the page's samples; [`idx`] reads Fashion-MNIST.
 //!
 //! Pure functions over plain data: no I/O, no clocks. Builds for x86_64 and
 //! wasm32-unknown-unknown. Nothing here is released: what leaves the client is decided by the

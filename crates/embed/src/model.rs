@@ -909,7 +909,7 @@ mod tests {
     }
 
     /// Single-threaded throughput of `infer` and `infer_batch` (release build):
-    /// `cargo test -p privatemail-shared --release infer_speed -- --ignored --nocapture`.
+    /// `cargo test -p privatemail-embed --release infer_speed -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn infer_speed() {

@@ -19,8 +19,8 @@
 //! counts from the plan). Answers are verified after decoding (the record formats carry
 //! SHA-256); a hostile server can make decoding fail on purpose for chosen columns, and learns
 //! one bit if the client's next requests depend on that failure: callers send the same
-//! requests whether or not a record checks out (the search protocol in `privatemail-shared`,
-//! `protocol::pir_search`, does).
+//! requests whether or not a record checks out (the search protocol in `privatemail-client`,
+//! `client::pir_search`, does).
 
 use rand::RngCore;
 use zeroize::{Zeroize, Zeroizing};

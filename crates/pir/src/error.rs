@@ -1,8 +1,8 @@
 //! The lattice code's errors: every bad input is a typed variant, never a panic.
 //!
-//! Their messages are the ones `privatemail-shared` has always shown for the same refusals
-//! (its `Error` converts from these variant by variant), so moving the code here changed no
-//! message a client, the server or a test reads.
+//! The wire's `shared::Error` takes them variant by variant with the same messages
+//! (`publish::pir::from_lattice`), so a client, the server and the tests read one message for
+//! one refusal.
 
 /// Why a PIR answer or hint was refused. Never a wrong record: every path ends in a check.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

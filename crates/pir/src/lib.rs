@@ -4,9 +4,9 @@
 //!
 //! **This crate knows nothing about galleries.** Its databases are matrices of small integers
 //! (bytes, `i16` features) with public shapes; its inputs are seeds, shapes, records and
-//! vectors, never partitions, block files, centroids or documents. `privatemail-shared`
-//! (`publish::pir`, `client::pir_search`) lays a gallery out as these databases,
-//! derives the seeds, publishes and checks the documents, and ranks.
+//! vectors, never partitions, block files, centroids or documents. The crates above it
+//! (`publish::pir`, `client::pir_search`) lay a gallery out as these databases,
+//! derive the seeds, publish and check the documents, and rank.
 //!
 //! The first scheme follows SimplePIR (Henzinger et al., USENIX Security 2023), written here
 //! from the paper: the database is a byte matrix `D` (`m` rows × `n` columns), the server

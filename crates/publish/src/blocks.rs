@@ -13,7 +13,7 @@
 //! 16      8·n         item ids (u64)
 //! ..      n           labels (u8)
 //! ..      2·d·n       features, i16, value = q / 32767 (unit-norm features, |v| ≤ 1)
-//! ..      p·n         thumbnails, p = ⌈3·t²/8⌉ bytes each: 3 bits a pixel (`protocol::thumbs`;
+//! ..      p·n         thumbnails, p = ⌈3·t²/8⌉ bytes each: 3 bits a pixel (`publish::thumbs`;
 //!                     light object on dark, as the model sees it)
 //! ```
 //! Nothing follows. A block's hash is the SHA-256 of these bytes (hex); the partition document

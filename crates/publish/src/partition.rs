@@ -54,7 +54,7 @@ pub struct LevelSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Level {
     pub spec: LevelSpec,
-    /// `B × d`, row-major, as the level's centroids file decodes them (`protocol::centroids`).
+    /// `B × d`, row-major, as the level's centroids file decodes them (`publish::centroids`).
     pub centroids: Vec<f32>,
     /// Each item's own cluster: its [`nearest_centroid`] among `centroids`.
     pub home: Vec<u32>,

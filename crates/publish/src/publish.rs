@@ -100,7 +100,7 @@ pub struct PublishedLevel {
     pub files: Vec<Vec<u8>>,
     /// The same, gzip-compressed (what is sent to clients that accept gzip).
     pub gzipped: Vec<Vec<u8>>,
-    /// The level's centroids file (`protocol::centroids`), plain and gzip; kept even when the
+    /// The level's centroids file (`publish::centroids`), plain and gzip; kept even when the
     /// blocks go to a sink (one small file a level).
     pub centroids: Vec<u8>,
     pub centroids_gzip: Vec<u8>,

@@ -137,7 +137,7 @@ pub struct PirDoc {
     /// operator's choice: `--pir-verified-scores`, thumbnail records 1.4× as large).
     #[serde(default)]
     pub thumb_features: bool,
-    /// The codebook the thumbnail records are coded with (`protocol::thumbcode`), where the
+    /// The codebook the thumbnail records are coded with (`publish::thumbcode`), where the
     /// 3-bit form would not fit the thumbnails' bytes ([`thumbs_plan`]): `GET
     /// {answer_url}/thumbs/code`, once a version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,7 +288,7 @@ pub const THUMBS_SEARCH_BYTES: usize = 672 << 10;
 pub const THUMBS_HINT_BYTES: usize = (9 << 20) + (512 << 10);
 
 /// How a gallery's thumbnails are laid out for PIR: the database's shape and, where the 3-bit
-/// records do not fit, the length of the coded pictures (`protocol::thumbcode`).
+/// records do not fit, the length of the coded pictures (`publish::thumbcode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThumbPlan {
     pub shape: Shape,

@@ -1,7 +1,7 @@
 //! The hintless ranking as published and as every client runs it (browser and command line):
 //! the document entry's checks, the public file, the query for the photo's block and the exact
 //! top k from the answer. The scheme is [`super::ring::scores`]; the level is a capped one
-//! (`protocol::partition::Overlap::Capped`), so the database has as many rows as its cap.
+//! (`publish::partition::Overlap::Capped`), so the database has as many rows as its cap.
 //!
 //! # What leaves the client, and why it reveals nothing
 //! One `POST` of exactly [`ScoresDoc::upload_bytes`]: RLWE samples under a fresh secret and the

@@ -8,7 +8,7 @@
 //! 4       2         format version (1)
 //! 6       2         reserved, 0
 //! 8       4         b, bytes of the embedded block file
-//! 12      b         a block file (`protocol::blocks`, thumbnail side 0): ids, labels, features
+//! 12      b         a block file (`publish::blocks`, thumbnail side 0): ids, labels, features
 //! ..      4·n       each item's gallery index = its thumbnail record
 //! ..      16·n      each item's unit digest (see `unit_digest`)
 //! ```
@@ -17,7 +17,7 @@
 //!
 //! # Thumbnail record
 //! The packed `t×t` thumbnail of gallery item `i` (record `i`; 3 bits a pixel, 294 bytes at
-//! `t = 28`, `protocol::thumbs`), followed by its `i16` features where the server verifies
+//! `t = 28`, `publish::thumbs`), followed by its `i16` features where the server verifies
 //! scores.
 //!
 //! # Unit digests
@@ -66,7 +66,7 @@ pub struct RankRecord {
 }
 
 /// The ranked top k with what fetching their thumbnails needs (from a ranking record, the
-/// table, or the hintless scores; also `protocol::pir_search::Ranked`).
+/// table, or the hintless scores; also `client::pir_search::Ranked`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked {
     pub hits: Vec<Hit>,

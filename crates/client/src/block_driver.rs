@@ -314,19 +314,12 @@ impl BlockSearch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Receipts;
+    use crate::ledger::{Full, Receipts};
     use publish::centroids::verify;
     use publish::fixture::small_partition;
     use publish::plan::{plan, whole_plan};
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-
-    struct Full;
-    impl Ledger for Full {
-        fn record(&mut self, _: &Receipt) -> Result<(), LedgerError> {
-            Err(LedgerError("the store is full".into()))
-        }
-    }
 
     #[test]
     fn the_receipt_is_recorded_before_the_requests_are_handed_out() {

@@ -274,18 +274,10 @@ impl FrameSearch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Receipts;
+    use crate::ledger::{Full, Receipts};
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
     use shared::{DMatrix, Mechanism};
-
-    /// A ledger that refuses every record.
-    struct Full;
-    impl Ledger for Full {
-        fn record(&mut self, _: &Receipt) -> Result<(), LedgerError> {
-            Err(LedgerError("the store is full".into()))
-        }
-    }
 
     /// A ledger that notes, at the moment of each record, whether a request was out.
     struct Watch<'a>(&'a mut Vec<Receipt>);

@@ -37,3 +37,14 @@ impl<L: Ledger + ?Sized> Ledger for &mut L {
         (**self).record(receipt)
     }
 }
+
+/// A ledger that refuses every record (tests: nothing may be handed out).
+#[cfg(test)]
+pub(crate) struct Full;
+
+#[cfg(test)]
+impl Ledger for Full {
+    fn record(&mut self, _: &Receipt) -> Result<(), LedgerError> {
+        Err(LedgerError("the store is full".into()))
+    }
+}

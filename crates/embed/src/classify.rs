@@ -121,6 +121,9 @@ impl Classifier {
     }
 }
 
+// The wire's limits name this file's length; it is the format's.
+const _: () = assert!(Classifier::file_len() == shared::params::limits::CLASS_MODEL_BYTES);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +218,3 @@ mod tests {
         assert!(c.classify(&[0u8; 10]).is_err(), "a wrong-sized image");
     }
 }
-
-// The wire's limits name this file's length; it is the format's.
-const _: () = assert!(Classifier::file_len() == shared::params::limits::CLASS_MODEL_BYTES);

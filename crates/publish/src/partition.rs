@@ -943,6 +943,9 @@ pub fn coverage(level: &Level, dim: usize, probes: &[f32], truth: &[Vec<u32>]) -
 /// Items a neighbour task takes at a time.
 const NEIGHBOUR_CHUNK: usize = 256;
 
+/// One neighbour task's lists, or why it failed.
+type Lists = Result<Vec<Vec<u32>>>;
+
 /// Fewest anchors outside the gallery that coverage is measured on.
 const MIN_HELD_OUT_PROBES: usize = 100;
 
@@ -982,12 +985,11 @@ pub fn closure_neighbours(
     let nb = match &ivf {
         Some(ivf) if n > KMEANS_SAMPLE_ABOVE => ivf.neighbours_by_list(features, dim, m),
         _ => {
-            let mut chunks: Vec<Result<Vec<Vec<u32>>>> = (0..n.div_ceil(NEIGHBOUR_CHUNK))
+            let mut chunks: Vec<Lists> = (0..n.div_ceil(NEIGHBOUR_CHUNK))
                 .map(|_| Ok(Vec::new()))
                 .collect();
-            let slots: Vec<(usize, &mut [Result<Vec<Vec<u32>>>])> =
-                chunks.chunks_mut(1).enumerate().collect();
-            paper::nystrom::run_blocks(slots, &|c, out: &mut [Result<Vec<Vec<u32>>>]| {
+            let slots: Vec<(usize, &mut [Lists])> = chunks.chunks_mut(1).enumerate().collect();
+            paper::nystrom::run_blocks(slots, &|c, out: &mut [Lists]| {
                 let rows = c * NEIGHBOUR_CHUNK..((c + 1) * NEIGHBOUR_CHUNK).min(n);
                 out[0] = gallery_neighbours(features, dim, m, rows, ivf.as_ref());
             });

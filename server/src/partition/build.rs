@@ -21,8 +21,6 @@ use super::published::*;
 use crate::item::{GalleryItem, SIDE};
 use crate::ops::mapped::Pages;
 
-/// Rows of the neighbour search handed to one rayon task.
-
 /// Bumped whenever the partition code changes what it builds from the same gallery, so a
 /// stored version built by older code is not served as current.
 const PARTITION_FORMAT: &str = "privatemail-partition-6";

@@ -352,13 +352,13 @@ pub fn rank_query(
         })?;
     centroids.check_for(part, ld)?;
     let x = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
-    Ok(query(
+    query(
         &db.shape,
         &seeds::derive(part, Purpose::Level(level)),
         &[x],
         rng,
     )
-    .map_err(publish::pir::from_lattice)?)
+    .map_err(publish::pir::from_lattice)
 }
 
 /// The exact top k of a verified ranking record (the table, or a level's record).
@@ -507,13 +507,13 @@ pub fn thumbs_prepare(
     rng: &mut impl RngCore,
 ) -> Result<Prepared> {
     let t = &pir.thumbs;
-    Ok(prepare(
+    prepare(
         &t.shape,
         &seeds::derive(part, Purpose::Thumbs),
         k * t.shape.queries_per_record(),
         rng,
     )
-    .map_err(publish::pir::from_lattice)?)
+    .map_err(publish::pir::from_lattice)
 }
 
 /// [`thumbs_query`] from a preparation ([`thumbs_prepare`] for the same documents and `k`);
@@ -532,9 +532,7 @@ pub fn thumbs_query_prepared(
     while records.len() < k {
         records.push(uniform_below(rng, t.shape.records as u128) as usize);
     }
-    Ok(prepared
-        .query(&records)
-        .map_err(publish::pir::from_lattice)?)
+    prepared.query(&records).map_err(publish::pir::from_lattice)
 }
 
 /// The thumbnail records of the ranked hits, each checked against its unit's digest: the pixels

@@ -369,10 +369,8 @@ pub fn thumbs_plan_with(
 /// get one column each, of their length rounded up to a power of two.
 pub fn level_shape(blocks: usize, longest_record: usize) -> Result<Shape> {
     let rows = longest_record.max(1).next_power_of_two().min(4096);
-    Ok(
-        Shape::new(longest_record.max(1).next_multiple_of(rows), blocks, rows)
-            .map_err(crate::pir::from_lattice)?,
-    )
+    Shape::new(longest_record.max(1).next_multiple_of(rows), blocks, rows)
+        .map_err(crate::pir::from_lattice)
 }
 
 #[cfg(test)]

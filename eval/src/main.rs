@@ -22,13 +22,7 @@ use args::Args;
 
 fn main() {
     // Progress (log lines when stderr is not a terminal) goes to stderr; the table to stdout.
-    tracing_subscriber::fmt()
-        .with_writer(data::progress::LogWriter::Stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    data::progress::log_to_stderr();
     let args = Args::parse();
     if !args.blocks_served.is_empty() {
         if let Err(e) = blocks::served::run(&args) {

@@ -51,7 +51,7 @@ struct Args {
     max_k: u64,
     /// Block retrieval: the largest expected share of the gallery one search may download, in
     /// (0, 1] (published in the partition document; clients plan within it).
-    #[arg(long, env = "PM_MAX_SHARE", default_value_t = 0.25, value_parser = parse_share)]
+    #[arg(long, env = "PM_MAX_SHARE", default_value_t = publish::publish::DEFAULT_MAX_SHARE, value_parser = parse_share)]
     max_share: f64,
     /// Block retrieval: publish the whole gallery as one block (a download needing no privacy
     /// budget). `false` hides that level and does not serve it.

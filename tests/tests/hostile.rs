@@ -714,6 +714,37 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
     (base, state)
 }
 
+/// The demo server, the hostile server in front of it (on a runtime kept alive with it), the
+/// CLI binary and a folder for a test's photos and state.
+struct HostileCli {
+    base: String,
+    hostile: Arc<Hostile>,
+    bin: PathBuf,
+    dir: PathBuf,
+    _rt: tokio::runtime::Runtime,
+    _real: privatemail_e2e::Server,
+}
+
+impl HostileCli {
+    fn start(store_tag: &str, dir_tag: &str) -> HostileCli {
+        let real = demo_server(store_tag, &[]);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (base, hostile) = rt.block_on(hostile(&real.base));
+        HostileCli {
+            base,
+            hostile,
+            bin: cli_bin(),
+            dir: std::env::temp_dir().join(format!("{dir_tag}-{}", std::process::id())),
+            _rt: rt,
+            _real: real,
+        }
+    }
+}
+
 fn cli_bin() -> PathBuf {
     if let Ok(p) = std::env::var("PM_HOSTILE_CLI") {
         return PathBuf::from(p);
@@ -818,15 +849,13 @@ fn run_measured(bin: &Path, args: &[String], state: &Path, tag: &str) -> Run {
 /// server — no PIR query, no request at all, whatever the protocol — until `clear-refusal`.
 #[test]
 fn the_cli_stops_searching_a_server_whose_pir_answer_failed_a_check() {
-    let real = demo_server("hostile-pir-cli", &[]);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (base, hostile) = rt.block_on(hostile(&real.base));
-    let bin = cli_bin();
-    let dir = std::env::temp_dir().join(format!("pm-hostile-pir-{}", std::process::id()));
+    let cli = HostileCli::start("hostile-pir-cli", "pm-hostile-pir");
+    let (base, hostile, bin, dir) = (
+        cli.base.clone(),
+        cli.hostile.clone(),
+        cli.bin.clone(),
+        cli.dir.clone(),
+    );
     let state = dir.join("state");
     let server = format!("{base}/case/{}", Case::DamagedPirThumbs.name());
     let search = |i: usize, protocol: &str| -> Vec<String> {
@@ -881,15 +910,13 @@ fn the_cli_stops_searching_a_server_whose_pir_answer_failed_a_check() {
 /// the answer (the shared drivers record the receipt before they hand out the request).
 #[test]
 fn the_cli_counts_a_release_the_server_answered_with_500() {
-    let real = demo_server("hostile-refused-cli", &[]);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (base, hostile) = rt.block_on(hostile(&real.base));
-    let bin = cli_bin();
-    let dir = std::env::temp_dir().join(format!("pm-hostile-refused-{}", std::process::id()));
+    let cli = HostileCli::start("hostile-refused-cli", "pm-hostile-refused");
+    let (base, hostile, bin, dir) = (
+        cli.base.clone(),
+        cli.hostile.clone(),
+        cli.bin.clone(),
+        cli.dir.clone(),
+    );
     let state = dir.join("state");
     let server = format!("{base}/case/{}", Case::RefusedRelease.name());
     let releases = |tag: &str| -> u64 {
@@ -934,15 +961,13 @@ fn the_cli_counts_a_release_the_server_answered_with_500() {
 
 #[test]
 fn the_cli_gives_up_on_every_hostile_answer_on_its_own_within_60_s_and_256_mb() {
-    let real = demo_server("hostile-cli", &[]);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (base, state) = rt.block_on(hostile(&real.base));
-    let bin = cli_bin();
-    let dir = std::env::temp_dir().join(format!("pm-hostile-{}", std::process::id()));
+    let cli = HostileCli::start("hostile-cli", "pm-hostile");
+    let (base, state, bin, dir) = (
+        cli.base.clone(),
+        cli.hostile.clone(),
+        cli.bin.clone(),
+        cli.dir.clone(),
+    );
     let photo = photo(&dir, 0);
     let runs: Vec<(Case, Run)> = std::thread::scope(|s| {
         let handles: Vec<_> = CASES

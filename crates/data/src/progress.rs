@@ -263,6 +263,18 @@ pub fn release_freed_memory() {
     }
 }
 
+/// Log lines (and progress bars) of a command-line tool to stderr, its results going to
+/// stdout: colours only on a terminal, `RUST_LOG` or `info`.
+pub fn log_to_stderr() {
+    tracing_subscriber::fmt()
+        .with_writer(LogWriter::Stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

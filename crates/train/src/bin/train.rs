@@ -87,13 +87,7 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Progress (log lines when stderr is not a terminal) goes to stderr; results to stdout.
-    tracing_subscriber::fmt()
-        .with_writer(data::progress::LogWriter::Stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    data::progress::log_to_stderr();
     let args = Args::parse();
     check(&args)?;
     let train_split = load_split(&args.data_dir, "train")?;

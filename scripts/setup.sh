@@ -34,7 +34,7 @@ if [ "${PM_SETUP_WASM:-0}" = 1 ]; then
   command -v wasm-pack >/dev/null 2>&1 || cargo install -q wasm-pack
 fi
 
-# The object-storage test's S3-compatible server (tests/tests/object_store.rs).
+# The object-storage test's S3-compatible server (tests/tests/e2e/object_store.rs).
 if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
   have=$(cargo install --list 2>/dev/null | awk '/^s3s-fs v/{gsub(/v|:/, "", $2); print $2}')
   [ "$have" = "0.14.1" ] || cargo install -q s3s-fs --version 0.14.1 --features binary

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test: the workspace's tests, the layers beneath the wasm client built for the browser target, and the
-# wasm tests in headless Chromium (wasm-pack, Debian's chromium + chromium-driver).
+# Every test: the workspace's tests, and the wasm tests in headless Chromium (wasm-pack, Debian's chromium +
+# chromium-driver), whose build compiles every layer beneath the wasm client for the browser target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PM_SETUP_BROWSER=1 bash scripts/setup.sh
@@ -14,9 +14,6 @@ rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
 bash scripts/build-web.sh # the page the browser end-to-end test drives
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-cargo build -p privatemail-shared -p privatemail-pir -p privatemail-dp -p privatemail-embed -p privatemail-paper \
-  -p privatemail-publish -p privatemail-client --target wasm32-unknown-unknown
-echo "wasm32 build of the layers beneath the wasm client: ok"
 CHROME_BIN=/usr/bin/chromium wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver \
   --mode no-install client-wasm
 echo "disk used by the tests' files: $(du -sh "$TMPDIR" 2>/dev/null | cut -f1)"

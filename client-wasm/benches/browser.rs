@@ -16,7 +16,7 @@ use privatemail_client_wasm::OnDeviceModel;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_test::*;
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/browser/common.rs"]
 mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);

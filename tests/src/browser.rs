@@ -98,7 +98,7 @@ pub fn image_file(i: usize) -> (std::path::PathBuf, u32) {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (px, label) = test_image(i);
-    let png = privatemail_server::item::thumbnail::png_grey(&px, 28, 28).unwrap();
+    let png = publish::png::png_grey(&px, 28, 28).unwrap();
     let path = std::env::temp_dir().join(format!("pm-upload-{}-{n}-{i}.png", std::process::id()));
     std::fs::write(&path, png).unwrap();
     (path, label)

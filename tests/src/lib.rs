@@ -99,16 +99,31 @@ pub fn start_server_logged(extra: &[&str], env: &[(&str, &str)]) -> Server {
     spawn_server(extra, env, true)
 }
 
-fn spawn_server(extra: &[&str], env: &[(&str, &str)], capture: bool) -> Server {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+/// The workspace's binaries the suites run (`server`, `privatemail`), built once a test process,
+/// and the path of `name`.
+///
+/// Built with the packages and targets `cargo test --workspace --all-targets` selects
+/// (`--workspace --tests`), so their dependencies resolve to the same features and reuse what
+/// the suite's own build compiled; `-p privatemail-server` alone would resolve other features
+/// (the dev-dependencies' ones left out) and compile most of the graph a second time.
+pub fn workspace_bin(name: &str) -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let status = Command::new(&cargo)
-        .args(["build", "-q", "-p", "privatemail-server", "--bin", "server"])
-        .current_dir(root)
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the server failed");
-    let bin = format!("{root}/target/debug/server");
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(&cargo)
+            .args(["build", "-q", "--workspace", "--tests"])
+            .args(["--bin", "server", "--bin", "privatemail"])
+            .current_dir(root)
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building the server and the CLI failed");
+    });
+    std::path::Path::new(root).join("target/debug").join(name)
+}
+
+fn spawn_server(extra: &[&str], env: &[(&str, &str)], capture: bool) -> Server {
+    let bin = workspace_bin("server");
     let mut child = Command::new(bin)
         .args(["--bind", "127.0.0.1:0"])
         .args(extra)
@@ -277,7 +292,7 @@ pub fn test_image(i: usize) -> (Vec<u8>, u32) {
     (test.images.image(i).to_vec(), test.labels[i] as u32)
 }
 
-/// The page's ten samples (`web/samples.js`, written by `server/tests/wasm_parity_fixture.rs`):
+/// The page's ten samples (`web/samples.js`, written by `crates/data/tests/models/wasm_parity_fixture.rs`):
 /// sample `c` is the last training image of class `c`.
 pub fn sample_images() -> Vec<Vec<u8>> {
     let dir = std::path::Path::new(data::fashion::DEFAULT_DIR);

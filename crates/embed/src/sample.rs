@@ -3,7 +3,7 @@
 //! A sample is a 28×28 Fashion-MNIST image. Through the query model (trained on photos) it
 //! keeps only about three quarters of the gallery model's own top 8 of that image, so the page
 //! publishes, with each sample, the gallery model's features of it (`web/samples.js`, written
-//! by `server/tests/wasm_parity_fixture.rs`) and the gallery model's version. A client searches
+//! by `crates/data/tests/models/wasm_parity_fixture.rs`) and the gallery model's version. A client searches
 //! a sample with those features when the version is the one the server's configuration names
 //! (the gallery's), and with the query model's otherwise, as for any photo.
 //!

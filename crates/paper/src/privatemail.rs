@@ -447,6 +447,27 @@ fn shuffled(
     }
 }
 
+/// Up to this many rows (gallery + anchors) the exact dense kernel is used (≤ 0.6 GB); above
+/// it, the Nyström approximation with [`NYSTROM_LANDMARKS`] landmarks (O(N·m) memory).
+pub const DENSE_MAX_ROWS: usize = 12_000;
+/// Measured on 3,000 images with the model's features (`crates/data/tests/models/nystrom_vs_dense.rs`). With the
+/// photo-trained weights (cnn-v1-6135bf58efcc9c0c), 2,500 landmarks share 96.9 % of the exact
+/// embedding's 8 nearest neighbours (Recall@8 0.915 vs 0.917, aligned residual 0.0001) where
+/// 2,000 shared only 79 %; with the weights before them, 1,500 shared 24 %, 2,000 91 %.
+pub const NYSTROM_LANDMARKS: usize = 2_500;
+/// The Nyström factor holds rows × landmarks f32 entries; above this many (800 MB, reached past
+/// 100,000 rows) the landmarks shrink to fit, so a 1,000,000-image gallery embeds in bounded
+/// memory (200 landmarks: a coarser non-private embedding, which only the paper's protocol
+/// ranks — and that protocol returns category guesses at honest noise anyway).
+pub const NYSTROM_MAX_ENTRIES: usize = 200_000_000;
+
+/// Landmarks for a Nyström embedding of `rows` rows (see [`NYSTROM_MAX_ENTRIES`]).
+pub fn nystrom_landmarks(rows: usize) -> usize {
+    NYSTROM_LANDMARKS
+        .min(NYSTROM_MAX_ENTRIES / rows.max(1))
+        .max(100)
+}
+
 /// The server's non-private embedding of `[gallery ; anchors]` (unit-normalised features):
 /// `T + 1` SMLQ iterations from its own random start with the feature kernel throughout.
 /// Dense, O(N²) memory: for small galleries and as the reference for [`embed_nystrom`].

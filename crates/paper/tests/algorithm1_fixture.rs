@@ -1,4 +1,4 @@
-//! Writes, or checks, the fixture the wasm test `client-wasm/tests/paper.rs` compares against:
+//! Writes, or checks, the fixture the wasm test `client-wasm/tests/browser/algorithm1.rs` compares against:
 //! Algorithm 1's release computed natively for fixed inputs and a fixed seed. With
 //! `PM_WRITE_FIXTURE=1` it (re)writes the file; otherwise it fails if the file no longer matches
 //! what the native code computes, so the fixture cannot go stale silently.

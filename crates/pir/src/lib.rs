@@ -195,7 +195,7 @@ mod tests {
         assert!((mean - 127.5).abs() < 3.0, "mean top byte {mean}");
     }
 
-    /// The digest the wasm test (`client-wasm/tests/pir.rs`) compares against.
+    /// The digest the wasm test (`client-wasm/tests/browser/pir_search.rs`) compares against.
     pub const TRANSCRIPT_7: &str =
         "e18e59c23e59f4c72de813026267a5644ef51c98adfdedf24f08e7affce0d6d9";
 

@@ -21,6 +21,7 @@ pub mod map;
 pub mod partition;
 pub mod pir;
 pub mod plan;
+pub mod png;
 pub mod publish;
 pub mod thumbcode;
 pub mod thumbs;

@@ -2,13 +2,12 @@
 //! the type the catalogue holds and the partition publishes, below both.
 
 pub mod mapped;
-pub mod thumbnail;
 
 use embed::model::Model;
 
 pub use mapped::{Features, Pixels};
 
-use thumbnail::{base64, png_grey};
+use publish::png::{base64, png_grey};
 
 /// Image side (Fashion-MNIST).
 pub const SIDE: u32 = 28;

@@ -1,18 +1,14 @@
 //! Native and wasm inference agree: search features (`embed::views`) computed natively
 //! for eight Fashion-MNIST test
-//! images (the fixture, checked against the current weights by a native test in `server`) are
+//! images (the fixture, checked against the current weights by `crates/data/tests/models/wasm_parity_fixture.rs`) are
 //! reproduced to 1e-5 in the browser. Run with
 //! `wasm-pack test --headless --chrome --chromedriver /usr/bin/chromedriver --mode no-install client-wasm`.
-
-#![cfg(target_arch = "wasm32")]
 
 use privatemail_client_wasm::OnDeviceModel;
 use wasm_bindgen_test::*;
 
-wasm_bindgen_test_configure!(run_in_browser);
-
-const WEIGHTS: &[u8] = include_bytes!("../../server/assets/query.bin");
-const FIXTURE: &str = include_str!("fixtures/parity.json");
+use crate::common::WEIGHTS;
+const FIXTURE: &str = include_str!("../fixtures/parity.json");
 
 #[wasm_bindgen_test]
 fn wasm_features_match_native_to_1e5() {

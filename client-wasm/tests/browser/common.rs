@@ -1,7 +1,6 @@
 //! Test support shared by the wasm tests and benchmarks: a synthetic server configuration.
 
-#![cfg(target_arch = "wasm32")]
-// Each test crate uses part of this module.
+// The tests and the bench each use part of this module.
 #![allow(dead_code)]
 
 use serde_json::json;

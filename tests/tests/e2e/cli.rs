@@ -11,15 +11,7 @@ use serde_json::Value;
 const TOKEN: &str = "cli-token";
 
 fn cli_bin() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let status = Command::new(cargo)
-        .args(["build", "-q", "-p", "privatemail-cli"])
-        .current_dir(root)
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the CLI failed");
-    PathBuf::from(format!("{root}/target/debug/privatemail"))
+    privatemail_e2e::workspace_bin("privatemail")
 }
 
 struct Cli {
@@ -225,7 +217,7 @@ fn pir_search_is_the_exact_top_8_spends_nothing_and_caches_public_files() {
         // of the capped level), by integer score from the block's own file: the decryption
         // and the ranking are exact. How much of the gallery's top 8 that block holds is the
         // level's coverage, a property of the features measured on 1,000 held-out photos
-        // (`server/tests/ranking_coverage.rs`, `partbench`), not of two photos.
+        // (`crates/data/tests/models/ranking_coverage.rs`, `partbench`), not of two photos.
         let got = ids(&out);
         let block = scores_block(&s.base, &pixels[n]);
         assert_eq!(

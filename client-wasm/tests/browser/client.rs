@@ -1,20 +1,14 @@
 //! The wasm client API in headless Chromium: privatization output shape and noise scale, the
 //! real row's position not exposed by what `privatize` returns, and error paths.
 
-#![cfg(target_arch = "wasm32")]
-
 use paper::frame::AnchorFrame;
 use privatemail_client_wasm::{compose_budget, Client};
 use serde_json::{json, Value};
 use shared::DMatrix;
 use wasm_bindgen_test::*;
 
-mod common;
-
-wasm_bindgen_test_configure!(run_in_browser);
-
-use common::{CLASS_WEIGHTS, WEIGHTS};
-const FIXTURE: &str = include_str!("fixtures/parity.json");
+use crate::common::{CLASS_WEIGHTS, WEIGHTS};
+const FIXTURE: &str = include_str!("../fixtures/parity.json");
 const N: usize = 60;
 
 /// A small public frame (60 anchors), as the server publishes it.
@@ -299,14 +293,14 @@ fn the_class_shown_is_the_class_models() {
 }
 
 /// A tilted photo becomes, in the browser, the very model input the native pipeline makes of
-/// it (the fixtures, checked against the pipeline by `server/tests/wasm_parity_fixture.rs`):
+/// it (the fixtures, checked against the pipeline by `crates/data/tests/models/wasm_parity_fixture.rs`):
 /// the turn at the photo's resolution — by the principal axis (trousers) or by levelling the
 /// base (an ankle boot) — gives the same bytes on both targets.
 #[wasm_bindgen_test]
 fn a_tilted_photo_gives_the_native_model_input() {
     for text in [
-        include_str!("fixtures/photo.json"),
-        include_str!("fixtures/photo-shoe.json"),
+        include_str!("../fixtures/photo.json"),
+        include_str!("../fixtures/photo-shoe.json"),
     ] {
         let fixture: Value = serde_json::from_str(text).unwrap();
         let side = fixture["side"].as_u64().unwrap() as u32;

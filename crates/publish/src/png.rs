@@ -1,4 +1,5 @@
-//! Greyscale thumbnails as PNG, encoded once at start-up.
+//! Greyscale gallery images as PNG: what the REST API serves as `image.png` and
+//! `thumbnail_png_base64`, and the page's sample images (`web/samples.js`).
 
 use base64::Engine;
 

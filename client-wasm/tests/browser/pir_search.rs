@@ -3,16 +3,12 @@
 //! crate), the query generation and decoding speed at the 10,000-image thumbnail shape, and the
 //! hintless scores' client work at the deployed ring degree (reported, not asserted).
 
-#![cfg(target_arch = "wasm32")]
-
 use ::pir::client::{query, Hint};
 use ::pir::layout::{encode_hint, Database, Shape};
 use ::pir::lwe::matrix_a;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use wasm_bindgen_test::*;
-
-wasm_bindgen_test_configure!(run_in_browser);
 
 /// `pir::tests::TRANSCRIPT_7` (crate `privatemail-pir`), computed natively.
 const NATIVE_TRANSCRIPT_7: &str =

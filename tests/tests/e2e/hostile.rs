@@ -749,21 +749,14 @@ fn cli_bin() -> PathBuf {
     if let Ok(p) = std::env::var("PM_HOSTILE_CLI") {
         return PathBuf::from(p);
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-q", "-p", "privatemail-cli"])
-        .current_dir(ROOT)
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the CLI failed");
-    PathBuf::from(format!("{ROOT}/target/debug/privatemail"))
+    privatemail_e2e::workspace_bin("privatemail")
 }
 
 /// Test image `i` as a PNG file in `dir`.
 fn photo(dir: &Path, i: usize) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let (px, _) = test_image(i);
-    let png = privatemail_server::item::thumbnail::png_grey(&px, 28, 28).unwrap();
+    let png = publish::png::png_grey(&px, 28, 28).unwrap();
     let path = dir.join(format!("photo-{i}.png"));
     std::fs::write(&path, png).unwrap();
     path
@@ -1136,7 +1129,7 @@ async fn the_page_shows_a_plain_error_for_hostile_answers_and_stays_alive() {
     let (_driver, c) = browser::browser().await;
     browser::open_page(&c, &base).await;
     // The hostile answers are block answers: search with DP blocks (PIR, the default, has its
-    // own bounds and checks, tested in shared/tests/hostile_pir.rs and tests/tests/pir.rs).
+    // own bounds and checks, tested in crates/client/tests/hostile_pir.rs and tests/tests/e2e/pir.rs).
     browser::choose(&c, "protocol", "blocks").await;
     let (file, _) = browser::image_file(0);
     load_photo(&c, &file).await;

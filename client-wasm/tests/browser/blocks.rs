@@ -3,19 +3,13 @@
 //! uniformly random order with the true block's position uniform, the ranking equals the native
 //! `publish::blocks::rank`, hashes are checked, and bad inputs are errors, not panics.
 
-#![cfg(target_arch = "wasm32")]
-
 use privatemail_client_wasm::{compose_budget, Client};
 use serde_json::Value;
 use shared::api::PartitionDoc;
 use wasm_bindgen_test::*;
 
-mod common;
-
-wasm_bindgen_test_configure!(run_in_browser);
-
-use common::{CLASS_WEIGHTS, WEIGHTS};
-const FIXTURE: &str = include_str!("fixtures/parity.json");
+use crate::common::{CLASS_WEIGHTS, WEIGHTS};
+const FIXTURE: &str = include_str!("../fixtures/parity.json");
 
 fn image(k: usize) -> Vec<u8> {
     let cases: Vec<Value> = serde_json::from_str(FIXTURE).unwrap();

@@ -1,9 +1,7 @@
 //! The paper's Algorithm 1 in the browser: the wasm release equals the native one for the same
-//! inputs and seed (fixture written by `shared/tests/algorithm1_fixture.rs`), the explicit
+//! inputs and seed (fixture written by `crates/paper/tests/algorithm1_fixture.rs`), the explicit
 //! SIMD128 kernels equal the scalar code, the `Client`'s release has the request's shape and
 //! the calibrated noise, and bad input is an error.
-
-#![cfg(target_arch = "wasm32")]
 
 use dp::mechanism::calibrate;
 use paper::privatemail::{privatize, Anchors};
@@ -14,12 +12,8 @@ use serde_json::{json, Value};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 use wasm_bindgen_test::*;
 
-mod common;
-
-wasm_bindgen_test_configure!(run_in_browser);
-
-use common::{CLASS_WEIGHTS, WEIGHTS};
-const FIXTURE: &str = include_str!("fixtures/algorithm1.json");
+use crate::common::{CLASS_WEIGHTS, WEIGHTS};
+const FIXTURE: &str = include_str!("../fixtures/algorithm1.json");
 
 fn rows(v: &Value) -> Vec<Vec<f64>> {
     serde_json::from_value(v.clone()).unwrap()

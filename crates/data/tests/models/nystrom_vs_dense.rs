@@ -28,7 +28,7 @@ fn nystrom_matches_dense_on_3000_images() {
         x.clone(),
         &labels,
         &p,
-        privatemail_server::state::embed::NYSTROM_LANDMARKS,
+        paper::privatemail::NYSTROM_LANDMARKS,
         &mut ChaCha20Rng::seed_from_u64(1),
     )
     .unwrap();

@@ -37,8 +37,9 @@ struct Args {
     #[arg(long = "page-origin", env = "PM_PAGE_ORIGINS", value_delimiter = ',',
           value_parser = privatemail_server::http::cors::page_origin)]
     page_origins: Vec<String>,
-    /// Directory of the web page, served at `/`.
-    #[arg(long, env = "PM_WEB_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../web"))]
+    /// Directory of the web page, served at `/`: by default the release bundle that
+    /// `scripts/build-web.sh` writes (`web/dist/`); `web/` serves the sources as they are.
+    #[arg(long, env = "PM_WEB_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/dist"))]
     web_dir: PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,

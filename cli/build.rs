@@ -9,10 +9,15 @@ use std::path::{Path, PathBuf};
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dist = root.join("web/dist");
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("bundle.rs");
+    let out =
+        PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("bundle.rs");
     // A directory is watched whole (any file's change reruns this); `web/` while there is no
     // bundle, so that the script's first run is seen.
-    let watch = if dist.is_dir() { &dist } else { &root.join("web") };
+    let watch = if dist.is_dir() {
+        &dist
+    } else {
+        &root.join("web")
+    };
     println!("cargo:rerun-if-changed={}", watch.display());
     let manifest_path = dist.join(pagebundle::MANIFEST);
     let code = match std::fs::read(&manifest_path) {
@@ -33,8 +38,9 @@ fn main() {
             );
             for (name, entry) in &manifest.files {
                 let path = dist.join(name);
-                let bytes = std::fs::read(&path)
-                    .unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-web.sh again)", path.display()));
+                let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+                    panic!("{}: {e} (run scripts/build-web.sh again)", path.display())
+                });
                 assert_eq!(
                     pagebundle::sha256_hex(&bytes),
                     entry.sha256,

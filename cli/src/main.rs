@@ -437,7 +437,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::VerifyPage { url, timeout, json } => {
             if !(timeout.is_finite() && timeout > 0.0 && timeout <= 86_400.0) {
-                return Err(CliError::Usage("--timeout must be in (0, 86400] seconds".into()));
+                return Err(CliError::Usage(
+                    "--timeout must be in (0, 86400] seconds".into(),
+                ));
             }
             let t = http::Timeouts {
                 total: Duration::from_secs_f64(timeout),

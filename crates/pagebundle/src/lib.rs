@@ -111,14 +111,21 @@ impl Manifest {
             return Err(Error::Manifest(format!("format {} is not 1", m.format)));
         }
         if !m.files.contains_key(&m.entry) {
-            return Err(Error::Manifest(format!("the entry {} is not listed", m.entry)));
+            return Err(Error::Manifest(format!(
+                "the entry {} is not listed",
+                m.entry
+            )));
         }
         for (name, f) in &m.files {
             if !plain_path(name) {
-                return Err(Error::Manifest(format!("{name:?} is not a plain relative path")));
+                return Err(Error::Manifest(format!(
+                    "{name:?} is not a plain relative path"
+                )));
             }
             if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(Error::Manifest(format!("{name}: sha256 is not 64 hex digits")));
+                return Err(Error::Manifest(format!(
+                    "{name}: sha256 is not 64 hex digits"
+                )));
             }
             if f.bytes > MAX_FILE_BYTES {
                 return Err(Error::Manifest(format!("{name}: {} bytes", f.bytes)));
@@ -136,8 +143,7 @@ impl Manifest {
 /// `a/b.c`: no empty, `.` or `..` component, no leading `/`, only URL-safe characters.
 fn plain_path(p: &str) -> bool {
     !p.is_empty()
-        && p.split('/')
-            .all(|c| !c.is_empty() && c != "." && c != "..")
+        && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
         && p.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
 }
@@ -245,7 +251,8 @@ fn specifiers(path: &str, text: &str) -> Result<Vec<(std::ops::Range<usize>, Str
         while let Some(i) = text[at..].find(key) {
             let start = at + i;
             at = start + key.len();
-            let word_before = start > 0 && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_');
+            let word_before =
+                start > 0 && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_');
             if word_before {
                 continue;
             }
@@ -327,8 +334,7 @@ pub fn build(web: &Path, out: &Path) -> Result<Manifest> {
     }
 
     // 3. Modules, imports first: each import renamed to its target's hashed file.
-    let mut deps: BTreeMap<String, Vec<(std::ops::Range<usize>, String, String)>> =
-        BTreeMap::new();
+    let mut deps: BTreeMap<String, Vec<(std::ops::Range<usize>, String, String)>> = BTreeMap::new();
     for (path, text) in &modules {
         let mut list = Vec::new();
         for (range, spec) in specifiers(path, text)? {
@@ -492,10 +498,16 @@ fn entry(
         let mut attrs = attributes(inner);
         let key = if t == "<script" { "src" } else { "href" };
         let Some(target) = attr(&attrs, key).map(str::to_string) else {
-            return Err(bad(ENTRY, format!("{t}> without {key} (inline code is not allowed)")));
+            return Err(bad(
+                ENTRY,
+                format!("{t}> without {key} (inline code is not allowed)"),
+            ));
         };
         let Some(new) = renamed.get(&target) else {
-            return Err(bad(ENTRY, format!("{t}> names {target:?}, not a file of the page")));
+            return Err(bad(
+                ENTRY,
+                format!("{t}> names {target:?}, not a file of the page"),
+            ));
         };
         for (n, v) in attrs.iter_mut() {
             if n == key {
@@ -565,8 +577,14 @@ mod tests {
         vec![
             ("index.html", HTML),
             ("style.css", "body{}"),
-            ("app.js", "import { a } from \"./lib/a.js\";\nimport \"./assets.js\";\n"),
-            ("lib/a.js", "import { b } from '../b.js';\nexport const a = b;\n"),
+            (
+                "app.js",
+                "import { a } from \"./lib/a.js\";\nimport \"./assets.js\";\n",
+            ),
+            (
+                "lib/a.js",
+                "import { b } from '../b.js';\nexport const a = b;\n",
+            ),
             ("b.js", "export const b = 1;\n"),
             ("assets.js", "export const FILES = null;\n"),
             ("pkg/model.bin", "weights"),
@@ -595,7 +613,10 @@ mod tests {
                 let bytes = std::fs::read(out.join(name)).unwrap();
                 let want = format!("href=\"{name}\" integrity=\"{}\"", sri(&bytes));
                 let want_src = format!("src=\"{name}\" integrity=\"{}\"", sri(&bytes));
-                assert!(html.contains(&want) || html.contains(&want_src), "{name}: {html}");
+                assert!(
+                    html.contains(&want) || html.contains(&want_src),
+                    "{name}: {html}"
+                );
                 let _ = f;
             }
         }
@@ -607,13 +628,19 @@ mod tests {
         let assets = m.files.keys().find(|n| n.starts_with("assets.")).unwrap();
         let assets_text = std::fs::read_to_string(out.join(assets)).unwrap();
         assert!(assets_text.contains(&sri(b"weights")), "{assets_text}");
-        assert_eq!(Manifest::parse(&std::fs::read(out.join(MANIFEST)).unwrap()).unwrap(), m);
+        assert_eq!(
+            Manifest::parse(&std::fs::read(out.join(MANIFEST)).unwrap()).unwrap(),
+            m
+        );
         // The same sources give the same bundle; a changed import changes its importers' names.
         let again = build(&web, &out).unwrap();
         assert_eq!(again, m);
         std::fs::write(web.join("b.js"), "export const b = 2;\n").unwrap();
         let changed = build(&web, &out).unwrap();
-        assert!(!changed.files.contains_key(a), "a's import changed, so a's name must");
+        assert!(
+            !changed.files.contains_key(a),
+            "a's import changed, so a's name must"
+        );
         assert_ne!(changed.page_sha256(), m.page_sha256());
         let _ = std::fs::remove_dir_all(&web);
     }
@@ -622,7 +649,11 @@ mod tests {
     fn what_the_bundle_cannot_pin_is_refused() {
         let cases: [(&str, &str, &str); 4] = [
             ("app.js", "import(\"./b.js\");", "dynamic import"),
-            ("app.js", "import { x } from \"./missing.js\";", "not a module"),
+            (
+                "app.js",
+                "import { x } from \"./missing.js\";",
+                "not a module",
+            ),
             ("b.js", "import { a } from \"./app.js\";", "cycle"),
             (
                 "index.html",
@@ -639,7 +670,10 @@ mod tests {
             }
             if file == "b.js" {
                 files.retain(|f| f.0 != "app.js");
-                files.push(("app.js", "import { b } from \"./b.js\";\nimport \"./assets.js\";"));
+                files.push((
+                    "app.js",
+                    "import { b } from \"./b.js\";\nimport \"./assets.js\";",
+                ));
             }
             let web = tree(&files);
             let e = build(&web, &web.join("dist")).unwrap_err().to_string();

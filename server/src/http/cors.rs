@@ -82,7 +82,11 @@ mod tests {
 
     #[test]
     fn only_plain_origins_are_accepted() {
-        for ok in ["http://127.0.0.1:8765", "https://pages.example.com", "http://[::1]:9"] {
+        for ok in [
+            "http://127.0.0.1:8765",
+            "https://pages.example.com",
+            "http://[::1]:9",
+        ] {
             assert_eq!(page_origin(ok).as_deref(), Ok(ok));
         }
         for bad in [

@@ -426,7 +426,7 @@ async fn the_page_from_the_cli_searches_a_gallery_on_another_port_that_served_it
 /// script, each reporting to `beacon` and marking the window if it ever runs.
 fn payload(path: &str, beacon: &str, page_origin: &str) -> Reply {
     let js = format!("window.pwned = 1; fetch('{beacon}/ran{path}');");
-    let (kind, body) = if path.len() % 2 == 0 {
+    let (kind, body) = if path.len().is_multiple_of(2) {
         (
             "text/html",
             format!(

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds the page's WebAssembly client into web/pkg/ (release wasm + wasm-bindgen's ES module)
-# and copies the model weights (the query model and the class model) next to it. Offline: needs only cargo, the wasm32 target and
-# wasm-bindgen-cli (scripts/setup.sh with PM_SETUP_WASM=1 installs them).
+# and copies the model weights (the query model and the class model) next to it, then the
+# page's release bundle into web/dist/ (crates/pagebundle: every file named by its hash and
+# loaded with Subresource Integrity, manifest.json), which the gallery serves (scripts/run.sh)
+# and the CLI builds into itself (`privatemail page`; build the CLI after this script).
+# Offline: needs only cargo, the wasm32 target and wasm-bindgen-cli (scripts/setup.sh with
+# PM_SETUP_WASM=1 installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -15,3 +19,4 @@ cp server/assets/classifier.bin web/pkg/classifier.bin
 cp docs/eval/results.csv web/pkg/results.csv
 echo "web/pkg: $(du -k web/pkg/privatemail_client_wasm_bg.wasm | cut -f1) KiB wasm," \
   "$(gzip -9c web/pkg/privatemail_client_wasm_bg.wasm | wc -c) bytes gzipped"
+cargo run -q -p pagebundle --bin pagebundle -- web web/dist

@@ -14,7 +14,8 @@
 // (bounded fetches), photo.js, budget.js (ε and the spent budget), protocol.js (the ways to
 // search offered), plan.js (the plan view), disclosure.js (what the server learns, in words),
 // evaluation.js (what the noisy-numbers searches' results are worth, from results.csv),
-// map.js (the block map), plot.js, results.js, format.js, pir.js (PIR's
+// map.js (the block map), plot.js, results.js, format.js, gallery.js (which gallery, where
+// the code came from), origin.js (saying so), assets.js (the page's own checked files), pir.js (PIR's
 // transport), and flows/ with one search flow a protocol (frame.js: the anchor frame and
 // Algorithm 1; blocks.js: blocks and the whole gallery; pir.js).
 import { Client } from "./pkg/privatemail_client_wasm.js";
@@ -29,6 +30,8 @@ import { fetchBlocks, onBlockSearch } from "./flows/blocks.js";
 import { onPirSearch, showStopped } from "./flows/pir.js";
 import { clearRefusal, storedRefusal } from "./pir.js";
 import { loadEvaluation } from "./evaluation.js";
+import { showCodeOrigin, useGalleryForm } from "./origin.js";
+import { GALLERY, GALLERY_ORIGIN, GALLERY_PROBLEM, galleryUrl, narrowConnections } from "./gallery.js";
 
 const t0 = performance.now();
 // Room for every request of a long session: the page reads Resource Timing to tell what came
@@ -36,6 +39,12 @@ const t0 = performance.now();
 performance.setResourceTimingBufferSize?.(100000);
 
 async function start() {
+  showCodeOrigin();
+  if (!GALLERY) {
+    status("The page could not start.");
+    showError(GALLERY_PROBLEM);
+    return;
+  }
   const evaluation = loadEvaluation();
   try {
     const [, weights, classWeights, configText, anchorsText, mapText] = await Promise.all([
@@ -61,6 +70,8 @@ async function start() {
   }
   await loadPartition();
   await loadPirDoc();
+  // From here on the page connects only to its own origin, the gallery's and the blocks'.
+  narrowConnections([GALLERY_ORIGIN, blocksOrigin()]);
   await evaluation;
   $("delta").textContent = state.config.privacy_defaults.delta.toExponential(0);
   renderSamples();
@@ -73,6 +84,15 @@ async function start() {
   timings.ready_ms = performance.now() - t0;
   status(`Ready (${Math.round(timings.ready_ms)} ms). Choose a photo to search with.`);
   document.body.dataset.ready = "true";
+}
+
+// The origin blocks come from (the partition document's `blocks_url`), or null.
+function blocksOrigin() {
+  try {
+    return state.partition ? new URL(galleryUrl(state.partition.blocks_url)).origin : null;
+  } catch {
+    return null;
+  }
 }
 
 // ---- search ----------------------------------------------------------------------------------
@@ -101,6 +121,7 @@ async function onSearch() {
 
 // ---- wiring ----------------------------------------------------------------------------------
 
+useGalleryForm();
 $("file").addEventListener("change", (e) => loadFromFile(e.target.files[0]));
 const drop = $("drop");
 drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });

@@ -1,9 +1,9 @@
 // What the noisy-numbers searches' results are worth at the chosen ε, in figures from the
 // committed evaluation (`docs/eval/results.csv`, written by `bash scripts/eval.sh`; copied next
 // to the wasm client by scripts/build-web.sh, so the page states the figures of the build it
-// serves and nothing else). Public and the same for everyone: fetched once as the page starts,
+// serves and nothing else; checked by its hash in the release bundle). Public and the same for everyone: fetched once as the page starts,
 // never depending on the photo. Without the file the page says it has no figures.
-import { getJson } from "./api.js";
+import { getPageText } from "./api.js";
 import { pct } from "./format.js";
 
 let rows = null;
@@ -11,7 +11,7 @@ let rows = null;
 // Load the evaluation's table (small text, bounded like every JSON answer).
 export async function loadEvaluation() {
   try {
-    const text = await getJson("pkg/results.csv", 256 << 10);
+    const text = await getPageText("pkg/results.csv", 256 << 10);
     rows = parse(text);
   } catch {
     rows = null;

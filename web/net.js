@@ -3,6 +3,8 @@
 // with its own published or fixed size. The limits are the CLI's (`shared::params::limits`),
 // read from the wasm client once it is up (`setLimits`).
 
+import { GALLERY_ORIGIN, galleryUrl } from "./gallery.js";
+
 let limitsReady = null;
 
 // The promise of the limits (JSON from the wasm client's `limits()`).
@@ -49,20 +51,23 @@ export async function readBounded(resp, maxBytes, maxWire = maxBytes) {
 }
 
 // `fetch` held to what this page accepts: an answer of at most `maxBytes`, by the deadline's
-// signal, from the origin asked, with credentials only for this page's own origin. Redirects:
-// none when `follow` is false (blocks: a browser cannot keep a redirect within an origin or
-// bound their number, so a redirected block is a failed download) or for another origin;
+// signal, from the origin asked (`galleryUrl`: the gallery's paths are resolved against its
+// URL), with credentials only for this page's own origin (never for a gallery elsewhere).
+// Redirects: none when `follow` is false (blocks: a browser cannot keep a redirect within an
+// origin or bound their number, so a redirected block is a failed download) or for an origin
+// neither this page's nor the gallery's;
 // otherwise the browser's (at most 20), and an answer that ends on another origin is refused.
 // Returns {resp, bytes}; the caller checks resp.ok.
 export async function fetchBounded(url, { maxBytes, maxWire, signal, follow = true, init: extra = {} }) {
   const L = await limitsReady;
-  const target = new URL(url, location.href);
+  const target = new URL(galleryUrl(url));
   const own = target.origin === location.origin;
+  const home = own || target.origin === GALLERY_ORIGIN;
   const resp = await fetch(target, {
     ...extra,
     signal,
     credentials: own ? "same-origin" : "omit",
-    redirect: own && follow ? "follow" : "error",
+    redirect: home && follow ? "follow" : "error",
   });
   if (new URL(resp.url).origin !== target.origin) {
     resp.body?.cancel();
@@ -116,7 +121,7 @@ export async function fetchCentroids(client, level) {
 // cache (unchanged, or revalidated with a 304). `known` is false where the browser does not
 // say (no entry, or another origin without Timing-Allow-Origin).
 export function wireOf(url) {
-  const name = new URL(url, location.href).href;
+  const name = new URL(galleryUrl(url)).href;
   const e = performance.getEntriesByName(name, "resource").at(-1);
   if (!e || (e.transferSize === 0 && e.decodedBodySize === 0 && e.encodedBodySize === 0)) {
     return { known: false, transfer: 0, cached: false };

@@ -10,9 +10,11 @@
 // search on this page — of any protocol — is refused until the person clears it.
 
 import { clientLimits, deadline, fetchBounded, wireOf } from "./net.js";
+import { CODE_FROM, GALLERY } from "./gallery.js";
 
 const ANSWER_TYPE = { "content-type": "application/octet-stream" };
-export const REFUSAL_KEY = "privatemail.refusal";
+// One refusal per gallery: the page's own origin's keeps the plain key.
+export const REFUSAL_KEY = CODE_FROM === "gallery" ? "privatemail.refusal" : `privatemail.refusal ${GALLERY}`;
 
 // The stored refusal (JSON text), or null.
 export function storedRefusal() {

@@ -34,13 +34,17 @@ pub enum CliError {
     /// An earlier such failure stopped searches against this server; nothing was sent.
     #[error("{0}")]
     Stopped(String),
+    /// A served page is not this version's (`verify-page`).
+    #[error("{0}")]
+    PageDiffers(String),
 }
 
 impl CliError {
     /// 3 unreachable or too slow, 4 bad photo, 5 budget exceeded, 6 refused by the server, 7 a malformed
     /// or unverifiable answer, 8 a local state file, 9 invalid parameters (clap uses 2), 10 an
     /// answer that failed a check after decryption (searches against the server now stopped),
-    /// 11 searches against this server stopped by such a failure earlier (nothing sent).
+    /// 11 searches against this server stopped by such a failure earlier (nothing sent), 12 a
+    /// served page that differs from this version's.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Unreachable { .. } | CliError::TimedOut { .. } => 3,
@@ -52,6 +56,7 @@ impl CliError {
             CliError::Privacy(_) | CliError::Usage(_) => 9,
             CliError::Hostile(_) => 10,
             CliError::Stopped(_) => 11,
+            CliError::PageDiffers(_) => 12,
         }
     }
 }

@@ -6,11 +6,12 @@
 //! oversized or unverifiable answer (or a redirect to another origin, or too many), 8 budget
 //! file, 9 invalid parameters, 10 an answer failed a check after decryption (searches against
 //! that server are stopped from then on), 11 searches against this server are stopped
-//! (`clear-refusal` lifts it).
+//! (`clear-refusal` lifts it), 12 a served page differs from this version's (`verify-page`).
 
 mod budget;
 mod error;
 mod http;
+mod page;
 mod photo;
 mod pir;
 mod refusal;
@@ -166,6 +167,37 @@ enum Command {
             default_value = "http://127.0.0.1:8080"
         )]
         server: String,
+    },
+    /// Serve the page from this machine: its code is built into this program and served on
+    /// 127.0.0.1, searching the gallery at --server, which serves it only data (the gallery's
+    /// operator lists this page's origin with `server --page-origin`). Opens the browser.
+    Page {
+        /// The gallery the page searches.
+        #[arg(
+            long,
+            env = "PRIVATEMAIL_SERVER",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        server: String,
+        /// The port on 127.0.0.1 (0: any free port). Keep the default: a browser keeps the
+        /// page's spent privacy and refusals per origin, so another port starts them afresh.
+        #[arg(long, default_value_t = page::DEFAULT_PORT)]
+        port: u16,
+        /// Only print the page's address; do not open a browser.
+        #[arg(long)]
+        no_open: bool,
+    },
+    /// Compare the page served at URL with this version's page, every file by its SHA-256;
+    /// exits 12 naming each file that differs. It checks what URL serves to this program: a
+    /// server that serves browsers something else is not caught (use `privatemail page`).
+    VerifyPage {
+        /// The page's address (where its index.html is served).
+        url: String,
+        /// Seconds for the whole check.
+        #[arg(long, default_value_t = limits::TOTAL_TIMEOUT_SECS as f64)]
+        timeout: f64,
+        #[arg(long)]
+        json: bool,
     },
     /// Change the gallery (operators: needs the server's admin token).
     Gallery {
@@ -392,6 +424,56 @@ fn run(cli: Cli) -> Result<()> {
                 println!("searches against {server} were not stopped");
             }
             Ok(())
+        }
+        Command::Page {
+            server,
+            port,
+            no_open,
+        } => {
+            // A gallery whose answer failed a check gets no search from this machine, the
+            // page's included.
+            refusal::guard(&server)?;
+            page::serve(&server, port, !no_open)
+        }
+        Command::VerifyPage { url, timeout, json } => {
+            if !(timeout.is_finite() && timeout > 0.0 && timeout <= 86_400.0) {
+                return Err(CliError::Usage(
+                    "--timeout must be in (0, 86400] seconds".into(),
+                ));
+            }
+            let t = http::Timeouts {
+                total: Duration::from_secs_f64(timeout),
+                ..http::Timeouts::default()
+            };
+            let v = page::verify(&url, t)?;
+            if json {
+                print_json(&v)?;
+            } else {
+                for d in &v.differences {
+                    println!("{}: {}", d.file, d.what);
+                }
+            }
+            if v.differences.is_empty() {
+                if !json {
+                    println!(
+                        "{}: all {} files are this version's page (index.html sha256 {})",
+                        v.url, v.files, v.page_sha256
+                    );
+                }
+                Ok(())
+            } else {
+                Err(CliError::PageDiffers(format!(
+                    "{} of {} files at {} differ from this version's page: {}",
+                    v.differences.len(),
+                    v.files,
+                    v.url,
+                    v.differences
+                        .iter()
+                        .map(|d| d.file.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
         }
         Command::Gallery { action } => match action {
             GalleryAction::Add {

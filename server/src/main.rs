@@ -30,8 +30,16 @@ struct Args {
     /// Public anchors (from the training split, class-balanced): 10–60,000.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     anchors: u64,
-    /// Directory of the web page, served at `/`.
-    #[arg(long, env = "PM_WEB_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../web"))]
+    /// An origin (`https://host[:port]`) from which the page's release bundle may use the API
+    /// (CORS, without credentials): a static host, or `http://127.0.0.1:8765` for
+    /// `privatemail page` on the searcher's machine. Repeat the flag, or separate by commas in
+    /// the environment variable. No origin is listed by default.
+    #[arg(long = "page-origin", env = "PM_PAGE_ORIGINS", value_delimiter = ',',
+          value_parser = privatemail_server::http::cors::page_origin)]
+    page_origins: Vec<String>,
+    /// Directory of the web page, served at `/`: by default the release bundle that
+    /// `scripts/build-web.sh` writes (`web/dist/`); `web/` serves the sources as they are.
+    #[arg(long, env = "PM_WEB_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/dist"))]
     web_dir: PathBuf,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -265,7 +273,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let store_owner = std::sync::Arc::clone(&state);
     let refusals = std::sync::Arc::clone(&state.refusals);
-    let app = router(state, web, args.blocks_public_url.as_deref(), &net_limits);
+    if args.page_origins.len() > privatemail_server::http::cors::MAX_PAGE_ORIGINS {
+        return Err(format!(
+            "at most {} --page-origin",
+            privatemail_server::http::cors::MAX_PAGE_ORIGINS
+        )
+        .into());
+    }
+    let app = router(
+        state,
+        web,
+        args.blocks_public_url.as_deref(),
+        &args.page_origins,
+        &net_limits,
+    );
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
     tracing::info!(
         max_connections = net_limits.max_connections,

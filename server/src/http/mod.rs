@@ -3,6 +3,7 @@
 
 mod blocks;
 pub mod cache;
+pub mod cors;
 pub mod error;
 pub mod guard;
 mod items;
@@ -55,11 +56,13 @@ fn origin_of(url: &str) -> Option<String> {
 }
 
 /// The whole application. `web_dir`, if given, is served at `/`; every answer carries the
-/// security headers ([`content_security_policy`], `nosniff`, no referrer).
+/// security headers ([`content_security_policy`], `nosniff`, no referrer); the API answers
+/// CORS to `page_origins` only ([`cors`]).
 pub fn router(
     state: Arc<AppState>,
     web_dir: Option<PathBuf>,
     blocks_public_url: Option<&str>,
+    page_origins: &[String],
     limits: &crate::net::NetLimits,
 ) -> Router {
     let guard_state = guard::Guard {
@@ -91,6 +94,17 @@ pub fn router(
                 "this endpoint does not take that method",
             )
         });
+    // CORS answers (preflights too) for the listed page origins, on the API alone.
+    let api = match cors::layer(page_origins) {
+        Some(layer) => {
+            let listed = Arc::new(page_origins.to_vec());
+            api.layer(layer)
+                .layer(axum::middleware::from_fn(move |req, next| {
+                    cors::timing_allow_origin(Arc::clone(&listed), req, next)
+                }))
+        }
+        None => api,
+    };
     let mut app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .nest("/api/v1", api)

@@ -14,6 +14,7 @@ mod hostile;
 mod load;
 mod malicious;
 mod object_store;
+mod page_origin;
 mod pir;
 mod restart;
 mod strict;

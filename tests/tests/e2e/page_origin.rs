@@ -34,14 +34,7 @@ fn dist() -> PathBuf {
 }
 
 fn cli_bin() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-q", "-p", "privatemail-cli"])
-        .current_dir(ROOT)
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the CLI failed");
-    PathBuf::from(format!("{ROOT}/target/debug/privatemail"))
+    privatemail_e2e::workspace_bin("privatemail")
 }
 
 fn state_dir(tag: &str) -> PathBuf {

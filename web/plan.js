@@ -84,10 +84,10 @@ function updatePirPlan() {
   const how = {
     table: "ranks the whole gallery in your browser from a public list of every image's numbers",
     scores: "has the server score every image of your photo's part of the gallery, encrypted: it sees neither the part nor your photo, and only your browser can read the scores",
-    level: `asks for your photo's part of the gallery (level ${state.pirPlan.ranking.level}) without revealing which`,
+    level: `asks for your photo's part of the gallery (its group of similar images, at level ${state.pirPlan.ranking.level} of the gallery's groupings) without revealing which`,
   }[state.pirPlan.ranking.kind];
   const lines = [
-    "The server learns nothing about your photo: every request looks the same whatever the photo (lattice-based private information retrieval). Privacy spent: ε = 0.",
+    "The server learns nothing about your photo: every request looks the same whatever the photo (lattice-based private information retrieval). Privacy spent: none (privacy loss ε = 0).",
     "A server that cheats in its answers can at most make one search fail to learn one yes/no fact about that photo: if any answer fails its checks, this page says so and sends no further search to this server until you allow it. (This holds for this page's code as published; a server that changed the page itself could take the photo, which only a client installed from elsewhere, such as the command-line client, rules out.)" +
       (state.pirPlan.ranking.kind === "scores" ? " It could also return other matches than your nearest ones; their pictures are still checked." : ""),
     `This search ${how}, then fetches the ${K} pictures the same way: ${fmtKiB(state.pirPlan.up_bytes)} up and ${fmtKiB(state.pirPlan.down_bytes)} down per search, plus ${fmtKiB(state.pirPlan.one_time_bytes)} of public files once per gallery version (kept by your browser).` +

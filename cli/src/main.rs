@@ -95,8 +95,9 @@ impl ServerArg {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Search the gallery for images like PHOTO (PNG or JPEG, any size).
+    /// Search the gallery for images like PHOTO (a camera's or phone's JPEG or PNG).
     Search {
+        #[arg(help = photo_help())]
         photo: PathBuf,
         #[command(flatten)]
         server: ServerArg,
@@ -218,6 +219,14 @@ enum GalleryAction {
         #[arg(long, env = "PM_ADMIN_TOKEN")]
         token: String,
     },
+}
+
+/// PHOTO's help: the decoder's bounds, from `embed::photo_file` (one source).
+fn photo_help() -> String {
+    format!(
+        "The photo: {}; larger photos are refused with the reason",
+        embed::photo_file::limits_words()
+    )
 }
 
 fn print_json(v: &impl Serialize) -> Result<()> {

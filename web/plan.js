@@ -212,7 +212,8 @@ function planLines(plan) {
     return [
       [`This search downloads the whole gallery: ${fmtKiB(plan.max_bytes)}.`],
       ...(why ? [[why]] : []),
-      [`The results are exact (your ${K} exact nearest matches in the whole gallery) and it costs no privacy: ` +
+      [(protocol() === "blocks" ? "The whole gallery fits this data budget, so it is downloaded instead of a few blocks. " : "") +
+        `The results are exact (your ${K} exact nearest matches in the whole gallery) and it costs no privacy: ` +
         "every search downloads the same file, so the server learns nothing about your photo. " +
         "Your browser keeps the file (it never changes) for later searches of this gallery version.", "learns"],
       [spent],

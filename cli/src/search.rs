@@ -352,9 +352,7 @@ fn block_error(e: BlockSearchError) -> CliError {
     match e {
         BlockSearchError::Plan(_)
         | BlockSearchError::WholeNotAllowed
-        | BlockSearchError::OverBudget { .. } => {
-            CliError::Usage(e.to_string())
-        }
+        | BlockSearchError::OverBudget { .. } => CliError::Usage(e.to_string()),
         BlockSearchError::Release(e) => CliError::Privacy(e),
         BlockSearchError::Ledger(e) => CliError::State {
             path: budget::path()

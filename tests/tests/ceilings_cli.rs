@@ -29,8 +29,7 @@ struct Cli {
 
 impl Cli {
     fn new(tag: &str) -> Self {
-        let state =
-            std::env::temp_dir().join(format!("pm-ceil-{}-{tag}", std::process::id()));
+        let state = std::env::temp_dir().join(format!("pm-ceil-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&state);
         std::fs::create_dir_all(&state).unwrap();
         Cli {
@@ -120,20 +119,42 @@ fn block_searches_stay_within_the_budget_and_say_why() {
         assert!(kib * 1024 < whole.max_bytes, "the test gallery is larger");
         for _ in 0..3 {
             let out = cli.json(&[
-                "search", p, "--server", &s.base, "--protocol", "blocks", "--epsilon", eps,
-                "--max-kib", &kib.to_string(), "--json",
+                "search",
+                p,
+                "--server",
+                &s.base,
+                "--protocol",
+                "blocks",
+                "--epsilon",
+                eps,
+                "--max-kib",
+                &kib.to_string(),
+                "--json",
             ]);
             let moved = out["block_bytes_downloaded"].as_u64().unwrap();
             let most = out["plan"]["max_bytes"].as_u64().unwrap();
-            assert!(moved <= most && most <= kib * 1024, "{moved} {most} {kib}: {out}");
+            assert!(
+                moved <= most && most <= kib * 1024,
+                "{moved} {most} {kib}: {out}"
+            );
             assert_eq!(out["plan"]["budget"].as_u64(), Some(kib * 1024));
             assert_eq!(out["plan"]["why"]["kind"], "best_within_budget", "{out}");
-            assert_eq!(out["plan"]["why"]["free_needs"].as_u64(), Some(whole.max_bytes));
+            assert_eq!(
+                out["plan"]["why"]["free_needs"].as_u64(),
+                Some(whole.max_bytes)
+            );
             assert!(out["receipt"]["epsilon"].as_f64().unwrap() > 0.0);
         }
     }
     let text = cli.ok(&[
-        "search", p, "--server", &s.base, "--protocol", "blocks", "--max-kib", "128",
+        "search",
+        p,
+        "--server",
+        &s.base,
+        "--protocol",
+        "blocks",
+        "--max-kib",
+        "128",
     ]);
     for want in [
         "(at most ",
@@ -144,14 +165,31 @@ fn block_searches_stay_within_the_budget_and_say_why() {
     }
     let fits = whole.max_bytes.div_ceil(1024).to_string();
     let out = cli.json(&[
-        "search", p, "--server", &s.base, "--protocol", "blocks", "--epsilon", "30",
-        "--max-kib", &fits, "--json",
+        "search",
+        p,
+        "--server",
+        &s.base,
+        "--protocol",
+        "blocks",
+        "--epsilon",
+        "30",
+        "--max-kib",
+        &fits,
+        "--json",
     ]);
     assert_eq!(out["plan"]["whole"], true, "{out}");
     assert_eq!(out["plan"]["why"]["kind"], "nothing_released");
     assert!(out["receipt"].is_null());
     assert!(out["block_bytes_downloaded"].as_u64().unwrap() <= whole.max_bytes);
-    let plan = cli.ok(&["plan", "--server", &s.base, "--epsilon", "30", "--max-kib", &fits]);
+    let plan = cli.ok(&[
+        "plan",
+        "--server",
+        &s.base,
+        "--epsilon",
+        "30",
+        "--max-kib",
+        &fits,
+    ]);
     assert!(
         plan.contains("releases nothing about the photo (privacy loss ε = 0)")
             && plan.contains("why this plan: it releases nothing"),
@@ -174,11 +212,25 @@ fn each_mechanism_is_worded_from_its_receipt() {
             dp::mechanism::ReleaseKind::DiscreteGaussian,
         ),
         (
-            &["--protocol", "frame", "--epsilon", "4", "--mechanism", "analytic-gaussian"],
+            &[
+                "--protocol",
+                "frame",
+                "--epsilon",
+                "4",
+                "--mechanism",
+                "analytic-gaussian",
+            ],
             dp::mechanism::ReleaseKind::AnalyticGaussian,
         ),
         (
-            &["--protocol", "frame", "--epsilon", "0.5", "--mechanism", "classic-gaussian"],
+            &[
+                "--protocol",
+                "frame",
+                "--epsilon",
+                "0.5",
+                "--mechanism",
+                "classic-gaussian",
+            ],
             dp::mechanism::ReleaseKind::ClassicGaussian,
         ),
         (
@@ -233,10 +285,20 @@ async fn a_camera_jpeg_is_searched_exactly() {
     let photo = camera_jpeg(&cli.state.join("photos"), 5003, 6000, 4000);
     let bytes = std::fs::read(&photo).unwrap();
     let want = top8(&whole_gallery(&s.base).await, &native_features_of(&bytes));
-    let (bin, state, base, p) = (cli.bin.clone(), cli.state.clone(), s.base.clone(), photo.clone());
+    let (bin, state, base, p) = (
+        cli.bin.clone(),
+        cli.state.clone(),
+        s.base.clone(),
+        photo.clone(),
+    );
     let out = tokio::task::spawn_blocking(move || {
         Cli { bin, state }.json(&[
-            "search", p.to_str().unwrap(), "--server", &base, "--whole", "--json",
+            "search",
+            p.to_str().unwrap(),
+            "--server",
+            &base,
+            "--whole",
+            "--json",
         ])
     })
     .await

@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use privatemail_e2e::browser::{
-    browser, choose, js, load_photo, open_page, result_ids, search, server, text, upload,
-    wait_for,
+    browser, choose, js, load_photo, open_page, result_ids, search, server, text, upload, wait_for,
 };
 use privatemail_e2e::test_image;
 use serde_json::json;
@@ -29,10 +28,8 @@ fn camera_jpeg(i: usize, w: u32, h: u32) -> PathBuf {
         let g = 240 - (v as u32 * 200 / 255) as u8;
         image::Rgb([g, g.saturating_sub(4), g.saturating_sub(8)])
     });
-    let path = std::env::temp_dir().join(format!(
-        "pm-truth-{}-{i}-{w}x{h}.jpg",
-        std::process::id()
-    ));
+    let path =
+        std::env::temp_dir().join(format!("pm-truth-{}-{i}-{w}x{h}.jpg", std::process::id()));
     let mut out = Vec::new();
     image::ImageEncoder::write_image(
         image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90),
@@ -73,6 +70,7 @@ async fn block_searches_move_at_most_the_budget_and_the_plan_says_why() {
     .await;
     let path = camera_jpeg(5003, 640, 480);
     load_photo(&c, &path).await;
+    let mut searched = 0;
     for slider in ["6", "3"] {
         choose(&c, "epsilon", slider).await;
         let plan = text(&c, "plan").await;
@@ -83,8 +81,12 @@ async fn block_searches_move_at_most_the_budget_and_the_plan_says_why() {
         assert!(plan.contains("at most "), "{plan}");
         for _ in 0..4 {
             search(&c).await;
+            // Blocks the browser holds come from its cache and move nothing; the first
+            // search holds none.
             let moved = moved_bytes(&c).await;
-            assert!(moved > 0 && moved <= 131_072, "moved {moved}");
+            assert!(moved <= 131_072, "moved {moved}");
+            assert!(searched > 0 || moved > 0, "the first search moved nothing");
+            searched += 1;
             let done = text(&c, "status").await;
             assert!(done.contains("within your limit of 128"), "{done}");
         }
@@ -92,7 +94,10 @@ async fn block_searches_move_at_most_the_budget_and_the_plan_says_why() {
     choose(&c, "budget", "4194304").await;
     choose(&c, "epsilon", "8").await; // ε = 30
     let plan = text(&c, "plan").await;
-    assert!(plan.contains("This search downloads the whole gallery"), "{plan}");
+    assert!(
+        plan.contains("This search downloads the whole gallery"),
+        "{plan}"
+    );
     assert!(
         plan.contains("a search that releases nothing is always chosen over one that spends privacy when it fits"),
         "{plan}"
@@ -162,18 +167,30 @@ async fn stale_state_narrow_screens_and_names() {
     .await;
     assert_eq!(state[0], json!(0), "{state}");
     assert!(!state[1].as_str().unwrap().starts_with("Done"), "{state}");
-    assert_eq!((&state[2], &state[3]), (&json!(true), &json!(true)), "{state}");
+    assert_eq!(
+        (&state[2], &state[3]),
+        (&json!(true), &json!(true)),
+        "{state}"
+    );
     assert!(!state[4].as_str().unwrap().contains("nearest"), "{state}");
     // The glossary gives the plain words for the terms.
     let words = text(&c, "h-words").await;
     assert!(words.contains("Words used"), "{words}");
-    for term in ["Privacy loss (ε", "(fidelity@8)", "(Kabsch–Umeyama)", "basic composition"] {
+    for term in [
+        "Privacy loss (ε",
+        "(fidelity@8)",
+        "(Kabsch–Umeyama)",
+        "basic composition",
+    ] {
         assert!(
-            js(&c, "return document.querySelector('.glossary').textContent;")
-                .await
-                .as_str()
-                .unwrap()
-                .contains(term),
+            js(
+                &c,
+                "return document.querySelector('.glossary').textContent;"
+            )
+            .await
+            .as_str()
+            .unwrap()
+            .contains(term),
             "{term}"
         );
     }
@@ -226,7 +243,10 @@ async fn a_camera_jpeg_gives_the_same_features_on_the_page_and_in_the_cli() {
     )
     .await;
     let drawn: Vec<u8> = serde_json::from_value(drawn).unwrap();
-    assert_eq!(drawn, native.pixels, "the page's model input is the native decoder's");
+    assert_eq!(
+        drawn, native.pixels,
+        "the page's model input is the native decoder's"
+    );
     choose(&c, "protocol", "whole").await;
     search(&c).await;
     let page = result_ids(&c).await;
@@ -234,14 +254,25 @@ async fn a_camera_jpeg_gives_the_same_features_on_the_page_and_in_the_cli() {
     let (bin, base, p) = (cli_bin(), srv.base.clone(), path.clone());
     let out = tokio::task::spawn_blocking(move || {
         Command::new(bin)
-            .args(["search", p.to_str().unwrap(), "--server", &base, "--whole", "--json"])
+            .args([
+                "search",
+                p.to_str().unwrap(),
+                "--server",
+                &base,
+                "--whole",
+                "--json",
+            ])
             .env("PRIVATEMAIL_STATE_DIR", &state)
             .output()
             .unwrap()
     })
     .await
     .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cli: Vec<u64> = v["results"]
         .as_array()
@@ -249,7 +280,10 @@ async fn a_camera_jpeg_gives_the_same_features_on_the_page_and_in_the_cli() {
         .iter()
         .map(|r| r["id"].as_u64().unwrap())
         .collect();
-    assert_eq!(page, cli, "the page's and the CLI's exact matches for one file");
+    assert_eq!(
+        page, cli,
+        "the page's and the CLI's exact matches for one file"
+    );
     let _ = std::fs::remove_file(path);
     c.close().await.unwrap();
 }

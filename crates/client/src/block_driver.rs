@@ -237,7 +237,12 @@ impl BlockSearch {
         let wire: u64 = req
             .fetch
             .iter()
-            .map(|&b| l.transfer_bytes.get(b as usize).copied().unwrap_or(u64::MAX))
+            .map(|&b| {
+                l.transfer_bytes
+                    .get(b as usize)
+                    .copied()
+                    .unwrap_or(u64::MAX)
+            })
             .fold(0u64, u64::saturating_add);
         if let Some(budget) = self.budget.filter(|&b| wire > b) {
             self.stage = Stage::Over;
@@ -420,7 +425,12 @@ mod tests {
         let (doc, files, cents, features) = small_partition();
         let dim = doc.feature_dim;
         let whole = whole_plan(&doc).expect("allowed here");
-        let smallest = doc.levels.iter().flat_map(|l| l.transfer_bytes.iter()).min().copied();
+        let smallest = doc
+            .levels
+            .iter()
+            .flat_map(|l| l.transfer_bytes.iter())
+            .min()
+            .copied();
         let smallest = smallest.expect("blocks");
         let budgets = [
             smallest + smallest / 2,
@@ -457,8 +467,7 @@ mod tests {
                         .iter()
                         .map(|g| files[c.plan.level][g.block as usize].as_slice())
                         .collect();
-                    let moved: usize =
-                        bytes.iter().map(|b| publish::publish::gzip(b).len()).sum();
+                    let moved: usize = bytes.iter().map(|b| publish::publish::gzip(b).len()).sum();
                     assert!(moved as u64 <= budget, "ε {eps}: moved {moved} > {budget}");
                     s.answer(&bytes, 8).expect("ranked");
                     searched += 1;

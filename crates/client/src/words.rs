@@ -63,7 +63,10 @@ pub fn release(r: &Receipt) -> String {
         ReleaseKind::BlockSubset => format!("{name}: ε = {}, δ = 0", figure(r.epsilon)),
         _ => {
             let asked = if figure(r.proven_delta) != figure(r.delta) {
-                format!(" (δ = {} was asked for; this is what the noise drawn proves)", figure(r.delta))
+                format!(
+                    " (δ = {} was asked for; this is what the noise drawn proves)",
+                    figure(r.delta)
+                )
             } else {
                 String::new()
             };
@@ -113,7 +116,10 @@ pub fn total(t: &Total, receipts: &[Receipt]) -> TotalWords {
     };
     let over_delta = |at: &str| {
         if t.basic_delta > t.delta {
-            format!("{at}their δ's, {}, would pass δ = {d}", figure(t.basic_delta))
+            format!(
+                "{at}their δ's, {}, would pass δ = {d}",
+                figure(t.basic_delta)
+            )
         } else {
             String::new()
         }
@@ -172,7 +178,9 @@ mod tests {
             mechanism,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        dp_release(&DMatrix::zeros(2, 3), 1.0, &p, &mut rng).unwrap().1
+        dp_release(&DMatrix::zeros(2, 3), 1.0, &p, &mut rng)
+            .unwrap()
+            .1
     }
 
     #[test]
@@ -195,7 +203,12 @@ mod tests {
             gaussian(Mechanism::ClassicGaussian, 0.5),
             Receipt::pure(4.0, ReleaseKind::BlockSubset),
         ];
-        let terms = ["discrete Gaussian noise", "analytic Gaussian", "classic Gaussian", "k-subset"];
+        let terms = [
+            "discrete Gaussian noise",
+            "analytic Gaussian",
+            "classic Gaussian",
+            "k-subset",
+        ];
         for (r, term) in receipts.iter().zip(terms) {
             let w = release(r);
             assert!(w.contains(term), "{w}");
@@ -203,7 +216,10 @@ mod tests {
                 assert!(!w.contains(other), "{w} names {other}");
             }
             assert!(w.contains(&format!("ε = {}", figure(r.epsilon))), "{w}");
-            assert!(w.contains(&format!("δ = {}", figure(r.proven_delta))), "{w}");
+            assert!(
+                w.contains(&format!("δ = {}", figure(r.proven_delta))),
+                "{w}"
+            );
             if r.mechanism != ReleaseKind::BlockSubset {
                 assert!(w.contains(&format!("ρ = {}", figure(r.zcdp_rho))), "{w}");
             }
@@ -212,7 +228,10 @@ mod tests {
         let a = &receipts[1];
         assert!(a.proven_delta > a.delta, "{a:?}");
         let w = release(a);
-        assert!(w.contains(&format!("δ = {} was asked for", figure(a.delta))), "{w}");
+        assert!(
+            w.contains(&format!("δ = {} was asked for", figure(a.delta))),
+            "{w}"
+        );
         assert!(!release(&receipts[0]).contains("asked for"));
     }
 

@@ -92,7 +92,8 @@ pub fn decode_rgba(bytes: &[u8]) -> Result<(Vec<u8>, usize, usize)> {
     let orientation = decoder
         .orientation()
         .unwrap_or(image::metadata::Orientation::NoTransforms);
-    let img = DynamicImage::from_decoder(decoder).map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let img =
+        DynamicImage::from_decoder(decoder).map_err(|e| bad(format!("cannot be read: {e}")))?;
     let small = reduce(&img)?;
     let mut turned = DynamicImage::ImageRgba8(small);
     turned.apply_orientation(orientation);
@@ -184,7 +185,10 @@ mod tests {
     fn photo(w: u32, h: u32) -> RgbImage {
         RgbImage::from_fn(w, h, |x, y| {
             let (cx, cy) = (w as f64 / 2.0, h as f64 / 2.0);
-            let (dx, dy) = ((x as f64 - cx) / (0.3 * w as f64), (y as f64 - cy) / (0.4 * h as f64));
+            let (dx, dy) = (
+                (x as f64 - cx) / (0.3 * w as f64),
+                (y as f64 - cy) / (0.4 * h as f64),
+            );
             if dx * dx + dy * dy < 1.0 {
                 Rgb([40, 30, 90])
             } else {
@@ -196,7 +200,12 @@ mod tests {
     fn jpeg(img: &RgbImage) -> Vec<u8> {
         let mut out = Vec::new();
         image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 85)
-            .write_image(img.as_raw(), img.width(), img.height(), image::ExtendedColorType::Rgb8)
+            .write_image(
+                img.as_raw(),
+                img.width(),
+                img.height(),
+                image::ExtendedColorType::Rgb8,
+            )
             .unwrap();
         out
     }
@@ -208,7 +217,10 @@ mod tests {
         for (w, h) in [(6000, 4000), (8160, 6120)] {
             let file = jpeg(&photo(w, h));
             let (rgba, rw, rh) = decode_rgba(&file).expect("a camera photo");
-            assert!(rw.max(rh) <= WORK_SIDE && rw.max(rh) > WORK_SIDE / 2, "{rw}×{rh}");
+            assert!(
+                rw.max(rh) <= WORK_SIDE && rw.max(rh) > WORK_SIDE / 2,
+                "{rw}×{rh}"
+            );
             let f = analyse(&rgba, rw, rh).expect("framed");
             assert_eq!(f.pixels.len(), 28 * 28);
             assert!(f.light_background);
@@ -233,12 +245,20 @@ mod tests {
         // A damaged PNG (its pixel data cut short).
         let mut cut = Vec::new();
         image::codecs::png::PngEncoder::new(&mut cut)
-            .write_image(photo(64, 48).as_raw(), 64, 48, image::ExtendedColorType::Rgb8)
+            .write_image(
+                photo(64, 48).as_raw(),
+                64,
+                48,
+                image::ExtendedColorType::Rgb8,
+            )
             .unwrap();
         cut.truncate(cut.len() / 2);
         assert!(decode(&cut).is_err());
         assert!(decode(b"GIF89a not a photo").is_err());
-        assert!(decode(&vec![0u8; MAX_PHOTO_BYTES + 1]).unwrap_err().to_string().contains("MiB"));
+        assert!(decode(&vec![0u8; MAX_PHOTO_BYTES + 1])
+            .unwrap_err()
+            .to_string()
+            .contains("MiB"));
     }
 
     /// Reduction averages whole blocks: a photo already within the working side is unchanged,
@@ -249,7 +269,9 @@ mod tests {
         let r = reduce(&DynamicImage::ImageRgb8(small.clone())).unwrap();
         assert_eq!(r.dimensions(), (300, 200));
         assert!(r.pixels().zip(small.pixels()).all(|(a, b)| a.0[..3] == b.0));
-        let big = RgbImage::from_fn(2 * WORK_SIDE as u32, 4, |x, _| Rgb([(x % 2) as u8 * 100, 0, 0]));
+        let big = RgbImage::from_fn(2 * WORK_SIDE as u32, 4, |x, _| {
+            Rgb([(x % 2) as u8 * 100, 0, 0])
+        });
         let r = reduce(&DynamicImage::ImageRgb8(big)).unwrap();
         assert_eq!(r.dimensions(), (WORK_SIDE as u32, 2));
         assert!(r.pixels().all(|p| p.0 == [50, 0, 0, 255]));

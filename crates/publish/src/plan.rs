@@ -515,11 +515,7 @@ pub fn choose(doc: &PartitionDoc, epsilon: f64, max_bytes: f64) -> Result<Choice
     let cheapest = all.iter().map(|p| p.max_bytes).min().unwrap_or(u64::MAX);
     let free = |p: &&Plan| p.epsilon == 0.0;
     let free_needs = all.iter().filter(free).map(|p| p.max_bytes).min();
-    let best = |plans: Vec<Plan>| {
-        pareto(plans)
-            .into_iter()
-            .rfind(|p| p.max_bytes <= budget)
-    };
+    let best = |plans: Vec<Plan>| pareto(plans).into_iter().rfind(|p| p.max_bytes <= budget);
     let fitting_free: Vec<Plan> = all.iter().filter(free).copied().collect();
     if let Some(plan) = best(fitting_free) {
         return Ok(Choice {
@@ -669,8 +665,9 @@ pub(crate) mod tests {
                     Ok(c) => {
                         fitted += 1;
                         assert!(c.plan.max_bytes <= budget, "{c:?} over {budget}");
-                        let free_fits =
-                            all.iter().any(|p| p.epsilon == 0.0 && p.max_bytes <= budget);
+                        let free_fits = all
+                            .iter()
+                            .any(|p| p.epsilon == 0.0 && p.max_bytes <= budget);
                         assert_eq!(free_fits, c.why == Why::NothingReleased, "{c:?}");
                         if free_fits {
                             assert_eq!(c.plan.epsilon, 0.0, "{c:?}");

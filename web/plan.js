@@ -182,6 +182,18 @@ function exactChoices() {
   return out;
 }
 
+// Private information retrieval releases nothing: where it fits the limit, a block plan that
+// spends ε says so.
+function pirFits(budget) {
+  if (!state.pirDoc || budget == null) return "";
+  try {
+    const p = JSON.parse(state.client.pir_plan(K, budget, undefined));
+    return ` Private information retrieval (under "How to search") releases nothing and fits this limit (${fmtKiB(p.up_bytes + p.down_bytes)} a search): choose it to spend no privacy.`;
+  } catch {
+    return "";
+  }
+}
+
 // Why the planner chose this plan (publish::plan::Why), in words.
 function whyWords(plan) {
   const budget = plan.budget == null ? "" : fmtKiB(plan.budget);
@@ -193,7 +205,7 @@ function whyWords(plan) {
       return `Why this plan: it has the best predicted result among the plans that can never download more than your limit of ${budget}.` +
         (plan.why.free_needs != null
           ? ` A search that releases nothing here needs up to ${fmtKiB(plan.why.free_needs)}; with that limit it would be chosen instead.`
-          : "");
+          : "") + pirFits(plan.budget);
     default:
       return "";
   }

@@ -181,7 +181,9 @@ enum Command {
     },
 }
 
-/// How a frame or paper release's noise is calibrated (`shared::Mechanism`).
+/// How a frame or paper release's noise is calibrated (`shared::Mechanism`). The variants'
+/// names are the flag's values, as the receipts and the page name them.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Calibration {
     DiscreteGaussian,

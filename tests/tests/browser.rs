@@ -1328,12 +1328,11 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
         "frame 8 + blocks 8, 2, 1: {nineteen:?}"
     );
     assert_eq!(text(&c, "spent").await, "ε = 19 over 4 searches");
-    // The heading names the composition the total came from (basic: every ε added).
+    // The heading names the composition the total came from.
     assert_eq!(
         text(&c, "spent-method").await,
         format!("({})", client::words::composition_name(nineteen.method))
     );
-    assert_eq!(nineteen.method, dp::budget::Composition::Basic);
     // Another frame search at ε = 8: basic composition's δ no longer fits.
     choose(&c, "protocol", "frame").await;
     choose(&c, "epsilon", "6").await;

@@ -137,6 +137,10 @@ fn block_searches_stay_within_the_budget_and_say_why() {
                 moved <= most && most <= kib * 1024,
                 "{moved} {most} {kib}: {out}"
             );
+            eprintln!(
+                "--max-kib {kib} at ε = {eps}: moved {moved} bytes of blocks, plan at most {most}, expected {:.0}",
+                out["plan"]["expected_bytes"].as_f64().unwrap()
+            );
             assert_eq!(out["plan"]["budget"].as_u64(), Some(kib * 1024));
             assert_eq!(out["plan"]["why"]["kind"], "best_within_budget", "{out}");
             assert_eq!(

@@ -4,6 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# Each step says what it does and about how long it takes before it starts (long ones run
+# for minutes with little output of their own).
+step() { echo "setup: $1 (about $2)…" >&2; }
 
 apt_missing=()
 [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || apt_missing+=(dataset-fashion-mnist)
@@ -13,7 +16,7 @@ if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
   [ -x /usr/bin/chromedriver ] || apt_missing+=(chromium-driver)
 fi
 if [ ${#apt_missing[@]} -gt 0 ]; then
-  echo "setup: installing ${apt_missing[*]}"
+  step "installing ${apt_missing[*]} with apt" "1–3 minutes"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${apt_missing[@]}"
 fi
@@ -21,7 +24,7 @@ fi
 export PATH="$HOME/.cargo/bin:$PATH"
 if command -v rustup >/dev/null 2>&1; then
   rustup target list --installed | grep -qx wasm32-unknown-unknown \
-    || rustup target add wasm32-unknown-unknown
+    || { step "adding the wasm32 target to Rust" "1 minute"; rustup target add wasm32-unknown-unknown; }
 fi
 
 # The browser tests need the wasm tools too.
@@ -30,12 +33,12 @@ if [ "${PM_SETUP_WASM:-0}" = 1 ]; then
   # wasm-bindgen-cli must match the wasm-bindgen version in Cargo.lock exactly.
   want=$(awk '/^name = "wasm-bindgen"$/{getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)
   have=$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)
-  [ "$have" = "$want" ] || cargo install -q wasm-bindgen-cli --version "$want"
-  command -v wasm-pack >/dev/null 2>&1 || cargo install -q wasm-pack
+  [ "$have" = "$want" ] || { step "compiling wasm-bindgen-cli $want" "3–5 minutes"; cargo install -q wasm-bindgen-cli --version "$want"; }
+  command -v wasm-pack >/dev/null 2>&1 || { step "compiling wasm-pack" "3–5 minutes"; cargo install -q wasm-pack; }
 fi
 
 # The object-storage test's S3-compatible server (tests/tests/e2e/object_store.rs).
 if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
   have=$(cargo install --list 2>/dev/null | awk '/^s3s-fs v/{gsub(/v|:/, "", $2); print $2}')
-  [ "$have" = "0.14.1" ] || cargo install -q s3s-fs --version 0.14.1 --features binary
+  [ "$have" = "0.14.1" ] || { step "compiling s3s-fs 0.14.1 (the object-storage test's server)" "3 minutes"; cargo install -q s3s-fs --version 0.14.1 --features binary; }
 fi

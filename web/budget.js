@@ -1,7 +1,7 @@
 // The privacy level (the ε slider and what it means, in figures) and the budget this browser has spent:
 // receipts kept in localStorage, composed by the wasm client, and the warning before a search
 // would pass the user's limit.
-import { compose_budget } from "./pkg/privatemail_client_wasm.js";
+import { compose_budget, release_words, total_words } from "./pkg/privatemail_client_wasm.js";
 import { $, epsilon, protocol, state, status } from "./page.js";
 import { updatePlan } from "./plan.js";
 import { blockHint, frameHint } from "./disclosure.js";
@@ -34,36 +34,18 @@ function total(list) {
   return JSON.parse(compose_budget(JSON.stringify(list), state.config.privacy_defaults.delta));
 }
 
-// What a release was, in words ("a frame search at ε = 8, δ = 1e-5").
-const VIA = { blocks: "a block search", frame: "an anchor-frame search", paper: "an Algorithm 1 search" };
+// What a release was, in words: the way of searching, then the receipt's own mechanism and
+// figures as the wasm client words them (client::words, the CLI's words too).
+const VIA = { blocks: "A block search", frame: "An anchor-frame search", paper: "An Algorithm 1 search" };
 export function releaseWords(r) {
-  const via = VIA[r.via] ?? (r.mechanism === "block_subset" ? "a block search" : "a noisy-numbers search");
-  return r.mechanism === "block_subset"
-    ? `${via} at ε = ${r.epsilon} (pure ε-DP)`
-    : `${via} at ε = ${r.epsilon}, δ = ${r.delta.toExponential(0)} (discrete Gaussian noise, ρ = ${r.zcdp_rho.toFixed(2)} in zero-concentrated DP)`;
+  const via = VIA[r.via] ?? (r.mechanism === "block_subset" ? "A block search" : "A noisy-numbers search");
+  return `${via}, ${release_words(JSON.stringify(r))}`;
 }
 
-// How a total was composed (`dp::budget::Total`: the smallest of the valid
-// compositions), in words with its figures.
-export function compositionWords(t, list) {
-  const d = t.delta.toExponential(0);
-  const eps = list.map((r) => r.epsilon);
-  const sum = eps.length <= 8 ? `${eps.join(" + ")} = ${t.basic_epsilon.toFixed(2)}` : `${t.basic_epsilon.toFixed(2)} in all`;
-  switch (t.method) {
-    case "basic":
-      return `Each search's ε is added (basic composition; their δ's add up to ${t.basic_delta.toExponential(1)}, within δ = ${d}): ${sum}.`;
-    case "zcdp":
-      return `Each search's ρ is added (zero-concentrated DP): ρ = ${t.zcdp_rho.toFixed(2)} in all, which is ε = ${t.epsilon.toFixed(2)} at δ = ${d}. ` +
-        `(Adding the ε's instead would give ${t.basic_epsilon.toFixed(2)}${t.basic_delta > t.delta ? `, and their δ's, ${t.basic_delta.toExponential(1)}, would pass δ = ${d}` : ""}.)`;
-    case "pure_plus_zcdp": {
-      const gauss = t.epsilon - t.pure_epsilon;
-      return `The block searches' ε's are added (pure ε-DP): ${t.pure_epsilon.toFixed(2)}; the noisy-numbers searches' ρ's are added ` +
-        `(zero-concentrated DP): ρ = ${t.gaussian_rho.toFixed(2)}, which is ε = ${gauss.toFixed(2)} at δ = ${d}; together ε = ${t.epsilon.toFixed(2)} at δ = ${d}. ` +
-        `(Adding every ε would give ${t.basic_epsilon.toFixed(2)}${t.basic_delta > t.delta ? ` at δ = ${t.basic_delta.toExponential(1)}, above ${d}` : ""}.)`;
-    }
-    default:
-      return "Nothing has been released by this browser yet.";
-  }
+// How a total was composed (the smallest of the valid compositions), in words with its
+// figures, from the receipts (client::words::total): {method, text, short}.
+export function totalWords(list) {
+  return JSON.parse(total_words(JSON.stringify(list), state.config.privacy_defaults.delta));
 }
 
 // The last addition this page made, for its explanation ("… added 4.31: 19.00 → 23.31").
@@ -71,9 +53,10 @@ let lastAddition = "";
 
 export function updateBudget() {
   const list = receipts();
-  const t = total(list);
-  $("spent").textContent = `ε = ${t.epsilon.toFixed(2)} over ${t.releases} search${t.releases === 1 ? "" : "es"}`;
-  $("spent-how").textContent = (list.length ? `${compositionWords(t, list)} ` : "") + lastAddition;
+  const w = totalWords(list);
+  $("spent").textContent = w.short;
+  $("spent-method").textContent = `(${w.method})`;
+  $("spent-how").textContent = (list.length ? `${w.text} ` : "") + lastAddition;
   const stored = localStorage.getItem(LIMIT_KEY);
   if (stored && document.activeElement !== $("limit")) $("limit").value = stored;
 }
@@ -86,8 +69,8 @@ export function spend(receipt) {
   const r = { ...receipt, via: protocol() };
   localStorage.setItem(RECEIPTS_KEY, JSON.stringify([...receipts(), r]));
   const after = total(receipts());
-  lastAddition = `The last search, ${releaseWords(r)}, added ${(after.epsilon - before.epsilon).toFixed(2)}: ` +
-    `${before.epsilon.toFixed(2)} → ${after.epsilon.toFixed(2)}.`;
+  lastAddition = `The last search added ${(after.epsilon - before.epsilon).toFixed(2)} to the total ` +
+    `(${before.epsilon.toFixed(2)} → ${after.epsilon.toFixed(2)}). ${releaseWords(r)}.`;
   updateBudget();
 }
 
@@ -105,9 +88,9 @@ export function holdOverBudget(out) {
   if (after.epsilon <= limit) return false;
   state.pending = out;
   $("warning-text").textContent =
-    `This search, ${releaseWords(r)}, would bring the privacy spent by this browser from ` +
+    `This search would bring the privacy spent by this browser from ` +
     `ε = ${before.epsilon.toFixed(2)} to ε = ${after.epsilon.toFixed(2)}, above your limit of ${limit}. ` +
-    `How: ${compositionWords(after, list)}`;
+    `${releaseWords(r)}. How the total adds up: ${totalWords(list).text}`;
   $("warning").hidden = false;
   $("search-anyway").focus();
   status("Waiting for your decision.");

@@ -83,8 +83,8 @@ export function drawBlockMap(plan) {
   $("block-map").replaceChildren(...nodes);
   const n = plan.blocks;
   $("map-note").textContent = m && m.own !== null && m.own !== undefined
-    ? `Rings: the ${m.released.length} blocks this search downloaded — all the server saw. Diamond: your photo's own ` +
+    ? `Rings: ${m.released.length === 1 ? "the block" : `the ${m.released.length} blocks`} this search downloaded — all the server saw. Diamond: your photo's own ` +
       `block, which only this page knows; it was ${m.released.includes(m.own) ? "among them" : "not among them, so the matches come from other blocks"}.`
-    : m ? `Rings: the ${m.released.length} blocks this search downloaded — all of them, so the server learned nothing.`
-    : `This plan downloads ${plan.size} of these ${n} blocks. After a search, rings mark the ones downloaded and a diamond your photo's own block.`;
+    : m ? `Rings: ${m.released.length === 1 ? "the block" : `the ${m.released.length} blocks`} this search downloaded — all of them, so the server learned nothing.`
+    : `This plan downloads ${plan.size} of these ${n} block${n === 1 ? "" : "s"}. After a search, rings mark the ones downloaded and a diamond your photo's own block.`;
 }

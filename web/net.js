@@ -117,14 +117,15 @@ export async function fetchCentroids(client, level) {
 }
 
 // What the browser says it moved for the last request of `url` (Resource Timing): the bytes
-// over the network (headers included; 0 from its cache) and whether the body came from its
+// over the network (headers included; 0 from its cache), the body as sent (`encoded`) and whether the body came from its
 // cache (unchanged, or revalidated with a 304). `known` is false where the browser does not
 // say (no entry, or another origin without Timing-Allow-Origin).
 export function wireOf(url) {
   const name = new URL(galleryUrl(url)).href;
   const e = performance.getEntriesByName(name, "resource").at(-1);
   if (!e || (e.transferSize === 0 && e.decodedBodySize === 0 && e.encodedBodySize === 0)) {
-    return { known: false, transfer: 0, cached: false };
+    return { known: false, transfer: 0, encoded: 0, cached: false };
   }
-  return { known: true, transfer: e.transferSize, cached: e.transferSize === 0 || e.transferSize < e.encodedBodySize };
+  return { known: true, transfer: e.transferSize, encoded: e.encodedBodySize,
+    cached: e.transferSize === 0 || e.transferSize < e.encodedBodySize };
 }

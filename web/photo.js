@@ -2,8 +2,8 @@
 // the wasm client, which runs the model; the page shows what the model saw and predicted.
 import { $, showError, state, status, timings } from "./page.js";
 import { SAMPLES, SAMPLES_MODEL } from "./samples.js";
-import { clearBlockMarks } from "./map.js";
 import { article } from "./format.js";
+import { clearResults } from "./results.js";
 
 export function renderSamples() {
   const box = $("samples");
@@ -24,7 +24,11 @@ export function renderSamples() {
 
 const MAX_SIDE = 1024; // large photos are scaled down by the browser first (speed, memory)
 
-// `sample`: a sample's published features (see loadSample), or undefined for a photo.
+// The largest file the wasm client's decoder reads (embed::photo_file::MAX_PHOTO_BYTES).
+const MAX_FILE = 64 * 1048576;
+
+// `sample`: a sample's published features (see loadSample), or undefined for a photo in a
+// format the wasm client's decoder does not read (its bytes go to `load_file` otherwise).
 function loadBitmap(bitmap, sample) {
   const scale = Math.min(1, MAX_SIDE / Math.max(bitmap.width, bitmap.height));
   const w = Math.max(1, Math.round(bitmap.width * scale));
@@ -44,7 +48,6 @@ function loadBitmap(bitmap, sample) {
   );
   timings.infer_ms = performance.now() - t;
   showImage();
-  clearBlockMarks();
 }
 
 // A sample (a data: URL) is decoded as an image, not fetched: the Content-Security-Policy
@@ -54,31 +57,65 @@ function loadBitmap(bitmap, sample) {
 // the gallery's own nearest neighbours of it.
 async function loadSample(sample) {
   showError("");
+  clearResults("No search yet for this photo.");
   try {
     const img = new Image();
     img.src = sample.png;
     await img.decode();
     loadBitmap(await createImageBitmap(img), sample);
   } catch (e) {
-    forgetImage();
+    forgetImage("the sample could not be opened.");
     showError("That sample could not be opened.");
   }
 }
 
-function forgetImage() {
+// A photo that could not be used: nothing of the previous one stays (its preview, class,
+// status, matches), so nothing on screen looks like this photo's.
+function forgetImage(why) {
   state.image = null;
   $("search").disabled = true;
   $("query").hidden = true;
+  $("prediction").textContent = "";
+  $("unfamiliar").hidden = true;
+  clearResults("No search yet: load a photo first.");
+  status(`No photo loaded: ${why}`);
 }
 
+// A photo file: JPEG and PNG through the wasm client's decoder (the CLI's too, so one file
+// gives the same features in both, bounded in bytes and pixels); another format the browser
+// opens (WebP, HEIC where supported) through the browser's decoder, scaled down first.
 export async function loadFromFile(file) {
   showError("");
   if (!file) return;
+  clearResults("No search yet for this photo.");
+  const refuse = (why) => {
+    forgetImage(why);
+    showError(`“${file.name}” cannot be used: ${why}`);
+  };
+  if (file.size > MAX_FILE) return refuse(`it is larger than ${MAX_FILE / 1048576} MiB. Try a smaller copy of the photo.`);
+  let bytes;
+  try {
+    bytes = new Uint8Array(await file.arrayBuffer());
+  } catch {
+    return refuse("this browser could not read the file.");
+  }
+  const t = performance.now();
+  const head = bytes.subarray(0, 8);
+  const jpegOrPng = (head[0] === 0xff && head[1] === 0xd8) || (head[0] === 0x89 && head[1] === 0x50 && head[2] === 0x4e && head[3] === 0x47);
+  if (jpegOrPng) {
+    try {
+      state.image = JSON.parse(state.client.load_file(bytes));
+    } catch (e) {
+      return refuse(`${e.message || e}. Try another JPEG or PNG photo.`);
+    }
+    timings.infer_ms = performance.now() - t;
+    showImage();
+    return;
+  }
   try {
     loadBitmap(await createImageBitmap(file));
-  } catch (e) {
-    forgetImage();
-    showError(`“${file.name}” is not an image this browser can open. Try a JPEG or PNG photo.`);
+  } catch {
+    refuse(`it is not an image this page can open (${state.client.photo_limits()}). Try a JPEG or PNG photo.`);
   }
 }
 
@@ -87,9 +124,12 @@ function showImage() {
   const px = ctx.createImageData(28, 28);
   state.image.pixels.forEach((v, i) => px.data.set([v, v, v, 255], 4 * i));
   ctx.putImageData(px, 0, 0);
-  $("prediction").textContent =
-    `The model thinks this is ${article(state.image.class_name)} ${state.image.class_name.toLowerCase()} ` +
-    `(${Math.round(100 * state.image.probability)}% sure). That stays in your browser.`;
+  const guess = `${article(state.image.class_name)} ${state.image.class_name.toLowerCase()} ` +
+    `(${Math.round(100 * state.image.probability)}% sure)`;
+  $("prediction").textContent = `The model thinks this is ${guess}. That stays in your browser.`;
+  // The preview's text alternative: what it shows, and what the model made of it.
+  $("preview").setAttribute("aria-label",
+    `Your photo as the model sees it, 28 by 28 grey pixels: the model thinks it is ${guess}.`);
   // The model names a class for anything; the wasm client's out-of-distribution check
   // (embed::ood, computed in the browser) says when the photo looks like none.
   $("unfamiliar").textContent = state.image.unfamiliar_message || "";

@@ -32,12 +32,12 @@ export function updatePlan() {
     }
   } catch (e) {
     $("plan").textContent = `No search fits these settings: ${e.message || e}. Choose a larger data budget.`;
-    drawPlanPlot(curve, null);
+    drawPlanPlot(curve, null, null, false, epsilon());
     drawBlockMap(null);
     return;
   }
   $("plan").replaceChildren(...paragraphs(planLines(state.currentPlan)));
-  drawPlanPlot(curve, state.currentPlan);
+  drawPlanPlot(curve, state.currentPlan, null, false, epsilon());
   drawBlockMap(state.currentPlan);
 }
 
@@ -56,7 +56,10 @@ function noisyPlanLines(p) {
   const worth = p === "frame" ? frameWorth(eps, $("ranking").value) : paperWorth(eps);
   lines.push([worth ?? "This page has no evaluation figures for this way of searching (docs/eval/results.csv was not built into it), so it cannot say what the results are worth.",
     "worth"]);
-  lines.push([`Privacy spent by this search: ε = ${eps}, δ = ${delta}; how it adds to this browser's total is explained under 2.`]);
+  const analytic = $("mechanism").value === "analytic_gaussian";
+  lines.push([`Privacy this search will spend: ε = ${eps}, δ = ${delta} asked for` +
+    (analytic ? " (the analytic calibration is exact only for noise no computer draws, so the δ its noise proves is somewhat larger; the search's receipt states it)" : "") +
+    "; how it adds to this browser's total is explained under 2."]);
   if (!state.partition && state.partitionProblem) lines.push([state.partitionProblem]);
   return lines;
 }
@@ -75,16 +78,16 @@ function updatePirPlan() {
     $("plan").textContent = need
       ? `No private-retrieval search fits this data budget: ${need.words}. Choose a larger data budget or another way to rank.`
       : "No private-retrieval search is offered by this server at these settings. Choose another way to search.";
-    drawPlanPlot(curve, null, null, true);
+    drawPlanPlot(curve, null, null, true, epsilon());
     return;
   }
   const how = {
     table: "ranks the whole gallery in your browser from a public list of every image's numbers",
     scores: "has the server score every image of your photo's part of the gallery, encrypted: it sees neither the part nor your photo, and only your browser can read the scores",
-    level: `asks for your photo's part of the gallery (level ${state.pirPlan.ranking.level}) without revealing which`,
+    level: `asks for your photo's part of the gallery (its group of similar images, at level ${state.pirPlan.ranking.level} of the gallery's groupings) without revealing which`,
   }[state.pirPlan.ranking.kind];
   const lines = [
-    "The server learns nothing about your photo: every request looks the same whatever the photo (lattice-based private information retrieval). Privacy spent: ε = 0.",
+    "The server learns nothing about your photo: every request looks the same whatever the photo (lattice-based private information retrieval). Privacy spent: none (privacy loss ε = 0).",
     "A server that cheats in its answers can at most make one search fail to learn one yes/no fact about that photo: if any answer fails its checks, this page says so and sends no further search to this server until you allow it. (This holds for this page's code as published; a server that changed the page itself could take the photo, which only a client installed from elsewhere, such as the command-line client, rules out.)" +
       (state.pirPlan.ranking.kind === "scores" ? " It could also return other matches than your nearest ones; their pictures are still checked." : ""),
     `This search ${how}, then fetches the ${K} pictures the same way: ${fmtKiB(state.pirPlan.up_bytes)} up and ${fmtKiB(state.pirPlan.down_bytes)} down per search, plus ${fmtKiB(state.pirPlan.one_time_bytes)} of public files once per gallery version (kept by your browser).` +
@@ -94,7 +97,7 @@ function updatePirPlan() {
       : `Predicted: ${pct(state.pirPlan.predicted_fidelity)}% of your 8 exact nearest matches will be found.`,
   ];
   $("plan").replaceChildren(...paragraphs(lines.map((t) => [t])));
-  drawPlanPlot(curve, null, state.pirPlan);
+  drawPlanPlot(curve, null, state.pirPlan, false, epsilon());
 }
 
 // The PIR ranking choices: one that cannot fit the chosen data budget is greyed out with the
@@ -170,7 +173,7 @@ function exactChoices() {
   if (state.pirDoc) out.push("private information retrieval (the server learns nothing, results exact)");
   try {
     const w = JSON.parse(state.client.whole_plan());
-    out.push(`downloading the whole gallery (about ${fmtKiB(w.expected_bytes)}, exact, no privacy cost)`);
+    out.push(`downloading the whole gallery (${fmtKiB(w.max_bytes)}, exact, no privacy cost)`);
   } catch { /* not allowed here */ }
   const slider = $("epsilon"), budget = $("budget");
   const moreEps = Number(slider.value) < Number(slider.max);
@@ -179,15 +182,48 @@ function exactChoices() {
   return out;
 }
 
-// The plan in words: what is downloaded, what the server learns (figures from Rust), the
-// predicted fidelity, and plainly when the results will mostly not be the exact ones.
+// Private information retrieval releases nothing: where it fits the limit, a block plan that
+// spends ε says so.
+function pirFits(budget) {
+  if (!state.pirDoc || budget == null) return "";
+  try {
+    const p = JSON.parse(state.client.pir_plan(K, budget, undefined));
+    return ` Private information retrieval (under "How to search") releases nothing and fits this limit (${fmtKiB(p.up_bytes + p.down_bytes)} a search): choose it to spend no privacy.`;
+  } catch {
+    return "";
+  }
+}
+
+// Why the planner chose this plan (publish::plan::Why), in words.
+function whyWords(plan) {
+  const budget = plan.budget == null ? "" : fmtKiB(plan.budget);
+  switch (plan.why?.kind) {
+    case "nothing_released":
+      return `Why this plan: it releases nothing about your photo and, at ${fmtKiB(plan.max_bytes)} at most, fits your limit of ${budget}; ` +
+        "a search that releases nothing is always chosen over one that spends privacy when it fits.";
+    case "best_within_budget":
+      return `Why this plan: it has the best predicted result among the plans that can never download more than your limit of ${budget}.` +
+        (plan.why.free_needs != null
+          ? ` A search that releases nothing here needs up to ${fmtKiB(plan.why.free_needs)}; with that limit it would be chosen instead.`
+          : "") + pirFits(plan.budget);
+    default:
+      return "";
+  }
+}
+
+// The plan in words: what is downloaded (at most: a ceiling), why this plan, what the server
+// learns (figures from Rust), the predicted fidelity, and plainly when the results will
+// mostly not be the exact ones.
 function planLines(plan) {
   const d = planDisclosure(plan);
-  const size = `about ${fmtKiB(plan.expected_bytes)}, ${pct(plan.expected_pool_fraction)}% of the gallery`;
-  const spent = `Privacy spent by this search: ε = ${d.learns_nothing ? "0 (nothing about your photo is released)" : plan.epsilon}.`;
+  const size = `at most ${fmtKiB(plan.max_bytes)} (about ${fmtKiB(plan.expected_bytes)} on average), ${pct(plan.expected_pool_fraction)}% of the gallery`;
+  const once = plan.one_time_bytes ? ` The first search of this gallery version also fetches the map of its blocks (their centres), at most ${fmtKiB(plan.one_time_bytes)}, once.` : "";
+  const spent = `Privacy spent by this search: ${d.learns_nothing ? "none (nothing about your photo is released; privacy loss ε = 0)" : `privacy loss ε = ${plan.epsilon}`}.`;
+  const why = whyWords(plan);
   if (plan.whole) {
     return [
-      [`This search downloads the whole gallery: ${size}.`],
+      [`This search downloads the whole gallery: ${fmtKiB(plan.max_bytes)}.`],
+      ...(why ? [[why]] : []),
       [(protocol() === "blocks" ? "The whole gallery fits this data budget, so it is downloaded instead of a few blocks. " : "") +
         `The results are exact (your ${K} exact nearest matches in the whole gallery) and it costs no privacy: ` +
         "every search downloads the same file, so the server learns nothing about your photo. " +
@@ -198,11 +234,13 @@ function planLines(plan) {
   const lines = [];
   if (d.learns_nothing) {
     lines.push([`This search downloads all ${plan.blocks} blocks of the gallery: ${size}.`]);
+    if (why) lines.push([why]);
     lines.push(["The server learns nothing about your photo: every search downloads the same blocks.", "learns"]);
   } else {
-    lines.push([`This search downloads ${plan.size} of the gallery's ${plan.blocks} blocks (regions of similar images): ${size}.`]);
+    lines.push([`This search downloads ${plan.size} of the gallery's ${plan.blocks} blocks (groups of similar images): ${size}.${once}`]);
+    if (why) lines.push([why]);
     const words = posteriorWords(d);
-    lines.push([`${words[0].toUpperCase()}${words.slice(1)}. At ε = ${plan.epsilon}, ${yesNoWords(plan.epsilon)}.`, "learns"]);
+    lines.push([`${words[0].toUpperCase()}${words.slice(1)}. At privacy loss ε = ${plan.epsilon}, ${yesNoWords(plan.epsilon)}.`, "learns"]);
   }
   lines.push([`Predicted: ${pct(plan.predicted_fidelity)}% of your ${K} exact nearest matches in the gallery will be found (a prediction from the server's published coverage, not a promise).`]);
   if (plan.predicted_fidelity < 0.5) {

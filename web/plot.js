@@ -20,29 +20,36 @@ export function renderLegend() {
 
 // ---- plot: predicted fidelity against KiB downloaded (the public Pareto curve) ---------------
 
-const PLAN_DESC = "Each dot is a plan (how many blocks of which size); the line joins the best ones; the ringed dot is " +
-  "the plan this search uses. More data buys a better chance of the exact answer at the same privacy; the whole gallery " +
-  "(top right, where offered) is exact and costs no privacy.";
-const NO_PLAN_DESC = "Each dot is a plan (how many blocks of which size); the line joins the best ones. No plan fits " +
-  "these settings, so none is ringed.";
-const NO_PIR_DESC = "No private-retrieval plan fits this data budget, so nothing is ringed; the dots are the " +
-  "block-download plans at the chosen ε, for comparison (how many blocks of which size), the line joining the best ones.";
-const PIR_DESC = "The ringed red square is this search: private information retrieval, at its bytes per search (up and down; " +
-  "the public files fetched once are not counted), exact, ε = 0. The dots are the block-download plans at the chosen ε, " +
-  "for comparison (how many blocks of which size); the line joins the best ones.";
+const PLAN_DESC = "Each dot is a plan (how many blocks of which size), placed at the most data it can download; the line joins " +
+  "the best ones; the ringed dot is the plan this search uses. More data buys a better chance of the exact answer at the same " +
+  "privacy; the whole gallery (top right, where offered) is exact and costs no privacy.";
+const NO_PLAN_DESC = "Each dot is a plan (how many blocks of which size), placed at the most data it can download; the line " +
+  "joins the best ones. No plan fits these settings, so none is ringed.";
+const NO_PIR_DESC = (eps) => "No private-retrieval plan fits this data budget, so nothing is ringed; the dots are " +
+  `block-download plans at privacy loss ε = ${eps}, for comparison (how many blocks of which size), the line joining the best ones.`;
+const PIR_DESC = (eps) => "The ringed red square is this search: private information retrieval, at its bytes per search (up and down; " +
+  "the public files fetched once are not counted), exact, and it spends no privacy (ε = 0). The dots are block-download plans " +
+  `at privacy loss ε = ${eps}, for comparison only (how many blocks of which size); the line joins the best ones.`;
 
-export function drawPlanPlot(curve, chosen, pir, pirChosen = false) {
+// A plan's place on the plot: the most it can download (a ceiling), or its exact bytes.
+const bytesOf = (p) => p.max_bytes ?? p.expected_bytes;
+
+export function drawPlanPlot(curve, chosen, pir, pirChosen = false, eps = null) {
   const svg = $("plan-plot");
-  // The caption says what this plot shows.
-  $("plan-plot-desc").textContent = pir ? PIR_DESC : pirChosen ? NO_PIR_DESC : chosen ? PLAN_DESC : NO_PLAN_DESC;
+  // The caption says what this plot shows, and at which ε (PIR itself has none).
+  const pirMode = Boolean(pir) || pirChosen;
+  $("plan-plot-title").textContent = pirMode
+    ? "Predicted share of the exact 8 nearest matches against data per search."
+    : `Predicted share of the exact 8 nearest matches against the most data downloaded, at privacy loss ε = ${eps}.`;
+  $("plan-plot-desc").textContent = pir ? PIR_DESC(eps) : pirChosen ? NO_PIR_DESC(eps) : chosen ? PLAN_DESC : NO_PLAN_DESC;
   const W = 400, H = 260, L = 48, R = 12, T = 12, B = 40;
   const pts = [...curve];
   // PIR's point: its bytes per search (up and down), at ε = 0.
-  const pirPoint = pir ? { expected_bytes: pir.up_bytes + pir.down_bytes, predicted_fidelity: pir.predicted_fidelity } : null;
+  const pirPoint = pir ? { max_bytes: pir.up_bytes + pir.down_bytes, predicted_fidelity: pir.predicted_fidelity } : null;
   if (chosen && !pts.some((p) => p.level === chosen.level && p.size === chosen.size)) pts.push(chosen);
   const nodes = [];
   if (!pts.length && !pirPoint) { svg.replaceChildren(); return; }
-  const xs = [...pts, ...(pirPoint ? [pirPoint] : [])].map((p) => Math.max(1, kib(p.expected_bytes)));
+  const xs = [...pts, ...(pirPoint ? [pirPoint] : [])].map((p) => Math.max(1, kib(bytesOf(p))));
   let lo = Math.log10(Math.min(...xs)), hi = Math.log10(Math.max(...xs));
   if (hi - lo < 0.5) { lo -= 0.25; hi += 0.25; }
   const x = (bytes) => L + ((Math.log10(Math.max(1, kib(bytes))) - lo) / (hi - lo)) * (W - L - R);
@@ -64,29 +71,29 @@ export function drawPlanPlot(curve, chosen, pir, pirChosen = false) {
     nodes.push(t);
   }
   const xl = el("text", { x: (L + W - R) / 2, y: H - 6, "font-size": 11, "text-anchor": "middle", fill: "#222" });
-  xl.textContent = "data downloaded per search (log scale)";
+  xl.textContent = "most data per search (log scale)";
   const yl = el("text", { x: 12, y: (T + H - B) / 2, "font-size": 11, "text-anchor": "middle", fill: "#222",
     transform: `rotate(-90 12 ${(T + H - B) / 2})` });
   yl.textContent = "predicted share of exact top 8";
   nodes.push(xl, yl);
   if (curve.length) {
-    nodes.push(el("polyline", { points: curve.map((p) => `${x(p.expected_bytes)},${y(p.predicted_fidelity)}`).join(" "),
+    nodes.push(el("polyline", { points: curve.map((p) => `${x(bytesOf(p))},${y(p.predicted_fidelity)}`).join(" "),
       fill: "none", stroke: COLOURS[0], "stroke-width": 1.5 }));
   }
   for (const p of pts) {
     const label = p.whole ? "the whole gallery" : `${p.size} of ${p.blocks} blocks`;
-    nodes.push(el("circle", { cx: x(p.expected_bytes), cy: y(p.predicted_fidelity), r: 3, fill: p.whole ? COLOURS[4] : COLOURS[0] },
-      `${label}: ${fmtKiB(p.expected_bytes)}, predicted ${pct(p.predicted_fidelity)}%, ε = ${p.epsilon}`));
+    nodes.push(el("circle", { cx: x(bytesOf(p)), cy: y(p.predicted_fidelity), r: 3, fill: p.whole ? COLOURS[4] : COLOURS[0] },
+      `${label}: at most ${fmtKiB(bytesOf(p))}, predicted ${pct(p.predicted_fidelity)}%, ε = ${p.epsilon}`));
   }
   if (pirPoint) {
-    const px = x(pirPoint.expected_bytes), py = y(pirPoint.predicted_fidelity);
+    const px = x(bytesOf(pirPoint)), py = y(pirPoint.predicted_fidelity);
     nodes.push(el("rect", { x: px - 5, y: py - 5, width: 10, height: 10, fill: COLOURS[2], class: "pir-point" },
-      `Private information retrieval: ${fmtKiB(pirPoint.expected_bytes)} per search, predicted ${pct(pirPoint.predicted_fidelity)}%, ε = 0`));
+      `Private information retrieval: ${fmtKiB(bytesOf(pirPoint))} per search, predicted ${pct(pirPoint.predicted_fidelity)}%, ε = 0`));
     nodes.push(el("circle", { cx: px, cy: py, r: 9, fill: "none", stroke: "#111", "stroke-width": 2, class: "chosen" },
       "The plan this search uses"));
   }
   if (chosen) {
-    nodes.push(el("circle", { cx: x(chosen.expected_bytes), cy: y(chosen.predicted_fidelity), r: 8, fill: "none",
+    nodes.push(el("circle", { cx: x(bytesOf(chosen)), cy: y(chosen.predicted_fidelity), r: 8, fill: "none",
       stroke: "#111", "stroke-width": 2, class: "chosen" }, "The plan this search uses"));
   }
   svg.replaceChildren(...nodes);

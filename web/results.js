@@ -9,8 +9,15 @@ import { drawPlot } from "./plot.js";
 export function searchFailed(message) {
   showError(message);
   status("Search failed.");
+  clearResults("No matches: the search failed (the reason is shown above).");
+}
+
+// A new photo, or one that could not be read: nothing of an earlier search stays on screen
+// (its status, matches, summary, the rows and rings drawn for them).
+export function clearResults(summary) {
   $("results").replaceChildren();
-  $("results-summary").textContent = "No matches: the search failed (the reason is shown above).";
+  $("results-summary").textContent = summary;
+  delete $("results-summary").dataset.movedBytes;
   clearBlockMarks();
   if (state.map) drawPlot(null);
   $("paper-plot").replaceChildren();
@@ -18,13 +25,15 @@ export function searchFailed(message) {
 
 export function renderResults(ranked) {
   const side = ranked.thumb_side;
-  $("results").replaceChildren(...ranked.results.map((m) => {
+  const n = ranked.results.length;
+  $("results").replaceChildren(...ranked.results.map((m, rank) => {
     const li = document.createElement("li");
     const canvas = document.createElement("canvas");
     canvas.width = side;
     canvas.height = side;
     canvas.setAttribute("role", "img");
-    canvas.setAttribute("aria-label", m.class_name);
+    // Its name says its place and class ("Match 2 of 8: Sneaker"), not the class alone.
+    canvas.setAttribute("aria-label", `Match ${rank + 1} of ${n}: ${m.class_name}`);
     const ctx = canvas.getContext("2d");
     const px = ctx.createImageData(side, side);
     m.thumbnail.forEach((v, i) => px.data.set([v, v, v, 255], 4 * i));

@@ -45,7 +45,7 @@ pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../server/assets/classifier.
 #[command(
     name = "privatemail",
     version,
-    about = "Private image search: your photo stays on this machine; only a differentially private release leaves it."
+    about = "Private image search: your photo stays on this machine. By default (private information retrieval) only encrypted queries leave it and the server learns nothing about the photo; other ways to search (--protocol) send a release with a stated privacy loss ε."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -96,8 +96,9 @@ impl ServerArg {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Search the gallery for images like PHOTO (PNG or JPEG, any size).
+    /// Search the gallery for images like PHOTO (a camera's or phone's JPEG or PNG).
     Search {
+        #[arg(help = photo_help())]
         photo: PathBuf,
         #[command(flatten)]
         server: ServerArg,
@@ -112,8 +113,9 @@ enum Command {
         /// Results to show.
         #[arg(short, long, default_value_t = 8)]
         k: usize,
-        /// Blocks: the most KiB one search may download (the plan with the best predicted
-        /// fidelity within it is used). PIR: the most KiB one search may send and receive
+        /// Blocks: the most KiB one search may download, a ceiling: a plan is chosen on the
+        /// most it can download (every released block at its published size), and one that
+        /// releases nothing (ε = 0) wins whenever it fits. PIR: the most KiB one search may send and receive
         /// (public files fetched once are not counted; 1,000,000 images need about 2,100).
         #[arg(long, default_value_t = 512.0)]
         max_kib: f64,
@@ -131,6 +133,11 @@ enum Command {
         /// δ at which the budget is reported (and of the frame and paper releases).
         #[arg(long, default_value_t = 1e-5)]
         delta: f64,
+        /// Frame and paper: how the noise is calibrated (always sampled as an exact discrete
+        /// Gaussian); the analytic and classic calibrations prove a somewhat different δ,
+        /// which the receipt states.
+        #[arg(long, value_enum, default_value_t = Calibration::DiscreteGaussian)]
+        mechanism: Calibration,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -206,6 +213,26 @@ enum Command {
     },
 }
 
+/// How a frame or paper release's noise is calibrated (`shared::Mechanism`). The variants'
+/// names are the flag's values, as the receipts and the page name them.
+#[allow(clippy::enum_variant_names)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Calibration {
+    DiscreteGaussian,
+    AnalyticGaussian,
+    ClassicGaussian,
+}
+
+impl From<Calibration> for shared::Mechanism {
+    fn from(c: Calibration) -> Self {
+        match c {
+            Calibration::DiscreteGaussian => shared::Mechanism::DiscreteGaussian,
+            Calibration::AnalyticGaussian => shared::Mechanism::AnalyticGaussian,
+            Calibration::ClassicGaussian => shared::Mechanism::ClassicGaussian,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum GalleryAction {
     /// Add photos with a class label.
@@ -228,6 +255,14 @@ enum GalleryAction {
     },
 }
 
+/// PHOTO's help: the decoder's bounds, from `embed::photo_file` (one source).
+fn photo_help() -> String {
+    format!(
+        "The photo: {}; larger photos are refused with the reason",
+        embed::photo_file::limits_words()
+    )
+}
+
 fn print_json(v: &impl Serialize) -> Result<()> {
     println!(
         "{}",
@@ -238,6 +273,25 @@ fn print_json(v: &impl Serialize) -> Result<()> {
 
 fn kib(bytes: u64) -> String {
     format!("{:.0} KiB", bytes as f64 / 1024.0)
+}
+
+/// Why the planner chose its plan (`publish::plan::Why`), in words: the page's words too.
+fn why_words(c: &publish::plan::Choice) -> String {
+    use publish::plan::Why;
+    let limit = c.budget.map(kib).unwrap_or_default();
+    match c.why {
+        Why::NothingReleased => format!(
+            "it releases nothing about the photo and, at {} at most, fits the limit of {limit}; a search that releases nothing is always chosen over one that spends privacy when it fits",
+            kib(c.plan.max_bytes)
+        ),
+        Why::BestWithinBudget { free_needs } => format!(
+            "the best predicted result among the plans that can never download more than {limit}{}",
+            free_needs
+                .map(|n| format!("; a search that releases nothing needs up to {} here (--max-kib {})", kib(n), n.div_ceil(1024)))
+                .unwrap_or_default()
+        ),
+        Why::Asked => "the whole gallery was asked for (--whole)".into(),
+    }
 }
 
 fn check_epsilon(epsilon: f64) -> Result<()> {
@@ -264,6 +318,7 @@ fn run(cli: Cli) -> Result<()> {
             whole,
             max_epsilon,
             delta,
+            mechanism,
             json,
         } => {
             check_epsilon(epsilon)?;
@@ -298,6 +353,7 @@ fn run(cli: Cli) -> Result<()> {
                 pir_ranking,
                 whole,
                 max_epsilon,
+                mechanism: mechanism.into(),
                 progress: !json && std::io::stderr().is_terminal(),
             };
             let out = search::run(&server, (&model, &classifier), &framing, &q)?;
@@ -318,15 +374,29 @@ fn run(cli: Cli) -> Result<()> {
                     c.plan.predicted_fidelity
                 );
             }
-            if let Some(p) = &out.plan {
+            if let Some(c) = &out.plan {
+                let p = &c.plan;
+                let within = c
+                    .budget
+                    .map(|b| format!(", within the limit of {}", kib(b)))
+                    .unwrap_or_default();
                 println!(
-                    "downloaded {:.0} KiB: {} of {} blocks at level {}; predicted fidelity@8 {:.3} (share of the exact top 8 found)",
-                    out.bytes_downloaded as f64 / 1024.0,
+                    "downloaded {} of blocks: {} of {} at level {} (at most {} by the plan{within}); predicted share of the exact top {} found {:.3}",
+                    kib(out.block_bytes_downloaded),
                     p.size,
                     p.blocks,
                     p.level,
+                    kib(p.max_bytes),
+                    out.results.len(),
                     p.predicted_fidelity
                 );
+                if out.centroids_bytes_downloaded > 0 {
+                    println!(
+                        "and {} for the level's centroids, once for this gallery version",
+                        kib(out.centroids_bytes_downloaded)
+                    );
+                }
+                println!("why this plan: {}", why_words(c));
             }
             println!(
                 "{:>4}  {:>8}  {:<12} {:>10}",
@@ -342,13 +412,16 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             match &out.receipt {
-                Some(r) => println!("spent ε = {} on this search", r.epsilon),
-                None => println!("spent nothing on this search (nothing was released)"),
+                Some(r) => println!("released: {}", client::words::release(r)),
+                None => println!("released nothing about the photo (privacy loss ε = 0)"),
             }
+            let receipts = budget::load()?;
+            let words = client::words::total(&out.budget, &receipts);
             println!(
-                "total spent from this machine: ε = {:.3} at δ = {:e} over {} releases",
-                out.budget.epsilon, out.budget.delta, out.budget.releases
+                "total spent from this machine: {} ({})",
+                words.short, words.method
             );
+            println!("{}", words.text);
             Ok(())
         }
         Command::Plan {
@@ -369,31 +442,42 @@ fn run(cli: Cli) -> Result<()> {
                 pir_ranking: None,
                 whole: false,
                 max_epsilon: None,
+                mechanism: shared::Mechanism::DiscreteGaussian,
                 progress: false,
             };
-            let chosen = search::choose_plan(&doc, &q)?;
+            let choice = search::choose_plan(&doc, &q)?;
+            let chosen = choice.plan;
             let curve = pareto(candidates(&doc, epsilon)?);
             if json {
-                return print_json(&serde_json::json!({ "plan": chosen, "pareto": curve }));
+                return print_json(&serde_json::json!({ "plan": choice, "pareto": curve }));
             }
+            let spends = if chosen.epsilon == 0.0 {
+                "releases nothing about the photo (privacy loss ε = 0)".to_string()
+            } else {
+                format!(
+                    "spends privacy loss ε = {epsilon}; the release holds your own block with probability {:.3}",
+                    chosen.inclusion
+                )
+            };
             println!(
-                "at ε = {epsilon} within {max_kib} KiB: level {} (B = {}), download {} blocks ≈ {:.0} KiB, {:.1} % of the gallery; predicted fidelity@8 {:.3}; the release holds your own block with probability {:.3}",
+                "within {max_kib} KiB: level {} (B = {}), download {} blocks: at most {} (about {} on average), {:.1} % of the gallery; predicted share of the exact top 8 found {:.3}; {spends}",
                 chosen.level,
                 chosen.blocks,
                 chosen.size,
-                chosen.expected_bytes / 1024.0,
+                kib(chosen.max_bytes),
+                kib(chosen.expected_bytes as u64),
                 100.0 * chosen.expected_pool_fraction,
                 chosen.predicted_fidelity,
-                chosen.inclusion
             );
+            println!("why this plan: {}", why_words(&choice));
             println!(
                 "{:>8} {:>6} {:>4} {:>10} {:>8}",
-                "KiB", "B", "L", "share", "fidelity"
+                "most KiB", "B", "L", "share", "fidelity"
             );
             for p in curve {
                 println!(
                     "{:>8.0} {:>6} {:>4} {:>9.1}% {:>8.3}",
-                    p.expected_bytes / 1024.0,
+                    p.max_bytes as f64 / 1024.0,
                     p.blocks,
                     p.size,
                     100.0 * p.expected_pool_fraction,
@@ -406,14 +490,14 @@ fn run(cli: Cli) -> Result<()> {
             if reset {
                 budget::reset()?;
             }
-            let t = budget::total(&budget::load()?, delta)?;
+            let receipts = budget::load()?;
+            let t = budget::total(&receipts, delta)?;
             if json {
                 return print_json(&t);
             }
-            println!(
-                "{} releases: ε = {:.3} at δ = {:e} (zCDP ρ = {:.4}; adding ε's would give {:.3})",
-                t.releases, t.epsilon, t.delta, t.zcdp_rho, t.basic_epsilon
-            );
+            let words = client::words::total(&t, &receipts);
+            println!("{} ({})", words.short, words.method);
+            println!("{}", words.text);
             println!("receipts: {}", budget::path()?.display());
             Ok(())
         }

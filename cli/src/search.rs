@@ -17,7 +17,7 @@ use paper::frame::AnchorFrame;
 use paper::privatemail::Anchors;
 use publish::blocks::max_transfer_len;
 use publish::centroids::{self, centroids_url, Centroids};
-use publish::plan::{plan, validate_doc, whole_plan, Plan};
+use publish::plan::{choose, validate_doc, Choice};
 use rand::RngCore;
 use serde::Serialize;
 use shared::api::{AnchorsResponse, ConfigResponse, PartitionDoc, Ranking};
@@ -56,6 +56,8 @@ pub struct Query {
     pub pir_ranking: Option<client::pir_search::RankingKind>,
     pub whole: bool,
     pub max_epsilon: Option<f64>,
+    /// Frame and paper: how the Gaussian noise is calibrated.
+    pub mechanism: Mechanism,
     pub progress: bool,
 }
 
@@ -84,12 +86,17 @@ pub struct Outcome {
     pub unfamiliar: bool,
     /// This search's release (none when the whole gallery was downloaded).
     pub receipt: Option<Receipt>,
-    pub plan: Option<Plan>,
+    /// A block search's plan, why it was chosen and the budget (a ceiling) it was chosen in.
+    pub plan: Option<Choice>,
     /// A PIR search's plan and bytes up, down and one-time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pir: Option<crate::pir::PirCosts>,
     /// Bytes on the wire, counted as they arrived (not as the server declared them).
     pub bytes_downloaded: u64,
+    /// Of those, a block search's blocks (within the plan's `max_bytes`, hence the budget)…
+    pub block_bytes_downloaded: u64,
+    /// …and its level's centroids (0 when this client held them: once a gallery version).
+    pub centroids_bytes_downloaded: u64,
     /// The public anchors' bytes this search downloaded (0 when this client held their copy).
     pub anchors_bytes_downloaded: u64,
     pub results: Vec<Hit>,
@@ -183,8 +190,13 @@ pub fn run(
     let ood = familiarity(&public_anchors, pixels, &inf.features, layer_means)?;
     let mut rng = dp::rng::secure_rng()?;
     let mut pir = None;
+    let mut block_bytes = (0, 0);
     let (receipt, plan, bytes, results) = match q.protocol {
-        Protocol::Blocks => blocks(server, &config, &photo.search, q, &mut rng)?,
+        Protocol::Blocks => {
+            let (r, p, moved, hits) = blocks(server, &config, &photo.search, q, &mut rng)?;
+            block_bytes = moved;
+            (r, p, moved.0 + moved.1, hits)
+        }
         Protocol::Pir => {
             let (ranked, costs) = crate::pir::search(
                 server,
@@ -224,6 +236,8 @@ pub fn run(
         plan,
         pir,
         bytes_downloaded: bytes,
+        block_bytes_downloaded: block_bytes.0,
+        centroids_bytes_downloaded: block_bytes.1,
         anchors_bytes_downloaded: anchor_bytes,
         results,
         budget: total,
@@ -243,13 +257,13 @@ pub fn partition(server: &Server) -> Result<PartitionDoc> {
     Ok(doc)
 }
 
-/// The plan for `q`: the whole gallery when asked (and allowed), else the best within the
-/// byte budget. Public: reads no feature.
-pub fn choose_plan(doc: &PartitionDoc, q: &Query) -> Result<Plan> {
+/// The plan for `q`: the whole gallery when asked (and allowed), else the plan
+/// `publish::plan::choose` takes within the byte budget, a ceiling. Public: reads no feature.
+pub fn choose_plan(doc: &PartitionDoc, q: &Query) -> Result<Choice> {
     if q.whole {
-        return whole_plan(doc).map_err(|e| CliError::Usage(e.to_string()));
+        return Choice::asked(doc).map_err(|e| CliError::Usage(e.to_string()));
     }
-    Ok(plan(doc, q.epsilon, q.max_bytes)?)
+    Ok(choose(doc, q.epsilon, q.max_bytes)?)
 }
 
 /// The centroids of a (public) level: fetched once per version (kept on disk by SHA-256, like
@@ -277,7 +291,8 @@ pub fn level_centroids(
     Ok((c, n))
 }
 
-type Found = (Option<Receipt>, Option<Plan>, u64, Vec<Hit>);
+/// A block search's receipt, plan, bytes on the wire (blocks, centroids) and results.
+type Found = (Option<Receipt>, Option<Choice>, (u64, u64), Vec<Hit>);
 
 /// A block search through the shared driver (`client::block_driver`): the driver
 /// checks the plan, names the centroids, makes the release, records its receipt in the
@@ -291,8 +306,9 @@ fn blocks(
     rng: &mut impl RngCore,
 ) -> Result<Found> {
     let doc = partition(server)?;
-    let p = choose_plan(&doc, q)?;
-    let mut search = BlockSearch::start(&doc, &p, features).map_err(block_error)?;
+    let choice = choose_plan(&doc, q)?;
+    let mut search =
+        BlockSearch::start(&doc, &choice.plan, features, choice.budget).map_err(block_error)?;
     // The plan's level is public; its centroids are needed only when blocks are released.
     let (cents, cent_bytes) = match search.centroids() {
         Some(c) => {
@@ -327,16 +343,16 @@ fn blocks(
             distance: h.distance as f64,
         })
         .collect();
-    Ok((receipt, Some(p), bytes + cent_bytes, results))
+    Ok((receipt, Some(choice), (bytes, cent_bytes), results))
 }
 
 /// A block driver's error as the CLI's (its exit code): a plan or release the parameters
 /// cannot make is a usage or privacy error (9), the rest the server's (7).
 fn block_error(e: BlockSearchError) -> CliError {
     match e {
-        BlockSearchError::Plan(_) | BlockSearchError::WholeNotAllowed => {
-            CliError::Usage(e.to_string())
-        }
+        BlockSearchError::Plan(_)
+        | BlockSearchError::WholeNotAllowed
+        | BlockSearchError::OverBudget { .. } => CliError::Usage(e.to_string()),
         BlockSearchError::Release(e) => CliError::Privacy(e),
         BlockSearchError::Ledger(e) => CliError::State {
             path: budget::path()
@@ -444,7 +460,7 @@ fn ranked_by_server(
     let privacy = PrivacyParams {
         epsilon: q.epsilon,
         delta: q.delta,
-        mechanism: Mechanism::DiscreteGaussian,
+        mechanism: q.mechanism,
     };
     let mut search = if q.protocol == Protocol::Frame {
         let rows = DMatrix::from_row_iterator(

@@ -94,6 +94,16 @@ struct BlockMap {
 /// request is therefore a function of the release alone (post-processing of an ε-DP output).
 /// The page fetches them all at once by one code path, never retries one, and fetches nothing
 /// after [`Client::rank_blocks`] (thumbnails come from the blocks).
+/// A plan as the page hands it back, with the budget it was chosen within (none for the
+/// whole gallery asked for by name).
+#[derive(serde::Deserialize)]
+struct BudgetedPlan {
+    #[serde(flatten)]
+    plan: Plan,
+    #[serde(default)]
+    budget: Option<u64>,
+}
+
 #[wasm_bindgen]
 impl Client {
     /// Load the body of `GET /api/v1/partition`: validated with `plan::validate_doc` (an
@@ -163,14 +173,14 @@ impl Client {
         Ok(())
     }
 
-    /// The plan for a search at `epsilon` within `max_bytes` expected bytes on the wire (JSON
-    /// `publish::plan::Plan`). Public: a function of ε, the byte budget and the
-    /// partition only — it reads no photo, so the number of blocks and their level reveal
-    /// nothing. Sends nothing.
+    /// The plan for a search at `epsilon` within `max_bytes` on the wire, a ceiling (JSON
+    /// `publish::plan::Choice`: the `Plan`'s fields, `why` it was chosen and the `budget`).
+    /// Public: a function of ε, the byte budget and the partition only — it reads no photo,
+    /// so the number of blocks and their level reveal nothing. Sends nothing.
     pub fn plan(&self, epsilon: f64, max_bytes: f64) -> Result<String, JsError> {
         let p = self.partition()?;
-        let plan = publish::plan::plan(p, epsilon, max_bytes).map_err(js_err)?;
-        serde_json::to_string(&plan).map_err(js_err)
+        let choice = publish::plan::choose(p, epsilon, max_bytes).map_err(js_err)?;
+        serde_json::to_string(&choice).map_err(js_err)
     }
 
     /// Every plan on the fidelity-vs-bytes Pareto curve at `epsilon`, cheapest first (JSON
@@ -188,10 +198,11 @@ impl Client {
         serde_json::to_string(&plan).map_err(js_err)
     }
 
-    /// Release the blocks to download for the loaded photo under `plan_json` (a `Plan` as
-    /// [`Client::plan`] or [`Client::whole_plan`] returned it) with the shared driver
-    /// (`client::block_driver`, the CLI's too). Returns JSON `{receipt, epsilon}`;
-    /// the URLs come from [`Client::block_requests`].
+    /// Release the blocks to download for the loaded photo under `plan_json` (a plan as
+    /// [`Client::plan`] or [`Client::whole_plan`] returned it; a `budget` in it is held as a
+    /// ceiling by the driver) with the shared driver (`client::block_driver`, the CLI's
+    /// too). Returns JSON `{receipt, epsilon}`; the URLs come from
+    /// [`Client::block_requests`].
     ///
     /// The photo's true block (its nearest centroid at the plan's level) is computed here and
     /// never leaves wasm. `client::block_search::release_blocks` draws `L` of the
@@ -201,11 +212,11 @@ impl Client {
     /// mechanism's output. When the plan downloads every block of its level (`L = B`, or the
     /// whole gallery), nothing is released: all blocks, random order, no receipt. Sends nothing.
     pub fn release_blocks(&mut self, plan_json: &str) -> Result<String, JsError> {
-        let plan: Plan = serde_json::from_str(plan_json)
+        let BudgetedPlan { plan, budget } = serde_json::from_str(plan_json)
             .map_err(|e| js_err(format!("the search plan is malformed: {e}")))?;
         let query = self.block_query()?;
         let p = self.partition()?;
-        let mut search = BlockSearch::start(p, &plan, query).map_err(js_err)?;
+        let mut search = BlockSearch::start(p, &plan, query, budget).map_err(js_err)?;
         let cents = match search.centroids() {
             Some(c) => Some(self.level_centroids(c.level)?),
             None => None,

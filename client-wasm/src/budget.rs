@@ -17,6 +17,26 @@ pub fn compose_budget(receipts_json: &str, delta: f64) -> Result<String, JsError
     serde_json::to_string(&total).map_err(js_err)
 }
 
+/// One release in words, from its receipt (JSON `dp::mechanism::Receipt`, as a search
+/// recorded it): `client::words::release`, the CLI's words too.
+#[wasm_bindgen]
+pub fn release_words(receipt_json: &str) -> Result<String, JsError> {
+    let r: Receipt = serde_json::from_str(receipt_json)
+        .map_err(|e| js_err(format!("the receipt is malformed: {e}")))?;
+    Ok(client::words::release(&r))
+}
+
+/// The total spent by a list of receipts, in words (JSON `client::words::TotalWords`:
+/// `method`, `text`, `short`), composed as [`compose_budget`] composes it: the CLI's words
+/// too.
+#[wasm_bindgen]
+pub fn total_words(receipts_json: &str, delta: f64) -> Result<String, JsError> {
+    let receipts: Vec<Receipt> = serde_json::from_str(receipts_json)
+        .map_err(|e| js_err(format!("stored receipts are malformed: {e}")))?;
+    let total = dp::budget::compose(&receipts, delta).map_err(js_err)?;
+    serde_json::to_string(&client::words::total(&total, &receipts)).map_err(js_err)
+}
+
 /// The page's ledger as the search drivers see it (`client::ledger`): a JavaScript
 /// function called with the receipt's JSON, which stores it (`web/budget.js`, `spend`) and
 /// throws if it cannot. The driver hands out a release's request only after it returned.

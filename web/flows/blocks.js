@@ -6,7 +6,7 @@ import { $, K, showError, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";
 import { HostileAnswer, deadline, fetchBounded, fetchCentroids, wireOf } from "../net.js";
 import { holdOverBudget, spend } from "../budget.js";
-import { pct } from "../format.js";
+import { fmtKiB, pct } from "../format.js";
 import { loadPartition } from "../protocol.js";
 import { updatePlan } from "../plan.js";
 import { renderResults, searchFailed } from "../results.js";
@@ -23,8 +23,9 @@ export async function onBlockSearch() {
     // The plan's level is public: its centroids are fetched (once per version) before the
     // release, which needs them to find the photo's block. Nothing is needed to download all.
     const plan = state.currentPlan;
-    if (plan.size < plan.blocks) await fetchCentroids(state.client, plan.level);
+    const centroidBytes = plan.size < plan.blocks ? await fetchCentroids(state.client, plan.level) : 0;
     out = JSON.parse(state.client.release_blocks(JSON.stringify(plan)));
+    out.centroidBytes = centroidBytes;
   } catch (e) {
     searchFailed(`Could not prepare the search: ${e.message || e}`);
     // A replaced gallery version: fetch the (public, identical for everyone) partition anew.
@@ -111,15 +112,31 @@ export async function fetchBlocks(out) {
   $("progress").hidden = true;
   showBlockResults(ranked, out);
   timings.block_search_ms = performance.now() - out.started;
-  // Immutable block files the browser already held come from its cache: said so, not
-  // counted as downloaded (Resource Timing).
-  const cached = out.urls.filter((u) => { const w = wireOf(u); return w.known && w.cached; }).length;
+  status(`Done: ${movedWords(out, buffers)} in ${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
+}
+
+// What this search actually moved: each block's body as it came over the network (Resource
+// Timing's encoded size where the browser says, else the bytes read), none for a block the
+// browser already held (its cache), beside the plan's ceiling and the person's limit.
+function movedWords(out, buffers) {
+  let bytes = 0, cached = 0;
+  out.urls.forEach((u, i) => {
+    const w = wireOf(u);
+    if (w.known && w.cached) cached += 1;
+    else bytes += w.known && w.encoded > 0 ? w.encoded : buffers[i].byteLength;
+  });
   const fetched = out.urls.length - cached;
   const n = (k) => `${k} block${k === 1 ? "" : "s"}`;
-  const moved = !cached ? `${n(fetched)} downloaded`
+  const plan = state.currentPlan;
+  const ceiling = plan?.budget != null
+    ? ` (at most ${fmtKiB(plan.max_bytes)} by the plan, within your limit of ${fmtKiB(plan.budget)})`
+    : plan ? ` (at most ${fmtKiB(plan.max_bytes)} by the plan)` : "";
+  $("results-summary").dataset.movedBytes = String(bytes);
+  const moved = !cached ? `${n(fetched)} downloaded, ${fmtKiB(bytes)}${ceiling}`
     : !fetched ? `${n(cached)} read from your browser's cache (nothing downloaded)`
-    : `${n(fetched)} downloaded and ${cached} read from your browser's cache`;
-  status(`Done: ${moved} in ${Math.round(timings.fetch_ms)} ms, ranked here in ${timings.rank_ms.toFixed(1)} ms.`);
+    : `${n(fetched)} downloaded, ${fmtKiB(bytes)}${ceiling}, and ${cached} read from your browser's cache`;
+  const once = out.centroidBytes ? `; the map of the gallery's blocks, ${fmtKiB(out.centroidBytes)}, once for this gallery version` : "";
+  return moved + once;
 }
 
 function showBlockResults(ranked, out) {

@@ -86,9 +86,16 @@ fn the_plan_is_the_same_for_two_photos_and_before_any_photo() {
     let curve = json(&curve);
     let curve = curve.as_array().unwrap();
     assert!(curve.windows(2).all(|w| {
-        w[0]["expected_bytes"].as_f64() <= w[1]["expected_bytes"].as_f64()
+        w[0]["max_bytes"].as_u64() <= w[1]["max_bytes"].as_u64()
             && w[0]["predicted_fidelity"].as_f64() < w[1]["predicted_fidelity"].as_f64()
     }));
+    // Each budget is a ceiling on the most its plan can download, and the plan says why.
+    for (b, p) in budgets.iter().zip(&before) {
+        let p = json(p);
+        assert!(p["max_bytes"].as_u64().unwrap() as f64 <= *b, "{p}");
+        assert_eq!(p["budget"].as_u64().unwrap() as f64, b.floor());
+        assert!(p["why"]["kind"].is_string(), "{p}");
+    }
     let big = json(&before[2]);
     assert_eq!(big["whole"], true);
     assert_eq!(big["epsilon"], 0.0);

@@ -7,7 +7,10 @@
 //!
 //! # The sequence
 //! 1. [`BlockSearch::start`]: the plan checked against the document (its level, block count,
-//!    size; the whole gallery only where the operator allows it). Public: no photo is read.
+//!    size; the whole gallery only where the operator allows it) and against the byte budget
+//!    as a ceiling: the most the plan can download, every released block at its published
+//!    size ([`publish::plan::max_bytes`], recomputed from the document), must fit. Public: no
+//!    photo is read.
 //! 2. [`BlockSearch::centroids`]: the plan's level's centroids file, when the plan releases
 //!    blocks (`L < B`) — public, the same for every client; the client fetches it (or holds
 //!    it) and verifies it ([`publish::centroids::verify`]).
@@ -64,6 +67,10 @@ pub enum BlockSearchError {
     /// The released blocks together declare more bytes than a search may download.
     #[error("the plan would download {declared} bytes, more than {limit}")]
     TooLarge { declared: u64, limit: u64 },
+    /// The plan can download more than the byte budget (at its most, every released block at
+    /// its published size on the wire).
+    #[error("the plan can download up to {most} bytes, more than the budget of {budget}")]
+    OverBudget { most: u64, budget: u64 },
     /// The receipt was not recorded, so no request was handed out.
     #[error("the privacy spend could not be recorded, so nothing was sent: {0}")]
     Ledger(#[from] LedgerError),
@@ -123,6 +130,8 @@ enum Stage {
 pub struct BlockSearch {
     doc: PartitionDoc,
     plan: Plan,
+    /// The byte budget on the wire (a ceiling), if the search has one.
+    budget: Option<u64>,
     features: Zeroizing<Vec<f32>>,
     stage: Stage,
 }
@@ -138,12 +147,15 @@ impl std::fmt::Debug for BlockSearch {
 
 impl BlockSearch {
     /// A search of the photo with exact `features` under `plan`, made from `doc` (validated
-    /// when it was loaded, `publish::plan::validate_doc`). Refuses a plan the
-    /// document does not allow; sends nothing.
+    /// when it was loaded, `publish::plan::validate_doc`), within `budget` bytes on the wire
+    /// (`None`: no budget, as for the whole gallery asked for by name). Refuses a plan the
+    /// document does not allow, or one that can download more than the budget at its most;
+    /// sends nothing.
     pub fn start(
         doc: &PartitionDoc,
         plan: &Plan,
         features: &[f32],
+        budget: Option<u64>,
     ) -> Result<BlockSearch, BlockSearchError> {
         let level = doc.levels.get(plan.level).ok_or(BlockSearchError::Plan(
             "names a level the partition does not have",
@@ -156,11 +168,18 @@ impl BlockSearch {
         if plan.whole != level.whole || (level.whole && !doc.allow_full_download) {
             return Err(BlockSearchError::WholeNotAllowed);
         }
+        // The ceiling is recomputed from the document: a plan handed back by a page's script
+        // could say anything of itself.
+        let most = publish::plan::max_bytes(doc, plan.level, plan.size).unwrap_or(u64::MAX);
+        if let Some(budget) = budget.filter(|&b| most > b) {
+            return Err(BlockSearchError::OverBudget { most, budget });
+        }
         shared::error::ensure_query_f32(features, doc.feature_dim)
             .map_err(BlockSearchError::Release)?;
         Ok(BlockSearch {
             doc: doc.clone(),
             plan: *plan,
+            budget,
             features: Zeroizing::new(features.to_vec()),
             stage: Stage::Planned,
         })
@@ -212,6 +231,22 @@ impl BlockSearch {
                 declared,
                 limit: limits::MAX_SEARCH_BYTES,
             });
+        }
+        // What these blocks can take on the wire is within the budget (it follows from the
+        // check in `start`; checked again on the very blocks, before anything is recorded).
+        let wire: u64 = req
+            .fetch
+            .iter()
+            .map(|&b| {
+                l.transfer_bytes
+                    .get(b as usize)
+                    .copied()
+                    .unwrap_or(u64::MAX)
+            })
+            .fold(0u64, u64::saturating_add);
+        if let Some(budget) = self.budget.filter(|&b| wire > b) {
+            self.stage = Stage::Over;
+            return Err(BlockSearchError::OverBudget { most: wire, budget });
         }
         self.stage = Stage::Released {
             fetch: req.fetch,
@@ -329,7 +364,7 @@ mod tests {
         let p = plan(&doc, 6.0, 0.5 * doc.levels[0].transfer_bytes[0] as f64).expect("a plan");
         assert!(!p.whole && p.size < p.blocks, "{p:?}");
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let mut s = BlockSearch::start(&doc, &p, q).expect("the plan fits");
+        let mut s = BlockSearch::start(&doc, &p, q, None).expect("the plan fits");
         // Nothing released yet: no requests.
         assert!(matches!(
             s.requests(&mut Receipts::default()),
@@ -380,6 +415,77 @@ mod tests {
         ));
     }
 
+    /// The byte budget is a ceiling: 200 searches at each ε and budget, through the planner and
+    /// the driver on the fixture gallery, never name blocks that can take more than the budget
+    /// on the wire, and never download more than it (the bytes on the
+    /// wire: each file gzipped as the server sends it). A plan that releases nothing is taken
+    /// whenever one fits.
+    #[test]
+    fn two_hundred_searches_at_each_epsilon_and_budget_stay_within_it() {
+        let (doc, files, cents, features) = small_partition();
+        let dim = doc.feature_dim;
+        let whole = whole_plan(&doc).expect("allowed here");
+        let smallest = doc
+            .levels
+            .iter()
+            .flat_map(|l| l.transfer_bytes.iter())
+            .min()
+            .copied();
+        let smallest = smallest.expect("blocks");
+        let budgets = [
+            smallest + smallest / 2,
+            whole.max_bytes / 8,
+            whole.max_bytes / 3,
+            whole.max_bytes - 1,
+            whole.max_bytes,
+        ];
+        let centroids: Vec<_> = (0..doc.levels.len())
+            .map(|l| verify(&doc, l, &cents[l]).ok())
+            .collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let mut searched = 0;
+        for eps in [0.5, 1.0, 4.0, 8.0, 30.0] {
+            for &budget in &budgets {
+                let Ok(c) = publish::plan::choose(&doc, eps, budget as f64) else {
+                    continue;
+                };
+                let free = publish::plan::candidates(&doc, eps)
+                    .unwrap()
+                    .iter()
+                    .any(|p| p.epsilon == 0.0 && p.max_bytes <= budget);
+                assert_eq!(c.plan.epsilon == 0.0, free, "{c:?}");
+                for i in 0..200 {
+                    let row = (i * 37) % (features.len() / dim);
+                    let q = &features[row * dim..(row + 1) * dim];
+                    let mut s = BlockSearch::start(&doc, &c.plan, q, Some(budget)).expect("fits");
+                    s.release(centroids[c.plan.level].as_ref(), &mut rng)
+                        .expect("released");
+                    let gets = s.requests(&mut Receipts::default()).expect("handed out");
+                    let most: u64 = gets.iter().map(|g| g.max_wire_bytes).sum();
+                    assert!(most <= budget, "ε {eps}: {most} > {budget}");
+                    let bytes: Vec<&[u8]> = gets
+                        .iter()
+                        .map(|g| files[c.plan.level][g.block as usize].as_slice())
+                        .collect();
+                    let moved: usize = bytes.iter().map(|b| publish::publish::gzip(b).len()).sum();
+                    assert!(moved as u64 <= budget, "ε {eps}: moved {moved} > {budget}");
+                    s.answer(&bytes, 8).expect("ranked");
+                    searched += 1;
+                }
+            }
+        }
+        assert!(searched >= 200 * 5 * 3, "{searched}");
+        // A plan claiming to fit is held to the document's sizes: one byte less is refused.
+        let p = plan(&doc, 4.0, whole.max_bytes as f64 / 3.0).expect("a plan");
+        let q = &features[..dim];
+        let most = publish::plan::max_bytes(&doc, p.level, p.size).unwrap();
+        assert!(matches!(
+            BlockSearch::start(&doc, &p, q, Some(most - 1)),
+            Err(BlockSearchError::OverBudget { .. })
+        ));
+        assert!(BlockSearch::start(&doc, &p, q, Some(most)).is_ok());
+    }
+
     /// A refused or failed download (HTTP 500, a stall) or a damaged block ends the search and
     /// leaves the spend recorded.
     #[test]
@@ -392,7 +498,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
         let mut ledger = Receipts::default();
         for damaged in [false, true] {
-            let mut s = BlockSearch::start(&doc, &p, q).expect("the plan fits");
+            let mut s = BlockSearch::start(&doc, &p, q, None).expect("the plan fits");
             s.release(Some(&c), &mut rng).expect("released");
             let gets = s.requests(&mut ledger).expect("handed out");
             if damaged {
@@ -422,7 +528,7 @@ mod tests {
         let (doc, files, _, features) = small_partition();
         let q = &features[..doc.feature_dim];
         let whole = whole_plan(&doc).expect("allowed here");
-        let mut s = BlockSearch::start(&doc, &whole, q).expect("the plan fits");
+        let mut s = BlockSearch::start(&doc, &whole, q, None).expect("the plan fits");
         assert!(s.centroids().is_none());
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         assert_eq!(s.release(None, &mut rng).expect("nothing released"), None);
@@ -437,22 +543,22 @@ mod tests {
         let mut bad = whole;
         bad.level = 99;
         assert!(matches!(
-            BlockSearch::start(&doc, &bad, q),
+            BlockSearch::start(&doc, &bad, q, None),
             Err(BlockSearchError::Plan(_))
         ));
         let mut bad = whole;
         bad.size = 0;
-        assert!(BlockSearch::start(&doc, &bad, q).is_err());
+        assert!(BlockSearch::start(&doc, &bad, q, None).is_err());
         let mut closed = doc.clone();
         closed.allow_full_download = false;
         assert!(matches!(
-            BlockSearch::start(&closed, &whole, q),
+            BlockSearch::start(&closed, &whole, q, None),
             Err(BlockSearchError::WholeNotAllowed)
         ));
-        assert!(BlockSearch::start(&doc, &whole, &q[..2]).is_err());
+        assert!(BlockSearch::start(&doc, &whole, &q[..2], None).is_err());
         // A release needs the plan's level's centroids.
         let p = plan(&doc, 6.0, 0.5 * doc.levels[0].transfer_bytes[0] as f64).expect("a plan");
-        let mut s = BlockSearch::start(&doc, &p, q).expect("the plan fits");
+        let mut s = BlockSearch::start(&doc, &p, q, None).expect("the plan fits");
         assert!(matches!(
             s.release(None, &mut rng),
             Err(BlockSearchError::Release(_))

@@ -7,7 +7,8 @@
 //! - [`block_driver`] — private block retrieval and the whole gallery: the k-subset release
 //!   of which blocks to download (pure ε-DP, [`block_search`]), then an exact ranking on the
 //!   client;
-//! - [`frame_search`] — the anchor frame and Algorithm 1: one noisy release in one `POST`.
+//! - [`frame_search`] — the anchor frame and Algorithm 1: one noisy release in one `POST`;
+//! - [`words`] — a release and a privacy total in words, from their receipts, for both.
 //!
 //! The ledger rule lives in the drivers ([`ledger`]): a release's receipt is recorded before
 //! the request that carries it is handed to the caller.
@@ -17,3 +18,4 @@ pub mod block_search;
 pub mod frame_search;
 pub mod ledger;
 pub mod pir_search;
+pub mod words;

@@ -15,6 +15,13 @@
 //! blocks). The expected pool is `Σ_c m_c·(1 − C(B−c, L)/C(B, L))` items for `m_c` items held
 //! by `c` blocks (exact for a uniformly random set of `L` blocks), and the expected bytes are `L`
 //! times the mean block size on the wire.
+//!
+//! # The byte budget is a ceiling
+//! A plan is chosen on [`Plan::max_bytes`], the most it can download: its level's `L` largest
+//! blocks at their published sizes on the wire (a client reads no block past that size). Which
+//! `L` blocks a release names is random, so the expectation can be passed by any one search;
+//! the ceiling cannot. A plan that releases nothing (the whole gallery, or every block of a
+//! level: ε = 0) always wins over one that spends ε when its ceiling fits ([`choose`], [`Why`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +51,16 @@ pub struct Plan {
     pub predicted_fidelity: f64,
     /// Expected bytes on the wire.
     pub expected_bytes: f64,
+    /// The most this plan can download on the wire: the level's `L` largest blocks at their
+    /// published sizes ([`max_bytes`]). Plans are chosen on this, so a byte budget is a
+    /// ceiling for every search, not an average.
+    #[serde(default)]
+    pub max_bytes: u64,
+    /// The level's centroids file (on the wire at most), fetched once a gallery version when
+    /// the plan releases blocks (0 when it downloads every block: no centroids needed). Not
+    /// part of a search's budget, like PIR's public files.
+    #[serde(default)]
+    pub one_time_bytes: u64,
     /// Expected distinct items downloaded / gallery size.
     pub expected_pool_fraction: f64,
     /// The whole gallery (no release).
@@ -309,6 +326,7 @@ pub fn candidates(doc: &PartitionDoc, epsilon: f64) -> Result<Vec<Plan>> {
     let mut out = Vec::new();
     for (li, l) in doc.levels.iter().enumerate() {
         let mean_bytes = l.transfer_bytes.iter().sum::<u64>() as f64 / l.blocks as f64;
+        let most = largest_first_sums(l);
         if l.whole {
             if doc.allow_full_download {
                 out.push(Plan {
@@ -319,6 +337,8 @@ pub fn candidates(doc: &PartitionDoc, epsilon: f64) -> Result<Vec<Plan>> {
                     inclusion: 1.0,
                     predicted_fidelity: 1.0,
                     expected_bytes: mean_bytes,
+                    max_bytes: most[1],
+                    one_time_bytes: 0,
                     expected_pool_fraction: 1.0,
                     whole: true,
                 });
@@ -348,6 +368,12 @@ pub fn candidates(doc: &PartitionDoc, epsilon: f64) -> Result<Vec<Plan>> {
                 inclusion: p,
                 predicted_fidelity: fid,
                 expected_bytes: size as f64 * mean_bytes,
+                max_bytes: most[size as usize],
+                one_time_bytes: if all {
+                    0
+                } else {
+                    max_transfer_len(l.centroids_bytes)
+                },
                 expected_pool_fraction: pool_fraction,
                 whole: false,
             });
@@ -383,16 +409,41 @@ pub fn whole_plan(doc: &PartitionDoc) -> Result<Plan> {
         inclusion: 1.0,
         predicted_fidelity: 1.0,
         expected_bytes: l.transfer_bytes.iter().sum::<u64>() as f64,
+        max_bytes: largest_first_sums(l)[l.blocks as usize],
+        one_time_bytes: 0,
         expected_pool_fraction: 1.0,
         whole: true,
     })
 }
 
-/// The plans no other plan beats on both fidelity and bytes, cheapest first (for the plot).
+/// `out[L]`: the most `L` blocks of the level can take on the wire — the sum of its `L` largest
+/// published `transfer_bytes` (saturating). `out[0] = 0`, `out[B]` is the whole level.
+fn largest_first_sums(l: &LevelDoc) -> Vec<u64> {
+    let mut sizes = l.transfer_bytes.clone();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let mut out = Vec::with_capacity(sizes.len() + 1);
+    out.push(0u64);
+    for s in sizes {
+        out.push(out.last().copied().unwrap_or(0).saturating_add(s));
+    }
+    out
+}
+
+/// The most a plan of `size` blocks at `level` can download on the wire (the `size` largest
+/// blocks at their published sizes), recomputed from the document alone — what a driver holds
+/// a plan to, whatever the plan says of itself. `None` for a level or size the document does
+/// not have.
+pub fn max_bytes(doc: &PartitionDoc, level: usize, size: u32) -> Option<u64> {
+    let l = doc.levels.get(level)?;
+    largest_first_sums(l).get(size as usize).copied()
+}
+
+/// The plans no other plan beats on both fidelity and the most bytes they can download,
+/// cheapest first (for the plot).
 pub fn pareto(mut plans: Vec<Plan>) -> Vec<Plan> {
     plans.sort_by(|a, b| {
-        a.expected_bytes
-            .total_cmp(&b.expected_bytes)
+        a.max_bytes
+            .cmp(&b.max_bytes)
             .then(b.predicted_fidelity.total_cmp(&a.predicted_fidelity))
     });
     let mut out: Vec<Plan> = Vec::new();
@@ -407,29 +458,90 @@ pub fn pareto(mut plans: Vec<Plan>) -> Vec<Plan> {
     out
 }
 
-/// The plan with the best predicted fidelity whose expected bytes fit `max_bytes`; among
-/// equals, the cheapest. A typed error names the cheapest plan's bytes when none fits.
-pub fn plan(doc: &PartitionDoc, epsilon: f64, max_bytes: f64) -> Result<Plan> {
+/// Why [`choose`] chose its plan, for the page's and the CLI's words.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Why {
+    /// A plan that releases nothing (ε = 0) fits the budget at its most, so it is taken over
+    /// every plan that spends ε, whatever their predicted fidelity.
+    NothingReleased,
+    /// No plan that releases nothing fits: the best predicted fidelity among the plans whose
+    /// most bytes fit. `free_needs`: the least budget a plan releasing nothing needs (`None`
+    /// when this server offers none within its share).
+    BestWithinBudget { free_needs: Option<u64> },
+    /// The whole gallery was asked for by name ([`Choice::asked`]): no budget applies.
+    Asked,
+}
+
+/// A plan and why it was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    #[serde(flatten)]
+    pub plan: Plan,
+    pub why: Why,
+    /// The budget it was chosen within (bytes on the wire, a ceiling); `None` when asked for
+    /// by name.
+    pub budget: Option<u64>,
+}
+
+impl Choice {
+    /// The whole gallery, asked for by name.
+    pub fn asked(doc: &PartitionDoc) -> Result<Choice> {
+        Ok(Choice {
+            plan: whole_plan(doc)?,
+            why: Why::Asked,
+            budget: None,
+        })
+    }
+}
+
+/// The plan for a search at ε within `max_bytes` on the wire, as a ceiling: only plans whose
+/// [`Plan::max_bytes`] fit are considered; among them, one that releases nothing (ε = 0) if
+/// any fits (the best predicted fidelity of those, then the cheapest), else the best predicted
+/// fidelity, the cheapest among equals. A typed error names the least budget any plan needs
+/// when none fits. Public: a function of ε, the budget and the document only.
+///
+/// Guarantee: the returned plan's `max_bytes` ≤ `max_bytes` (the budget, rounded down to a
+/// whole byte), and its `epsilon` is 0 whenever some plan with ε = 0 fits.
+pub fn choose(doc: &PartitionDoc, epsilon: f64, max_bytes: f64) -> Result<Choice> {
     if !(max_bytes.is_finite() && max_bytes > 0.0) {
         return Err(Error::InvalidParameter {
             name: "max_bytes",
             reason: "must be finite and > 0".into(),
         });
     }
+    let budget = max_bytes.floor().min(u64::MAX as f64) as u64;
     let all = candidates(doc, epsilon)?;
-    let cheapest = all
-        .iter()
-        .map(|p| p.expected_bytes)
-        .fold(f64::INFINITY, f64::min);
-    pareto(all)
-        .into_iter()
-        .rfind(|p| p.expected_bytes <= max_bytes)
+    let cheapest = all.iter().map(|p| p.max_bytes).min().unwrap_or(u64::MAX);
+    let free = |p: &&Plan| p.epsilon == 0.0;
+    let free_needs = all.iter().filter(free).map(|p| p.max_bytes).min();
+    let best = |plans: Vec<Plan>| pareto(plans).into_iter().rfind(|p| p.max_bytes <= budget);
+    let fitting_free: Vec<Plan> = all.iter().filter(free).copied().collect();
+    if let Some(plan) = best(fitting_free) {
+        return Ok(Choice {
+            plan,
+            why: Why::NothingReleased,
+            budget: Some(budget),
+        });
+    }
+    best(all)
+        .map(|plan| Choice {
+            plan,
+            why: Why::BestWithinBudget { free_needs },
+            budget: Some(budget),
+        })
         .ok_or(Error::InvalidParameter {
             name: "max_bytes",
             reason: format!(
-                "no plan fits {max_bytes:.0} bytes; the cheapest needs {cheapest:.0} bytes"
+                "no plan fits {budget} bytes at its most; the cheapest can download \
+                 {cheapest} bytes"
             ),
         })
+}
+
+/// [`choose`]'s plan.
+pub fn plan(doc: &PartitionDoc, epsilon: f64, max_bytes: f64) -> Result<Plan> {
+    choose(doc, epsilon, max_bytes).map(|c| c.plan)
 }
 
 #[cfg(test)]
@@ -507,7 +619,8 @@ pub(crate) mod tests {
         }
         let lo = plan(&d, 1.0, 10_000.0).unwrap();
         let hi = plan(&d, 8.0, 10_000.0).unwrap();
-        assert!(lo.expected_bytes <= 10_000.0 && hi.expected_bytes <= 10_000.0);
+        assert!(lo.max_bytes <= 10_000 && hi.max_bytes <= 10_000);
+        assert!(lo.expected_bytes <= lo.max_bytes as f64);
         assert!(hi.predicted_fidelity > lo.predicted_fidelity);
         // A budget that fits the whole gallery takes it: fidelity 1, nothing released.
         let whole = plan(&d, 1.0, 1e9).unwrap();
@@ -520,6 +633,63 @@ pub(crate) mod tests {
         no_full.allow_full_download = false;
         assert!(!plan(&no_full, 1.0, 1e9).unwrap().whole);
         assert!(whole_plan(&no_full).is_err());
+    }
+
+    /// The budget is a ceiling and a plan that releases nothing wins whenever it fits: for
+    /// every ε and every budget from below the cheapest plan to above the whole gallery.
+    #[test]
+    fn the_budget_is_a_ceiling_and_nothing_released_wins_when_it_fits() {
+        let mut d = doc();
+        // Blocks of unequal sizes, so the largest L differ from L mean blocks.
+        for l in d.levels.iter_mut().skip(1) {
+            for (i, w) in l.transfer_bytes.iter_mut().enumerate() {
+                *w += (i as u64 % 3) * 400;
+            }
+        }
+        validate_doc(&d).unwrap();
+        let whole = whole_plan(&d).unwrap();
+        assert_eq!(whole.max_bytes, d.levels[0].transfer_bytes[0]);
+        for eps in [0.5, 1.0, 4.0, 8.0, 30.0] {
+            let all = candidates(&d, eps).unwrap();
+            for p in &all {
+                let mut sizes = d.levels[p.level].transfer_bytes.clone();
+                sizes.sort_unstable();
+                let most: u64 = sizes.iter().rev().take(p.size as usize).sum();
+                assert_eq!(p.max_bytes, most, "{p:?}");
+                assert_eq!(max_bytes(&d, p.level, p.size), Some(most));
+                assert!(p.expected_bytes <= p.max_bytes as f64 + 1e-9, "{p:?}");
+            }
+            let mut fitted = 0;
+            for budget in (500..=whole.max_bytes + 2_000).step_by(250) {
+                match choose(&d, eps, budget as f64) {
+                    Ok(c) => {
+                        fitted += 1;
+                        assert!(c.plan.max_bytes <= budget, "{c:?} over {budget}");
+                        let free_fits = all
+                            .iter()
+                            .any(|p| p.epsilon == 0.0 && p.max_bytes <= budget);
+                        assert_eq!(free_fits, c.why == Why::NothingReleased, "{c:?}");
+                        if free_fits {
+                            assert_eq!(c.plan.epsilon, 0.0, "{c:?}");
+                        } else {
+                            assert_eq!(
+                                c.why,
+                                Why::BestWithinBudget {
+                                    free_needs: Some(whole.max_bytes)
+                                }
+                            );
+                        }
+                    }
+                    Err(_) => assert!(all.iter().all(|p| p.max_bytes > budget), "{budget}"),
+                }
+            }
+            assert!(fitted > 10, "{fitted}");
+        }
+        // One byte short of the whole gallery: a release, and the reason names the whole's need.
+        let short = choose(&d, 30.0, (whole.max_bytes - 1) as f64).unwrap();
+        assert!(short.plan.epsilon > 0.0 && !short.plan.whole, "{short:?}");
+        let exact = choose(&d, 30.0, whole.max_bytes as f64).unwrap();
+        assert!(exact.plan.whole && exact.why == Why::NothingReleased);
     }
 
     #[test]

@@ -1161,7 +1161,8 @@ async fn the_page_is_light_revalidated_on_reload_and_says_what_came_from_the_cac
     choose(&c, "protocol", "whole").await;
     search(&c).await;
     let done = text(&c, "status").await;
-    assert!(done.starts_with("Done: 1 block downloaded in "), "{done}");
+    assert!(done.starts_with("Done: 1 block downloaded, "), "{done}");
+    assert!(done.contains(" in "), "{done}");
     search(&c).await;
     let done = text(&c, "status").await;
     assert!(
@@ -1197,6 +1198,16 @@ fn share(x: f64) -> String {
     } else {
         format!("{}%", pct(x))
     }
+}
+
+/// The receipts this browser stored.
+async fn stored_receipts(c: &fantoccini::Client) -> Vec<dp::mechanism::Receipt> {
+    let v = js(
+        c,
+        "return JSON.parse(localStorage.getItem('privatemail.receipts') || '[]');",
+    )
+    .await;
+    serde_json::from_value(v).unwrap()
 }
 
 /// The receipts this browser stored, composed natively (`dp::budget`).
@@ -1242,7 +1253,7 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
             share(cr)
         ),
         format!("{} are found (chance: {})", share(f), share(cf)),
-        "Privacy spent by this search: ε = 8, δ = 1e-5".into(),
+        "Privacy this search will spend: ε = 8, δ = 1e-5 asked for".into(),
     ] {
         assert!(plan.contains(&want), "{want:?} not in {plan}");
     }
@@ -1278,13 +1289,18 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
     search(&c).await;
     let how = text(&c, "spent-how").await;
     let t = native_total(&c, None).await;
+    // The release's words are its receipt's (client::words), as the CLI prints them.
+    let stored = stored_receipts(&c).await;
     assert!(
         how.contains(&format!(
-            "The last search, an anchor-frame search at ε = 8, δ = 1e-5 (discrete Gaussian noise, ρ = {:.2} in zero-concentrated DP), added {:.2}: 0.00 → {:.2}.",
-            t.zcdp_rho, t.epsilon, t.epsilon
+            "The last search added {:.2} to the total (0.00 → {:.2}). An anchor-frame search, {}.",
+            t.epsilon,
+            t.epsilon,
+            client::words::release(&stored[0])
         )),
         "{how}"
     );
+    assert!(how.contains("discrete Gaussian noise"), "{how}");
     choose(&c, "protocol", "blocks").await;
     choose(&c, "budget", "131072").await;
     for (slider, eps) in [("6", 8.0), ("4", 2.0), ("3", 1.0)] {
@@ -1293,12 +1309,15 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
         search(&c).await;
         let after = native_total(&c, None).await;
         let how = text(&c, "spent-how").await;
+        let last = *stored_receipts(&c).await.last().unwrap();
+        assert_eq!(last.epsilon, eps);
         assert!(
             how.contains(&format!(
-                "The last search, a block search at ε = {eps} (pure ε-DP), added {:.2}: {:.2} → {:.2}.",
+                "The last search added {:.2} to the total ({:.2} → {:.2}). A block search, {}.",
                 after.epsilon - before.epsilon,
                 before.epsilon,
-                after.epsilon
+                after.epsilon,
+                client::words::release(&last)
             )),
             "{how}"
         );
@@ -1308,7 +1327,12 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
         (nineteen.epsilon - 19.0).abs() < 1e-6,
         "frame 8 + blocks 8, 2, 1: {nineteen:?}"
     );
-    assert_eq!(text(&c, "spent").await, "ε = 19.00 over 4 searches");
+    assert_eq!(text(&c, "spent").await, "ε = 19 over 4 searches");
+    // The heading names the composition the total came from.
+    assert_eq!(
+        text(&c, "spent-method").await,
+        format!("({})", client::words::composition_name(nineteen.method))
+    );
     // Another frame search at ε = 8: basic composition's δ no longer fits.
     choose(&c, "protocol", "frame").await;
     choose(&c, "epsilon", "6").await;
@@ -1319,16 +1343,11 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
     assert!(every_rho > 40.0, "{t:?}");
     assert!(t.epsilon < 19.0 + 8.0, "the total jumped: {t:?}");
     let how = text(&c, "spent-how").await;
+    let words = client::words::total(&t, &stored_receipts(&c).await);
     for want in [
+        words.text.clone(),
         format!(
-            "The block searches' ε's are added (pure ε-DP): {:.2}; the noisy-numbers searches' ρ's are added (zero-concentrated DP): ρ = {:.2}, which is ε = {:.2} at δ = 1e-5; together ε = {:.2} at δ = 1e-5.",
-            t.pure_epsilon,
-            t.gaussian_rho,
-            t.epsilon - t.pure_epsilon,
-            t.epsilon
-        ),
-        format!(
-            "added {:.2}: {:.2} → {:.2}.",
+            "The last search added {:.2} to the total ({:.2} → {:.2}).",
             t.epsilon - nineteen.epsilon,
             nineteen.epsilon,
             t.epsilon
@@ -1336,6 +1355,11 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
     ] {
         assert!(how.contains(&want), "{want:?} not in {how}");
     }
+    assert_eq!(
+        text(&c, "spent-method").await,
+        format!("({})", words.method)
+    );
+    assert!(!words.method.contains("basic"), "{words:?}");
     // Over the limit: the warning names the release and the totals before and after.
     let last: dp::mechanism::Receipt = serde_json::from_value(
         js(
@@ -1364,13 +1388,20 @@ async fn noisy_searches_say_what_their_results_are_worth_and_the_total_explains_
     let warning = text(&c, "warning-text").await;
     assert!(
         warning.contains(&format!(
-            "This search, an anchor-frame search at ε = 8, δ = 1e-5 (discrete Gaussian noise, ρ = {:.2} in zero-concentrated DP), would bring the privacy spent by this browser from ε = {:.2} to ε = {:.2}",
-            last.zcdp_rho, t.epsilon, next.epsilon
+            "This search would bring the privacy spent by this browser from ε = {:.2} to ε = {:.2}",
+            t.epsilon, next.epsilon
         )),
         "{warning}"
     );
     assert!(
-        warning.contains("How: The block searches' ε's are added"),
+        warning.contains(&format!(
+            "An anchor-frame search, {}.",
+            client::words::release(&last)
+        )),
+        "{warning}"
+    );
+    assert!(
+        warning.contains("How the total adds up: The block searches' ε's are added"),
         "{warning}"
     );
     std::fs::write(

@@ -271,7 +271,10 @@ fn the_default_protocol_is_the_pages_pir() {
     let text = cli.run(&["search", p, "--server", &s.base]);
     let text = String::from_utf8_lossy(&text.stdout).to_string();
     assert!(text.contains("PIR (the server learns nothing"), "{text}");
-    assert!(text.contains("spent nothing on this search"), "{text}");
+    assert!(
+        text.contains("released nothing about the photo (privacy loss ε = 0)"),
+        "{text}"
+    );
     let whole = cli.json(&["search", p, "--server", &s.base, "--whole", "--json"]);
     assert!(whole["pir"].is_null(), "{whole}");
     assert!(whole["plan"]["whole"].as_bool().unwrap(), "{whole}");

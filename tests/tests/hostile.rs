@@ -875,7 +875,7 @@ fn the_cli_stops_searching_a_server_whose_pir_answer_failed_a_check() {
         err.contains("Do not search the same photo here again"),
         "{err}"
     );
-    assert!(state.join("refusals.json").exists());
+    assert!(state.join("identities.json").exists());
     let posts = hostile.damaged_posts.load(Ordering::SeqCst);
     assert!(posts >= 1, "the first search sent its queries");
     // Another photo, another protocol: nothing is sent, and the CLI says why.

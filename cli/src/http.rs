@@ -404,8 +404,8 @@ impl Server {
 /// request, which then fails as unreachable.
 fn resolve(base: &str) -> Result<(Vec<std::net::SocketAddr>, Option<String>)> {
     use std::net::ToSocketAddrs;
-    let url = reqwest::Url::parse(base)
-        .map_err(|e| CliError::Usage(format!("--server {base}: {e}")))?;
+    let url =
+        reqwest::Url::parse(base).map_err(|e| CliError::Usage(format!("--server {base}: {e}")))?;
     let port = url.port_or_known_default().unwrap_or(80);
     match url.host() {
         Some(url::Host::Ipv4(a)) => Ok((vec![(a, port).into()], None)),

@@ -93,7 +93,11 @@ fn stopped(stop: &Stop, server: &Server) -> CliError {
 /// gallery and its verified configuration, or the reason nothing more may be sent.
 pub fn gate(server: &Server) -> Result<Gallery> {
     let origin = origin_of(&server.base)?;
-    let addresses: Vec<String> = server.addresses().iter().map(|&a| rules::address(a)).collect();
+    let addresses: Vec<String> = server
+        .addresses()
+        .iter()
+        .map(|&a| rules::address(a))
+        .collect();
     let mut book = load()?;
     if let Err(stop) = book.before_contact(&origin, &addresses) {
         store(&book)?;
@@ -103,9 +107,8 @@ pub fn gate(server: &Server) -> Result<Gallery> {
     let config_body = server
         .get_bounded("/api/v1/config", BodyLimit::both(limits::MAX_JSON_BYTES))?
         .bytes;
-    let key = rules::verify(&doc, &config_body).map_err(|e| {
-        CliError::Malformed(format!("{}: {e}; no search was sent", server.base))
-    })?;
+    let key = rules::verify(&doc, &config_body)
+        .map_err(|e| CliError::Malformed(format!("{}: {e}; no search was sent", server.base)))?;
     let mut book = load()?;
     let met = book.meet(&origin, &addresses, &key);
     store(&book)?;

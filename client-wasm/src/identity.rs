@@ -15,7 +15,8 @@ fn book(json: &str) -> Result<Book, JsError> {
     if json.trim().is_empty() {
         return Ok(Book::default());
     }
-    serde_json::from_str(json).map_err(|e| js_err(format!("the stored identities are unreadable: {e}")))
+    serde_json::from_str(json)
+        .map_err(|e| js_err(format!("the stored identities are unreadable: {e}")))
 }
 
 fn text(b: &Book) -> String {
@@ -90,7 +91,11 @@ pub fn identity_meet(book_json: &str, origin: &str, key: &str) -> Result<String,
 
 /// The refusal standing against this gallery (JSON, as `pir_start` takes it), if any.
 #[wasm_bindgen]
-pub fn identity_refusal(book_json: &str, origin: &str, key: Option<String>) -> Result<Option<String>, JsError> {
+pub fn identity_refusal(
+    book_json: &str,
+    origin: &str,
+    key: Option<String>,
+) -> Result<Option<String>, JsError> {
     Ok(book(book_json)?
         .refusal(origin, &[], key.as_deref())
         .map(|r| serde_json::to_string(&r).unwrap_or_default()))

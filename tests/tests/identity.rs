@@ -11,9 +11,10 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use ed25519_dalek::{Signer, SigningKey};
-use privatemail_e2e::browser::ROOT;
+use privatemail_e2e::browser::{self, js, load_photo, wait_for, ROOT};
 use privatemail_e2e::fake::{self, Body, Reply, Request};
 use privatemail_e2e::{demo_server, test_image};
+use serde_json::{json, Value};
 use shared::identity::{signed_message, IdentityDoc};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +43,10 @@ struct Front {
 
 impl Front {
     async fn answer(&self, req: Request) -> Reply {
-        self.log.lock().unwrap().push(req.path.clone());
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{} {}", req.method, req.path));
         let mode = *self.mode.lock().unwrap();
         let path = req.path.clone();
         match mode {
@@ -51,7 +55,10 @@ impl Front {
                 Reply::bytes(301, "text/plain", Vec::new()).header("location", &to)
             }
             Mode::NewKey | Mode::Forged if path == "/api/v1/identity" => {
-                let r = fake::forward_identity(&self.http, &self.real, &path, &req).await;
+                // The whole body, whatever the browser has cached.
+                let mut fresh = req.clone();
+                fresh.headers.retain(|(n, _)| n != "if-none-match");
+                let r = fake::forward_identity(&self.http, &self.real, &path, &fresh).await;
                 let Body::Bytes(bytes) = r.body else {
                     unreachable!("forward answers with bytes")
                 };
@@ -60,11 +67,8 @@ impl Front {
                     .unwrap()
                     .try_into()
                     .unwrap();
-                let signature = hex::encode(
-                    self.other_key
-                        .sign(&signed_message(&digest))
-                        .to_bytes(),
-                );
+                let signature =
+                    hex::encode(self.other_key.sign(&signed_message(&digest)).to_bytes());
                 let doc = IdentityDoc {
                     key: match mode {
                         Mode::NewKey => hex::encode(self.other_key.verifying_key().as_bytes()),
@@ -100,7 +104,20 @@ impl Front {
     fn searched(&self) -> Vec<String> {
         std::mem::take(&mut *self.log.lock().unwrap())
             .into_iter()
-            .filter(|p| p != "/api/v1/identity" && p != "/api/v1/config")
+            .filter(|p| p != "GET /api/v1/identity" && p != "GET /api/v1/config")
+            .collect()
+    }
+
+    /// The page's search requests since the last call: PIR's files and queries, blocks, and
+    /// every `POST`.
+    fn page_searches(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+            .into_iter()
+            .filter(|l| {
+                l.starts_with("POST ")
+                    || l.starts_with("GET /api/v1/pir/")
+                    || l.starts_with("GET /api/v1/blocks/")
+            })
             .collect()
     }
 
@@ -119,6 +136,25 @@ struct Setup {
     _real: privatemail_e2e::Server,
 }
 
+/// A front to `real` on the current runtime, its other key from `seed`.
+async fn front(real: &str, seed: u8) -> (String, Arc<Front>) {
+    let f = Arc::new(Front {
+        real: real.to_string(),
+        http: reqwest::Client::new(),
+        mode: Mutex::new(Mode::Honest),
+        moved_to: Mutex::new(String::new()),
+        other_key: SigningKey::from_bytes(&[seed; 32]),
+        log: Mutex::new(Vec::new()),
+    });
+    let h = f.clone();
+    let base = fake::start(fake::handler(move |req: Request| {
+        let h = h.clone();
+        async move { h.answer(req).await }
+    }))
+    .await;
+    (base, f)
+}
+
 fn setup(tag: &str) -> Setup {
     let real = demo_server(tag, &[]);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -126,22 +162,7 @@ fn setup(tag: &str) -> Setup {
         .enable_all()
         .build()
         .unwrap();
-    let front = |seed: u8| {
-        let f = Arc::new(Front {
-            real: real.base.clone(),
-            http: reqwest::Client::new(),
-            mode: Mutex::new(Mode::Honest),
-            moved_to: Mutex::new(String::new()),
-            other_key: SigningKey::from_bytes(&[seed; 32]),
-            log: Mutex::new(Vec::new()),
-        });
-        let h = f.clone();
-        let base = rt.block_on(fake::start(fake::handler(move |req: Request| {
-            let h = h.clone();
-            async move { h.answer(req).await }
-        })));
-        (base, f)
-    };
+    let front = |seed: u8| rt.block_on(front(&real.base, seed));
     let (a, b) = (front(1), front(2));
     Setup {
         a,
@@ -187,7 +208,14 @@ fn search(s: &Setup, state: &Path, server: &str, i: usize) -> Output {
     run(
         &s.bin,
         state,
-        &["search", photo.to_str().unwrap(), "--server", server, "--protocol", "pir"],
+        &[
+            "search",
+            photo.to_str().unwrap(),
+            "--server",
+            server,
+            "--protocol",
+            "pir",
+        ],
     )
 }
 
@@ -211,12 +239,18 @@ fn no_spelling_or_new_name_of_a_refused_server_gets_a_search() {
     fa.set(Mode::Damaged);
     let first = search(&s, &state, a, 0);
     assert_eq!(first.status.code(), Some(10), "{}", text(&first));
-    assert!(!fa.searched().is_empty(), "the first search sent its queries");
+    assert!(
+        !fa.searched().is_empty(),
+        "the first search sent its queries"
+    );
     let book: serde_json::Value =
         serde_json::from_slice(&std::fs::read(state.join("identities.json")).unwrap()).unwrap();
     let refused = &book["refusals"][0];
     assert_eq!(refused["keys"].as_array().unwrap().len(), 1, "{book}");
-    assert!(!refused["addresses"].as_array().unwrap().is_empty(), "{book}");
+    assert!(
+        !refused["addresses"].as_array().unwrap().is_empty(),
+        "{book}"
+    );
     fa.set(Mode::Honest);
     let p = port(a);
     // Each spelling is refused before any request reaches the server: by the normalised
@@ -250,7 +284,11 @@ fn no_spelling_or_new_name_of_a_refused_server_gets_a_search() {
     assert_eq!(fa.requests(), 0);
     let r = search(&s, &state, b, 21);
     assert_eq!(r.status.code(), Some(11), "{}", text(&r));
-    assert_eq!(fb.searched(), Vec::<String>::new(), "a search request reached the new name");
+    assert_eq!(
+        fb.searched(),
+        Vec::<String>::new(),
+        "a search request reached the new name"
+    );
     // Caught under the new name, it is refused there by name even with another key.
     fb.set(Mode::NewKey);
     let r = search(&s, &state, b, 22);
@@ -292,8 +330,15 @@ fn a_new_key_waits_for_the_person_and_a_forged_signature_is_refused() {
         let r = search(&s, &state, a, i);
         let err = text(&r);
         assert_eq!(r.status.code(), Some(11), "{err}");
-        assert!(err.contains(&presented) && err.contains("accept-key"), "{err}");
-        assert_eq!(fa.searched(), Vec::<String>::new(), "a search request was sent");
+        assert!(
+            err.contains(&presented) && err.contains("accept-key"),
+            "{err}"
+        );
+        assert_eq!(
+            fa.searched(),
+            Vec::<String>::new(),
+            "a search request was sent"
+        );
     }
     // A forged signature at the known name: refused as well.
     fa.set(Mode::Forged);
@@ -316,4 +361,160 @@ fn a_new_key_waits_for_the_person_and_a_forged_signature_is_refused() {
     let r = search(&s, &state, a, 6);
     assert_eq!(r.status.code(), Some(11), "{}", text(&r));
     let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+/// The page keys its refusal the same way (the wasm client's rules): its gallery's key is
+/// pinned on first use; a new key at its origin stops every search, with nothing sent, until the
+/// person presses "Accept the gallery's new key"; a forged signature stops the page before
+/// it is ready; and after a failed check the refusal stands by origin whatever key the server
+/// then presents, and is cleared only by hand.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_pins_the_gallery_key_and_keeps_the_refusal_by_key_and_origin() {
+    let real = browser::server();
+    let (base, f) = front(&real.base, 3).await;
+    let (_driver, c) = browser::browser().await;
+    browser::open_page(&c, &base).await;
+    let origin = base.trim_start_matches("http://").to_string();
+    let book = |c: &fantoccini::Client| {
+        let c = c.clone();
+        async move {
+            let v = js(&c, "return localStorage.getItem('privatemail.identities');").await;
+            serde_json::from_str::<Value>(v.as_str().unwrap_or("{}")).unwrap()
+        }
+    };
+    let pinned = book(&c).await["pins"][&origin].clone();
+    assert!(
+        pinned.as_str().is_some_and(|k| k.len() == 64),
+        "{}",
+        book(&c).await
+    );
+    let (file, _) = browser::image_file(0);
+    load_photo(&c, &file).await;
+    assert_eq!(browser::search(&c).await.len(), 8);
+    // A new key at the known origin: stopped, naming the key; no search request.
+    f.set(Mode::NewKey);
+    browser::open_page(&c, &base).await;
+    let presented = hex::encode(f.other_key.verifying_key().as_bytes());
+    wait_for(
+        &c,
+        "!document.getElementById('stopped').hidden",
+        "the new-key stop",
+    )
+    .await;
+    let text = browser::text(&c, "stopped-text").await;
+    assert!(text.contains(&presented), "{text}");
+    assert_eq!(
+        js(&c, "return document.getElementById('accept-key').hidden;").await,
+        json!(false)
+    );
+    assert_eq!(
+        js(
+            &c,
+            "return document.getElementById('clear-refusal').hidden;"
+        )
+        .await,
+        json!(true)
+    );
+    f.page_searches();
+    load_photo(&c, &file).await;
+    js(
+        &c,
+        "document.getElementById('stopped').hidden = true; return 0;",
+    )
+    .await;
+    browser::click(&c, "search").await;
+    wait_for(
+        &c,
+        "!document.getElementById('stopped').hidden",
+        "the stop again",
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        f.page_searches(),
+        Vec::<String>::new(),
+        "a search request was sent"
+    );
+    assert_eq!(book(&c).await["pins"][&origin], pinned);
+    // Accepted by the person: pinned, and searches run.
+    browser::click(&c, "accept-key").await;
+    assert_eq!(
+        js(&c, "return document.getElementById('stopped').hidden;").await,
+        json!(true)
+    );
+    assert_eq!(book(&c).await["pins"][&origin], json!(presented));
+    assert_eq!(browser::search(&c).await.len(), 8);
+    // A forged signature: the page does not become ready; no search is possible.
+    f.set(Mode::Forged);
+    c.goto(&format!("{base}/")).await.unwrap();
+    wait_for(
+        &c,
+        "!document.getElementById('error').hidden",
+        "the identity refused",
+    )
+    .await;
+    let err = browser::text(&c, "error").await;
+    assert!(err.contains("signature"), "{err}");
+    assert_ne!(
+        js(&c, "return document.body.dataset.ready || '';").await,
+        json!("true")
+    );
+    // Back to the first key: a new key again, accepted again.
+    f.set(Mode::Honest);
+    browser::open_page(&c, &base).await;
+    wait_for(
+        &c,
+        "!document.getElementById('stopped').hidden",
+        "the old key's stop",
+    )
+    .await;
+    browser::click(&c, "accept-key").await;
+    assert_eq!(book(&c).await["pins"][&origin], pinned);
+    // A failed check, recorded by the key and the origin.
+    f.set(Mode::Damaged);
+    browser::open_page(&c, &base).await;
+    load_photo(&c, &file).await;
+    browser::click(&c, "search").await;
+    wait_for(
+        &c,
+        "!document.getElementById('stopped').hidden",
+        "the refusal",
+    )
+    .await;
+    let refused = book(&c).await["refusals"][0].clone();
+    assert_eq!(refused["keys"], json!([pinned]), "{refused}");
+    assert_eq!(refused["origins"], json!([origin]), "{refused}");
+    // The server changes its key: still refused (by the origin), and the way on is to clear
+    // the refusal, not to accept a key.
+    f.set(Mode::NewKey);
+    browser::open_page(&c, &base).await;
+    wait_for(
+        &c,
+        "!document.getElementById('stopped').hidden",
+        "the refusal after a new key",
+    )
+    .await;
+    assert_eq!(
+        js(
+            &c,
+            "return document.getElementById('clear-refusal').hidden;"
+        )
+        .await,
+        json!(false)
+    );
+    assert_eq!(
+        js(&c, "return document.getElementById('accept-key').hidden;").await,
+        json!(true)
+    );
+    f.page_searches();
+    load_photo(&c, &file).await;
+    browser::click(&c, "search").await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        f.page_searches(),
+        Vec::<String>::new(),
+        "a search request was sent"
+    );
+    let _ = std::fs::remove_file(&file);
+    c.close().await.unwrap();
 }

@@ -52,7 +52,8 @@ pub enum IdentityError {
 /// decimal number or an IPv4-mapped IPv6 address is the dotted IPv4 address. Keying by it
 /// refuses more than one gallery where several share a host; a refusal errs on that side.
 pub fn origin(url: &str) -> Result<String, IdentityError> {
-    let bad = |why: &str| IdentityError::BadUrl(format!("{why} ({})", shared::text::excerpt(url, 80)));
+    let bad =
+        |why: &str| IdentityError::BadUrl(format!("{why} ({})", shared::text::excerpt(url, 80)));
     let u = url::Url::parse(url.trim()).map_err(|e| bad(&e.to_string()))?;
     if !matches!(u.scheme(), "http" | "https") {
         return Err(bad("not http or https"));
@@ -109,8 +110,10 @@ fn hex_array<const N: usize>(s: &str, what: &'static str) -> Result<[u8; N], Ide
 /// checks them by name uses only documents the key signed, directly or through that name.
 pub fn verify(doc: &IdentityDoc, config_body: &[u8]) -> Result<String, IdentityError> {
     let key: [u8; 32] = hex_array(&doc.key, "the key is not 64 hex digits")?;
-    let signed: [u8; 32] =
-        hex_array(&doc.config_sha256, "the configuration's SHA-256 is not 64 hex digits")?;
+    let signed: [u8; 32] = hex_array(
+        &doc.config_sha256,
+        "the configuration's SHA-256 is not 64 hex digits",
+    )?;
     let sig: [u8; 64] = hex_array(&doc.signature, "the signature is not 128 hex digits")?;
     let vk = VerifyingKey::from_bytes(&key)
         .map_err(|_| IdentityError::Malformed("the key is not a point of the curve"))?;
@@ -207,7 +210,8 @@ impl Book {
         let r = &mut self.refusals[i];
         r.origins.insert(origin.to_string());
         r.addresses.extend(addresses.iter().cloned());
-        r.keys.extend(key.map(str::to_string).into_iter().chain(pinned));
+        r.keys
+            .extend(key.map(str::to_string).into_iter().chain(pinned));
         Stop::Refused(r.refusal.clone())
     }
 
@@ -242,7 +246,12 @@ impl Book {
     }
 
     /// The refusal to pass to a search driver for this gallery (none after `meet` passed).
-    pub fn refusal(&self, origin: &str, addresses: &[String], key: Option<&str>) -> Option<Refusal> {
+    pub fn refusal(
+        &self,
+        origin: &str,
+        addresses: &[String],
+        key: Option<&str>,
+    ) -> Option<Refusal> {
         self.matching(origin, addresses, key)
             .map(|i| self.refusals[i].refusal.clone())
     }
@@ -342,10 +351,19 @@ mod tests {
         // Ports other than the defaults stay; http and https on one port are one server.
         assert_eq!(origin("http://127.0.0.1:8080/").unwrap(), "127.0.0.1:8080");
         assert_eq!(origin("https://127.0.0.1:8080").unwrap(), "127.0.0.1:8080");
-        assert_eq!(origin("http://127.0.0.1.:8080/./").unwrap(), "127.0.0.1:8080");
+        assert_eq!(
+            origin("http://127.0.0.1.:8080/./").unwrap(),
+            "127.0.0.1:8080"
+        );
         assert_eq!(origin("http://2130706433:8080").unwrap(), "127.0.0.1:8080");
-        assert_eq!(origin("http://[::ffff:127.0.0.1]:8080").unwrap(), "127.0.0.1:8080");
-        assert_eq!(origin("http://www.localhost:8080").unwrap(), "localhost:8080");
+        assert_eq!(
+            origin("http://[::ffff:127.0.0.1]:8080").unwrap(),
+            "127.0.0.1:8080"
+        );
+        assert_eq!(
+            origin("http://www.localhost:8080").unwrap(),
+            "localhost:8080"
+        );
         assert_eq!(origin("http://[::1]:8080").unwrap(), "[::1]:8080");
         // IDNA: the Unicode and punycode spellings are one host.
         assert_eq!(
@@ -355,7 +373,12 @@ mod tests {
         // Distinct servers stay distinct.
         assert_ne!(origin("https://other.example").unwrap(), base);
         assert_ne!(origin("http://127.0.0.1:8081").unwrap(), "127.0.0.1:8080");
-        for bad in ["ftp://gallery.example", "gallery.example", "file:///etc", "https://"] {
+        for bad in [
+            "ftp://gallery.example",
+            "gallery.example",
+            "file:///etc",
+            "https://",
+        ] {
             assert!(origin(bad).is_err(), "{bad}");
         }
     }
@@ -444,14 +467,23 @@ mod tests {
         // The key, under a new name at a new address (the browser knows no address).
         let b = addrs(&["10.0.0.2:443"]);
         assert_eq!(book.before_contact("renamed.example", &b), Ok(()));
-        assert_eq!(book.meet("renamed.example", &b, &k1), refused.clone().map(|_| Meeting::Known));
+        assert_eq!(
+            book.meet("renamed.example", &b, &k1),
+            refused.clone().map(|_| Meeting::Known)
+        );
         // What it was met with joined the refusal: a new key there is still refused, by the
         // name and by the address.
         assert_eq!(book.before_contact("renamed.example", &[]), refused);
         assert_eq!(book.before_contact("third.example", &b), refused);
-        assert_eq!(book.meet("renamed.example", &[], &k2), refused.clone().map(|_| Meeting::Known));
+        assert_eq!(
+            book.meet("renamed.example", &[], &k2),
+            refused.clone().map(|_| Meeting::Known)
+        );
         // Another gallery is untouched.
-        assert_eq!(book.meet("other.example", &addrs(&["10.9.9.9:443"]), &k3), Ok(Meeting::FirstUse));
+        assert_eq!(
+            book.meet("other.example", &addrs(&["10.9.9.9:443"]), &k3),
+            Ok(Meeting::FirstUse)
+        );
         assert_eq!(book.refusal("other.example", &[], Some(&k3)), None);
         // Cleared by the person, by any name it is known by: every identifier goes with it.
         assert!(book.clear("renamed.example"));
@@ -464,7 +496,10 @@ mod tests {
     fn a_new_key_at_a_known_origin_waits_for_the_person() {
         let (k1, k2) = ("aa".repeat(32), "bb".repeat(32));
         let mut book = Book::default();
-        assert_eq!(book.meet("gallery.example", &[], &k1), Ok(Meeting::FirstUse));
+        assert_eq!(
+            book.meet("gallery.example", &[], &k1),
+            Ok(Meeting::FirstUse)
+        );
         let stop = book.meet("gallery.example", &[], &k2).unwrap_err();
         assert_eq!(
             stop,
@@ -493,7 +528,12 @@ mod tests {
     fn the_book_round_trips_and_keys_parse_strictly() {
         let mut book = Book::default();
         book.meet("gallery.example", &[], &"aa".repeat(32)).ok();
-        book.record("gallery.example", &addrs(&["10.0.0.1:443"]), None, &refusal());
+        book.record(
+            "gallery.example",
+            &addrs(&["10.0.0.1:443"]),
+            None,
+            &refusal(),
+        );
         let text = serde_json::to_string(&book).unwrap();
         assert_eq!(serde_json::from_str::<Book>(&text).unwrap(), book);
         assert_eq!(serde_json::from_str::<Book>("{}").unwrap(), Book::default());

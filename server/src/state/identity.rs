@@ -88,7 +88,10 @@ mod tests {
             assert_eq!(mode & 0o077, 0, "readable by others: {mode:o}");
         }
         std::fs::write(&path, [1u8; 31]).unwrap();
-        assert!(load_or_create(&path).is_err(), "a damaged key is not replaced");
+        assert!(
+            load_or_create(&path).is_err(),
+            "a damaged key is not replaced"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

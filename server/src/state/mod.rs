@@ -3,8 +3,8 @@
 //! background re-embedding while searches keep being answered from the old one.
 
 mod catalogue;
-pub mod identity;
 pub mod embed;
+pub mod identity;
 mod open;
 
 use std::collections::{BTreeMap, HashMap};

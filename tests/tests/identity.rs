@@ -297,7 +297,7 @@ fn no_spelling_or_new_name_of_a_refused_server_gets_a_search() {
     // Cleared by the person under any of its names, the old name searches again.
     fb.set(Mode::Honest);
     fa.set(Mode::Honest);
-    let clear = run(&s.bin, &state, &["clear-refusal", "--server", &b]);
+    let clear = run(&s.bin, &state, &["clear-refusal", "--server", b]);
     assert_eq!(clear.status.code(), Some(0), "{}", text(&clear));
     let r = search(&s, &state, a, 23);
     assert_eq!(r.status.code(), Some(0), "{}", text(&r));

@@ -16,7 +16,8 @@
 // evaluation.js (what the noisy-numbers searches' results are worth, from results.csv),
 // map.js (the block map), plot.js, results.js, format.js, gallery.js (which gallery, where
 // the code came from), origin.js (saying so), assets.js (the page's own checked files), pir.js (PIR's
-// transport), and flows/ with one search flow a protocol (frame.js: the anchor frame and
+// transport), identity.js (the gallery's key, pinned, and the refusal keyed by it and by the
+// gallery's origin), and flows/ with one search flow a protocol (frame.js: the anchor frame and
 // Algorithm 1; blocks.js: blocks and the whole gallery; pir.js).
 import { Client } from "./pkg/privatemail_client_wasm.js";
 import { $, protocol, showError, state, status, timings } from "./page.js";
@@ -28,7 +29,7 @@ import { loadPartition, loadPirDoc, updateProtocol } from "./protocol.js";
 import { onFrameSearch, send } from "./flows/frame.js";
 import { fetchBlocks, onBlockSearch } from "./flows/blocks.js";
 import { onPirSearch, showStopped } from "./flows/pir.js";
-import { clearRefusal, storedRefusal } from "./pir.js";
+import { acceptKey, beforeContact, clearRefusal, gallery, meet } from "./identity.js";
 import { loadEvaluation } from "./evaluation.js";
 import { showCodeOrigin, useGalleryForm } from "./origin.js";
 import { GALLERY, GALLERY_ORIGIN, GALLERY_PROBLEM, galleryUrl, narrowConnections } from "./gallery.js";
@@ -47,14 +48,22 @@ async function start() {
   }
   const evaluation = loadEvaluation();
   try {
-    const [, weights, classWeights, configText, anchorsText, mapText] = await Promise.all([
+    // Public reads only, the same for every photo: nothing here waits for the gallery's
+    // identity, and no search is sent before it is checked.
+    const [, weights, classWeights, configText, anchorsText, mapText, identityText] = await Promise.all([
       wasmReady,
       getModel("pkg/query.bin", "max_model_bytes", false),
       getModel("pkg/classifier.bin", "class_model_bytes", true),
       getJson("/api/v1/config"),
       getJson("/api/v1/anchors"),
       getJson("/api/v1/gallery-map"),
+      getJson("/api/v1/identity", 1024),
     ]);
+    // The gallery is the page's setting (gallery.js). The configuration is the one the
+    // gallery's key signed, or the page goes no further; the key is pinned on first use, and a
+    // refusal by the gallery's origin or its key, or a new key, stops every search.
+    beforeContact(GALLERY);
+    meet(identityText, configText);
     state.config = JSON.parse(configText);
     state.map = JSON.parse(mapText);
     state.client = new Client(
@@ -80,7 +89,7 @@ async function start() {
   updateEpsilon();
   updateBudget();
   updateProtocol();
-  if (storedRefusal()) showStopped(refusalWords());
+  if (gallery.stop) showStop();
   timings.ready_ms = performance.now() - t0;
   status(`Ready (${Math.round(timings.ready_ms)} ms). Choose a photo to search with.`);
   document.body.dataset.ready = "true";
@@ -97,23 +106,22 @@ function blocksOrigin() {
 
 // ---- search ----------------------------------------------------------------------------------
 
-// The words for the stored refusal (from the wasm client: one text with the CLI's); a record
-// this page cannot read still stops searches.
-function refusalWords() {
-  try {
-    return state.client.refusal_message(storedRefusal());
-  } catch {
-    return "Searches against this server are stopped: an answer failed a check earlier. Allow them again only if you trust this server.";
-  }
+// Why nothing is sent to this gallery (the wasm client's words, one text with the CLI's), with
+// the one way on: clearing a refusal, or accepting a new key.
+function showStop() {
+  $("clear-refusal").hidden = gallery.stop.kind !== "refused";
+  $("accept-key").hidden = gallery.stop.kind !== "new_key";
+  showStopped(gallery.stop.message);
 }
 
 async function onSearch() {
   showError("");
   $("warning").hidden = true;
   if (!state.image) return;
-  // After a failed check against this server, no search of any kind is sent (no fallback
-  // to a less private protocol) until the person clears the stop.
-  if (storedRefusal()) return showStopped(refusalWords());
+  // After a failed check against this gallery (under any name, with its key), no search of
+  // any kind is sent (no fallback to a less private protocol) until the person clears the
+  // stop; nor after its name presented a new key, until the person accepts it.
+  if (gallery.stop) return showStop();
   if (protocol() === "pir") return onPirSearch();
   if (protocol() === "blocks" || protocol() === "whole") return onBlockSearch();
   return onFrameSearch();
@@ -149,9 +157,14 @@ $("budget").addEventListener("change", updateEpsilon); // the plan, and the hint
 $("pir-ranking").addEventListener("change", updateEpsilon);
 $("ranking").addEventListener("change", updateEpsilon); // the frame's figures follow its ranking
 $("clear-refusal").addEventListener("click", () => {
-  clearRefusal();
+  if (clearRefusal()) return showStop();
   $("stopped").hidden = true;
   status("Searches against this server are allowed again. Do not search a photo you searched when the check failed.");
+});
+$("accept-key").addEventListener("click", () => {
+  if (acceptKey()) return showStop();
+  $("stopped").hidden = true;
+  status("The gallery's new key is accepted; searches against it are allowed.");
 });
 $("limit").addEventListener("change", () => localStorage.setItem(LIMIT_KEY, $("limit").value));
 $("reset").addEventListener("click", () => {

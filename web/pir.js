@@ -6,23 +6,14 @@
 // never retries.
 //
 // After an answer fails a check that involved the photo's secret, the driver returns a refusal:
-// it is stored here (localStorage, per origin) before the error is shown, and every later
-// search on this page — of any protocol — is refused until the person clears it.
+// it is stored (identity.js: by the gallery's key and normalised origin) before the error is
+// shown, and every later search — of any protocol, under any of the gallery's names — is
+// refused until the person clears it.
 
 import { clientLimits, deadline, fetchBounded, wireOf } from "./net.js";
-import { CODE_FROM, GALLERY } from "./gallery.js";
+import { recordRefusal, storedRefusal } from "./identity.js";
 
 const ANSWER_TYPE = { "content-type": "application/octet-stream" };
-// One refusal per gallery: the page's own origin's keeps the plain key.
-export const REFUSAL_KEY = CODE_FROM === "gallery" ? "privatemail.refusal" : `privatemail.refusal ${GALLERY}`;
-
-// The stored refusal (JSON text), or null.
-export function storedRefusal() {
-  return localStorage.getItem(REFUSAL_KEY);
-}
-export function clearRefusal() {
-  localStorage.removeItem(REFUSAL_KEY);
-}
 
 function httpError(r, what) {
   const e = new Error(`the server answered HTTP ${r.status} for ${what}`);
@@ -137,7 +128,7 @@ async function drive(client, plan, onStep, signal) {
     step = JSON.parse(timed(() => client.pir_answer(answer)));
   }
   const done = step.done;
-  if (done.refusal && done.kind === "hostile") localStorage.setItem(REFUSAL_KEY, JSON.stringify(done.refusal));
+  if (done.refusal && done.kind === "hostile") recordRefusal(JSON.stringify(done.refusal));
   t.total_ms = performance.now() - t.started;
   preparePir(client, plan);
   const bytes = { up: done.traffic.up, down: done.traffic.down, once: done.traffic.once };

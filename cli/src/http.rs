@@ -63,6 +63,9 @@ pub struct Body {
 
 pub struct Server {
     pub base: String,
+    /// The addresses the server's name resolved to, once, here: every request to that name
+    /// goes to them, and the refusal is keyed by them (`crate::identity`).
+    addresses: Vec<std::net::SocketAddr>,
     http: reqwest::blocking::Client,
     deadline: Instant,
     timeouts: Timeouts,
@@ -183,9 +186,16 @@ impl Server {
                 "--server must be an http:// or https:// URL, got {base:?}"
             )));
         }
+        let (addresses, domain) = resolve(&base)?;
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
-        let http = reqwest::blocking::Client::builder()
+        let mut builder = reqwest::blocking::Client::builder();
+        if let Some(domain) = domain {
+            // The addresses the refusal was checked against are the ones connected to: the
+            // name is not resolved a second time, where its DNS could answer otherwise.
+            builder = builder.resolve_to_addrs(&domain, &addresses);
+        }
+        let http = builder
             // This client decodes gzip itself, counting the bytes on both sides.
             .no_gzip()
             .default_headers(headers)
@@ -197,10 +207,16 @@ impl Server {
             .map_err(|e| CliError::Usage(e.to_string()))?;
         Ok(Server {
             base,
+            addresses,
             http,
             deadline: Instant::now() + timeouts.total,
             timeouts,
         })
+    }
+
+    /// The addresses the server's name resolved to.
+    pub fn addresses(&self) -> &[std::net::SocketAddr] {
+        &self.addresses
     }
 
     /// An absolute URL for a server path or an absolute URL the server published.
@@ -379,6 +395,30 @@ impl Server {
         }
         let body = self.exchange(&url, req, BodyLimit::both(limits::MAX_JSON_BYTES))?;
         parse(&url, &body.bytes)
+    }
+}
+
+/// The socket addresses `base`'s host resolves to (an IP address is its own), and the domain
+/// name to pin them to in the HTTP client (none for an IP address). A name that does not
+/// resolve has no addresses: the refusal's other keys are still checked before its first
+/// request, which then fails as unreachable.
+fn resolve(base: &str) -> Result<(Vec<std::net::SocketAddr>, Option<String>)> {
+    use std::net::ToSocketAddrs;
+    let url =
+        reqwest::Url::parse(base).map_err(|e| CliError::Usage(format!("--server {base}: {e}")))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    match url.host() {
+        Some(url::Host::Ipv4(a)) => Ok((vec![(a, port).into()], None)),
+        Some(url::Host::Ipv6(a)) => Ok((vec![(a, port).into()], None)),
+        Some(url::Host::Domain(d)) => {
+            let addrs: Vec<_> = (d, port)
+                .to_socket_addrs()
+                .map(Iterator::collect)
+                .unwrap_or_default();
+            let pin = (!addrs.is_empty()).then(|| d.to_string());
+            Ok((addrs, pin))
+        }
+        None => Err(CliError::Usage(format!("--server {base}: no host"))),
     }
 }
 

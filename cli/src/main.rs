@@ -6,15 +6,16 @@
 //! oversized or unverifiable answer (or a redirect to another origin, or too many), 8 budget
 //! file, 9 invalid parameters, 10 an answer failed a check after decryption (searches against
 //! that server are stopped from then on), 11 searches against this server are stopped
-//! (`clear-refusal` lifts it), 12 a served page differs from this version's (`verify-page`).
+//! (`clear-refusal` lifts it), or this server's name presents a key other than the one pinned
+//! for it (`accept-key` accepts it), 12 a served page differs from this version's (`verify-page`).
 
 mod budget;
 mod error;
 mod http;
+mod identity;
 mod page;
 mod photo;
 mod pir;
-mod refusal;
 mod search;
 
 use std::io::IsTerminal;
@@ -167,7 +168,8 @@ enum Command {
     /// check. Only do this if you trust that server again: a malicious server can use such
     /// failures to learn about one bit of a photo per search.
     ClearRefusal {
-        /// The server whose searches were stopped.
+        /// The server whose searches were stopped (any of its URLs: the refusal is lifted
+        /// under every name, address and key it was known by).
         #[arg(
             long,
             env = "PRIVATEMAIL_SERVER",
@@ -205,6 +207,22 @@ enum Command {
         timeout: f64,
         #[arg(long)]
         json: bool,
+    },
+    /// Accept a new key for a gallery: its name presented a key other than the one pinned
+    /// when this client first searched there, and searches stopped. Only do this if you know
+    /// why the key changed (ask the operator for the key): a new key can be another server
+    /// under the same name. It lifts no refusal.
+    AcceptKey {
+        /// The gallery whose key changed.
+        #[arg(
+            long,
+            env = "PRIVATEMAIL_SERVER",
+            default_value = "http://127.0.0.1:8080"
+        )]
+        server: String,
+        /// The new key, 64 hex digits (the stop message names the key presented).
+        #[arg(long)]
+        key: String,
     },
     /// Change the gallery (operators: needs the server's admin token).
     Gallery {
@@ -502,7 +520,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::ClearRefusal { server } => {
-            if refusal::clear(&server)? {
+            if identity::clear(&server)? {
                 println!("searches against {server} are allowed again");
             } else {
                 println!("searches against {server} were not stopped");
@@ -516,7 +534,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             // A gallery whose answer failed a check gets no search from this machine, the
             // page's included.
-            refusal::guard(&server)?;
+            identity::gate(&http::Server::new(&server, http::Timeouts::default())?)?;
             page::serve(&server, port, !no_open)
         }
         Command::VerifyPage { url, timeout, json } => {
@@ -558,6 +576,16 @@ fn run(cli: Cli) -> Result<()> {
                         .join(", ")
                 )))
             }
+        }
+        Command::AcceptKey { server, key } => {
+            match identity::accept(&server, &key)? {
+                Some(old) if old != key.to_ascii_lowercase() => {
+                    println!("{server}: the key {old} is replaced by {key}")
+                }
+                Some(_) => println!("{server}: {key} was already its key"),
+                None => println!("{server}: {key} is pinned"),
+            }
+            Ok(())
         }
         Command::Gallery { action } => match action {
             GalleryAction::Add {

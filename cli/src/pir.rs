@@ -75,9 +75,10 @@ pub(crate) fn public_file(
 /// The ranked top k (ids, labels, distances) with their thumbnails checked: the sequence of
 /// `client::pir_search::driver` over HTTP. This function only moves bytes; the
 /// order, sizes and failure handling are the driver's. A hostile failure is persisted
-/// ([`crate::refusal`]) before it is reported.
+/// against every identifier of `gallery` ([`crate::identity::record`]) before it is reported.
 pub fn search(
     server: &Server,
+    gallery: &crate::identity::Gallery,
     features: &[f32],
     k: usize,
     max_bytes: f64,
@@ -89,7 +90,7 @@ pub fn search(
     let doc: PirDoc = server.get_json("/api/v1/pir")?;
     let p = plan_of(&part, &doc, k, max_bytes, ranking)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
-    let refusal = crate::refusal::load(&server.base)?;
+    let refusal = gallery.refusal()?;
     let mut cache = PirCache::default();
     let (mut once, mut client_ms) = (0u64, 0.0);
     let t0 = Instant::now();
@@ -150,7 +151,7 @@ pub fn search(
         )),
         Err(failure) => {
             if let (FailureKind::Hostile, Some(r)) = (failure.kind, &failure.refusal) {
-                crate::refusal::record(&server.base, r)?;
+                crate::identity::record(gallery, r)?;
             }
             Err(match failure.kind {
                 FailureKind::Hostile => CliError::Hostile(failure.message),

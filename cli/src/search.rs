@@ -162,11 +162,19 @@ pub fn run(
 ) -> Result<Outcome> {
     let pixels = &framing.pixels[..];
     let (model, classifier) = models;
-    // After a failed check against this server nothing is sent, whatever the protocol (no
-    // fallback to a less private one), until `privatemail clear-refusal`.
-    crate::refusal::guard(&server.base)?;
+    // After a failed check against this server — under any of its names, addresses or its
+    // key — nothing is sent, whatever the protocol (no fallback to a less private one), until
+    // `privatemail clear-refusal`; nor to a known name presenting a new key until
+    // `privatemail accept-key`. The configuration is the one the gallery's key signed.
     let start = Instant::now();
-    let config: ConfigResponse = server.get_json("/api/v1/config")?;
+    let gallery = crate::identity::gate(server)?;
+    let config: ConfigResponse = serde_json::from_slice(&gallery.config_body).map_err(|e| {
+        CliError::Malformed(format!(
+            "{}/api/v1/config: {}",
+            server.base,
+            shared::text::excerpt(&e.to_string(), 200)
+        ))
+    })?;
     let ours = embed::model::weights_version(crate::QUERY_WEIGHTS);
     if config.query_model_version != ours {
         return Err(CliError::Malformed(format!(
@@ -200,6 +208,7 @@ pub fn run(
         Protocol::Pir => {
             let (ranked, costs) = crate::pir::search(
                 server,
+                &gallery,
                 &photo.search,
                 q.k,
                 q.max_bytes,

@@ -22,7 +22,9 @@
 //! `model.rs` (the on-device model, loading the photo), `frame.rs` (the anchor frame and the
 //! `POST /api/v1/search` round trip), `paper.rs` (Algorithm 1), `blocks.rs` (private block
 //! retrieval, and the block map), `pir.rs` (private information retrieval), `budget.rs` (composing
-//! receipts) and `disclosure.rs` (what a plan tells the server, in figures).
+//! receipts) and `disclosure.rs` (what a plan tells the server, in figures). `identity.rs` holds
+//! free functions (no `Client`): the gallery's key verified and pinned, and the refusal, over
+//! the book the page keeps in `localStorage` (`client::identity`'s rules).
 
 use ::paper::frame::AnchorFrame;
 use ::paper::privatemail::Anchors;
@@ -36,6 +38,7 @@ mod blocks;
 mod budget;
 mod disclosure;
 mod frame;
+mod identity;
 mod model;
 mod paper;
 mod pir;

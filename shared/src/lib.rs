@@ -10,6 +10,7 @@ pub mod bounded;
 pub mod digest;
 pub mod error;
 pub mod familiarity;
+pub mod identity;
 pub mod params;
 pub mod text;
 

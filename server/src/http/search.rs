@@ -31,6 +31,7 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/config", get(config))
+        .route("/identity", get(identity))
         .route("/anchors", get(anchors))
         .route(
             "/search",
@@ -56,6 +57,12 @@ async fn time_search(
 /// Fixed while the server runs: revalidated by its ETag (304 on reload).
 async fn config(State(s): Shared, headers: HeaderMap) -> Response {
     super::cache::json_revalidated::<ConfigResponse>(&headers, &s.config)
+}
+
+/// The gallery's key and its signature of the configuration (`state::identity`): fixed while
+/// the server runs.
+async fn identity(State(s): Shared, headers: HeaderMap) -> Response {
+    super::cache::json_revalidated::<shared::identity::IdentityDoc>(&headers, &s.identity)
 }
 
 /// The anchors never change while the server runs: revalidated by their ETag (304 on reload).

@@ -4,6 +4,7 @@
 
 mod catalogue;
 pub mod embed;
+pub mod identity;
 mod open;
 
 use std::collections::{BTreeMap, HashMap};
@@ -125,6 +126,9 @@ pub struct ServerStatus {
 
 pub struct AppState {
     pub config: ConfigResponse,
+    /// `GET /api/v1/identity`: the gallery's key and its signature of `config`
+    /// (`state::identity`).
+    pub identity: shared::identity::IdentityDoc,
     pub anchors: AnchorsResponse,
     anchor_features: DMatrix<f64>,
     /// The public anchor frame (`paper::frame`), fixed for the server's lifetime.

@@ -388,6 +388,8 @@ impl AppState {
             query_model_version: model_version(data::assets::QUERY_WEIGHTS),
             limits: opts.limits,
         };
+        let key = super::identity::load_or_create(&super::identity::key_path(opts.store_path))?;
+        let identity = super::identity::document(&key, &config)?;
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
         let placeholder = Snapshot {
             catalogue_version: 0,
@@ -399,6 +401,7 @@ impl AppState {
         };
         let mut state = AppState {
             config,
+            identity,
             anchors,
             anchor_features,
             frame,

@@ -248,6 +248,7 @@ fn openapi_document_describes_the_real_responses() {
             .unwrap()
     };
     assert_valid(&doc, "Config", &get("/api/v1/config"));
+    assert_valid(&doc, "Identity", &get("/api/v1/identity"));
     assert_valid(&doc, "Anchors", &get("/api/v1/anchors"));
     assert_valid(&doc, "Status", &get("/api/v1/status"));
     assert_valid(&doc, "ItemMeta", &get("/api/v1/gallery/5"));
@@ -283,6 +284,7 @@ fn openapi_document_describes_the_real_responses() {
     // Every path the router serves is documented.
     for p in [
         "/config",
+        "/identity",
         "/anchors",
         "/search",
         "/status",

@@ -386,6 +386,34 @@ fn json_reply(v: &impl serde::Serialize) -> Reply {
 }
 
 impl Hostile {
+    /// The gallery's identity as a consistent liar serves it: this fake's own key, signing the
+    /// configuration this case serves (so what each case tests is its own lie, not the
+    /// signature; `tests/tests/e2e/identity.rs` tests the signature).
+    async fn identity(&self, case: Case) -> Reply {
+        let get = Request {
+            method: "GET".into(),
+            path: "/api/v1/config".into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        let config = Box::pin(self.answer(case, "/api/v1/config", &get)).await;
+        let Body::Bytes(bytes) = config.body else {
+            return fake::forward(&self.http, &self.real, "/api/v1/identity", &get).await;
+        };
+        use ed25519_dalek::Signer;
+        use sha2::Digest;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[42; 32]);
+        let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+        json_reply(&shared::identity::IdentityDoc {
+            key: hex::encode(key.verifying_key().as_bytes()),
+            config_sha256: hex::encode(digest),
+            signature: hex::encode(
+                key.sign(&shared::identity::signed_message(&digest))
+                    .to_bytes(),
+            ),
+        })
+    }
+
     /// The real server's uncompressed centroids file at `path`.
     async fn real_centroids(&self, path: &str) -> Vec<u8> {
         let r = self
@@ -435,6 +463,9 @@ impl Hostile {
             if req.method == "POST" && path.starts_with("/api/v1/pir/") {
                 self.damaged_posts.fetch_add(1, Ordering::SeqCst);
             }
+        }
+        if path == "/api/v1/identity" {
+            return self.identity(case).await;
         }
         match case {
             Case::MismatchedAnchors | Case::MisnamedAnchors | Case::MalformedReference
@@ -868,7 +899,7 @@ fn the_cli_stops_searching_a_server_whose_pir_answer_failed_a_check() {
         err.contains("Do not search the same photo here again"),
         "{err}"
     );
-    assert!(state.join("refusals.json").exists());
+    assert!(state.join("identities.json").exists());
     let posts = hostile.damaged_posts.load(Ordering::SeqCst);
     assert!(posts >= 1, "the first search sent its queries");
     // Another photo, another protocol: nothing is sent, and the CLI says why.
@@ -1195,7 +1226,7 @@ async fn the_page_stops_searching_a_server_whose_pir_answer_failed_a_check() {
     browser::open_page(&c, &base).await;
     js(
         &c,
-        "localStorage.removeItem('privatemail.refusal'); return 0;",
+        "localStorage.removeItem('privatemail.identities'); return 0;",
     )
     .await;
     assert_eq!(
@@ -1280,8 +1311,12 @@ async fn the_page_stops_searching_a_server_whose_pir_answer_failed_a_check() {
     // Cleared by hand against an honest server, searches run again.
     browser::click(&c, "clear-refusal").await;
     assert_eq!(
-        js(&c, "return localStorage.getItem('privatemail.refusal');").await,
-        Value::Null
+        js(
+            &c,
+            "return JSON.parse(localStorage.getItem('privatemail.identities')).refusals.length;"
+        )
+        .await,
+        json!(0)
     );
     *hostile.page_case.lock().unwrap() = Case::Honest;
     load_photo(&c, &file).await;
@@ -1304,7 +1339,7 @@ async fn the_page_counts_a_release_the_server_answered_with_500() {
     browser::open_page(&c, &base).await;
     js(
         &c,
-        "localStorage.removeItem('privatemail.receipts'); localStorage.removeItem('privatemail.refusal'); return 0;",
+        "localStorage.removeItem('privatemail.receipts'); localStorage.removeItem('privatemail.identities'); return 0;",
     )
     .await;
     let (file, _) = browser::image_file(0);

@@ -12,6 +12,7 @@ mod ceilings_cli;
 mod cli;
 mod gallery;
 mod hostile;
+mod identity;
 mod load;
 mod malicious;
 mod object_store;

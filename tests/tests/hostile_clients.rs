@@ -127,7 +127,9 @@ fn half_sent_heads_and_bodies_are_closed_within_their_timeouts_while_others_are_
         .collect();
     // The server reads the heads in its own order: the three hold the share once it has.
     let held = Instant::now();
-    while status_json(&http, &srv.base)["pir_load"]["upload_bytes"].as_u64() != Some(3 * per as u64)
+    // Charged as they arrive: the half of each body sent, not its declared length.
+    while status_json(&http, &srv.base)["pir_load"]["upload_bytes"].as_u64()
+        != Some(3 * (per / 2) as u64)
     {
         assert!(
             held.elapsed() < Duration::from_secs(2),
@@ -229,6 +231,9 @@ fn at_the_connection_cap_idle_connections_make_room_and_busy_ones_are_kept() {
         "conn-cap",
         &[
             "--max-connections",
+            "16",
+            // All from one address here: the global cap, not the address's share.
+            "--max-connections-per-address",
             "16",
             "--header-timeout-secs",
             "60",

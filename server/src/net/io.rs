@@ -6,8 +6,10 @@
 //! cut (as Kestrel's `MinResponseDataRate`): 300 clients reading a 10 MB hint at 16 KB every
 //! 15 s once held 1.1 GiB of kernel memory. A stretch ends once the buffer has had room for
 //! [`UNBLOCKED_ENDS`] (the client caught up). Independently, a write that makes no progress
-//! for `write_timeout` is cut. With the send buffer bounded (`net::serve` sets `SO_SNDBUF`),
-//! a slow reader holds at most that much kernel memory, for at most about `grace`.
+//! for `write_timeout` is cut. A cut is a reset ([`Abort`]): a plain close would leave the
+//! backlog in the kernel, still sent at the reader's pace (seen: 370 KB queued in FIN-WAIT-1).
+//! With the send buffer bounded (`net::serve` sets `SO_SNDBUF`), a slow reader holds at most
+//! that much kernel memory, for at most about `grace`.
 //!
 //! **hyper's refusals.** A head hyper cannot parse (400), a URI longer than its buffer (414)
 //! or more header fields than it takes (431) get hyper's own answer, an empty body with
@@ -32,6 +34,36 @@ use crate::ops::refusals::{Refusal, Refusals};
 pub const UNBLOCKED_ENDS: Duration = Duration::from_secs(1);
 /// How often the rate is checked while a write waits, after the grace.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// A socket that can be closed at once, its unsent bytes dropped (`SO_LINGER` 0: a reset),
+/// so a cut slow reader's backlog does not stay in the kernel, sent on at its pace.
+pub trait Abort {
+    fn abort(&self);
+}
+
+impl Abort for tokio::net::TcpStream {
+    fn abort(&self) {
+        use std::os::fd::AsRawFd;
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: setsockopt on an open socket with a pointer to a local struct and its size.
+        unsafe {
+            libc::setsockopt(
+                self.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+impl Abort for tokio::io::DuplexStream {
+    fn abort(&self) {}
+}
 
 /// The write bounds of one connection.
 #[derive(Debug, Clone, Copy)]
@@ -127,7 +159,7 @@ fn json_refusal(status: u16) -> Vec<u8> {
     .into_bytes()
 }
 
-impl<S: AsyncWrite + Unpin> ConnIo<S> {
+impl<S: AsyncWrite + Abort + Unpin> ConnIo<S> {
     /// Writes what remains of a replacing answer; Ready once all of it is written.
     fn drive_replacing(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some((buf, pos)) = self.replacing.as_mut() {
@@ -187,6 +219,7 @@ impl<S: AsyncWrite + Unpin> ConnIo<S> {
         s.unblocked = None;
         if now - self.last_progress >= self.limits.write_timeout {
             self.refusals.record(Refusal::WriteStalled);
+            self.inner.abort();
             return Poll::Ready(Err(timed_out("a response write made no progress")));
         }
         let elapsed = now - s.start;
@@ -194,6 +227,7 @@ impl<S: AsyncWrite + Unpin> ConnIo<S> {
         if rate > 0 && elapsed >= self.limits.grace {
             if (s.bytes as f64) < rate as f64 * elapsed.as_secs_f64() {
                 self.refusals.record(Refusal::SlowReader);
+                self.inner.abort();
                 return Poll::Ready(Err(timed_out(
                     "the client reads the response slower than the minimum rate",
                 )));
@@ -226,7 +260,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for ConnIo<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for ConnIo<S> {
+impl<S: AsyncWrite + Abort + Unpin> AsyncWrite for ConnIo<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

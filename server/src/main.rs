@@ -207,18 +207,19 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let client_address_header = args.client_address_header.clone();
     let secs = std::time::Duration::from_secs;
     let open_files = net::raise_open_files(args.max_connections + net::FD_RESERVE);
-    let max_connections = (args.max_connections)
-        .min(open_files.saturating_sub(net::FD_RESERVE).max(16)) as usize;
+    let max_connections =
+        (args.max_connections).min(open_files.saturating_sub(net::FD_RESERVE).max(16)) as usize;
     let net_limits = NetLimits {
         header_timeout: secs(args.header_timeout_secs),
         body_timeout: secs(args.body_timeout_secs),
         request_timeout: secs(args.request_timeout_secs),
         write_timeout: secs(args.write_timeout_secs),
         max_connections,
-        max_per_address: args.max_connections_per_address.map_or(
-            (max_connections / net::ADDRESS_SHARE_DIVISOR).max(1),
-            |n| n as usize,
-        ),
+        max_per_address: args
+            .max_connections_per_address
+            .map_or((max_connections / net::ADDRESS_SHARE_DIVISOR).max(1), |n| {
+                n as usize
+            }),
         min_rate: args.min_data_rate,
         rate_grace: secs(args.min_rate_grace_secs),
         shutdown_grace: secs(args.shutdown_grace_secs),

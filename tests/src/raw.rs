@@ -36,7 +36,11 @@ pub fn connect_from(
 }
 
 /// [`half_sent`] from the local address `from`.
-pub fn half_sent_from(addr: &str, from: std::net::IpAddr, bytes: &[u8]) -> std::io::Result<TcpStream> {
+pub fn half_sent_from(
+    addr: &str,
+    from: std::net::IpAddr,
+    bytes: &[u8],
+) -> std::io::Result<TcpStream> {
     let mut s = connect_from(addr, from, None)?;
     s.write_all(bytes)?;
     Ok(s)

@@ -101,19 +101,24 @@ fn one_address_holds_its_share_and_when_full_the_largest_holder_makes_room() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(open_count(&first), 4, "127.0.0.1 holds exactly its share");
     let status = from(2);
-    assert!(
-        refusals(&status, &srv, "address_cap") + refusals(&status, &srv, "evicted_idle") >= 8
-    );
+    assert!(refusals(&status, &srv, "address_cap") + refusals(&status, &srv, "evicted_idle") >= 8);
     let (_, others_config) = (0, status.get(format!("{}/api/v1/config", srv.base)).send());
     assert_eq!(others_config.unwrap().status(), StatusCode::OK);
     std::thread::sleep(Duration::from_millis(200));
     // Fill the server, every connection busy: 127.0.0.1 holds 4, nine addresses 3 each, one
     // address 1 (32).
-    let first: Vec<TcpStream> = first.into_iter().filter(|s| !closed_or_answered(s)).collect();
+    let first: Vec<TcpStream> = first
+        .into_iter()
+        .filter(|s| !closed_or_answered(s))
+        .collect();
     let mut rest: Vec<TcpStream> = (2..=10).flat_map(|a| stalled_from(&srv, a, 3)).collect();
     rest.extend(stalled_from(&srv, 11, 1));
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(open_count(&first) + open_count(&rest), 32, "the server is full");
+    assert_eq!(
+        open_count(&first) + open_count(&rest),
+        32,
+        "the server is full"
+    );
     // A new address is served: the largest holder (127.0.0.1) gives up a busy connection.
     let newcomer = Client::builder().local_address(ip(20)).build().unwrap();
     let t = Instant::now();
@@ -230,10 +235,16 @@ fn bodies_are_charged_as_they_arrive_and_slow_ones_are_cut() {
         if s.write_all(b" ").is_err() || closed_or_answered(&s) {
             break t.elapsed();
         }
-        assert!(t.elapsed() < Duration::from_secs(12), "the dripping body was not cut");
+        assert!(
+            t.elapsed() < Duration::from_secs(12),
+            "the dripping body was not cut"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(cut >= Duration::from_millis(2500), "cut before the grace: {cut:?}");
+    assert!(
+        cut >= Duration::from_millis(2500),
+        "cut before the grace: {cut:?}"
+    );
     let http = Client::new();
     assert!(refusals(&http, &srv, "slow_bodies") >= 5);
 }
@@ -325,10 +336,140 @@ fn a_download_read_slower_than_the_minimum_rate_is_cut_and_a_fast_one_is_not() {
             Ok(0) | Err(_) => break t.elapsed(),
             Ok(n) => got += n,
         }
-        assert!(t.elapsed() < Duration::from_secs(20), "still sending after {got} bytes");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "still sending after {got} bytes"
+        );
         std::thread::sleep(Duration::from_millis(500));
     };
     assert!(got < pipelined * size, "every answer was read");
-    assert!(cut >= Duration::from_secs(2), "cut before the grace: {cut:?}");
+    assert!(
+        cut >= Duration::from_secs(2),
+        "cut before the grace: {cut:?}"
+    );
     assert!(refusals(&http, &srv, "slow_readers") >= 1);
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+/// `victims` addresses (127.0.0.10…) each sending `rounds` thumbnail queries one after
+/// another, all at once: every latency in seconds, sorted, and how many were not a 200.
+fn victims_round(url: &str, per: usize, victims: u8, rounds: usize) -> (Vec<f64>, usize) {
+    let results: Vec<(Vec<f64>, usize)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..victims)
+            .map(|v| {
+                scope.spawn(move || {
+                    let http = Client::builder().local_address(ip(10 + v)).build().unwrap();
+                    let (mut lat, mut failed) = (Vec::new(), 0);
+                    for i in 0..rounds {
+                        let t = Instant::now();
+                        let r = http
+                            .post(url)
+                            .header("content-type", "application/octet-stream")
+                            .body(vec![(i % 7) as u8; per])
+                            .send()
+                            .unwrap();
+                        let ok = r.status() == StatusCode::OK;
+                        let _ = r.bytes();
+                        if ok {
+                            lat.push(t.elapsed().as_secs_f64());
+                        } else {
+                            failed += 1;
+                        }
+                    }
+                    (lat, failed)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let mut lat: Vec<f64> = results.iter().flat_map(|r| r.0.clone()).collect();
+    lat.sort_by(f64::total_cmp);
+    (lat, results.iter().map(|r| r.1).sum())
+}
+
+/// The suite's bounded load test: one hostile address (127.0.0.1) runs 5 loops of the most
+/// expensive PIR queries and 5 of the most expensive searches, and holds stalled bodies,
+/// while 10 other addresses query one at a time. Every one of their queries is answered;
+/// the latency ratios against the same queries unloaded are printed (the README's figures
+/// are `hostilebench`'s, on a release server).
+#[test]
+fn under_one_hostile_address_every_other_address_is_served() {
+    let srv = small_server("one-hostile", &["--pir-concurrency", "4"]);
+    let http = Client::new();
+    let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
+    let config: ConfigResponse = get_json(&http, &srv.base, "/api/v1/config");
+    let url = format!("{}{}/thumbs", srv.base, pir.answer_url);
+    let per = pir.thumbs.shape.query_bytes();
+    let (victims, rounds) = (10u8, 5);
+    let (calm, calm_failed) = victims_round(&url, per, victims, rounds);
+    assert_eq!(calm_failed, 0);
+    let heavy = vec![1u8; per * shared::params::limits::MAX_PIR_QUERIES];
+    let search = serde_json::json!({
+        "query_rows": vec![vec![0.1; config.frame_dim]; 32],
+        "k": config.limits.max_k,
+        "noise_std": 0.5,
+    });
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let ((loaded, loaded_failed), hostile) = std::thread::scope(|scope| {
+        let _stalled = stalled_from(&srv, 1, 50);
+        let mut loops = Vec::new();
+        for i in 0..10 {
+            let (url, heavy, search, stop, base) = (&url, &heavy, &search, &stop, &srv.base);
+            loops.push(scope.spawn(move || {
+                // A request still queued when the test ends is given up, not awaited.
+                let http = Client::builder()
+                    .local_address(ip(1))
+                    .timeout(Duration::from_secs(3))
+                    .build()
+                    .unwrap();
+                let (mut ok, mut refused) = (0usize, 0usize);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = if i % 2 == 0 {
+                        http.post(url)
+                            .header("content-type", "application/octet-stream")
+                            .body(heavy.clone())
+                            .send()
+                    } else {
+                        http.post(format!("{base}/api/v1/search"))
+                            .json(search)
+                            .send()
+                    };
+                    match r.map(|r| r.status()) {
+                        Ok(StatusCode::OK) => ok += 1,
+                        Ok(StatusCode::SERVICE_UNAVAILABLE) => refused += 1,
+                        Err(e) if e.is_timeout() => {}
+                        other => panic!("the hostile address got {other:?}"),
+                    }
+                }
+                (ok, refused)
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let r = victims_round(&url, per, victims, rounds);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let hostile = loops
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        (r, hostile)
+    });
+    println!(
+        "10 addresses' thumbnail queries: unloaded p50 {:.0} ms, p95 {:.0} ms; with one hostile \
+         address: p50 {:.0} ms ({:.2}×), p95 {:.0} ms ({:.2}×); the hostile address: {} \
+         answered, {} refused with 503",
+        pct(&calm, 0.5) * 1e3,
+        pct(&calm, 0.95) * 1e3,
+        pct(&loaded, 0.5) * 1e3,
+        pct(&loaded, 0.5) / pct(&calm, 0.5),
+        pct(&loaded, 0.95) * 1e3,
+        pct(&loaded, 0.95) / pct(&calm, 0.95),
+        hostile.0,
+        hostile.1
+    );
+    assert_eq!(loaded_failed, 0, "every other address's query was answered");
+    assert_eq!(loaded.len(), victims as usize * rounds);
+    assert!(hostile.0 > 0 && hostile.1 > 0, "{hostile:?}");
 }

@@ -95,8 +95,7 @@ impl Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.budget
-            .release(self.client, *self.bytes.get_mut());
+        self.budget.release(self.client, *self.bytes.get_mut());
     }
 }
 
@@ -177,7 +176,11 @@ struct GuardedBody {
 }
 
 impl GuardedBody {
-    fn cut_off(&self, why: u8, message: &str) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+    fn cut_off(
+        &self,
+        why: u8,
+        message: &str,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
         self.cut.store(why, Ordering::Release);
         Poll::Ready(Some(Err(axum::Error::new(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
@@ -333,7 +336,8 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     let cut = Arc::new(AtomicU8::new(CUT_NONE));
     let ended = Arc::new(AtomicBool::new(false));
     let now = tokio::time::Instant::now();
-    let (body_charge, cut_flag, ended_flag) = (charge.clone(), Arc::clone(&cut), Arc::clone(&ended));
+    let (body_charge, cut_flag, ended_flag) =
+        (charge.clone(), Arc::clone(&cut), Arc::clone(&ended));
     let req = req.map(|inner| {
         Body::new(GuardedBody {
             inner,

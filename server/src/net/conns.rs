@@ -212,7 +212,13 @@ impl Connections {
             return false;
         }
         let e = g.remove(id).expect("present above");
-        g.open.insert(id, Entry { key: Some(key), ..e });
+        g.open.insert(
+            id,
+            Entry {
+                key: Some(key),
+                ..e
+            },
+        );
         g.by_key.entry(Some(key)).or_default().insert(id);
         if g.held_by(Some(key)) > self.per_address {
             if let Some(victim) = g.victim_of(Some(key), Some(id), true) {
@@ -339,7 +345,11 @@ mod tests {
         let reg = Connections::new(6, 3);
         let big: Vec<Conn> = (0..3).map(|_| free(reg.admit(key(1)))).collect();
         let small: Vec<Conn> = [2, 2, 3].iter().map(|i| free(reg.admit(key(*i)))).collect();
-        let _busy: Vec<Busy> = big.iter().chain(&small).map(|c| Busy::new(&c.busy)).collect();
+        let _busy: Vec<Busy> = big
+            .iter()
+            .chain(&small)
+            .map(|c| Busy::new(&c.busy))
+            .collect();
         match reg.admit(key(9)) {
             Admitted::Evicted { busy: true, .. } => {}
             _ => panic!("the largest holder's oldest connection should make room"),

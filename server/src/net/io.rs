@@ -336,7 +336,10 @@ mod tests {
         assert_eq!(hyper_refusal(json), None);
         let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
         assert_eq!(hyper_refusal(ok), None);
-        assert_eq!(hyper_refusal(b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\n"), None);
+        assert_eq!(
+            hyper_refusal(b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\n"),
+            None
+        );
         let answer = json_refusal(414);
         let text = String::from_utf8(answer).unwrap();
         let body = &text[text.find("\r\n\r\n").unwrap() + 4..];

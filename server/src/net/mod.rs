@@ -222,11 +222,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         bound_send_buffer(&stream);
-        let io = TokioIo::new(io::ConnIo::new(
-            stream,
-            write_limits,
-            Arc::clone(&refusals),
-        ));
+        let io = TokioIo::new(io::ConnIo::new(stream, write_limits, Arc::clone(&refusals)));
         let conn = Arc::new(conn);
         let (app, busy, this) = (app.clone(), Arc::clone(&conn.busy), Arc::clone(&conn));
         let (proxied, refused) = (proxied.clone(), Arc::clone(&refusals));

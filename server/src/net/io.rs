@@ -224,14 +224,15 @@ impl<S: AsyncWrite + Abort + Unpin> ConnIo<S> {
         }
         let elapsed = now - s.start;
         let rate = self.limits.min_rate;
-        if rate > 0 && elapsed >= self.limits.grace {
-            if (s.bytes as f64) < rate as f64 * elapsed.as_secs_f64() {
-                self.refusals.record(Refusal::SlowReader);
-                self.inner.abort();
-                return Poll::Ready(Err(timed_out(
-                    "the client reads the response slower than the minimum rate",
-                )));
-            }
+        if rate > 0
+            && elapsed >= self.limits.grace
+            && (s.bytes as f64) < rate as f64 * elapsed.as_secs_f64()
+        {
+            self.refusals.record(Refusal::SlowReader);
+            self.inner.abort();
+            return Poll::Ready(Err(timed_out(
+                "the client reads the response slower than the minimum rate",
+            )));
         }
         let mut next = self.last_progress + self.limits.write_timeout;
         if rate > 0 {

@@ -1,5 +1,5 @@
-//! Fair admission of expensive work (PIR answers): the operator's global cap kept, and no
-//! client able to take more than its share of it.
+//! Fair admission of expensive work (PIR answers, and `POST /search` with its own instance):
+//! the operator's global cap kept, and no client (address) able to take more than its share.
 //!
 //! Two gates, in the order a request meets them:
 //! 1. **Uploads** ([`Admission::begin_upload`]): a client may have at most

@@ -128,6 +128,24 @@ struct Args {
     #[arg(long, env = "PM_MAX_CONNECTIONS", default_value_t = 4096,
           value_parser = clap::value_parser!(u64).range(16..=1 << 20))]
     max_connections: u64,
+    /// Open connections from one client address (IPv6: its /64; behind a proxy, the address
+    /// `--client-address-header` names) at most. Default: an eighth of `--max-connections`.
+    /// At this share a new connection closes the address's own oldest idle one, or is
+    /// refused; at `--max-connections` the address holding the most gives one up.
+    #[arg(long, env = "PM_MAX_CONNECTIONS_PER_ADDRESS",
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    max_connections_per_address: Option<u64>,
+    /// Bytes a second a request body must arrive at, and a response be read at, on average
+    /// once `--min-rate-grace-secs` have passed (slower: the body gets a 408, the download is
+    /// cut). 0 turns the minimum off.
+    #[arg(long, env = "PM_MIN_DATA_RATE", default_value_t = net::DEFAULT_MIN_RATE,
+          value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
+    min_data_rate: u64,
+    /// Seconds before the minimum data rate applies (to a body from its head; to a download
+    /// from when the client stops keeping up).
+    #[arg(long, env = "PM_MIN_RATE_GRACE_SECS", default_value_t = net::DEFAULT_RATE_GRACE.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    min_rate_grace_secs: u64,
     /// On SIGTERM or Ctrl-C: seconds the answers in progress may take to finish before the
     /// remaining connections are closed and the store is closed.
     #[arg(long, env = "PM_SHUTDOWN_GRACE_SECS", default_value_t = 8,
@@ -197,16 +215,24 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let client_address_header = args.client_address_header.clone();
     let secs = std::time::Duration::from_secs;
     let open_files = net::raise_open_files(args.max_connections + net::FD_RESERVE);
+    let max_connections =
+        (args.max_connections).min(open_files.saturating_sub(net::FD_RESERVE).max(16)) as usize;
     let net_limits = NetLimits {
         header_timeout: secs(args.header_timeout_secs),
         body_timeout: secs(args.body_timeout_secs),
         request_timeout: secs(args.request_timeout_secs),
         write_timeout: secs(args.write_timeout_secs),
-        max_connections: (args.max_connections)
-            .min(open_files.saturating_sub(net::FD_RESERVE).max(16))
-            as usize,
+        max_connections,
+        max_per_address: args
+            .max_connections_per_address
+            .map_or((max_connections / net::ADDRESS_SHARE_DIVISOR).max(1), |n| {
+                n as usize
+            }),
+        min_rate: args.min_data_rate,
+        rate_grace: secs(args.min_rate_grace_secs),
         shutdown_grace: secs(args.shutdown_grace_secs),
         body_budget: NetLimits::default().body_budget,
+        client_address_header: args.client_address_header.clone(),
     };
     if net_limits.max_connections < args.max_connections as usize {
         tracing::warn!(
@@ -290,6 +316,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
     tracing::info!(
         max_connections = net_limits.max_connections,
+        max_per_address = net_limits.max_per_address,
         open_files,
         header_timeout_secs = args.header_timeout_secs,
         body_timeout_secs = args.body_timeout_secs,

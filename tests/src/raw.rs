@@ -1,5 +1,5 @@
 //! Raw HTTP/1.1 over TCP, for clients that behave as no library would: half-sent heads and
-//! bodies, connections held open (`tests/tests/hostile_clients.rs`, `hostilebench`).
+//! bodies, connections held open (`tests/tests/hostile_clients/connections.rs`, `hostilebench`).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -12,6 +12,50 @@ pub fn stalled_search(len: usize) -> Vec<u8> {
          Content-Length: {len}\r\n\r\n{{"
     )
     .into_bytes()
+}
+
+/// A connection to `addr` (`host:port`) from the local address `from` (any of 127.0.0.0/8 on
+/// loopback: a distinct client to the server), with a receive buffer of `rcvbuf` bytes if
+/// given (a small one makes a slow reader's backlog reach the server at once).
+pub fn connect_from(
+    addr: &str,
+    from: std::net::IpAddr,
+    rcvbuf: Option<usize>,
+) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let to: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let s = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
+    if let Some(n) = rcvbuf {
+        s.set_recv_buffer_size(n)?;
+    }
+    s.bind(&std::net::SocketAddr::new(from, 0).into())?;
+    s.connect(&to.into())?;
+    Ok(s.into())
+}
+
+/// [`half_sent`] from the local address `from`.
+pub fn half_sent_from(
+    addr: &str,
+    from: std::net::IpAddr,
+    bytes: &[u8],
+) -> std::io::Result<TcpStream> {
+    let mut s = connect_from(addr, from, None)?;
+    s.write_all(bytes)?;
+    Ok(s)
+}
+
+/// Whether the server has closed `s` (or sent something on it) by now, without waiting.
+pub fn closed_or_answered(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).ok();
+    let mut buf = [0u8; 1];
+    let r = s.peek(&mut buf);
+    s.set_nonblocking(false).ok();
+    match r {
+        Ok(_) => true, // EOF (0) or bytes sent
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
 }
 
 /// A connection to `addr` (`host:port`) that has sent `bytes` and then nothing more.

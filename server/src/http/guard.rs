@@ -5,8 +5,11 @@
 //! - A URI over [`MAX_URI_BYTES`]: 414; a header section over [`MAX_HEADERS`] fields or
 //!   [`MAX_HEAD_BYTES`]: 431 (hyper's own, bodiless limits are set well above these, in
 //!   `net`).
-//! - A body not received within the body timeout of the head: 408 and the connection closed
-//!   (the body is cut off where it stands, whatever the handler was doing with it).
+//! - A body not received within the body timeout of the head, or coming slower than the
+//!   minimum rate after its grace: 408 and the connection closed (the body is cut off where
+//!   it stands, whatever the handler was doing with it).
+//! - A body's bytes are charged to the body budget as they arrive: beyond it (or the client's
+//!   share of it), 503 with `Retry-After` and the connection closed.
 //! - An answer not ready within the request timeout: 408.
 //! - Every 503 carries `Retry-After`.
 
@@ -14,7 +17,7 @@ use std::collections::HashMap;
 use std::future::Future as _;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -44,42 +47,55 @@ pub const DEFAULT_RETRY_AFTER_SECS: u64 = 5;
 pub struct Guard {
     pub body_timeout: Duration,
     pub request_timeout: Duration,
+    /// A body must arrive at `min_rate` bytes a second on average once `rate_grace` has
+    /// passed since its head (0: no minimum); slower, it is cut with a 408.
+    pub min_rate: u64,
+    pub rate_grace: Duration,
     pub refusals: Arc<Refusals>,
-    /// Bytes of (non-PIR) request bodies in flight at most; a body is counted at its declared
-    /// length, or at `max_body_bytes` when it declares none.
+    /// Bytes of (non-PIR) request bodies received and held at most.
     pub body_budget: Arc<BodyBudget>,
-    pub max_body_bytes: usize,
     /// `--client-address-header` (see `net::client`).
     pub client_address_header: Option<String>,
 }
 
-/// Bytes of request bodies in flight, bounded: thousands of connections each stalling a body
-/// just under the limit would otherwise pin gigabytes. One client may hold at most
-/// 1/[`CLIENT_SHARE_DIVISOR`] of the budget, so it cannot use it up for everyone else. PIR
-/// answers have their own budget (`net::admission`) and are not counted here.
+/// Bytes of request bodies received and not yet released, bounded: thousands of connections
+/// each sending a body just under the limit would otherwise pin gigabytes. Bytes are charged
+/// as they arrive, never at a declared length: 64 bodies declaring 1 MiB and sent at 1 KB/s
+/// once held the whole budget, and every other client's search got 503 for 30 s. One client
+/// may hold at most 1/[`CLIENT_SHARE_DIVISOR`] of the budget, so it cannot use it up for
+/// everyone else. PIR queries have their own budget (`net::admission`) and are not counted.
 #[derive(Debug)]
 pub struct BodyBudget {
     cap: usize,
-    /// Bytes reserved in all, and by client.
+    /// Bytes charged in all, and by client.
     used: std::sync::Mutex<(usize, HashMap<ClientKey, usize>)>,
 }
 
-/// A client may reserve at most this fraction of the body budget.
+/// A client may hold at most this fraction of the body budget.
 pub const CLIENT_SHARE_DIVISOR: usize = 8;
 
-/// Reserved bytes, returned when the request is done.
-struct Reserved<'a>(&'a BodyBudget, ClientKey, usize);
+/// The bytes one request's body has been charged; returned when the request is done (the
+/// guard holds it until its answer is built, so a body read into memory stays counted).
+struct Charge {
+    budget: Arc<BodyBudget>,
+    client: ClientKey,
+    bytes: std::sync::atomic::AtomicUsize,
+}
 
-impl Drop for Reserved<'_> {
-    fn drop(&mut self) {
-        let mut u = self.0.lock();
-        u.0 -= self.2;
-        if let Some(c) = u.1.get_mut(&self.1) {
-            *c -= self.2;
-            if *c == 0 {
-                u.1.remove(&self.1);
-            }
+impl Charge {
+    /// Charges `n` more bytes; false (nothing charged) if that would pass a limit.
+    fn add(&self, n: usize) -> bool {
+        let ok = self.budget.charge(self.client, n);
+        if ok {
+            self.bytes.fetch_add(n, Ordering::AcqRel);
         }
+        ok
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.client, *self.bytes.get_mut());
     }
 }
 
@@ -95,36 +111,93 @@ impl BodyBudget {
         self.used.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn reserve(&self, client: ClientKey, bytes: usize) -> Option<Reserved<'_>> {
+    fn charge(&self, client: ClientKey, bytes: usize) -> bool {
         if bytes == 0 {
-            return Some(Reserved(self, client, 0));
+            return true;
         }
         let mut u = self.lock();
         let mine = u.1.get(&client).copied().unwrap_or(0);
         if u.0.saturating_add(bytes) > self.cap
             || mine.saturating_add(bytes) > self.cap / CLIENT_SHARE_DIVISOR
         {
-            return None;
+            return false;
         }
         u.0 += bytes;
         *u.1.entry(client).or_default() += bytes;
-        Some(Reserved(self, client, bytes))
+        true
+    }
+
+    fn release(&self, client: ClientKey, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let mut u = self.lock();
+        u.0 -= bytes;
+        if let Some(c) = u.1.get_mut(&client) {
+            *c -= bytes;
+            if *c == 0 {
+                u.1.remove(&client);
+            }
+        }
+    }
+
+    /// Bytes charged now, in all.
+    pub fn used(&self) -> usize {
+        self.lock().0
     }
 }
 
 /// `Retry-After` of a request refused for the body budget.
 const BODY_BUDGET_RETRY_SECS: u64 = 2;
+/// How often a body's rate is checked while it is awaited, after the grace.
+const RATE_CHECK_EVERY: Duration = Duration::from_millis(500);
 
-/// A request body that ends with an error once its deadline passes, flagging that it did,
-/// and flagging when it was read to its end.
-struct DeadlineBody {
+/// Why a body was cut off.
+const CUT_NONE: u8 = 0;
+const CUT_DEADLINE: u8 = 1;
+const CUT_SLOW: u8 = 2;
+const CUT_BUDGET: u8 = 3;
+
+/// A request body bounded in time (a deadline, a minimum rate after a grace) and in bytes
+/// held (charged to the budget as they arrive); it ends with an error when cut, recording
+/// why, and flags when it was read to its end.
+struct GuardedBody {
     inner: Body,
     deadline: Pin<Box<tokio::time::Sleep>>,
-    expired: Arc<AtomicBool>,
+    started: tokio::time::Instant,
+    received: u64,
+    min_rate: u64,
+    rate_grace: Duration,
+    check: Pin<Box<tokio::time::Sleep>>,
+    /// `None` for PIR queries (charged by `net::admission`).
+    charge: Option<Arc<Charge>>,
+    cut: Arc<AtomicU8>,
     ended: Arc<AtomicBool>,
 }
 
-impl http_body::Body for DeadlineBody {
+impl GuardedBody {
+    fn cut_off(
+        &self,
+        why: u8,
+        message: &str,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        self.cut.store(why, Ordering::Release);
+        Poll::Ready(Some(Err(axum::Error::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            message.to_string(),
+        )))))
+    }
+
+    /// Below the minimum rate once past the grace?
+    fn too_slow(&self) -> bool {
+        let elapsed = self.started.elapsed();
+        self.min_rate > 0
+            && elapsed >= self.rate_grace
+            && (self.received as f64) < self.min_rate as f64 * elapsed.as_secs_f64()
+    }
+}
+
+impl http_body::Body for GuardedBody {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -137,15 +210,39 @@ impl http_body::Body for DeadlineBody {
             return Poll::Ready(None);
         }
         if self.deadline.as_mut().poll(cx).is_ready() {
-            self.expired.store(true, Ordering::Release);
-            return Poll::Ready(Some(Err(axum::Error::new(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the request body did not arrive in time",
-            )))));
+            return self.cut_off(CUT_DEADLINE, "the request body did not arrive in time");
         }
         let frame = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(frame, Poll::Ready(None)) {
-            self.ended.store(true, Ordering::Release);
+        match &frame {
+            Poll::Ready(None) => self.ended.store(true, Ordering::Release),
+            Poll::Ready(Some(Ok(f))) => {
+                let n = f.data_ref().map_or(0, |d| d.len());
+                self.received += n as u64;
+                if let Some(c) = &self.charge {
+                    if !c.add(n) {
+                        return self.cut_off(CUT_BUDGET, "the body budget is used up");
+                    }
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {}
+            Poll::Pending => {
+                if self.too_slow() {
+                    return self.cut_off(CUT_SLOW, "the request body came too slowly");
+                }
+                if self.min_rate > 0 {
+                    let now = tokio::time::Instant::now();
+                    let grace_end = self.started + self.rate_grace;
+                    let next = if now < grace_end {
+                        grace_end
+                    } else {
+                        now + RATE_CHECK_EVERY
+                    };
+                    self.check.as_mut().reset(next);
+                    if self.check.as_mut().poll(cx).is_ready() {
+                        cx.waker().wake_by_ref();
+                    }
+                }
+            }
         }
         frame
     }
@@ -214,17 +311,11 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             ),
         );
     }
-    // Bytes a body may pin: its declared length (hyper enforces it), else the route limit.
     let pir = req.method() == axum::http::Method::POST && req.uri().path().starts_with(PIR_PREFIX);
     let declared = declared_length(req.headers());
     let has_body = declared.map_or(req.headers().contains_key(header::TRANSFER_ENCODING), |n| {
         n > 0
     });
-    let pinned = if has_body && !pir {
-        declared.unwrap_or(g.max_body_bytes).min(g.max_body_bytes)
-    } else {
-        0
-    };
     // Computed once here; handlers read it from the request (`Extension<ClientKey>`).
     let client = ClientKey::from_request(
         req.extensions()
@@ -235,28 +326,29 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     );
     let mut req = req;
     req.extensions_mut().insert(client);
-    let Some(_reserved) = g.body_budget.reserve(client, pinned) else {
-        g.refusals.record(Refusal::BodyBudget);
-        let mut r = plain_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorCode::Busy,
-            "too many request bytes are being received; retry later",
-        );
-        r.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from(BODY_BUDGET_RETRY_SECS),
-        );
-        return if has_body { closing(r) } else { r };
-    };
-    let expired = Arc::new(AtomicBool::new(false));
+    let charge = (!pir).then(|| {
+        Arc::new(Charge {
+            budget: Arc::clone(&g.body_budget),
+            client,
+            bytes: Default::default(),
+        })
+    });
+    let cut = Arc::new(AtomicU8::new(CUT_NONE));
     let ended = Arc::new(AtomicBool::new(false));
-    let deadline = Box::pin(tokio::time::sleep(g.body_timeout));
-    let (expired_flag, ended_flag) = (Arc::clone(&expired), Arc::clone(&ended));
+    let now = tokio::time::Instant::now();
+    let (body_charge, cut_flag, ended_flag) =
+        (charge.clone(), Arc::clone(&cut), Arc::clone(&ended));
     let req = req.map(|inner| {
-        Body::new(DeadlineBody {
+        Body::new(GuardedBody {
             inner,
-            deadline,
-            expired: expired_flag,
+            deadline: Box::pin(tokio::time::sleep(g.body_timeout)),
+            started: now,
+            received: 0,
+            min_rate: g.min_rate,
+            rate_grace: g.rate_grace,
+            check: Box::pin(tokio::time::sleep_until(now + g.rate_grace)),
+            charge: body_charge,
+            cut: cut_flag,
             ended: ended_flag,
         })
     });
@@ -270,15 +362,43 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             )
         }
     };
-    if expired.load(Ordering::Acquire) {
-        return timeout_error(
-            &g.refusals,
-            Refusal::BodyTimeout,
-            &format!(
-                "the request body did not arrive within {} s",
-                g.body_timeout.as_secs()
-            ),
-        );
+    // The body's bytes stay charged until its answer is built.
+    drop(charge);
+    match cut.load(Ordering::Acquire) {
+        CUT_DEADLINE => {
+            return timeout_error(
+                &g.refusals,
+                Refusal::BodyTimeout,
+                &format!(
+                    "the request body did not arrive within {} s",
+                    g.body_timeout.as_secs()
+                ),
+            )
+        }
+        CUT_SLOW => {
+            return timeout_error(
+                &g.refusals,
+                Refusal::SlowBody,
+                &format!(
+                    "the request body came slower than {} bytes a second",
+                    g.min_rate
+                ),
+            )
+        }
+        CUT_BUDGET => {
+            g.refusals.record(Refusal::BodyBudget);
+            let mut r = plain_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Busy,
+                "too many request bytes are being received; retry later",
+            );
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(BODY_BUDGET_RETRY_SECS),
+            );
+            return closing(r);
+        }
+        _ => {}
     }
     let resp = as_json_error(resp);
     // PIR answers linger over a refused body themselves (`http::pir`) and keep the connection.
@@ -337,6 +457,7 @@ fn as_json_error(resp: Response) -> Response {
 mod tests {
     use super::*;
     use axum::response::IntoResponse;
+    use http_body::Body as _;
 
     #[test]
     fn one_client_cannot_take_the_whole_body_budget() {
@@ -345,15 +466,57 @@ mod tests {
             ClientKey("10.0.0.1".parse().unwrap()),
             ClientKey("10.0.0.2".parse().unwrap()),
         );
-        let held: Vec<_> = (0..10).map_while(|_| b.reserve(a, 30)).collect();
-        assert_eq!(held.len(), 100 / 30, "a's share is 800 / 8");
-        let other = b.reserve(c, 100).expect("another client has its own share");
-        assert!(b.reserve(c, 1).is_none());
-        drop(held);
-        assert!(b.reserve(a, 100).is_some());
-        drop(other);
-        assert_eq!(b.lock().0, 0);
+        let held = (0..10).take_while(|_| b.charge(a, 30)).count();
+        assert_eq!(held, 100 / 30, "a's share is 800 / 8");
+        assert!(b.charge(c, 100), "another client has its own share");
+        assert!(!b.charge(c, 1));
+        b.release(a, 30 * held);
+        assert!(b.charge(a, 100));
+        b.release(a, 100);
+        b.release(c, 100);
+        assert_eq!(b.used(), 0);
         assert!(b.lock().1.is_empty());
+    }
+
+    /// A body whose bytes have not come is charged nothing, and one that comes is charged
+    /// what came, until the charge is dropped.
+    #[tokio::test]
+    async fn a_body_is_charged_the_bytes_received_not_its_declared_length() {
+        let budget = BodyBudget::new(8 << 20);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let stream = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+        }));
+        let charge = Arc::new(Charge {
+            budget: Arc::clone(&budget),
+            client: ClientKey::UNKNOWN,
+            bytes: Default::default(),
+        });
+        let now = tokio::time::Instant::now();
+        let mut body = Body::new(GuardedBody {
+            inner: stream,
+            deadline: Box::pin(tokio::time::sleep(Duration::from_secs(60))),
+            started: now,
+            received: 0,
+            min_rate: 0,
+            rate_grace: Duration::from_secs(5),
+            check: Box::pin(tokio::time::sleep(Duration::from_secs(5))),
+            charge: Some(Arc::clone(&charge)),
+            cut: Default::default(),
+            ended: Default::default(),
+        });
+        assert_eq!(budget.used(), 0);
+        tx.send(Bytes::from(vec![0u8; 1000])).await.unwrap();
+        let f = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        let data = f.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(data.len(), 1000);
+        assert_eq!(budget.used(), 1000);
+        drop(body);
+        assert_eq!(budget.used(), 1000, "held by the request until its answer");
+        drop(charge);
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequest, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -90,13 +90,14 @@ fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// The token is checked before a byte of the body is read (the body is taken unread and
+/// parsed only after): without it, 401 at once, not after waiting for a body.
 async fn add_items(
     State(s): Shared,
-    headers: HeaderMap,
-    body: Result<Json<AddItemsRequest>, JsonRejection>,
+    req: axum::extract::Request,
 ) -> Result<(StatusCode, Json<ChangeResponse>), ApiError> {
-    authorize(&s, &headers)?;
-    let Json(req) = body?;
+    authorize(&s, req.headers())?;
+    let Json(req): Json<AddItemsRequest> = Json::from_request(req, &s).await?;
     let invalid = |msg: String| ApiError::Invalid(ErrorResponse::new(ErrorCode::InvalidInput, msg));
     if req.items.is_empty() || req.items.len() > MAX_ADD {
         return Err(ApiError::Invalid(ErrorResponse::new(

@@ -69,8 +69,9 @@ pub fn router(
         body_timeout: limits.body_timeout,
         request_timeout: limits.request_timeout,
         refusals: Arc::clone(&state.refusals),
+        min_rate: limits.min_rate,
+        rate_grace: limits.rate_grace,
         body_budget: guard::BodyBudget::new(limits.body_budget),
-        max_body_bytes: state.config.limits.max_body_bytes,
         client_address_header: state.client_address_header.clone(),
     };
     let body_limit = state.config.limits.max_body_bytes;

@@ -187,7 +187,8 @@ fn held_file(
 /// the type (415: a cross-site "simple" request, `text/plain` without preflight, cannot make
 /// this server compute for another page), the version and database (404/410/503), the
 /// declared length (411 without one, 413 over the limit, 422 if no query has it). Then the
-/// body's bytes are reserved and it is read (within the body timeout), a scores query is
+/// body is admitted and read, its bytes charged to the upload budget as they arrive (within
+/// the body timeout and minimum rate), a scores query is
 /// decoded (422 if malformed), and only then does it queue for an answer slot
 /// (`net::admission`: fair by client; 503 with `Retry-After` beyond its share).
 ///
@@ -256,17 +257,25 @@ async fn answer_within(
         )));
     }
     pir.check_length(&db, len).map_err(invalid)?;
-    let upload = s
+    let mut upload = s
         .admission
         .begin_upload(client, len)
         .map_err(|r| refused(s, r))?;
     let body = body.take().expect("the body is read once, here");
-    let body = axum::body::to_bytes(body, len).await.map_err(|e| {
-        ApiError::BadRequest(ErrorResponse::new(
-            ErrorCode::InvalidInput,
-            format!("the query body could not be read: {e}"),
-        ))
-    })?;
+    // Charged as it arrives (hyper holds a body to its declared length).
+    let mut frames = body.into_data_stream();
+    let mut got = Vec::with_capacity(len.min(64 << 10));
+    while let Some(chunk) = futures::StreamExt::next(&mut frames).await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::BadRequest(ErrorResponse::new(
+                ErrorCode::InvalidInput,
+                format!("the query body could not be read: {e}"),
+            ))
+        })?;
+        upload.charge(chunk.len()).map_err(|r| refused(s, r))?;
+        got.extend_from_slice(&chunk);
+    }
+    let body = Bytes::from(got);
     let decoded = match pir.scores.as_ref().filter(|_| scores) {
         Some(_) => {
             let (pir, body) = (Arc::clone(&pir), body.clone());

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use paper::align::umeyama;
 use paper::laplacian::dist2;
 use paper::retrieve::{
@@ -20,6 +20,9 @@ use shared::api::{
 use shared::DMatrix;
 
 use super::error::ApiError;
+use crate::net::admission::SlotRefusal;
+use crate::net::client::ClientKey;
+use crate::ops::refusals::Refusal;
 use crate::state::{AppState, ServerStatus};
 
 type Shared = State<Arc<AppState>>;
@@ -89,14 +92,54 @@ async fn openapi() -> impl IntoResponse {
 /// Answer EVERY submitted row the same way, so the response does not depend on which row is
 /// real: rows in the public anchor frame are looked up as they are; with anchor rows
 /// (Algorithm 1) they are first aligned onto the server's embedding.
+///
+/// Cheap checks first (JSON, validation: 4xx at once); then an answer slot, admitted fairly
+/// by client as PIR answers are (`net::admission`: one client at most half the slots, 503
+/// `busy` with `Retry-After` beyond its share or the queue), and the answer is computed on
+/// the blocking pool, off the threads that serve connections.
 async fn search(
     State(s): Shared,
+    client: Option<Extension<ClientKey>>,
     body: Result<Json<SearchRequest>, JsonRejection>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let Json(req) = body?;
     let c = &s.config;
     req.validate(c.anchor_count, c.smlq.embed_dim, c.frame_dim, &c.limits)
         .map_err(ApiError::Invalid)?;
+    let client = client.map_or(ClientKey::UNKNOWN, |Extension(c)| c);
+    let slot = s
+        .search_admission
+        .acquire(client)
+        .await
+        .map_err(|r| busy(&s, r))?;
+    let state = Arc::clone(&s);
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        answer(&state, req)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?
+    .map(Json)
+}
+
+/// A refused search slot: counted, and a 503 saying when to retry.
+fn busy(s: &AppState, r: SlotRefusal) -> ApiError {
+    let (kind, message) = match r {
+        SlotRefusal::ClientLimit => (
+            Refusal::SearchClientLimit,
+            "this client already has its share of searches running or waiting; retry when one is done",
+        ),
+        _ => (Refusal::SearchBusy, "too many searches waiting; retry later"),
+    };
+    s.refusals.record(kind);
+    ApiError::Busy {
+        message: message.into(),
+        retry_after: r.retry_after_secs(),
+    }
+}
+
+fn answer(s: &AppState, req: SearchRequest) -> Result<SearchResponse, ApiError> {
+    let c = &s.config;
     let snap = s.snapshot();
     let (rows, index) = match &req.anchor_rows {
         None => (req.query_rows, &snap.frame.index),
@@ -154,8 +197,8 @@ async fn search(
                 .collect()
         })
         .collect();
-    Ok(Json(SearchResponse {
+    Ok(SearchResponse {
         results,
         rows_in_frame: rows,
-    }))
+    })
 }

@@ -1,11 +1,13 @@
-//! Fair admission of expensive work (PIR answers): the operator's global cap kept, and no
-//! client able to take more than its share of it.
+//! Fair admission of expensive work (PIR answers, and `POST /search` with its own instance):
+//! the operator's global cap kept, and no client (address) able to take more than its share.
 //!
 //! Two gates, in the order a request meets them:
-//! 1. **Uploads** ([`Admission::begin_upload`]): before a body is read, its declared length is
-//!    reserved from a byte budget for bodies in flight, and the client may have at most
-//!    [`Shares::uploads`] of them. Bodies are thus never buffered beyond the budget, whatever
-//!    number of stalled uploads is open (256 stalled 16 MiB uploads once took 3.2 GB).
+//! 1. **Uploads** ([`Admission::begin_upload`]): a client may have at most
+//!    [`Shares::uploads`] bodies being received, and each body's bytes are charged to a byte
+//!    budget as they arrive ([`Upload::charge`]), so bodies are never buffered beyond it,
+//!    whatever number of stalled uploads is open (256 stalled 16 MiB uploads once took
+//!    3.2 GB), and a body that has not come holds nothing (a declared length reserved up
+//!    front let slow bodies hold the budget for their whole timeout).
 //! 2. **Answer slots** ([`Admission::acquire`]): at most `concurrency` answers run at once,
 //!    one client at most [`Shares::running`] of them, with at most [`Shares::waiting`] of its
 //!    requests queued and [`WAITING_PER_SLOT`] × `concurrency` queued in all, each for up to
@@ -124,11 +126,25 @@ impl Slot {
     }
 }
 
-/// Bytes of an admitted body in flight; dropping it returns them to the budget.
+/// An admitted body being received, and the bytes of it charged so far; dropping it
+/// returns them to the budget.
 pub struct Upload {
     adm: Arc<Admission>,
     client: ClientKey,
     bytes: usize,
+}
+
+impl Upload {
+    /// Charges `n` more received bytes; refused (nothing charged) beyond the budget.
+    pub fn charge(&mut self, n: usize) -> Result<(), SlotRefusal> {
+        let mut s = self.adm.lock();
+        if s.upload_bytes.saturating_add(n) > self.adm.upload_budget {
+            return Err(SlotRefusal::UploadBudget);
+        }
+        s.upload_bytes += n;
+        self.bytes += n;
+        Ok(())
+    }
 }
 
 impl Admission {
@@ -155,14 +171,15 @@ impl Admission {
         self.sched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reserves `bytes` (a body's declared length) before the body is read.
+    /// Admits a body before it is read: within the client's share of uploads, and only
+    /// while the budget has room for `first` bytes (the least a valid body holds).
     pub fn begin_upload(
         self: &Arc<Self>,
         client: ClientKey,
-        bytes: usize,
+        first: usize,
     ) -> Result<Upload, SlotRefusal> {
         let mut s = self.lock();
-        if s.upload_bytes.saturating_add(bytes) > self.upload_budget {
+        if s.upload_bytes.saturating_add(first) > self.upload_budget {
             return Err(SlotRefusal::UploadBudget);
         }
         let c = s.clients.entry(client).or_default();
@@ -170,11 +187,10 @@ impl Admission {
             return Err(SlotRefusal::ClientLimit);
         }
         c.uploads += 1;
-        s.upload_bytes += bytes;
         Ok(Upload {
             adm: Arc::clone(self),
             client,
-            bytes,
+            bytes: 0,
         })
     }
 
@@ -467,19 +483,25 @@ mod tests {
     }
 
     #[test]
-    fn uploads_are_bounded_in_bytes_and_per_client() {
+    fn uploads_are_bounded_in_bytes_received_and_per_client() {
         let adm = Admission::new(2, 100);
         let shares = adm.shares();
-        let a: Vec<_> = (0..shares.uploads)
+        let mut a: Vec<_> = (0..shares.uploads)
             .map(|_| adm.begin_upload(client(1), 10).unwrap())
             .collect();
         assert_eq!(
             adm.begin_upload(client(1), 10).err(),
             Some(SlotRefusal::ClientLimit)
         );
-        let big = adm
-            .begin_upload(client(2), 100 - 10 * shares.uploads)
-            .unwrap();
+        // Admitted bodies hold nothing until their bytes come.
+        assert_eq!(adm.load().upload_bytes, 0);
+        for u in &mut a {
+            u.charge(10).unwrap();
+        }
+        assert_eq!(adm.load().upload_bytes, 10 * shares.uploads);
+        let mut big = adm.begin_upload(client(2), 1).unwrap();
+        big.charge(100 - 10 * shares.uploads).unwrap();
+        assert_eq!(big.charge(1).err(), Some(SlotRefusal::UploadBudget));
         assert_eq!(
             adm.begin_upload(client(3), 1).err(),
             Some(SlotRefusal::UploadBudget)

@@ -6,9 +6,14 @@
 //!   `header_timeout` (hyper's header-read timer);
 //! - a request body within `body_timeout` of its head, and a handler's answer within
 //!   `request_timeout` (`http::guard`, 408);
-//! - a response write that makes no progress for `write_timeout` ends the connection
-//!   (`tokio-io-timeout`);
-//! - at most `max_connections` open ([`conns`]: at the cap the oldest idle one is closed);
+//! - a request body that comes slower than `min_rate` bytes a second after `rate_grace` is
+//!   cut with a 408 (`http::guard`), and so is a response the client reads slower, or whose
+//!   write makes no progress for `write_timeout` ([`io`]); each socket's send buffer is
+//!   bounded ([`SEND_BUFFER`]);
+//! - at most `max_connections` open, `max_per_address` of them from one client ([`conns`]:
+//!   at a cap, the address's own idle connection, the largest holder's, or the oldest idle
+//!   one is closed);
+//! - hyper's own refusals of a head (400, 414, 431) answer in JSON ([`io`]);
 //! - a shutdown finishes the answers in progress for at most `shutdown_grace`, then closes
 //!   what is left.
 //!
@@ -19,6 +24,7 @@
 pub mod admission;
 pub mod client;
 pub mod conns;
+pub mod io;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +40,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tower::ServiceExt;
 
 use crate::ops::refusals::{Refusal, Refusals};
+use client::ClientKey;
 use conns::{Admitted, Busy, Connections};
 
 /// The bounds of [`serve`] (command-line flags of the server).
@@ -44,10 +51,31 @@ pub struct NetLimits {
     pub request_timeout: Duration,
     pub write_timeout: Duration,
     pub max_connections: usize,
+    /// Open connections from one client at most ([`conns`]).
+    pub max_per_address: usize,
+    /// Bytes a second a request body must arrive at, and a response be read at, on average
+    /// after `rate_grace` (0: no minimum).
+    pub min_rate: u64,
+    pub rate_grace: Duration,
     pub shutdown_grace: Duration,
     /// Bytes of request bodies (other than PIR queries) in flight at most (`http::guard`).
     pub body_budget: usize,
+    /// `--client-address-header` (`client::ClientKey::from_request`).
+    pub client_address_header: Option<String>,
 }
+
+/// The share of `max_connections` one client may hold by default: filling the server then
+/// takes at least this many addresses.
+pub const ADDRESS_SHARE_DIVISOR: usize = 8;
+/// The minimum rate of bodies and downloads by default (bytes a second), and its grace.
+/// Kestrel's is 240 B/s; this is higher because a slow reader's cost here is a send buffer
+/// of up to [`SEND_BUFFER`] × 2, not a thread.
+pub const DEFAULT_MIN_RATE: u64 = 2048;
+pub const DEFAULT_RATE_GRACE: Duration = Duration::from_secs(5);
+/// `SO_SNDBUF` of every connection (the kernel doubles it for its own bookkeeping): a client
+/// that stops reading pins at most this much kernel memory, not the 4 MiB autotuning allows
+/// (300 slow readers once held 1.1 GiB). 256 KiB still fills 20 Mbit/s at 100 ms RTT.
+pub const SEND_BUFFER: usize = 256 << 10;
 
 impl Default for NetLimits {
     fn default() -> Self {
@@ -57,8 +85,12 @@ impl Default for NetLimits {
             request_timeout: Duration::from_secs(90),
             write_timeout: Duration::from_secs(30),
             max_connections: 4096,
+            max_per_address: 4096 / ADDRESS_SHARE_DIVISOR,
+            min_rate: DEFAULT_MIN_RATE,
+            rate_grace: DEFAULT_RATE_GRACE,
             shutdown_grace: Duration::from_secs(8),
             body_budget: 64 << 20,
+            client_address_header: None,
         }
     }
 }
@@ -137,7 +169,13 @@ pub async fn serve(
     refusals: Arc<Refusals>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let conns = Connections::new(limits.max_connections);
+    let conns = Connections::new(limits.max_connections, limits.max_per_address);
+    let proxied = limits.client_address_header.clone();
+    let write_limits = io::WriteLimits {
+        write_timeout: limits.write_timeout,
+        min_rate: limits.min_rate,
+        grace: limits.rate_grace,
+    };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -159,11 +197,22 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let conn = match conns.admit() {
+        // Behind a trusted proxy the peer is the proxy: the client is known from a request.
+        let key = proxied.is_none().then(|| ClientKey::of(peer.ip()));
+        let conn = match conns.admit(key) {
             Admitted::Free(c) => c,
-            Admitted::Evicted(c) => {
-                refusals.record(Refusal::Evicted);
-                c
+            Admitted::Evicted { conn, busy } => {
+                refusals.record(if busy {
+                    Refusal::EvictedBusy
+                } else {
+                    Refusal::Evicted
+                });
+                conn
+            }
+            Admitted::AddressFull => {
+                refusals.record(Refusal::AddressCap);
+                drop(stream);
+                continue;
             }
             Admitted::Full => {
                 refusals.record(Refusal::ConnectionCap);
@@ -172,12 +221,19 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let mut io = tokio_io_timeout::TimeoutStream::new(stream);
-        io.set_write_timeout(Some(limits.write_timeout));
-        let io = TokioIo::new(Box::pin(io));
-        let (app, busy) = (app.clone(), Arc::clone(&conn.busy));
+        bound_send_buffer(&stream);
+        let io = TokioIo::new(io::ConnIo::new(stream, write_limits, Arc::clone(&refusals)));
+        let conn = Arc::new(conn);
+        let (app, busy, this) = (app.clone(), Arc::clone(&conn.busy), Arc::clone(&conn));
+        let (proxied, refused) = (proxied.clone(), Arc::clone(&refusals));
         let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let held = Busy::new(&busy);
+            if let Some(h) = proxied.as_deref() {
+                let client = ClientKey::from_request(Some(peer), req.headers(), Some(h));
+                if this.rekey(client) {
+                    refused.record(Refusal::Evicted);
+                }
+            }
             let mut req = req.map(Body::new);
             req.extensions_mut().insert(ConnectInfo(peer));
             let app = app.clone();
@@ -201,6 +257,7 @@ pub async fn serve(
                 },
                 () = close.notified() => {}
             }
+            // The service (and its clone of `conn`) went with the connection future.
             drop(conn);
         });
     }
@@ -225,20 +282,28 @@ pub async fn serve(
     }
 }
 
+/// Header timeouts are counted here; write stalls and slow readers where they are cut
+/// (`io`).
 fn record_connection_error(refusals: &Refusals, e: &hyper::Error) {
     if e.is_timeout() {
         refusals.record(Refusal::HeaderTimeout);
         return;
     }
-    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(s) = src {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::TimedOut {
-                refusals.record(Refusal::WriteStalled);
-            }
-            return;
-        }
-        src = s.source();
-    }
     tracing::debug!(error = %e, "connection ended with an error");
+}
+
+/// Sets the socket's send buffer to [`SEND_BUFFER`].
+fn bound_send_buffer(stream: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size = SEND_BUFFER as libc::c_int;
+    // SAFETY: setsockopt on an open socket with a pointer to a local int and its size.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
 }

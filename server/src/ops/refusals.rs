@@ -16,8 +16,12 @@ pub enum Refusal {
     /// A new connection closed at once: the connection cap was reached and no idle
     /// connection could be closed for it.
     ConnectionCap,
+    /// A new connection closed at once: its address already held its share, all busy.
+    AddressCap,
     /// An idle connection (no request in progress) closed to admit a new one.
     Evicted,
+    /// A busy connection of the address holding the most closed to admit a new one.
+    EvictedBusy,
     /// `accept` failed (e.g. out of file descriptors); the listener pauses briefly.
     AcceptError,
     /// A request head not received within the header timeout (also idle keep-alive).
@@ -28,6 +32,10 @@ pub enum Refusal {
     RequestTimeout,
     /// A response that could not be written (the client stopped reading).
     WriteStalled,
+    /// A response cut because the client read it slower than the minimum rate.
+    SlowReader,
+    /// A request body that came slower than the minimum rate: 408.
+    SlowBody,
     /// A URI or a header section over the limits: 414 / 431.
     HeadTooLarge,
     /// PIR: the queue was full, or no slot came free in time: 503.
@@ -39,40 +47,56 @@ pub enum Refusal {
     /// Other request bodies: the budget for bodies in flight, or the client's share of it,
     /// was used up: 503.
     BodyBudget,
+    /// `POST /search`: the queue was full, or no slot came free in time: 503.
+    SearchBusy,
+    /// `POST /search`: the client's share of the search slots or queue was used up: 503.
+    SearchClientLimit,
 }
 
-const KINDS: usize = 12;
+const KINDS: usize = 18;
 
 impl Refusal {
     const ALL: [Refusal; KINDS] = [
         Refusal::ConnectionCap,
+        Refusal::AddressCap,
         Refusal::Evicted,
+        Refusal::EvictedBusy,
         Refusal::AcceptError,
         Refusal::HeaderTimeout,
         Refusal::BodyTimeout,
         Refusal::RequestTimeout,
         Refusal::WriteStalled,
+        Refusal::SlowReader,
+        Refusal::SlowBody,
         Refusal::HeadTooLarge,
         Refusal::Busy,
         Refusal::ClientLimit,
         Refusal::UploadBudget,
         Refusal::BodyBudget,
+        Refusal::SearchBusy,
+        Refusal::SearchClientLimit,
     ];
 
     fn name(self) -> &'static str {
         match self {
             Refusal::ConnectionCap => "connection_cap",
+            Refusal::AddressCap => "address_cap",
             Refusal::Evicted => "evicted_idle",
+            Refusal::EvictedBusy => "evicted_busy",
             Refusal::AcceptError => "accept_errors",
             Refusal::HeaderTimeout => "header_timeouts",
             Refusal::BodyTimeout => "body_timeouts",
             Refusal::RequestTimeout => "request_timeouts",
             Refusal::WriteStalled => "write_stalled",
+            Refusal::SlowReader => "slow_readers",
+            Refusal::SlowBody => "slow_bodies",
             Refusal::HeadTooLarge => "head_too_large",
             Refusal::Busy => "pir_busy",
             Refusal::ClientLimit => "pir_client_limit",
             Refusal::UploadBudget => "pir_upload_budget",
             Refusal::BodyBudget => "body_budget",
+            Refusal::SearchBusy => "search_busy",
+            Refusal::SearchClientLimit => "search_client_limit",
         }
     }
 }

@@ -151,6 +151,8 @@ pub struct AppState {
     pub pir_counters: crate::partition::pir::PirCounters,
     /// Fair admission of PIR answers and their uploads (`net::admission`).
     pub admission: Arc<crate::net::admission::Admission>,
+    /// Fair admission of `POST /search` answers (`net::admission`; one slot per core).
+    pub search_admission: Arc<crate::net::admission::Admission>,
     /// One thread pool per answer slot (`Slot::index`, modulo their number): answers running
     /// at once share the cores fairly, where in one pool a small answer waited for a large one
     /// already split across every worker.

@@ -10,7 +10,11 @@
 //! 3. **Fairness**: one client (127.0.0.1) with 10 connections sending scores queries back to
 //!    back while another (127.0.0.2) runs whole hintless searches: its success rate and p99
 //!    against the same searches unloaded.
-//! 4. **SIGTERM** with 600 half-sent requests open: seconds until the process is gone.
+//! 4. **Hostile addresses** (each client its own 127.0.0.x; issue #63's probes): one address
+//!    opening 4,300 stalled searches, 64 slow 1 MiB bodies from 8 addresses, 300 slow readers,
+//!    one address hammering the most expensive searches, hyper's own refusals, and 90
+//!    addresses' PIR queries with and without one hostile address running 10 PIR loops.
+//! 5. **SIGTERM** with 600 half-sent requests open: seconds until the process is gone.
 //!
 //! Prints one line per figure (`name: value`), for the README.
 
@@ -42,6 +46,15 @@ struct Args {
     /// Searches of the other client, unloaded and under attack.
     #[arg(long, default_value_t = 40)]
     searches: usize,
+    /// Connections the one hostile address opens (probe 4).
+    #[arg(long, default_value_t = 4300)]
+    address_conns: usize,
+    /// Addresses whose PIR queries are timed with and without a hostile address (probe 4).
+    #[arg(long, default_value_t = 90)]
+    victims: usize,
+    /// Only the hostile-address probes (4), then SIGTERM unless --keep-running.
+    #[arg(long)]
+    addresses_only: bool,
     /// Skip the SIGTERM step (the server keeps running).
     #[arg(long)]
     keep_running: bool,
@@ -359,6 +372,13 @@ fn main() {
         .json()
         .unwrap();
     eprintln!("hostilebench: {} items", part.gallery_size);
+    if a.addresses_only {
+        addresses(&a, &addr, &pir);
+        if !a.keep_running {
+            sigterm(&a, &addr);
+        }
+        return;
+    }
     half_sent(&a, &addr, &http);
     let big = (16 << 20) - 1;
     stalled(
@@ -395,6 +415,7 @@ fn main() {
         json - 1,
     );
     fairness(&a, &http, &part, &pir);
+    addresses(&a, &addr, &pir);
     let status: serde_json::Value = http
         .get(format!("{}/api/v1/status", a.base))
         .send()
@@ -405,4 +426,331 @@ fn main() {
     if !a.keep_running {
         sigterm(&a, &addr);
     }
+}
+
+fn ip(a: u8, b: u8) -> IpAddr {
+    IpAddr::V4(std::net::Ipv4Addr::new(127, 0, a, b))
+}
+
+fn client_at(ip: IpAddr) -> Client {
+    Client::builder()
+        .local_address(ip)
+        .no_gzip()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap()
+}
+
+/// `n` GETs of `path` from `ip`, one after another: (answered 200, sorted latencies in ms).
+fn gets(base: &str, ip: IpAddr, path: &str, n: usize) -> (usize, Vec<f64>) {
+    let http = client_at(ip);
+    let mut ms = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        if let Ok(r) = http.get(format!("{base}{path}")).send() {
+            if r.status().is_success() && r.bytes().is_ok() {
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    (ms.len(), ms)
+}
+
+fn refusal(base: &str, kind: &str) -> u64 {
+    let st: serde_json::Value = client_at(ip(0, 250))
+        .get(format!("{base}/api/v1/status"))
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or_default();
+    st["refusals"][kind].as_u64().unwrap_or(0)
+}
+
+/// The first line of what the server sends on a raw request (read until it closes).
+fn raw_status(addr: &str, bytes: &[u8]) -> String {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return "(no connection)".into();
+    };
+    let _ = s.write_all(bytes);
+    let got = raw::read_until_closed(&mut s, Instant::now() + Duration::from_secs(10))
+        .map(|x| x.1)
+        .unwrap_or_default();
+    let json = got
+        .to_ascii_lowercase()
+        .contains("content-type: application/json");
+    format!(
+        "{} ({})",
+        got.lines().next().unwrap_or("(closed without an answer)"),
+        if json { "JSON" } else { "not JSON" }
+    )
+}
+
+/// PIR thumbnail queries from `victims` addresses (127.0.1.x), `rounds` each, one at a time
+/// per address, all addresses at once: sorted latencies (ms) and failures.
+fn victim_queries(url: &str, per: usize, victims: usize, rounds: usize) -> (Vec<f64>, usize) {
+    let out: Vec<(Vec<f64>, usize)> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..victims)
+            .map(|v| {
+                scope.spawn(move || {
+                    let http = client_at(ip(1, 1 + v as u8));
+                    let (mut ms, mut failed) = (Vec::new(), 0);
+                    for i in 0..rounds {
+                        let t = Instant::now();
+                        let ok = http
+                            .post(url)
+                            .header("content-type", "application/octet-stream")
+                            .body(vec![(i % 7) as u8; per])
+                            .send()
+                            .is_ok_and(|r| r.status().as_u16() == 200 && r.bytes().is_ok());
+                        if ok {
+                            ms.push(t.elapsed().as_secs_f64() * 1e3);
+                        } else {
+                            failed += 1;
+                        }
+                    }
+                    (ms, failed)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ms: Vec<f64> = out.iter().flat_map(|o| o.0.clone()).collect();
+    ms.sort_by(f64::total_cmp);
+    (ms, out.iter().map(|o| o.1).sum())
+}
+
+fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
+    let base = a.base.as_str();
+    // 1. One address, 4,300 stalled searches (a whole head declaring one byte that never comes).
+    let head = b"POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n";
+    let socks: Vec<TcpStream> = (0..a.address_conns)
+        .filter_map(|_| raw::half_sent_from(addr, ip(0, 1), head).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let open = socks.iter().filter(|s| !raw::closed_or_answered(s)).count();
+    let (ok, ms) = gets(base, ip(0, 2), "/api/v1/config", 100);
+    println!(
+        "addresses: one address opening {} stalled searches: {open} still open (its share); another address's /api/v1/config: {ok} of 100 answered, p50 {:.1} ms, max {:.1} ms; refusals address_cap {}, evicted_idle {}",
+        socks.len(),
+        pct(&ms, 0.5),
+        ms.last().copied().unwrap_or(f64::NAN),
+        refusal(base, "address_cap"),
+        refusal(base, "evicted_idle")
+    );
+    drop(socks);
+    std::thread::sleep(Duration::from_secs(1));
+    // 2. 64 bodies declaring 1 MiB, sent at 1 KB/s from 8 addresses, while another searches.
+    let config: shared::api::ConfigResponse = client_at(ip(0, 2))
+        .get(format!("{base}/api/v1/config"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let search = serde_json::json!({
+        "query_rows": vec![vec![0.1; config.frame_dim]; 10],
+        "k": 8,
+        "noise_std": 0.5,
+    });
+    let json_head = format!(
+        "POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        1 << 20
+    );
+    let t0 = Instant::now();
+    let (searched, cut) = std::thread::scope(|scope| {
+        let slow: Vec<_> = (0..64u8)
+            .map(|i| {
+                let head = json_head.clone();
+                scope.spawn(move || {
+                    let mut s =
+                        raw::half_sent_from(addr, ip(0, 3 + i % 8), head.as_bytes()).ok()?;
+                    let t = Instant::now();
+                    // 1 KB/s until the server cuts the body (or 40 s).
+                    while t.elapsed() < Duration::from_secs(40) {
+                        if s.write_all(&[b' '; 100]).is_err() || raw::closed_or_answered(&s) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    let line =
+                        raw::read_until_closed(&mut s, Instant::now() + Duration::from_secs(5))
+                            .map(|x| x.1.lines().next().unwrap_or("").to_string())
+                            .unwrap_or_default();
+                    Some((t.elapsed().as_secs_f64(), line))
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let http = client_at(ip(0, 11));
+        let ok = (0..30)
+            .filter(|_| {
+                http.post(format!("{base}/api/v1/search"))
+                    .json(&search)
+                    .send()
+                    .is_ok_and(|r| r.status().as_u16() == 200)
+            })
+            .count();
+        let cut: Vec<(f64, String)> = slow.into_iter().filter_map(|h| h.join().unwrap()).collect();
+        (ok, cut)
+    });
+    let lines: Vec<String> = cut.iter().map(|c| c.1.clone()).collect();
+    let latest = cut.iter().map(|c| c.0).fold(0.0, f64::max);
+    println!(
+        "addresses: 64 bodies declaring 1 MiB at 1 KB/s from 8 addresses: another address's searches meanwhile {searched} of 30 answered 200; the slow bodies: {} (the last cut {latest:.1} s after it began; {:.1} s in all)",
+        counts(&lines),
+        t0.elapsed().as_secs_f64()
+    );
+    // 3. 300 slow readers of the largest hint: 16 KB every 3 s.
+    let hint_path = format!("{}/thumbs/hint", pir.answer_url);
+    let hint_size = client_at(ip(0, 12))
+        .get(format!("{base}{hint_path}"))
+        .send()
+        .and_then(|r| r.bytes())
+        .map_or(0, |b| b.len());
+    let t0 = Instant::now();
+    let readers: Vec<f64> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..300)
+            .map(|_| {
+                let path = hint_path.clone();
+                scope.spawn(move || {
+                    let mut s = raw::connect_from(addr, ip(0, 12), Some(16 << 10)).ok()?;
+                    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                        .ok()?;
+                    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+                    let t = Instant::now();
+                    let mut buf = vec![0u8; 16 << 10];
+                    while t.elapsed() < Duration::from_secs(60) {
+                        match std::io::Read::read(&mut s, &mut buf) {
+                            Ok(0) | Err(_) => return Some(t.elapsed().as_secs_f64()),
+                            Ok(_) => std::thread::sleep(Duration::from_secs(3)),
+                        }
+                    }
+                    None
+                })
+            })
+            .collect();
+        hs.into_iter().filter_map(|h| h.join().unwrap()).collect()
+    });
+    let latest = readers.iter().copied().fold(0.0, f64::max);
+    println!(
+        "addresses: 300 readers of a {:.1} MB hint at 16 KB every 3 s from one address: {} cut within 60 s, the last after {latest:.1} s ({:.1} s in all); refusals slow_readers {}",
+        hint_size as f64 / 1e6,
+        readers.len(),
+        t0.elapsed().as_secs_f64(),
+        refusal(base, "slow_readers")
+    );
+    // 4. One address hammering the most expensive searches on 20 connections.
+    let heavy_search = serde_json::json!({
+        "query_rows": vec![vec![0.1; config.frame_dim]; config.limits.max_query_rows],
+        "k": config.limits.max_k,
+        "noise_std": 0.5,
+    });
+    let (_, calm_ms) = gets(base, ip(0, 14), "/api/v1/config", 100);
+    let stop = AtomicBool::new(false);
+    let ((ok, loaded_ms), hammer) = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..20)
+            .map(|_| {
+                let (stop, search) = (&stop, &heavy_search);
+                scope.spawn(move || {
+                    let http = client_at(ip(0, 13));
+                    let (mut ok, mut refused) = (0usize, 0usize);
+                    while !stop.load(Ordering::Relaxed) {
+                        match http
+                            .post(format!("{base}/api/v1/search"))
+                            .json(search)
+                            .send()
+                        {
+                            Ok(r) if r.status().as_u16() == 200 => ok += 1,
+                            Ok(r) if r.status().as_u16() == 503 => refused += 1,
+                            _ => {}
+                        }
+                    }
+                    (ok, refused)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        let t = Instant::now();
+        let r = gets(base, ip(0, 14), "/api/v1/config", 200);
+        let secs = t.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        let h = hs
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .fold((0, 0), |x, y| (x.0 + y.0, x.1 + y.1));
+        (r, (h.0 as f64 / (secs + 1.0), h.1))
+    });
+    println!(
+        "addresses: one address hammering {}-row searches on 20 connections: {:.0} answered a second, {} refused with 503; another address's /api/v1/config: {ok} of 200, p95 {:.1} ms (unloaded {:.1} ms)",
+        config.limits.max_query_rows,
+        hammer.0,
+        hammer.1,
+        pct(&loaded_ms, 0.95),
+        pct(&calm_ms, 0.95)
+    );
+    // 5. hyper's own refusals.
+    let long_uri = format!(
+        "GET /api/v1/config?{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(70 << 10)
+    );
+    let fields: String = (0..301).map(|i| format!("X-{i}: v\r\n")).collect();
+    let many = format!("GET /api/v1/config HTTP/1.1\r\nHost: x\r\n{fields}\r\n");
+    println!(
+        "addresses: hyper's refusals: malformed head {}; 70 KiB URI {}; 301 header fields {}; gallery POST without token, body unsent: {}",
+        raw_status(addr, b"GET /api/v1/config HTTP/1.1\r\nHost x\r\n\r\n"),
+        raw_status(addr, long_uri.as_bytes()),
+        raw_status(addr, many.as_bytes()),
+        raw_status(addr, b"POST /api/v1/gallery HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"),
+    );
+    // 6. Other addresses' PIR queries, with and without one address running 10 PIR loops.
+    let url = format!("{base}{}/thumbs", pir.answer_url);
+    let per = pir.thumbs.shape.query_bytes();
+    let rounds = 5;
+    let (calm, calm_failed) = victim_queries(&url, per, a.victims, rounds);
+    let heavy = vec![1u8; per * shared::params::limits::MAX_PIR_QUERIES];
+    let stop = AtomicBool::new(false);
+    let ((loaded, failed), hostile) = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..10)
+            .map(|_| {
+                let (stop, url, heavy) = (&stop, &url, &heavy);
+                scope.spawn(move || {
+                    let http = client_at(ip(0, 15));
+                    let (mut ok, mut refused) = (0usize, 0usize);
+                    while !stop.load(Ordering::Relaxed) {
+                        match http
+                            .post(url)
+                            .header("content-type", "application/octet-stream")
+                            .body(heavy.clone())
+                            .send()
+                        {
+                            Ok(r) if r.status().as_u16() == 200 => ok += 1,
+                            Ok(_) => refused += 1,
+                            _ => {}
+                        }
+                    }
+                    (ok, refused)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        let r = victim_queries(&url, per, a.victims, rounds);
+        stop.store(true, Ordering::Relaxed);
+        let h = hs
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .fold((0, 0), |x, y| (x.0 + y.0, x.1 + y.1));
+        (r, h)
+    });
+    let p = |v: &[f64], q: f64| if v.is_empty() { f64::NAN } else { pct(v, q) };
+    println!(
+        "addresses: {} addresses' thumbnail queries ({rounds} each): unloaded p50 {:.0} ms, p95 {:.0} ms ({calm_failed} failed); with one address running 10 PIR loops: p50 {:.0} ms ({:.2}×, target ≤ 3×), p95 {:.0} ms ({:.2}×, target ≤ 4×), {failed} failed; the hostile address: {} answered, {} refused",
+        a.victims,
+        p(&calm, 0.5),
+        p(&calm, 0.95),
+        p(&loaded, 0.5),
+        p(&loaded, 0.5) / p(&calm, 0.5),
+        p(&loaded, 0.95),
+        p(&loaded, 0.95) / p(&calm, 0.95),
+        hostile.0,
+        hostile.1
+    );
 }

@@ -246,11 +246,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = format!("{}/api/v1/search", args.base);
     let start = Instant::now();
     let results: Vec<(Vec<u32>, usize)> = std::thread::scope(|s| {
+        // The server admits searches fairly by address (`net::admission`): on loopback each
+        // client is its own 127.0.x.y, as real clients would be.
+        let loopback = args.base.contains("://127.");
         let handles: Vec<_> = (0..threads)
-            .map(|_| {
+            .map(|i| {
                 let (url, body) = (&url, &body);
                 s.spawn(move || {
-                    let http = reqwest::blocking::Client::new();
+                    let mut b = reqwest::blocking::Client::builder();
+                    if loopback {
+                        b = b.local_address(std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+                            127,
+                            0,
+                            (1 + i / 250) as u8,
+                            (1 + i % 250) as u8,
+                        )));
+                    }
+                    let http = b.build().expect("a client");
                     let mut lat = Vec::new();
                     let mut errors = 0;
                     while Instant::now() < deadline && lat.len() < args.max_requests {

@@ -683,6 +683,9 @@ pub fn build_level(
         block.sort_unstable();
         block.dedup();
     }
+    if !matches!(spec.overlap, Overlap::None) {
+        fill_small_blocks(features, dim, &centroids, &home, &mut members);
+    }
     Ok(Level {
         // Capped levels split cells: the level has as many blocks as centroids.
         spec: LevelSpec {
@@ -693,6 +696,61 @@ pub fn build_level(
         home,
         members,
     })
+}
+
+/// The fewest items a block of an overlapping level holds (or the whole gallery, if smaller):
+/// the most results a PIR search may ask. A client refuses a PIR document whose ranking blocks
+/// hold fewer than its `k` (`client::pir_search::check_blocks`): with fewer, the client's
+/// ranking work — and so when its next request leaves — would depend on the size of the
+/// photo's block, which the server chooses.
+pub const MIN_BLOCK_ITEMS: usize = crate::pir::doc::MAX_THUMB_QUERIES;
+
+/// Tops up every block of fewer than [`MIN_BLOCK_ITEMS`] (or `n`) items with the items nearest
+/// its centroid that it lacks, ties to the lower index: candidates are the cells of the
+/// centroid's [`NEAR_CENTROIDS`] nearest centroids, or the whole gallery where those hold too
+/// few. Adding items to a block never removes its own, so coverage only rises; a function of
+/// the features and centroids only. Blocks stay ascending.
+fn fill_small_blocks(
+    features: &[f32],
+    dim: usize,
+    centroids: &[f32],
+    home: &[u32],
+    members: &mut [Vec<u32>],
+) {
+    let n = home.len();
+    let least = MIN_BLOCK_ITEMS.min(n);
+    if members.iter().all(|b| b.len() >= least) {
+        return;
+    }
+    let b = centroids.len() / dim.max(1);
+    let mut cells: Vec<Vec<u32>> = vec![Vec::new(); b];
+    for (i, &h) in home.iter().enumerate() {
+        cells[h as usize].push(i as u32);
+    }
+    let row = |i: u32| &features[i as usize * dim..][..dim];
+    for (c, block) in members.iter_mut().enumerate() {
+        if block.len() >= least {
+            continue;
+        }
+        let centre = &centroids[c * dim..][..dim];
+        let want = least - block.len();
+        let fill = |cands: &mut dyn Iterator<Item = u32>| {
+            let mut top = TopK::new(want);
+            for i in cands {
+                if block.binary_search(&i).is_err() {
+                    top.push(sq_dist(row(i), centre), i);
+                }
+            }
+            top.into_ids()
+        };
+        let near = nearest_k(centroids, dim, centre, NEAR_CENTROIDS.min(b));
+        let mut extra = fill(&mut near.iter().flat_map(|&h| cells[h as usize].iter().copied()));
+        if extra.len() < want {
+            extra = fill(&mut (0..n as u32));
+        }
+        block.extend(extra);
+        block.sort_unstable();
+    }
 }
 
 /// `neighbours`, checked to hold at least `m` (or all `n − 1`) items for each of `n` items.

@@ -427,6 +427,12 @@ pub fn rank(
     answer: &[u8],
     k: usize,
 ) -> Result<Ranked> {
+    if k == 0 || k > shared::params::limits::MAX_RANK_K {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={}", shared::params::limits::MAX_RANK_K),
+        });
+    }
     let shape = doc.shape();
     let answer = decode_answer(&shape, N, answer).map_err(crate::pir::from_lattice)?;
     let a: Vec<&[u64]> = public.public_a.iter().map(Vec::as_slice).collect();
@@ -442,31 +448,33 @@ pub fn rank(
             name: "pir scores",
             reason: "block out of range".into(),
         })?;
-    if k == 0 || k > shared::params::limits::MAX_RANK_K {
-        return Err(Error::InvalidParameter {
-            name: "k",
-            reason: format!("must be in 1..={}", shared::params::limits::MAX_RANK_K),
-        });
-    }
+    // A block of fewer than k items (refused with the document before anything secret exists,
+    // `client::pir_search::check_blocks`, and never published): still ranked in full, then
+    // refused below, so even then the work is the same.
+    let short = rows.len() < k;
     let q2: i64 = pending.q.iter().map(|&v| i64::from(v) * i64::from(v)).sum();
     // One key a database row (the block's rows first, the rest never chosen): higher score
-    // first, ties to the lower id. The same number of rows whatever the block.
+    // first, ties to the lower id. The same number of rows whatever the block (the database's,
+    // at least the largest published block), and the same k whatever its size: the work
+    // between this answer and the next request depends on no size the server chose.
     let keys: Vec<i128> = (0..shape.rows)
         .map(|r| match rows.get(r) {
             Some(&g) => (i128::from(t[r]) << 64) | i128::from(u64::MAX - public.ids[g as usize]),
             None => i128::MIN,
         })
         .collect();
-    let order: Vec<(i64, u64, usize)> = top_k_fixed(&keys, k.min(rows.len()))
+    // A slot past the block's rows (only when `short`) reads row 0's item, never panics.
+    let item = |r: usize| rows.get(r).or(rows.first()).copied().unwrap_or(0) as usize;
+    let order: Vec<(i64, u64, usize)> = crate::topk::top_k_fixed(&keys, k)
         .into_iter()
-        .map(|(_, r)| (t[r], public.ids[rows[r] as usize], r))
+        .map(|(_, r)| (t[r], public.ids[item(r)], r))
         .collect();
     let scale = f64::from(FEATURE_SCALE) * f64::from(FEATURE_SCALE);
     let hits: Vec<Hit> = order
         .iter()
         .map(|&(t, id, r)| Hit {
             id,
-            label: public.labels[rows[r] as usize],
+            label: public.labels[item(r)],
             distance: ((q2 - t) as f64 / scale) as f32,
             block: 0,
             index: r,
@@ -474,18 +482,24 @@ pub fn rank(
         .collect();
     let ranked = Ranked {
         scores: order.iter().map(|&(t, _, _)| t).collect(),
-        indices: order.iter().map(|&(_, _, r)| rows[r]).collect(),
+        indices: order.iter().map(|&(_, _, r)| item(r) as u32).collect(),
         // A unit the file lacks (only if `thumbs` is not the document's) gets a digest no
         // unit has, so the thumbnails' check fails rather than anything panicking.
         digests: order
             .iter()
             .map(|&(_, _, r)| {
-                let u = thumbs.unit_of(rows[r] as usize);
+                let u = thumbs.unit_of(item(r));
                 public.digests.get(u).copied().unwrap_or([0; DIGEST])
             })
             .collect(),
         hits,
     };
+    if short {
+        return Err(Error::InvalidParameter {
+            name: "pir scores",
+            reason: format!("the photo's block holds fewer than k = {k} items"),
+        });
+    }
     if !ok {
         return Err(crate::pir::refused(PirError::Malformed(
             "the scores' answer does not decode within its error bound (a wrong key, a damaged \
@@ -494,27 +508,6 @@ pub fn rank(
         )));
     }
     Ok(ranked)
-}
-
-/// The `k` largest of `keys` with their positions, largest first, by a fixed sequence of
-/// compare-exchanges: the same work whatever the keys (the photo's scores, or garbage after a
-/// failed check), so the moment the next request leaves does not depend on them.
-fn top_k_fixed(keys: &[i128], k: usize) -> Vec<(i128, usize)> {
-    let mut best = vec![(i128::MIN, 0usize); k];
-    for (r, &key) in keys.iter().enumerate() {
-        let (mut key, mut at) = (key, r);
-        for slot in best.iter_mut() {
-            // Swap where the candidate is larger, as masks (no branch on the key).
-            let m = -i128::from(key > slot.0);
-            let mu = m as usize;
-            let (k0, a0) = (slot.0, slot.1);
-            slot.0 = (k0 & !m) | (key & m);
-            slot.1 = (a0 & !mu) | (at & mu);
-            key = (key & !m) | (k0 & m);
-            at = (at & !mu) | (a0 & mu);
-        }
-    }
-    best
 }
 
 /// The document's scores entry, checked against the partition (see [`check`]).
@@ -538,25 +531,6 @@ pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> 
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_fixed_top_k_is_a_sort() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(4);
-        for n in [1usize, 5, 8, 100, 1000] {
-            let mut keys: Vec<i128> = (0..n)
-                .map(|_| rng.random_range(-50i128..50) << 64)
-                .collect();
-            keys.iter_mut()
-                .enumerate()
-                .for_each(|(i, k)| *k |= i as i128); // distinct
-            keys.extend([i128::MIN; 3]);
-            let mut want: Vec<(i128, usize)> = keys[..n].iter().copied().zip(0..).collect();
-            want.sort_by_key(|w| std::cmp::Reverse(w.0));
-            for k in [1, 8].into_iter().filter(|&k| k <= n) {
-                assert_eq!(top_k_fixed(&keys, k), want[..k].to_vec(), "n {n} k {k}");
-            }
-        }
-    }
     use crate::pir::doc::FileDoc;
     use ::pir::ring::scores::failure_log2;
 

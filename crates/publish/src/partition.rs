@@ -683,7 +683,7 @@ pub fn build_level(
         block.sort_unstable();
         block.dedup();
     }
-    if !matches!(spec.overlap, Overlap::None) {
+    if matches!(spec.overlap, Overlap::Closure(_) | Overlap::Capped { .. }) {
         fill_small_blocks(features, dim, &centroids, &home, &mut members);
     }
     Ok(Level {
@@ -698,8 +698,10 @@ pub fn build_level(
     })
 }
 
-/// The fewest items a block of an overlapping level holds (or the whole gallery, if smaller):
-/// the most results a PIR search may ask. A client refuses a PIR document whose ranking blocks
+/// The fewest items a block of a closure or capped level holds (or the whole gallery, if
+/// smaller): the most results a PIR search may ask. (The server ranks by PIR over those
+/// levels; a level without overlap or with spill is kept as specified, and not offered for
+/// ranking where a block is smaller.) A client refuses a PIR document whose ranking blocks
 /// hold fewer than its `k` (`client::pir_search::check_blocks`): with fewer, the client's
 /// ranking work — and so when its next request leaves — would depend on the size of the
 /// photo's block, which the server chooses.
@@ -1168,6 +1170,52 @@ mod tests {
             None
         )
         .is_err());
+    }
+
+    /// Issue #60, point 3: a closure level whose k-means leaves a cell of 2 items (two points
+    /// far from the rest) tops that block up to [`MIN_BLOCK_ITEMS`] with the items nearest its
+    /// centroid, keeps its own, and leaves full blocks alone; a level without overlap keeps
+    /// its small cell (such a level is not offered for PIR ranking).
+    #[test]
+    fn closure_blocks_hold_at_least_the_most_results_a_search_asks() {
+        let dim = 3;
+        // (Values within the centroids file's range, which is the features'.)
+        let mut x: Vec<f32> = blobs(198, dim, 1, 4).iter().map(|v| v / 8.0).collect();
+        x.extend([0.9, 0.9, 0.9, 0.9, 0.85, 0.9]);
+        let n = 200;
+        let nb = gallery_neighbours(&x, dim, 3, 0..n, None).unwrap();
+        let spec = |overlap| LevelSpec {
+            blocks: 2,
+            overlap,
+        };
+        let none = build_level(&x, dim, spec(Overlap::None), 1, None).unwrap();
+        assert!(
+            none.members.iter().any(|b| b.len() == 2),
+            "{:?}",
+            none.members.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        let closure = build_level(&x, dim, spec(Overlap::Closure(3)), 1, Some(&nb)).unwrap();
+        let far = closure.home[198] as usize;
+        let block = &closure.members[far];
+        assert_eq!(block.len(), MIN_BLOCK_ITEMS, "{block:?}");
+        assert!(block.contains(&198) && block.contains(&199));
+        assert!(block.windows(2).all(|w| w[0] < w[1]), "ascending");
+        // The added items are the nearest to the block's centroid: none outside is nearer.
+        let centre = &closure.centroids[far * dim..][..dim];
+        let row = |i: u32| &x[i as usize * dim..][..dim];
+        let farthest_in = block
+            .iter()
+            .map(|&i| sq_dist(row(i), centre))
+            .fold(0f32, f32::max);
+        for i in (0..n as u32).filter(|i| block.binary_search(i).is_err()) {
+            assert!(sq_dist(row(i), centre) >= farthest_in, "item {i}");
+        }
+        // The other block was full already: unchanged from its closure.
+        let other = &closure.members[1 - far];
+        assert!(other.len() >= 198);
+        for level in [&closure] {
+            assert!(level.members.iter().all(|b| b.len() >= MIN_BLOCK_ITEMS));
+        }
     }
 
     #[test]

@@ -30,7 +30,9 @@ use publish::centroids::Centroids;
 use publish::partition::nearest_centroid;
 use publish::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use publish::pir::records::Ranked;
-use publish::pir::records::{decode_rank_record, rank_record_len, unit_digest, RankRecord, DIGEST};
+use publish::pir::records::{
+    decode_rank_record, declared_len, rank_record_len, unit_digest, RankRecord, DIGEST,
+};
 use publish::pir::seeds::{self, Purpose};
 use publish::plan::validate_doc;
 use publish::thumbcode::{self, Codebook};
@@ -459,13 +461,6 @@ pub fn rank_level(
             name: "level",
             reason: format!("{level} has no PIR database"),
         })?;
-    if k == 0 || k > MAX_THUMB_QUERIES {
-        return Err(Error::InvalidParameter {
-            name: "k",
-            reason: format!("must be in 1..={MAX_THUMB_QUERIES}"),
-        });
-    }
-    shared::error::ensure_query_f32(features, features.len())?;
     let padded = pending
         .decode(hint, answer)
         .map_err(publish::pir::from_lattice)?
@@ -484,14 +479,32 @@ pub fn rank_level(
             name: "pir",
             reason: "record out of range".into(),
         })?;
-    let record = decode_rank_record(&padded, expected)
+    rank_padded(pir, &padded, expected, features, k)
+}
+
+/// [`rank_level`] after the answer is decoded: the padded record checked against `expected`
+/// (its SHA-256) and ranked, with the same work whatever the record holds and whether the
+/// check passes (see there).
+pub fn rank_padded(
+    pir: &PirDoc,
+    padded: &[u8],
+    expected: &str,
+    features: &[f32],
+    k: usize,
+) -> Result<Ranked> {
+    if k == 0 || k > MAX_THUMB_QUERIES {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={MAX_THUMB_QUERIES}"),
+        });
+    }
+    shared::error::ensure_query_f32(features, features.len())?;
+    let record = decode_rank_record(padded, expected)
         .map_err(publish::pir::refused)
         .and_then(|r| check_indices(&r, pir.thumbs.shape.records).map(|()| r));
-    // The padding after the record is hashed too: every search hashes the whole padded record.
-    let hashed = record
-        .as_ref()
-        .map_or(0, |r| rank_record_len(r.block.len(), features.len()))
-        .min(padded.len());
+    // The bytes after the record the header declares (which the check hashed, whether it
+    // passed or not) are hashed too: every search hashes the whole padded record.
+    let hashed = declared_len(padded).unwrap_or(0).min(padded.len());
     let _ = std::hint::black_box(publish::blocks::hash_hex(&padded[hashed..]));
     // As many items are ranked as the padded record could hold, whatever the block's size.
     let capacity = padded.len() / (8 + 1 + 2 * features.len() + 4 + DIGEST);

@@ -534,6 +534,152 @@ mod tests {
     use crate::pir::doc::FileDoc;
     use ::pir::ring::scores::failure_log2;
 
+    /// Median of `times`, µs.
+    fn median(times: &mut [f64]) -> f64 {
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    }
+
+    /// Issue #60, point 3: between the scores' answer and the thumbnail request, the client's
+    /// work depends on no size the server chose. A database of 4,096 rows (two packed
+    /// ciphertexts) whose blocks hold 1, 3, 8 and 4,096 items, real answers, `k` = 8: every
+    /// block is ranked over the database's rows and k results, the blocks of fewer than k are
+    /// refused after the same work, and the medians of the four agree within 5 % (rounds
+    /// interleaved, so load on the machine falls on all four alike). Before, the ranking took
+    /// `k.min(block)` results: 1 and 3 slots against 8, a visible part of decode plus ranking.
+    #[test]
+    fn ranking_takes_the_same_time_whatever_the_size_of_the_photos_block() {
+        use ::pir::ring::scores::{encode_answer, plaintext_scores, ScoreDb};
+        use ::pir::selftest::random_blocks;
+        use rand::SeedableRng;
+        let sizes = [1usize, 3, 8, 4096];
+        let (dim, k) = (64, 8);
+        let shape = ScoreShape {
+            blocks: sizes.len(),
+            dim,
+            rows: 4096,
+        };
+        let ring = Ring::new(N);
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(60);
+        let blocks: Vec<Vec<i16>> = random_blocks(&shape, &mut rng)
+            .into_iter()
+            .zip(sizes)
+            .map(|(mut b, n)| {
+                b.truncate(n * dim);
+                b
+            })
+            .collect();
+        let (qseed, pseed) = ([3u8; 32], [4u8; 32]);
+        let masks = ::pir::ring::scores::packing_masks(&ring, &shape, &pseed);
+        let db = ScoreDb::build(&ring, shape, &blocks, &qseed, &masks).unwrap();
+        // Gallery items 0 … 4,107, block by block; ids descend so ties would go the other way.
+        let mut next = 0u32;
+        let rows: Vec<Vec<u32>> = sizes
+            .iter()
+            .map(|&n| {
+                let r: Vec<u32> = (next..next + n as u32).collect();
+                next += n as u32;
+                r
+            })
+            .collect();
+        let items = next as usize;
+        let public = ScoresPublic {
+            public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
+            rows: rows.clone(),
+            ids: (0..items as u64).map(|i| 10_000 - i).collect(),
+            labels: vec![1; items],
+            digests: vec![[5; DIGEST]; items],
+        };
+        let thumbs = ::pir::layout::Shape::new(294, items, 294).unwrap();
+        let doc = ScoresDoc {
+            level: 0,
+            ring_n: N,
+            blocks: shape.blocks,
+            dim,
+            rows: shape.rows,
+            query_seed: String::new(),
+            packing_seed: String::new(),
+            public: FileDoc {
+                bytes: 0,
+                transfer_bytes: 0,
+                sha256: String::new(),
+            },
+            thumb_units: items,
+            upload_bytes: upload_len(&shape, N) as u64,
+            answer_bytes: answer_len(&shape, N) as u64,
+            failure_log2: failure_log2(&shape, N),
+        };
+        let keys = ScoresKeys {
+            ring: Ring::new(N),
+            masks,
+            query_seed: qseed,
+        };
+        let q: Vec<i16> = random_blocks(
+            &ScoreShape {
+                blocks: 1,
+                dim,
+                rows: 1,
+            },
+            &mut rng,
+        )
+        .remove(0);
+        // One query and honest answer for each block.
+        let cases: Vec<(ScoresPending, Vec<u8>)> = (0..sizes.len())
+            .map(|b| {
+                let (up, bodies, sk) =
+                    ::pir::ring::scores::query(&ring, &shape, &qseed, &keys.masks, b, &q, &mut rng)
+                        .unwrap();
+                let answer = encode_answer(&db.answer(&ring, &up, &bodies, None).unwrap());
+                let pending = ScoresPending {
+                    sk,
+                    block: b,
+                    q: q.clone(),
+                };
+                (pending, answer)
+            })
+            .collect();
+        let run = |b: usize| {
+            let (p, a) = &cases[b];
+            rank(&doc, &thumbs, &keys, &public, p, a, k)
+        };
+        // What each block gives: its exact top k, or a refusal for a block of fewer.
+        for (b, &n) in sizes.iter().enumerate() {
+            match run(b) {
+                Ok(r) => {
+                    let mut want: Vec<(i64, u32)> =
+                        plaintext_scores(&q, &blocks[b], dim)[..n]
+                            .iter()
+                            .zip(&rows[b])
+                            .map(|(&t, &g)| (t, g))
+                            .collect();
+                    // Higher score first, ties to the lower id (the higher gallery index).
+                    want.sort_by_key(|&(t, g)| (std::cmp::Reverse(t), std::cmp::Reverse(g)));
+                    assert!(n >= k);
+                    assert_eq!(r.indices, want[..k].iter().map(|w| w.1).collect::<Vec<_>>());
+                    assert_eq!(r.scores, want[..k].iter().map(|w| w.0).collect::<Vec<_>>());
+                }
+                Err(e) => {
+                    assert!(n < k, "block of {n}: {e}");
+                    assert!(e.to_string().contains("fewer than k"), "{e}");
+                }
+            }
+        }
+        let mut times = vec![Vec::new(); sizes.len()];
+        for _ in 0..300 {
+            for (b, t) in times.iter_mut().enumerate() {
+                let start = std::time::Instant::now();
+                let _ = std::hint::black_box(run(b));
+                t.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+        eprintln!("rank medians (µs) for blocks of {sizes:?} items: {medians:.1?}");
+        let (lo, hi) = medians
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), &m| (l.min(m), h.max(m)));
+        assert!(hi <= 1.05 * lo, "medians {medians:.1?} differ by more than 5 %");
+    }
+
     const SIZES: [u32; 4] = [250, 260, 240, 250];
 
     /// The planner tests' partition with a capped fourth level of 4 blocks of at most 300 rows,

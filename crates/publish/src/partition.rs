@@ -699,13 +699,14 @@ pub fn build_level(
 }
 
 /// The fewest items a block of a closure or capped level holds (or the whole gallery, if
-/// smaller): the most results a PIR search may ask. (The server ranks by PIR over those
+/// smaller): the most results a PIR search may ask (`publish::pir::doc::MAX_THUMB_QUERIES` is
+/// this). (The server ranks by PIR over those
 /// levels; a level without overlap or with spill is kept as specified, and not offered for
 /// ranking where a block is smaller.) A client refuses a PIR document whose ranking blocks
 /// hold fewer than its `k` (`client::pir_search::check_blocks`): with fewer, the client's
 /// ranking work — and so when its next request leaves — would depend on the size of the
 /// photo's block, which the server chooses.
-pub const MIN_BLOCK_ITEMS: usize = crate::pir::doc::MAX_THUMB_QUERIES;
+pub const MIN_BLOCK_ITEMS: usize = 32;
 
 /// Tops up every block of fewer than [`MIN_BLOCK_ITEMS`] (or `n`) items with the items nearest
 /// its centroid that it lacks, ties to the lower index: candidates are the cells of the

@@ -503,11 +503,25 @@ pub fn rank_padded(
         .map_err(publish::pir::refused)
         .and_then(|r| check_indices(&r, pir.thumbs.shape.records).map(|()| r));
     // The bytes after the record the header declares (which the check hashed, whether it
-    // passed or not) are hashed too: every search hashes the whole padded record.
+    // passed or not) are hashed too: every search hashes the whole padded record. And every
+    // byte is read as the padding's check reads it: the check read the padding after a
+    // record that passed, this the rest.
     let hashed = declared_len(padded).unwrap_or(0).min(padded.len());
     let _ = std::hint::black_box(publish::blocks::hash_hex(&padded[hashed..]));
+    let scanned = if record.is_ok() { hashed } else { padded.len() };
+    let _ = std::hint::black_box(padded[..scanned].iter().fold(0u8, |a, &b| a | b));
     // As many items are ranked as the padded record could hold, whatever the block's size.
     let capacity = padded.len() / (8 + 1 + 2 * features.len() + 4 + DIGEST);
+    // And as many items' features dequantised: the record's were decoded (none after a failed
+    // check), the rest here, as `blocks::decode` does it.
+    let decoded = record.as_ref().map_or(0, |r| r.block.len());
+    let rest = (capacity.saturating_sub(decoded) * 2 * features.len()).min(padded.len());
+    let _ = std::hint::black_box(
+        padded[..rest]
+            .chunks_exact(2)
+            .map(|c| f32::from(i16::from_le_bytes([c[0], c[1]])) / publish::blocks::FEATURE_SCALE)
+            .collect::<Vec<f32>>(),
+    );
     match record {
         Ok(record) => ranked_fixed(&record, features, k, capacity),
         Err(e) => {

@@ -243,8 +243,9 @@ pub fn check_file(t: &FileDoc, what: &'static str) -> Result<()> {
 }
 
 /// Most thumbnail queries the server answers in one request (and the largest `k` of a PIR
-/// search).
-pub const MAX_THUMB_QUERIES: usize = 32;
+/// search): the fewest items a publisher puts in a ranking block, so every `k` a client may
+/// ask is ranked over full blocks (`client::pir_search::check_blocks`).
+pub const MAX_THUMB_QUERIES: usize = crate::partition::MIN_BLOCK_ITEMS;
 
 /// Thumbnail records stacked per column, `g` (a power of two): a search's thumbnail bytes are
 /// `k` queries of `cols = items/g` entries up and `k` answers of `rows = record·g` entries down

@@ -108,11 +108,12 @@ fn a_level_records_ranking_takes_the_same_time_whatever_its_size() {
         }
     }
     let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
-    eprintln!(
-        "ranking medians (µs), records of {sizes:?} items and a failed check: {medians:.1?}"
-    );
+    eprintln!("ranking medians (µs), records of {sizes:?} items and a failed check: {medians:.1?}");
     let (lo, hi) = medians
         .iter()
         .fold((f64::MAX, 0f64), |(l, h), &m| (l.min(m), h.max(m)));
-    assert!(hi <= 1.05 * lo, "medians {medians:.1?} differ by more than 5 %");
+    assert!(
+        hi <= 1.05 * lo,
+        "medians {medians:.1?} differ by more than 5 %"
+    );
 }

@@ -69,8 +69,7 @@ fn least_beta(s: &Set) -> usize {
             (1..=most).any(|m| {
                 let d = (s.n + m + 1) as f64;
                 b <= d
-                    && lhs
-                        <= (2.0 * b - d - 1.0) * dl + (m as f64 * q_ln + s.n as f64 * nu_ln) / d
+                    && lhs <= (2.0 * b - d - 1.0) * dl + (m as f64 * q_ln + s.n as f64 * nu_ln) / d
             })
         })
         .expect("some block size succeeds")
@@ -154,7 +153,10 @@ fn every_parameter_set_in_use_has_128_bits_with_margin() {
     }
     // The model agrees with the published table: every 128-bit point needs a similar β.
     assert!((300..400).contains(&beta_128), "β₁₂₈ = {beta_128}");
-    println!("β₁₂₈ = {beta_128}; required β ≥ {MARGIN}·β₁₂₈ (≥ {} bits)", 128.0 * MARGIN);
+    println!(
+        "β₁₂₈ = {beta_128}; required β ≥ {MARGIN}·β₁₂₈ (≥ {} bits)",
+        128.0 * MARGIN
+    );
     for set in in_use() {
         let beta = least_beta(&set);
         let bits = 128.0 * beta as f64 / beta_128 as f64;

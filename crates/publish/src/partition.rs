@@ -1185,10 +1185,7 @@ mod tests {
         x.extend([0.9, 0.9, 0.9, 0.9, 0.85, 0.9]);
         let n = 200;
         let nb = gallery_neighbours(&x, dim, 3, 0..n, None).unwrap();
-        let spec = |overlap| LevelSpec {
-            blocks: 2,
-            overlap,
-        };
+        let spec = |overlap| LevelSpec { blocks: 2, overlap };
         let none = build_level(&x, dim, spec(Overlap::None), 1, None).unwrap();
         assert!(
             none.members.iter().any(|b| b.len() == 2),

@@ -31,7 +31,7 @@ use publish::partition::nearest_centroid;
 use publish::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use publish::pir::records::Ranked;
 use publish::pir::records::{
-    decode_rank_record, declared_len, rank_record_len, unit_digest, RankRecord, DIGEST,
+    declared_len, decode_rank_record, rank_record_len, unit_digest, RankRecord, DIGEST,
 };
 use publish::pir::seeds::{self, Purpose};
 use publish::plan::validate_doc;
@@ -147,10 +147,10 @@ pub struct PirPlan {
     pub coded_picture_bytes: Option<usize>,
 }
 
-/// The most one-time bytes of a PIR plan the page chooses by default: the 10,000-image target
-/// is 16 MiB, 70,000 images take 28 MiB, and 1,000,000 with the hintless scores about 41 MiB
-/// (22 MiB of public file, 18 MiB of thumbnail hint) — where the table plan's 151 MiB stays a
-/// choice.
+/// The most one-time bytes of a PIR plan the page chooses by default: at LWE `N` = 1,408 the
+/// table plans take about 9.1 MiB at 10,000 images and 24.2 MiB at 70,000, and 1,000,000 with
+/// the hintless scores about 16 MiB (6 MiB of public file, 9.4 MiB of thumbnail hint) — where
+/// the table plan's 129 MiB stays a choice.
 pub const PAGE_DEFAULT_MAX_ONE_TIME_BYTES: u64 = 48 << 20;
 
 impl PirPlan {

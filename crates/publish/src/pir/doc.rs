@@ -255,8 +255,8 @@ pub const MAX_THUMB_QUERIES: usize = crate::partition::MIN_BLOCK_ITEMS;
 /// grows with `g`. So: the least `g` whose bytes a search are within 5 % or 16 KiB of the
 /// least any `g` with a hint of at most 32 MiB gives. At 1,000 items `g = 1` (26 KiB a search
 /// for 8 thumbnails; stacking would save 10 KiB for four times the hint); at 10,000, `g = 8`
-/// (52 KiB, a 5.7 MiB hint); at 70,000, `g = 16` (152 KiB, 11.5 MiB); at 1,000,000 the hint's
-/// cap decides (`g = 32`: 903 KiB a search, a 23 MiB hint).
+/// (54 KiB, a 7.9 MiB hint at LWE `N` = 1,408); at 70,000, `g = 16` (157 KiB, 15.8 MiB); at
+/// 1,000,000 the hint's cap decides (`g = 32`: 903 KiB a search, a 31.6 MiB hint).
 pub fn thumbs_shape(items: usize, thumb_bytes: usize) -> Result<Shape> {
     let shape = |g: usize| Shape::new(thumb_bytes, items, thumb_bytes * g);
     let per_search = thumbs_search_bytes;

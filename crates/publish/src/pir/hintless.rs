@@ -646,12 +646,11 @@ mod tests {
         for (b, &n) in sizes.iter().enumerate() {
             match run(b) {
                 Ok(r) => {
-                    let mut want: Vec<(i64, u32)> =
-                        plaintext_scores(&q, &blocks[b], dim)[..n]
-                            .iter()
-                            .zip(&rows[b])
-                            .map(|(&t, &g)| (t, g))
-                            .collect();
+                    let mut want: Vec<(i64, u32)> = plaintext_scores(&q, &blocks[b], dim)[..n]
+                        .iter()
+                        .zip(&rows[b])
+                        .map(|(&t, &g)| (t, g))
+                        .collect();
                     // Higher score first, ties to the lower id (the higher gallery index).
                     want.sort_by_key(|&(t, g)| (std::cmp::Reverse(t), std::cmp::Reverse(g)));
                     assert!(n >= k);
@@ -677,7 +676,10 @@ mod tests {
         let (lo, hi) = medians
             .iter()
             .fold((f64::MAX, 0f64), |(l, h), &m| (l.min(m), h.max(m)));
-        assert!(hi <= 1.05 * lo, "medians {medians:.1?} differ by more than 5 %");
+        assert!(
+            hi <= 1.05 * lo,
+            "medians {medians:.1?} differ by more than 5 %"
+        );
     }
 
     const SIZES: [u32; 4] = [250, 260, 240, 250];

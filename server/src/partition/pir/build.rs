@@ -578,7 +578,10 @@ fn build_level(
     // refused before any block is read (at 1,000,000 items, reading every level's blocks only
     // to refuse them took 90 s and mapped 15 GB of files).
     if !blocks_hold_any_k(&p.doc.levels[level].sizes, p.doc.gallery_size) {
-        tracing::info!(level, "pir: level not offered (a block holds too few items)");
+        tracing::info!(
+            level,
+            "pir: level not offered (a block holds too few items)"
+        );
         return Ok(None);
     }
     let longest_items = p.doc.levels[level].sizes.iter().copied().max().unwrap_or(0);

@@ -12,7 +12,7 @@ use wasm_bindgen_test::*;
 
 /// `pir::tests::TRANSCRIPT_7` (crate `privatemail-pir`), computed natively.
 const NATIVE_TRANSCRIPT_7: &str =
-    "e18e59c23e59f4c72de813026267a5644ef51c98adfdedf24f08e7affce0d6d9";
+    "aa08063f8cbb07becb4374093eb085daa72aba988bf154fa370e683a1ec63760";
 
 /// `pir::tests::HINTLESS_TRANSCRIPT_7` (crate `privatemail-pir`), computed natively.
 const NATIVE_HINTLESS_TRANSCRIPT_7: &str =

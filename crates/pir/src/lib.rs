@@ -197,7 +197,7 @@ mod tests {
 
     /// The digest the wasm test (`client-wasm/tests/browser/pir_search.rs`) compares against.
     pub const TRANSCRIPT_7: &str =
-        "e18e59c23e59f4c72de813026267a5644ef51c98adfdedf24f08e7affce0d6d9";
+        "aa08063f8cbb07becb4374093eb085daa72aba988bf154fa370e683a1ec63760";
 
     #[test]
     fn the_transcript_is_stable() {

@@ -683,6 +683,9 @@ pub fn build_level(
         block.sort_unstable();
         block.dedup();
     }
+    if matches!(spec.overlap, Overlap::Closure(_) | Overlap::Capped { .. }) {
+        fill_small_blocks(features, dim, &centroids, &home, &mut members);
+    }
     Ok(Level {
         // Capped levels split cells: the level has as many blocks as centroids.
         spec: LevelSpec {
@@ -693,6 +696,64 @@ pub fn build_level(
         home,
         members,
     })
+}
+
+/// The fewest items a block of a closure or capped level holds (or the whole gallery, if
+/// smaller): the most results a PIR search may ask (`publish::pir::doc::MAX_THUMB_QUERIES` is
+/// this). (The server ranks by PIR over those
+/// levels; a level without overlap or with spill is kept as specified, and not offered for
+/// ranking where a block is smaller.) A client refuses a PIR document whose ranking blocks
+/// hold fewer than its `k` (`client::pir_search::check_blocks`): with fewer, the client's
+/// ranking work — and so when its next request leaves — would depend on the size of the
+/// photo's block, which the server chooses.
+pub const MIN_BLOCK_ITEMS: usize = 32;
+
+/// Tops up every block of fewer than [`MIN_BLOCK_ITEMS`] (or `n`) items with the items nearest
+/// its centroid that it lacks, ties to the lower index: candidates are the cells of the
+/// centroid's [`NEAR_CENTROIDS`] nearest centroids, or the whole gallery where those hold too
+/// few. Adding items to a block never removes its own, so coverage only rises; a function of
+/// the features and centroids only. Blocks stay ascending.
+fn fill_small_blocks(
+    features: &[f32],
+    dim: usize,
+    centroids: &[f32],
+    home: &[u32],
+    members: &mut [Vec<u32>],
+) {
+    let n = home.len();
+    let least = MIN_BLOCK_ITEMS.min(n);
+    if members.iter().all(|b| b.len() >= least) {
+        return;
+    }
+    let b = centroids.len() / dim.max(1);
+    let mut cells: Vec<Vec<u32>> = vec![Vec::new(); b];
+    for (i, &h) in home.iter().enumerate() {
+        cells[h as usize].push(i as u32);
+    }
+    let row = |i: u32| &features[i as usize * dim..][..dim];
+    for (c, block) in members.iter_mut().enumerate() {
+        if block.len() >= least {
+            continue;
+        }
+        let centre = &centroids[c * dim..][..dim];
+        let want = least - block.len();
+        let fill = |cands: &mut dyn Iterator<Item = u32>| {
+            let mut top = TopK::new(want);
+            for i in cands {
+                if block.binary_search(&i).is_err() {
+                    top.push(sq_dist(row(i), centre), i);
+                }
+            }
+            top.into_ids()
+        };
+        let near = nearest_k(centroids, dim, centre, NEAR_CENTROIDS.min(b));
+        let mut extra = fill(&mut near.iter().flat_map(|&h| cells[h as usize].iter().copied()));
+        if extra.len() < want {
+            extra = fill(&mut (0..n as u32));
+        }
+        block.extend(extra);
+        block.sort_unstable();
+    }
 }
 
 /// `neighbours`, checked to hold at least `m` (or all `n − 1`) items for each of `n` items.
@@ -1110,6 +1171,49 @@ mod tests {
             None
         )
         .is_err());
+    }
+
+    /// Issue #60, point 3: a closure level whose k-means leaves a cell of 2 items (two points
+    /// far from the rest) tops that block up to [`MIN_BLOCK_ITEMS`] with the items nearest its
+    /// centroid, keeps its own, and leaves full blocks alone; a level without overlap keeps
+    /// its small cell (such a level is not offered for PIR ranking).
+    #[test]
+    fn closure_blocks_hold_at_least_the_most_results_a_search_asks() {
+        let dim = 3;
+        // (Values within the centroids file's range, which is the features'.)
+        let mut x: Vec<f32> = blobs(198, dim, 1, 4).iter().map(|v| v / 8.0).collect();
+        x.extend([0.9, 0.9, 0.9, 0.9, 0.85, 0.9]);
+        let n = 200;
+        let nb = gallery_neighbours(&x, dim, 3, 0..n, None).unwrap();
+        let spec = |overlap| LevelSpec { blocks: 2, overlap };
+        let none = build_level(&x, dim, spec(Overlap::None), 1, None).unwrap();
+        assert!(
+            none.members.iter().any(|b| b.len() == 2),
+            "{:?}",
+            none.members.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        let closure = build_level(&x, dim, spec(Overlap::Closure(3)), 1, Some(&nb)).unwrap();
+        let far = closure.home[198] as usize;
+        let block = &closure.members[far];
+        assert_eq!(block.len(), MIN_BLOCK_ITEMS, "{block:?}");
+        assert!(block.contains(&198) && block.contains(&199));
+        assert!(block.windows(2).all(|w| w[0] < w[1]), "ascending");
+        // The added items are the nearest to the block's centroid: none outside is nearer.
+        let centre = &closure.centroids[far * dim..][..dim];
+        let row = |i: u32| &x[i as usize * dim..][..dim];
+        let farthest_in = block
+            .iter()
+            .map(|&i| sq_dist(row(i), centre))
+            .fold(0f32, f32::max);
+        for i in (0..n as u32).filter(|i| block.binary_search(i).is_err()) {
+            assert!(sq_dist(row(i), centre) >= farthest_in, "item {i}");
+        }
+        // The other block was full already: unchanged from its closure.
+        let other = &closure.members[1 - far];
+        assert!(other.len() >= 198);
+        for level in [&closure] {
+            assert!(level.members.iter().all(|b| b.len() >= MIN_BLOCK_ITEMS));
+        }
     }
 
     #[test]

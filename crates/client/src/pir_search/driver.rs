@@ -448,7 +448,7 @@ impl PirSearch {
     }
 
     /// The plan must be one [`super::plan_of`] could make from these documents (the level
-    /// or table it names is offered, `k` within bounds).
+    /// or table it names is offered, `k` within bounds, every ranking block at least `k` items).
     fn check_plan(&self) -> Result<()> {
         let bad = |reason: &str| Error::InvalidParameter {
             name: "pir plan",
@@ -458,6 +458,9 @@ impl PirSearch {
         if k == 0 || k > super::MAX_THUMB_QUERIES || k > self.part.gallery_size {
             return Err(bad("k is out of range"));
         }
+        // Every block a ranking may fetch holds k items (the ranking's work then depends on no
+        // size the server chose).
+        super::check_blocks(&self.part, &self.pir, k)?;
         match self.plan.ranking {
             PirRanking::Table if self.pir.rank_table.is_none() => Err(bad("no table is offered")),
             PirRanking::Level { level } => {

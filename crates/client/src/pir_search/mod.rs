@@ -25,12 +25,14 @@ pub mod driver;
 
 use ::pir::client::{prepare, query, Hint, Pending, PirError, Prepared};
 use dp::exact::uniform_below;
-use publish::blocks::rank;
+use publish::blocks::{rank, Hit};
 use publish::centroids::Centroids;
 use publish::partition::nearest_centroid;
 use publish::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use publish::pir::records::Ranked;
-use publish::pir::records::{decode_rank_record, rank_record_len, unit_digest, RankRecord, DIGEST};
+use publish::pir::records::{
+    declared_len, decode_rank_record, rank_record_len, unit_digest, RankRecord, DIGEST,
+};
 use publish::pir::seeds::{self, Purpose};
 use publish::plan::validate_doc;
 use publish::thumbcode::{self, Codebook};
@@ -145,10 +147,10 @@ pub struct PirPlan {
     pub coded_picture_bytes: Option<usize>,
 }
 
-/// The most one-time bytes of a PIR plan the page chooses by default: the 10,000-image target
-/// is 16 MiB, 70,000 images take 28 MiB, and 1,000,000 with the hintless scores about 41 MiB
-/// (22 MiB of public file, 18 MiB of thumbnail hint) — where the table plan's 151 MiB stays a
-/// choice.
+/// The most one-time bytes of a PIR plan the page chooses by default: at LWE `N` = 1,408 the
+/// table plans take about 9.1 MiB at 10,000 images and 24.2 MiB at 70,000, and 1,000,000 with
+/// the hintless scores about 16 MiB (6 MiB of public file, 9.4 MiB of thumbnail hint) — where
+/// the table plan's 129 MiB stays a choice.
 pub const PAGE_DEFAULT_MAX_ONE_TIME_BYTES: u64 = 48 << 20;
 
 impl PirPlan {
@@ -182,6 +184,7 @@ pub fn plan_of(
             reason: format!("must be in 1..={MAX_THUMB_QUERIES} and at most the gallery size"),
         });
     }
+    check_blocks(part, pir, k)?;
     let t = pir.thumbs.shape;
     let (thumb_up, thumb_down) = ((k * t.query_bytes()) as u64, (k * t.answer_bytes()) as u64);
     // Every plan fetches the thumbnail hint and, where the records are coded, the codebook;
@@ -329,6 +332,45 @@ pub fn check_docs(part: &PartitionDoc, pir: &PirDoc) -> Result<()> {
     seeds::check(part, pir)
 }
 
+/// Every block a ranking may fetch holds at least `k` items: each level the PIR document
+/// offers a database for, and the hintless ranking's level. Checked with the documents, before
+/// anything secret exists, so a document that fails is refused alike for every photo.
+///
+/// # Why
+/// After a ranking answer the client ranks its block's items and sends the thumbnail queries.
+/// If a block held fewer than `k` items, the ranking would pad its results (or rank fewer), and
+/// the work before the next request — so the moment it leaves — would depend on the size of
+/// the photo's block, which the server chose. With every block at least `k`, the ranking is
+/// `k` results over the database's rows (the largest block), whatever the block
+/// ([`publish::pir::hintless::rank`], [`rank_level`]). A publisher never makes smaller blocks
+/// ([`publish::partition::MIN_BLOCK_ITEMS`] ≥ the largest `k` a client may ask).
+pub fn check_blocks(part: &PartitionDoc, pir: &PirDoc, k: usize) -> Result<()> {
+    let offered = pir
+        .levels
+        .iter()
+        .enumerate()
+        .filter(|(_, db)| db.is_some())
+        .map(|(l, _)| l)
+        .chain(pir.scores.as_ref().map(|s| s.level));
+    for level in offered {
+        let ld = part.levels.get(level).ok_or(Error::InvalidParameter {
+            name: "pir level",
+            reason: format!("level {level} does not exist"),
+        })?;
+        let least = ld.sizes.iter().copied().min().unwrap_or(0) as usize;
+        if least < k {
+            return Err(Error::InvalidParameter {
+                name: "pir level",
+                reason: format!(
+                    "a block of level {level} holds {least} items, fewer than the {k} results \
+                     asked for"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The ranking query of a `Level` plan: the record of the photo's nearest block among the
 /// level's `centroids` (verified with [`publish::centroids::verify`]; the level is
 /// public, so fetching them reveals nothing). Returns the body to `POST` to
@@ -391,12 +433,17 @@ pub fn rank_table(pir: &PirDoc, table: &[u8], features: &[f32], k: usize) -> Res
 
 /// Exact top k from a `Level` plan's answer (decoded, checked against the record's hash).
 ///
-/// # Failures say nothing
+/// # Failures and block sizes say nothing
 /// A hostile server can damage the record of one chosen block, so whether this check fails
-/// depends on the photo. The work does not: the padded record is hashed and a record of the
-/// longest size the database holds is ranked whether or not the check passes (a dummy after a
-/// failure), so the request that follows (the thumbnails, sent for random records after a
-/// failure) goes out after the same work. Only sizes, which are public, fail early.
+/// depends on the photo; and block sizes are the server's, so the size of the photo's block
+/// depends on the photo too. The work does neither: the whole padded record is hashed (the
+/// record by its check, the padding after it), and `k` results are chosen by a fixed network
+/// ([`publish::topk::top_k_fixed`]) over as many items as the padded record could hold — the
+/// record's, then zero items that never win (a dummy of that many after a failure) — so the
+/// request that follows (the thumbnails, for random records after a failure) goes out after
+/// the same work. A block of fewer than `k` items is refused with the documents
+/// ([`check_blocks`]) and, should one reach here, after the same work. Only sizes, which are
+/// public, fail early.
 pub fn rank_level(
     pir: &PirDoc,
     level: usize,
@@ -432,33 +479,123 @@ pub fn rank_level(
             name: "pir",
             reason: "record out of range".into(),
         })?;
-    let record = decode_rank_record(&padded, expected)
+    rank_padded(pir, &padded, expected, features, k)
+}
+
+/// [`rank_level`] after the answer is decoded: the padded record checked against `expected`
+/// (its SHA-256) and ranked, with the same work whatever the record holds and whether the
+/// check passes (see there).
+pub fn rank_padded(
+    pir: &PirDoc,
+    padded: &[u8],
+    expected: &str,
+    features: &[f32],
+    k: usize,
+) -> Result<Ranked> {
+    if k == 0 || k > MAX_THUMB_QUERIES {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={MAX_THUMB_QUERIES}"),
+        });
+    }
+    shared::error::ensure_query_f32(features, features.len())?;
+    let record = decode_rank_record(padded, expected)
         .map_err(publish::pir::refused)
         .and_then(|r| check_indices(&r, pir.thumbs.shape.records).map(|()| r));
+    // The bytes after the record the header declares (which the check hashed, whether it
+    // passed or not) are hashed too: every search hashes the whole padded record. And every
+    // byte is read as the padding's check reads it: the check read the padding after a
+    // record that passed, this the rest.
+    let hashed = declared_len(padded).unwrap_or(0).min(padded.len());
+    let _ = std::hint::black_box(publish::blocks::hash_hex(&padded[hashed..]));
+    let scanned = if record.is_ok() { hashed } else { padded.len() };
+    let _ = std::hint::black_box(padded[..scanned].iter().fold(0u8, |a, &b| a | b));
     // As many items are ranked as the padded record could hold, whatever the block's size.
-    let capacity = (padded.len() / (8 + 1 + 2 * features.len() + 4 + DIGEST)).max(1);
+    let capacity = padded.len() / (8 + 1 + 2 * features.len() + 4 + DIGEST);
+    // And as many items' features dequantised: the record's were decoded (none after a failed
+    // check), the rest here, as `blocks::decode` does it.
+    let decoded = record.as_ref().map_or(0, |r| r.block.len());
+    let rest = (capacity.saturating_sub(decoded) * 2 * features.len()).min(padded.len());
+    let _ = std::hint::black_box(
+        padded[..rest]
+            .chunks_exact(2)
+            .map(|c| f32::from(i16::from_le_bytes([c[0], c[1]])) / publish::blocks::FEATURE_SCALE)
+            .collect::<Vec<f32>>(),
+    );
     match record {
-        Ok(record) => {
-            let _ = std::hint::black_box(publish::blocks::hash_hex(&padded));
-            let out = ranked(&record, features, k);
-            let pad = capacity.saturating_sub(record.block.len());
-            if pad > 0 {
-                let _ =
-                    std::hint::black_box(ranked(&dummy_record(features.len(), pad), features, k));
-            }
-            out
-        }
+        Ok(record) => ranked_fixed(&record, features, k, capacity),
         Err(e) => {
-            let _ = std::hint::black_box(publish::blocks::hash_hex(&padded));
-            let dummy = dummy_record(features.len(), capacity);
-            let _ = std::hint::black_box(ranked(&dummy, features, k));
+            let dummy = dummy_record(features.len(), 0);
+            let _ = std::hint::black_box(ranked_fixed(&dummy, features, k, capacity));
             Err(e)
         }
     }
 }
 
-/// A ranking record of `n` zero items: the ranking's stand-in for work that must not depend
-/// on the block (padding a small block, or after a failed check).
+/// The exact top `k` of `record` (as [`ranked`]: nearest first, ties to the lower id) by a
+/// fixed network over `slots` items — the record's, then zero items that never win — so the
+/// work is that of `max(slots, record length)` items and `k`, whatever the record holds. A
+/// record of fewer than `k` items is refused after the same work.
+fn ranked_fixed(record: &RankRecord, features: &[f32], k: usize, slots: usize) -> Result<Ranked> {
+    let b = &record.block;
+    let n = b.len();
+    let dim = features.len();
+    let zero = vec![0f32; dim];
+    let keys: Vec<i128> = (0..slots.max(n))
+        .map(|i| {
+            let real = i < n;
+            // (A record of another dimension reads zero items, and is refused below.)
+            let f = match b.features.get(i * dim..(i + 1) * dim) {
+                Some(f) if real => f,
+                _ => &zero[..],
+            };
+            let d: f32 = f.iter().zip(features).map(|(x, y)| (x - y) * (x - y)).sum();
+            // A finite distance ≥ 0 orders as its bits; nearer and lower ids are larger keys.
+            let id = b.ids.get(i).copied().unwrap_or(u64::MAX);
+            let key = (i128::from(u32::MAX - d.to_bits()) << 64) | i128::from(u64::MAX - id);
+            let m = -i128::from(real);
+            (key & m) | (i128::MIN & !m)
+        })
+        .collect();
+    let best = publish::topk::top_k_fixed(&keys, k);
+    let short = n < k;
+    // A slot no item filled (only when `short`) reads item 0, never panics.
+    let at = |i: usize| if i < n { i } else { 0 };
+    let hits: Vec<Hit> = best
+        .iter()
+        .map(|&(key, i)| {
+            let i = at(i);
+            Hit {
+                id: b.ids.get(i).copied().unwrap_or(0),
+                label: b.labels.get(i).copied().unwrap_or(0),
+                distance: f32::from_bits(u32::MAX - ((key >> 64) as u32)),
+                block: 0,
+                index: i,
+            }
+        })
+        .collect();
+    let ranked = Ranked {
+        indices: hits
+            .iter()
+            .map(|h| record.indices.get(h.index).copied().unwrap_or(0))
+            .collect(),
+        digests: hits
+            .iter()
+            .map(|h| record.digests.get(h.index).copied().unwrap_or([0; DIGEST]))
+            .collect(),
+        hits,
+        scores: Vec::new(),
+    };
+    if short || b.dim != dim {
+        return Err(Error::InvalidParameter {
+            name: "pir ranking record",
+            reason: format!("the block holds fewer than k = {k} items"),
+        });
+    }
+    Ok(ranked)
+}
+
+/// A ranking record of `n` zero items: the ranking's stand-in after a failed check.
 fn dummy_record(dim: usize, n: usize) -> RankRecord {
     RankRecord {
         block: publish::blocks::Block {

@@ -427,6 +427,12 @@ pub fn rank(
     answer: &[u8],
     k: usize,
 ) -> Result<Ranked> {
+    if k == 0 || k > shared::params::limits::MAX_RANK_K {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={}", shared::params::limits::MAX_RANK_K),
+        });
+    }
     let shape = doc.shape();
     let answer = decode_answer(&shape, N, answer).map_err(crate::pir::from_lattice)?;
     let a: Vec<&[u64]> = public.public_a.iter().map(Vec::as_slice).collect();
@@ -442,31 +448,33 @@ pub fn rank(
             name: "pir scores",
             reason: "block out of range".into(),
         })?;
-    if k == 0 || k > shared::params::limits::MAX_RANK_K {
-        return Err(Error::InvalidParameter {
-            name: "k",
-            reason: format!("must be in 1..={}", shared::params::limits::MAX_RANK_K),
-        });
-    }
+    // A block of fewer than k items (refused with the document before anything secret exists,
+    // `client::pir_search::check_blocks`, and never published): still ranked in full, then
+    // refused below, so even then the work is the same.
+    let short = rows.len() < k;
     let q2: i64 = pending.q.iter().map(|&v| i64::from(v) * i64::from(v)).sum();
     // One key a database row (the block's rows first, the rest never chosen): higher score
-    // first, ties to the lower id. The same number of rows whatever the block.
+    // first, ties to the lower id. The same number of rows whatever the block (the database's,
+    // at least the largest published block), and the same k whatever its size: the work
+    // between this answer and the next request depends on no size the server chose.
     let keys: Vec<i128> = (0..shape.rows)
         .map(|r| match rows.get(r) {
             Some(&g) => (i128::from(t[r]) << 64) | i128::from(u64::MAX - public.ids[g as usize]),
             None => i128::MIN,
         })
         .collect();
-    let order: Vec<(i64, u64, usize)> = top_k_fixed(&keys, k.min(rows.len()))
+    // A slot past the block's rows (only when `short`) reads row 0's item, never panics.
+    let item = |r: usize| rows.get(r).or(rows.first()).copied().unwrap_or(0) as usize;
+    let order: Vec<(i64, u64, usize)> = crate::topk::top_k_fixed(&keys, k)
         .into_iter()
-        .map(|(_, r)| (t[r], public.ids[rows[r] as usize], r))
+        .map(|(_, r)| (t[r], public.ids[item(r)], r))
         .collect();
     let scale = f64::from(FEATURE_SCALE) * f64::from(FEATURE_SCALE);
     let hits: Vec<Hit> = order
         .iter()
         .map(|&(t, id, r)| Hit {
             id,
-            label: public.labels[rows[r] as usize],
+            label: public.labels[item(r)],
             distance: ((q2 - t) as f64 / scale) as f32,
             block: 0,
             index: r,
@@ -474,18 +482,24 @@ pub fn rank(
         .collect();
     let ranked = Ranked {
         scores: order.iter().map(|&(t, _, _)| t).collect(),
-        indices: order.iter().map(|&(_, _, r)| rows[r]).collect(),
+        indices: order.iter().map(|&(_, _, r)| item(r) as u32).collect(),
         // A unit the file lacks (only if `thumbs` is not the document's) gets a digest no
         // unit has, so the thumbnails' check fails rather than anything panicking.
         digests: order
             .iter()
             .map(|&(_, _, r)| {
-                let u = thumbs.unit_of(rows[r] as usize);
+                let u = thumbs.unit_of(item(r));
                 public.digests.get(u).copied().unwrap_or([0; DIGEST])
             })
             .collect(),
         hits,
     };
+    if short {
+        return Err(Error::InvalidParameter {
+            name: "pir scores",
+            reason: format!("the photo's block holds fewer than k = {k} items"),
+        });
+    }
     if !ok {
         return Err(crate::pir::refused(PirError::Malformed(
             "the scores' answer does not decode within its error bound (a wrong key, a damaged \
@@ -494,27 +508,6 @@ pub fn rank(
         )));
     }
     Ok(ranked)
-}
-
-/// The `k` largest of `keys` with their positions, largest first, by a fixed sequence of
-/// compare-exchanges: the same work whatever the keys (the photo's scores, or garbage after a
-/// failed check), so the moment the next request leaves does not depend on them.
-fn top_k_fixed(keys: &[i128], k: usize) -> Vec<(i128, usize)> {
-    let mut best = vec![(i128::MIN, 0usize); k];
-    for (r, &key) in keys.iter().enumerate() {
-        let (mut key, mut at) = (key, r);
-        for slot in best.iter_mut() {
-            // Swap where the candidate is larger, as masks (no branch on the key).
-            let m = -i128::from(key > slot.0);
-            let mu = m as usize;
-            let (k0, a0) = (slot.0, slot.1);
-            slot.0 = (k0 & !m) | (key & m);
-            slot.1 = (a0 & !mu) | (at & mu);
-            key = (key & !m) | (k0 & m);
-            at = (at & !mu) | (a0 & mu);
-        }
-    }
-    best
 }
 
 /// The document's scores entry, checked against the partition (see [`check`]).
@@ -538,27 +531,156 @@ pub fn entry<'a>(part: &PartitionDoc, pir: &'a PirDoc) -> Result<&'a ScoresDoc> 
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_fixed_top_k_is_a_sort() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(4);
-        for n in [1usize, 5, 8, 100, 1000] {
-            let mut keys: Vec<i128> = (0..n)
-                .map(|_| rng.random_range(-50i128..50) << 64)
-                .collect();
-            keys.iter_mut()
-                .enumerate()
-                .for_each(|(i, k)| *k |= i as i128); // distinct
-            keys.extend([i128::MIN; 3]);
-            let mut want: Vec<(i128, usize)> = keys[..n].iter().copied().zip(0..).collect();
-            want.sort_by_key(|w| std::cmp::Reverse(w.0));
-            for k in [1, 8].into_iter().filter(|&k| k <= n) {
-                assert_eq!(top_k_fixed(&keys, k), want[..k].to_vec(), "n {n} k {k}");
-            }
-        }
-    }
     use crate::pir::doc::FileDoc;
     use ::pir::ring::scores::failure_log2;
+
+    /// Median of `times`, µs.
+    fn median(times: &mut [f64]) -> f64 {
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    }
+
+    /// Issue #60, point 3: between the scores' answer and the thumbnail request, the client's
+    /// work depends on no size the server chose. A database of 4,096 rows (two packed
+    /// ciphertexts) whose blocks hold 1, 3, 8 and 4,096 items, real answers, `k` = 8: every
+    /// block is ranked over the database's rows and k results, the blocks of fewer than k are
+    /// refused after the same work, and the medians of the four agree within 5 % (rounds
+    /// interleaved, so load on the machine falls on all four alike). Before, the ranking took
+    /// `k.min(block)` results: 1 and 3 slots against 8, a visible part of decode plus ranking.
+    #[test]
+    fn ranking_takes_the_same_time_whatever_the_size_of_the_photos_block() {
+        use ::pir::ring::scores::{encode_answer, plaintext_scores, ScoreDb};
+        use ::pir::selftest::random_blocks;
+        use rand::SeedableRng;
+        let sizes = [1usize, 3, 8, 4096];
+        let (dim, k) = (64, 8);
+        let shape = ScoreShape {
+            blocks: sizes.len(),
+            dim,
+            rows: 4096,
+        };
+        let ring = Ring::new(N);
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(60);
+        let blocks: Vec<Vec<i16>> = random_blocks(&shape, &mut rng)
+            .into_iter()
+            .zip(sizes)
+            .map(|(mut b, n)| {
+                b.truncate(n * dim);
+                b
+            })
+            .collect();
+        let (qseed, pseed) = ([3u8; 32], [4u8; 32]);
+        let masks = ::pir::ring::scores::packing_masks(&ring, &shape, &pseed);
+        let db = ScoreDb::build(&ring, shape, &blocks, &qseed, &masks).unwrap();
+        // Gallery items 0 … 4,107, block by block; ids descend so ties would go the other way.
+        let mut next = 0u32;
+        let rows: Vec<Vec<u32>> = sizes
+            .iter()
+            .map(|&n| {
+                let r: Vec<u32> = (next..next + n as u32).collect();
+                next += n as u32;
+                r
+            })
+            .collect();
+        let items = next as usize;
+        let public = ScoresPublic {
+            public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
+            rows: rows.clone(),
+            ids: (0..items as u64).map(|i| 10_000 - i).collect(),
+            labels: vec![1; items],
+            digests: vec![[5; DIGEST]; items],
+        };
+        let thumbs = ::pir::layout::Shape::new(294, items, 294).unwrap();
+        let doc = ScoresDoc {
+            level: 0,
+            ring_n: N,
+            blocks: shape.blocks,
+            dim,
+            rows: shape.rows,
+            query_seed: String::new(),
+            packing_seed: String::new(),
+            public: FileDoc {
+                bytes: 0,
+                transfer_bytes: 0,
+                sha256: String::new(),
+            },
+            thumb_units: items,
+            upload_bytes: upload_len(&shape, N) as u64,
+            answer_bytes: answer_len(&shape, N) as u64,
+            failure_log2: failure_log2(&shape, N),
+        };
+        let keys = ScoresKeys {
+            ring: Ring::new(N),
+            masks,
+            query_seed: qseed,
+        };
+        let q: Vec<i16> = random_blocks(
+            &ScoreShape {
+                blocks: 1,
+                dim,
+                rows: 1,
+            },
+            &mut rng,
+        )
+        .remove(0);
+        // One query and honest answer for each block.
+        let cases: Vec<(ScoresPending, Vec<u8>)> = (0..sizes.len())
+            .map(|b| {
+                let (up, bodies, sk) =
+                    ::pir::ring::scores::query(&ring, &shape, &qseed, &keys.masks, b, &q, &mut rng)
+                        .unwrap();
+                let answer = encode_answer(&db.answer(&ring, &up, &bodies, None).unwrap());
+                let pending = ScoresPending {
+                    sk,
+                    block: b,
+                    q: q.clone(),
+                };
+                (pending, answer)
+            })
+            .collect();
+        let run = |b: usize| {
+            let (p, a) = &cases[b];
+            rank(&doc, &thumbs, &keys, &public, p, a, k)
+        };
+        // What each block gives: its exact top k, or a refusal for a block of fewer.
+        for (b, &n) in sizes.iter().enumerate() {
+            match run(b) {
+                Ok(r) => {
+                    let mut want: Vec<(i64, u32)> = plaintext_scores(&q, &blocks[b], dim)[..n]
+                        .iter()
+                        .zip(&rows[b])
+                        .map(|(&t, &g)| (t, g))
+                        .collect();
+                    // Higher score first, ties to the lower id (the higher gallery index).
+                    want.sort_by_key(|&(t, g)| (std::cmp::Reverse(t), std::cmp::Reverse(g)));
+                    assert!(n >= k);
+                    assert_eq!(r.indices, want[..k].iter().map(|w| w.1).collect::<Vec<_>>());
+                    assert_eq!(r.scores, want[..k].iter().map(|w| w.0).collect::<Vec<_>>());
+                }
+                Err(e) => {
+                    assert!(n < k, "block of {n}: {e}");
+                    assert!(e.to_string().contains("fewer than k"), "{e}");
+                }
+            }
+        }
+        let mut times = vec![Vec::new(); sizes.len()];
+        for _ in 0..300 {
+            for (b, t) in times.iter_mut().enumerate() {
+                let start = std::time::Instant::now();
+                let _ = std::hint::black_box(run(b));
+                t.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+        eprintln!("rank medians (µs) for blocks of {sizes:?} items: {medians:.1?}");
+        let (lo, hi) = medians
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), &m| (l.min(m), h.max(m)));
+        assert!(
+            hi <= 1.05 * lo,
+            "medians {medians:.1?} differ by more than 5 %"
+        );
+    }
 
     const SIZES: [u32; 4] = [250, 260, 240, 250];
 

@@ -410,6 +410,11 @@ fn build_scores(
             "level {level} is not capped"
         )));
     };
+    if !blocks_hold_any_k(&ld.sizes, p.doc.gallery_size) {
+        return Err(PirBuildError::Invalid(format!(
+            "level {level}: a block holds too few items"
+        )));
+    }
     let dim = p.doc.feature_dim;
     let shape = ScoreShape {
         blocks: ld.blocks as usize,
@@ -535,6 +540,15 @@ fn score_db<'a, E>(
     }
 }
 
+/// Whether every block holds the most results a client may ask
+/// (`publish::partition::MIN_BLOCK_ITEMS`, or the whole gallery): clients refuse a ranking
+/// over smaller blocks (`client::pir_search::check_blocks`). Overlapping levels are topped up
+/// to it when built; a level without overlap may not be, and is then not offered for ranking.
+fn blocks_hold_any_k(sizes: &[u32], gallery_size: usize) -> bool {
+    let least = publish::partition::MIN_BLOCK_ITEMS.min(gallery_size);
+    sizes.iter().all(|&s| s as usize >= least)
+}
+
 /// Whether a level database of `shape` is offered: a record takes at most the queries one
 /// request may carry (else no client could fetch it: at 10,000 items with an earlier cnn-v2
 /// model a coarse level's record needed 140 of 128), and the upload and the database stay
@@ -563,6 +577,13 @@ fn build_level(
     // The cost is known from the document's block sizes: a level too costly to offer is
     // refused before any block is read (at 1,000,000 items, reading every level's blocks only
     // to refuse them took 90 s and mapped 15 GB of files).
+    if !blocks_hold_any_k(&p.doc.levels[level].sizes, p.doc.gallery_size) {
+        tracing::info!(
+            level,
+            "pir: level not offered (a block holds too few items)"
+        );
+        return Ok(None);
+    }
     let longest_items = p.doc.levels[level].sizes.iter().copied().max().unwrap_or(0);
     let shape = level_shape(blocks, rank_record_len(longest_items as usize, dim))?;
     if !offered(&shape) {

@@ -4,63 +4,15 @@
 //! default releases and what photos are read; a camera-sized JPEG is searched.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use privatemail_e2e::browser::{native_features_of, top8, whole_gallery};
 use privatemail_e2e::{demo_server, test_image};
-use serde_json::Value;
 
-fn cli_bin() -> PathBuf {
-    privatemail_e2e::workspace_bin("privatemail")
-}
-
-struct Cli {
-    bin: PathBuf,
-    state: PathBuf,
-}
-
-impl Cli {
-    fn new(tag: &str) -> Self {
-        let state = std::env::temp_dir().join(format!("pm-ceil-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&state);
-        std::fs::create_dir_all(&state).unwrap();
-        Cli {
-            bin: cli_bin(),
-            state,
-        }
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(&self.bin)
-            .args(args)
-            .env("PRIVATEMAIL_STATE_DIR", &self.state)
-            .env_remove("PRIVATEMAIL_SERVER")
-            .output()
-            .expect("run privatemail")
-    }
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-    fn json(&self, args: &[&str]) -> Value {
-        serde_json::from_str(&self.ok(args)).expect("JSON output")
-    }
-    fn receipts(&self) -> Vec<dp::mechanism::Receipt> {
-        let bytes = std::fs::read(self.state.join("receipts.json")).unwrap_or_default();
-        if bytes.is_empty() {
-            return vec![];
-        }
-        serde_json::from_slice(&bytes).expect("the receipts file")
-    }
-}
+use crate::cli::Cli;
 
 /// Test image `i` as a camera would take it: `w×h`, the garment (dark on a light ground, as
 /// the dataset's bright-on-black inverted) scaled up to most of the frame, written as a JPEG.
-pub fn camera_jpeg(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
+pub(crate) fn camera_jpeg(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
     let (px, _) = test_image(i);
     let scale = (h as usize * 9 / 10) / 28;
     let (ox, oy) = ((w as usize - 28 * scale) / 2, (h as usize - 28 * scale) / 2);

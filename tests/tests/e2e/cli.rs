@@ -14,21 +14,23 @@ fn cli_bin() -> PathBuf {
     privatemail_e2e::workspace_bin("privatemail")
 }
 
-struct Cli {
-    bin: PathBuf,
-    state: PathBuf,
+/// The `privatemail` binary with a state directory of its own (the CLI suites' one helper).
+pub(crate) struct Cli {
+    pub(crate) bin: PathBuf,
+    pub(crate) state: PathBuf,
 }
 
 impl Cli {
-    fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         let state = std::env::temp_dir().join(format!("pm-cli-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&state);
+        std::fs::create_dir_all(&state).unwrap();
         Cli {
             bin: cli_bin(),
             state,
         }
     }
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         Command::new(&self.bin)
             .args(args)
             .env("PRIVATEMAIL_STATE_DIR", &self.state)
@@ -37,14 +39,26 @@ impl Cli {
             .output()
             .expect("run privatemail")
     }
-    fn json(&self, args: &[&str]) -> Value {
+    /// Its standard output, where it succeeded.
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).expect("JSON output")
+        String::from_utf8(out.stdout).unwrap()
+    }
+    pub(crate) fn json(&self, args: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(args)).expect("JSON output")
+    }
+    /// The receipts it recorded (none before its first release).
+    pub(crate) fn receipts(&self) -> Vec<dp::mechanism::Receipt> {
+        let bytes = std::fs::read(self.state.join("receipts.json")).unwrap_or_default();
+        if bytes.is_empty() {
+            return vec![];
+        }
+        serde_json::from_slice(&bytes).expect("the receipts file")
     }
 }
 

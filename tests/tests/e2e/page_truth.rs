@@ -10,37 +10,12 @@ use std::process::Command;
 use privatemail_e2e::browser::{
     browser, choose, js, load_photo, open_page, result_ids, search, server, text, upload, wait_for,
 };
-use privatemail_e2e::test_image;
 use serde_json::json;
 
-/// Test image `i` as a camera would take it (dark garment on a light ground), `w×h`, JPEG.
+/// Test image `i` as a camera would take it, `w×h`, a JPEG in the temp directory.
 fn camera_jpeg(i: usize, w: u32, h: u32) -> PathBuf {
-    let (px, _) = test_image(i);
-    let scale = (h as usize * 9 / 10) / 28;
-    let (ox, oy) = ((w as usize - 28 * scale) / 2, (h as usize - 28 * scale) / 2);
-    let img = image::RgbImage::from_fn(w, h, |x, y| {
-        let (x, y) = (x as usize, y as usize);
-        let v = if x >= ox && y >= oy && x < ox + 28 * scale && y < oy + 28 * scale {
-            px[((y - oy) / scale) * 28 + (x - ox) / scale]
-        } else {
-            0
-        };
-        let g = 240 - (v as u32 * 200 / 255) as u8;
-        image::Rgb([g, g.saturating_sub(4), g.saturating_sub(8)])
-    });
-    let path =
-        std::env::temp_dir().join(format!("pm-truth-{}-{i}-{w}x{h}.jpg", std::process::id()));
-    let mut out = Vec::new();
-    image::ImageEncoder::write_image(
-        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90),
-        img.as_raw(),
-        w,
-        h,
-        image::ExtendedColorType::Rgb8,
-    )
-    .unwrap();
-    std::fs::write(&path, out).unwrap();
-    path
+    let dir = std::env::temp_dir().join(format!("pm-truth-{}", std::process::id()));
+    crate::ceilings_cli::camera_jpeg(&dir, i, w, h)
 }
 
 async fn moved_bytes(c: &fantoccini::Client) -> u64 {

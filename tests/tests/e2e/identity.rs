@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use ed25519_dalek::{Signer, SigningKey};
-use privatemail_e2e::browser::{self, js, load_photo, wait_for, ROOT};
+use privatemail_e2e::browser::{self, js, load_photo, wait_for};
 use privatemail_e2e::fake::{self, Body, Reply, Request};
 use privatemail_e2e::{demo_server, test_image};
 use serde_json::{json, Value};
@@ -181,7 +181,7 @@ fn cli_bin() -> PathBuf {
 fn photo(dir: &Path, i: usize) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let (px, _) = test_image(i);
-    let png = privatemail_server::item::thumbnail::png_grey(&px, 28, 28).unwrap();
+    let png = publish::png::png_grey(&px, 28, 28).unwrap();
     let path = dir.join(format!("photo-{i}.png"));
     std::fs::write(&path, png).unwrap();
     path

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 use wasm_bindgen_test::*;
 
-use crate::common::{CLASS_WEIGHTS, WEIGHTS};
+use crate::common::{self, CLASS_WEIGHTS, WEIGHTS};
 const FIXTURE: &str = include_str!("../fixtures/algorithm1.json");
 
 fn rows(v: &Value) -> Vec<Vec<f64>> {

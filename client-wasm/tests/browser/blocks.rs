@@ -8,7 +8,7 @@ use serde_json::Value;
 use shared::api::PartitionDoc;
 use wasm_bindgen_test::*;
 
-use crate::common::{CLASS_WEIGHTS, WEIGHTS};
+use crate::common::{self, CLASS_WEIGHTS, WEIGHTS};
 const FIXTURE: &str = include_str!("../fixtures/parity.json");
 
 fn image(k: usize) -> Vec<u8> {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use shared::DMatrix;
 use wasm_bindgen_test::*;
 
-use crate::common::{CLASS_WEIGHTS, WEIGHTS};
+use crate::common::{self, CLASS_WEIGHTS, WEIGHTS};
 const FIXTURE: &str = include_str!("../fixtures/parity.json");
 const N: usize = 60;
 

@@ -24,11 +24,10 @@ export function renderSamples() {
 
 const MAX_SIDE = 1024; // large photos are scaled down by the browser first (speed, memory)
 
-// The largest file the wasm client's decoder reads (embed::photo_file::MAX_PHOTO_BYTES).
+// The largest photo file the page opens (as the CLI's decoder, embed::photo_file::MAX_PHOTO_BYTES).
 const MAX_FILE = 64 * 1048576;
 
-// `sample`: a sample's published features (see loadSample), or undefined for a photo in a
-// format the wasm client's decoder does not read (its bytes go to `load_file` otherwise).
+// `sample`: a sample's published features (see loadSample), or undefined for a photo.
 function loadBitmap(bitmap, sample) {
   const scale = Math.min(1, MAX_SIDE / Math.max(bitmap.width, bitmap.height));
   const w = Math.max(1, Math.round(bitmap.width * scale));
@@ -81,9 +80,8 @@ function forgetImage(why) {
   status(`No photo loaded: ${why}`);
 }
 
-// A photo file: JPEG and PNG through the wasm client's decoder (the CLI's too, so one file
-// gives the same features in both, bounded in bytes and pixels); another format the browser
-// opens (WebP, HEIC where supported) through the browser's decoder, scaled down first.
+// A photo file, through the browser's decoder, scaled down first (the CLI decodes with
+// `embed::photo_file`; the page leaves that decoder out of its first load).
 export async function loadFromFile(file) {
   showError("");
   if (!file) return;
@@ -93,29 +91,10 @@ export async function loadFromFile(file) {
     showError(`“${file.name}” cannot be used: ${why}`);
   };
   if (file.size > MAX_FILE) return refuse(`it is larger than ${MAX_FILE / 1048576} MiB. Try a smaller copy of the photo.`);
-  let bytes;
-  try {
-    bytes = new Uint8Array(await file.arrayBuffer());
-  } catch {
-    return refuse("this browser could not read the file.");
-  }
-  const t = performance.now();
-  const head = bytes.subarray(0, 8);
-  const jpegOrPng = (head[0] === 0xff && head[1] === 0xd8) || (head[0] === 0x89 && head[1] === 0x50 && head[2] === 0x4e && head[3] === 0x47);
-  if (jpegOrPng) {
-    try {
-      state.image = JSON.parse(state.client.load_file(bytes));
-    } catch (e) {
-      return refuse(`${e.message || e}. Try another JPEG or PNG photo.`);
-    }
-    timings.infer_ms = performance.now() - t;
-    showImage();
-    return;
-  }
   try {
     loadBitmap(await createImageBitmap(file));
   } catch {
-    refuse(`it is not an image this page can open (${state.client.photo_limits()}). Try a JPEG or PNG photo.`);
+    refuse("it is not an image this page can open. Try a JPEG or PNG photo.");
   }
 }
 

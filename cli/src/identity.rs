@@ -89,9 +89,15 @@ fn stopped(stop: &Stop, server: &Server) -> CliError {
     CliError::Stopped(format!("{} {how}", stop.message()))
 }
 
-/// Before any search against `server`: the checks of the module docs, in order. Returns the
-/// gallery and its verified configuration, or the reason nothing more may be sent.
-pub fn gate(server: &Server) -> Result<Gallery> {
+/// What this machine already knows of `server` without contacting it: a refusal standing by
+/// its origin or addresses. `privatemail page` checks this before serving a page that would
+/// search it (the page makes the identity checks itself, in the browser).
+pub fn guard(server: &Server) -> Result<()> {
+    known(server).map(|_| ())
+}
+
+/// [`guard`]'s check; the gallery's normalised origin and addresses where nothing stands.
+fn known(server: &Server) -> Result<(String, Vec<String>)> {
     let origin = origin_of(&server.base)?;
     let addresses: Vec<String> = server
         .addresses()
@@ -103,6 +109,13 @@ pub fn gate(server: &Server) -> Result<Gallery> {
         store(&book)?;
         return Err(stopped(&stop, server));
     }
+    Ok((origin, addresses))
+}
+
+/// Before any search against `server`: the checks of the module docs, in order. Returns the
+/// gallery and its verified configuration, or the reason nothing more may be sent.
+pub fn gate(server: &Server) -> Result<Gallery> {
+    let (origin, addresses) = known(server)?;
     let doc: IdentityDoc = server.get_json_within("/api/v1/identity", MAX_IDENTITY_DOC_BYTES)?;
     let config_body = server
         .get_bounded("/api/v1/config", BodyLimit::both(limits::MAX_JSON_BYTES))?

@@ -534,7 +534,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             // A gallery whose answer failed a check gets no search from this machine, the
             // page's included.
-            identity::gate(&http::Server::new(&server, http::Timeouts::default())?)?;
+            identity::guard(&http::Server::new(&server, http::Timeouts::default())?)?;
             page::serve(&server, port, !no_open)
         }
         Command::VerifyPage { url, timeout, json } => {

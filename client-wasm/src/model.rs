@@ -73,22 +73,6 @@ impl Client {
         self.load(&framing.pixels, &framing.class_pixels, Ok(None))
     }
 
-    /// Load a photo file's bytes (JPEG or PNG, as a camera or phone writes it) as the query,
-    /// through the decoder the CLI uses too (`embed::photo_file::decode`: at most 64 MiB and
-    /// 100 megapixels, averaged down to 1,024 pixels a side, turned as its EXIF says), so one
-    /// file gives the same features in both clients. Returns what [`Client::load_image`]
-    /// returns; an error (with the reason) for a file it does not read, which the page may
-    /// then decode with the browser's own decoder.
-    pub fn load_file(&mut self, bytes: &[u8]) -> Result<String, JsError> {
-        let framing = embed::photo_file::decode(bytes).map_err(js_err)?;
-        self.load(&framing.pixels, &framing.class_pixels, Ok(None))
-    }
-
-    /// The photo decoder's bounds in words (`embed::photo_file::limits_words`).
-    pub fn photo_limits(&self) -> String {
-        embed::photo_file::limits_words()
-    }
-
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
         self.load(pixels, pixels, Ok(None))

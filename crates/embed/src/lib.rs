@@ -20,6 +20,7 @@ pub mod lanes;
 pub mod model;
 pub mod ood;
 pub mod photo;
+#[cfg(feature = "photo-files")]
 pub mod photo_file;
 pub mod place;
 pub mod sample;

@@ -713,7 +713,7 @@ pub const MIN_BLOCK_ITEMS: usize = 32;
 /// centroid's [`NEAR_CENTROIDS`] nearest centroids, or the whole gallery where those hold too
 /// few. Adding items to a block never removes its own, so coverage only rises; a function of
 /// the features and centroids only. Blocks stay ascending.
-fn fill_small_blocks(
+pub fn fill_small_blocks(
     features: &[f32],
     dim: usize,
     centroids: &[f32],

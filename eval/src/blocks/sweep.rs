@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 use dp::subset::inclusion_probability;
 use publish::blocks::{decode, rank};
 use publish::partition::{
-    build_level, kmeans_centroids, max_closure, nearest_centroid, nearest_centroids_exact,
-    nearest_k, Level, LevelSpec, Overlap,
+    build_level, fill_small_blocks, kmeans_centroids, max_closure, nearest_centroid,
+    nearest_centroids_exact, nearest_k, Level, LevelSpec, Overlap,
 };
 use publish::partition::{closure_neighbours, coverage_probes};
 use publish::plan::candidates;
@@ -150,6 +150,10 @@ pub(super) fn eval_gallery(
         for block in &mut members {
             block.sort_unstable();
             block.dedup();
+        }
+        // As `partition::build_level` does: closure blocks hold at least MIN_BLOCK_ITEMS.
+        if matches!(overlap, Overlap::Closure(_)) {
+            fill_small_blocks(&g.features, dim, &km[bi].0, home, &mut members);
         }
         members
     };

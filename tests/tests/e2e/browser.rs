@@ -269,8 +269,10 @@ async fn block_search_shows_the_plan_and_the_whole_gallery_gives_the_exact_top_8
 async fn block_requests_are_the_release_alone_with_the_true_block_uniformly_placed() {
     // The operator lets one search download up to three quarters of the gallery (the default
     // 0.25 allows only L ≤ 2 on this 1,000-image gallery, whose blocks overlap by closure; with
-    // the cnn-v2 features so does 0.5).
-    let srv = server_with(&["--max-share", "0.75"]);
+    // the cnn-v2 features so does 0.5), and publishes no whole-gallery block: budgets are
+    // ceilings, and a plan that releases nothing wins wherever it fits, so with the whole
+    // gallery on offer every budget that holds three blocks' ceiling holds the whole gallery.
+    let srv = server_with(&["--max-share", "0.75", "--allow-full-download", "false"]);
     let doc = partition(&srv.base).await;
     // The first (ε, byte budget) on the page, largest ε first, whose plan releases 3 ≤ L < B
     // blocks (ε = 8 and 256 KiB on the 1,000-image test gallery: L = 3 of B = 8).
@@ -1794,8 +1796,14 @@ async fn hostile_model_files_stop_the_page_before_any_photo_and_nothing_is_reque
         let names: Vec<String> = serde_json::from_value(names).unwrap();
         let loaded = |p: &str| names.iter().any(|n| n == p);
         assert!(loaded(&format!("/pkg/{file}")), "{names:?}");
-        // The start's public files only: no partition, block, PIR or search request.
-        let start = ["/api/v1/config", "/api/v1/anchors", "/api/v1/gallery-map"];
+        // The start's public files only (the gallery's signed identity among them): no
+        // partition, block, PIR or search request.
+        let start = [
+            "/api/v1/config",
+            "/api/v1/anchors",
+            "/api/v1/gallery-map",
+            "/api/v1/identity",
+        ];
         for n in &names {
             assert!(
                 !n.starts_with("/api/") || start.contains(&n.as_str()),

@@ -1,8 +1,10 @@
 //! The end-to-end suites against the real server binary, one test binary: the server, the
 //! gallery fixtures and the test dependencies are compiled and linked once, not once a suite.
 //! Each module is one behaviour's suite; `cargo test --workspace --test e2e -- <module>::`
-//! runs one of them. The hostile-client load suite (`hostile_clients`) stays a binary of its own:
-//! its latency ratios must not share the machine with another suite's searches.
+//! runs one of them. Two suites stay binaries of their own: the hostile-client load suites
+//! (`hostile_clients`: their latency ratios must not share the machine with another suite's
+//! searches) and the hostile-server suite (`hostile`: it measures each CLI run's peak RSS with
+//! `wait4`, which counts the test process's own pages in a forked child, so it wants a small one).
 
 mod api;
 mod blocks_api;
@@ -11,7 +13,6 @@ mod browser;
 mod ceilings_cli;
 mod cli;
 mod gallery;
-mod hostile;
 mod identity;
 mod load;
 mod malicious;

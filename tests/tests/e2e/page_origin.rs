@@ -468,6 +468,7 @@ async fn a_gallery_that_answers_html_or_script_where_data_is_expected_runs_none_
             async move {
                 let docs = [
                     "/api/v1/config",
+                    "/api/v1/identity",
                     "/api/v1/anchors",
                     "/api/v1/gallery-map",
                     "/api/v1/partition",

@@ -1,14 +1,12 @@
 //! The page in headless Chromium on what it states (issue 61): the data budget is a ceiling
 //! and each block search reports the bytes it moved; the plan says why it was chosen; the
 //! plot states no ε in PIR mode; a corrupt file leaves nothing of the previous photo; the page
-//! fits 375 px; results and the preview have names; a camera JPEG gives the page the input the
-//! shared decoder gives natively, and the page's exact matches are the CLI's.
+//! fits 375 px; results and the preview have names.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use privatemail_e2e::browser::{
-    browser, choose, js, load_photo, open_page, result_ids, search, server, text, upload, wait_for,
+    browser, choose, js, load_photo, open_page, search, server, text, upload, wait_for,
 };
 use serde_json::json;
 
@@ -62,8 +60,14 @@ async fn block_searches_move_at_most_the_budget_and_the_plan_says_why() {
             assert!(moved <= 131_072, "moved {moved}");
             assert!(searched > 0 || moved > 0, "the first search moved nothing");
             searched += 1;
+            // What moved is stated beside the ceiling and the limit; blocks all read from the
+            // browser's cache moved nothing, and the status says so.
             let done = text(&c, "status").await;
-            assert!(done.contains("within your limit of 128"), "{done}");
+            assert!(
+                done.contains("within your limit of 128")
+                    || (moved == 0 && done.contains("(nothing downloaded)")),
+                "{done}"
+            );
         }
     }
     choose(&c, "budget", "4194304").await;
@@ -185,72 +189,5 @@ async fn stale_state_narrow_screens_and_names() {
     }
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(bad);
-    c.close().await.unwrap();
-}
-
-fn cli_bin() -> PathBuf {
-    privatemail_e2e::workspace_bin("privatemail")
-}
-
-/// One 6000×4000 camera JPEG: the page's model input (drawn in the preview) is the shared
-/// decoder's, native, byte for byte, and its whole-gallery matches are the CLI's for the same
-/// file — the same features in both clients.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_camera_jpeg_gives_the_same_features_on_the_page_and_in_the_cli() {
-    let srv = server();
-    let path = camera_jpeg(5011, 6000, 4000);
-    let native = embed::photo_file::decode(&std::fs::read(&path).unwrap()).unwrap();
-    let (_driver, c) = browser().await;
-    open_page(&c, &srv.base).await;
-    load_photo(&c, &path).await;
-    let drawn = js(
-        &c,
-        "const d = document.getElementById('preview').getContext('2d').getImageData(0, 0, 28, 28).data;
-         return [...d].filter((_, i) => i % 4 === 0);",
-    )
-    .await;
-    let drawn: Vec<u8> = serde_json::from_value(drawn).unwrap();
-    assert_eq!(
-        drawn, native.pixels,
-        "the page's model input is the native decoder's"
-    );
-    choose(&c, "protocol", "whole").await;
-    search(&c).await;
-    let page = result_ids(&c).await;
-    let state = std::env::temp_dir().join(format!("pm-truth-cli-{}", std::process::id()));
-    let (bin, base, p) = (cli_bin(), srv.base.clone(), path.clone());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(bin)
-            .args([
-                "search",
-                p.to_str().unwrap(),
-                "--server",
-                &base,
-                "--whole",
-                "--json",
-            ])
-            .env("PRIVATEMAIL_STATE_DIR", &state)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let cli: Vec<u64> = v["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        page, cli,
-        "the page's and the CLI's exact matches for one file"
-    );
-    let _ = std::fs::remove_file(path);
     c.close().await.unwrap();
 }

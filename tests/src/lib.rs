@@ -82,6 +82,16 @@ pub fn temp_store(tag: &str) -> std::path::PathBuf {
     dir.join("gallery.redb")
 }
 
+/// Held-out test image `i` as a PNG file in `dir` (created if missing): a photo for the CLI.
+pub fn photo_png(dir: &std::path::Path, i: usize) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let (px, _) = test_image(i);
+    let png = publish::png::png_grey(&px, 28, 28).unwrap();
+    let path = dir.join(format!("photo-{i}.png"));
+    std::fs::write(&path, png).unwrap();
+    path
+}
+
 /// Build (if needed) and start `server` with the given extra arguments; waits for its
 /// "listening on" line.
 pub fn start_server(extra: &[&str]) -> Server {

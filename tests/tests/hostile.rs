@@ -24,6 +24,7 @@ use embed::model::{weights_version, Model};
 use embed::weights::{Arch, Weights};
 use privatemail_e2e::browser::{self, js, load_photo, wait_for, ROOT};
 use privatemail_e2e::fake::{self, Body, Reply, Request};
+use privatemail_e2e::photo_png as photo;
 use privatemail_e2e::{demo_server, test_image};
 use publish::blocks::file_len;
 use rand::{Rng, SeedableRng};
@@ -781,16 +782,6 @@ fn cli_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     privatemail_e2e::workspace_bin("privatemail")
-}
-
-/// Test image `i` as a PNG file in `dir`.
-fn photo(dir: &Path, i: usize) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let (px, _) = test_image(i);
-    let png = publish::png::png_grey(&px, 28, 28).unwrap();
-    let path = dir.join(format!("photo-{i}.png"));
-    std::fs::write(&path, png).unwrap();
-    path
 }
 
 /// One CLI run: how it ended, its peak RSS (`wait4`), its time and what it printed.

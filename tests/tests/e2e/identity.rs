@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use ed25519_dalek::{Signer, SigningKey};
 use privatemail_e2e::browser::{self, js, load_photo, wait_for};
+use privatemail_e2e::demo_server;
 use privatemail_e2e::fake::{self, Body, Reply, Request};
-use privatemail_e2e::{demo_server, test_image};
+use privatemail_e2e::photo_png as photo;
 use serde_json::{json, Value};
 use shared::identity::{signed_message, IdentityDoc};
 
@@ -176,15 +177,6 @@ fn setup(tag: &str) -> Setup {
 
 fn cli_bin() -> PathBuf {
     privatemail_e2e::workspace_bin("privatemail")
-}
-
-fn photo(dir: &Path, i: usize) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let (px, _) = test_image(i);
-    let png = publish::png::png_grey(&px, 28, 28).unwrap();
-    let path = dir.join(format!("photo-{i}.png"));
-    std::fs::write(&path, png).unwrap();
-    path
 }
 
 fn run(bin: &Path, state: &Path, args: &[&str]) -> Output {

@@ -109,8 +109,8 @@ pub fn start_server_logged(extra: &[&str], env: &[(&str, &str)]) -> Server {
     spawn_server(extra, env, true)
 }
 
-/// The workspace's binaries the suites run (`server`, `privatemail`), built once a test process,
-/// and the path of `name`.
+/// The workspace's binaries the suites run (`server`, `privatemail`, `peak-rss`), built once a
+/// test process, and the path of `name`.
 ///
 /// Built with the packages and targets `cargo test --workspace --all-targets` selects
 /// (`--workspace --tests`), so their dependencies resolve to the same features and reuse what
@@ -123,7 +123,14 @@ pub fn workspace_bin(name: &str) -> std::path::PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(&cargo)
             .args(["build", "-q", "--workspace", "--tests"])
-            .args(["--bin", "server", "--bin", "privatemail"])
+            .args([
+                "--bin",
+                "server",
+                "--bin",
+                "privatemail",
+                "--bin",
+                "peak-rss",
+            ])
             .current_dir(root)
             .status()
             .expect("cargo build");

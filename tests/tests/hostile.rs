@@ -6,7 +6,8 @@
 //! used to take minutes, and a level's centroids file damaged (one byte flipped: its hash is
 //! wrong) or one byte longer than declared, and a configuration naming a query model the client
 //! does not run. The `privatemail` CLI must exit with its documented code, on its own,
-//! within 60 s and with a peak RSS ≤ 256 MB in every case (measured with `wait4`); the page
+//! within 60 s and with a peak RSS ≤ 256 MB in every case (measured with `wait4` by the `peak-rss`
+//! launcher); the page
 //! must show a plain error in headless Chromium and stay alive. A well-formed query model of
 //! other widths, served consistently, must change only what the page's search finds.
 //!
@@ -796,67 +797,54 @@ struct Run {
 }
 
 /// Run `bin args…` to its end, or kill it past 75 s or 1 GiB resident (so a failing client
-/// cannot take the machine down); peak RSS from `wait4`'s rusage.
-// The child is reaped by `wait4` (which also gives its rusage), not `Child::wait`.
-#[allow(clippy::zombie_processes)]
+/// cannot take the machine down). It runs under the `peak-rss` launcher, whose `wait4` gives the
+/// client's own peak RSS: measured from this process, the peak would include the test's pages.
 fn run_measured(bin: &Path, args: &[String], state: &Path, tag: &str) -> Run {
     let out = std::env::temp_dir().join(format!("pm-hostile-{}-{tag}", std::process::id()));
-    let (o, e) = (out.with_extension("out"), out.with_extension("err"));
+    let (o, e, r) = (
+        out.with_extension("out"),
+        out.with_extension("err"),
+        out.with_extension("report"),
+    );
     let t = Instant::now();
-    let child = Command::new(bin)
+    let status = Command::new(privatemail_e2e::workspace_bin("peak-rss"))
+        .arg(&r)
+        .args(["75", &(1u64 << 20).to_string(), "--"])
+        .arg(bin)
         .args(args)
         .env("PRIVATEMAIL_STATE_DIR", state)
         .env_remove("PRIVATEMAIL_SERVER")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&o).unwrap())
         .stderr(std::fs::File::create(&e).unwrap())
-        .spawn()
-        .expect("run privatemail");
-    let pid = child.id() as libc::pid_t;
-    let mut killed = None;
-    let (status, usage) = loop {
-        let mut status = 0;
-        // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: pid is our child, not yet reaped; both pointers are valid for the call.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        if r == pid {
-            break (status, usage);
-        }
-        let rss_kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            })
-            .unwrap_or(0);
-        if killed.is_none() && (t.elapsed() > Duration::from_secs(75) || rss_kb > 1 << 20) {
-            killed = Some(if rss_kb > 1 << 20 {
-                "killed at 1 GiB"
-            } else {
-                "killed at 75 s"
-            });
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
+        .status()
+        .expect("run peak-rss");
+    let stderr = std::fs::read(&e).unwrap_or_default();
+    assert!(
+        status.success(),
+        "peak-rss failed: {}",
+        String::from_utf8_lossy(&stderr)
+    );
+    let report = std::fs::read_to_string(&r).expect("peak-rss report");
+    let fields: Vec<&str> = report.split_whitespace().collect();
+    let [code, kib, killed] = fields[..] else {
+        panic!("peak-rss report: {report:?}")
     };
     let run = Run {
-        code,
-        rss_mb: usage.ru_maxrss as f64 / 1024.0,
+        code: code.parse().expect("exit code"),
+        rss_mb: kib.parse::<f64>().expect("peak KiB") / 1024.0,
         secs: t.elapsed().as_secs_f64(),
         stdout: std::fs::read(&o).unwrap_or_default(),
-        stderr: std::fs::read(&e).unwrap_or_default(),
-        killed,
+        stderr,
+        killed: match killed {
+            "rss" => Some("killed at 1 GiB"),
+            "time" => Some("killed at 75 s"),
+            _ => None,
+        },
     };
-    let _ = std::fs::remove_file(&o);
-    let _ = std::fs::remove_file(&e);
+    for f in [&o, &e, &r] {
+        let _ = std::fs::remove_file(f);
+    }
     run
 }
 

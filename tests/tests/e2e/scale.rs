@@ -208,23 +208,203 @@ fn a_replica_refuses_a_damaged_catalogue_and_a_missing_key() {
     let at = b.len() / 2;
     b[at] ^= 1;
     std::fs::write(&cat, b).unwrap();
-    let run = |extra: &[&str]| {
+    let run = |from: &Path, extra: &[&str]| {
         Command::new(workspace_bin("server"))
-            .args(["serve", "--bind", "127.0.0.1:0", "--from", copy.to_str().unwrap()])
+            .args(["serve", "--bind", "127.0.0.1:0", "--from", from.to_str().unwrap()])
             .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
             .args(extra)
             .env("RUST_LOG", "warn")
             .output()
             .unwrap()
     };
-    let damaged = run(&["--identity-key", key.to_str().unwrap()]);
+    let damaged = run(&copy, &["--identity-key", key.to_str().unwrap()]);
     assert!(!damaged.status.success());
     let err = String::from_utf8_lossy(&damaged.stderr);
     assert!(err.contains("does not match its hash"), "{err}");
-    let missing = run(&["--identity-key", dir.join("no.key").to_str().unwrap()]);
+    // The intact store: only the key is missing.
+    let missing = run(out, &["--identity-key", dir.join("no.key").to_str().unwrap()]);
     assert!(!missing.status.success());
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("no.key"), "{err}");
-    let none = run(&[]);
+    let none = run(out, &[]);
     assert!(!none.status.success(), "a replica without --identity-key started");
+}
+
+/// A replica on a fixed port (HAProxy's configuration names it), its output read by a thread.
+struct Replica {
+    child: std::process::Child,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn replica(store: &Path, key: &Path, cache: &Path, port: u16) -> Replica {
+    use std::io::BufRead;
+    let mut child = Command::new(workspace_bin("server"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .args(["--from", store.to_str().unwrap()])
+        .args(["--identity-key", key.to_str().unwrap()])
+        .args(["--cache-dir", cache.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a replica");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("the replica exited before listening").unwrap();
+        if line.starts_with("listening on ") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    Replica { child }
+}
+
+/// HAProxy's row for server `name` in its CSV statistics: (status, total sessions).
+fn lb_server(stats: &str, name: &str) -> (String, u64) {
+    let csv = reqwest::blocking::get(format!("http://{stats}/stats;csv"))
+        .unwrap()
+        .text()
+        .unwrap();
+    let head: Vec<&str> = csv.lines().next().unwrap().trim_start_matches("# ").split(',').collect();
+    let col = |c: &str| head.iter().position(|h| *h == c).unwrap();
+    let row: Vec<&str> = csv
+        .lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|r| r[0] == "replicas" && r[1] == name)
+        .unwrap_or_else(|| panic!("no {name} in {csv}"));
+    (row[col("status")].to_string(), row[col("stot")].parse().unwrap())
+}
+
+/// `deploy/haproxy.cfg` in front of three replicas, eight CLI clients running PIR searches
+/// through it; one replica is killed with SIGKILL mid-load and started again: at least 99 %
+/// of the searches succeed, every result is the same gallery's, and HAProxy sends requests to
+/// the restarted replica again.
+#[test]
+fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
+    let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("haproxy (scripts/setup.sh installs it)");
+    let (store, _) = built();
+    let dir = tmp("lb");
+    let key = key_file(&dir);
+    let ports: Vec<u16> = (0..3).map(|_| privatemail_e2e::browser::free_port()).collect();
+    let t = std::time::Instant::now();
+    let mut replicas: Vec<Option<Replica>> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| Some(replica(store, &key, &dir.join(format!("cache-{i}")), p)))
+        .collect();
+    eprintln!("three replicas listening after {:.1} s", t.elapsed().as_secs_f64());
+    let (lb, stats) = (
+        format!("127.0.0.1:{}", privatemail_e2e::browser::free_port()),
+        format!("127.0.0.1:{}", privatemail_e2e::browser::free_port()),
+    );
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/haproxy.cfg");
+    let mut proxy = Command::new(haproxy)
+        .args(["-f", cfg, "-db"])
+        .env("PM_LB_BIND", &lb)
+        .env("PM_LB_STATS_BIND", &stats)
+        .envs(ports.iter().enumerate().map(|(i, p)| (format!("PM_REPLICA_{i}"), format!("127.0.0.1:{p}"))))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start haproxy");
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _proxy = Kill(&mut proxy);
+    let base = format!("http://{lb}");
+    let up = std::time::Instant::now();
+    while std::net::TcpStream::connect(&stats).is_err() {
+        assert!(up.elapsed().as_secs() < 30, "haproxy did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    while (0..3).any(|i| lb_server(&stats, &format!("r{i}")).0 != "UP") {
+        assert!(up.elapsed().as_secs() < 30, "replicas not UP behind HAProxy");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    const CLIENTS: usize = 8;
+    const EACH: usize = 4;
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let results: std::sync::Mutex<Vec<(bool, f64, String)>> = Default::default();
+    std::thread::scope(|s| {
+        for c in 0..CLIENTS {
+            let (base, done, results) = (&base, &done, &results);
+            s.spawn(move || {
+                let cli = crate::cli::Cli::new(&format!("lb-{c}"));
+                for n in 0..EACH {
+                    let photo = privatemail_e2e::photo_png(&cli.state.join("photos"), 5000 + c * EACH + n);
+                    let t = std::time::Instant::now();
+                    let out = cli.run(&[
+                        "search",
+                        photo.to_str().unwrap(),
+                        "--server",
+                        base,
+                        "--protocol",
+                        "pir",
+                        "--json",
+                    ]);
+                    let ok = out.status.success()
+                        && serde_json::from_slice::<Value>(&out.stdout)
+                            .is_ok_and(|v| v["results"].as_array().is_some_and(|r| r.len() == 8));
+                    results.lock().unwrap().push((
+                        ok,
+                        t.elapsed().as_secs_f64(),
+                        String::from_utf8_lossy(&out.stderr).into_owned(),
+                    ));
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+        // Mid-load: SIGKILL replica 1 once a quarter of the searches are done, start it again
+        // (same port, same cache) at half.
+        let total = CLIENTS * EACH;
+        while done.load(std::sync::atomic::Ordering::SeqCst) < total / 4 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        replicas[1] = None;
+        eprintln!("replica 1 killed with {} searches done", done.load(std::sync::atomic::Ordering::SeqCst));
+        while done.load(std::sync::atomic::Ordering::SeqCst) < total / 2 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        replicas[1] = Some(replica(store, &key, &dir.join("cache-1"), ports[1]));
+        eprintln!("replica 1 restarted");
+    });
+    let results = results.into_inner().unwrap();
+    let ok = results.iter().filter(|r| r.0).count();
+    let mut secs: Vec<f64> = results.iter().map(|r| r.1).collect();
+    secs.sort_by(f64::total_cmp);
+    eprintln!(
+        "HAProxy over 3 replicas, kill -9 of one: {ok}/{} searches succeeded; latency p50 {:.2} s, p95 {:.2} s, max {:.2} s",
+        results.len(),
+        secs[secs.len() / 2],
+        secs[secs.len() * 95 / 100],
+        secs[secs.len() - 1]
+    );
+    for r in results.iter().filter(|r| !r.0) {
+        eprintln!("failed search: {}", r.2.lines().last().unwrap_or(""));
+    }
+    assert!(ok * 100 >= results.len() * 99, "{ok}/{} searches succeeded", results.len());
+    // The restarted replica is back in rotation: UP, and it takes requests again.
+    let up = std::time::Instant::now();
+    while lb_server(&stats, "r1").0 != "UP" {
+        assert!(up.elapsed().as_secs() < 30, "the restarted replica did not rejoin");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let before = lb_server(&stats, "r1").1;
+    for _ in 0..6 {
+        reqwest::blocking::get(format!("{base}/api/v1/partition")).unwrap();
+    }
+    assert!(lb_server(&stats, "r1").1 >= before + 2, "no request reached the restarted replica");
 }

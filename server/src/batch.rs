@@ -54,7 +54,9 @@ impl std::str::FromStr for Shard {
         let index: usize = i.trim().parse().map_err(|e| format!("{i:?}: {e}"))?;
         let count: usize = n.trim().parse().map_err(|e| format!("{n:?}: {e}"))?;
         if count == 0 || count > MAX_SHARDS || index >= count {
-            return Err(format!("need 0 ≤ i < N ≤ {MAX_SHARDS}, got {index}/{count}"));
+            return Err(format!(
+                "need 0 ≤ i < N ≤ {MAX_SHARDS}, got {index}/{count}"
+            ));
         }
         Ok(Shard { index, count })
     }
@@ -299,18 +301,19 @@ pub fn join(o: &JoinOptions) -> Result<(String, GalleryManifest), StateError> {
     let mut rows = Vec::new();
     for i in 0..o.shards {
         let name = format!("shards/{}/{i}.json", o.shards);
-        let p: ShardPointer = serde_json::from_slice(
-            &store
-                .get_object(&name)?
-                .ok_or_else(|| invalid(format!("{name} is missing: run worker {i}/{}", o.shards)))?,
-        )
-        .map_err(|e| invalid(format!("{name}: {e}")))?;
+        let p: ShardPointer =
+            serde_json::from_slice(&store.get_object(&name)?.ok_or_else(|| {
+                invalid(format!("{name} is missing: run worker {i}/{}", o.shards))
+            })?)
+            .map_err(|e| invalid(format!("{name}: {e}")))?;
         if p.weights != weights {
             return Err(invalid(format!("{name} was computed with other weights")));
         }
         let mut part = decode_rows(&get_checked(&store, &p.object, &p.sha256)?)?;
         if part.len() != p.items {
-            return Err(invalid(format!("{name}: item count differs from its object")));
+            return Err(invalid(format!(
+                "{name}: item count differs from its object"
+            )));
         }
         rows.append(&mut part);
     }
@@ -449,7 +452,10 @@ pub fn materialize(
         Some(v) => v.to_string(),
         None => {
             let b = store.get_object(CURRENT)?.ok_or_else(|| {
-                invalid(format!("{} announces no version ({CURRENT})", store.describe()))
+                invalid(format!(
+                    "{} announces no version ({CURRENT})",
+                    store.describe()
+                ))
             })?;
             serde_json::from_slice::<Current>(&b)
                 .map_err(|e| invalid(format!("{CURRENT}: {e}")))?

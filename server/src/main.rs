@@ -169,7 +169,12 @@ struct Args {
     /// partition settings come from the version's manifest; the catalogue is copied into
     /// `--cache-dir`; nothing is written to STORE; adding and deleting images is disabled.
     /// With a bucket, `--blocks-public-url` is the bucket's (or CDN's) URL of STORE's prefix.
-    #[arg(long, env = "PM_FROM", conflicts_with = "admin_token", requires = "identity_key")]
+    #[arg(
+        long,
+        env = "PM_FROM",
+        conflicts_with = "admin_token",
+        requires = "identity_key"
+    )]
     from: Option<String>,
     /// A replica: the manifest (its SHA-256) to serve instead of the announced one.
     #[arg(long, env = "PM_FROM_VERSION", requires = "from")]
@@ -234,7 +239,13 @@ fn build(b: BuildArgs) -> Result<(), Box<dyn std::error::Error>> {
             b.anchors as usize,
             shard,
         )?;
-        println!("shard {} written: {} ({} items) in {:.2} s", p.shard, p.object, p.items, t.elapsed().as_secs_f64());
+        println!(
+            "shard {} written: {} ({} items) in {:.2} s",
+            p.shard,
+            p.object,
+            p.items,
+            t.elapsed().as_secs_f64()
+        );
         return Ok(());
     }
     let n = b.join.unwrap_or(1) as usize;
@@ -288,7 +299,11 @@ async fn main() {
         Some("build") => {
             argv.remove(1);
             let b = BuildArgs::parse_from(argv);
-            let code = match tokio::task::spawn_blocking(move || build(b).map_err(|e| e.to_string())).await {
+            let code = match tokio::task::spawn_blocking(move || {
+                build(b).map_err(|e| e.to_string())
+            })
+            .await
+            {
                 Ok(Ok(())) => 0,
                 Ok(Err(e)) => {
                     eprintln!("server build: {e}");
@@ -447,19 +462,35 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
             )
             .into());
         }
+        // A replica listens only once it answers every request of a search: behind a load
+        // balancer a listening replica is a ready one (its PIR databases are derived from
+        // the version after the partition is loaded; until then they answer 503).
+        let pir_wait = std::time::Instant::now();
+        while state
+            .partitions
+            .current()
+            .is_some_and(|p| p.pir.get().is_none())
+        {
+            if pir_wait.elapsed() > std::time::Duration::from_secs(3600) {
+                return Err("the PIR databases were not built within an hour".into());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
         tracing::info!(manifest = %sha, partition = %m.partition_version, secs = t.elapsed().as_secs_f64(), "replica ready");
     }
     // Expired versions leave the block store even when no request comes to prune them; a
     // replica never deletes from the store it follows.
     let gc = std::sync::Arc::clone(&state);
-    if replica.is_none() { tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
-        loop {
-            tick.tick().await;
-            let s = std::sync::Arc::clone(&gc);
-            let _ = tokio::task::spawn_blocking(move || s.partitions.collect_garbage()).await;
-        }
-    }); }
+    if replica.is_none() {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                let s = std::sync::Arc::clone(&gc);
+                let _ = tokio::task::spawn_blocking(move || s.partitions.collect_garbage()).await;
+            }
+        });
+    }
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let store_owner = std::sync::Arc::clone(&state);
     let refusals = std::sync::Arc::clone(&state.refusals);

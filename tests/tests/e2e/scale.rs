@@ -75,7 +75,14 @@ fn built() -> &'static (PathBuf, String) {
             build(&["--out", o, "--shard", &format!("{i}/3")]);
         }
         let work = tmp("three-work");
-        build(&["--out", o, "--join", "3", "--work-dir", work.to_str().unwrap()]);
+        build(&[
+            "--out",
+            o,
+            "--join",
+            "3",
+            "--work-dir",
+            work.to_str().unwrap(),
+        ]);
         let sha = current(&out);
         (out, sha)
     })
@@ -96,7 +103,14 @@ fn a_worker_run_again_writes_the_same_bytes_and_three_workers_join_to_one_worker
     build(&["--out", o, "--shard", "0/1"]);
     assert_eq!(files(&one), first, "a re-run worker wrote other bytes");
     let work = tmp("one-work");
-    build(&["--out", o, "--join", "1", "--work-dir", work.to_str().unwrap()]);
+    build(&[
+        "--out",
+        o,
+        "--join",
+        "1",
+        "--work-dir",
+        work.to_str().unwrap(),
+    ]);
     let sha = current(&one);
     let manifest = std::fs::read(one.join(format!("manifests/{sha}.json"))).unwrap();
     let m: Value = serde_json::from_slice(&manifest).unwrap();
@@ -175,7 +189,10 @@ fn replicas_from_the_store_serve_its_version_with_one_key_and_write_nothing_ther
         let part = get(&s.base, "/api/v1/partition");
         assert_eq!(part["version"], m["partition_version"]);
         assert_eq!(part["gallery_size"], 1000);
-        assert_eq!(get(&s.base, "/api/v1/config"), get(&replicas[0].base, "/api/v1/config"));
+        assert_eq!(
+            get(&s.base, "/api/v1/config"),
+            get(&replicas[0].base, "/api/v1/config")
+        );
     }
     // Adding images is off on a replica: the gallery changes only by a new build.
     let r = reqwest::blocking::Client::new()
@@ -185,7 +202,11 @@ fn replicas_from_the_store_serve_its_version_with_one_key_and_write_nothing_ther
         .unwrap();
     assert!(r.status().is_client_error(), "{}", r.status());
     drop(replicas);
-    assert_eq!(files(out), before, "a replica wrote to the store it follows");
+    assert_eq!(
+        files(out),
+        before,
+        "a replica wrote to the store it follows"
+    );
 }
 
 #[test]
@@ -210,7 +231,13 @@ fn a_replica_refuses_a_damaged_catalogue_and_a_missing_key() {
     std::fs::write(&cat, b).unwrap();
     let run = |from: &Path, extra: &[&str]| {
         Command::new(workspace_bin("server"))
-            .args(["serve", "--bind", "127.0.0.1:0", "--from", from.to_str().unwrap()])
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--from",
+                from.to_str().unwrap(),
+            ])
             .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
             .args(extra)
             .env("RUST_LOG", "warn")
@@ -222,12 +249,18 @@ fn a_replica_refuses_a_damaged_catalogue_and_a_missing_key() {
     let err = String::from_utf8_lossy(&damaged.stderr);
     assert!(err.contains("does not match its hash"), "{err}");
     // The intact store: only the key is missing.
-    let missing = run(out, &["--identity-key", dir.join("no.key").to_str().unwrap()]);
+    let missing = run(
+        out,
+        &["--identity-key", dir.join("no.key").to_str().unwrap()],
+    );
     assert!(!missing.status.success());
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("no.key"), "{err}");
     let none = run(out, &[]);
-    assert!(!none.status.success(), "a replica without --identity-key started");
+    assert!(
+        !none.status.success(),
+        "a replica without --identity-key started"
+    );
 }
 
 /// A replica on a fixed port (HAProxy's configuration names it), its output read by a thread.
@@ -255,7 +288,10 @@ fn replica(store: &Path, key: &Path, cache: &Path, port: u16) -> Replica {
         .expect("start a replica");
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     loop {
-        let line = lines.next().expect("the replica exited before listening").unwrap();
+        let line = lines
+            .next()
+            .expect("the replica exited before listening")
+            .unwrap();
         if line.starts_with("listening on ") {
             break;
         }
@@ -270,14 +306,23 @@ fn lb_server(stats: &str, name: &str) -> (String, u64) {
         .unwrap()
         .text()
         .unwrap();
-    let head: Vec<&str> = csv.lines().next().unwrap().trim_start_matches("# ").split(',').collect();
+    let head: Vec<&str> = csv
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
     let col = |c: &str| head.iter().position(|h| *h == c).unwrap();
     let row: Vec<&str> = csv
         .lines()
         .map(|l| l.split(',').collect::<Vec<_>>())
         .find(|r| r[0] == "replicas" && r[1] == name)
         .unwrap_or_else(|| panic!("no {name} in {csv}"));
-    (row[col("status")].to_string(), row[col("stot")].parse().unwrap())
+    (
+        row[col("status")].to_string(),
+        row[col("stot")].parse().unwrap(),
+    )
 }
 
 /// `deploy/haproxy.cfg` in front of three replicas, eight CLI clients running PIR searches
@@ -293,14 +338,19 @@ fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
     let (store, _) = built();
     let dir = tmp("lb");
     let key = key_file(&dir);
-    let ports: Vec<u16> = (0..3).map(|_| privatemail_e2e::browser::free_port()).collect();
+    let ports: Vec<u16> = (0..3)
+        .map(|_| privatemail_e2e::browser::free_port())
+        .collect();
     let t = std::time::Instant::now();
     let mut replicas: Vec<Option<Replica>> = ports
         .iter()
         .enumerate()
         .map(|(i, &p)| Some(replica(store, &key, &dir.join(format!("cache-{i}")), p)))
         .collect();
-    eprintln!("three replicas listening after {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "three replicas listening after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let (lb, stats) = (
         format!("127.0.0.1:{}", privatemail_e2e::browser::free_port()),
         format!("127.0.0.1:{}", privatemail_e2e::browser::free_port()),
@@ -310,7 +360,12 @@ fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
         .args(["-f", cfg, "-db"])
         .env("PM_LB_BIND", &lb)
         .env("PM_LB_STATS_BIND", &stats)
-        .envs(ports.iter().enumerate().map(|(i, p)| (format!("PM_REPLICA_{i}"), format!("127.0.0.1:{p}"))))
+        .envs(
+            ports
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("PM_REPLICA_{i}"), format!("127.0.0.1:{p}"))),
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -330,7 +385,10 @@ fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     while (0..3).any(|i| lb_server(&stats, &format!("r{i}")).0 != "UP") {
-        assert!(up.elapsed().as_secs() < 30, "replicas not UP behind HAProxy");
+        assert!(
+            up.elapsed().as_secs() < 30,
+            "replicas not UP behind HAProxy"
+        );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 
@@ -344,7 +402,8 @@ fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
             s.spawn(move || {
                 let cli = crate::cli::Cli::new(&format!("lb-{c}"));
                 for n in 0..EACH {
-                    let photo = privatemail_e2e::photo_png(&cli.state.join("photos"), 5000 + c * EACH + n);
+                    let photo =
+                        privatemail_e2e::photo_png(&cli.state.join("photos"), 5000 + c * EACH + n);
                     let t = std::time::Instant::now();
                     let out = cli.run(&[
                         "search",
@@ -374,7 +433,10 @@ fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         replicas[1] = None;
-        eprintln!("replica 1 killed with {} searches done", done.load(std::sync::atomic::Ordering::SeqCst));
+        eprintln!(
+            "replica 1 killed with {} searches done",
+            done.load(std::sync::atomic::Ordering::SeqCst)
+        );
         while done.load(std::sync::atomic::Ordering::SeqCst) < total / 2 {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
@@ -395,16 +457,26 @@ fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
     for r in results.iter().filter(|r| !r.0) {
         eprintln!("failed search: {}", r.2.lines().last().unwrap_or(""));
     }
-    assert!(ok * 100 >= results.len() * 99, "{ok}/{} searches succeeded", results.len());
+    assert!(
+        ok * 100 >= results.len() * 99,
+        "{ok}/{} searches succeeded",
+        results.len()
+    );
     // The restarted replica is back in rotation: UP, and it takes requests again.
     let up = std::time::Instant::now();
     while lb_server(&stats, "r1").0 != "UP" {
-        assert!(up.elapsed().as_secs() < 30, "the restarted replica did not rejoin");
+        assert!(
+            up.elapsed().as_secs() < 30,
+            "the restarted replica did not rejoin"
+        );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     let before = lb_server(&stats, "r1").1;
     for _ in 0..6 {
         reqwest::blocking::get(format!("{base}/api/v1/partition")).unwrap();
     }
-    assert!(lb_server(&stats, "r1").1 >= before + 2, "no request reached the restarted replica");
+    assert!(
+        lb_server(&stats, "r1").1 >= before + 2,
+        "no request reached the restarted replica"
+    );
 }

@@ -5,6 +5,7 @@
 //! Modules by role, arrows pointing one way (`http` → `state` → `gallery`, `partition` →
 //! `item`, `ops`): see ARCHITECTURE.md.
 
+pub mod batch;
 pub mod gallery;
 pub mod http;
 pub mod item;

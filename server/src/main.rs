@@ -163,6 +163,115 @@ struct Args {
     #[arg(long, env = "PM_PIR_THUMB_BYTES",
           value_parser = clap::value_parser!(u64).range(8..294))]
     pir_thumb_bytes: Option<u64>,
+    /// A replica (`server serve --from STORE`): serve the version a batch build published in
+    /// STORE (a directory, `file:///dir` or `s3://bucket/prefix`; `server build`) — the one its
+    /// `CURRENT.json` names at start, or `--from-version`. Gallery size, anchors, seed and
+    /// partition settings come from the version's manifest; the catalogue is copied into
+    /// `--cache-dir`; nothing is written to STORE; adding and deleting images is disabled.
+    /// With a bucket, `--blocks-public-url` is the bucket's (or CDN's) URL of STORE's prefix.
+    #[arg(
+        long,
+        env = "PM_FROM",
+        conflicts_with = "admin_token",
+        requires = "identity_key"
+    )]
+    from: Option<String>,
+    /// A replica: the manifest (its SHA-256) to serve instead of the announced one.
+    #[arg(long, env = "PM_FROM_VERSION", requires = "from")]
+    from_version: Option<String>,
+    /// A replica: where versions are copied to from the store (reused across restarts).
+    #[arg(long, env = "PM_CACHE_DIR", default_value = "privatemail-data/cache")]
+    cache_dir: PathBuf,
+    /// The gallery's signing key (32 bytes) from this file, which must exist, instead of the
+    /// one beside the store: every replica answering one origin must sign with the same key
+    /// (clients pin it), so it is provisioned once (e.g. a Kubernetes Secret) and never put
+    /// in the bucket. Required with `--from`.
+    #[arg(long, env = "PM_IDENTITY_KEY")]
+    identity_key: Option<PathBuf>,
+}
+
+/// `server build`: one step of the batch build (`privatemail_server::batch`).
+#[derive(Parser, Debug)]
+#[command(about = "PrivateMail batch build: a worker (--shard i/N) or the join (--join N)")]
+struct BuildArgs {
+    /// Where the build's objects go: a directory, `file:///dir` or `s3://bucket/prefix`
+    /// (configured from the AWS_* environment variables, as `--blocks-store`).
+    #[arg(long, env = "PM_BUILD_OUT")]
+    out: String,
+    /// A worker: compute slice i of N (0-based) of the gallery's features. With
+    /// Kubernetes' Indexed Job, `--shard $JOB_COMPLETION_INDEX/N`.
+    #[arg(long, conflicts_with = "join", required_unless_present = "join")]
+    shard: Option<privatemail_server::batch::Shard>,
+    /// The join: combine the N workers' outputs, build the embedding and partition, write
+    /// the manifest and announce it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    join: Option<u64>,
+    #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
+    data_dir: PathBuf,
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
+    gallery_size: u64,
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    anchors: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The join's local working directory (emptied first).
+    #[arg(long, default_value = "privatemail-data/build")]
+    work_dir: PathBuf,
+    #[arg(long, env = "PM_MAX_SHARE", default_value_t = publish::publish::DEFAULT_MAX_SHARE, value_parser = parse_share)]
+    max_share: f64,
+    #[arg(long, env = "PM_ALLOW_FULL_DOWNLOAD", default_value_t = true, action = clap::ArgAction::Set)]
+    allow_full_download: bool,
+    #[arg(long, env = "PM_PIR_VERIFIED_SCORES")]
+    pir_verified_scores: bool,
+    #[arg(long, env = "PM_PIR_THUMB_BYTES",
+          value_parser = clap::value_parser!(u64).range(8..294))]
+    pir_thumb_bytes: Option<u64>,
+}
+
+fn build(b: BuildArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use privatemail_server::batch;
+    let t = std::time::Instant::now();
+    if let Some(shard) = b.shard {
+        let p = batch::build_shard(
+            &b.out,
+            &b.data_dir,
+            b.gallery_size as usize,
+            b.anchors as usize,
+            shard,
+        )?;
+        println!(
+            "shard {} written: {} ({} items) in {:.2} s",
+            p.shard,
+            p.object,
+            p.items,
+            t.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
+    let n = b.join.unwrap_or(1) as usize;
+    let (sha, m) = batch::join(&batch::JoinOptions {
+        out: &b.out,
+        shards: n,
+        data_dir: &b.data_dir,
+        work_dir: &b.work_dir,
+        gallery_size: b.gallery_size as usize,
+        anchor_count: b.anchors as usize,
+        seed: b.seed,
+        settings: batch::BuildSettings {
+            max_share: b.max_share,
+            allow_full_download: b.allow_full_download,
+            verified_scores: b.pir_verified_scores,
+            thumb_code_bytes: b.pir_thumb_bytes.map(|x| x as usize),
+        },
+        blocks_public_url: None,
+    })?;
+    println!(
+        "manifest {sha} announced: {} items, partition {} in {:.2} s",
+        m.items,
+        m.partition_version,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -184,14 +293,69 @@ async fn main() {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,tower_http=info".into()),
         )
         .init();
-    let args = Args::parse();
+    // `server build …` is the batch build; `server serve …` and `server …` serve.
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match argv.get(1).and_then(|a| a.to_str()) {
+        Some("build") => {
+            argv.remove(1);
+            let b = BuildArgs::parse_from(argv);
+            let code = match tokio::task::spawn_blocking(move || {
+                build(b).map_err(|e| e.to_string())
+            })
+            .await
+            {
+                Ok(Ok(())) => 0,
+                Ok(Err(e)) => {
+                    eprintln!("server build: {e}");
+                    2
+                }
+                Err(e) => {
+                    eprintln!("server build: {e}");
+                    2
+                }
+            };
+            // Background threads of the state the join opened have nothing left to do.
+            std::process::exit(code);
+        }
+        Some("serve") => {
+            argv.remove(1);
+        }
+        _ => {}
+    }
+    let args = Args::parse_from(argv);
     if let Err(e) = run(args).await {
         eprintln!("server: {e}");
         std::process::exit(2);
     }
 }
 
-async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    // A replica: the published version's manifest decides what is served.
+    let mut replica: Option<(String, privatemail_server::batch::GalleryManifest)> = None;
+    if let Some(from) = args.from.clone() {
+        let t = std::time::Instant::now();
+        let (version, cache) = (args.from_version.clone(), args.cache_dir.clone());
+        let f = from.clone();
+        let (sha, m, store_path) = tokio::task::spawn_blocking(move || {
+            privatemail_server::batch::materialize(&f, version.as_deref(), &cache)
+        })
+        .await??;
+        args.store = store_path;
+        args.gallery_size = m.gallery_size as u64;
+        args.anchors = m.anchors as u64;
+        args.seed = m.seed;
+        args.max_share = m.settings.max_share;
+        args.allow_full_download = m.settings.allow_full_download;
+        args.pir_verified_scores = m.settings.verified_scores;
+        args.pir_thumb_bytes = m.settings.thumb_code_bytes.map(|b| b as u64);
+        args.blocks_store = Some(privatemail_server::batch::sub_spec(&from, &m.blocks));
+        args.blocks_public_url = args
+            .blocks_public_url
+            .as_deref()
+            .map(|u| format!("{}/{}", u.trim_end_matches('/'), m.blocks));
+        tracing::info!(manifest = %sha, secs = t.elapsed().as_secs_f64(), "replica: version in the local cache");
+        replica = Some((sha, m));
+    }
     let limits = ApiLimits {
         max_k: args.max_k as usize,
         max_query_rows: 32,
@@ -213,6 +377,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         args.pir_upload_budget_mib,
     );
     let client_address_header = args.client_address_header.clone();
+    let identity_key = args.identity_key.clone();
     let secs = std::time::Duration::from_secs;
     let open_files = net::raise_open_files(args.max_connections + net::FD_RESERVE);
     let max_connections =
@@ -265,6 +430,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 pir_concurrency: pir_concurrency as usize,
                 pir_upload_budget: (pir_upload_budget_mib << 20) as usize,
                 client_address_header,
+                identity_key: identity_key.as_deref(),
             },
             partition,
         )
@@ -286,16 +452,45 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "partition ready"
         );
     }
-    // Expired versions leave the block store even when no request comes to prune them.
-    let gc = std::sync::Arc::clone(&state);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
-        loop {
-            tick.tick().await;
-            let s = std::sync::Arc::clone(&gc);
-            let _ = tokio::task::spawn_blocking(move || s.partitions.collect_garbage()).await;
+    if let Some((sha, m)) = &replica {
+        // The partition must be the one the build published (never one rebuilt here).
+        let served = state.partitions.current().map(|p| p.doc.version.clone());
+        if served.as_deref() != Some(m.partition_version.as_str()) {
+            return Err(format!(
+                "manifest {sha} names partition {}, the store gave {served:?}",
+                m.partition_version
+            )
+            .into());
         }
-    });
+        // A replica listens only once it answers every request of a search: behind a load
+        // balancer a listening replica is a ready one (its PIR databases are derived from
+        // the version after the partition is loaded; until then they answer 503).
+        let pir_wait = std::time::Instant::now();
+        while state
+            .partitions
+            .current()
+            .is_some_and(|p| p.pir.get().is_none())
+        {
+            if pir_wait.elapsed() > std::time::Duration::from_secs(3600) {
+                return Err("the PIR databases were not built within an hour".into());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        tracing::info!(manifest = %sha, partition = %m.partition_version, secs = t.elapsed().as_secs_f64(), "replica ready");
+    }
+    // Expired versions leave the block store even when no request comes to prune them; a
+    // replica never deletes from the store it follows.
+    let gc = std::sync::Arc::clone(&state);
+    if replica.is_none() {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                let s = std::sync::Arc::clone(&gc);
+                let _ = tokio::task::spawn_blocking(move || s.partitions.collect_garbage()).await;
+            }
+        });
+    }
     let web = args.web_dir.is_dir().then_some(args.web_dir);
     let store_owner = std::sync::Arc::clone(&state);
     let refusals = std::sync::Arc::clone(&state.refusals);

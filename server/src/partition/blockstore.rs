@@ -237,6 +237,17 @@ impl BlockStore {
     /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ALLOW_HTTP`,
     /// `AWS_SKIP_SIGNATURE`, …). A bucket needs `public_url`: this server does not proxy it.
     pub fn open(spec: &str, public_url: Option<String>) -> Result<Self> {
+        Self::open_inner(spec, public_url, true)
+    }
+
+    /// A store used only for its objects ([`BlockStore::put_object`], [`BlockStore::get_object`]):
+    /// the batch build's output and a replica's source (`crate::batch`), which serve no blocks
+    /// and so need no public URL.
+    pub fn open_objects(spec: &str) -> Result<Self> {
+        Self::open_inner(spec, None, false)
+    }
+
+    fn open_inner(spec: &str, public_url: Option<String>, serves: bool) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("block-store")
@@ -258,7 +269,7 @@ impl BlockStore {
             if bucket.is_empty() {
                 return Err(BlockStoreError::Config(format!("no bucket in {spec:?}")));
             }
-            if public_url.is_none() {
+            if serves && public_url.is_none() {
                 return Err(BlockStoreError::Config(
                     "a bucket needs --blocks-public-url (where clients fetch its objects)".into(),
                 ));
@@ -507,6 +518,25 @@ impl BlockStore {
             });
         }
         Ok(Some((m, doc, doc_json)))
+    }
+
+    /// Put one object (atomic: a local file is written aside and renamed; an S3 PUT is all or
+    /// nothing).
+    pub fn put_object(&self, name: &str, bytes: Bytes) -> Result<()> {
+        self.put_all(vec![(Path::from(name), bytes)])
+    }
+
+    /// One object, `None` if there is none.
+    pub fn get_object(&self, name: &str) -> Result<Option<Bytes>> {
+        let store = Arc::clone(&self.store);
+        let path = Path::from(name);
+        Ok(self.rt.block_on(async move {
+            match store.get(&path).await {
+                Ok(r) => r.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?)
     }
 
     /// A version's checksums; `None` if it has none (written by older code).

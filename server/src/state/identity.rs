@@ -44,6 +44,22 @@ pub fn load_or_create(path: &Path) -> Result<SigningKey, StateError> {
     }
 }
 
+/// The signing key in `path`, which must exist and hold exactly 32 bytes: a replica's key is
+/// provisioned (shared by every replica answering one origin), so a missing file is an error,
+/// never a reason to make a key that would differ from the other replicas'.
+pub fn load_existing(path: &Path) -> Result<SigningKey, StateError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| StateError::Invalid(format!("the gallery key {}: {e}", path.display())))?;
+    let seed: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
+        StateError::Invalid(format!(
+            "the gallery key {}: {} bytes, not 32",
+            path.display(),
+            b.len()
+        ))
+    })?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut opts = std::fs::OpenOptions::new();

@@ -196,6 +196,10 @@ pub struct Options<'a> {
     pub pir_upload_budget: usize,
     /// A header naming the client's address, set by a proxy the operator runs.
     pub client_address_header: Option<String>,
+    /// The gallery's signing key from this file (which must exist: it is never created
+    /// here) instead of the one beside the store. Replicas answering one origin share one key
+    /// (`server serve --from`), provisioned as a secret, never put in the bucket.
+    pub identity_key: Option<&'a Path>,
 }
 
 impl Options<'_> {

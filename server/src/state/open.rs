@@ -388,7 +388,10 @@ impl AppState {
             query_model_version: model_version(data::assets::QUERY_WEIGHTS),
             limits: opts.limits,
         };
-        let key = super::identity::load_or_create(&super::identity::key_path(opts.store_path))?;
+        let key = match opts.identity_key {
+            Some(path) => super::identity::load_existing(path)?,
+            None => super::identity::load_or_create(&super::identity::key_path(opts.store_path))?,
+        };
         let identity = super::identity::document(&key, &config)?;
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
         let placeholder = Snapshot {

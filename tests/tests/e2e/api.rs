@@ -308,6 +308,7 @@ fn transformed_server_rows_find_themselves_and_their_class() {
         pir_concurrency: 2,
         pir_upload_budget: 64 << 20,
         client_address_header: None,
+        identity_key: None,
     })
     .unwrap();
     let snap = local.snapshot();

@@ -21,5 +21,6 @@ mod page_origin;
 mod page_truth;
 mod pir;
 mod restart;
+mod scale;
 mod strict;
 mod weight;

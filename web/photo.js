@@ -28,7 +28,7 @@ const MAX_SIDE = 1024; // large photos are scaled down by the browser first (spe
 const MAX_FILE = 64 * 1048576;
 
 // An image with nothing to see in it (embed::ood::look, in the wasm client: too small, one
-// solid colour, noise, nothing standing out): never classified, never searched.
+// solid colour, noise): never classified, never searched.
 class NothingToSee extends Error {}
 
 // `sample`: a sample's published features (see loadSample), or undefined for a photo.

@@ -48,7 +48,7 @@ impl CliError {
     /// answer that failed a check after decryption (searches against the server now stopped),
     /// 11 searches against this server stopped by such a failure earlier (nothing sent), 12 a
     /// served page that differs from this version's, 13 a photo with nothing to see (too small,
-    /// one solid colour, noise, nothing standing out from its background).
+    /// one solid colour, noise).
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Unreachable { .. } | CliError::TimedOut { .. } => 3,

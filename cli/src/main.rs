@@ -8,8 +8,7 @@
 //! that server are stopped from then on), 11 searches against this server are stopped
 //! (`clear-refusal` lifts it), or this server's name presents a key other than the one pinned
 //! for it (`accept-key` accepts it), 12 a served page differs from this version's (`verify-page`), 13 nothing to see in
-//! the photo (smaller than 28×28 pixels, one solid colour, noise, nothing standing out from its
-//! background: refused before any model reads it; nothing sent).
+//! the photo (smaller than 28×28 pixels, one solid colour, noise: refused before any model reads it; nothing sent).
 
 mod budget;
 mod error;

@@ -25,7 +25,7 @@ pub fn load(path: &Path) -> Result<embed::photo::Framing> {
         .read_to_end(&mut bytes)
         .map_err(|e| bad(e.to_string()))?;
     let (rgba, w, h) = embed::photo_file::decode_rgba(&bytes).map_err(|e| bad(e.to_string()))?;
-    // An image with nothing to see (too small, one colour, noise, nothing standing out) is
+    // An image with nothing to see (too small, one colour, noise) is
     // refused here, before any model reads it: never classified, never searched.
     match embed::ood::look(&rgba, w, h).map_err(|e| bad(e.to_string()))? {
         Ok(framing) => Ok(framing),

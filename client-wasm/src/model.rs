@@ -67,7 +67,7 @@ impl Client {
     /// (`embed::photo::analyse`, as `from_rgba`), run the models, keep the features.
     /// Returns JSON `{pixels, label, class_name, probability, probabilities,
     /// unfamiliar_score, unfamiliar, unfamiliar_message}`; for an image with nothing to see
-    /// (`embed::ood::look`: too small, one colour, noise, nothing standing out) `{refused}`,
+    /// (`embed::ood::look`: too small, one colour, noise) `{refused}`,
     /// the reason in plain words, and no query is kept: it is neither classified nor searched.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
         let framing = match self.look(rgba, width, height)? {

@@ -257,12 +257,6 @@ pub const SOLID_SPREAD: u32 = 12;
 /// about 0.1).
 pub const NOISE_RATIO: f64 = 1.0;
 
-/// Below this much ink in the model input (the sum of its 784 bytes) the photo pipeline
-/// found nothing that stands out from the background ([`NothingToSee::NoObject`]): a quarter
-/// of [`MIN_INK`], so a faint garment the pipeline kept (flagged, not refused) is still
-/// searched.
-pub const NO_OBJECT_INK: u32 = MIN_INK / 4;
-
 /// Why a client will not classify or search an image: there is nothing in it to see. Typed,
 /// and worded for the person (the CLI prints it and exits 13; the page shows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,8 +267,6 @@ pub enum NothingToSee {
     SolidColour,
     /// Neighbouring pixels as unlike as random ones ([`NOISE_RATIO`]).
     Noise,
-    /// The photo pipeline left (nearly) nothing of it ([`NO_OBJECT_INK`]).
-    NoObject,
 }
 
 impl std::fmt::Display for NothingToSee {
@@ -292,11 +284,6 @@ impl std::fmt::Display for NothingToSee {
             NothingToSee::Noise => write!(
                 f,
                 "the image is random noise (like static); there is no item in it to search for"
-            ),
-            NothingToSee::NoObject => write!(
-                f,
-                "nothing in the image stands out from its background; photograph the item \
-                 against a plain background"
             ),
         }
     }
@@ -341,7 +328,7 @@ pub fn nothing_to_see(rgba: &[u8], width: usize, height: usize) -> Option<Nothin
             }
             0
         };
-        quantile(true) - quantile(false) <= SOLID_SPREAD
+        quantile(true).saturating_sub(quantile(false)) <= SOLID_SPREAD
     });
     if solid {
         return Some(NothingToSee::SolidColour);
@@ -395,8 +382,9 @@ pub fn nothing_to_see(rgba: &[u8], width: usize, height: usize) -> Option<Nothin
 }
 
 /// What a client makes of a decoded photo: the photo pipeline's framing, or why there is
-/// nothing to see ([`nothing_to_see`] before the pipeline, [`NO_OBJECT_INK`] after it). Such
-/// an image is never classified or searched. Bad sizes are typed errors, as in
+/// nothing to see ([`nothing_to_see`]). Such an image is never classified or searched. (An
+/// input the pipeline leaves nearly empty is not refused but flagged, [`MIN_INK`]: one of the
+/// 10,000 test images, number 320, keeps less than 1,000 of ink through it.) Bad sizes are typed errors, as in
 /// [`crate::photo::analyse`].
 pub fn look(
     rgba: &[u8],
@@ -413,12 +401,7 @@ pub fn look(
     if let Some(why) = nothing_to_see(rgba, width, height) {
         return Ok(Err(why));
     }
-    let framing = crate::photo::analyse(rgba, width, height)?;
-    let ink: u32 = framing.pixels.iter().map(|&p| p as u32).sum();
-    if ink < NO_OBJECT_INK {
-        return Ok(Err(NothingToSee::NoObject));
-    }
-    Ok(Ok(framing))
+    Ok(Ok(crate::photo::analyse(rgba, width, height)?))
 }
 
 #[cfg(test)]
@@ -586,7 +569,6 @@ mod tests {
             },
             NothingToSee::SolidColour,
             NothingToSee::Noise,
-            NothingToSee::NoObject,
         ]
         .iter()
         .map(|w| w.to_string())
@@ -594,7 +576,6 @@ mod tests {
         assert!(words[0].contains("5×5") && words[0].contains("28×28"));
         assert!(words[1].contains("solid colour"));
         assert!(words[2].contains("noise"));
-        assert!(words[3].contains("stands out"));
         // Bad sizes stay typed errors.
         assert!(look(&[0u8; 12], 40, 40).is_err());
     }

@@ -27,6 +27,10 @@ const MAX_SIDE = 1024; // large photos are scaled down by the browser first (spe
 // The largest photo file the page opens (as the CLI's decoder, embed::photo_file::MAX_PHOTO_BYTES).
 const MAX_FILE = 64 * 1048576;
 
+// An image with nothing to see in it (embed::ood::look, in the wasm client: too small, one
+// solid colour, noise): never classified, never searched.
+class NothingToSee extends Error {}
+
 // `sample`: a sample's published features (see loadSample), or undefined for a photo.
 function loadBitmap(bitmap, sample) {
   const scale = Math.min(1, MAX_SIDE / Math.max(bitmap.width, bitmap.height));
@@ -40,11 +44,13 @@ function loadBitmap(bitmap, sample) {
   const data = ctx.getImageData(0, 0, w, h).data;
   const t = performance.now();
   const rgba = new Uint8Array(data.buffer);
-  state.image = JSON.parse(
+  const info = JSON.parse(
     sample
       ? state.client.load_sample(rgba, w, h, new Float32Array(sample.features), SAMPLES_MODEL)
       : state.client.load_image(rgba, w, h),
   );
+  if (info.refused) throw new NothingToSee(info.refused);
+  state.image = info;
   timings.infer_ms = performance.now() - t;
   showImage();
 }
@@ -63,6 +69,11 @@ async function loadSample(sample) {
     await img.decode();
     loadBitmap(await createImageBitmap(img), sample);
   } catch (e) {
+    if (e instanceof NothingToSee) {
+      forgetImage("there is nothing in it to search for.");
+      showError(`This image cannot be searched: ${e.message}.`);
+      return;
+    }
     forgetImage("the sample could not be opened.");
     showError("That sample could not be opened.");
   }
@@ -91,10 +102,17 @@ export async function loadFromFile(file) {
     showError(`“${file.name}” cannot be used: ${why}`);
   };
   if (file.size > MAX_FILE) return refuse(`it is larger than ${MAX_FILE / 1048576} MiB. Try a smaller copy of the photo.`);
+  let bitmap;
   try {
-    loadBitmap(await createImageBitmap(file));
+    bitmap = await createImageBitmap(file);
   } catch {
-    refuse("it is not an image this page can open. Try a JPEG or PNG photo.");
+    return refuse("it is not an image this page can open. Try a JPEG or PNG photo.");
+  }
+  try {
+    loadBitmap(bitmap);
+  } catch (e) {
+    if (e instanceof NothingToSee) return refuse(`${e.message}. It was not classified or searched.`);
+    refuse(`it could not be read (${e.message || e}).`);
   }
 }
 

@@ -17,6 +17,9 @@ pub enum CliError {
     },
     #[error("bad photo {path}: {reason}")]
     BadPhoto { path: String, reason: String },
+    /// Nothing to see in the photo (`embed::ood::NothingToSee`): not classified, not searched.
+    #[error("nothing to search for in {path}: {reason}; nothing was sent")]
+    NothingToSee { path: String, reason: String },
     #[error("privacy budget exceeded: this search would bring the total to ε = {total:.3} (δ = {delta:e}), above --max-epsilon {max}; nothing was sent")]
     BudgetExceeded { total: f64, max: f64, delta: f64 },
     #[error("the server's answer is unusable: {0}")]
@@ -44,7 +47,8 @@ impl CliError {
     /// or unverifiable answer, 8 a local state file, 9 invalid parameters (clap uses 2), 10 an
     /// answer that failed a check after decryption (searches against the server now stopped),
     /// 11 searches against this server stopped by such a failure earlier (nothing sent), 12 a
-    /// served page that differs from this version's.
+    /// served page that differs from this version's, 13 a photo with nothing to see (too small,
+    /// one solid colour, noise).
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Unreachable { .. } | CliError::TimedOut { .. } => 3,
@@ -57,6 +61,7 @@ impl CliError {
             CliError::Hostile(_) => 10,
             CliError::Stopped(_) => 11,
             CliError::PageDiffers(_) => 12,
+            CliError::NothingToSee { .. } => 13,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! file, 9 invalid parameters, 10 an answer failed a check after decryption (searches against
 //! that server are stopped from then on), 11 searches against this server are stopped
 //! (`clear-refusal` lifts it), or this server's name presents a key other than the one pinned
-//! for it (`accept-key` accepts it), 12 a served page differs from this version's (`verify-page`).
+//! for it (`accept-key` accepts it), 12 a served page differs from this version's (`verify-page`), 13 nothing to see in
+//! the photo (smaller than 28×28 pixels, one solid colour, noise: refused before any model reads it; nothing sent).
 
 mod budget;
 mod error;

@@ -4,7 +4,6 @@
 //! sends anything: the features and the predicted label stay in the `Client`.
 
 use embed::model::Model;
-use embed::photo::analyse;
 use wasm_bindgen::prelude::*;
 
 use crate::{js_err, Client};
@@ -67,9 +66,14 @@ impl Client {
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
     /// (`embed::photo::analyse`, as `from_rgba`), run the models, keep the features.
     /// Returns JSON `{pixels, label, class_name, probability, probabilities,
-    /// unfamiliar_score, unfamiliar, unfamiliar_message}`.
+    /// unfamiliar_score, unfamiliar, unfamiliar_message}`; for an image with nothing to see
+    /// (`embed::ood::look`: too small, one colour, noise) `{refused}`,
+    /// the reason in plain words, and no query is kept: it is neither classified nor searched.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
-        let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
+        let framing = match self.look(rgba, width, height)? {
+            Ok(f) => f,
+            Err(refused) => return Ok(refused),
+        };
         self.load(&framing.pixels, &framing.class_pixels, Ok(None))
     }
 
@@ -99,7 +103,10 @@ impl Client {
         features: &[f32],
         model_version: &str,
     ) -> Result<String, JsError> {
-        let framing = analyse(rgba, width as usize, height as usize).map_err(js_err)?;
+        let framing = match self.look(rgba, width, height)? {
+            Ok(f) => f,
+            Err(refused) => return Ok(refused),
+        };
         let published = match embed::sample::published_features(features) {
             Ok(f) => Ok((model_version == self.config.model_version).then_some(f)),
             Err(e) => Err(e.to_string()),
@@ -109,6 +116,28 @@ impl Client {
 }
 
 impl Client {
+    /// The photo pipeline's framing, or — nothing to see in the image — the `{refused}` JSON,
+    /// with any earlier query forgotten (nothing of the previous photo stays searchable).
+    fn look(
+        &mut self,
+        rgba: &[u8],
+        width: u32,
+        height: u32,
+    ) -> Result<std::result::Result<embed::photo::Framing, String>, JsError> {
+        match embed::ood::look(rgba, width as usize, height as usize).map_err(js_err)? {
+            Ok(framing) => Ok(Ok(framing)),
+            Err(why) => {
+                self.query = None;
+                self.query_f32 = None;
+                self.query_label = None;
+                self.pending = None;
+                self.pending_blocks = None;
+                let refused = serde_json::json!({ "refused": why.to_string() });
+                Ok(Err(refused.to_string()))
+            }
+        }
+    }
+
     /// The query from the retrieval model's input and the class model's (the photo pipeline
     /// gives each its own: `embed::photo::Framing::class_pixels`); `published`, if
     /// `Ok(Some)`, replaces the retrieval model's features as the query (a sample's, checked;

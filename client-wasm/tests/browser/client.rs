@@ -147,9 +147,40 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
         .is_err());
     assert!(client.pick("{}").is_err());
     assert!(client.load_pixels(&[0u8; 10]).is_err());
-    assert!(client.load_image(&[0u8; 16], 3, 3).is_err());
-    assert!(client.load_image(&[], 0, 0).is_err());
-    client.load_image(&[200u8; 4 * 40 * 30], 40, 30).unwrap();
+    // Nothing to see (too small, one solid colour): refused with the reason, no query kept.
+    let refused: Value =
+        serde_json::from_str(&client.load_image(&[0u8; 36], 3, 3).unwrap()).unwrap();
+    assert!(
+        refused["refused"].as_str().unwrap().contains("3×3"),
+        "{refused}"
+    );
+    let refused: Value =
+        serde_json::from_str(&client.load_image(&[200u8; 4 * 40 * 30], 40, 30).unwrap()).unwrap();
+    assert!(
+        refused["refused"]
+            .as_str()
+            .unwrap()
+            .contains("solid colour"),
+        "{refused}"
+    );
+    assert!(client
+        .privatize(1.0, 1e-5, "analytic_gaussian", 8, "proportional")
+        .is_err());
+    assert!(client.load_image(&[0u8; 16], 30, 30).is_err());
+    // A dark box on a light background: a query.
+    let boxed: Vec<u8> = (0..40 * 30)
+        .flat_map(|i| {
+            let (x, y) = (i % 40, i / 40);
+            let v = if (10..30).contains(&x) && (5..25).contains(&y) {
+                40
+            } else {
+                230
+            };
+            [v, v, v, 255]
+        })
+        .collect();
+    let info: Value = serde_json::from_str(&client.load_image(&boxed, 40, 30).unwrap()).unwrap();
+    assert!(info.get("refused").is_none(), "{info}");
     assert!(client
         .privatize(0.0, 1e-5, "discrete_gaussian", 8, "proportional")
         .is_err());

@@ -139,7 +139,7 @@ fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
         .collect()
 }
 
-fn server() -> Server {
+pub(crate) fn server() -> Server {
     demo_server("cli", &["--admin-token", TOKEN])
 }
 
@@ -452,35 +452,43 @@ fn failures_have_distinct_exit_codes_and_one_line_messages() {
     }
 }
 
-/// A photo that is not clothing (colour noise) is said so under the predicted class, and in
-/// `--json` as `unfamiliar`; a product photo is not.
+/// A photo that is not clothing is said so under the predicted class, in words that say what
+/// its results are, and in `--json` as `unfamiliar`, and is still searched (eight matches); a
+/// product photo is not flagged. The flagged photo: a faint one-pixel square outline on white
+/// (the model input keeps about 2,000 of ink: more than the refusal's 1,000, less than the
+/// check's 4,000). Noise is refused outright (`nothing_to_see`); a grey gradient is named a
+/// T-shirt and not flagged by today's check (issue 61, point 4: not yet rebuilt).
 #[test]
 fn a_photo_that_is_not_clothing_is_said_so() {
     let s = server();
     let cli = Cli::new("unfamiliar");
     let dir = cli.state.join("photos");
-    let noise = dir.join("noise.png");
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let rgb: Vec<u8> = (0..64 * 64 * 3)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 56) as u8
+    let gradient = dir.join("outline.png");
+    let rgb: Vec<u8> = (0..64 * 64)
+        .flat_map(|i| {
+            let (x, y) = (i % 64, i / 64);
+            let edge = (4..60).contains(&x)
+                && (4..60).contains(&y)
+                && (x == 4 || x == 59 || y == 4 || y == 59);
+            let g = if edge { 215 } else { 255 };
+            [g, g, g]
         })
         .collect();
     std::fs::create_dir_all(&dir).unwrap();
-    let file = std::fs::File::create(&noise).unwrap();
+    let file = std::fs::File::create(&gradient).unwrap();
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), 64, 64);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     enc.write_header().unwrap().write_image_data(&rgb).unwrap();
-    let noise = noise.to_str().unwrap();
-    let text = cli.run(&["search", noise, "--server", &s.base]);
-    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    let gradient = gradient.to_str().unwrap();
+    let out = cli.run(&["search", gradient, "--server", &s.base]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(text.contains(embed::ood::UNFAMILIAR_MESSAGE), "{text}");
-    let out = cli.json(&["search", noise, "--server", &s.base, "--json"]);
+    assert!(text.contains("You can still search with it"), "{text}");
+    let out = cli.json(&["search", gradient, "--server", &s.base, "--json"]);
     assert_eq!(out["unfamiliar"], true, "{out}");
+    assert_eq!(out["results"].as_array().map(Vec::len), Some(8), "{out}");
     let p = photo(&dir, 5003);
     let p = p.to_str().unwrap();
     let out = cli.json(&["search", p, "--server", &s.base, "--json"]);

@@ -16,6 +16,7 @@ mod gallery;
 mod identity;
 mod load;
 mod malicious;
+mod nothing_to_see;
 mod object_store;
 mod page_origin;
 mod page_truth;

@@ -306,3 +306,71 @@ fn non_clothing_is_flagged_and_clothing_is_not() {
     // The threshold flags 1 % of calibration photos; 10 of 200 is far in the binomial's tail.
     assert!(clothing <= 10, "clothing flagged {clothing}/200");
 }
+
+/// Nothing to see is refused, clothing never is (`embed::ood::look`): not one of the 10,000
+/// test images (the gallery's own, as 28×28 grey RGBA), nor of 600 held-out training images
+/// photographed (200 each: the whole family, clean on white, and a light garment — its ink
+/// at a third — on a light background of 235–250), is refused; noise and solid colours are.
+#[test]
+fn nothing_to_see_is_refused_and_clothing_never_is() {
+    use embed::ood::{look, NothingToSee};
+    let (test, train) = splits();
+    let grey_rgba = |px: &[u8]| -> Vec<u8> { px.iter().flat_map(|&v| [v, v, v, 255]).collect() };
+    let refused: Vec<(usize, NothingToSee)> = (0..test.labels.len())
+        .filter_map(|i| {
+            look(&grey_rgba(test.images.image(i)), 28, 28)
+                .unwrap()
+                .err()
+                .map(|why| (i, why))
+        })
+        .collect();
+    assert!(refused.is_empty(), "test images refused: {refused:?}");
+    let anchors = balanced_anchors(&train, 1000);
+    let held: Vec<usize> = reserved_train(train.labels.len(), &anchors)
+        .into_iter()
+        .take(200)
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(61);
+    for (what, k) in [("whole family", 0), ("clean", 1), ("light garment", 2)] {
+        let refused: Vec<(usize, NothingToSee)> = held
+            .iter()
+            .filter_map(|&i| {
+                let img: Vec<u8> = if k == 2 {
+                    train.images.image(i).iter().map(|&v| v / 3).collect()
+                } else {
+                    train.images.image(i).to_vec()
+                };
+                let shot = match k {
+                    0 => Shot::random(SIDE, &mut rng),
+                    1 => Shot::clean(SIDE),
+                    _ => Shot {
+                        background: rng.random_range(235..=250),
+                        ..Shot::random(SIDE, &mut rng)
+                    },
+                };
+                look(&render(&img, &shot, &mut rng), SIDE, SIDE)
+                    .unwrap()
+                    .err()
+                    .map(|why| (i, why))
+            })
+            .collect();
+        assert!(refused.is_empty(), "{what}: refused {refused:?}");
+    }
+    for side in [28, 64, SIDE] {
+        let noise: Vec<u8> = (0..side * side)
+            .flat_map(|_| [rng.random(), rng.random(), rng.random(), 255])
+            .collect();
+        assert_eq!(
+            look(&noise, side, side).unwrap().err(),
+            Some(NothingToSee::Noise)
+        );
+        let c: [u8; 3] = rng.random();
+        let solid: Vec<u8> = (0..side * side)
+            .flat_map(|_| [c[0], c[1], c[2], 255])
+            .collect();
+        assert_eq!(
+            look(&solid, side, side).unwrap().err(),
+            Some(NothingToSee::SolidColour)
+        );
+    }
+}

@@ -108,7 +108,7 @@ async fn search(
         .map_err(ApiError::Invalid)?;
     let client = client.map_or(ClientKey::UNKNOWN, |Extension(c)| c);
     let slot = s
-        .search_admission
+        .admission
         .acquire(client)
         .await
         .map_err(|r| busy(&s, r))?;

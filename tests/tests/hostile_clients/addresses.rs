@@ -184,6 +184,31 @@ fn hypers_own_refusals_are_json_and_a_gallery_change_without_token_is_refused_un
     }
 }
 
+/// A JSON body over the limit, sent whole in one write before the answer is read (as a client
+/// library does): the client reads the JSON 413, not a reset — the server shuts its side and
+/// reads on what is still coming before it closes (lingering close, `net::io`).
+#[test]
+fn a_too_large_body_sent_whole_gets_its_413_read_not_a_reset() {
+    let srv = small_server("linger", &[]);
+    let http = Client::new();
+    let config: ConfigResponse = get_json(&http, &srv.base, "/api/v1/config");
+    let len = config.limits.max_body_bytes + (256 << 10);
+    let mut req = format!(
+        "POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {len}\r\n\r\n"
+    )
+    .into_bytes();
+    req.extend(std::iter::repeat_n(b' ', len));
+    for i in 0..5u8 {
+        let mut s = raw::connect_from(&addr(&srv), ip(40 + i), Some(64 << 10)).unwrap();
+        s.write_all(&req).expect("the whole body is taken (read and discarded)");
+        let got = answer_within(&mut s, Duration::from_secs(5));
+        let (line, e) = json_error(&got);
+        assert!(line.starts_with("HTTP/1.1 413"), "{line}");
+        assert_eq!(e.error.code, ErrorCode::PayloadTooLarge, "{line}");
+    }
+}
+
 #[test]
 fn bodies_are_charged_as_they_arrive_and_slow_ones_are_cut() {
     let srv = small_server("body-rate", &["--min-rate-grace-secs", "3"]);

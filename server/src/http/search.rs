@@ -107,11 +107,7 @@ async fn search(
     req.validate(c.anchor_count, c.smlq.embed_dim, c.frame_dim, &c.limits)
         .map_err(ApiError::Invalid)?;
     let client = client.map_or(ClientKey::UNKNOWN, |Extension(c)| c);
-    let slot = s
-        .admission
-        .acquire(client)
-        .await
-        .map_err(|r| busy(&s, r))?;
+    let slot = s.admission.acquire(client).await.map_err(|r| busy(&s, r))?;
     let state = Arc::clone(&s);
     tokio::task::spawn_blocking(move || {
         let _slot = slot;

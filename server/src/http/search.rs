@@ -93,9 +93,10 @@ async fn openapi() -> impl IntoResponse {
 /// real: rows in the public anchor frame are looked up as they are; with anchor rows
 /// (Algorithm 1) they are first aligned onto the server's embedding.
 ///
-/// Cheap checks first (JSON, validation: 4xx at once); then an answer slot, admitted fairly
-/// by client as PIR answers are (`net::admission`: one client at most half the slots, 503
-/// `busy` with `Retry-After` beyond its share or the queue), and the answer is computed on
+/// Cheap checks first (JSON, validation: 4xx at once); then an answer slot from the same
+/// admission as PIR answers (`net::admission`: one client at most half the slots alone, one
+/// while another client is active, 503 `busy` with `Retry-After` beyond its share or the
+/// queue), and the answer is computed on
 /// the blocking pool, off the threads that serve connections.
 async fn search(
     State(s): Shared,
@@ -107,11 +108,7 @@ async fn search(
     req.validate(c.anchor_count, c.smlq.embed_dim, c.frame_dim, &c.limits)
         .map_err(ApiError::Invalid)?;
     let client = client.map_or(ClientKey::UNKNOWN, |Extension(c)| c);
-    let slot = s
-        .search_admission
-        .acquire(client)
-        .await
-        .map_err(|r| busy(&s, r))?;
+    let slot = s.admission.acquire(client).await.map_err(|r| busy(&s, r))?;
     let state = Arc::clone(&s);
     tokio::task::spawn_blocking(move || {
         let _slot = slot;

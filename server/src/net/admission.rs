@@ -1,5 +1,6 @@
-//! Fair admission of expensive work (PIR answers, and `POST /search` with its own instance):
-//! the operator's global cap kept, and no client (address) able to take more than its share.
+//! Fair admission of expensive work (PIR answers and `POST /search`, one admission for
+//! both): the operator's global cap kept, and no client (address) able to take more than its
+//! share — in admission count and in service time.
 //!
 //! Two gates, in the order a request meets them:
 //! 1. **Uploads** ([`Admission::begin_upload`]): a client may have at most
@@ -9,12 +10,20 @@
 //!    3.2 GB), and a body that has not come holds nothing (a declared length reserved up
 //!    front let slow bodies hold the budget for their whole timeout).
 //! 2. **Answer slots** ([`Admission::acquire`]): at most `concurrency` answers run at once,
-//!    one client at most [`Shares::running`] of them, with at most [`Shares::waiting`] of its
-//!    requests queued and [`WAITING_PER_SLOT`] × `concurrency` queued in all, each for up to
-//!    [`QUEUE_WAIT`]. A free slot goes to the waiting client with the fewest answers running
-//!    (then the longest wait), so one client with many connections gets one turn per round,
-//!    not one per connection. A request beyond any bound is refused at once (503 with
+//!    one client at most [`Shares::running`] of them while it is alone, and **one** while
+//!    any other client has an answer running or waiting, with at most [`Shares::waiting`] of
+//!    its requests queued and [`WAITING_PER_SLOT`] × `concurrency` queued in all, each for up
+//!    to [`QUEUE_WAIT`]. A free slot goes to the waiting client with the fewest answers
+//!    running (then the longest wait), so one client with many connections gets one turn per
+//!    round, not one per connection. A request beyond any bound is refused at once (503 with
 //!    `Retry-After`), never queued behind work it could not get.
+//!
+//! Why one answer per client under contention: every answer is split across all the cores,
+//! so the cores are shared by the answers running, not by the clients. With half the slots,
+//! a client running the most expensive answers in a loop held as many passes as every other
+//! client together and their light queries took 11× (p50) as long (issue #63). With one pass
+//! per client, a light client's answer runs beside at most one pass of each other client,
+//! and a hostile address's extra requests wait in its own queue, not in front of others'.
 //!
 //! The running share is below the global cap whenever the cap is above 1, so a client can
 //! always be served at once while another is using its full share.
@@ -66,7 +75,8 @@ pub struct Shares {
 }
 
 impl Shares {
-    /// Half the slots (rounded up) running, two waiting, and as many uploads as both.
+    /// Half the slots (rounded up) running while alone (one while another client is active,
+    /// see the module's rules), two waiting, and as many uploads as both.
     pub fn for_concurrency(concurrency: usize) -> Shares {
         let running = concurrency.div_ceil(2).max(1);
         Shares {
@@ -102,6 +112,8 @@ struct Sched {
 
 /// The admission state (one per server).
 pub struct Admission {
+    /// Itself, for the slots handed out from `&self` (a waiter leaving the queue).
+    me: std::sync::Weak<Admission>,
     sched: Mutex<Sched>,
     concurrency: usize,
     max_waiting: usize,
@@ -151,7 +163,8 @@ impl Admission {
     /// `concurrency` answers at once (≥ 1), `upload_budget` bytes of bodies in flight.
     pub fn new(concurrency: usize, upload_budget: usize) -> Arc<Admission> {
         let concurrency = concurrency.max(1);
-        Arc::new(Admission {
+        Arc::new_cyclic(|me| Admission {
+            me: me.clone(),
             sched: Mutex::new(Sched {
                 free: (0..concurrency).rev().collect(),
                 ..Sched::default()
@@ -202,10 +215,13 @@ impl Admission {
             let free = s.running < self.concurrency;
             let (max_waiting, shares) = (self.max_waiting, self.shares);
             let (total_waiting, grants) = (s.waiting, s.grants + 1);
+            let others = others_active(&s, client);
+            let share = self.running_share(others);
             let c = s.clients.entry(client).or_default();
             // Invariant: while a slot is free no waiter is eligible (grants run at every
-            // release), so a request within its share may take a free slot at once.
-            if free && c.running < shares.running {
+            // change of who is active), so a request within its share may take a free slot
+            // at once.
+            if free && c.running < share {
                 c.running += 1;
                 c.last_grant = grants;
                 s.grants = grants;
@@ -264,13 +280,24 @@ impl Admission {
         let left = before - c.queue.len();
         s.waiting -= left;
         forget_if_idle(&mut s, client);
+        // A client gone idle may widen another's share.
+        let grants = self.dispatch(&mut s);
+        drop(s);
+        send(grants);
     }
 
-    /// A slot came free: hand slots to eligible waiters (outside the lock): fewest running
-    /// first, then the client served longest ago, then the oldest request.
+    /// Slots a client may run now: its share alone, one while another client is active.
+    fn running_share(&self, others_active: bool) -> usize {
+        if others_active {
+            1
+        } else {
+            self.shares.running
+        }
+    }
+
+    /// A slot came free: hand slots to eligible waiters (outside the lock).
     fn release(self: &Arc<Self>, client: ClientKey, index: usize) {
-        let mut grants = Vec::new();
-        {
+        let grants = {
             let mut s = self.lock();
             s.running -= 1;
             s.free.push(index);
@@ -278,41 +305,56 @@ impl Admission {
                 c.running -= 1;
             }
             forget_if_idle(&mut s, client);
-            while s.running < self.concurrency {
-                let next = s
-                    .clients
-                    .iter()
-                    .filter(|(_, c)| c.running < self.shares.running)
-                    .filter_map(|(k, c)| {
-                        c.queue
-                            .front()
-                            .map(|(t, _)| (c.running, c.last_grant, *t, *k))
-                    })
-                    .min();
-                let Some((_, _, _, k)) = next else { break };
-                let grant = s.grants + 1;
-                s.grants = grant;
-                let c = s.clients.get_mut(&k).expect("found above");
-                let (_, tx) = c.queue.pop_front().expect("non-empty");
-                c.running += 1;
-                c.last_grant = grant;
-                s.running += 1;
-                s.waiting -= 1;
-                let index = s.free.pop().expect("a slot is free");
-                grants.push((
-                    tx,
-                    Slot {
-                        adm: Arc::clone(self),
-                        client: k,
-                        index,
-                    },
-                ));
-            }
+            self.dispatch(&mut s)
+        };
+        send(grants);
+    }
+
+    /// Gives free slots to eligible waiters: a client within its running share (one while
+    /// another is active), fewest running first, then the client served longest ago, then
+    /// the oldest request. Run at every change of what is running or waiting.
+    fn dispatch(&self, s: &mut Sched) -> Vec<(oneshot::Sender<Slot>, Slot)> {
+        let mut grants = Vec::new();
+        let Some(adm) = self.me.upgrade() else {
+            return grants;
+        };
+        while s.running < self.concurrency {
+            let active = s
+                .clients
+                .values()
+                .filter(|c| c.running > 0 || !c.queue.is_empty())
+                .count();
+            let share = self.running_share(active > 1);
+            let next = s
+                .clients
+                .iter()
+                .filter(|(_, c)| c.running < share)
+                .filter_map(|(k, c)| {
+                    c.queue
+                        .front()
+                        .map(|(t, _)| (c.running, c.last_grant, *t, *k))
+                })
+                .min();
+            let Some((_, _, _, k)) = next else { break };
+            let grant = s.grants + 1;
+            s.grants = grant;
+            let c = s.clients.get_mut(&k).expect("found above");
+            let (_, tx) = c.queue.pop_front().expect("non-empty");
+            c.running += 1;
+            c.last_grant = grant;
+            s.running += 1;
+            s.waiting -= 1;
+            let index = s.free.pop().expect("a slot is free");
+            grants.push((
+                tx,
+                Slot {
+                    adm: Arc::clone(&adm),
+                    client: k,
+                    index,
+                },
+            ));
         }
-        // A waiter gone meanwhile returns its slot here (its `Slot` dropped: released again).
-        for (tx, slot) in grants {
-            let _ = tx.send(slot);
-        }
+        grants
     }
 
     fn end_upload(&self, client: ClientKey, bytes: usize) {
@@ -344,6 +386,21 @@ pub struct AdmissionLoad {
     pub waiting: usize,
     pub upload_bytes: usize,
     pub clients: usize,
+}
+
+/// Sends granted slots (outside the lock); a waiter gone meanwhile returns its slot (its
+/// `Slot` dropped: released again).
+fn send(grants: Vec<(oneshot::Sender<Slot>, Slot)>) {
+    for (tx, slot) in grants {
+        let _ = tx.send(slot);
+    }
+}
+
+/// Whether a client other than `client` has an answer running or waiting.
+fn others_active(s: &Sched, client: ClientKey) -> bool {
+    s.clients
+        .iter()
+        .any(|(k, c)| *k != client && (c.running > 0 || !c.queue.is_empty()))
 }
 
 /// A client with nothing running, waiting or uploading is not kept (the map stays as small as
@@ -409,6 +466,44 @@ mod tests {
         for w in waiters {
             assert_eq!(w.await.unwrap(), Ok(()));
         }
+        assert_eq!(adm.load(), AdmissionLoad::default());
+    }
+
+    #[tokio::test]
+    async fn while_another_client_is_active_a_client_runs_one_answer() {
+        let adm = Admission::new(4, 1 << 20);
+        let (a, b) = (client(1), client(2));
+        // Alone, a runs its share: 2 of 4.
+        let a1 = adm.acquire(a).await.unwrap();
+        let a2 = adm.acquire(a).await.unwrap();
+        assert_eq!(adm.shares().running, 2);
+        // b is served at once, beside a's two.
+        let b1 = adm.acquire(b).await.unwrap();
+        // a's next request waits although a slot is free: b is active.
+        let a3 = {
+            let adm = Arc::clone(&adm);
+            tokio::spawn(async move { adm.acquire(a).await })
+        };
+        settle().await;
+        assert_eq!((adm.load().running, adm.load().waiting), (3, 1));
+        // One of a's answers done: a still runs one, so its request still waits.
+        drop(a1);
+        settle().await;
+        assert_eq!((adm.load().running, adm.load().waiting), (2, 1));
+        drop(a2);
+        let a3 = a3.await.unwrap().expect("a's turn");
+        assert_eq!((adm.load().running, adm.load().waiting), (2, 0));
+        // b gone idle: a alone again has its whole share, its waiter served at once.
+        let a4 = {
+            let adm = Arc::clone(&adm);
+            tokio::spawn(async move { adm.acquire(a).await })
+        };
+        settle().await;
+        assert_eq!(adm.load().waiting, 1);
+        drop(b1);
+        let a4 = a4.await.unwrap().expect("alone, a runs its share");
+        assert_eq!((adm.load().running, adm.load().waiting), (2, 0));
+        drop((a3, a4));
         assert_eq!(adm.load(), AdmissionLoad::default());
     }
 

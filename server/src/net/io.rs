@@ -11,6 +11,14 @@
 //! With the send buffer bounded (`net::serve` sets `SO_SNDBUF`), a slow reader holds at most
 //! that much kernel memory, for at most about `grace`.
 //!
+//! **Lingering close.** When a connection ends with bytes of the request still coming (a
+//! too-large body answered 413 before it was read), closing the socket at once makes the
+//! kernel answer them with a reset, which can reach the client before it has read the answer.
+//! So a connection that ends (unless cut) is closed as nginx's `lingering_close` does: the
+//! write side shut (the answer, then FIN), and what the client still sends read and
+//! discarded for at most [`LINGER_BYTES`] and [`LINGER_TIME`]; at most [`MAX_LINGERING`]
+//! sockets linger at once, beyond that one closes at once.
+//!
 //! **hyper's refusals.** A head hyper cannot parse (400), a URI longer than its buffer (414)
 //! or more header fields than it takes (431) get hyper's own answer, an empty body with
 //! `content-length: 0`, and the connection is closed. Those answers are the only bodiless
@@ -35,10 +43,23 @@ pub const UNBLOCKED_ENDS: Duration = Duration::from_secs(1);
 /// How often the rate is checked while a write waits, after the grace.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
 
-/// A socket that can be closed at once, its unsent bytes dropped (`SO_LINGER` 0: a reset),
-/// so a cut slow reader's backlog does not stay in the kernel, sent on at its pace.
+/// At most this much of what a client still sends is read and discarded after the end: a
+/// body a little over the JSON limit (1 MiB) written whole before its answer is read.
+pub const LINGER_BYTES: usize = 2 << 20;
+/// For at most this long.
+pub const LINGER_TIME: Duration = Duration::from_secs(1);
+/// Sockets lingering at once at most (each holds a file descriptor for up to [`LINGER_TIME`]).
+pub const MAX_LINGERING: usize = 1024;
+
+static LINGERING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How a socket is closed: at once with a reset ([`Abort::abort`]: `SO_LINGER` 0, so a cut
+/// slow reader's backlog does not stay in the kernel, sent on at its pace), or lingering
+/// ([`Abort::linger`], the module's lingering close).
 pub trait Abort {
     fn abort(&self);
+    /// Called as the connection's socket is dropped (not after `abort`).
+    fn linger(&self) {}
 }
 
 impl Abort for tokio::net::TcpStream {
@@ -58,6 +79,44 @@ impl Abort for tokio::net::TcpStream {
                 std::mem::size_of::<libc::linger>() as libc::socklen_t,
             );
         }
+    }
+
+    fn linger(&self) {
+        use std::os::fd::AsFd;
+        use std::sync::atomic::Ordering;
+        if LINGERING.fetch_add(1, Ordering::Relaxed) >= MAX_LINGERING {
+            LINGERING.fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        // A second descriptor keeps the socket open once hyper's is closed.
+        let dup = self
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::net::TcpStream::from)
+            .and_then(|s| {
+                s.shutdown(std::net::Shutdown::Write)?;
+                tokio::net::TcpStream::from_std(s)
+            });
+        let Ok(mut sock) = dup else {
+            LINGERING.fetch_sub(1, Ordering::Relaxed);
+            return;
+        };
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt as _;
+            let mut buf = vec![0u8; 8192];
+            let mut left = LINGER_BYTES;
+            let _ = tokio::time::timeout(LINGER_TIME, async {
+                while left > 0 {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => left = left.saturating_sub(n),
+                    }
+                }
+            })
+            .await;
+            drop(sock);
+            LINGERING.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 }
 
@@ -83,8 +142,10 @@ struct Stretch {
 }
 
 /// The socket wrapper (see the module's documentation).
-pub struct ConnIo<S> {
+pub struct ConnIo<S: Abort> {
     inner: S,
+    /// Cut with a reset ([`Abort::abort`]): not lingered on.
+    aborted: bool,
     limits: WriteLimits,
     refusals: std::sync::Arc<Refusals>,
     stretch: Option<Stretch>,
@@ -94,11 +155,20 @@ pub struct ConnIo<S> {
     replacing: Option<(Vec<u8>, usize)>,
 }
 
-impl<S> ConnIo<S> {
+impl<S: Abort> Drop for ConnIo<S> {
+    fn drop(&mut self) {
+        if !self.aborted {
+            self.inner.linger();
+        }
+    }
+}
+
+impl<S: Abort> ConnIo<S> {
     pub fn new(inner: S, limits: WriteLimits, refusals: std::sync::Arc<Refusals>) -> Self {
         let now = Instant::now();
         ConnIo {
             inner,
+            aborted: false,
             limits,
             refusals,
             stretch: None,
@@ -220,6 +290,7 @@ impl<S: AsyncWrite + Abort + Unpin> ConnIo<S> {
         if now - self.last_progress >= self.limits.write_timeout {
             self.refusals.record(Refusal::WriteStalled);
             self.inner.abort();
+            self.aborted = true;
             return Poll::Ready(Err(timed_out("a response write made no progress")));
         }
         let elapsed = now - s.start;
@@ -230,6 +301,7 @@ impl<S: AsyncWrite + Abort + Unpin> ConnIo<S> {
         {
             self.refusals.record(Refusal::SlowReader);
             self.inner.abort();
+            self.aborted = true;
             return Poll::Ready(Err(timed_out(
                 "the client reads the response slower than the minimum rate",
             )));
@@ -251,7 +323,7 @@ impl<S: AsyncWrite + Abort + Unpin> ConnIo<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for ConnIo<S> {
+impl<S: AsyncRead + Abort + Unpin> AsyncRead for ConnIo<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

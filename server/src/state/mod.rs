@@ -149,10 +149,11 @@ pub struct AppState {
     pub startup: StartupReport,
     /// PIR work done (for `/status`) and the cap on concurrent PIR answers.
     pub pir_counters: crate::partition::pir::PirCounters,
-    /// Fair admission of PIR answers and their uploads (`net::admission`).
+    /// Fair admission of expensive work, PIR answers and `POST /search` alike, and of PIR
+    /// uploads (`net::admission`; search bodies are charged to the JSON body budget of
+    /// `http::guard` instead). One admission for both, so one address's searches and PIR
+    /// answers together hold one pass while other addresses are active.
     pub admission: Arc<crate::net::admission::Admission>,
-    /// Fair admission of `POST /search` answers (`net::admission`; one slot per core).
-    pub search_admission: Arc<crate::net::admission::Admission>,
     /// One thread pool per answer slot (`Slot::index`, modulo their number): answers running
     /// at once share the cores fairly, where in one pool a small answer waited for a large one
     /// already split across every worker.

@@ -427,11 +427,6 @@ impl AppState {
                 opts.pir_concurrency,
                 opts.pir_upload_budget,
             ),
-            // Searches are read by the JSON body budget (`http::guard`), not this one's.
-            search_admission: crate::net::admission::Admission::new(
-                rayon::current_num_threads(),
-                0,
-            ),
             client_address_header: opts.client_address_header.clone(),
             pir_pools: pir_pools(opts.pir_concurrency)?,
             pir_batch_pool: rayon::ThreadPoolBuilder::new()

@@ -184,6 +184,32 @@ fn hypers_own_refusals_are_json_and_a_gallery_change_without_token_is_refused_un
     }
 }
 
+/// A JSON body over the limit, sent whole in one write before the answer is read (as a client
+/// library does): the client reads the JSON 413, not a reset — the server shuts its side and
+/// reads on what is still coming before it closes (lingering close, `net::io`).
+#[test]
+fn a_too_large_body_sent_whole_gets_its_413_read_not_a_reset() {
+    let srv = small_server("linger", &[]);
+    let http = Client::new();
+    let config: ConfigResponse = get_json(&http, &srv.base, "/api/v1/config");
+    let len = config.limits.max_body_bytes + (256 << 10);
+    let mut req = format!(
+        "POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {len}\r\n\r\n"
+    )
+    .into_bytes();
+    req.extend(std::iter::repeat_n(b' ', len));
+    for i in 0..5u8 {
+        let mut s = raw::connect_from(&addr(&srv), ip(40 + i), Some(64 << 10)).unwrap();
+        s.write_all(&req)
+            .expect("the whole body is taken (read and discarded)");
+        let got = answer_within(&mut s, Duration::from_secs(5));
+        let (line, e) = json_error(&got);
+        assert!(line.starts_with("HTTP/1.1 413"), "{line}");
+        assert_eq!(e.error.code, ErrorCode::PayloadTooLarge, "{line}");
+    }
+}
+
 #[test]
 fn bodies_are_charged_as_they_arrive_and_slow_ones_are_cut() {
     let srv = small_server("body-rate", &["--min-rate-grace-secs", "3"]);
@@ -392,9 +418,12 @@ fn victims_round(url: &str, per: usize, victims: u8, rounds: usize) -> (Vec<f64>
 
 /// The suite's bounded load test: one hostile address (127.0.0.1) runs 5 loops of the most
 /// expensive PIR queries and 5 of the most expensive searches, and holds stalled bodies,
-/// while 10 other addresses query one at a time. Every one of their queries is answered;
-/// the latency ratios against the same queries unloaded are printed (the README's figures
-/// are `hostilebench`'s, on a release server).
+/// while 10 other addresses query one at a time. Every one of their queries is answered, and
+/// their latency against the same queries unloaded stays within the README's targets (≤ 3×
+/// p50, ≤ 4× p95): with one answer per address while others are active
+/// (`net::admission`), a light query runs beside one of the hostile address's passes.
+/// Measured 2026-12-05 (debug build, 2 cores shared with other builds): 2.02× p50, 1.38× p95
+/// (11× and 14.7× before, when it ran half the slots).
 #[test]
 fn under_one_hostile_address_every_other_address_is_served() {
     let srv = small_server("one-hostile", &["--pir-concurrency", "4"]);
@@ -472,4 +501,10 @@ fn under_one_hostile_address_every_other_address_is_served() {
     assert_eq!(loaded_failed, 0, "every other address's query was answered");
     assert_eq!(loaded.len(), victims as usize * rounds);
     assert!(hostile.0 > 0 && hostile.1 > 0, "{hostile:?}");
+    let (r50, r95) = (
+        pct(&loaded, 0.5) / pct(&calm, 0.5),
+        pct(&loaded, 0.95) / pct(&calm, 0.95),
+    );
+    assert!(r50 <= 3.0, "p50 ratio {r50:.2}× over the 3× target");
+    assert!(r95 <= 4.0, "p95 ratio {r95:.2}× over the 4× target");
 }

@@ -13,7 +13,9 @@
 //! 4. **Hostile addresses** (each client its own 127.0.0.x; issue #63's probes): one address
 //!    opening 4,300 stalled searches, 64 slow 1 MiB bodies from 8 addresses, 300 slow readers,
 //!    one address hammering the most expensive searches, hyper's own refusals, and 90
-//!    addresses' PIR queries with and without one hostile address running 10 PIR loops.
+//!    addresses' PIR queries, paced (one every twice an unloaded query's time in all), with
+//!    and without one hostile address running 10 PIR loops: the ratio over all their
+//!    queries, a failure counted as an infinite latency.
 //! 5. **SIGTERM** with 600 half-sent requests open: seconds until the process is gone.
 //!
 //! Prints one line per figure (`name: value`), for the README.
@@ -485,16 +487,32 @@ fn raw_status(addr: &str, bytes: &[u8]) -> String {
     )
 }
 
-/// PIR thumbnail queries from `victims` addresses (127.0.1.x), `rounds` each, one at a time
-/// per address, all addresses at once: sorted latencies (ms) and failures.
-fn victim_queries(url: &str, per: usize, victims: usize, rounds: usize) -> (Vec<f64>, usize) {
-    let out: Vec<(Vec<f64>, usize)> = std::thread::scope(|scope| {
+/// PIR thumbnail queries from `victims` addresses (127.0.1.x), `rounds` each, paced: query
+/// `j` of all (address `j % victims`, its round `j / victims`) is sent `j × gap` after the
+/// start (or when that address's previous answer came, if later), so the light load itself
+/// offers one query per `gap` and does not overrun the queue (90 addresses sending at once
+/// overran its 16 places: 265 of 450 refused unloaded). Every query counts: a failure (a
+/// refusal included) is an infinite latency, so a percentile it reaches is infinite. Sorted
+/// latencies (ms, failures as `inf`) and the number of failures.
+fn victim_queries(
+    url: &str,
+    per: usize,
+    victims: usize,
+    rounds: usize,
+    gap: Duration,
+) -> (Vec<f64>, usize) {
+    let start = Instant::now();
+    let out: Vec<Vec<f64>> = std::thread::scope(|scope| {
         let hs: Vec<_> = (0..victims)
             .map(|v| {
                 scope.spawn(move || {
                     let http = client_at(ip(1, 1 + v as u8));
-                    let (mut ms, mut failed) = (Vec::new(), 0);
+                    let mut ms = Vec::new();
                     for i in 0..rounds {
+                        let due = start + gap * (i * victims + v) as u32;
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
                         let t = Instant::now();
                         let ok = http
                             .post(url)
@@ -502,21 +520,22 @@ fn victim_queries(url: &str, per: usize, victims: usize, rounds: usize) -> (Vec<
                             .body(vec![(i % 7) as u8; per])
                             .send()
                             .is_ok_and(|r| r.status().as_u16() == 200 && r.bytes().is_ok());
-                        if ok {
-                            ms.push(t.elapsed().as_secs_f64() * 1e3);
+                        ms.push(if ok {
+                            t.elapsed().as_secs_f64() * 1e3
                         } else {
-                            failed += 1;
-                        }
+                            f64::INFINITY
+                        });
                     }
-                    (ms, failed)
+                    ms
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let mut ms: Vec<f64> = out.iter().flat_map(|o| o.0.clone()).collect();
+    let mut ms: Vec<f64> = out.into_iter().flatten().collect();
     ms.sort_by(f64::total_cmp);
-    (ms, out.iter().map(|o| o.1).sum())
+    let failed = ms.iter().filter(|m| m.is_infinite()).count();
+    (ms, failed)
 }
 
 fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
@@ -705,7 +724,11 @@ fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
     let url = format!("{base}{}/thumbs", pir.answer_url);
     let per = pir.thumbs.shape.query_bytes();
     let rounds = 5;
-    let (calm, calm_failed) = victim_queries(&url, per, a.victims, rounds);
+    // The pace: one light query per twice an unloaded query's time (the median of 10 sent
+    // one after another), so the light load alone keeps the server about half busy.
+    let (one, _) = victim_queries(&url, per, 1, 10, Duration::ZERO);
+    let gap = Duration::from_secs_f64(pct(&one, 0.5) * 2e-3);
+    let (calm, calm_failed) = victim_queries(&url, per, a.victims, rounds, gap);
     let heavy = vec![1u8; per * shared::params::limits::MAX_PIR_QUERIES];
     let stop = AtomicBool::new(false);
     let ((loaded, failed), hostile) = std::thread::scope(|scope| {
@@ -732,7 +755,7 @@ fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
             })
             .collect();
         std::thread::sleep(Duration::from_secs(1));
-        let r = victim_queries(&url, per, a.victims, rounds);
+        let r = victim_queries(&url, per, a.victims, rounds, gap);
         stop.store(true, Ordering::Relaxed);
         let h = hs
             .into_iter()
@@ -742,8 +765,9 @@ fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
     });
     let p = |v: &[f64], q: f64| if v.is_empty() { f64::NAN } else { pct(v, q) };
     println!(
-        "addresses: {} addresses' thumbnail queries ({rounds} each): unloaded p50 {:.0} ms, p95 {:.0} ms ({calm_failed} failed); with one address running 10 PIR loops: p50 {:.0} ms ({:.2}×, target ≤ 3×), p95 {:.0} ms ({:.2}×, target ≤ 4×), {failed} failed; the hostile address: {} answered, {} refused",
+        "addresses: {} addresses' thumbnail queries ({rounds} each, one every {:.1} ms in all; failures count as infinite): unloaded p50 {:.0} ms, p95 {:.0} ms ({calm_failed} failed); with one address running 10 PIR loops: p50 {:.0} ms ({:.2}×, target ≤ 3×), p95 {:.0} ms ({:.2}×, target ≤ 4×), {failed} failed; the hostile address: {} answered, {} refused",
         a.victims,
+        gap.as_secs_f64() * 1e3,
         p(&calm, 0.5),
         p(&calm, 0.95),
         p(&loaded, 0.5),

@@ -22,4 +22,5 @@ mod page_truth;
 mod pir;
 mod restart;
 mod strict;
+mod template;
 mod weight;

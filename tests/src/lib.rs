@@ -410,6 +410,9 @@ fn template_store(gallery_size: usize, anchors: usize) -> std::path::PathBuf {
         while !packed.exists() && t.elapsed() < std::time::Duration::from_secs(120) {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
+        // Answering requests: its serving loop, and with it the SIGTERM handler, is running
+        // (a SIGTERM before that would kill it unclosed).
+        wait_for_pir(&srv);
         srv.terminate();
         let status = srv.wait_exit(std::time::Duration::from_secs(60));
         assert!(

@@ -234,14 +234,104 @@ pub fn level_centroids(
 }
 
 /// The server with a 1,000-image gallery and 200 anchors on a fresh store (the API tests'
-/// gallery); `extra` flags appended.
+/// gallery); `extra` flags appended. The store is a copy of one built once a test process
+/// ([`stored_gallery_server`]).
 pub fn small_server(tag: &str, extra: &[&str]) -> Server {
+    stored_gallery_server(tag, 1000, 200, extra)
+}
+
+/// The server with a 1,000-image gallery and the demo's 1,000 anchors (the frame's class vote
+/// needs enough anchors near each image), on a fresh store; `extra` flags appended. The store
+/// is a copy of one built once a test process ([`stored_gallery_server`]).
+pub fn demo_server(tag: &str, extra: &[&str]) -> Server {
+    stored_gallery_server(tag, 1000, 1000, extra)
+}
+
+/// Flags that change what a start builds into the store (the seeded gallery, its features, the
+/// embedding, the partition's fingerprint) or where it is kept: with any of them a server
+/// builds its own store, never a copy of a template built without them.
+const BUILD_FLAGS: &[&str] = &[
+    "--gallery-size",
+    "--anchors",
+    "--seed",
+    "--data-dir",
+    "--max-share",
+    "--allow-full-download",
+    "--blocks-store",
+    "--blocks-public-url",
+    "--store",
+];
+
+/// The server on a fresh store of `gallery_size` images and `anchors` anchors.
+///
+/// Tests that start a server to test what it serves, not how it builds a gallery, share the
+/// build: the first such start in a test process builds a template store (gallery, features,
+/// embedding, partition and its blocks), stops that server gracefully, and every start copies
+/// the template into its own fresh store path and opens it. Opening a copy serves the same
+/// state a build would: the features, the embedding and the partition are reused only when
+/// they match the gallery, the anchors, the seed and the partition settings (their
+/// fingerprint), which the template was built with; the PIR databases are rebuilt by the
+/// opening server from the same blocks and items, and this waits for them (`GET /api/v1/pir`
+/// answers 503 until then), so the server is returned as ready as a fresh build returns it.
+/// Left out of the copy: the identity key (each server makes its own, as on a fresh store)
+/// and the PIR directory (rebuilt). `tests/tests/e2e/template.rs` checks the equivalence.
+///
+/// With a flag of [`BUILD_FLAGS`] in `extra`, or `PM_E2E_FRESH_STORES=1`, the server builds
+/// its own store instead.
+pub fn stored_gallery_server(
+    tag: &str,
+    gallery_size: usize,
+    anchors: usize,
+    extra: &[&str],
+) -> Server {
     let store = temp_store(tag);
+    let (size, count) = (gallery_size.to_string(), anchors.to_string());
     let mut args = vec![
         "--gallery-size",
-        "1000",
+        size.as_str(),
         "--anchors",
-        "200",
+        count.as_str(),
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let fresh = std::env::var("PM_E2E_FRESH_STORES").is_ok_and(|v| v == "1")
+        || extra.iter().any(|a| {
+            BUILD_FLAGS
+                .iter()
+                .any(|f| a == f || a.starts_with(&format!("{f}=")))
+        });
+    if fresh {
+        return start_server(&args);
+    }
+    stored_copy(&args, gallery_size, anchors)
+}
+
+/// The server with `args` (its `--store` a fresh path) opened on a copy of the template store
+/// of `gallery_size` images and `anchors` anchors, returned once its PIR databases are served.
+fn stored_copy(args: &[&str], gallery_size: usize, anchors: usize) -> Server {
+    let at = args
+        .iter()
+        .position(|a| *a == "--store")
+        .expect("a --store argument");
+    let store = std::path::Path::new(args[at + 1]);
+    let template = template_store(gallery_size, anchors);
+    copy_store(&template, store);
+    let srv = start_server(args);
+    wait_for_pir(&srv);
+    srv
+}
+
+/// The server on a fresh store of `gallery_size` images and `anchors` anchors that it builds
+/// itself (the start [`stored_gallery_server`] shares); `extra` flags appended.
+pub fn building_server(tag: &str, gallery_size: usize, anchors: usize, extra: &[&str]) -> Server {
+    let store = temp_store(tag);
+    let (size, count) = (gallery_size.to_string(), anchors.to_string());
+    let mut args = vec![
+        "--gallery-size",
+        size.as_str(),
+        "--anchors",
+        count.as_str(),
         "--store",
         store.to_str().unwrap(),
     ];
@@ -249,20 +339,102 @@ pub fn small_server(tag: &str, extra: &[&str]) -> Server {
     start_server(&args)
 }
 
-/// The server with a 1,000-image gallery and the demo's 1,000 anchors (the frame's class vote
-/// needs enough anchors near each image), on a fresh store; `extra` flags appended.
-pub fn demo_server(tag: &str, extra: &[&str]) -> Server {
-    let store = temp_store(tag);
-    let mut args = vec![
-        "--gallery-size",
-        "1000",
-        "--anchors",
-        "1000",
-        "--store",
-        store.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    start_server(&args)
+/// Copy the store at `from` (its `.redb` file and the files beside it of the same stem) to
+/// `to`, leaving out the identity key and the PIR directory.
+fn copy_store(from: &std::path::Path, to: &std::path::Path) {
+    fn copy_dir(a: &std::path::Path, b: &std::path::Path) {
+        std::fs::create_dir_all(b).unwrap();
+        for e in std::fs::read_dir(a).unwrap() {
+            let e = e.unwrap();
+            let dst = b.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &dst);
+            } else {
+                std::fs::copy(e.path(), dst).unwrap();
+            }
+        }
+    }
+    let (src_dir, dst_dir) = (from.parent().unwrap(), to.parent().unwrap());
+    std::fs::create_dir_all(dst_dir).unwrap();
+    let stem = from.file_stem().unwrap().to_str().unwrap();
+    let new_stem = to.file_stem().unwrap().to_str().unwrap();
+    for e in std::fs::read_dir(src_dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().into_string().unwrap();
+        let Some(ext) = name.strip_prefix(stem).and_then(|r| r.strip_prefix('.')) else {
+            continue;
+        };
+        if ext == "key" || ext == "pir" {
+            continue;
+        }
+        let dst = dst_dir.join(format!("{new_stem}.{ext}"));
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// The template store of `gallery_size` images and `anchors` anchors, built (once a test
+/// process) by a server that is then stopped with SIGTERM, so the store is closed as a
+/// service manager's stop leaves it.
+fn template_store(gallery_size: usize, anchors: usize) -> std::path::PathBuf {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Templates = Mutex<HashMap<(usize, usize), Arc<OnceLock<std::path::PathBuf>>>>;
+    static TEMPLATES: OnceLock<Templates> = OnceLock::new();
+    let cell = Arc::clone(
+        TEMPLATES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap()
+            .entry((gallery_size, anchors))
+            .or_default(),
+    );
+    cell.get_or_init(|| {
+        let store = temp_store(&format!("template-{gallery_size}-{anchors}"));
+        let (size, count) = (gallery_size.to_string(), anchors.to_string());
+        let mut srv = start_server(&[
+            "--gallery-size",
+            &size,
+            "--anchors",
+            &count,
+            "--store",
+            store.to_str().unwrap(),
+        ]);
+        // The packed catalogue is written beside serving: wait for it, so that every copy
+        // opens the gallery from one file as a restarted server does.
+        let packed = store.with_extension("packed");
+        let t = std::time::Instant::now();
+        while !packed.exists() && t.elapsed() < std::time::Duration::from_secs(120) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // Answering requests: its serving loop, and with it the SIGTERM handler, is running
+        // (a SIGTERM before that would kill it unclosed).
+        wait_for_pir(&srv);
+        srv.terminate();
+        let status = srv.wait_exit(std::time::Duration::from_secs(60));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the template server did not stop cleanly: {status:?}"
+        );
+        store
+    })
+    .clone()
+}
+
+/// Wait until `srv` serves its PIR document (503 while the databases are being built).
+fn wait_for_pir(srv: &Server) {
+    let http = reqwest::blocking::Client::new();
+    let url = format!("{}/api/v1/pir", srv.base);
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(600) {
+        match http.get(&url).send() {
+            Ok(r) if r.status().as_u16() != 503 => return,
+            _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
 }
 
 /// The public configuration and anchors, fetched as a client would, with the anchor kernel

@@ -24,4 +24,5 @@ mod pir;
 mod restart;
 mod scale;
 mod strict;
+mod template;
 mod weight;

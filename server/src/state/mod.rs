@@ -2,6 +2,7 @@
 //! snapshot (the catalogue as of its last embedding), which is swapped atomically after a
 //! background re-embedding while searches keep being answered from the old one.
 
+mod anchor_cache;
 mod catalogue;
 pub mod embed;
 pub mod identity;
@@ -43,6 +44,8 @@ pub struct StartupReport {
     pub features_computed: usize,
     /// The stored embedding matched and was used.
     pub embedding_reused: bool,
+    /// Both models' outputs over the anchors were read from beside the store (`anchor_cache`).
+    pub anchors_reused: bool,
     /// Fashion-MNIST files and the public anchors' features.
     pub data_secs: f64,
     /// Reading (or seeding) the store: items and stored features.

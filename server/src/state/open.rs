@@ -313,19 +313,37 @@ impl AppState {
         let t = std::time::Instant::now();
         let params = Params::default();
         let anchor_labels: Vec<u32> = anchor_idx.iter().map(|&i| train.labels[i] as u32).collect();
-        // Eight images per SIMD pass (`infer_batch`, bit-identical to `infer`), chunks in
-        // parallel.
-        let anchor_inf: Vec<Vec<f32>> = anchor_idx
-            .par_chunks(64)
-            .map(|chunk| {
-                let images: Vec<&[u8]> = chunk.iter().map(|&i| train.images.image(i)).collect();
-                model.infer_batch(&images)
-            })
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .flatten()
-            .map(|r| r.features)
-            .collect();
+        // Both models' outputs over the anchors, kept beside the store under a key of the
+        // weights and the anchor images (`anchor_cache`): a start with the same ones reads them.
+        let query = Model::from_bytes(data::assets::QUERY_WEIGHTS)?;
+        let anchor_images: Vec<&[u8]> = anchor_idx.iter().map(|&i| train.images.image(i)).collect();
+        let cache_path = super::anchor_cache::path_for(opts.store_path);
+        let cache_key = super::anchor_cache::key(
+            &weights,
+            &model_version(data::assets::QUERY_WEIGHTS),
+            &anchor_images,
+        );
+        let outputs = match super::anchor_cache::read(&cache_path, &cache_key) {
+            Some(kept) if kept.features.len() == anchor_idx.len() => {
+                tracing::info!(
+                    anchors = anchor_idx.len(),
+                    "anchor outputs read from the store"
+                );
+                kept
+            }
+            _ => {
+                let outputs = anchor_outputs(&model, &query, &anchor_images)?;
+                if let Err(e) = super::anchor_cache::write(&cache_path, &cache_key, &outputs) {
+                    tracing::warn!(error = %e, "keeping the anchor outputs failed");
+                }
+                outputs
+            }
+        };
+        let super::anchor_cache::AnchorOutputs {
+            features: anchor_inf,
+            query_features,
+            layer_means,
+        } = outputs;
         let fd = anchor_inf[0].len();
         let anchor_features =
             DMatrix::from_fn(anchor_idx.len(), fd, |r, j| anchor_inf[r][j] as f64);
@@ -336,22 +354,7 @@ impl AppState {
             paper::frame::DEFAULT_KERNEL_SCALE,
         )?;
         // The out-of-distribution reference: Gaussians over the anchors' features and layer
-        // means (`::embed::ood`) under the query model, the one a client scores its
-        // photo with.
-        let query = Model::from_bytes(data::assets::QUERY_WEIGHTS)?;
-        // Batched as the anchors' features above (`infer_batch_with_layer_means`,
-        // bit-identical to `infer_with_layer_means`, which the client scores a photo with).
-        let (query_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = anchor_idx
-            .par_chunks(64)
-            .map(|chunk| {
-                let images: Vec<&[u8]> = chunk.iter().map(|&i| train.images.image(i)).collect();
-                query.infer_batch_with_layer_means(&images)
-            })
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .flatten()
-            .map(|(inf, layers)| (inf.features, layers))
-            .unzip();
+        // means (`::embed::ood`) under the query model, the one a client scores its photo with.
         let familiarity = ::embed::ood::fit(
             &query_features.concat(),
             &layer_means.concat(),
@@ -576,4 +579,36 @@ fn pir_pools(concurrency: usize) -> Result<Vec<rayon::ThreadPool>, StateError> {
                 .map_err(StateError::from)
         })
         .collect()
+}
+
+/// Each anchor's features under the gallery model, and its features and layer means under the
+/// query model (the one a client scores its photo with). Eight images per SIMD pass
+/// (`infer_batch`, `infer_batch_with_layer_means`: bit-identical to the one-image calls),
+/// chunks in parallel.
+fn anchor_outputs(
+    model: &Model,
+    query: &Model,
+    images: &[&[u8]],
+) -> Result<super::anchor_cache::AnchorOutputs, StateError> {
+    let features: Vec<Vec<f32>> = images
+        .par_chunks(64)
+        .map(|chunk| model.infer_batch(chunk))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .map(|r| r.features)
+        .collect();
+    let (query_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = images
+        .par_chunks(64)
+        .map(|chunk| query.infer_batch_with_layer_means(chunk))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .map(|(inf, layers)| (inf.features, layers))
+        .unzip();
+    Ok(super::anchor_cache::AnchorOutputs {
+        features,
+        query_features,
+        layer_means,
+    })
 }

@@ -96,6 +96,7 @@ fn restart_reuses_stored_features_and_recomputes_for_other_weights() {
         let st = startup(&http, &s.base);
         assert_startup(&st, false, 0, GALLERY);
         assert_eq!(st["embedding_reused"], false, "{st}");
+        assert_eq!(st["anchors_reused"], false, "{st}");
         observe(&http, &s.base)
     };
     assert!(first.0.iter().all(|r| r.len() == 10));
@@ -106,6 +107,7 @@ fn restart_reuses_stored_features_and_recomputes_for_other_weights() {
         let st = startup(&http, &s.base);
         assert_startup(&st, true, GALLERY, 0);
         assert_eq!(st["embedding_reused"], true, "{st}");
+        assert_eq!(st["anchors_reused"], true, "{st}");
         assert_eq!(observe(&http, &s.base), first);
     }
 

@@ -517,9 +517,10 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
         body_timeout_secs = args.body_timeout_secs,
         "accepting connections"
     );
+    let shutdown = shutdown_signal()?;
     // Tests and scripts read this line to find an ephemeral port.
     println!("listening on http://{}", listener.local_addr()?);
-    net::serve(listener, app, &net_limits, refusals, shutdown_signal()).await;
+    net::serve(listener, app, &net_limits, refusals, shutdown).await;
     // Background threads may still hold the state: close the store explicitly so the next
     // start opens it without a repair.
     store_owner.store.close();
@@ -529,24 +530,25 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
     std::process::exit(0)
 }
 
-/// Ctrl-C, or SIGTERM (what service managers and `kill` send).
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Ctrl-C, or SIGTERM (what service managers and `kill` send). The handlers are installed
+/// when this is called, not when the future is first polled: a signal that comes right after
+/// "listening on" is printed must end the server through its shutdown (the store closed), not
+/// kill it with the default action.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        })
     }
+    #[cfg(not(unix))]
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }

@@ -329,6 +329,7 @@ impl AppState {
                     anchors = anchor_idx.len(),
                     "anchor outputs read from the store"
                 );
+                report.anchors_reused = true;
                 kept
             }
             _ => {

@@ -424,17 +424,27 @@ fn template_store(gallery_size: usize, anchors: usize) -> std::path::PathBuf {
     .clone()
 }
 
-/// Wait until `srv` serves its PIR document (503 while the databases are being built).
+/// Wait until `srv` serves its PIR document (503 while the databases are being built); panics
+/// past 600 s.
 fn wait_for_pir(srv: &Server) {
-    let http = reqwest::blocking::Client::new();
     let url = format!("{}/api/v1/pir", srv.base);
-    let t = std::time::Instant::now();
-    while t.elapsed() < std::time::Duration::from_secs(600) {
-        match http.get(&url).send() {
-            Ok(r) if r.status().as_u16() != 503 => return,
-            _ => std::thread::sleep(std::time::Duration::from_millis(100)),
-        }
-    }
+    // On a thread of its own: callers may be inside a Tokio runtime (the browser suites),
+    // where a blocking client can be neither built nor dropped.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let http = reqwest::blocking::Client::new();
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_secs(600) {
+                match http.get(&url).send() {
+                    Ok(r) if r.status().as_u16() != 503 => return,
+                    _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+                }
+            }
+            panic!("{url} still answered 503 (or nothing) after 600 s");
+        })
+        .join()
+        .expect("waiting for the PIR databases")
+    })
 }
 
 /// The public configuration and anchors, fetched as a client would, with the anchor kernel

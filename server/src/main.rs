@@ -19,17 +19,8 @@ struct Args {
     /// Address to listen on (port 0 picks a free one; the bound address is printed).
     #[arg(long, env = "PM_BIND", default_value = "127.0.0.1:8080")]
     bind: SocketAddr,
-    /// Directory with the Fashion-MNIST IDX files.
-    #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
-    data_dir: PathBuf,
-    /// Gallery images: the test split first, then the training split without the public
-    /// anchors and 1,000 reserved evaluation photos (about 68,000 in all), then deterministic
-    /// variants of those (shifts, flips, pixel noise; see `data::demo_gallery`) up to 1,000,000.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
-    gallery_size: u64,
-    /// Public anchors (from the training split, class-balanced): 10–60,000.
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
-    anchors: u64,
+    #[command(flatten)]
+    gallery: GalleryArgs,
     /// An origin (`https://host[:port]`) from which the page's release bundle may use the API
     /// (CORS, without credentials): a static host, or `http://127.0.0.1:8765` for
     /// `privatemail page` on the searcher's machine. Repeat the flag, or separate by commas in
@@ -41,8 +32,6 @@ struct Args {
     /// `scripts/build-web.sh` writes (`web/dist/`); `web/` serves the sources as they are.
     #[arg(long, env = "PM_WEB_DIR", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/dist"))]
     web_dir: PathBuf,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
     /// The gallery store (redb file); created and seeded with the demo gallery if missing.
     #[arg(
         long,
@@ -190,6 +179,24 @@ struct Args {
     identity_key: Option<PathBuf>,
 }
 
+/// What a gallery version is built from: the same flags for `server` and `server build`.
+#[derive(clap::Args, Debug)]
+struct GalleryArgs {
+    /// Directory with the Fashion-MNIST IDX files.
+    #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
+    data_dir: PathBuf,
+    /// Gallery images: the test split first, then the training split without the public
+    /// anchors and 1,000 reserved evaluation photos (about 68,000 in all), then deterministic
+    /// variants of those (shifts, flips, pixel noise; see `data::demo_gallery`) up to 1,000,000.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
+    gallery_size: u64,
+    /// Public anchors (from the training split, class-balanced): 10–60,000.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    anchors: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
 /// `server build`: one step of the batch build (`privatemail_server::batch`).
 #[derive(Parser, Debug)]
 #[command(about = "PrivateMail batch build: a worker (--shard i/N) or the join (--join N)")]
@@ -206,14 +213,8 @@ struct BuildArgs {
     /// the manifest and announce it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     join: Option<u64>,
-    #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
-    data_dir: PathBuf,
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
-    gallery_size: u64,
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
-    anchors: u64,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    gallery: GalleryArgs,
     /// The join's local working directory (emptied first).
     #[arg(long, default_value = "privatemail-data/build")]
     work_dir: PathBuf,
@@ -234,9 +235,9 @@ fn build(b: BuildArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(shard) = b.shard {
         let p = batch::build_shard(
             &b.out,
-            &b.data_dir,
-            b.gallery_size as usize,
-            b.anchors as usize,
+            &b.gallery.data_dir,
+            b.gallery.gallery_size as usize,
+            b.gallery.anchors as usize,
             shard,
         )?;
         println!(
@@ -252,11 +253,11 @@ fn build(b: BuildArgs) -> Result<(), Box<dyn std::error::Error>> {
     let (sha, m) = batch::join(&batch::JoinOptions {
         out: &b.out,
         shards: n,
-        data_dir: &b.data_dir,
+        data_dir: &b.gallery.data_dir,
         work_dir: &b.work_dir,
-        gallery_size: b.gallery_size as usize,
-        anchor_count: b.anchors as usize,
-        seed: b.seed,
+        gallery_size: b.gallery.gallery_size as usize,
+        anchor_count: b.gallery.anchors as usize,
+        seed: b.gallery.seed,
         settings: batch::BuildSettings {
             max_share: b.max_share,
             allow_full_download: b.allow_full_download,
@@ -341,9 +342,9 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
         })
         .await??;
         args.store = store_path;
-        args.gallery_size = m.gallery_size as u64;
-        args.anchors = m.anchors as u64;
-        args.seed = m.seed;
+        args.gallery.gallery_size = m.gallery_size as u64;
+        args.gallery.anchors = m.anchors as u64;
+        args.gallery.seed = m.seed;
         args.max_share = m.settings.max_share;
         args.allow_full_download = m.settings.allow_full_download;
         args.pir_verified_scores = m.settings.verified_scores;
@@ -363,16 +364,16 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let t = std::time::Instant::now();
     let (data_dir, store, token, blocks_store, blocks_public_url) = (
-        args.data_dir.clone(),
+        args.gallery.data_dir.clone(),
         args.store.clone(),
         args.admin_token.clone(),
         args.blocks_store.clone(),
         args.blocks_public_url.clone(),
     );
     let (gallery_size, anchor_count, seed, pir_concurrency, pir_upload_budget_mib) = (
-        args.gallery_size as usize,
-        args.anchors as usize,
-        args.seed,
+        args.gallery.gallery_size as usize,
+        args.gallery.anchors as usize,
+        args.gallery.seed,
         args.pir_concurrency,
         args.pir_upload_budget_mib,
     );

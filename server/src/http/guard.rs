@@ -11,7 +11,8 @@
 //! - A body's bytes are charged to the body budget as they arrive: beyond it (or the client's
 //!   share of it), 503 with `Retry-After` and the connection closed.
 //! - An answer not ready within the request timeout: 408.
-//! - Every 503 carries `Retry-After`.
+//! - Every 503 carries `Retry-After`, and is held while its client is refused faster than
+//!   `net::pace` answers (a client ignoring `Retry-After` waits instead of making work).
 
 use std::collections::HashMap;
 use std::future::Future as _;
@@ -31,6 +32,7 @@ use shared::api::ErrorCode;
 
 use super::error::plain_error;
 use crate::net::client::ClientKey;
+use crate::net::pace::RefusalPace;
 use crate::ops::refusals::{Refusal, Refusals};
 use crate::partition::pir::PIR_PREFIX;
 
@@ -56,6 +58,8 @@ pub struct Guard {
     pub body_budget: Arc<BodyBudget>,
     /// `--client-address-header` (see `net::client`).
     pub client_address_header: Option<String>,
+    /// When each client's next refusal may be sent.
+    pub pace: Arc<RefusalPace>,
 }
 
 /// Bytes of request bodies received and not yet released, bounded: thousands of connections
@@ -289,7 +293,27 @@ pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<usize> {
         .and_then(|v| v.parse::<usize>().ok())
 }
 
-pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
+pub async fn guard(State(g): State<Guard>, mut req: Request, next: Next) -> Response {
+    // Computed once here; handlers read it from the request (`Extension<ClientKey>`).
+    let client = ClientKey::from_request(
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0),
+        req.headers(),
+        g.client_address_header.as_deref(),
+    );
+    req.extensions_mut().insert(client);
+    let resp = guarded(&g, client, req, next).await;
+    if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
+        let hold = g.pace.hold(client, std::time::Instant::now());
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
+        }
+    }
+    resp
+}
+
+async fn guarded(g: &Guard, client: ClientKey, req: Request, next: Next) -> Response {
     let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if uri_len > MAX_URI_BYTES {
         return head_error(
@@ -316,16 +340,6 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     let has_body = declared.map_or(req.headers().contains_key(header::TRANSFER_ENCODING), |n| {
         n > 0
     });
-    // Computed once here; handlers read it from the request (`Extension<ClientKey>`).
-    let client = ClientKey::from_request(
-        req.extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0),
-        req.headers(),
-        g.client_address_header.as_deref(),
-    );
-    let mut req = req;
-    req.extensions_mut().insert(client);
     let charge = (!pir).then(|| {
         Arc::new(Charge {
             budget: Arc::clone(&g.body_budget),

@@ -73,6 +73,7 @@ pub fn router(
         rate_grace: limits.rate_grace,
         body_budget: guard::BodyBudget::new(limits.body_budget),
         client_address_header: state.client_address_header.clone(),
+        pace: Default::default(),
     };
     let body_limit = state.config.limits.max_body_bytes;
     let api = Router::new()

@@ -14,6 +14,8 @@
 //!   at a cap, the address's own idle connection, the largest holder's, or the oldest idle
 //!   one is closed);
 //! - hyper's own refusals of a head (400, 414, 431) answer in JSON ([`io`]);
+//! - a client's refusals (503) beyond [`pace::PROMPT_PER_SECOND`] a second are held until
+//!   their turn, for at most [`pace::MAX_HOLD`] ([`pace`], applied in `http::guard`);
 //! - a shutdown finishes the answers in progress for at most `shutdown_grace`, then closes
 //!   what is left.
 //!
@@ -25,6 +27,7 @@ pub mod admission;
 pub mod client;
 pub mod conns;
 pub mod io;
+pub mod pace;
 
 use std::future::Future;
 use std::pin::Pin;

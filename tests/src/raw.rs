@@ -90,3 +90,11 @@ pub fn read_until_closed(s: &mut TcpStream, deadline: Instant) -> Option<(Instan
     }
     Some((Instant::now(), String::from_utf8_lossy(&got).into_owned()))
 }
+
+/// A well-formed SimplePIR query vector for `shape` whose every value is `fill` (in the
+/// values' wire unit): what a load probe sends when the answer's content does not matter. A
+/// byte pattern of the wire length is not one in general: the packing's unused bits must be
+/// zero, so a pattern passed at one gallery size and was refused (422) at another.
+pub fn pir_query(shape: &pir::layout::Shape, fill: u8) -> Vec<u8> {
+    shape.encode_query(&vec![u32::from(fill) << shape.query_drop(); shape.cols])
+}

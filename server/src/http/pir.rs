@@ -315,7 +315,7 @@ async fn answer_within(
             tokio::task::spawn_blocking(move || {
                 let _upload = upload;
                 let d = pir.db(&db).expect("checked above");
-                state.pir_pools[slot.index() % state.pir_pools.len()].install(|| {
+                state.answer_pools.for_slot(&slot).install(|| {
                     crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
                 })
             })

@@ -111,8 +111,8 @@ async fn search(
     let slot = s.admission.acquire(client).await.map_err(|r| busy(&s, r))?;
     let state = Arc::clone(&s);
     tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        answer(&state, req)
+        let pool = state.answer_pools.for_slot(&slot);
+        pool.install(|| answer(&state, req))
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?

@@ -28,6 +28,7 @@ pub mod client;
 pub mod conns;
 pub mod io;
 pub mod pace;
+pub mod pools;
 
 use std::future::Future;
 use std::pin::Pin;

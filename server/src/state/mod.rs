@@ -157,10 +157,10 @@ pub struct AppState {
     /// `http::guard` instead). One admission for both, so one address's searches and PIR
     /// answers together hold one pass while other addresses are active.
     pub admission: Arc<crate::net::admission::Admission>,
-    /// One thread pool per answer slot (`Slot::index`, modulo their number): answers running
-    /// at once share the cores fairly, where in one pool a small answer waited for a large one
-    /// already split across every worker.
-    pub pir_pools: Vec<rayon::ThreadPool>,
+    /// The pools PIR answers and searches run on, one per answer slot and priority
+    /// (`net::pools`): answers running at once share the cores by the scheduler, where in one
+    /// pool a small answer waited for a large one already split across every worker.
+    pub answer_pools: crate::net::pools::AnswerPools,
     /// The pool batched scores answers run on (`partition::pir::batch`: one leader at a time
     /// per version, each batch over every core).
     pub pir_batch_pool: rayon::ThreadPool,

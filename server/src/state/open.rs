@@ -432,7 +432,10 @@ impl AppState {
                 opts.pir_upload_budget,
             ),
             client_address_header: opts.client_address_header.clone(),
-            pir_pools: pir_pools(opts.pir_concurrency)?,
+            answer_pools: crate::net::pools::AnswerPools::new(
+                opts.pir_concurrency,
+                rayon::current_num_threads(),
+            )?,
             pir_batch_pool: rayon::ThreadPoolBuilder::new()
                 .num_threads(rayon::current_num_threads())
                 .thread_name(|t| format!("pir-batch-{t}"))
@@ -565,21 +568,6 @@ impl AppState {
         self.partitions.publish(p);
         Ok(Some(fresh))
     }
-}
-
-/// Pools beyond this share (slot index modulo the count): each holds a thread per core.
-const MAX_PIR_POOLS: usize = 8;
-
-fn pir_pools(concurrency: usize) -> Result<Vec<rayon::ThreadPool>, StateError> {
-    (0..concurrency.clamp(1, MAX_PIR_POOLS))
-        .map(|i| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(rayon::current_num_threads())
-                .thread_name(move |t| format!("pir-{i}-{t}"))
-                .build()
-                .map_err(StateError::from)
-        })
-        .collect()
 }
 
 /// Each anchor's features under the gallery model, and its features and layer means under the

@@ -382,7 +382,12 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 
 /// `victims` addresses (127.0.0.10…) each sending `rounds` thumbnail queries one after
 /// another, all at once: every latency in seconds, sorted, and how many were not a 200.
-fn victims_round(url: &str, per: usize, victims: u8, rounds: usize) -> (Vec<f64>, usize) {
+fn victims_round(
+    url: &str,
+    shape: &pir::layout::Shape,
+    victims: u8,
+    rounds: usize,
+) -> (Vec<f64>, usize) {
     let results: Vec<(Vec<f64>, usize)> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..victims)
             .map(|v| {
@@ -394,7 +399,7 @@ fn victims_round(url: &str, per: usize, victims: u8, rounds: usize) -> (Vec<f64>
                         let r = http
                             .post(url)
                             .header("content-type", "application/octet-stream")
-                            .body(vec![(i % 7) as u8; per])
+                            .body(raw::pir_query(shape, (i % 7) as u8))
                             .send()
                             .unwrap();
                         let ok = r.status() == StatusCode::OK;
@@ -434,12 +439,12 @@ fn under_one_hostile_address_every_other_address_is_served() {
     let pir: PirDoc = get_json(&http, &srv.base, "/api/v1/pir");
     let config: ConfigResponse = get_json(&http, &srv.base, "/api/v1/config");
     let url = format!("{}{}/thumbs", srv.base, pir.answer_url);
-    let per = pir.thumbs.shape.query_bytes();
     // 200 queries each way: the p95 of 50 moved by 2× between runs of one build.
     let (victims, rounds) = (10u8, 20);
-    let (calm, calm_failed) = victims_round(&url, per, victims, rounds);
+    let (calm, calm_failed) = victims_round(&url, &pir.thumbs.shape, victims, rounds);
     assert_eq!(calm_failed, 0);
-    let heavy = vec![1u8; per * shared::params::limits::MAX_PIR_QUERIES];
+    let heavy =
+        raw::pir_query(&pir.thumbs.shape, 1).repeat(shared::params::limits::MAX_PIR_QUERIES);
     let search = serde_json::json!({
         "query_rows": vec![vec![0.1; config.frame_dim]; 32],
         "k": config.limits.max_k,
@@ -483,7 +488,7 @@ fn under_one_hostile_address_every_other_address_is_served() {
         // Past the first second, the hostile loops' refusals are held at their steady pace.
         std::thread::sleep(Duration::from_millis(1500));
         let loaded_at = Instant::now();
-        let r = victims_round(&url, per, victims, rounds);
+        let r = victims_round(&url, &pir.thumbs.shape, victims, rounds);
         let loaded_for = loaded_at.elapsed() + Duration::from_millis(1500);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let hostile = loops

@@ -2,7 +2,7 @@
 //! (`scripts/hostilebench.sh` starts a release server at 10,000 images and runs this):
 //!
 //! 1. **Half-sent requests**: 3,000 connections that never finish (half of them a request
-//!    head, half a body): `/api/v1/config`'s latency while they are open, how long until the
+//!    head, half a body), from 300 each of ten addresses: `/api/v1/config`'s latency while they are open, how long until the
 //!    server has closed every one, and its RSS growth.
 //! 2. **Stalled uploads**: 256 connections each declaring 16 MiB of PIR query (refused unread),
 //!    256 sending all but the last byte of a valid scores query, 256 all but the last byte of
@@ -16,7 +16,7 @@
 //!    addresses' PIR queries, paced (one every twice an unloaded query's time in all), with
 //!    and without one hostile address running 10 PIR loops: the ratio over all their
 //!    queries, a failure counted as an infinite latency.
-//! 5. **SIGTERM** with 600 half-sent requests open: seconds until the process is gone.
+//! 5. **SIGTERM** with 600 half-sent requests open (from two addresses): seconds until the process is gone.
 //!
 //! Prints one line per figure (`name: value`), for the README.
 
@@ -60,6 +60,10 @@ struct Args {
     /// Skip the SIGTERM step (the server keeps running).
     #[arg(long)]
     keep_running: bool,
+    /// Only the latency ratio under one hostile address (the end of probe 4); the server
+    /// keeps running.
+    #[arg(long)]
+    ratio_only: bool,
 }
 
 fn rss_mb(pid: u32) -> f64 {
@@ -117,6 +121,17 @@ fn open(addr: &str, bytes: &[u8]) -> Option<TcpStream> {
     raw::half_sent(addr, bytes).ok()
 }
 
+/// Connections a crowd probe opens from one address: below the default per-address share
+/// (4,096 / 8), so the probe measures the server's global bounds, not the address cap that
+/// probe 4 measures.
+const CROWD_PER_ADDRESS: usize = 300;
+
+/// The `i`-th connection of a crowd probe (127.0.2.x, [`CROWD_PER_ADDRESS`] each), half-sent.
+fn open_in_crowd(addr: &str, i: usize, bytes: &[u8]) -> Option<TcpStream> {
+    let host = u8::try_from(1 + i / CROWD_PER_ADDRESS).expect("a crowd of at most 76,500");
+    raw::half_sent_from(addr, ip(2, host), bytes).ok()
+}
+
 /// Reads until the server closes `s`: when, and its status line.
 fn wait_closed(s: &mut TcpStream, deadline: Instant) -> Option<(Instant, String)> {
     raw::read_until_closed(s, deadline).map(|(t, sent)| {
@@ -161,12 +176,13 @@ fn half_sent(a: &Args, addr: &str, http: &Client) {
         let socks: Vec<TcpStream> = (0..a.half_sent)
             .filter_map(|i| {
                 if i % 2 == 0 {
-                    open(
+                    open_in_crowd(
                         addr,
+                        i,
                         b"GET /api/v1/config HTTP/1.1\r\nHost: x\r\nAccept: */",
                     )
                 } else {
-                    open(addr, body_head)
+                    open_in_crowd(addr, i, body_head)
                 }
             })
             .collect();
@@ -328,9 +344,9 @@ fn sigterm(a: &Args, addr: &str) {
     let _socks: Vec<TcpStream> = (0..600)
         .filter_map(|i| {
             if i % 6 == 0 {
-                open(addr, &raw::stalled_search(1000))
+                open_in_crowd(addr, i, &raw::stalled_search(1000))
             } else {
-                open(addr, b"GET /api/v1/config HTTP/1.1\r\nHost: x\r\n")
+                open_in_crowd(addr, i, b"GET /api/v1/config HTTP/1.1\r\nHost: x\r\n")
             }
         })
         .collect();
@@ -374,6 +390,10 @@ fn main() {
         .json()
         .unwrap();
     eprintln!("hostilebench: {} items", part.gallery_size);
+    if a.ratio_only {
+        latency_ratio(&a, &pir);
+        return;
+    }
     if a.addresses_only {
         addresses(&a, &addr, &pir);
         if !a.keep_running {
@@ -496,15 +516,17 @@ fn raw_status(addr: &str, bytes: &[u8]) -> String {
 /// latencies (ms, failures as `inf`) and the number of failures.
 fn victim_queries(
     url: &str,
-    per: usize,
+    shape: &pir::layout::Shape,
     victims: usize,
     rounds: usize,
     gap: Duration,
 ) -> (Vec<f64>, usize) {
     let start = Instant::now();
+    let why_failed = std::sync::Mutex::new(Vec::new());
     let out: Vec<Vec<f64>> = std::thread::scope(|scope| {
         let hs: Vec<_> = (0..victims)
             .map(|v| {
+                let why_failed = &why_failed;
                 scope.spawn(move || {
                     let http = client_at(ip(1, 1 + v as u8));
                     let mut ms = Vec::new();
@@ -514,17 +536,23 @@ fn victim_queries(
                             std::thread::sleep(wait);
                         }
                         let t = Instant::now();
-                        let ok = http
+                        let got = http
                             .post(url)
                             .header("content-type", "application/octet-stream")
-                            .body(vec![(i % 7) as u8; per])
+                            .body(raw::pir_query(shape, (i % 7) as u8))
                             .send()
-                            .is_ok_and(|r| r.status().as_u16() == 200 && r.bytes().is_ok());
-                        ms.push(if ok {
-                            t.elapsed().as_secs_f64() * 1e3
-                        } else {
-                            f64::INFINITY
-                        });
+                            .map_err(|e| format!("{e:?}"))
+                            .and_then(|r| match r.status().as_u16() {
+                                200 => r.bytes().map(|_| ()).map_err(|e| format!("{e:?}")),
+                                s => Err(format!("HTTP {s}")),
+                            });
+                        match got {
+                            Ok(()) => ms.push(t.elapsed().as_secs_f64() * 1e3),
+                            Err(why) => {
+                                ms.push(f64::INFINITY);
+                                why_failed.lock().unwrap().push(why);
+                            }
+                        }
                     }
                     ms
                 })
@@ -535,6 +563,10 @@ fn victim_queries(
     let mut ms: Vec<f64> = out.into_iter().flatten().collect();
     ms.sort_by(f64::total_cmp);
     let failed = ms.iter().filter(|m| m.is_infinite()).count();
+    let why = why_failed.into_inner().unwrap();
+    if !why.is_empty() {
+        println!("addresses: why victims' queries failed: {}", counts(&why));
+    }
     (ms, failed)
 }
 
@@ -720,16 +752,21 @@ fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
         raw_status(addr, many.as_bytes()),
         raw_status(addr, b"POST /api/v1/gallery HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"),
     );
-    // 6. Other addresses' PIR queries, with and without one address running 10 PIR loops.
-    let url = format!("{base}{}/thumbs", pir.answer_url);
-    let per = pir.thumbs.shape.query_bytes();
+    latency_ratio(a, pir);
+}
+
+/// Probe 4's last part (alone with `--ratio-only`): other addresses' PIR queries, with and
+/// without one address running 10 PIR loops.
+fn latency_ratio(a: &Args, pir: &PirDoc) {
+    let url = format!("{}{}/thumbs", a.base, pir.answer_url);
     let rounds = 5;
     // The pace: one light query per twice an unloaded query's time (the median of 10 sent
     // one after another), so the light load alone keeps the server about half busy.
-    let (one, _) = victim_queries(&url, per, 1, 10, Duration::ZERO);
+    let (one, _) = victim_queries(&url, &pir.thumbs.shape, 1, 10, Duration::ZERO);
     let gap = Duration::from_secs_f64(pct(&one, 0.5) * 2e-3);
-    let (calm, calm_failed) = victim_queries(&url, per, a.victims, rounds, gap);
-    let heavy = vec![1u8; per * shared::params::limits::MAX_PIR_QUERIES];
+    let (calm, calm_failed) = victim_queries(&url, &pir.thumbs.shape, a.victims, rounds, gap);
+    let heavy =
+        raw::pir_query(&pir.thumbs.shape, 1).repeat(shared::params::limits::MAX_PIR_QUERIES);
     let stop = AtomicBool::new(false);
     let ((loaded, failed), hostile) = std::thread::scope(|scope| {
         let hs: Vec<_> = (0..10)
@@ -755,7 +792,7 @@ fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
             })
             .collect();
         std::thread::sleep(Duration::from_secs(1));
-        let r = victim_queries(&url, per, a.victims, rounds, gap);
+        let r = victim_queries(&url, &pir.thumbs.shape, a.victims, rounds, gap);
         stop.store(true, Ordering::Relaxed);
         let h = hs
             .into_iter()

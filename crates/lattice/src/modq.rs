@@ -121,9 +121,9 @@ impl Modulus {
     /// A signed integer `x` with `|x| < q` as an element of `Z_q`, branch-free (`x + q` when
     /// `x` is negative: its sign, as a mask, selects `q`). Secrets pass through here — ternary
     /// key coefficients and Gaussian errors (`rlwe`, packing), the client's query vector
-    /// (`pir::scores::query`) — all far below `q`; so do public values: gadget digits (`|d| ≤ 2³⁰ +
-    /// 1 < P`), the other prime's centered residues (`< P/2 < Q`), the server's plane sums and
-    /// database entries (`< 2⁵⁹`). A larger magnitude is a caller's bug (checked in debug
+    /// (`pir::scores::query`) — all far below `q`; so do public values: gadget digits
+    /// (`|d| ≤ 2³⁰ + 1 < P`), the other prime's centered residues (`< P/2 < Q`), the server's
+    /// plane sums and database entries (`< 2⁵⁹`). A larger magnitude is a caller's bug (checked in debug
     /// builds); [`Modulus::from_i64_wide`] takes any `i64`, for public values only.
     #[inline]
     pub fn from_i64(self, x: i64) -> u64 {

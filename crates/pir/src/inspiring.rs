@@ -1,9 +1,10 @@
 //! Packing `γ ≤ N/2` LWE ciphertexts into one RLWE ciphertext with **one** key-switching key:
 //! the InspiRING idea (Mahdavi et al., "InsPIRe: Communication-efficient PIR with server-side
-//! preprocessing", 2025), derived and written here from the algebra below. It replaces
-//! the tree packing (CDKS; `benches/ring/pack.rs`, the baseline), which needs `log N` = 12 keys: the client uploads one key
-//! body (96 KiB) instead of twelve (1,152 KiB), and the server's online half per input is two
-//! products a digit and residue and one permutation, with no rotations.
+//! preprocessing", 2025), derived and written here from the algebra below. It replaces the
+//! tree packing (CDKS; `benches/ring/pack.rs`, the baseline), which needs `log N` = 12 keys:
+//! the client uploads one key body (96 KiB) instead of twelve (1,152 KiB), and the server's
+//! online half per input is two products a digit and residue and one permutation, with no
+//! rotations.
 //!
 //! # The algebra
 //! Let `g = 2N/γ + 1`. For `γ ≤ N/2` it generates the subgroup `H = {k ≡ 1 mod 2N/γ}` of
@@ -153,8 +154,8 @@ pub struct InspiringPlan {
 }
 
 impl InspiringPlan {
-    /// The plan for inputs whose RLWE `a` parts are `a_parts` ([`lattice::rlwe::lwe_to_rlwe`]; at most the
-    /// masks' width, the rest taken as zero inputs).
+    /// The plan for inputs whose RLWE `a` parts are `a_parts` ([`lattice::rlwe::lwe_to_rlwe`];
+    /// at most the masks' width, the rest taken as zero inputs).
     pub fn new(ring: &Ring, masks: &InspiringMasks, a_parts: &[Vec<u64>]) -> InspiringPlan {
         let (n, gamma) = (ring.n(), masks.gamma);
         assert!(a_parts.len() <= gamma);

@@ -1923,7 +1923,8 @@ mod tests {
 
     #[test]
     fn the_documented_bounds_are_what_the_code_computes() {
-        // The figures quoted in this module's docs, `rlwe`'s, `pack`'s and docs/eval/pir.md.
+        // The figures quoted in this module's docs, `rlwe`'s and docs/eval/pir.md (the tree
+        // packing's, for comparison: `tests/tree_pack.rs`).
         let n = lattice::N;
         let shape = |blocks, rows| ScoreShape {
             blocks,

@@ -540,7 +540,7 @@ pub fn block_top8_by_scores(q: &[f32], block: &publish::blocks::Block) -> Vec<u6
     use publish::blocks::quantise;
     let qi: Vec<i16> = q.iter().map(|&v| quantise(v)).collect();
     let fi: Vec<i16> = block.features.iter().map(|&v| quantise(v)).collect();
-    let t = ::pir::ring::scores::plaintext_scores(&qi, &fi, block.dim);
+    let t = ::pir::scores::plaintext_scores(&qi, &fi, block.dim);
     let mut order: Vec<usize> = (0..block.ids.len()).collect();
     order.sort_by(|&a, &b| t[b].cmp(&t[a]).then(block.ids[a].cmp(&block.ids[b])));
     order.iter().take(8).map(|&r| block.ids[r]).collect()

@@ -29,11 +29,11 @@ fn wasm_queries_answers_and_decoding_equal_the_native_ones() {
 
 #[wasm_bindgen_test]
 fn hintless_scores_at_the_deployed_degree_in_wasm() {
-    use ::pir::ring::rlwe::{uniform, Ring};
-    use ::pir::ring::scores::{
+    use ::lattice::rlwe::{uniform, Ring};
+    use ::lattice::N;
+    use ::pir::scores::{
         decode, packing_masks, plaintext_scores, prepare, query, ScoreDb, ScoreShape,
     };
-    use ::pir::ring::N;
     let ring = Ring::new(N);
     let mut rng = ChaCha20Rng::seed_from_u64(2);
     // Exact scores end to end on a small database at N = 4,096.

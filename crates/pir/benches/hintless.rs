@@ -7,10 +7,10 @@
 
 use std::time::Instant;
 
-use pir::ring::inspiring::InspiringBodies;
-use pir::ring::rlwe::{Gadget, Ring};
-use pir::ring::scores::{self, decode, failure_log2, query, ScoreDb, ScoreShape};
-use pir::ring::N;
+use lattice::rlwe::{Gadget, Ring};
+use lattice::N;
+use pir::inspiring::InspiringBodies;
+use pir::scores::{self, decode, failure_log2, query, ScoreDb, ScoreShape};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 

@@ -154,13 +154,15 @@ pub fn prepare(
             limit: MAX_QUERIES,
         });
     }
-    let secrets: Vec<Vec<u32>> = (0..count).map(|_| lwe::sample_secret(rng)).collect();
+    let secrets: Vec<Vec<u32>> = (0..count)
+        .map(|_| lattice::lwe::sample_secret(LWE_N, rng))
+        .collect();
     let n = shape.cols;
     let drop = shape.query_drop();
     let mut masks = vec![0u32; count * n];
     lwe::for_each_row_of_a(a_seed, n, |j, a_j| {
         for (q, s) in secrets.iter().enumerate() {
-            let m = lwe::dot(a_j, s).wrapping_add(lwe::sample_error(rng));
+            let m = lattice::lwe::dot(a_j, s).wrapping_add(lattice::lwe::sample_error(rng));
             // Rounded here, ahead: `Δ·u` never touches the dropped bits.
             masks[q * n + j] = lwe::round_at_random(m, drop, rng);
         }
@@ -289,7 +291,7 @@ impl Pending {
                 let s = &self.secrets[q];
                 let ans = &answers[q * m..(q + 1) * m];
                 for (i, (a, h)) in ans.iter().zip(hint.values.chunks_exact(LWE_N)).enumerate() {
-                    let v = a.wrapping_sub(lwe::dot(h, s));
+                    let v = a.wrapping_sub(lattice::lwe::dot(h, s));
                     // Round to the nearest multiple of Δ; the plaintext is centered (d − 128).
                     columns[k * m + i] = (v.wrapping_add(DELTA / 2) >> 24) as u8 ^ 0x80;
                 }

@@ -17,17 +17,20 @@
 //!
 //! - [`lwe`] — parameters (128-bit security by SimplePIR's lattice-estimator run for at most
 //!   2²⁰ samples; failure ≤ 2⁻⁴⁰ per query, proven in its docs),
-//!   the public matrix, the error sampler;
+//!   the public matrix;
 //! - [`layout`] — records as columns, the server's hint and answers;
 //! - [`bits`] — fixed-width values packed end to end on the wire;
 //! - [`client`] — queries and decoding, with the query-privacy guarantee;
-//! - [`ring`] — Ring-LWE (`modq`, the NTT, keys, key switching, automorphisms), packing LWE
-//!   answers into RLWE, and `scores`: encrypted exact scores `2⟨q, f⟩ − ‖f‖²` of every row of
-//!   one privately chosen block of an `i16` matrix, no hint;
+//! - [`inspiring`] — packing LWE answers into RLWE with one key (InspiRING);
+//! - [`scores`] — encrypted exact scores `2⟨q, f⟩ − ‖f‖²` of every row of one privately chosen
+//!   block of an `i16` matrix, no hint;
 //! - [`cpu`] — the calling thread's CPU time, for the work servers report;
 //! - [`held`] — numbers held in memory or read in place from bytes the server mapped;
 //! - [`error`] — what the code refuses ([`Error`], and [`PirError`] for answers and hints that
 //!   fail their checks).
+//!
+//! The lattice maths beneath the schemes — arithmetic modulo `Q` and `P`, the NTT, Ring-LWE
+//! keys, key switching and automorphisms, the error sampler — is the crate `lattice`.
 
 pub mod bits;
 pub mod client;
@@ -35,9 +38,11 @@ pub mod cpu;
 pub mod digest;
 pub mod error;
 pub mod held;
+pub mod inspiring;
 pub mod layout;
 pub mod lwe;
-pub mod ring;
+mod par;
+pub mod scores;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 

@@ -1,5 +1,5 @@
-//! The LWE parameters of our SimplePIR-style scheme, the public matrix `A`, the error sampler
-//! and the correctness bound.
+//! The LWE parameters of our SimplePIR-style scheme, the public matrix `A` and the correctness
+//! bound (the error sampler is `lattice::lwe`'s).
 //!
 //! # Parameters and their security
 //! Secret dimension `N = 1,408`, modulus `q = 2³²` (native `u32` wrapping arithmetic), error a
@@ -79,20 +79,16 @@
 //! what is served. (At `N` = 1,024 these were 900,000 columns and 2⁻³⁶: the rounded hint's
 //! term grows with `N`.)
 //!
-//! The table sampler below differs from the exact discrete Gaussian by at most 2⁻⁵² in
-//! statistical distance per sample (its probabilities are f64); LWE hardness is robust to that
-//! (the Rényi-divergence argument of Bai et al. 2015), and the correctness bound uses the
-//! truncation at |e| ≤ 60 = 9.4σ only to its advantage.
+//! The errors and secrets come from `lattice::lwe`'s table sampler (σ = [`SIGMA`], truncated at
+//! |e| ≤ 60 = 9.4σ; its docs bound its distance from the exact discrete Gaussian); the
+//! correctness bound uses the truncation only to its advantage.
 
-use std::sync::OnceLock;
-
+use lattice::lwe::SIGMA;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
 /// LWE secret dimension.
 pub const LWE_N: usize = 1408;
-/// Error standard deviation.
-pub const SIGMA: f64 = 6.4;
 /// log2 of the ciphertext modulus (q = 2³², `u32` arithmetic).
 pub const LOG_Q: u32 = 32;
 /// Bits of plaintext per matrix entry (p = 2⁸).
@@ -123,9 +119,6 @@ pub const MAX_FAILURE_LOG2: f64 = -40.0;
 /// selected column's `Δ` is never rounded).
 pub const MAX_QUERY_DROP: u32 = 8;
 const _: () = assert!(MAX_QUERY_DROP < LOG_Q - PLAINTEXT_BITS);
-
-/// Errors are sampled from [−TAIL, TAIL].
-const TAIL: i32 = 60;
 
 /// log2 of the probability that one query over `rows × cols` decodes any byte wrongly (the
 /// union bound of the module's correctness argument), at the shape's [`wire_bits`].
@@ -240,81 +233,9 @@ pub fn for_each_row_of_a(seed: &[u8; 32], cols: usize, mut f: impl FnMut(usize, 
     }
 }
 
-/// Cumulative distribution of the error over [−TAIL, TAIL], scaled to 2⁶⁴.
-fn cdt() -> &'static [u64] {
-    static TABLE: OnceLock<Vec<u64>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let w: Vec<f64> = (-TAIL..=TAIL)
-            .map(|x| (-(x as f64).powi(2) / (2.0 * SIGMA * SIGMA)).exp())
-            .collect();
-        let total: f64 = w.iter().sum();
-        let mut acc = 0.0;
-        // Entry i: P(X ≤ i − TAIL) · 2⁶⁴ (the last entry saturates).
-        w.iter()
-            .map(|p| {
-                acc += p / total;
-                if acc >= 1.0 {
-                    u64::MAX
-                } else {
-                    (acc * 18_446_744_073_709_551_616.0) as u64
-                }
-            })
-            .collect()
-    })
-}
-
-/// One error sample (as a `u32` mod q). Constant time in the value: the whole table is read
-/// and compared, and the clamp is arithmetic (a `min` may compile to a branch).
-pub fn sample_error(rng: &mut impl RngCore) -> u32 {
-    let u = rng.next_u64();
-    let below = cdt().iter().map(|&c| u64::from(c <= u)).sum::<u64>() as i32;
-    // `below` entries have cumulative mass ≤ u, so X = below − TAIL; `below` reaches
-    // 2·TAIL + 1 only when u = 2⁶⁴ − 1 (the saturated last entry), clamped to 2·TAIL.
-    (below - i32::from(below > 2 * TAIL) - TAIL) as u32
-}
-
-/// A secret in normal form: `N` entries from the error distribution (module docs: as hard as a
-/// uniform secret, and small enough that the hint can be rounded).
-pub fn sample_secret(rng: &mut impl RngCore) -> Vec<u32> {
-    (0..LWE_N).map(|_| sample_error(rng)).collect()
-}
-
-/// `Σ a_i·b_i mod 2³²`.
-#[inline]
-pub fn dot(a: &[u32], b: &[u32]) -> u32 {
-    // Four accumulators so the loop vectorises.
-    let mut acc = [0u32; 4];
-    let (ca, ra) = a.split_at(a.len() / 4 * 4);
-    let (cb, rb) = b.split_at(ca.len());
-    for (x, y) in ca.chunks_exact(4).zip(cb.chunks_exact(4)) {
-        for k in 0..4 {
-            acc[k] = acc[k].wrapping_add(x[k].wrapping_mul(y[k]));
-        }
-    }
-    let mut s = acc.iter().fold(0u32, |s, &v| s.wrapping_add(v));
-    for (x, y) in ra.iter().zip(rb) {
-        s = s.wrapping_add(x.wrapping_mul(*y));
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn errors_have_the_stated_spread_and_are_centered() {
-        let mut rng = ChaCha20Rng::seed_from_u64(7);
-        let n = 200_000;
-        let xs: Vec<f64> = (0..n)
-            .map(|_| sample_error(&mut rng) as i32 as f64)
-            .collect();
-        let mean = xs.iter().sum::<f64>() / n as f64;
-        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
-        assert!(mean.abs() < 0.05, "mean {mean}");
-        assert!((var.sqrt() - SIGMA).abs() < 0.05, "std {}", var.sqrt());
-        assert!(xs.iter().all(|x| x.abs() <= TAIL as f64));
-    }
 
     #[test]
     fn failure_bound_is_tiny_at_our_sizes_and_grows_with_columns() {
@@ -431,21 +352,5 @@ mod tests {
         // Rounding a rounded value changes nothing.
         let v = round_top(0xdead_beef, HINT_BITS) << (LOG_Q - HINT_BITS);
         assert_eq!(round_top(v, HINT_BITS) << (LOG_Q - HINT_BITS), v);
-    }
-
-    #[test]
-    fn secrets_are_small_and_fresh() {
-        let mut rng = ChaCha20Rng::seed_from_u64(3);
-        let (a, b) = (sample_secret(&mut rng), sample_secret(&mut rng));
-        assert_eq!(a.len(), LWE_N);
-        assert!(a.iter().all(|&v| (v as i32).abs() <= TAIL));
-        assert_ne!(a, b);
-    }
-
-    #[test]
-    fn dot_wraps() {
-        let a = vec![u32::MAX; 9];
-        let b = vec![2u32; 9];
-        assert_eq!(dot(&a, &b), 0u32.wrapping_sub(18));
     }
 }

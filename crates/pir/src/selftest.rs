@@ -38,10 +38,7 @@ pub fn transcript(seed: u64) -> String {
 
 /// Full blocks of random features for a score database of `shape` (the hintless tests and
 /// benchmark: their costs depend only on the shape), each item from [`capped_features`].
-pub fn random_blocks(
-    shape: &crate::ring::scores::ScoreShape,
-    rng: &mut impl rand::Rng,
-) -> Vec<Vec<i16>> {
+pub fn random_blocks(shape: &crate::scores::ScoreShape, rng: &mut impl rand::Rng) -> Vec<Vec<i16>> {
     (0..shape.blocks)
         .map(|_| {
             (0..shape.rows)
@@ -52,10 +49,10 @@ pub fn random_blocks(
 }
 
 /// `dim` features in `±32,767` whose squared norm is at most
-/// [`crate::ring::scores::NORM_CAP`]: a uniform direction scaled to a random squared norm,
+/// [`crate::scores::NORM_CAP`]: a uniform direction scaled to a random squared norm,
 /// a third of the time the cap itself (the extremes the bounds are about).
 pub fn capped_features(dim: usize, rng: &mut impl rand::Rng) -> Vec<i16> {
-    use crate::ring::scores::NORM_CAP;
+    use crate::scores::NORM_CAP;
     let mut f: Vec<i64> = (0..dim).map(|_| rng.random_range(-32767..=32767)).collect();
     let norm2 = |f: &[i64]| f.iter().map(|v| v * v).sum::<i64>();
     let target = if rng.random_bool(0.3) {
@@ -81,11 +78,11 @@ pub fn capped_features(dim: usize, rng: &mut impl rand::Rng) -> Vec<i16> {
 /// scores at a small ring, queried with a ChaCha20 stream seeded by `seed` — the same on
 /// every target. Checks the scores against the plaintext ones.
 pub fn hintless_transcript(seed: u64) -> String {
-    use crate::ring::rlwe::Ring;
-    use crate::ring::scores::{
+    use crate::scores::{
         decode, decode_answer, encode_answer, packing_masks, plaintext_scores, query, ScoreDb,
         ScoreShape,
     };
+    use lattice::rlwe::Ring;
     let ring = Ring::new(256);
     let shape = ScoreShape {
         blocks: 5,

@@ -151,7 +151,7 @@ pub(crate) const SCORE_STEP: usize = 32;
 const SCORE_FLUSH: usize = 128;
 
 /// The scoring pass's limb sums for `R` rows of the feature planes at once (the hintless
-/// scores, `ring::scores`): for each row `r` and limb `k`, `S_lo[k] = Σ_j lo_r[j]·l_{k,j}` and
+/// scores, `scores`): for each row `r` and limb `k`, `S_lo[k] = Σ_j lo_r[j]·l_{k,j}` and
 /// `S_hi[k] = Σ_j hi_r[j]·l_{k,j}` over the first `32·⌊len/32⌋` columns, exactly. `wide`
 /// holds the query's balanced 16-bit limbs in steps of 32 columns: limb 0's 32 values, then
 /// limb 1's, 2's and 3's. `vpdpwssd` adds two 16-bit products into each 32-bit lane (32

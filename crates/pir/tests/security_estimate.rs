@@ -6,10 +6,10 @@
 //! - **LWE** (`pir::lwe`, SimplePIR-style queries): dimension `LWE_N`, `q = 2^LOG_Q`, secret
 //!   and error from the discrete Gaussian of σ = `SIGMA` (normal form); the server sees at most
 //!   `MAX_COLS` samples per secret.
-//! - **RLWE query** (`pir::ring::scores`): `N` = 4,096, modulus `Q`, ternary secret (uniform in
+//! - **RLWE query** (`pir::scores`): `N` = 4,096, modulus `Q`, ternary secret (uniform in
 //!   {−1, 0, 1}, standard deviation √(2/3)), error σ = `SIGMA`; as many samples as the attacker
 //!   likes (a query is many ring elements under one secret).
-//! - **Key bodies modulo QP** (`pir::ring::rlwe`, the packing and automorphism keys): the same
+//! - **Key bodies modulo QP** (`lattice::rlwe`, the packing and automorphism keys): the same
 //!   secret and error, modulus `Q·P`.
 //!
 //! # The model: primal uSVP, core-SVP cost (Alkim, Ducas, Pöppelmann, Schwabe 2016, §6)
@@ -33,8 +33,9 @@
 //! Measured: LWE at `n` = 1,024 (the set before) gave β = 326, below the standard's 325–347
 //! (β₁₂₈ = 347): about 128 bits with nothing to spare; `n` = 1,408 (HintlessPIR's) gives 500.
 
-use pir::lwe::{LOG_Q, LWE_N, MAX_COLS, SIGMA};
-use pir::ring::modq::{P, Q};
+use lattice::lwe::SIGMA;
+use lattice::modq::{P, Q};
+use pir::lwe::{LOG_Q, LWE_N, MAX_COLS};
 
 /// The root-Hermite factor BKZ-β reaches (the asymptotic formula of the 2016 estimate).
 fn delta(beta: f64) -> f64 {
@@ -100,7 +101,7 @@ fn published() -> Vec<(usize, f64, f64, &'static str)> {
 
 /// Every set in use, from the constants the code runs with.
 fn in_use() -> Vec<Set> {
-    let n = pir::ring::N;
+    let n = lattice::N;
     vec![
         Set {
             name: "LWE (SimplePIR queries)",

@@ -142,7 +142,7 @@ pub fn default_specs(gallery_size: usize) -> Vec<LevelSpec> {
         .collect()
 }
 
-/// The level the hintless ranking serves (`pir::ring::scores`: a per-block database has as
+/// The level the hintless ranking serves (`pir::scores`: a per-block database has as
 /// many rows as its largest block), or `None` below 256 items: blocks of at most
 /// `max(3n/250, min(c, n/4))` items, `c` = 2,048 from 65,536 items and 1,024 below — above
 /// 1,024 rounded up to a multiple of 2,048, the packing width, since a partly filled packed

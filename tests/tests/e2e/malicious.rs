@@ -301,12 +301,12 @@ fn indistinguishable(
 /// `3·2³⁰` more (`Δ·3·2³⁰` added to the first packed coefficient), more than any real score
 /// (unit-norm features score at most `2³⁰`), so it comes first — what a server computing
 /// other scores on purpose can do.
-fn raise_row_zero(answer: &mut Vec<u8>, shape: &::pir::ring::scores::ScoreShape) {
-    use ::pir::ring::scores::{decode_answer, encode_answer};
-    let n = ::pir::ring::N;
+fn raise_row_zero(answer: &mut Vec<u8>, shape: &::pir::scores::ScoreShape) {
+    use ::pir::scores::{decode_answer, encode_answer};
+    let n = ::lattice::N;
     let mut values = decode_answer(shape, n, answer).unwrap();
     // The first packed ciphertext's coefficient 0 is row 0.
-    let q = ::pir::ring::modq::Q.value;
+    let q = ::lattice::modq::Q.value;
     values[0][0] = ((u128::from(values[0][0]) + (3u128 << 59)) % u128::from(q)) as u64;
     *answer = encode_answer(&values);
 }
@@ -819,11 +819,11 @@ fn a_crafted_scores_answer(g: &Gallery) {
         "/scores",
         &|a| {
             // 2²⁷ added to a coefficient in the middle: half of Δ = 2²⁹ from any multiple of it.
-            use ::pir::ring::scores::{decode_answer, encode_answer};
+            use ::pir::scores::{decode_answer, encode_answer};
             let shape = g.pir.scores.as_ref().unwrap().shape();
-            let mut v = decode_answer(&shape, ::pir::ring::N, a).unwrap();
+            let mut v = decode_answer(&shape, ::lattice::N, a).unwrap();
             let (c, i) = (v.len() / 2, v[0].len() / 2);
-            let q = ::pir::ring::modq::Q.value;
+            let q = ::lattice::modq::Q.value;
             v[c][i] = ((u128::from(v[c][i]) + (1u128 << 27)) % u128::from(q)) as u64;
             *a = encode_answer(&v);
         },

@@ -258,11 +258,11 @@ fn hintless_scores_are_exact_over_the_photos_block_and_checked() {
 
         // A damaged answer or a truncated one: typed errors, never a ranking. (Coefficient 3
         // of the first packed ciphertext holds a row; coefficients from the packing width on
-        // are never read, see `pir::ring::inspiring`.)
+        // are never read, see `pir::inspiring`.)
         let bad = {
-            use ::pir::ring::scores::{decode_answer, encode_answer};
-            let (shape, q) = (sd.shape(), ::pir::ring::modq::Q.value);
-            let mut v = decode_answer(&shape, ::pir::ring::N, &answer).unwrap();
+            use ::pir::scores::{decode_answer, encode_answer};
+            let (shape, q) = (sd.shape(), ::lattice::modq::Q.value);
+            let mut v = decode_answer(&shape, ::lattice::N, &answer).unwrap();
             // 2²⁸ = Δ/2 away: outside the error bound.
             v[0][3] = ((u128::from(v[0][3]) + (1 << 28)) % u128::from(q)) as u64;
             encode_answer(&v)

@@ -31,7 +31,7 @@ impl SchemeDoc {
             name: SCHEME.into(),
             lwe_n: lwe::LWE_N,
             log_q: lwe::LOG_Q,
-            sigma: lwe::SIGMA,
+            sigma: ::lattice::lwe::SIGMA,
             plaintext_bits: lwe::PLAINTEXT_BITS,
             security_bits: lwe::SECURITY_BITS,
         }
@@ -78,7 +78,7 @@ pub struct FileDoc {
 pub struct ScoresDoc {
     /// The partition level whose blocks are scored.
     pub level: usize,
-    /// The ring degree (only [`::pir::ring::N`] is spoken).
+    /// The ring degree (only [`::lattice::N`] is spoken).
     pub ring_n: usize,
     pub blocks: usize,
     pub dim: usize,

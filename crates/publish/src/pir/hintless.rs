@@ -1,11 +1,11 @@
 //! The hintless ranking as published and as every client runs it (browser and command line):
 //! the document entry's checks, the public file, the query for the photo's block and the exact
-//! top k from the answer. The scheme is [`super::ring::scores`]; the level is a capped one
+//! top k from the answer. The scheme is [`::pir::scores`]; the level is a capped one
 //! (`publish::partition::Overlap::Capped`), so the database has as many rows as its cap.
 //!
 //! # What leaves the client, and why it reveals nothing
 //! One `POST` of exactly [`ScoresDoc::upload_bytes`]: RLWE samples under a fresh secret and the
-//! packing-key bodies for it ([`super::ring::scores`], "Guarantee"). The block (the photo's
+//! packing-key bodies for it ([`::pir::scores`], "Guarantee"). The block (the photo's
 //! nearest centroid among the level's public centroids) and the photo's quantised features are
 //! inside the encrypted query vector, nowhere else; the size is the public shape's. The public
 //! file is the same for everyone and fetched whole.
@@ -14,7 +14,7 @@
 //! The public file against its published SHA-256, then its structure (every value reduced,
 //! every block's count equal to the partition document's, indices ascending and inside the
 //! gallery, the exact length); the answer's size and that every coefficient decodes within the
-//! error bound ([`super::ring::scores::decode`]: the key-error share proven, the rounding share heuristic). A hostile server can still return
+//! error bound ([`::pir::scores::decode`]: the key-error share proven, the rounding share heuristic). A hostile server can still return
 //! wrong scores on purpose (encrypted scores carry no checksum); it cannot learn the photo, and
 //! the thumbnails fetched next are checked against the public file's digests.
 
@@ -26,12 +26,12 @@ use crate::partition::{nearest_centroid, Overlap};
 use crate::pir::doc::{check_file, seed_hex, PirDoc, ScoresDoc};
 use crate::pir::records::{Ranked, DIGEST};
 use crate::pir::seeds::{self, Purpose};
+use ::lattice::modq::Q;
+use ::lattice::rlwe::{Ring, SecretKey};
+use ::lattice::N;
 use ::pir::client::PirError;
-use ::pir::ring::inspiring::InspiringMasks;
-use ::pir::ring::modq::Q;
-use ::pir::ring::rlwe::{Ring, SecretKey};
-use ::pir::ring::scores::{self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape};
-use ::pir::ring::N;
+use ::pir::inspiring::InspiringMasks;
+use ::pir::scores::{self, answer_len, decode_answer, encode_upload, upload_len, ScoreShape};
 use shared::api::PartitionDoc;
 use shared::error::{Error, Result};
 
@@ -326,7 +326,7 @@ impl ScoresKeys {
             seeds::derive_from(&digest, Purpose::ScoresPacking),
         )?;
         let ring = Ring::new(N);
-        let masks = ::pir::ring::scores::packing_masks(&ring, &doc.shape(), &packing);
+        let masks = ::pir::scores::packing_masks(&ring, &doc.shape(), &packing);
         Ok(ScoresKeys {
             masks,
             query_seed,
@@ -532,7 +532,7 @@ mod tests {
     use super::*;
 
     use crate::pir::doc::FileDoc;
-    use ::pir::ring::scores::failure_log2;
+    use ::pir::scores::failure_log2;
 
     /// Median of `times`, µs.
     fn median(times: &mut [f64]) -> f64 {
@@ -549,7 +549,7 @@ mod tests {
     /// `k.min(block)` results: 1 and 3 slots against 8, a visible part of decode plus ranking.
     #[test]
     fn ranking_takes_the_same_time_whatever_the_size_of_the_photos_block() {
-        use ::pir::ring::scores::{encode_answer, plaintext_scores, ScoreDb};
+        use ::pir::scores::{encode_answer, plaintext_scores, ScoreDb};
         use ::pir::selftest::random_blocks;
         use rand::SeedableRng;
         let sizes = [1usize, 3, 8, 4096];
@@ -570,7 +570,7 @@ mod tests {
             })
             .collect();
         let (qseed, pseed) = ([3u8; 32], [4u8; 32]);
-        let masks = ::pir::ring::scores::packing_masks(&ring, &shape, &pseed);
+        let masks = ::pir::scores::packing_masks(&ring, &shape, &pseed);
         let db = ScoreDb::build(&ring, shape, &blocks, &qseed, &masks).unwrap();
         // Gallery items 0 … 4,107, block by block; ids descend so ties would go the other way.
         let mut next = 0u32;
@@ -627,7 +627,7 @@ mod tests {
         let cases: Vec<(ScoresPending, Vec<u8>)> = (0..sizes.len())
             .map(|b| {
                 let (up, bodies, sk) =
-                    ::pir::ring::scores::query(&ring, &shape, &qseed, &keys.masks, b, &q, &mut rng)
+                    ::pir::scores::query(&ring, &shape, &qseed, &keys.masks, b, &q, &mut rng)
                         .unwrap();
                 let answer = encode_answer(&db.answer(&ring, &up, &bodies, None).unwrap());
                 let pending = ScoresPending {

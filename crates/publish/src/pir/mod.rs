@@ -2,18 +2,18 @@
 //! `privatemail-pir` crate applied to a partition's blocks and gallery, and the documents that
 //! publish it.
 //!
-//! The lattice code — LWE and its client, layouts of records as byte matrices, Ring-LWE with
-//! its NTT, packing and key switching, the encrypted score database, their parameters, error
-//! bounds and proofs — is the crate `pir` (package `privatemail-pir`), which knows nothing
-//! about galleries. Its errors become [`shared::Error`] with the same message through
-//! [`from_lattice`].
+//! The lattice code — LWE and its client, layouts of records as byte matrices, InspiRING
+//! packing, the encrypted score database, their parameters, error bounds and proofs — is the
+//! crate `pir` (package `privatemail-pir`), on the lattice maths of the crate `lattice` (Ring-LWE
+//! with its NTT, key switching, sampling); neither knows anything about galleries. Its errors
+//! become [`shared::Error`] with the same message through [`from_lattice`].
 //!
 //! What knows about partitions, blocks and documents is here:
 //! - [`records`] — ranking and thumbnail records and their verification, and [`records::Ranked`],
 //!   a search's ranked top k;
 //! - [`doc`] — the published document, its validation, the geometry rules;
 //! - [`seeds`] — every public mask's seed, derived from the partition's version and content;
-//! - [`hintless`] — the ranking built on `ring::scores` for large galleries: encrypted exact
+//! - [`hintless`] — the ranking built on `pir::scores` for large galleries: encrypted exact
 //!   scores of the photo's block of a capped level, no hint.
 //!
 //! `client::pir_search` builds a whole search from these; nothing here imports it.

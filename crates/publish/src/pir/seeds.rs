@@ -18,7 +18,7 @@
 //! digits, one after the other), so no two masks a client encrypts against share key, stream
 //! and position. Under the usual PRF assumption on ChaCha20 every mask is then an independent
 //! uniform value, which is what the (R)LWE security arguments of [`super::lwe`] and
-//! [`super::ring::rlwe`] assume of a public `a`.
+//! [`::lattice::rlwe`] assume of a public `a`.
 //!
 //! The seeds are bound to the partition version and to the content digests the partition
 //! document publishes (every block's and centroids file's SHA-256 and size, per level,

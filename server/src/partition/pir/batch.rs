@@ -15,16 +15,16 @@
 //! query gets its own error without holding up the others. A panic while computing a batch
 //! fails that batch's requests (500), never the leader's later batches.
 //!
-//! [`ScoreDb::answer_many`]: ::pir::ring::scores::ScoreDb::answer_many
+//! [`ScoreDb::answer_many`]: ::pir::scores::ScoreDb::answer_many
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use ::pir::ring::inspiring::InspiringBodies;
-use ::pir::ring::rlwe::Ring;
-use ::pir::ring::scores::{decode_upload, encode_answer, ScoreDb};
+use ::lattice::rlwe::Ring;
+use ::pir::inspiring::InspiringBodies;
+use ::pir::scores::{decode_upload, encode_answer, ScoreDb};
 use axum::body::Bytes;
 use tokio::sync::oneshot;
 
@@ -187,9 +187,9 @@ pub fn decode_scores(s: &ScoresServe, body: &[u8]) -> Result<ScoresQuery, QueryE
 mod tests {
     use std::sync::Arc;
 
-    use ::pir::ring::inspiring::InspiringMasks;
-    use ::pir::ring::rlwe::Ring;
-    use ::pir::ring::scores::{
+    use ::lattice::rlwe::Ring;
+    use ::pir::inspiring::InspiringMasks;
+    use ::pir::scores::{
         decode, decode_answer, packing_masks, plaintext_scores, query, ScoreDb, ScoreShape,
     };
     use axum::body::Bytes;

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ::lattice::rlwe::Ring;
+use ::lattice::N as RING_N;
 use ::pir::layout::{encode_hint, Database, Shape};
 use ::pir::lwe::{matrix_a, LWE_N};
-use ::pir::ring::rlwe::Ring;
-use ::pir::ring::scores::{answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape};
-use ::pir::ring::N as RING_N;
+use ::pir::scores::{answer_len, failure_log2, upload_len, ScoreDb, ScorePlanes, ScoreShape};
 use axum::body::Bytes;
 use publish::blocks::quantise;
 use publish::blocks::{decode_ids, hash_hex};
@@ -427,7 +427,7 @@ fn build_scores(
         seeds::derive(&p.doc, Purpose::ScoresQuery),
         seeds::derive(&p.doc, Purpose::ScoresPacking),
     );
-    let masks = ::pir::ring::scores::packing_masks(&ring, &shape, &packing_seed);
+    let masks = ::pir::scores::packing_masks(&ring, &shape, &packing_seed);
     // Each block's i16 features as the planes are laid out (one block held at a time).
     let features = |b: usize| -> Result<Vec<i16>, ::pir::Error> {
         Ok(members[b]
@@ -674,7 +674,7 @@ fn level_indices(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ::pir::ring::scores::packing_masks;
+    use ::pir::scores::packing_masks;
 
     /// A level whose longest record takes more queries than one request may carry is not
     /// offered, however cheap its upload; one query fewer than the limit is.

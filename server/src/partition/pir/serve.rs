@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use ::pir::cpu::timed;
 use ::pir::layout::Database;
-use ::pir::ring::scores::upload_len;
+use ::pir::scores::upload_len;
 use axum::body::Bytes;
 use publish::pir::doc::{PirDbDoc, PirDoc};
 

@@ -9,7 +9,7 @@
 //! The client transforms its secret key and errors, so the butterflies' conditional
 //! subtractions are branch-free ([`csub`]); the loops' shape depends only on `N`.
 
-use super::modq::{csub, Modulus, Shoup};
+use crate::modq::{csub, Modulus, Shoup};
 
 /// Twiddle tables for one ring degree.
 #[derive(Debug)]
@@ -82,7 +82,7 @@ impl Ntt {
         assert_eq!(a.len(), self.n);
         #[cfg(target_arch = "x86_64")]
         {
-            if super::fast_x86() {
+            if crate::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
                 return unsafe { self.forward_avx2(a) };
             }
@@ -125,7 +125,7 @@ impl Ntt {
         assert_eq!(a.len(), self.n);
         #[cfg(target_arch = "x86_64")]
         {
-            if super::fast_x86() {
+            if crate::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
                 return unsafe { self.inverse_avx2(a) };
             }
@@ -207,8 +207,8 @@ impl<'a> IntoIterator for &'a Slots {
 
 #[cfg(test)]
 mod tests {
-    use super::super::modq::{P, Q};
     use super::*;
+    use crate::modq::{P, Q};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 

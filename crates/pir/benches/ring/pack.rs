@@ -22,7 +22,7 @@
 //! height `h` on that coefficient's path (the multipliers add up to `N − 1`). Hence:
 //!
 //! - **Rigorous.** The switches on one path use different keys (one per level), whose errors
-//!   are independent, so their `E/P` parts ([`super::rlwe`]) add to a sub-Gaussian with proxy
+//!   are independent, so their `E/P` parts ([`lattice::rlwe`]) add to a sub-Gaussian with proxy
 //!   `(N² − 1)/3 · v_E`, `v_E` = [`Gadget::switch_gaussian_variance`]; their rounding parts
 //!   are at most `(N − 1)·(1 + N)/2 = (N² − 1)/2` in the worst case ([`rounding_worst_case`]:
 //!   about 2²³ at `N = 4,096`).
@@ -42,7 +42,7 @@
 //! scaled form it is `P·b − X` — no rounding. Every other step (the rotation `Xʳ`, the
 //! automorphisms, the sums) is linear, so the scaled value runs through the whole tree exact
 //! modulo `P·Q`, and one rounding division by `P` ends it. In the transform domain `τ_k` is a
-//! permutation of slots ([`super::ntt::Ntt::automorphism_slots`]) and `Xʳ` a pointwise
+//! permutation of slots ([`lattice::ntt::Ntt::automorphism_slots`]) and `Xʳ` a pointwise
 //! product, so a switch costs two products a digit and residue, a rotation and a permutation;
 //! the only transforms are the two inverse ones at the end (the per-switch form needs two a
 //! switch). Measured at N = 4,096 (`--bench ring`): 595 → 175 ms for 4,096 inputs.
@@ -50,7 +50,7 @@
 //! **The error bounds above hold unchanged.** The `a` half is divided at every switch exactly
 //! as in the per-switch form (the plan). Write that form's `b` after a switch as
 //! `b − (X − c)/P`, `c` the remainder its rounding drops (`|c| ≤ P/2` a coefficient, the `β`
-//! of [`super::rlwe`]'s analysis). The scaled form is `P` times the per-switch form's value
+//! of [`lattice::rlwe`]'s analysis). The scaled form is `P` times the per-switch form's value
 //! plus every dropped `c`, carried by the same linear steps; after the final division the two
 //! differ by those carried `c/P` terms, rounded once more. So the deferred form's error is the
 //! per-switch form's with each switch's `β/P` (at most ½) replaced by one final rounding (at
@@ -58,34 +58,13 @@
 //! (`(1 + N)/2` in the worst case, `(1 + N)/4` as a proxy), bounds it as it stands. Tested:
 //! the two forms differ by at most `N/2` at every message coefficient.
 
-use super::modq::{ShoupP, ShoupQ, P, Q};
-use super::rlwe::{Ciphertext, DigitsView, Gadget, KeyBody, KeyMask, Ring, SecretKey};
-use crate::held::{Held, SharedBytes};
+use lattice::modq::{Modulus, Shoup, ShoupP, ShoupQ, P, Q};
+use lattice::ntt::Slots;
+use lattice::rlwe::{
+    lwe_to_rlwe, Ciphertext, DigitsView, Gadget, KeyBody, KeyMask, LweCiphertext, Ring, SecretKey,
+    SwitchDigits,
+};
 use rand::RngCore;
-
-use crate::error::PirError;
-
-/// An LWE ciphertext of dimension `N` modulo `Q`; phase `b − ⟨a, s⟩`.
-#[derive(Clone, Debug)]
-pub struct LweCiphertext {
-    pub a: Vec<u64>,
-    pub b: u64,
-}
-
-/// The RLWE ciphertext whose constant coefficient's phase is the LWE phase: the constant
-/// coefficient of `A·s` is `A₀s₀ − Σ_{j≥1} A_{N−j}s_j`, so `A₀ = a₀` and `A_{N−j} = −a_j`.
-pub fn lwe_to_rlwe(ring: &Ring, lwe: &LweCiphertext) -> Ciphertext {
-    let n = ring.n();
-    assert_eq!(lwe.a.len(), n);
-    let mut a = vec![0u64; n];
-    a[0] = lwe.a[0];
-    for j in 1..n {
-        a[n - j] = Q.neg(lwe.a[j]);
-    }
-    let mut b = vec![0u64; n];
-    b[0] = lwe.b;
-    Ciphertext { a, b }
-}
 
 /// The automorphism `τ_k` packing uses at level `j = 1 … log N`: `k = 2ʲ + 1`.
 fn level_k(j: u32) -> usize {
@@ -99,33 +78,6 @@ pub struct PackingMasks(Vec<KeyMask>);
 /// A client's packing keys: the bodies for `τ_{2ʲ+1}(s) → s` under [`PackingMasks`]. This is
 /// all of the keys a client uploads.
 pub struct PackingBodies(Vec<KeyBody>);
-
-impl PackingBodies {
-    /// Bytes on the wire: `log N` bodies ([`KeyBody::wire_len`] each).
-    pub fn wire_len(n: usize, gadget: Gadget) -> usize {
-        n.trailing_zeros() as usize * KeyBody::wire_len(n, gadget)
-    }
-
-    pub fn write(&self, out: &mut Vec<u8>) {
-        self.0.iter().for_each(|b| b.write(out));
-    }
-
-    /// Bodies from [`PackingBodies::write`]'s bytes (exact length, reduced values).
-    pub fn read(n: usize, gadget: Gadget, bytes: &[u8]) -> Result<PackingBodies, PirError> {
-        if bytes.len() != PackingBodies::wire_len(n, gadget) {
-            return Err(PirError::Malformed(format!(
-                "packing keys have {} bytes, expected {}",
-                bytes.len(),
-                PackingBodies::wire_len(n, gadget)
-            )));
-        }
-        bytes
-            .chunks_exact(KeyBody::wire_len(n, gadget))
-            .map(|b| KeyBody::read(n, gadget, b))
-            .collect::<Result<Vec<_>, _>>()
-            .map(PackingBodies)
-    }
-}
 
 impl PackingMasks {
     pub fn from_seed(ring: &Ring, gadget: Gadget, seed: &[u8; 32]) -> PackingMasks {
@@ -157,91 +109,10 @@ impl PackingMasks {
 pub struct PackingPlan {
     width: usize,
     /// Every key switch's transformed digits, in the order the online pass consumes them.
-    digits: StepDigits,
+    digits: Vec<SwitchDigits>,
     a: Vec<u64>,
     /// The online pass's transform-domain tables for the plan's ring, built on first use.
     tables: std::sync::OnceLock<Tables>,
-}
-
-/// Every key switch's transformed digits of a plan, one step after another, modulo `Q` and
-/// modulo `P`, held or read from shared bytes (a plan's bulk: the online pass streams them).
-pub(super) struct StepDigits {
-    steps: usize,
-    q: Held<u64>,
-    p: Held<u32>,
-}
-
-impl StepDigits {
-    /// Room for `steps` switches of `digits` digits of `n` values.
-    pub(super) fn with_capacity(steps: usize, digits: usize, n: usize) -> StepDigits {
-        StepDigits {
-            steps: 0,
-            q: Held::Owned(Vec::with_capacity(steps * digits * n)),
-            p: Held::Owned(Vec::with_capacity(steps * digits * n)),
-        }
-    }
-
-    pub(super) fn push(&mut self, digits: super::rlwe::SwitchDigits) {
-        let (dq, dp) = digits.into_parts();
-        match (&mut self.q, &mut self.p) {
-            (Held::Owned(q), Held::Owned(p)) => {
-                q.extend_from_slice(&dq);
-                p.extend_from_slice(&dp);
-            }
-            _ => unreachable!("digits are pushed before they are shared"),
-        }
-        self.steps += 1;
-    }
-
-    pub(super) fn steps(&self) -> usize {
-        self.steps
-    }
-
-    /// Step `i`'s digits.
-    pub(super) fn step(&self, i: usize) -> DigitsView<'_> {
-        let (q, p) = (self.q.get(), self.p.get());
-        let (sq, sp) = (q.len() / self.steps, p.len() / self.steps);
-        DigitsView {
-            q: &q[i * sq..(i + 1) * sq],
-            p: &p[i * sp..(i + 1) * sp],
-        }
-    }
-
-    /// Bytes [`StepDigits::write`] writes.
-    pub(super) fn padded_len(&self) -> usize {
-        self.q.padded_len() + self.p.padded_len()
-    }
-
-    /// The digits, little-endian (what [`StepDigits::share`] reads back).
-    pub(super) fn write(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
-        self.q.write(out)?;
-        self.p.write(out)
-    }
-
-    /// [`StepDigits::write`], then drops the digits, keeping their SHA-256 ([`Held::write_out`]).
-    pub(super) fn write_out(
-        &mut self,
-        out: &mut (impl std::io::Write + ?Sized),
-    ) -> std::io::Result<()> {
-        self.q.write_out(out)?;
-        self.p.write_out(out)
-    }
-
-    /// Reads the digits from `bytes[offset..]`, where [`StepDigits::write`] or
-    /// [`StepDigits::write_out`] wrote them, instead of holding them (refused unless they are
-    /// equal to the digits held or have the SHA-256 kept of them); the offset after them.
-    pub(super) fn share(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
-        let end = self.q.share(bytes, offset)?;
-        self.p.share(bytes, end)
-    }
-
-    pub(super) fn is_owned(&self) -> bool {
-        self.q.is_owned() || self.p.is_owned()
-    }
-
-    pub(super) fn byte_len(&self) -> usize {
-        self.q.byte_len() + self.p.byte_len()
-    }
 }
 
 impl PackingPlan {
@@ -258,8 +129,7 @@ impl PackingPlan {
         };
         // The merges (`width − 1`) and the trace's levels: the buffers' exact sizes.
         let steps = width - 1 + trace_levels(ring, width).count();
-        let gadget_digits = masks.0.first().map_or(0, |m| m.gadget().digits);
-        let mut digits = StepDigits::with_capacity(steps, gadget_digits, n);
+        let mut digits = Vec::with_capacity(steps);
         let mut a = merge(ring, width, &leaf, &mut |l, diff| {
             let (d, a) =
                 masks.0[l as usize - 1].switch_a(ring, &ring.automorphism(diff, level_k(l)));
@@ -272,7 +142,7 @@ impl PackingPlan {
             digits.push(d);
             a = add(&a, &switched);
         }
-        debug_assert_eq!(digits.steps(), steps);
+        debug_assert_eq!(digits.len(), steps);
         PackingPlan {
             width,
             digits,
@@ -281,41 +151,9 @@ impl PackingPlan {
         }
     }
 
-    /// Bytes [`PackingPlan::write_digits`] writes.
-    pub fn digits_len(&self) -> usize {
-        self.digits.padded_len()
-    }
-
-    /// The steps' digits, little-endian (what [`PackingPlan::share_digits`] reads back).
-    pub fn write_digits(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
-        self.digits.write(out)
-    }
-
-    /// Reads the digits from `bytes[offset..]`, where [`PackingPlan::write_digits`] wrote
-    /// them, instead of holding them (refused unless they are equal); returns the offset after
-    /// them.
-    pub fn share_digits(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
-        self.digits.share(bytes, offset)
-    }
-
-    /// Whether the digits are in the plan's own memory (not shared).
-    pub fn digits_owned(&self) -> bool {
-        self.digits.is_owned()
-    }
-
     /// Inputs the plan was built for.
     pub fn width(&self) -> usize {
         self.width
-    }
-
-    /// The packed output's `a` part: it depends only on the plan, so it is public.
-    pub fn a(&self) -> &[u64] {
-        &self.a
-    }
-
-    /// Bytes the plan holds (its steps' transformed digits dominate).
-    pub fn bytes(&self) -> usize {
-        8 * self.a.len() + self.digits.byte_len()
     }
 
     /// The packed ciphertext of LWE ciphertexts with these `b` values (the same order and
@@ -339,7 +177,7 @@ impl PackingPlan {
         // `Q`, and 0 modulo `P`.
         let scale = Q.shoup(Q.mul(P.value % Q.value, Q.inv(ring.n() as u64)));
         let leaf = |i: usize| b_values.get(i).map_or(0, |&b| scale.times(b));
-        let mut steps = (0..self.digits.steps()).map(|i| self.digits.step(i));
+        let mut steps = self.digits.iter().map(SwitchDigits::view);
         let mut next = || steps.next().expect("the plan has every step");
         let merge = Merge {
             ring,
@@ -367,7 +205,7 @@ impl PackingPlan {
             }
             p
         };
-        let mut steps = (0..self.digits.steps()).map(|i| self.digits.step(i));
+        let mut steps = self.digits.iter().map(SwitchDigits::view);
         let mut b = merge(ring, self.width, &leaf, &mut |l, diff| {
             let digits = steps.next().expect("the plan has every step");
             bodies.0[l as usize - 1].switch_b(ring, digits, &ring.automorphism(diff, level_k(l)))
@@ -391,17 +229,17 @@ struct Scaled {
 
 /// The transform-domain tables of the online half, per level `j = 1 … log N` (index `j − 1`):
 /// `X^(N/2ʲ)` transformed modulo `Q` and modulo `P` (a merge's rotation of its odd child) and
-/// `τ_{2ʲ+1}` as a permutation of slots ([`super::ntt::Ntt::automorphism_slots`]; the same
+/// `τ_{2ʲ+1}` as a permutation of slots ([`lattice::ntt::Ntt::automorphism_slots`]; the same
 /// for both residues, whose transforms share their order). Public; one per ring.
 #[derive(Debug)]
-pub(super) struct Tables {
+struct Tables {
     rotation_q: Vec<Vec<ShoupQ>>,
     rotation_p: Vec<Vec<ShoupP>>,
-    slots: Vec<super::ntt::Slots>,
+    slots: Vec<Slots>,
 }
 
 impl Tables {
-    pub(super) fn new(ring: &Ring) -> Tables {
+    fn new(ring: &Ring) -> Tables {
         let n = ring.n();
         let levels = 1..=n.trailing_zeros();
         let monomial = |j: u32| {
@@ -520,7 +358,7 @@ impl Merge<'_> {
 fn kernel(f: impl FnOnce()) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::fast_x86() {
+        if lattice::fast_x86() {
             // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
             return unsafe { kernel_avx2(f) };
         }
@@ -538,7 +376,7 @@ unsafe fn kernel_avx2(f: impl FnOnce()) {
 /// `even ← even + odd + τ(even − odd)`.
 #[inline(always)]
 fn merge_residue(
-    m: super::modq::Modulus,
+    m: Modulus,
     even: &mut [u64],
     odd: &mut [u64],
     rotation: &[impl Multiplier],
@@ -581,7 +419,7 @@ impl Multiplier for ShoupP {
 
 /// One residue of a trace step: `out ← x + τ(x)`.
 #[inline(always)]
-fn trace_residue(m: super::modq::Modulus, x: &[u64], out: &mut [u64], slots: &[u32]) {
+fn trace_residue(m: Modulus, x: &[u64], out: &mut [u64], slots: &[u32]) {
     for ((o, &v), &s) in out.iter_mut().zip(x).zip(slots) {
         *o = m.add(v, x[s as usize]);
     }
@@ -603,7 +441,7 @@ pub fn pack(
 }
 
 /// `N⁻¹`: inputs are scaled by it because the merges and the trace multiply by `N` in all.
-fn n_inverse(ring: &Ring) -> super::modq::Shoup {
+fn n_inverse(ring: &Ring) -> Shoup {
     Q.shoup(Q.inv(ring.n() as u64))
 }
 
@@ -675,45 +513,20 @@ pub fn rounding_worst_case(n: usize) -> f64 {
     (n as f64 - 1.0) * Gadget::rounding_worst_case(n)
 }
 
-/// An LWE encryption of `m` under the coefficients of `sk` with a fresh uniform `a` (tests and
-/// benchmarks; a protocol's answers come from the server's product instead).
-pub fn lwe_encrypt(ring: &Ring, sk: &SecretKey, m: u64, rng: &mut impl RngCore) -> LweCiphertext {
-    let a: Vec<u64> = (0..ring.n()).map(|_| super::rlwe::uniform(rng)).collect();
-    lwe_encrypt_with(a, sk, m, rng)
-}
-
-/// An LWE encryption of `m` with the given `a`.
-pub fn lwe_encrypt_with(
-    a: Vec<u64>,
-    sk: &SecretKey,
-    m: u64,
-    rng: &mut impl RngCore,
-) -> LweCiphertext {
-    let e = Q.from_i64(i64::from(crate::lwe::sample_error(rng) as i32));
-    let dot = a
-        .iter()
-        .zip(sk.coeffs())
-        .fold(0u64, |acc, (&x, &s)| Q.add(acc, Q.mul(x, s)));
-    LweCiphertext {
-        b: Q.add(Q.add(dot, e), m),
-        a,
-    }
-}
-
 #[cfg(test)]
-pub(super) mod tests {
-    use super::super::rlwe::{phase, SecretKey};
+mod tests {
     use super::*;
+    use lattice::rlwe::{lwe_encrypt, phase};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
 
     /// `|got − want|`, centered modulo `Q`.
-    pub(in super::super) fn error_at(got: u64, want: u64) -> i64 {
+    fn error_at(got: u64, want: u64) -> i64 {
         Q.centered(Q.sub(got, want)).abs()
     }
 
     /// `count` LWE encryptions under `sk` of random multiples of 2⁴⁰, and the messages.
-    pub(in super::super) fn random_messages(
+    fn random_messages(
         ring: &Ring,
         sk: &SecretKey,
         count: usize,
@@ -758,16 +571,6 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_single_lwe_ciphertext_converts_exactly() {
-        let ring = Ring::new(64);
-        let mut rng = ChaCha20Rng::seed_from_u64(8);
-        let sk = SecretKey::generate(&ring, &mut rng);
-        let lwe = lwe_encrypt(&ring, &sk, 12345 << 30, &mut rng);
-        let ph = phase(&ring, &sk, &lwe_to_rlwe(&ring, &lwe));
-        assert!(error_at(ph[0], 12345 << 30) <= 60);
-    }
-
-    #[test]
     fn packing_places_every_message_and_clears_the_rest() {
         let g = Gadget::DEFAULT;
         for (n, count) in [(32usize, 32usize), (64, 64), (64, 5), (64, 1), (256, 100)] {
@@ -777,16 +580,13 @@ pub(super) mod tests {
 
     #[test]
     fn one_plan_serves_fresh_secrets_over_fixed_a_parts() {
+        use lattice::rlwe::{lwe_encrypt_with, uniform};
         // A database's answers have fixed `a` parts; each query has its own secret and keys.
         let (n, count) = (256usize, 200usize);
         let ring = Ring::new(n);
         let mut rng = ChaCha20Rng::seed_from_u64(10);
         let a_fixed: Vec<Vec<u64>> = (0..count)
-            .map(|_| {
-                (0..n)
-                    .map(|_| super::super::rlwe::uniform(&mut rng))
-                    .collect()
-            })
+            .map(|_| (0..n).map(|_| uniform(&mut rng)).collect())
             .collect();
         let masks = PackingMasks::from_seed(&ring, Gadget::DEFAULT, &[5; 32]);
         let rlwe_a: Vec<Vec<u64>> = a_fixed
@@ -856,9 +656,30 @@ pub(super) mod tests {
     #[test]
     fn packing_error_stays_within_the_bound_at_full_size() {
         // The deployed degree and gadget, every slot used.
-        let ratio = check(super::super::N, super::super::N, Gadget::DEFAULT, 9);
+        let ratio = check(lattice::N, lattice::N, Gadget::DEFAULT, 9);
         // The bound is a 2⁻⁴⁰ tail; a typical worst coefficient sits well inside it.
         eprintln!("worst packing error / its 2^-40 bound at N = 4096: {ratio:.3}");
         assert!(ratio > 0.05, "the error is real, not zero ({ratio})");
+    }
+
+    /// The tree's error figures at the deployed degree, as its docs, InspiRING's docs and
+    /// docs/eval/pir.md compare them against InspiRING's.
+    #[test]
+    fn the_trees_error_figures_are_the_ones_its_docs_state() {
+        let near = |got: f64, want: f64, tol: f64| {
+            assert!((got - want).abs() <= tol, "{got} is not {want} ± {tol}")
+        };
+        let (n, g) = (lattice::N, Gadget::DEFAULT);
+        near(added_variance(n, g).log2() / 2.0, 18.42, 0.005);
+        near(added_gaussian_variance(n, g).log2() / 2.0, 18.39, 0.005);
+        near(rounding_worst_case(n).log2(), 23.0, 0.001);
+        // At 2⁻⁴⁰ (the tail the packing tests use): parameter 2²¹·³.
+        near(
+            (2.0 * 41.0 * std::f64::consts::LN_2 * added_variance(n, g))
+                .sqrt()
+                .log2(),
+            21.33,
+            0.01,
+        );
     }
 }

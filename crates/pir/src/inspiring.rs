@@ -1,9 +1,10 @@
 //! Packing `γ ≤ N/2` LWE ciphertexts into one RLWE ciphertext with **one** key-switching key:
 //! the InspiRING idea (Mahdavi et al., "InsPIRe: Communication-efficient PIR with server-side
-//! preprocessing", 2025), derived and written here from the algebra below. It replaces
-//! [`super::pack`]'s tree (CDKS), which needs `log N` = 12 keys: the client uploads one key
-//! body (96 KiB) instead of twelve (1,152 KiB), and the server's online half per input is two
-//! products a digit and residue and one permutation, with no rotations.
+//! preprocessing", 2025), derived and written here from the algebra below. It replaces the
+//! tree packing (CDKS; `benches/ring/pack.rs`, the baseline), which needs `log N` = 12 keys:
+//! the client uploads one key body (96 KiB) instead of twelve (1,152 KiB), and the server's
+//! online half per input is two products a digit and residue and one permutation, with no
+//! rotations.
 //!
 //! # The algebra
 //! Let `g = 2N/γ + 1`. For `γ ≤ N/2` it generates the subgroup `H = {k ≡ 1 mod 2N/γ}` of
@@ -14,7 +15,7 @@
 //! `γ | j`.
 //!
 //! An LWE ciphertext `(a_i, b_i)` with phase `b_i − ⟨a_i, s⟩ = μ_i` has `⟨a_i, s⟩` as the
-//! constant coefficient of `ã_i·s` ([`lwe_to_rlwe`]). So for `i < γ`
+//! constant coefficient of `ã_i·s` ([`lattice::rlwe::lwe_to_rlwe`]). So for `i < γ`
 //!
 //! `Σ_i Xⁱ·(b_i − T(ã_i·s)/γ) = Σ_i μ_i·Xⁱ − (terms at Xⁱ⁺ᵗᵞ, t ≥ 1)`:
 //!
@@ -35,18 +36,18 @@
 //! fixed when the inputs' `a` parts are (a database's answers to a query of a public matrix),
 //! so the server computes them once ([`InspiringPlan::new`]); a query's packing is the `b`
 //! chain alone: `β_{γ−1} = 0`, `β_k = τ_g(β_{k+1}) − ⌊Σ_t d_{k,t}·k_t / P⌉`, then `β_0 + B₀`.
-//! As in [`super::pack`] it runs on `P·β` modulo `P·Q` in the transform domain, where `τ_g` is
+//! As in the tree packing it runs on `P·β` modulo `P·Q` in the transform domain, where `τ_g` is
 //! a permutation of slots, and divides by `P` once at the end.
 //!
 //! **The transform in `O(N·(N log N + γ))`.** In the transform domain (slot `t` evaluates at
 //! `ω_t`, and `τ_σ` reads slot `π_σ(t)`): `A'_k[t] = γ⁻¹·Σ_i ω_{π_{g⁻ᵏ}(t)}ⁱ·ã_i[t]` — for
 //! each slot `t`, the polynomial `P_t(Y) = Σ_i ã_i[t]·Yⁱ` evaluated at `γ` of the `N` points
-//! one forward transform of `P_t` gives ([`super::ntt::Ntt::automorphism_slot`]).
+//! one forward transform of `P_t` gives ([`lattice::ntt::Ntt::automorphism_slot`]).
 //!
 //! # Error
 //! At a message coefficient the output phase is `μ_i` plus the inputs' errors plus
 //! `Σ_k τ_g^k(κ_k)`, `κ_k` the `k`-th switch's error with its `b`-rounding moved to one final
-//! rounding (≤ ½) as in [`super::pack`]; automorphisms permute coefficients up to sign, so
+//! rounding (≤ ½) as in the tree packing; automorphisms permute coefficients up to sign, so
 //! each switch's error enters once — no doubling, against the tree's `(N² − 1)/3` growth.
 //! - **Rigorous.** Every switch uses the same key, so the key errors' parts `E_k/P` are not
 //!   independent: each coefficient of `Σ_k τ_g^k(E_k)/P` is `⟨w, e⟩/P` for the key's errors `e`
@@ -66,13 +67,13 @@
 
 use rand::RngCore;
 
-use super::modq::{P, Q};
-use super::pack::StepDigits;
-use super::rlwe::{Ciphertext, Gadget, KeyBody, KeyMask, OrbitKey, Ring, SecretKey};
-use crate::error::PirError;
-use crate::held::SharedBytes;
+use lattice::modq::{P, Q};
+use lattice::rlwe::{
+    Ciphertext, DigitsView, Gadget, KeyBody, KeyMask, OrbitKey, Ring, SecretKey, SwitchDigits,
+};
 
-pub use super::pack::{lwe_to_rlwe, LweCiphertext};
+use crate::error::PirError;
+use crate::held::{Held, SharedBytes};
 
 /// The generator of the packing's automorphisms for `gamma` inputs: `2N/γ + 1`.
 pub fn generator(n: usize, gamma: usize) -> usize {
@@ -134,7 +135,9 @@ impl InspiringBodies {
                 InspiringBodies::wire_len(n, gadget)
             )));
         }
-        KeyBody::read(n, gadget, bytes).map(InspiringBodies)
+        KeyBody::read(n, gadget, bytes)
+            .map(InspiringBodies)
+            .map_err(|e| PirError::Malformed(e.0))
     }
 }
 
@@ -151,8 +154,8 @@ pub struct InspiringPlan {
 }
 
 impl InspiringPlan {
-    /// The plan for inputs whose RLWE `a` parts are `a_parts` ([`lwe_to_rlwe`]; at most the
-    /// masks' width, the rest taken as zero inputs).
+    /// The plan for inputs whose RLWE `a` parts are `a_parts` ([`lattice::rlwe::lwe_to_rlwe`];
+    /// at most the masks' width, the rest taken as zero inputs).
     pub fn new(ring: &Ring, masks: &InspiringMasks, a_parts: &[Vec<u64>]) -> InspiringPlan {
         let (n, gamma) = (ring.n(), masks.gamma);
         assert!(a_parts.len() <= gamma);
@@ -383,14 +386,114 @@ pub fn rounding_worst_case(n: usize, gamma: usize) -> f64 {
     (gamma as f64 - 1.0) * n as f64 / 2.0 + 0.5
 }
 
+/// Every key switch's transformed digits of a plan, one step after another, modulo `Q` and
+/// modulo `P`, held or read from shared bytes (a plan's bulk: the online pass streams them).
+struct StepDigits {
+    steps: usize,
+    q: Held<u64>,
+    p: Held<u32>,
+}
+
+impl StepDigits {
+    /// Room for `steps` switches of `digits` digits of `n` values.
+    fn with_capacity(steps: usize, digits: usize, n: usize) -> StepDigits {
+        StepDigits {
+            steps: 0,
+            q: Held::Owned(Vec::with_capacity(steps * digits * n)),
+            p: Held::Owned(Vec::with_capacity(steps * digits * n)),
+        }
+    }
+
+    fn push(&mut self, digits: SwitchDigits) {
+        let (dq, dp) = digits.into_parts();
+        match (&mut self.q, &mut self.p) {
+            (Held::Owned(q), Held::Owned(p)) => {
+                q.extend_from_slice(&dq);
+                p.extend_from_slice(&dp);
+            }
+            _ => unreachable!("digits are pushed before they are shared"),
+        }
+        self.steps += 1;
+    }
+
+    fn steps(&self) -> usize {
+        self.steps
+    }
+
+    /// Step `i`'s digits.
+    fn step(&self, i: usize) -> DigitsView<'_> {
+        let (q, p) = (self.q.get(), self.p.get());
+        let (sq, sp) = (q.len() / self.steps, p.len() / self.steps);
+        DigitsView {
+            q: &q[i * sq..(i + 1) * sq],
+            p: &p[i * sp..(i + 1) * sp],
+        }
+    }
+
+    /// Bytes [`StepDigits::write`] writes.
+    fn padded_len(&self) -> usize {
+        self.q.padded_len() + self.p.padded_len()
+    }
+
+    /// The digits, little-endian (what [`StepDigits::share`] reads back).
+    fn write(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.q.write(out)?;
+        self.p.write(out)
+    }
+
+    /// [`StepDigits::write`], then drops the digits, keeping their SHA-256 ([`Held::write_out`]).
+    fn write_out(&mut self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.q.write_out(out)?;
+        self.p.write_out(out)
+    }
+
+    /// Reads the digits from `bytes[offset..]`, where [`StepDigits::write`] or
+    /// [`StepDigits::write_out`] wrote them, instead of holding them (refused unless they are
+    /// equal to the digits held or have the SHA-256 kept of them); the offset after them.
+    fn share(&mut self, bytes: &SharedBytes, offset: usize) -> crate::Result<usize> {
+        let end = self.q.share(bytes, offset)?;
+        self.p.share(bytes, end)
+    }
+
+    fn is_owned(&self) -> bool {
+        self.q.is_owned() || self.p.is_owned()
+    }
+
+    fn byte_len(&self) -> usize {
+        self.q.byte_len() + self.p.byte_len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::pack::lwe_encrypt_with;
-    use super::super::pack::tests::{error_at, random_messages};
-    use super::super::rlwe::{phase, uniform};
     use super::*;
+    use lattice::rlwe::{
+        lwe_encrypt, lwe_encrypt_with, lwe_to_rlwe, phase, uniform, LweCiphertext,
+    };
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
+
+    /// `|got − want|`, centered modulo `Q`.
+    fn error_at(got: u64, want: u64) -> i64 {
+        Q.centered(Q.sub(got, want)).abs()
+    }
+
+    /// `count` LWE encryptions under `sk` of random multiples of 2⁴⁰, and the messages.
+    fn random_messages(
+        ring: &Ring,
+        sk: &SecretKey,
+        count: usize,
+        rng: &mut ChaCha20Rng,
+    ) -> (Vec<u64>, Vec<LweCiphertext>) {
+        let msgs: Vec<u64> = (0..count)
+            .map(|_| Q.mul(rng.random_range(0..4096), 1 << 40))
+            .collect();
+        let cts = msgs
+            .iter()
+            .map(|&m| lwe_encrypt(ring, sk, m, rng))
+            .collect();
+        (msgs, cts)
+    }
 
     /// Packs `count` encryptions of random multiples of 2⁴⁰ into width `gamma`; checks every
     /// message coefficient against the heuristic 2⁻⁴⁰ tail and returns the worst error's
@@ -512,7 +615,7 @@ mod tests {
 
     #[test]
     fn packing_error_stays_within_the_bound_at_the_deployed_width() {
-        let ratio = check(super::super::N, super::super::N / 2, super::super::N / 2, 9);
+        let ratio = check(lattice::N, lattice::N / 2, lattice::N / 2, 9);
         eprintln!("worst packing error / its 2^-40 bound at N = 4096, γ = 2048: {ratio:.3}");
         assert!(ratio > 0.05, "the error is real, not zero ({ratio})");
     }

@@ -1,5 +1,5 @@
 //! AVX-512 builds of the packing's online step, eight coefficients at a time: the work a
-//! server does per packed input of every query ([`super::inspiring`]), 90 % of a hintless
+//! server does per packed input of every query (`pir::inspiring`), 90 % of a hintless
 //! answer's time at 1,000,000 items.
 //!
 //! Why by hand: the residues modulo `Q` need the high half of a 64 × 64-bit product (Shoup's
@@ -13,17 +13,17 @@
 
 use std::arch::x86_64::*;
 
-use super::modq::{ShoupP, ShoupQ, P, Q};
+use crate::modq::{ShoupP, ShoupQ, P, Q};
 
 /// Whether this CPU runs these kernels (checked once per call site; the standard library caches
 /// the detection).
-pub(super) fn available() -> bool {
+pub(crate) fn available() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
 }
 
 /// One two-digit switch's operands over a run, residue by residue: the plan's transformed
 /// digits and the key body's two rows.
-pub(super) struct TwoDigits<'a> {
+pub(crate) struct TwoDigits<'a> {
     pub dq: (&'a [u64], &'a [u64]),
     pub dp: (&'a [u32], &'a [u32]),
     pub kq: (&'a [ShoupQ], &'a [ShoupQ]),
@@ -38,7 +38,7 @@ pub(super) struct TwoDigits<'a> {
 /// # Safety
 /// The CPU must support AVX-512F and AVX-512DQ ([`available`]).
 #[target_feature(enable = "avx512f,avx512dq")]
-pub(super) unsafe fn subtract_two(ops: TwoDigits<'_>, (xq, xp): (&mut [u64], &mut [u64])) {
+pub(crate) unsafe fn subtract_two(ops: TwoDigits<'_>, (xq, xp): (&mut [u64], &mut [u64])) {
     let n = xq.len();
     assert!(n.is_multiple_of(8));
     for len in [

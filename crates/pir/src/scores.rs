@@ -90,14 +90,15 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use zeroize::Zeroizing;
 
-use super::inspiring::{
+use lattice::modq::Q;
+use lattice::rlwe::{encrypt_under, phase_of, uniform, Gadget, Ring, SecretKey};
+
+use crate::error::{Error, PirError, Result};
+use crate::held::{Held, SharedBytes};
+use crate::inspiring::{
     added_gaussian_variance, added_variance, rounding_worst_case, InspiringBodies, InspiringMasks,
     InspiringPlan,
 };
-use super::modq::Q;
-use super::rlwe::{encrypt_under, phase_of, uniform, Gadget, Ring, SecretKey};
-use crate::error::{Error, PirError, Result};
-use crate::held::{Held, SharedBytes};
 
 /// Bits of each answer coefficient on the wire (module docs, "The answer on the wire").
 pub const ANSWER_BITS: u32 = 37;
@@ -249,7 +250,7 @@ fn error_variance(shape: &ScoreShape, n: usize) -> f64 {
 /// The LWE pass's error proxy, `σ²·Σ_j D_ij²` over a packed row (rigorous): each block
 /// contributes its item's `‖f‖² ≤ NORM_CAP` and its norm digits' entries.
 fn lwe_variance(shape: &ScoreShape, _n: usize) -> f64 {
-    let sigma = crate::lwe::SIGMA;
+    let sigma = lattice::lwe::SIGMA;
     sigma * sigma * shape.blocks as f64 * (NORM_CAP + NORM_DIGIT_ENERGY) as f64
 }
 
@@ -343,7 +344,7 @@ impl ScorePlanes<'_> {
 
     /// The database with every plan built and held in memory (on every core in the server).
     pub fn build(self) -> ScoreDb {
-        let plans = super::par_map(&self.jobs(), |job| self.plan(job), None);
+        let plans = crate::par::par_map(&self.jobs(), |job| self.plan(job), None);
         ScoreDb {
             shape: self.shape,
             lo: self.lo,
@@ -367,7 +368,7 @@ impl ScorePlanes<'_> {
         self.hi.write(out)?;
         let mut len = self.lo.padded_len() + self.hi.padded_len();
         let mut plans = Vec::new();
-        super::par_for_each_in_order(
+        crate::par::par_for_each_in_order(
             &self.jobs(),
             |job| self.plan(job),
             |mut plan: InspiringPlan| {
@@ -577,7 +578,7 @@ impl ScoreDb {
     }
 
     /// The answer to a query: per plane and row chunk, the packed ciphertext's `b` part. With
-    /// `micros`, the work's summed time is added to it (see [`super::par_map`]).
+    /// `micros`, the work's summed time is added to it (see `par::par_map`).
     pub fn answer(
         &self,
         ring: &Ring,
@@ -669,7 +670,7 @@ impl ScoreDb {
         let rows = lo.len() / cols;
         let runs: Vec<usize> = (0..rows).step_by(RUN).collect();
         // Per run, row-major: row i's value for query 0, 1, …
-        let parts = super::par_map(
+        let parts = crate::par::par_map(
             &runs,
             |&start| {
                 let end = (start + RUN).min(rows);
@@ -745,7 +746,7 @@ impl ScoreDb {
             .zip(self.shape.row_chunks(ring.n()))
             .collect();
         let width = self.shape.packing_width(ring.n());
-        let packed = super::par_map(
+        let packed = crate::par::par_map(
             &jobs,
             |(plan, rows)| {
                 let inputs: Vec<(&InspiringBodies, &[u64])> = bodies
@@ -1768,9 +1769,7 @@ mod tests {
         let mut wrong_a: Vec<Vec<u64>> = public_a.iter().map(|a| a.to_vec()).collect();
         // Another version's parts: a different polynomial (a change of a few units in `a`
         // moves each phase by at most that times ‖s‖₁ and is tolerated like any error).
-        wrong_a[1] = (0..n)
-            .map(|_| super::super::rlwe::uniform(&mut rng))
-            .collect();
+        wrong_a[1] = (0..n).map(|_| uniform(&mut rng)).collect();
         let wrong_a: Vec<&[u64]> = wrong_a.iter().map(|a| a.as_slice()).collect();
         assert!(
             decode(&ring, &shape, &sk, &wrong_a, &answer).is_err(),
@@ -1924,8 +1923,9 @@ mod tests {
 
     #[test]
     fn the_documented_bounds_are_what_the_code_computes() {
-        // The figures quoted in this module's docs, `rlwe`'s, `pack`'s and docs/eval/pir.md.
-        let n = super::super::N;
+        // The figures quoted in this module's docs, `rlwe`'s and docs/eval/pir.md (the tree
+        // packing's, for comparison: `tests/tree_pack.rs`).
+        let n = lattice::N;
         let shape = |blocks, rows| ScoreShape {
             blocks,
             dim: 64,
@@ -1962,23 +1962,6 @@ mod tests {
         near(g.switch_variance(n).log2(), 14.43, 0.005);
         near(g.switch_gaussian_variance(n).log2(), 14.36, 0.005);
         near(g.switch_variance(n).sqrt(), 148.0, 0.5);
-        // The tree packing's (`pack`), for comparison in its docs and pir.md.
-        use super::super::pack;
-        near(pack::added_variance(n, g).log2() / 2.0, 18.42, 0.005);
-        near(
-            pack::added_gaussian_variance(n, g).log2() / 2.0,
-            18.39,
-            0.005,
-        );
-        near(pack::rounding_worst_case(n).log2(), 23.0, 0.001);
-        // At 2⁻⁴⁰ (the tail the packing tests use): parameter 2²¹·³.
-        near(
-            (2.0 * 41.0 * std::f64::consts::LN_2 * pack::added_variance(n, g))
-                .sqrt()
-                .log2(),
-            21.33,
-            0.01,
-        );
     }
 
     #[test]

@@ -1,14 +1,14 @@
-//! Our negacyclic NTT (`pir::ring::ntt`) against the maintained `tfhe-ntt` (Zama's; AVX2 and
+//! Our negacyclic NTT (`lattice::ntt`) against the maintained `tfhe-ntt` (Zama's; AVX2 and
 //! AVX-512 kernels chosen at run time) on the kernels the hintless ranking runs: N = 4,096
 //! modulo Q = 2⁶² − 2¹⁶ + 1 and modulo the special prime P = 2³² − 2²⁰ + 1 (as u32 in
 //! `tfhe-ntt`'s 32-bit plan). Each: a forward transform, an inverse, and a whole negacyclic
 //! product (two forwards, the pointwise product, an inverse). The products are checked equal
-//! before anything is timed. `cargo bench -p privatemail-pir --bench ntt_libs`.
+//! before anything is timed. `cargo bench -p privatemail-lattice --bench ntt_libs`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pir::ring::modq::{Modulus, P, Q};
-use pir::ring::ntt::Ntt;
-use pir::ring::N;
+use lattice::modq::{Modulus, P, Q};
+use lattice::ntt::Ntt;
+use lattice::N;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 

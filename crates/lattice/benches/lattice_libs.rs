@@ -1,4 +1,4 @@
-//! Our ring kernels (`pir::ring`) against the maintained lattice libraries on the same shapes
+//! Our ring kernels (`lattice`) against the maintained lattice libraries on the same shapes
 //! (issue #31): N = 4,096, Q = 2⁶² − 2¹⁶ + 1, the automorphism τ₃ (X ↦ X³), a key switch with
 //! two 31-bit gadget digits. Every group runs ours and theirs one after the other in one
 //! process, so both see the same machine.
@@ -11,7 +11,7 @@
 //!   τ₃ then a key switch), at one 62-bit modulus, where `fhe` decomposes in base 2³¹: two digits
 //!   like ours but no special modulus. Its decryption is checked against τ₃ of the message.
 //! - **poulpy** (`poulpy-core`/`-hal`/`-cpu-avx`/`-cpu-portable` 0.10; nightly Rust only, see
-//!   `pir/Cargo.toml`): GLWE key switching and GLWE automorphism (τ₃ + switch) at rank 1,
+//!   `lattice/Cargo.toml`): GLWE key switching and GLWE automorphism (τ₃ + switch) at rank 1,
 //!   N = 4,096, a 62-bit torus precision, two 31-bit digits and a 32-bit auxiliary guard (our
 //!   special prime P is 32 bits), on its AVX2 FFT backend (`FFT64Avx`, base 2¹⁷ limbs, and base
 //!   2¹⁶ limbs with whole-limb 32-bit digits) and its AVX2 NTT backend (`NTT4x30Avx`, base 2³¹
@@ -21,19 +21,19 @@
 //!   product is checked against a schoolbook one modulo 2⁶², the switches' decrypted noise is
 //!   checked small.
 //!
-//! `cargo bench -p privatemail-pir --bench lattice_libs` (fhe.rs only), or with poulpy:
+//! `cargo bench -p privatemail-lattice --bench lattice_libs` (fhe.rs only), or with poulpy:
 //! `RUSTFLAGS="--cfg lattice_nightly -C target-feature=+avx2,+fma" cargo +nightly bench -p
-//! privatemail-pir --bench lattice_libs`.
+//! privatemail-lattice --bench lattice_libs`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fhe::bfv::{BfvParametersBuilder, Encoding, EvaluationKeyBuilder, Plaintext};
 use fhe_math::rq::traits::TryConvertFrom;
 use fhe_math::rq::{Context, Poly, Representation, SubstitutionExponent};
 use fhe_traits::{FheDecoder, FheDecrypter, FheEncoder, FheEncrypter};
-use pir::ring::modq::{Modulus, Q};
-use pir::ring::ntt::Ntt;
-use pir::ring::rlwe::{encrypt, phase, AutomorphismKey, Gadget, Ring, SecretKey};
-use pir::ring::N;
+use lattice::modq::{Modulus, Q};
+use lattice::ntt::Ntt;
+use lattice::rlwe::{encrypt, phase, AutomorphismKey, Gadget, Ring, SecretKey};
+use lattice::N;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -278,7 +278,7 @@ mod poulpy {
     macro_rules! glwe {
         ($be:ty, $name:expr, $base2k:expr, $k_digit:expr, $group:expr) => {{
             use $crate::poulpy::*;
-            let n = pir::ring::N;
+            let n = lattice::N;
             let base2k: usize = $base2k;
             let k_digit = TorusPrecision($k_digit);
             let module = Module::<$be>::new(n as u64);
@@ -455,7 +455,7 @@ mod poulpy {
     macro_rules! transform {
         ($be:ty, $name:expr, $base2k:expr, $group:expr) => {{
             use $crate::poulpy::*;
-            let n = pir::ring::N;
+            let n = lattice::N;
             let base2k: usize = $base2k;
             let size = K_CT.div_ceil(base2k);
             let module = Module::<$be>::new(n as u64);

@@ -37,8 +37,9 @@
 //! `2·4,096·(2³⁰ + 1)²·6.4²/P² ≈ 2¹⁴·³⁶` and the rounding term `4,097/4 ≈ 2¹⁰`: a switch
 //! adds an error with variance proxy ≈ 2¹⁴·⁴³ (sub-Gaussian parameter ≈ 148) at `N = 4,096`
 //! (its rigorous worst-case rounding is 2,048.5). Packing's `(N² − 1)/3` growth takes the
-//! parameter to about 2¹⁸·⁴ ([`super::pack`], which also gives the rigorous bound), against
-//! the scores' margin `Δ/2 = 2²⁹` ([`super::scores::failure_log2`] checks the whole bound).
+//! parameter to about 2¹⁸·⁴ (the tree packing beside `pir`'s `ring` bench, which also gives the
+//! rigorous bound), against the scores' margin `Δ/2 = 2²⁹` (`pir::scores::failure_log2` checks
+//! the whole bound).
 //!
 //! Security: the keys are RLWE samples modulo `P·Q < 2⁹⁴` (see the module above for the
 //! standard's bound at `N = 4,096`: `log₂ Q ≤ 109`).
@@ -52,10 +53,9 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use zeroize::{Zeroize, Zeroizing};
 
-use super::modq::{Modulus, Shoup, ShoupP, ShoupQ, P, Q};
-use super::ntt::Ntt;
-use crate::error::PirError;
 use crate::lwe::sample_error;
+use crate::modq::{Modulus, Shoup, ShoupP, ShoupQ, P, Q};
+use crate::ntt::Ntt;
 
 /// The ring `Z_Q[X]/(Xᴺ + 1)` of one degree, with its transform tables.
 #[derive(Debug)]
@@ -89,7 +89,7 @@ impl Ring {
     }
 
     /// The transform modulo `P` of a copy of `a` (already reduced modulo `P`).
-    pub(super) fn to_ntt_p(&self, a: &[u64]) -> Vec<u64> {
+    pub fn to_ntt_p(&self, a: &[u64]) -> Vec<u64> {
         let mut f = a.to_vec();
         self.ntt_p.forward(&mut f);
         f
@@ -331,6 +331,54 @@ fn uniform_mod(m: Modulus, rng: &mut impl RngCore) -> u64 {
     }
 }
 
+/// An LWE ciphertext of dimension `N` modulo `Q` under the RLWE secret's coefficients
+/// ([`SecretKey::coeffs`]); phase `b − ⟨a, s⟩`.
+#[derive(Clone, Debug)]
+pub struct LweCiphertext {
+    pub a: Vec<u64>,
+    pub b: u64,
+}
+
+/// The RLWE ciphertext whose constant coefficient's phase is the LWE phase: the constant
+/// coefficient of `A·s` is `A₀s₀ − Σ_{j≥1} A_{N−j}s_j`, so `A₀ = a₀` and `A_{N−j} = −a_j`.
+pub fn lwe_to_rlwe(ring: &Ring, lwe: &LweCiphertext) -> Ciphertext {
+    let n = ring.n();
+    assert_eq!(lwe.a.len(), n);
+    let mut a = vec![0u64; n];
+    a[0] = lwe.a[0];
+    for j in 1..n {
+        a[n - j] = Q.neg(lwe.a[j]);
+    }
+    let mut b = vec![0u64; n];
+    b[0] = lwe.b;
+    Ciphertext { a, b }
+}
+
+/// An LWE encryption of `m` under the coefficients of `sk` with a fresh uniform `a` (tests and
+/// benchmarks; a protocol's answers come from the server's product instead).
+pub fn lwe_encrypt(ring: &Ring, sk: &SecretKey, m: u64, rng: &mut impl RngCore) -> LweCiphertext {
+    let a: Vec<u64> = (0..ring.n()).map(|_| uniform(rng)).collect();
+    lwe_encrypt_with(a, sk, m, rng)
+}
+
+/// An LWE encryption of `m` with the given `a`.
+pub fn lwe_encrypt_with(
+    a: Vec<u64>,
+    sk: &SecretKey,
+    m: u64,
+    rng: &mut impl RngCore,
+) -> LweCiphertext {
+    let e = Q.from_i64(i64::from(sample_error(rng) as i32));
+    let dot = a
+        .iter()
+        .zip(sk.coeffs())
+        .fold(0u64, |acc, (&x, &s)| Q.add(acc, Q.mul(x, s)));
+    LweCiphertext {
+        b: Q.add(Q.add(dot, e), m),
+        a,
+    }
+}
+
 /// Signed base-`2^log_base` decomposition into `digits` digits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gadget {
@@ -398,6 +446,11 @@ impl Gadget {
     }
 }
 
+/// Bytes that are not a key body ([`KeyBody::read`]): the wrong length, or a value not reduced.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Malformed(pub String);
+
 /// The public half of a key-switching key: each digit's uniform `a_t` modulo `P·Q` (both
 /// residues, transformed), expanded by ChaCha20 from a public seed and stream. It is the same
 /// for every client (a common reference string, as Kyber seeds its matrix), so a server can
@@ -430,7 +483,7 @@ impl KeyRow {
 }
 
 /// A key body in orbit order, each orbit twice over ([`KeyBody::orbit_key`]).
-pub(super) struct OrbitKey {
+pub struct OrbitKey {
     gamma: usize,
     rows: Vec<KeyRow>,
 }
@@ -439,8 +492,8 @@ impl OrbitKey {
     /// `x[o·γ + j] ← x[o·γ + j] − Σ_t d_t[o·γ + j]·k_t[o·γ + (j + shift) mod γ]` for every orbit
     /// `o` (`k_t` in orbit order), modulo `Q` and `P`, transformed and undivided: InspiRING's
     /// online step with its accumulator kept in place and the key's run shifted instead of the
-    /// accumulator permuted (the derivation is in [`super::inspiring`]).
-    pub(super) fn subtract_rotated(
+    /// accumulator permuted (the derivation is in `pir::inspiring`).
+    pub fn subtract_rotated(
         &self,
         digits: DigitsView<'_>,
         shift: usize,
@@ -453,12 +506,12 @@ impl OrbitKey {
         #[cfg(target_arch = "x86_64")]
         {
             if let [r0, r1] = &self.rows[..] {
-                if g.is_multiple_of(8) && super::avx512::available() {
+                if g.is_multiple_of(8) && crate::avx512::available() {
                     let (d0, d1) = digits.q.split_at(n);
                     let (e0, e1) = digits.p.split_at(n);
                     for o in 0..n / g {
                         let (at, key) = (o * g..(o + 1) * g, 2 * o * g + shift..);
-                        let ops = super::avx512::TwoDigits {
+                        let ops = crate::avx512::TwoDigits {
                             dq: (&d0[at.clone()], &d1[at.clone()]),
                             dp: (&e0[at.clone()], &e1[at.clone()]),
                             kq: (&r0.q[key.clone()][..g], &r1.q[key.clone()][..g]),
@@ -467,7 +520,7 @@ impl OrbitKey {
                         // SAFETY: the CPU supports AVX-512F and DQ (checked just above); the
                         // kernel checks every length itself.
                         unsafe {
-                            super::avx512::subtract_two(ops, (&mut xq[at.clone()], &mut xp[at]))
+                            crate::avx512::subtract_two(ops, (&mut xq[at.clone()], &mut xp[at]))
                         };
                     }
                     return;
@@ -528,7 +581,7 @@ impl SwitchDigits {
 
     /// Each digit's values reordered, `out[i] = self[map[i]]` (a packing plan stores them in
     /// the order its online pass reads them).
-    pub(super) fn permuted(&self, map: &[u32]) -> SwitchDigits {
+    pub fn permuted(&self, map: &[u32]) -> SwitchDigits {
         let n = map.len();
         SwitchDigits {
             q: self
@@ -663,10 +716,10 @@ impl KeyBody {
     /// A body from [`KeyBody::write`]'s bytes: exactly [`KeyBody::wire_len`] of them, every
     /// value reduced — anything else is refused, so a malformed upload never reaches the
     /// arithmetic.
-    pub fn read(n: usize, gadget: Gadget, bytes: &[u8]) -> std::result::Result<KeyBody, PirError> {
+    pub fn read(n: usize, gadget: Gadget, bytes: &[u8]) -> Result<KeyBody, Malformed> {
         let expected = KeyBody::wire_len(n, gadget);
         if bytes.len() != expected {
-            return Err(PirError::Malformed(format!(
+            return Err(Malformed(format!(
                 "a key body has {} bytes, expected {expected}",
                 bytes.len()
             )));
@@ -674,7 +727,7 @@ impl KeyBody {
         let reduced = |m: Modulus, v: u64| {
             (v < m.value)
                 .then_some(v)
-                .ok_or_else(|| PirError::Malformed("a key body value is not reduced".into()))
+                .ok_or_else(|| Malformed("a key body value is not reduced".into()))
         };
         let rows = bytes
             .chunks_exact(n * 12)
@@ -683,7 +736,7 @@ impl KeyBody {
                 let q = q
                     .chunks_exact(8)
                     .map(|c| reduced(Q, u64::from_le_bytes(c.try_into().expect("8 bytes"))))
-                    .collect::<std::result::Result<Vec<u64>, _>>()?;
+                    .collect::<Result<Vec<u64>, _>>()?;
                 let p = p
                     .chunks_exact(4)
                     .map(|c| {
@@ -692,17 +745,17 @@ impl KeyBody {
                             u64::from(u32::from_le_bytes(c.try_into().expect("4 bytes"))),
                         )
                     })
-                    .collect::<std::result::Result<Vec<u64>, _>>()?;
+                    .collect::<Result<Vec<u64>, _>>()?;
                 Ok(KeyRow::new(&q, &p))
             })
-            .collect::<std::result::Result<Vec<KeyRow>, PirError>>()?;
+            .collect::<Result<Vec<KeyRow>, Malformed>>()?;
         Ok(KeyBody { rows })
     }
 
     /// The other half: `b − ⌊Σ_t d_t·b_t / P⌉`.
     /// `x ← x − Σ_t d_t·k_t` for this body's rows, modulo `Q` and `P`, transformed and not
-    /// divided by `P` (what a packing with its divisions deferred accumulates; [`super::pack`]).
-    pub(super) fn subtract_product(
+    /// divided by `P` (what a packing with its divisions deferred accumulates).
+    pub fn subtract_product(
         &self,
         ring: &Ring,
         digits: DigitsView<'_>,
@@ -712,11 +765,11 @@ impl KeyBody {
         ring.subtract_key_product(digits, &self.rows, xq, xp)
     }
 
-    /// The body laid out for InspiRING's online pass ([`super::inspiring`]): `orbits` lists the
+    /// The body laid out for InspiRING's online pass (`pir::inspiring`): `orbits` lists the
     /// slots orbit by orbit (`γ` each, in the order the slot permutation walks them), and each
     /// orbit's values are written twice over, so the values from any position on, wrapping
     /// round the orbit, are one contiguous run ([`OrbitKey::subtract_rotated`]).
-    pub(super) fn orbit_key(&self, orbits: &[u32], gamma: usize) -> OrbitKey {
+    pub fn orbit_key(&self, orbits: &[u32], gamma: usize) -> OrbitKey {
         let doubled =
             |o: &[u32]| -> Vec<usize> { o.iter().chain(o).map(|&s| s as usize).collect() };
         let order: Vec<usize> = orbits.chunks_exact(gamma).flat_map(doubled).collect();
@@ -769,7 +822,7 @@ impl Ring {
     ) {
         #[cfg(target_arch = "x86_64")]
         {
-            if super::fast_x86() {
+            if crate::fast_x86() {
                 // SAFETY: the CPU supports AVX2 and BMI2 (checked just above).
                 return unsafe { self.subtract_key_product_avx2(digits, key, xq, xp) };
             }
@@ -817,7 +870,7 @@ impl Ring {
 
     /// `⌊x / P⌉ mod Q` for `x` modulo `P·Q` given by its transformed residues `xq`, `xp`
     /// (reduced): the division that ends a switch (or, deferred, a whole packing).
-    pub(super) fn divide_transformed(&self, mut xq: Vec<u64>, mut xp: Vec<u64>) -> Vec<u64> {
+    pub fn divide_transformed(&self, mut xq: Vec<u64>, mut xp: Vec<u64>) -> Vec<u64> {
         self.ntt.inverse(&mut xq);
         self.ntt_p.inverse(&mut xp);
         xq.iter()
@@ -897,6 +950,16 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha20Rng;
+
+    #[test]
+    fn a_single_lwe_ciphertext_converts_exactly() {
+        let ring = Ring::new(64);
+        let mut rng = ChaCha20Rng::seed_from_u64(8);
+        let sk = SecretKey::generate(&ring, &mut rng);
+        let lwe = lwe_encrypt(&ring, &sk, 12345 << 30, &mut rng);
+        let ph = phase(&ring, &sk, &lwe_to_rlwe(&ring, &lwe));
+        assert!(Q.centered(Q.sub(ph[0], 12345 << 30)).abs() <= 60);
+    }
 
     fn max_error(got: &[u64], want: &[u64]) -> i64 {
         got.iter()
@@ -1036,8 +1099,8 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_vector_step_equals_the_portable_loop() {
-        use crate::ring::N;
-        if !super::super::avx512::available() {
+        use crate::N;
+        if !crate::avx512::available() {
             eprintln!("no AVX-512 on this CPU: the portable loop is the only one that runs");
             return;
         }

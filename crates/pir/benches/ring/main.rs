@@ -1,14 +1,21 @@
 //! The ring layer at the deployed degree N = 4,096: one transform, one key switch (the unit of
-//! packing's cost), and packing N LWE ciphertexts (N − 1 switches) — whole, and the online
-//! half a server runs per query once it holds the plan for fixed `a` parts.
+//! packing's cost), and packing N LWE ciphertexts (N − 1 switches) with the tree (CDKS, the
+//! baseline, `pack.rs` beside this file: only this bench uses it) — whole, and the online half a
+//! server runs per query once it holds the plan for fixed `a` parts — against InspiRING.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pir::ring::inspiring::{InspiringMasks, InspiringPlan};
-use pir::ring::pack::{lwe_encrypt, lwe_to_rlwe, pack, PackingMasks, PackingPlan};
-use pir::ring::rlwe::{encrypt, AutomorphismKey, Gadget, Ring, SecretKey};
-use pir::ring::N;
+use lattice::rlwe::{
+    encrypt, lwe_encrypt, lwe_to_rlwe, uniform, AutomorphismKey, Gadget, Ring, SecretKey,
+};
+use lattice::N;
+use pack::{pack, PackingMasks, PackingPlan};
+use pir::inspiring::{InspiringMasks, InspiringPlan};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
+
+// The tree's error figures are for its tests (`tests/tree_pack.rs`), not the bench.
+#[allow(dead_code)]
+mod pack;
 
 fn bench(c: &mut Criterion) {
     let ring = Ring::new(N);
@@ -63,9 +70,7 @@ fn bench(c: &mut Criterion) {
     let plane: Vec<i8> = (0..rows * cols)
         .map(|i| ((i * 2_654_435_761) >> 7) as i8)
         .collect();
-    let query: Vec<u64> = (0..cols)
-        .map(|_| pir::ring::rlwe::uniform(&mut rng))
-        .collect();
+    let query: Vec<u64> = (0..cols).map(|_| uniform(&mut rng)).collect();
     group.bench_function("score_pass_11000x16384_i8", |b| {
         b.iter(|| score_pass(&plane, &query));
     });
@@ -75,7 +80,7 @@ fn bench(c: &mut Criterion) {
 /// `plane · query mod Q`, row by row: the query split into 31-bit halves so every product and
 /// sum fits an `i64` (|d| ≤ 2⁷, 2¹⁴ columns: |sum| < 2⁵²).
 fn score_pass(plane: &[i8], query: &[u64]) -> Vec<u64> {
-    use pir::ring::modq::Q;
+    use lattice::modq::Q;
     let lo: Vec<i64> = query.iter().map(|&x| (x & 0x7fff_ffff) as i64).collect();
     let hi: Vec<i64> = query.iter().map(|&x| (x >> 31) as i64).collect();
     plane

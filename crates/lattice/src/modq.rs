@@ -3,7 +3,7 @@
 //! 2³² that is `≡ 1 (mod 2¹⁶)`). A 32-bit `P` keeps every value modulo `P` in a `u32`: the
 //! server's packing plans hold a quarter less, and the key bodies a client uploads a seventh
 //! less, than with the 46-bit prime used before; the switching error it adds stays far below
-//! the scores' margin ([`super::rlwe`]).
+//! the scores' margin ([`crate::rlwe`]).
 //!
 //! Both are `≡ 1 (mod 2¹⁶)`, so each has primitive 2N-th roots of unity for every power-of-two
 //! `N ≤ 2¹⁵` (the negacyclic NTT needs one). `P·Q < 2⁹⁴`. Values are kept reduced in
@@ -120,10 +120,10 @@ impl Modulus {
 
     /// A signed integer `x` with `|x| < q` as an element of `Z_q`, branch-free (`x + q` when
     /// `x` is negative: its sign, as a mask, selects `q`). Secrets pass through here — ternary
-    /// key coefficients and Gaussian errors (`rlwe`, `pack`), the client's query vector
-    /// (`scores::query`) — all far below `q`; so do public values: gadget digits (`|d| ≤ 2³⁰ +
-    /// 1 < P`), the other prime's centered residues (`< P/2 < Q`), the server's plane sums and
-    /// database entries (`< 2⁵⁹`). A larger magnitude is a caller's bug (checked in debug
+    /// key coefficients and Gaussian errors (`rlwe`, packing), the client's query vector
+    /// (`pir::scores::query`) — all far below `q`; so do public values: gadget digits
+    /// (`|d| ≤ 2³⁰ + 1 < P`), the other prime's centered residues (`< P/2 < Q`), the server's
+    /// plane sums and database entries (`< 2⁵⁹`). A larger magnitude is a caller's bug (checked in debug
     /// builds); [`Modulus::from_i64_wide`] takes any `i64`, for public values only.
     #[inline]
     pub fn from_i64(self, x: i64) -> u64 {
@@ -208,7 +208,7 @@ impl Shoup {
 
 /// A constant multiplier modulo `Q` with its Shoup companion, without [`Shoup`]'s copy of the
 /// modulus: 16 bytes where many are held and streamed (key bodies, packing tables).
-/// `repr(C)`: the AVX-512 kernels (`super::avx512`) read eight of them as sixteen `u64`.
+/// `repr(C)`: the AVX-512 kernels (`crate::avx512`) read eight of them as sixteen `u64`.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct ShoupQ {

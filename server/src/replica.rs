@@ -210,11 +210,7 @@ fn look(
 }
 
 /// Fetch, check and prepare manifest `sha` (staged on success).
-fn prepare(
-    state: &AppState,
-    f: &Follow,
-    sha: &str,
-) -> Result<crate::state::Prepared, StateError> {
+fn prepare(state: &AppState, f: &Follow, sha: &str) -> Result<crate::state::Prepared, StateError> {
     let t = Instant::now();
     let (sha, m, store_path) = batch::materialize(&f.from, Some(sha), &f.cache_dir)?;
     tracing::info!(manifest = %sha, items = m.items, secs = t.elapsed().as_secs_f64(), "replica: next version fetched and checked");

@@ -587,7 +587,10 @@ impl Partitions {
             .replace(Arc::clone(&new));
         h.retired.retain(|(p, _)| p.doc.version != new.doc.version);
         h.gone.retain(|v| *v != new.doc.version);
-        if h.staged.as_ref().is_some_and(|s| s.doc.version == new.doc.version) {
+        if h.staged
+            .as_ref()
+            .is_some_and(|s| s.doc.version == new.doc.version)
+        {
             h.staged = None;
         }
         let Some(old) = old.filter(|o| o.doc.version != new.doc.version) else {
@@ -718,7 +721,10 @@ mod tests {
         assert!(p.get("b").is_ok());
         assert_eq!(p.current().unwrap().doc.version, "a");
         assert!(!p.promote("c"), "only the staged version is promoted");
-        assert!(p.get("b").is_ok(), "a failed promotion keeps the staged one");
+        assert!(
+            p.get("b").is_ok(),
+            "a failed promotion keeps the staged one"
+        );
         assert!(p.promote("b"));
         assert_eq!(p.current().unwrap().doc.version, "b");
         // The old version serves its searches in flight for the grace period.

@@ -53,8 +53,7 @@ impl AppState {
     ) -> Result<Prepared, StateError> {
         // File pages rather than the process's memory, as at start-up (`item::mapped`).
         if let Some(dir) = self.partitions.settings.pir_dir.as_deref() {
-            if let Err(e) = crate::item::mapped::map_items(dir, &mut items, &self.catalogue_pages)
-            {
+            if let Err(e) = crate::item::mapped::map_items(dir, &mut items, &self.catalogue_pages) {
                 tracing::warn!(error = %e, "mapping the next catalogue failed; held in memory");
             }
         }

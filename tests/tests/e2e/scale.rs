@@ -872,7 +872,13 @@ fn switch_under_load(bucket: Bucket, tag: &str) {
         secs[secs.len() - 1]
     );
     for r in &failed {
-        eprintln!("failed search: {}", r.err.lines().last().unwrap_or(""));
+        eprintln!(
+            "failed search from {:.1} s to {:.1} s after the announcement (the switch at {:.1} s): {}",
+            r.start - announced,
+            r.end - announced,
+            switched - announced,
+            r.err.lines().last().unwrap_or("")
+        );
     }
     assert!(failed.is_empty(), "{} searches failed", failed.len());
     for r in &results {

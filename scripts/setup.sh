@@ -39,7 +39,9 @@ if [ "${PM_SETUP_WASM:-0}" = 1 ]; then
   command -v wasm-pack >/dev/null 2>&1 || { step "compiling wasm-pack" "3–5 minutes"; cargo install -q wasm-pack; }
 fi
 
-# The object-storage test's S3-compatible server (tests/tests/e2e/object_store.rs).
+# The tests' S3-compatible server: the object-storage test (tests/tests/e2e/object_store.rs)
+# and the replicas' version switch from a bucket (tests/tests/e2e/scale.rs). scripts/test.sh
+# asks for it with the browser tools; running the server does not need it.
 if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
   have=$(cargo install --list 2>/dev/null | awk '/^s3s-fs v/{gsub(/v|:/, "", $2); print $2}')
   [ "$have" = "0.14.1" ] || { step "compiling s3s-fs 0.14.1 (the object-storage test's server)" "3 minutes"; cargo install -q s3s-fs --version 0.14.1 --features binary; }

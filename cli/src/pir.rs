@@ -20,6 +20,8 @@ use crate::http::{BodyLimit, Server};
 /// What a PIR search cost.
 #[derive(Debug, Clone, Serialize)]
 pub struct PirCosts {
+    /// The gallery (partition) version every request of the search named.
+    pub version: String,
     pub plan: PirPlan,
     /// Query bodies sent and answers received by this search.
     pub bytes_up: u64,
@@ -87,7 +89,21 @@ pub fn search(
 ) -> Result<(Ranked, PirCosts)> {
     let part: PartitionDoc =
         server.get_json_within("/api/v1/partition", limits::MAX_PARTITION_DOC_BYTES)?;
-    let doc: PirDoc = server.get_json("/api/v1/pir")?;
+    // The PIR document of the partition's very version: the current version may change
+    // between the two requests (a replica switching, or two replicas behind a balancer).
+    if !part
+        .version
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        || part.version.is_empty()
+        || part.version.len() > 128
+    {
+        return Err(CliError::Malformed(format!(
+            "the partition names its version `{}`, not a URL-safe name",
+            shared::text::excerpt(&part.version, 80)
+        )));
+    }
+    let doc: PirDoc = server.get_json(&format!("/api/v1/pir/{}", part.version))?;
     let p = plan_of(&part, &doc, k, max_bytes, ranking)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let refusal = gallery.refusal()?;
@@ -142,6 +158,7 @@ pub fn search(
         Ok(found) => Ok((
             found.ranked,
             PirCosts {
+                version: part.version.clone(),
                 plan: p,
                 bytes_up: traffic.up,
                 bytes_down: traffic.down,

@@ -439,6 +439,29 @@ fn open_state(
     )
 }
 
+/// The items of a version copied into the local cache by [`materialize`] (its store at
+/// `store_path`), with their features: what a replica switching to it serves.
+pub fn cached_items(store_path: &Path) -> Result<Vec<crate::item::GalleryItem>, StateError> {
+    let store = Store::open(store_path)?;
+    let weights = crate::state::model_version(data::assets::MODEL_WEIGHTS);
+    let loaded = store
+        .load_items()
+        .and_then(|items| Ok((items, store.load_features(&weights)?)));
+    store.close();
+    let (items, mut features) = loaded?;
+    items
+        .into_iter()
+        .map(|it| {
+            let f = features
+                .remove(&it.id)
+                .ok_or_else(|| invalid(format!("cached item {} has no features", it.id)))?;
+            Ok(crate::item::GalleryItem::with_features(
+                it.id, it.label, it.pixels, f,
+            )?)
+        })
+        .collect()
+}
+
 /// A replica's local copy of a manifest's version: the manifest (the pinned one, or the one
 /// `CURRENT.json` names) and a local store filled from its catalogue, checked against its
 /// hash. Copied once into `cache_dir/{manifest sha}/` (written aside, renamed), reused after.

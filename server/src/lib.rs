@@ -12,4 +12,5 @@ pub mod item;
 pub mod net;
 pub mod ops;
 pub mod partition;
+pub mod replica;
 pub mod state;

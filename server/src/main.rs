@@ -168,6 +168,21 @@ struct Args {
     /// A replica: the manifest (its SHA-256) to serve instead of the announced one.
     #[arg(long, env = "PM_FROM_VERSION", requires = "from")]
     from_version: Option<String>,
+    /// A replica: milliseconds between two looks at the store's `CURRENT.json` (a HEAD; the
+    /// object is read only when it changed). When it names a new version, the replica
+    /// fetches and checks it, builds its PIR databases beside the version serving and
+    /// switches (`privatemail_server::replica`). 0: never (serve the start's version only).
+    /// Not with `--from-version`, which pins one.
+    #[arg(long, env = "PM_FOLLOW_INTERVAL_MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    follow_interval_ms: u64,
+    /// A replica: seconds from the announcement (its last-modified time in the store) to the
+    /// switch, so that every replica has the version ready when they all switch; a replica
+    /// ready later switches when ready (and logs it). Above the preparation time the log
+    /// reports ("prepare_secs").
+    #[arg(long, env = "PM_SWITCH_DELAY_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    switch_delay_secs: u64,
     /// A replica: where versions are copied to from the store (reused across restarts).
     #[arg(long, env = "PM_CACHE_DIR", default_value = "privatemail-data/cache")]
     cache_dir: PathBuf,
@@ -332,6 +347,7 @@ async fn main() {
 
 async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // A replica: the published version's manifest decides what is served.
+    let public_url_given = args.blocks_public_url.clone();
     let mut replica: Option<(String, privatemail_server::batch::GalleryManifest)> = None;
     if let Some(from) = args.from.clone() {
         let t = std::time::Instant::now();
@@ -478,6 +494,22 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         tracing::info!(manifest = %sha, partition = %m.partition_version, secs = t.elapsed().as_secs_f64(), "replica ready");
+    }
+    if let (Some((sha, _)), Some(from)) = (&replica, &args.from) {
+        if args.from_version.is_none() && args.follow_interval_ms > 0 {
+            let follow = privatemail_server::replica::Follow {
+                from: from.clone(),
+                cache_dir: args.cache_dir.clone(),
+                interval: std::time::Duration::from_millis(args.follow_interval_ms),
+                switch_delay: std::time::Duration::from_secs(args.switch_delay_secs),
+                blocks_public_url: public_url_given,
+                serving: sha.clone(),
+            };
+            let s = std::sync::Arc::clone(&state);
+            std::thread::Builder::new()
+                .name("replica-follow".into())
+                .spawn(move || privatemail_server::replica::follow(s, follow))?;
+        }
     }
     // Expired versions leave the block store even when no request comes to prune them; a
     // replica never deletes from the store it follows.

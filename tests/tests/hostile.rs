@@ -558,7 +558,15 @@ impl Hostile {
                 self.damaged_posts.fetch_add(1, Ordering::SeqCst);
                 fake::forward(&self.http, &self.real, path, req).await
             }
-            Case::RelatedSeeds if path == "/api/v1/pir" => {
+            // The current version's document, or the one of a named version (the CLI asks for
+            // the partition's).
+            Case::RelatedSeeds
+                if req.method == "GET"
+                    && (path == "/api/v1/pir"
+                        || path
+                            .strip_prefix("/api/v1/pir/")
+                            .is_some_and(|v| !v.contains('/'))) =>
+            {
                 let r = fake::forward_identity(&self.http, &self.real, path, req).await;
                 let Body::Bytes(bytes) = r.body else {
                     unreachable!("forward answers with bytes")

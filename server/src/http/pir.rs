@@ -42,6 +42,7 @@ const ECHO_MAX: usize = 64;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/pir", get(document))
+        .route("/pir/{version}", get(version_document))
         .route("/pir/{version}/rank", get(table))
         .route("/pir/{version}/thumbs/code", get(code))
         .route("/pir/{version}/{db}/hint", get(hint))
@@ -86,6 +87,27 @@ async fn document(State(s): Shared, headers: HeaderMap) -> Result<Response, ApiE
         &headers,
         quoted(&pir.doc.version),
         NO_CACHE,
+        "application/json",
+        &pir.doc_json,
+        None,
+    ))
+}
+
+/// `GET /pir/{version}`: the PIR document of a version still served (current, in its grace
+/// period, or staged by a replica about to switch), immutable: a client that read the
+/// partition document asks for the PIR document of that very version, so the two agree even
+/// when the current version changes between its two requests (or they reach two replicas).
+async fn version_document(
+    State(s): Shared,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Path(version) = path.map_err(bad_path)?;
+    let (_, pir) = served(&s, &version)?;
+    Ok(send_held(
+        &headers,
+        quoted(&pir.doc.version),
+        IMMUTABLE,
         "application/json",
         &pir.doc_json,
         None,

@@ -209,6 +209,15 @@ impl Drop for OwnRuntime {
     }
 }
 
+/// An object's [`BlockStore::head_object`]: equal stamps, the same content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectStamp {
+    pub e_tag: Option<String>,
+    /// When it was written, by the store's clock (milliseconds since the Unix epoch).
+    pub modified_ms: i64,
+    pub size: u64,
+}
+
 /// The partition's file store.
 pub struct BlockStore {
     store: Arc<dyn ObjectStore>,
@@ -524,6 +533,25 @@ impl BlockStore {
     /// nothing).
     pub fn put_object(&self, name: &str, bytes: Bytes) -> Result<()> {
         self.put_all(vec![(Path::from(name), bytes)])
+    }
+
+    /// What identifies an object's current content without reading it (one HEAD): its ETag,
+    /// last-modified time and size; `None` if there is no such object. A replica polls its
+    /// store's announcement with this and reads it only when the stamp changes.
+    pub fn head_object(&self, name: &str) -> Result<Option<ObjectStamp>> {
+        let store = Arc::clone(&self.store);
+        let path = Path::from(name);
+        Ok(self.rt.block_on(async move {
+            match store.head(&path).await {
+                Ok(m) => Ok(Some(ObjectStamp {
+                    e_tag: m.e_tag,
+                    modified_ms: m.last_modified.timestamp_millis(),
+                    size: m.size,
+                })),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?)
     }
 
     /// One object, `None` if there is none.

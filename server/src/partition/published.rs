@@ -165,6 +165,9 @@ pub struct Published {
     /// [`fingerprint`] of what it was built from.
     pub fingerprint: String,
     pub build_secs: f64,
+    /// The store this version's files are read from when it is not the partitions' own (a
+    /// replica's next gallery version lives in a prefix of its own: `Partitions::load_from`).
+    pub(super) store: Option<Arc<BlockStore>>,
 }
 
 impl Drop for Published {
@@ -329,6 +332,7 @@ pub(super) fn assemble(
         catalogue_version,
         fingerprint,
         build_secs,
+        store: None,
     })
 }
 

@@ -71,6 +71,9 @@ pub enum BlockError {
 
 #[derive(Debug, Default)]
 struct History {
+    /// A version answerable by name before it is current (a replica's next gallery version,
+    /// prepared ahead of the moment the fleet switches: `Partitions::stage`).
+    staged: Option<Arc<Published>>,
     /// Replaced versions still served, oldest first, with when they expire.
     retired: VecDeque<(Arc<Published>, Instant)>,
     /// Versions no longer served, newest last.
@@ -244,6 +247,26 @@ impl Partitions {
         let Some(store) = &self.store else {
             return Ok(None);
         };
+        let p = Self::load_current_of(store)?;
+        Ok(p.map(|mut p| {
+            self.fit_memory(&mut p);
+            p
+        }))
+    }
+
+    /// The version announced in another store (a replica's next gallery version, in a prefix
+    /// of its own), ready to serve: its files are read from `store` (checked as the own
+    /// store's are). An error if nothing is announced there.
+    pub fn load_from(&self, store: Arc<BlockStore>) -> Result<Published, PartitionError> {
+        let mut p = Self::load_current_of(&store)?.ok_or_else(|| {
+            PartitionError::Invalid(format!("{} announces no partition", store.describe()))
+        })?;
+        p.store = Some(store);
+        self.fit_memory(&mut p);
+        Ok(p)
+    }
+
+    fn load_current_of(store: &BlockStore) -> Result<Option<Published>, PartitionError> {
         let Some((m, doc, _)) = store.load_current()? else {
             return Ok(None);
         };
@@ -260,7 +283,7 @@ impl Partitions {
                 None
             }
         };
-        let mut p = assemble(
+        let p = assemble(
             doc,
             None,
             checksums,
@@ -269,7 +292,6 @@ impl Partitions {
             m.fingerprint,
             m.build_secs,
         )?;
-        self.fit_memory(&mut p);
         Ok(Some(p))
     }
 
@@ -353,7 +375,11 @@ impl Partitions {
             block,
             err,
         };
-        let store = self.store.as_ref().ok_or_else(|| fail("no store".into()))?;
+        let store = p
+            .store
+            .as_ref()
+            .or(self.store.as_ref())
+            .ok_or_else(|| fail("no store".into()))?;
         let version = &p.doc.version;
         let slot = p.slot(level, block).ok_or_else(missing)?;
         if let (false, Some(sums)) = (p.keep, &p.checksums) {
@@ -426,6 +452,7 @@ impl Partitions {
             cur.iter()
                 .map(|p| p.doc.version.clone())
                 .chain(h.retired.iter().map(|(p, _)| p.doc.version.clone()))
+                .chain(h.staged.iter().map(|p| p.doc.version.clone()))
                 .chain(
                     self.in_flight
                         .lock()
@@ -518,7 +545,38 @@ impl Partitions {
 
     /// Make `new` current; the replaced version (if different) is served for the grace period.
     pub fn publish(&self, new: Published) {
-        let new = Arc::new(new);
+        self.publish_arc(Arc::new(new));
+    }
+
+    /// Make `new` answerable by name (`get`, hence every version-named URL) without making it
+    /// current: what a replica does with the next gallery version once it is whole (fetched,
+    /// checked, its PIR databases built), until the moment every replica switches. A search
+    /// that starts on a replica that has switched may then send its next request to one that
+    /// has not, and be answered. One version at a time: a new one replaces the last staged.
+    pub fn stage(&self, new: Published) {
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        h.gone.retain(|v| *v != new.doc.version);
+        h.staged = Some(Arc::new(new));
+    }
+
+    /// Make the staged version `version` current ([`Partitions::publish`]); false if it is not
+    /// the one staged.
+    pub fn promote(&self, version: &str) -> bool {
+        let staged = {
+            let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            match h.staged.take() {
+                Some(p) if p.doc.version == version => p,
+                other => {
+                    h.staged = other;
+                    return false;
+                }
+            }
+        };
+        self.publish_arc(staged);
+        true
+    }
+
+    fn publish_arc(&self, new: Arc<Published>) {
         // History first, then current (the only place both are held): a concurrent `get` that
         // no longer finds the old version current finds it retired.
         let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
@@ -529,6 +587,12 @@ impl Partitions {
             .replace(Arc::clone(&new));
         h.retired.retain(|(p, _)| p.doc.version != new.doc.version);
         h.gone.retain(|v| *v != new.doc.version);
+        if h.staged
+            .as_ref()
+            .is_some_and(|s| s.doc.version == new.doc.version)
+        {
+            h.staged = None;
+        }
         let Some(old) = old.filter(|o| o.doc.version != new.doc.version) else {
             return;
         };
@@ -577,6 +641,9 @@ impl Partitions {
         if let Some((p, _)) = h.retired.iter().find(|(p, _)| p.doc.version == version) {
             return Ok(Arc::clone(p));
         }
+        if let Some(p) = h.staged.as_ref().filter(|p| p.doc.version == version) {
+            return Ok(Arc::clone(p));
+        }
         let asked: String = version.chars().take(ECHO_MAX).collect();
         let current = cur.doc.version.clone();
         if h.gone.iter().any(|v| v == version) {
@@ -611,6 +678,7 @@ mod tests {
             catalogue_version: 0,
             fingerprint: String::new(),
             build_secs: 0.0,
+            store: None,
         }
     }
 
@@ -642,6 +710,27 @@ mod tests {
         // A version that comes back (same gallery again) is current, not gone.
         p.publish(fake("a"));
         assert!(p.get("a").is_ok());
+    }
+
+    #[test]
+    fn a_staged_version_is_answered_by_name_and_promoted_with_the_old_one_kept() {
+        let p = Partitions::new(PartitionSettings::default(), None);
+        p.publish(fake("a"));
+        p.stage(fake("b"));
+        // Answerable by name, not current.
+        assert!(p.get("b").is_ok());
+        assert_eq!(p.current().unwrap().doc.version, "a");
+        assert!(!p.promote("c"), "only the staged version is promoted");
+        assert!(
+            p.get("b").is_ok(),
+            "a failed promotion keeps the staged one"
+        );
+        assert!(p.promote("b"));
+        assert_eq!(p.current().unwrap().doc.version, "b");
+        // The old version serves its searches in flight for the grace period.
+        assert!(p.get("a").is_ok());
+        assert_eq!(p.retired_count(), 1);
+        assert!(!p.promote("b"), "nothing is staged any more");
     }
 
     #[test]

@@ -7,6 +7,9 @@ mod catalogue;
 pub mod embed;
 pub mod identity;
 mod open;
+mod switch;
+
+pub use switch::{Prepared, ReplicaStatus};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -125,6 +128,10 @@ pub struct ServerStatus {
     /// PIR answers and uploads admitted at this moment (`net::admission`).
     #[serde(default)]
     pub pir_load: crate::net::admission::AdmissionLoad,
+    /// A replica following its store (`server serve --from`): the version it serves, the one
+    /// announced, and what it is doing about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<ReplicaStatus>,
 }
 
 pub struct AppState {
@@ -172,6 +179,8 @@ pub struct AppState {
     features_stored: Mutex<HashMap<u64, Arc<GalleryItem>>>,
     /// The file start-up's items read their pixels and features from (`item::mapped`).
     catalogue_pages: crate::ops::mapped::Pages,
+    /// A replica following its store: what `/status` reports of it (`None` otherwise).
+    replica: Mutex<Option<ReplicaStatus>>,
 }
 
 #[derive(Default)]
@@ -271,6 +280,11 @@ impl AppState {
             startup: Some(self.startup.clone()),
             refusals: self.refusals.status(),
             pir_load: self.admission.load(),
+            replica: self
+                .replica
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 }

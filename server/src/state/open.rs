@@ -441,6 +441,7 @@ impl AppState {
                 .thread_name(|t| format!("pir-batch-{t}"))
                 .build()?,
             refusals: Default::default(),
+            replica: Mutex::new(None),
         };
         // The embedding (stored or computed) and the stored partition are independent: loaded
         // side by side. A partition that must be rebuilt is built after both.

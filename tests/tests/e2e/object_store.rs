@@ -13,7 +13,7 @@ use privatemail_e2e::browser::{
 use privatemail_e2e::{start_server_env, temp_store};
 use serde_json::json;
 
-struct Killed(Child);
+pub(crate) struct Killed(Child);
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -22,7 +22,7 @@ impl Drop for Killed {
 }
 
 /// `s3s-fs` on a free port over `root` (no credentials: anonymous reads, unsigned writes).
-fn s3s_fs(root: &std::path::Path) -> (Killed, String) {
+pub(crate) fn s3s_fs(root: &std::path::Path) -> (Killed, String) {
     let port = free_port();
     let child = Command::new("s3s-fs")
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])

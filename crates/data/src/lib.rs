@@ -5,6 +5,7 @@
 
 pub mod assets;
 pub mod fashion;
+pub mod not_clothing;
 pub mod photos;
 pub mod progress;
 pub mod quality;

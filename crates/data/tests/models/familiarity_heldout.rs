@@ -5,17 +5,18 @@
 //! backgrounds. Per-kind rates are printed; docs/model.md records them.
 //!
 //! The issue's target (#61, point 4) is at least 0.95 of non-clothing flagged with at most 0.02
-//! of clothing flagged. The deployed check does **not** meet it (docs/model.md, "Familiarity on
-//! held-out kinds": 0.377 and 0.023 on this sample at the commit recorded there); this test
-//! asserts what holds, so a change that makes the check worse on these sets fails, and prints
-//! the gap to the target.
+//! of clothing flagged. The check (`embed::ood::assess`: the score and the photo's own
+//! statistics, `embed::photo::Scene`) meets the clothing side and not the non-clothing side
+//! (docs/model.md, "Familiarity on held-out kinds": 0.773 and 0.015 on this sample at the
+//! commit recorded there); this test asserts the clothing target and what holds of the other,
+//! so a change that makes the check worse on these sets fails, and prints the gap.
 
 use data::assets::QUERY_WEIGHTS;
 use data::fashion::{balanced_anchors, load_split, Split, DEFAULT_DIR};
 use data::not_clothing::{generate, KINDS};
 use data::photos::{render, Shot};
 use embed::model::Model;
-use embed::ood::{assess_input, fit, look, Reference};
+use embed::ood::{assess, fit, look, Reference};
 use embed::photo::Framing;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -63,7 +64,7 @@ fn decide(model: &Model, reference: &Reference, rgba: &[u8], w: usize, h: usize)
         },
         Ok(framing) => {
             let (inf, layers) = model.infer_with_layer_means(&framing.pixels).unwrap();
-            let f = assess_input(&framing.pixels, &inf.features, &layers, reference).unwrap();
+            let f = assess(&framing, &inf.features, &layers, reference).unwrap();
             Decision {
                 flagged: f.unfamiliar,
                 score: f.score,
@@ -223,9 +224,12 @@ fn held_out_rates_per_kind() {
         PER_KIND * KINDS.len(),
         3 * PER_PART
     );
-    // What holds today (not the target): more than a third of the held-out non-clothing is
-    // flagged (181 of 480), and no more than 3 % of the clothing (11 of 480). A binomial
-    // sample of 480 at 0.377 has a standard deviation of 0.022, so 0.33 is two below.
-    assert!(non_rate >= 0.33, "non-clothing flagged {non_rate:.3}");
-    assert!(clothing_rate <= 0.03, "clothing flagged {clothing_rate:.3}");
+    // The clothing side of the target holds. Of the non-clothing side what holds today (not
+    // the target): three in four flagged (371 of 480); a binomial sample of 480 at 0.773 has a
+    // standard deviation of 0.019, so 0.73 is two below.
+    assert!(
+        clothing_rate <= TARGET_CLOTHING,
+        "clothing flagged {clothing_rate:.3}"
+    );
+    assert!(non_rate >= 0.73, "non-clothing flagged {non_rate:.3}");
 }

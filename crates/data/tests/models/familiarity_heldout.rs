@@ -16,7 +16,10 @@ use data::fashion::{balanced_anchors, load_split, Split, DEFAULT_DIR};
 use data::not_clothing::{generate, KINDS};
 use data::photos::{render, Shot};
 use embed::model::Model;
-use embed::ood::{assess, fit, look, Reference};
+use embed::ood::{
+    assess, fit, look, scene_unlike_a_product, Reference, MAX_EDGE_SHARE, MAX_RING_DIFFERS,
+    MIN_BOX_FILLED, MIN_LARGEST_PART,
+};
 use embed::photo::Framing;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -232,4 +235,72 @@ fn held_out_rates_per_kind() {
         "clothing flagged {clothing_rate:.3}"
     );
     assert!(non_rate >= 0.73, "non-clothing flagged {non_rate:.3}");
+}
+
+/// An opaque RGBA image of `w × h` from a colour function.
+fn rgba(w: usize, h: usize, f: impl Fn(usize, usize) -> [u8; 3]) -> Vec<u8> {
+    (0..w * h)
+        .flat_map(|i| {
+            let [r, g, b] = f(i % w, i / w);
+            [r, g, b, 255]
+        })
+        .collect()
+}
+
+/// A garment-like photo: a dark rounded box on a light background, with mild noise.
+fn product(w: usize, h: usize) -> Vec<u8> {
+    rgba(w, h, |x, y| {
+        let (u, v) = (x as f32 / w as f32 - 0.5, y as f32 / h as f32 - 0.5);
+        let n = ((x * 7919 + y * 104_729) % 9) as u8;
+        if u.abs() < 0.3 && v.abs() < 0.35 && (u * u + v * v) < 0.15 {
+            [60 + n, 40 + n, 50 + n]
+        } else {
+            [236 + n, 236 + n, 236 + n]
+        }
+    })
+}
+
+/// A product photo's own statistics are a product's; a page of text, a horizon and a line
+/// drawing are not, each by its own statistic; a 28×28 image has none.
+#[test]
+fn the_photos_own_statistics_tell_a_scene_from_a_product() {
+    let scene = |rgba: &[u8], w: usize, h: usize| embed::photo::analyse(rgba, w, h).unwrap().scene;
+    let p = scene(&product(112, 112), 112, 112).unwrap();
+    assert!(!scene_unlike_a_product(&p), "{p:?}");
+    assert_eq!(scene(&product(28, 28), 28, 28), None);
+    // Lines of short dark dashes on white: many small parts, little of the box filled.
+    let text = rgba(200, 160, |x, y| {
+        if (20..140).contains(&y) && y % 12 < 3 && (10..190).contains(&x) && x % 9 < 5 {
+            [20, 20, 20]
+        } else {
+            [245, 245, 245]
+        }
+    });
+    let t = scene(&text, 200, 160).unwrap();
+    assert!(t.largest_part < MIN_LARGEST_PART, "{t:?}");
+    assert!(scene_unlike_a_product(&t));
+    // A horizon: sky above, ground below, so half the border differs from its median.
+    let horizon = rgba(200, 160, |_, y| {
+        if y < 70 {
+            [150, 190, 240]
+        } else {
+            [70, 120, 40]
+        }
+    });
+    let h = scene(&horizon, 200, 160).unwrap();
+    assert!(h.ring_differs > MAX_RING_DIFFERS, "{h:?}");
+    // A drawn outline: all edge, little of its box filled.
+    let outline = rgba(160, 160, |x, y| {
+        let d = ((x as f32 - 80.0).hypot(y as f32 - 80.0) - 50.0).abs();
+        if d < 1.5 {
+            [10, 10, 10]
+        } else {
+            [250, 250, 250]
+        }
+    });
+    let o = scene(&outline, 160, 160).unwrap();
+    assert!(
+        o.box_filled < MIN_BOX_FILLED && o.edge_share > MAX_EDGE_SHARE,
+        "{o:?}"
+    );
 }

@@ -129,16 +129,16 @@ fn anchors(
 }
 
 /// Does the photo look like something the gallery holds? Its score against the anchors'
-/// public reference (`embed::ood`; checked with the anchors in [`anchors`]), computed
-/// here; the anchors are the same public file for every client, so fetching them reveals
+/// public reference (`embed::ood`; checked with the anchors in [`anchors`]) and the photo's
+/// own statistics (`embed::photo::Scene`), computed here; the anchors are the same public file for every client, so fetching them reveals
 /// nothing about the photo.
 fn familiarity(
     anchors: &AnchorsResponse,
-    pixels: &[u8],
+    framing: &Framing,
     features: &[f32],
     layer_means: &[f32],
 ) -> Result<embed::ood::Familiarity> {
-    embed::ood::assess_input(pixels, features, layer_means, &anchors.familiarity)
+    embed::ood::assess(framing, features, layer_means, &anchors.familiarity)
         .map_err(|e| CliError::Malformed(format!("the anchors' reference: {e}")))
 }
 
@@ -195,7 +195,7 @@ pub fn run(
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
     let (public_anchors, anchor_bytes) = anchors(server, &config, model)?;
-    let ood = familiarity(&public_anchors, pixels, &inf.features, layer_means)?;
+    let ood = familiarity(&public_anchors, framing, &inf.features, layer_means)?;
     let mut rng = dp::rng::secure_rng()?;
     let mut pir = None;
     let mut block_bytes = (0, 0);

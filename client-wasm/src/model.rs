@@ -74,12 +74,17 @@ impl Client {
             Ok(f) => f,
             Err(refused) => return Ok(refused),
         };
-        self.load(&framing.pixels, &framing.class_pixels, Ok(None))
+        self.load(
+            &framing.pixels,
+            &framing.class_pixels,
+            framing.scene,
+            Ok(None),
+        )
     }
 
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
-        self.load(pixels, pixels, Ok(None))
+        self.load(pixels, pixels, None, Ok(None))
     }
 
     /// As [`Client::load_image`] for one of the page's samples (`web/samples.js`), which
@@ -111,7 +116,12 @@ impl Client {
             Ok(f) => Ok((model_version == self.config.model_version).then_some(f)),
             Err(e) => Err(e.to_string()),
         };
-        self.load(&framing.pixels, &framing.class_pixels, published)
+        self.load(
+            &framing.pixels,
+            &framing.class_pixels,
+            framing.scene,
+            published,
+        )
     }
 }
 
@@ -146,6 +156,7 @@ impl Client {
         &mut self,
         pixels: &[u8],
         class_pixels: &[u8],
+        scene: Option<embed::photo::Scene>,
         published: std::result::Result<Option<Vec<f32>>, String>,
     ) -> Result<String, JsError> {
         let (published, published_error) = match published {
@@ -160,8 +171,13 @@ impl Client {
         // the retrieval model's.
         let class = self.classifier.classify(class_pixels).map_err(js_err)?;
         let class_name = self.class_name(class.label);
-        let ood = embed::ood::assess_input(pixels, &inf.features, layers, &self.familiarity)
+        // The photo's own statistics count too (as `embed::ood::assess`); a 28×28 image has
+        // none.
+        let mut ood = embed::ood::assess_input(pixels, &inf.features, layers, &self.familiarity)
             .map_err(js_err)?;
+        ood.unfamiliar |= scene
+            .as_ref()
+            .is_some_and(embed::ood::scene_unlike_a_product);
         let info = ImageInfo {
             pixels: pixels.to_vec(),
             label: class.label,

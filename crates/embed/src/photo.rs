@@ -111,6 +111,110 @@ pub struct Framing {
     pub noise_level: u32,
     /// The object's bounding box in the photo: `(x0, y0, x1, y1)`, end exclusive.
     pub bbox: (usize, usize, usize, usize),
+    /// The photo's own statistics, which the 28×28 input loses ([`Scene`]); `None` for an
+    /// image of at most [`SCENE_MIN_SIDE`] pixels a side.
+    pub scene: Option<Scene>,
+}
+
+/// Smallest side (exclusive) of a photo whose [`Scene`] is measured: at the dataset's own
+/// resolution (28) the border ring is a garment's own edge and the mask its pixels, so its
+/// statistics say nothing about a scene.
+pub const SCENE_MIN_SIDE: usize = 2 * SIDE;
+
+/// A pixel differs from the background, for [`Scene`], by more than this in some channel
+/// ([`PHOTO_MASK_FLOOR`]'s level).
+pub const SCENE_LEVELS: i32 = 24;
+
+/// Longest side of the grid over the object's box on which [`Scene`] counts parts.
+const SCENE_GRID: usize = 4 * SIDE;
+
+/// What a photo looks like around and inside the object's box, in thousandths: what tells a
+/// product photo (one object on a plain background, filling much of its box as one solid
+/// part) from a scene, a page of text, a chart or a drawing once the pipeline has squeezed
+/// either into 28×28 pixels. The familiarity check reads it (`super::ood`). A pixel counts
+/// when it differs from [`Framing::background`] by more than [`SCENE_LEVELS`] in some
+/// channel; the box's pixels are taken on a grid of at most [`SCENE_GRID`] cells a side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scene {
+    /// The border ring's pixels (the ring the background is taken from) that differ: a
+    /// product photo's ring is plain.
+    pub ring_differs: u16,
+    /// The box's pixels that differ: a garment fills its box; text and line art do not.
+    pub box_filled: u16,
+    /// The largest 4-connected part's share of the differing pixels: a garment is one part,
+    /// a page of text a thousand.
+    pub largest_part: u16,
+    /// The differing pixels with a 4-neighbour that does not differ (or on the box's edge):
+    /// strokes are all edge, a garment's body is not.
+    pub edge_share: u16,
+}
+
+/// [`Scene`] of a composited photo (`rgb`, `width × height`) with its `background` and the
+/// object's `bbox`; `None` when a side is at most [`SCENE_MIN_SIDE`].
+fn scene(
+    rgb: &[[u8; 3]],
+    width: usize,
+    height: usize,
+    background: [u8; 3],
+    bbox: (usize, usize, usize, usize),
+) -> Option<Scene> {
+    if width.min(height) <= SCENE_MIN_SIDE {
+        return None;
+    }
+    let differs =
+        |i: usize| (0..3).any(|c| (rgb[i][c] as i32 - background[c] as i32).abs() > SCENE_LEVELS);
+    let ring = (width.min(height) / 32).max(1);
+    let (mut ring_n, mut ring_differs) = (0usize, 0usize);
+    for y in 0..height {
+        for x in 0..width {
+            if x < ring || y < ring || x + ring >= width || y + ring >= height {
+                ring_n += 1;
+                ring_differs += differs(y * width + x) as usize;
+            }
+        }
+    }
+    let (x0, y0, x1, y1) = bbox;
+    let step = ((x1 - x0).max(y1 - y0) / SCENE_GRID).max(1);
+    let (gw, gh) = (((x1 - x0) / step).max(1), ((y1 - y0) / step).max(1));
+    let mask: Vec<bool> = (0..gw * gh)
+        .map(|k| differs((y0 + (k / gw) * step) * width + x0 + (k % gw) * step))
+        .collect();
+    let (mut seen, mut largest, mut total, mut edge) = (vec![false; mask.len()], 0, 0, 0);
+    for start in 0..mask.len() {
+        if !mask[start] || seen[start] {
+            continue;
+        }
+        let (mut size, mut stack) = (0, vec![start]);
+        seen[start] = true;
+        while let Some(i) = stack.pop() {
+            size += 1;
+            let (x, y) = (i % gw, i / gw);
+            let near = [
+                (x > 0).then(|| i - 1),
+                (x + 1 < gw).then(|| i + 1),
+                (y > 0).then(|| i - gw),
+                (y + 1 < gh).then(|| i + gw),
+            ];
+            if near.iter().any(|j| j.is_none_or(|j| !mask[j])) {
+                edge += 1;
+            }
+            for j in near.into_iter().flatten() {
+                if mask[j] && !seen[j] {
+                    seen[j] = true;
+                    stack.push(j);
+                }
+            }
+        }
+        total += size;
+        largest = largest.max(size);
+    }
+    let per_mille = |a: usize, b: usize| (1000 * a / b.max(1)) as u16;
+    Some(Scene {
+        ring_differs: per_mille(ring_differs, ring_n),
+        box_filled: per_mille(total, mask.len()),
+        largest_part: per_mille(largest, total),
+        edge_share: per_mille(edge, total),
+    })
 }
 
 /// The model's 28×28 input for any decoded image (RGBA, row-major, 4 bytes a pixel, as a
@@ -259,6 +363,7 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
         light_background: light,
         noise_level: mad,
         bbox: (x0, y0, x1, y1),
+        scene: scene(&rgb, width, height, background, (x0, y0, x1, y1)),
     })
 }
 

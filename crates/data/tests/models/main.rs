@@ -2,6 +2,7 @@
 //! and familiarity check, the ranking level's coverage, Nyström against the dense kernel, and
 //! the fixtures the wasm client and the page are checked against.
 
+mod familiarity_heldout;
 mod model_quality;
 mod nystrom_vs_dense;
 mod photo_pipeline;

@@ -1,4 +1,5 @@
-//! On-device model inference for one 28×28 image, and the photo pipeline on a tilted photo at
+//! On-device model inference for one 28×28 image and for 64 one by one against one batch, and
+//! the photo pipeline on a tilted photo at
 //! the page's largest size (1,024 pixels: `web/photo.js` scales larger photos down) and at
 //! 112 (native). The wasm figure comes from the browser benchmark of the browser-client issue.
 
@@ -40,6 +41,22 @@ fn bench(c: &mut Criterion) {
     let img: Vec<u8> = (0..PIXELS).map(|_| rng.random()).collect();
     c.bench_function("model_infer_28x28", |b| {
         b.iter(|| model.infer(&img).unwrap())
+    });
+    // Gallery features: 64 images one at a time against one `infer_batch` pass (eight a SIMD
+    // pass; bit-identical, checked by the model's tests).
+    let batch: Vec<Vec<u8>> = (0..64)
+        .map(|_| (0..PIXELS).map(|_| rng.random()).collect())
+        .collect();
+    let refs: Vec<&[u8]> = batch.iter().map(|v| v.as_slice()).collect();
+    c.bench_function("model_infer_64_one_by_one", |b| {
+        b.iter(|| {
+            refs.iter()
+                .map(|px| model.infer(px).unwrap())
+                .collect::<Vec<_>>()
+        })
+    });
+    c.bench_function("model_infer_batch_64", |b| {
+        b.iter(|| model.infer_batch(&refs).unwrap())
     });
     for side in [112, 1024] {
         let photo = tilted_photo(side);

@@ -908,31 +908,6 @@ mod tests {
         assert!(model.infer_batch(&[]).unwrap().is_empty());
     }
 
-    /// Single-threaded throughput of `infer` and `infer_batch` (release build):
-    /// `cargo test -p privatemail-embed --release infer_speed -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn infer_speed() {
-        use std::time::Instant;
-        let model = Model::from_bytes(include_bytes!("../../../server/assets/model.bin")).unwrap();
-        let images = test_images(&mut ChaCha8Rng::seed_from_u64(7), 4_000);
-        let refs: Vec<&[u8]> = images.iter().map(|v| v.as_slice()).collect();
-        let start = Instant::now();
-        let one: Vec<Inference> = refs.iter().map(|px| model.infer(px).unwrap()).collect();
-        let t1 = start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        let batch = model.infer_batch(&refs).unwrap();
-        let t2 = start.elapsed().as_secs_f64();
-        assert_eq!(one, batch);
-        let n = images.len() as f64;
-        println!(
-            "infer: {:.0} images/s; infer_batch: {:.0} images/s; {:.2}x",
-            n / t1,
-            n / t2,
-            t1 / t2
-        );
-    }
-
     /// The Fashion-MNIST images of the browser client's parity fixture.
     fn fixture_images() -> Vec<Vec<u8>> {
         let fixture: Vec<serde_json::Value> = serde_json::from_str(include_str!(

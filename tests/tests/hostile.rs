@@ -456,7 +456,13 @@ impl Hostile {
         let partition = path == "/api/v1/partition";
         let block = path.starts_with("/api/v1/blocks/");
         let centroids = block && path.ends_with("/centroids");
-        if path.starts_with("/api/v1/pir/") {
+        // The retrieval's requests (hints, ranking files, queries), not the public PIR
+        // document: the CLI reads it by version (`/api/v1/pir/{version}`, so its two document
+        // reads cannot straddle a switch), the page still at `/api/v1/pir`.
+        let document = path
+            .strip_prefix("/api/v1/pir/")
+            .is_some_and(|rest| !rest.contains('/'));
+        if path.starts_with("/api/v1/pir/") && !document {
             let line = format!("{} {path} {}", req.method, req.body.len());
             self.pir_log.lock().unwrap().push(line);
         }

@@ -20,7 +20,6 @@ use embed::ood::{
     assess, fit, look, scene_unlike_a_product, Reference, MAX_EDGE_SHARE, MAX_RING_DIFFERS,
     MIN_BOX_FILLED, MIN_LARGEST_PART,
 };
-use embed::photo::Framing;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -51,11 +50,11 @@ fn reference(model: &Model, train: &Split) -> Reference {
 }
 
 /// What the client decides of a photo: flagged (warned about or refused), its score, and the
-/// photo's statistics ([`photo_statistics`]) if it was looked at.
+/// photo's own statistics (`embed::photo::Scene`, as shares) where it has them.
 struct Decision {
     flagged: bool,
     score: f32,
-    photo: Option<[f32; 3]>,
+    photo: Option<[f32; 4]>,
 }
 
 fn decide(model: &Model, reference: &Reference, rgba: &[u8], w: usize, h: usize) -> Decision {
@@ -71,71 +70,20 @@ fn decide(model: &Model, reference: &Reference, rgba: &[u8], w: usize, h: usize)
             Decision {
                 flagged: f.unfamiliar,
                 score: f.score,
-                photo: Some(photo_statistics(rgba, w, h, &framing)),
+                photo: framing.scene.map(|sc| {
+                    [
+                        sc.ring_differs,
+                        sc.box_filled,
+                        sc.largest_part,
+                        sc.edge_share,
+                    ]
+                    .map(|t| f32::from(t) / 1000.0)
+                }),
             }
         }
     }
 }
 
-/// Statistics of the photo itself that the 28×28 input loses, printed per kind as the
-/// direction for the check's next step (not part of the decision): the share of the border
-/// ring that differs from the background by more than 24 levels in some channel (a product
-/// photo's ring is plain), the share of the object's box that differs so (a garment fills
-/// its box; text and line art do not), and the largest 4-connected part's share of those
-/// pixels (on a grid of at most 112 cells a side over the box).
-fn photo_statistics(rgba: &[u8], w: usize, h: usize, framing: &Framing) -> [f32; 3] {
-    let bg = framing.background;
-    let differs = |i: usize| (0..3).any(|c| (rgba[4 * i + c] as i32 - bg[c] as i32).abs() > 24);
-    let ring = (w.min(h) / 32).max(1);
-    let (mut ring_n, mut ring_differs) = (0usize, 0usize);
-    for y in 0..h {
-        for x in 0..w {
-            if x < ring || y < ring || x + ring >= w || y + ring >= h {
-                ring_n += 1;
-                ring_differs += differs(y * w + x) as usize;
-            }
-        }
-    }
-    let (x0, y0, x1, y1) = framing.bbox;
-    let step = ((x1 - x0).max(y1 - y0) / 112).max(1);
-    let (gw, gh) = ((x1 - x0) / step, (y1 - y0) / step);
-    let mask: Vec<bool> = (0..gw * gh)
-        .map(|k| differs((y0 + (k / gw) * step) * w + x0 + (k % gw) * step))
-        .collect();
-    let (mut seen, mut largest, mut total) = (vec![false; mask.len()], 0usize, 0usize);
-    for start in 0..mask.len() {
-        if !mask[start] || seen[start] {
-            continue;
-        }
-        let (mut size, mut stack) = (0, vec![start]);
-        seen[start] = true;
-        while let Some(i) = stack.pop() {
-            size += 1;
-            let (x, y) = (i % gw, i / gw);
-            let near = [
-                (x > 0).then(|| i - 1),
-                (x + 1 < gw).then(|| i + 1),
-                (y > 0).then(|| i - gw),
-                (y + 1 < gh).then(|| i + gw),
-            ];
-            for j in near.into_iter().flatten() {
-                if mask[j] && !seen[j] {
-                    seen[j] = true;
-                    stack.push(j);
-                }
-            }
-        }
-        total += size;
-        largest = largest.max(size);
-    }
-    [
-        ring_differs as f32 / ring_n as f32,
-        total as f32 / mask.len().max(1) as f32,
-        largest as f32 / total.max(1) as f32,
-    ]
-}
-
-/// Prints one group's line: flagged count, score quantiles, photo statistics' medians.
 fn report(name: &str, decisions: &[Decision]) -> usize {
     let n = decisions.iter().filter(|d| d.flagged).count();
     let mut scores: Vec<f32> = decisions.iter().map(|d| d.score).collect();
@@ -150,14 +98,15 @@ fn report(name: &str, decisions: &[Decision]) -> usize {
     };
     println!(
         "{name:>36}: flagged {n:>3}/{}  score min {:.2} median {:.2} max {:.2}  \
-         photo: ring differs {:.3}, box filled {:.3}, largest part {:.3}",
+         photo: ring differs {:.3}, box filled {:.3}, largest part {:.3}, edge {:.3}",
         decisions.len(),
         scores[0],
         scores[scores.len() / 2],
         scores[scores.len() - 1],
         median(0),
         median(1),
-        median(2)
+        median(2),
+        median(3)
     );
     n
 }

@@ -13,7 +13,7 @@
 //! 4. **Hostile addresses** (each client its own 127.0.0.x; issue #63's probes): one address
 //!    opening 4,300 stalled searches, 64 slow 1 MiB bodies from 8 addresses, 300 slow readers,
 //!    one address hammering the most expensive searches, hyper's own refusals, and 90
-//!    addresses' PIR queries, paced (one every twice an unloaded query's time in all), with
+//!    addresses' PIR queries and then their whole hintless searches, paced (one every twice an unloaded one's time in all), with
 //!    and without one hostile address running 10 PIR loops: the ratio over all their
 //!    queries, a failure counted as an infinite latency.
 //! 5. **SIGTERM** with 600 half-sent requests open (from two addresses): seconds until the process is gone.
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use privatemail_e2e::pirsearch::{held_out_features, ScoresSearch};
+use privatemail_e2e::pirsearch::{held_out_features, Ahead, ScoresSearch};
 use privatemail_e2e::raw;
 use publish::pir::doc::PirDoc;
 use rand::SeedableRng;
@@ -391,11 +391,11 @@ fn main() {
         .unwrap();
     eprintln!("hostilebench: {} items", part.gallery_size);
     if a.ratio_only {
-        latency_ratio(&a, &pir);
+        latency_ratio(&a, &part, &pir);
         return;
     }
     if a.addresses_only {
-        addresses(&a, &addr, &pir);
+        addresses(&a, &addr, &part, &pir);
         if !a.keep_running {
             sigterm(&a, &addr);
         }
@@ -437,7 +437,7 @@ fn main() {
         json - 1,
     );
     fairness(&a, &http, &part, &pir);
-    addresses(&a, &addr, &pir);
+    addresses(&a, &addr, &part, &pir);
     let status: serde_json::Value = http
         .get(format!("{}/api/v1/status", a.base))
         .send()
@@ -507,19 +507,19 @@ fn raw_status(addr: &str, bytes: &[u8]) -> String {
     )
 }
 
-/// PIR thumbnail queries from `victims` addresses (127.0.1.x), `rounds` each, paced: query
-/// `j` of all (address `j % victims`, its round `j / victims`) is sent `j × gap` after the
-/// start (or when that address's previous answer came, if later), so the light load itself
-/// offers one query per `gap` and does not overrun the queue (90 addresses sending at once
-/// overran its 16 places: 265 of 450 refused unloaded). Every query counts: a failure (a
-/// refusal included) is an infinite latency, so a percentile it reaches is infinite. Sorted
-/// latencies (ms, failures as `inf`) and the number of failures.
-fn victim_queries(
-    url: &str,
-    shape: &pir::layout::Shape,
+/// Timed operations from `victims` addresses (127.0.1.x), `rounds` each, paced: operation
+/// `j` of all (address `j % victims`, its round `j / victims`) starts `j × gap` after the
+/// start (or when that address's previous one ended, if later), so the light load itself
+/// offers one operation per `gap` and does not overrun the queue (90 addresses sending at
+/// once overran its 16 places: 265 of 450 refused unloaded). `op(http, j)` runs operation `j`
+/// over its address's client. Every operation counts: a failure (a refusal included) is an
+/// infinite latency, so a percentile it reaches is infinite. Sorted latencies (ms, failures as
+/// `inf`) and the number of failures.
+fn victims_timed(
     victims: usize,
     rounds: usize,
     gap: Duration,
+    op: &(dyn Fn(&Client, usize) -> Result<(), String> + Sync),
 ) -> (Vec<f64>, usize) {
     let start = Instant::now();
     let why_failed = std::sync::Mutex::new(Vec::new());
@@ -531,22 +531,13 @@ fn victim_queries(
                     let http = client_at(ip(1, 1 + v as u8));
                     let mut ms = Vec::new();
                     for i in 0..rounds {
-                        let due = start + gap * (i * victims + v) as u32;
+                        let j = i * victims + v;
+                        let due = start + gap * j as u32;
                         if let Some(wait) = due.checked_duration_since(Instant::now()) {
                             std::thread::sleep(wait);
                         }
                         let t = Instant::now();
-                        let got = http
-                            .post(url)
-                            .header("content-type", "application/octet-stream")
-                            .body(raw::pir_query(shape, (i % 7) as u8))
-                            .send()
-                            .map_err(|e| format!("{e:?}"))
-                            .and_then(|r| match r.status().as_u16() {
-                                200 => r.bytes().map(|_| ()).map_err(|e| format!("{e:?}")),
-                                s => Err(format!("HTTP {s}")),
-                            });
-                        match got {
+                        match op(&http, j) {
                             Ok(()) => ms.push(t.elapsed().as_secs_f64() * 1e3),
                             Err(why) => {
                                 ms.push(f64::INFINITY);
@@ -565,12 +556,33 @@ fn victim_queries(
     let failed = ms.iter().filter(|m| m.is_infinite()).count();
     let why = why_failed.into_inner().unwrap();
     if !why.is_empty() {
-        println!("addresses: why victims' queries failed: {}", counts(&why));
+        println!(
+            "addresses: why victims' operations failed: {}",
+            counts(&why)
+        );
     }
     (ms, failed)
 }
 
-fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
+/// One PIR thumbnail query (a well-formed one of `shape`, its fill by `j`) to `url`.
+fn thumb_query(
+    http: &Client,
+    url: &str,
+    shape: &pir::layout::Shape,
+    j: usize,
+) -> Result<(), String> {
+    http.post(url)
+        .header("content-type", "application/octet-stream")
+        .body(raw::pir_query(shape, (j % 7) as u8))
+        .send()
+        .map_err(|e| format!("{e:?}"))
+        .and_then(|r| match r.status().as_u16() {
+            200 => r.bytes().map(|_| ()).map_err(|e| format!("{e:?}")),
+            s => Err(format!("HTTP {s}")),
+        })
+}
+
+fn addresses(a: &Args, addr: &str, part: &PartitionDoc, pir: &PirDoc) {
     let base = a.base.as_str();
     // 1. One address, 4,300 stalled searches (a whole head declaring one byte that never comes).
     let head = b"POST /api/v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n";
@@ -752,19 +764,62 @@ fn addresses(a: &Args, addr: &str, pir: &PirDoc) {
         raw_status(addr, many.as_bytes()),
         raw_status(addr, b"POST /api/v1/gallery HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"),
     );
-    latency_ratio(a, pir);
+    latency_ratio(a, part, pir);
 }
 
-/// Probe 4's last part (alone with `--ratio-only`): other addresses' PIR queries, with and
-/// without one address running 10 PIR loops.
-fn latency_ratio(a: &Args, pir: &PirDoc) {
+/// Probe 4's last part (alone with `--ratio-only`): 90 other addresses' light PIR queries,
+/// then their whole hintless searches (the issue's probe), with and without one address
+/// running 10 loops of the heaviest PIR answer.
+fn latency_ratio(a: &Args, part: &PartitionDoc, pir: &PirDoc) {
     let url = format!("{}{}/thumbs", a.base, pir.answer_url);
-    let rounds = 5;
-    // The pace: one light query per twice an unloaded query's time (the median of 10 sent
-    // one after another), so the light load alone keeps the server about half busy.
-    let (one, _) = victim_queries(&url, &pir.thumbs.shape, 1, 10, Duration::ZERO);
+    let shape = &pir.thumbs.shape;
+    under_hostile(a, pir, "thumbnail queries", &|http, j| {
+        thumb_query(http, &url, shape, j)
+    });
+    if pir.scores.is_none() {
+        println!("addresses: no hintless ranking offered: whole searches not timed");
+        return;
+    }
+    let http = client_at(ip(1, 250));
+    let s = ScoresSearch::new(&http, &a.base, part, pir);
+    let feats = held_out_features(100);
+    // Each search's photo-independent parts are prepared before the clock starts, as the page
+    // does before a photo is chosen: what is timed is the photo's work and the server's.
+    let mut rng = ChaCha20Rng::seed_from_u64(63);
+    let ahead: Vec<std::sync::Mutex<Option<Ahead>>> = (0..10 + 2 * a.victims * RATIO_ROUNDS)
+        .map(|_| std::sync::Mutex::new(Some(s.prepare(&mut rng))))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    under_hostile(a, pir, "whole hintless searches", &|http, j| {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let prepared = ahead[i]
+            .lock()
+            .unwrap()
+            .take()
+            .expect("one preparation a search");
+        let mut rng = ChaCha20Rng::seed_from_u64(i as u64);
+        s.search_prepared(http, &feats[j % feats.len()], prepared, &mut rng)
+            .ok_or_else(|| "search failed".to_string())
+    });
+}
+
+/// Rounds each victim address runs in each phase of [`under_hostile`].
+const RATIO_ROUNDS: usize = 5;
+
+/// `op` from [`Args::victims`] addresses, paced (one per twice an unloaded one's time, the
+/// median of 10 run one after another, so the light load alone keeps the server about half
+/// busy), unloaded and then beside one address running 10 loops of the heaviest PIR answer
+/// (all `MAX_PIR_QUERIES` thumbnail queries): the ratio over all of them.
+fn under_hostile(
+    a: &Args,
+    pir: &PirDoc,
+    what: &str,
+    op: &(dyn Fn(&Client, usize) -> Result<(), String> + Sync),
+) {
+    let url = format!("{}{}/thumbs", a.base, pir.answer_url);
+    let (one, _) = victims_timed(1, 10, Duration::ZERO, op);
     let gap = Duration::from_secs_f64(pct(&one, 0.5) * 2e-3);
-    let (calm, calm_failed) = victim_queries(&url, &pir.thumbs.shape, a.victims, rounds, gap);
+    let (calm, calm_failed) = victims_timed(a.victims, RATIO_ROUNDS, gap, op);
     let heavy =
         raw::pir_query(&pir.thumbs.shape, 1).repeat(shared::params::limits::MAX_PIR_QUERIES);
     let stop = AtomicBool::new(false);
@@ -792,7 +847,7 @@ fn latency_ratio(a: &Args, pir: &PirDoc) {
             })
             .collect();
         std::thread::sleep(Duration::from_secs(1));
-        let r = victim_queries(&url, &pir.thumbs.shape, a.victims, rounds, gap);
+        let r = victims_timed(a.victims, RATIO_ROUNDS, gap, op);
         stop.store(true, Ordering::Relaxed);
         let h = hs
             .into_iter()
@@ -802,7 +857,7 @@ fn latency_ratio(a: &Args, pir: &PirDoc) {
     });
     let p = |v: &[f64], q: f64| if v.is_empty() { f64::NAN } else { pct(v, q) };
     println!(
-        "addresses: {} addresses' thumbnail queries ({rounds} each, one every {:.1} ms in all; failures count as infinite): unloaded p50 {:.0} ms, p95 {:.0} ms ({calm_failed} failed); with one address running 10 PIR loops: p50 {:.0} ms ({:.2}×, target ≤ 3×), p95 {:.0} ms ({:.2}×, target ≤ 4×), {failed} failed; the hostile address: {} answered, {} refused",
+        "addresses: {} addresses' {what} ({RATIO_ROUNDS} each, one every {:.1} ms in all; failures count as infinite): unloaded p50 {:.0} ms, p95 {:.0} ms ({calm_failed} failed); with one address running 10 PIR loops: p50 {:.0} ms ({:.2}×, target ≤ 3×), p95 {:.0} ms ({:.2}×, target ≤ 4×), {failed} failed; the hostile address: {} answered, {} refused",
         a.victims,
         gap.as_secs_f64() * 1e3,
         p(&calm, 0.5),

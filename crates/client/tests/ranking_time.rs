@@ -14,7 +14,7 @@ mod cases;
 
 #[test]
 fn a_level_records_ranking_takes_the_same_time_whatever_its_size() {
-    let cases = cases::Cases::new();
+    let cases = cases::Cases::build();
     cases.check_outcomes();
     let clock = std::time::Instant::now();
     let medians = cases.medians(400, 1, || clock.elapsed().as_secs_f64() * 1e6);

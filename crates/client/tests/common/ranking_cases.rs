@@ -56,7 +56,7 @@ pub struct Cases {
 }
 
 impl Cases {
-    pub fn new() -> Self {
+    pub fn build() -> Self {
         let mut rng = ChaCha20Rng::seed_from_u64(60);
         let items: usize = SIZES.iter().sum();
         let features: Vec<Vec<f32>> = (0..items).map(|_| unit(&mut rng)).collect();
@@ -92,10 +92,6 @@ impl Cases {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-
     pub fn run(&self, c: usize) -> shared::error::Result<Ranked> {
         let (padded, hash) = &self.records[c];
         rank_padded(&self.pir, padded, hash, &self.query, K)
@@ -126,7 +122,7 @@ impl Cases {
     /// Each case's median time of `batch` rankings (µs, by `now`), over `rounds` interleaved
     /// rounds (load on the machine falls on every case alike).
     pub fn medians(&self, rounds: usize, batch: usize, now: impl Fn() -> f64) -> Vec<f64> {
-        let mut times = vec![Vec::new(); self.len()];
+        let mut times = vec![Vec::new(); self.records.len()];
         for _ in 0..rounds {
             for (c, t) in times.iter_mut().enumerate() {
                 let start = now();

@@ -6,6 +6,7 @@
 pub mod assets;
 pub mod fashion;
 pub mod not_clothing;
+pub mod not_garments;
 pub mod photos;
 pub mod progress;
 pub mod quality;

@@ -250,7 +250,8 @@ pub struct Familiarity {
     /// [`score`] (∞ for an input with less than [`MIN_INK`]).
     pub score: f32,
     /// The learned detector's output ([`crate::detector::output`]; above
-    /// [`crate::detector_weights::THRESHOLD`]: unlike a garment).
+    /// [`crate::detector_weights::THRESHOLD`]: unlike a garment; NaN for a query model of
+    /// other lengths than the one it was fitted with).
     pub detector: f32,
     /// The decision: `score > UNFAMILIAR_SCORE`, or the detector above its threshold, or (for
     /// a photo, [`assess`]) its [`Scene`] unlike a product photo's.
@@ -270,7 +271,10 @@ pub fn assess_input(
     let score = score(reference, features, layer_means)?;
     let ink: u32 = pixels.iter().map(|&p| p as u32).sum();
     let score = if ink < MIN_INK { f32::INFINITY } else { score };
-    let detector = crate::detector::output(pixels, features, layer_means)?;
+    // Lengths other than the committed query model's (a server sent a different model): the
+    // detector's constants mean nothing for it, so it is left out (NaN, never above its
+    // threshold) rather than failing the photo. The warning is advice either way.
+    let detector = crate::detector::output(pixels, features, layer_means).unwrap_or(f32::NAN);
     Ok(Familiarity {
         score,
         detector,

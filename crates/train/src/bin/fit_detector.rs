@@ -27,7 +27,7 @@ use data::photos::{render, Shot};
 use data::progress::Progress;
 use embed::detector::{inputs, Net};
 use embed::model::Model;
-use embed::ood::{assess, fit, look, Reference};
+use embed::ood::{assess, look, scene_unlike_a_product, Reference, UNFAMILIAR_SCORE};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -59,30 +59,78 @@ struct Args {
     seed: u64,
     #[arg(long, default_value = "crates/embed/src/detector_weights.rs")]
     out: PathBuf,
+    /// Keep the drawn samples in this file and read them from it when it exists (a cache
+    /// for trying settings; the weights do not depend on it).
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Fit on the non-garments the check without the detector does not already flag only.
+    #[arg(long)]
+    hard_only: bool,
 }
 
 /// A sample: the detector's inputs, and whether the check as it was (score and photo
 /// statistics, `embed::ood::assess`) already flags it.
+#[derive(Clone)]
 struct Sample {
     x: Vec<f32>,
-    before: bool,
+    /// `embed::ood::score` (∞ for an input with too little ink).
+    score: f32,
+    /// The photo's statistics unlike a product photo's (`embed::ood::scene_unlike_a_product`).
+    scene: bool,
 }
 
-fn reference(model: &Model, train: &Split) -> Reference {
-    let idx = balanced_anchors(train, 1000);
-    let images: Vec<&[u8]> = idx.iter().map(|&i| train.images.image(i)).collect();
-    let out = model.infer_batch_with_layer_means(&images).expect("28×28");
-    let flat: Vec<f32> = out.iter().flat_map(|o| o.0.features.clone()).collect();
-    let layers: Vec<f32> = out.iter().flat_map(|o| o.1.clone()).collect();
-    let labels: Vec<u32> = idx.iter().map(|&i| train.labels[i] as u32).collect();
-    fit(
-        &flat,
-        &layers,
-        &labels,
-        flat.len() / idx.len(),
-        model.w.arch.layer_dim(),
-    )
-    .expect("anchors")
+impl Sample {
+    /// Flagged by the check without the detector.
+    fn before(&self) -> bool {
+        self.score > UNFAMILIAR_SCORE || self.scene
+    }
+}
+
+/// Samples to and from a cache file (`--cache`), so the network's settings can be tried
+/// without drawing every image again; the images are pure functions of their seeds, so the
+/// cache holds what drawing them again would give.
+fn save(path: &std::path::Path, sets: &[&[Sample]]) {
+    let mut b = Vec::new();
+    b.extend((sets.len() as u64).to_le_bytes());
+    for set in sets {
+        b.extend((set.len() as u64).to_le_bytes());
+        for s in *set {
+            b.extend((s.x.len() as u64).to_le_bytes());
+            s.x.iter().for_each(|v| b.extend(v.to_le_bytes()));
+            b.extend(s.score.to_le_bytes());
+            b.push(s.scene as u8);
+        }
+    }
+    std::fs::write(path, b).expect("write the cache");
+}
+
+fn load(path: &std::path::Path) -> Option<Vec<Vec<Sample>>> {
+    let b = std::fs::read(path).ok()?;
+    let mut at = 0usize;
+    let u64_ = |at: &mut usize| {
+        let v = u64::from_le_bytes(b[*at..*at + 8].try_into().unwrap()) as usize;
+        *at += 8;
+        v
+    };
+    let sets = u64_(&mut at);
+    let mut out = Vec::new();
+    for _ in 0..sets {
+        let n = u64_(&mut at);
+        let mut set = Vec::with_capacity(n);
+        for _ in 0..n {
+            let d = u64_(&mut at);
+            let x = (0..d)
+                .map(|k| f32::from_le_bytes(b[at + 4 * k..at + 4 * k + 4].try_into().unwrap()))
+                .collect();
+            at += 4 * d;
+            let score = f32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+            let scene = b[at + 4] == 1;
+            at += 5;
+            set.push(Sample { x, score, scene });
+        }
+        out.push(set);
+    }
+    Some(out)
 }
 
 /// The sample of an RGBA image; `None` when the client refuses it (nothing to see).
@@ -91,12 +139,13 @@ fn sample(model: &Model, r: &Reference, rgba: &[u8], w: usize, h: usize) -> Opti
     let (inf, layers) = model
         .infer_with_layer_means(&framing.pixels)
         .expect("28×28");
-    let before = assess(&framing, &inf.features, &layers, r)
+    let score = assess(&framing, &inf.features, &layers, r)
         .expect("lengths")
-        .unfamiliar;
+        .score;
     Some(Sample {
         x: inputs(&framing.pixels, &inf.features, &layers).expect("lengths"),
-        before,
+        score,
+        scene: framing.scene.as_ref().is_some_and(scene_unlike_a_product),
     })
 }
 
@@ -283,7 +332,7 @@ fn main() {
     let args = Args::parse();
     let model = Model::from_bytes(QUERY_WEIGHTS).expect("query model");
     let train = load_split(&args.data_dir, "train").expect("training split");
-    let r = reference(&model, &train);
+    let r = data::familiarity::reference(&model, &train);
     let anchors = balanced_anchors(&train, 1000);
     let reserved = reserved_train(train.labels.len(), &anchors);
     let pool: Vec<usize> = (0..train.labels.len())
@@ -305,29 +354,60 @@ fn main() {
         progress.finish();
         out
     };
-    let pos: Vec<Sample> = draw(&fit_garments, args.seed ^ 0x9a4e, "garments (fitting)")
-        .into_iter()
-        .flatten()
-        .collect();
-    let progress = Progress::new("not garments", (KINDS.len() * args.per_kind) as u64, "images");
-    let neg: Vec<(usize, Option<Sample>)> = (0..KINDS.len() * args.per_kind)
-        .into_par_iter()
-        .map(|k| {
-            let (kind, seed) = (k / args.per_kind, (k % args.per_kind) as u64);
-            let img = generate(kind, seed);
-            let s = sample(&model, &r, &img.rgba, img.width, img.height);
-            progress.inc(1);
-            (kind, s)
-        })
-        .collect();
-    progress.finish();
-    for (kind, name) in KINDS.iter().enumerate() {
-        let of: Vec<&Option<Sample>> = neg.iter().filter(|n| n.0 == kind).map(|n| &n.1).collect();
-        let refused = of.iter().filter(|s| s.is_none()).count();
-        let before = of.iter().filter(|s| s.as_ref().is_some_and(|s| s.before)).count();
-        println!("{name:>20}: {} drawn, {refused} refused, {before} flagged before", of.len());
-    }
-    let neg: Vec<Sample> = neg.into_iter().filter_map(|n| n.1).collect();
+    let cached = args.cache.as_deref().and_then(load);
+    let (pos, neg, cal, fresh) = if let Some(mut sets) = cached {
+        println!("samples read from the cache");
+        let fresh = sets.pop().unwrap();
+        let cal = sets.pop().unwrap();
+        let neg = sets.pop().unwrap();
+        (sets.pop().unwrap(), neg, cal, fresh)
+    } else {
+        let pos: Vec<Sample> = draw(&fit_garments, args.seed ^ 0x9a4e, "garments (fitting)")
+            .into_iter()
+            .flatten()
+            .collect();
+        let progress = Progress::new("not garments", (KINDS.len() * args.per_kind) as u64, "images");
+        let neg: Vec<(usize, Option<Sample>)> = (0..KINDS.len() * args.per_kind)
+            .into_par_iter()
+            .map(|k| {
+                let (kind, seed) = (k / args.per_kind, (k % args.per_kind) as u64);
+                let img = generate(kind, seed);
+                let s = sample(&model, &r, &img.rgba, img.width, img.height);
+                progress.inc(1);
+                (kind, s)
+            })
+            .collect();
+        progress.finish();
+        for (kind, name) in KINDS.iter().enumerate() {
+            let of: Vec<&Option<Sample>> = neg.iter().filter(|n| n.0 == kind).map(|n| &n.1).collect();
+            let refused = of.iter().filter(|s| s.is_none()).count();
+            let before = of.iter().filter(|s| s.as_ref().is_some_and(|s| s.before())).count();
+            println!("{name:>20}: {} drawn, {refused} refused, {before} flagged before", of.len());
+        }
+        let neg: Vec<Sample> = neg.into_iter().filter_map(|n| n.1).collect();
+        let cal: Vec<Sample> = draw(&reserved, args.seed ^ 0xca1b, "garments (threshold)")
+            .into_iter()
+            .flatten()
+            .collect();
+        // A fresh stretch of the fitting family (seeds never fitted on): how well it
+        // generalises within the family.
+        let fresh: Vec<Sample> = (0..KINDS.len() * 60)
+            .into_par_iter()
+            .filter_map(|k| {
+                let img = generate(k / 60, 1_000_000 + (k % 60) as u64);
+                sample(&model, &r, &img.rgba, img.width, img.height)
+            })
+            .collect();
+        if let Some(path) = &args.cache {
+            save(path, &[&pos, &neg, &cal, &fresh]);
+        }
+        (pos, neg, cal, fresh)
+    };
+    let neg: Vec<Sample> = if args.hard_only {
+        neg.into_iter().filter(|s| !s.before()).collect()
+    } else {
+        neg
+    };
     // Standardise on the fitting set.
     let all: Vec<&Vec<f32>> = pos.iter().chain(&neg).map(|s| &s.x).collect();
     let d = all[0].len();
@@ -364,10 +444,6 @@ fn main() {
     let p = train_net(&z, &y, args.hidden, &args);
     let net = p.net(&mean, &scale);
     // The threshold, on the reserved images (never fitted on).
-    let cal: Vec<Sample> = draw(&reserved, args.seed ^ 0xca1b, "garments (threshold)")
-        .into_iter()
-        .flatten()
-        .collect();
     let mut outs: Vec<f32> = cal.iter().map(|s| net.run(&s.x)).collect();
     outs.sort_by(f32::total_cmp);
     let k = ((1.0 - args.tail) * outs.len() as f64).ceil() as usize;
@@ -380,29 +456,28 @@ fn main() {
         "threshold {threshold}: reserved clothing flagged {:.4} by the detector, {:.4} before, \
          {:.4} by either ({} photos)",
         share(&cal, &flagged),
-        share(&cal, &|s| s.before),
-        share(&cal, &|s| s.before || flagged(s)),
+        share(&cal, &|s| s.before()),
+        share(&cal, &|s| s.before() || flagged(s)),
         cal.len()
     );
     println!(
         "fitting set: garments flagged {:.4}, non-garments {:.4} (by either {:.4})",
         share(&pos, &flagged),
         share(&neg, &flagged),
-        share(&neg, &|s| s.before || flagged(s))
+        share(&neg, &|s| s.before() || flagged(s))
     );
-    // A fresh stretch of the fitting family (seeds never fitted on): how well it generalises
-    // within the family.
-    let fresh: Vec<Sample> = (0..KINDS.len() * 60)
-        .into_par_iter()
-        .filter_map(|k| {
-            let img = generate(k / 60, 1_000_000 + (k % 60) as u64);
-            sample(&model, &r, &img.rgba, img.width, img.height)
-        })
-        .collect();
     println!(
         "fresh non-garments of the fitting family: flagged {:.4} by the detector, {:.4} by either",
         share(&fresh, &flagged),
-        share(&fresh, &|s| s.before || flagged(s))
+        share(&fresh, &|s| s.before() || flagged(s))
+    );
+    // The decision without the score's threshold (the ink floor and the photo's statistics
+    // kept), for comparison.
+    let no_score = |s: &Sample| s.score.is_infinite() || s.scene || flagged(s);
+    println!(
+        "without the score's threshold: reserved clothing {:.4}, fresh non-garments {:.4}",
+        share(&cal, &no_score),
+        share(&fresh, &no_score)
     );
     let version = embed::model::weights_version(QUERY_WEIGHTS);
     let mut src = String::new();

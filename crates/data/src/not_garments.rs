@@ -32,8 +32,7 @@ pub use crate::not_clothing::Image;
 /// The image of kind `kind` (an index into [`KINDS`]) and `seed`. Deterministic.
 pub fn generate(kind: usize, seed: u64) -> Image {
     // A seed space of its own: no image here shares a stream with `not_clothing`'s.
-    let mut rng =
-        ChaCha8Rng::seed_from_u64(0x6669_7474_696e_6700 ^ ((kind as u64) << 40) ^ seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(0x6669_7474_696e_6700 ^ ((kind as u64) << 40) ^ seed);
     let (w, h) = (rng.random_range(112..=400), rng.random_range(112..=400));
     let mut s = Sheet::new(w, h, ground(&mut rng));
     match kind % KINDS.len() {
@@ -151,8 +150,7 @@ impl Prim {
                 for i in 0..p.len() {
                     let (a, b) = (p[i], p[(i + 1) % p.len()]);
                     d = d.min(segment(x, y, a, b));
-                    if (a.1 > y) != (b.1 > y) && x < a.0 + (y - a.1) * (b.0 - a.0) / (b.1 - a.1)
-                    {
+                    if (a.1 > y) != (b.1 > y) && x < a.0 + (y - a.1) * (b.0 - a.0) / (b.1 - a.1) {
                         inside = !inside;
                     }
                 }
@@ -182,9 +180,15 @@ impl Prim {
     fn random(size: f32, rng: &mut impl Rng) -> Prim {
         let s = size / 2.0;
         match rng.random_range(0..8) {
-            0 | 1 => Prim::Ellipse(s * rng.random_range(0.3..1.0), s * rng.random_range(0.3..1.0)),
+            0 | 1 => Prim::Ellipse(
+                s * rng.random_range(0.3..1.0),
+                s * rng.random_range(0.3..1.0),
+            ),
             2 | 3 => {
-                let (a, b) = (s * rng.random_range(0.2..1.0), s * rng.random_range(0.2..1.0));
+                let (a, b) = (
+                    s * rng.random_range(0.2..1.0),
+                    s * rng.random_range(0.2..1.0),
+                );
                 Prim::RoundBox(a, b, a.min(b) * rng.random_range(0.0..0.9))
             }
             4 => {
@@ -195,7 +199,9 @@ impl Prim {
                 let turn = rng.random_range(0.0..std::f32::consts::TAU);
                 let pts = (0..n * if star { 2 } else { 1 })
                     .map(|i| {
-                        let a = turn + i as f32 * std::f32::consts::TAU / (n * if star { 2 } else { 1 }) as f32;
+                        let a = turn
+                            + i as f32 * std::f32::consts::TAU
+                                / (n * if star { 2 } else { 1 }) as f32;
                         let r = s * if star && i % 2 == 1 {
                             rng.random_range(0.3..0.6)
                         } else {
@@ -215,7 +221,10 @@ impl Prim {
                     s * rng.random_range(0.06..0.35),
                 )
             }
-            6 => Prim::Ring(s * rng.random_range(0.4..0.9), s * rng.random_range(0.05..0.25)),
+            6 => Prim::Ring(
+                s * rng.random_range(0.4..0.9),
+                s * rng.random_range(0.05..0.25),
+            ),
             _ => Prim::Wedge(
                 s * rng.random_range(0.6..1.0),
                 rng.random_range(0.0..std::f32::consts::TAU),
@@ -318,13 +327,23 @@ impl Sheet {
     fn shape(&mut self, s: &Shape) {
         let reach = s.radius * 1.6 + 2.0;
         let fill = s.fill;
-        self.paint(s.centre, reach, |x, y| s.distance(x, y), |u, v| fill.at(u, v));
+        self.paint(
+            s.centre,
+            reach,
+            |x, y| s.distance(x, y),
+            |u, v| fill.at(u, v),
+        );
     }
 
     fn stroke(&mut self, a: (f32, f32), b: (f32, f32), width: f32, c: Colour) {
         let centre = ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0);
         let reach = (a.0 - b.0).abs().max((a.1 - b.1).abs()) / 2.0 + width + 2.0;
-        self.paint(centre, reach, |x, y| segment(x, y, a, b) - width / 2.0, |_, _| c);
+        self.paint(
+            centre,
+            reach,
+            |x, y| segment(x, y, a, b) - width / 2.0,
+            |_, _| c,
+        );
     }
 
     fn rect(&mut self, x: f32, y: f32, w: f32, h: f32, c: Colour) {
@@ -371,7 +390,10 @@ fn silhouette_scene(s: &mut Sheet, rng: &mut impl Rng) {
     if rng.random_range(0..3) == 0 {
         let g = s.ground();
         let dark = g.map(|v| v * 0.8);
-        let (rx, ry) = (size * rng.random_range(0.8..1.3), size * rng.random_range(0.1..0.3));
+        let (rx, ry) = (
+            size * rng.random_range(0.8..1.3),
+            size * rng.random_range(0.1..0.3),
+        );
         s.paint(
             (centre.0, centre.1 + size * 0.9),
             rx.max(ry) + 2.0,
@@ -437,7 +459,13 @@ fn word_bars(s: &mut Sheet, rng: &mut impl Rng) {
             let mut lx = x;
             while lx < x + len {
                 let l = size * rng.random_range(0.3..0.8);
-                s.rect(lx, y + size * rng.random_range(0.0..0.3), l, size * rng.random_range(0.5..1.0), ink);
+                s.rect(
+                    lx,
+                    y + size * rng.random_range(0.0..0.3),
+                    l,
+                    size * rng.random_range(0.5..1.0),
+                    ink,
+                );
                 lx += l + size * rng.random_range(0.1..0.3);
             }
             x += len + size * rng.random_range(0.6..1.5);
@@ -459,7 +487,10 @@ fn bands(s: &mut Sheet, rng: &mut impl Rng) {
     let colours: Vec<(Colour, Colour)> = (0..n)
         .map(|_| {
             let c = any_colour(rng);
-            (c, c.map(|v| (v + rng.random_range(-50.0..50.0f32)).clamp(0.0, 255.0)))
+            (
+                c,
+                c.map(|v| (v + rng.random_range(-50.0..50.0f32)).clamp(0.0, 255.0)),
+            )
         })
         .collect();
     for y in 0..s.h {
@@ -539,7 +570,12 @@ fn diagram(s: &mut Sheet, rng: &mut impl Rng) {
                 let span = rng.random_range(0.3..3.0f32).min(left);
                 let wedge = Prim::Wedge(radius, from, span);
                 let c = any_colour(rng);
-                s.paint(centre, radius + 2.0, |x, y| wedge.distance(x - centre.0, y - centre.1), |_, _| c);
+                s.paint(
+                    centre,
+                    radius + 2.0,
+                    |x, y| wedge.distance(x - centre.0, y - centre.1),
+                    |_, _| c,
+                );
                 from += span;
                 left -= span;
             }
@@ -554,7 +590,10 @@ fn outline(s: &mut Sheet, rng: &mut impl Rng) {
     let width = rng.random_range(1.0..(w.min(h) / 40.0).max(1.5));
     for _ in 0..rng.random_range(1..=6) {
         let size = w.min(h) * rng.random_range(0.1..0.45);
-        let centre = (rng.random_range(0.2..0.8) * w, rng.random_range(0.2..0.8) * h);
+        let centre = (
+            rng.random_range(0.2..0.8) * w,
+            rng.random_range(0.2..0.8) * h,
+        );
         let prim = Prim::random(size * 2.0, rng);
         s.paint(
             centre,
@@ -564,7 +603,10 @@ fn outline(s: &mut Sheet, rng: &mut impl Rng) {
         );
     }
     for _ in 0..rng.random_range(0..5) {
-        let mut p = (rng.random_range(0.1..0.9) * w, rng.random_range(0.1..0.9) * h);
+        let mut p = (
+            rng.random_range(0.1..0.9) * w,
+            rng.random_range(0.1..0.9) * h,
+        );
         for _ in 0..rng.random_range(2..10) {
             let q = (
                 (p.0 + rng.random_range(-0.2..0.2) * w).clamp(0.0, w),
@@ -583,11 +625,15 @@ fn pattern(s: &mut Sheet, rng: &mut impl Rng) {
     let angle = rng.random_range(0.0..std::f32::consts::PI);
     let kind = rng.random_range(0..3);
     let cells = rng.random_range(3..10usize);
-    let grid: Vec<f32> = (0..(cells + 1) * (cells + 1)).map(|_| rng.random()).collect();
+    let grid: Vec<f32> = (0..(cells + 1) * (cells + 1))
+        .map(|_| rng.random())
+        .collect();
     let (w, h) = (s.w as f32, s.h as f32);
     let value = |x: f32, y: f32| -> f32 {
         match kind {
-            0 => ((x * angle.cos() + y * angle.sin()) / period).rem_euclid(2.0).floor(),
+            0 => ((x * angle.cos() + y * angle.sin()) / period)
+                .rem_euclid(2.0)
+                .floor(),
             1 => (((x / period).floor() + (y / period).floor()) as i64).rem_euclid(2) as f32,
             _ => {
                 let (u, v) = (x / w * cells as f32, y / h * cells as f32);
@@ -611,7 +657,12 @@ fn pattern(s: &mut Sheet, rng: &mut impl Rng) {
         }
     } else {
         let centre = (w / 2.0, h / 2.0);
-        let shape = Shape::random(centre, w.min(h) * rng.random_range(0.25..0.5), s.ground(), rng);
+        let shape = Shape::random(
+            centre,
+            w.min(h) * rng.random_range(0.25..0.5),
+            s.ground(),
+            rng,
+        );
         let reach = shape.radius * 1.6 + 2.0;
         s.paint(
             centre,

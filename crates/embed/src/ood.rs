@@ -582,7 +582,11 @@ mod tests {
         // Far from both classes: unfamiliar by the score.
         let far: Vec<f32> = l.iter().map(|v| v + 5.0).collect();
         let off = assess_input(&full, &pad(&[0.0, 3.0, 1.0]), &far, &reference).unwrap();
-        assert!(off.unfamiliar && off.score > UNFAMILIAR_SCORE, "{}", off.score);
+        assert!(
+            off.unfamiliar && off.score > UNFAMILIAR_SCORE,
+            "{}",
+            off.score
+        );
     }
 
     fn rgba(w: usize, h: usize, f: impl Fn(usize, usize) -> [u8; 3]) -> Vec<u8> {

@@ -13,8 +13,10 @@
 //! draws of the family (so a figure near a target is not one lucky draw); the class on photos of test
 //! images; that the pipeline leaves the dataset's own images unchanged; and the
 //! out-of-distribution scores on procedurally generated non-clothing images (`ood`): AUROC,
-//! and the flagged share at a threshold calibrated on photos of the test split (`photos.md`,
-//! `photos.csv`, `photos-ood.csv`).
+//! and the flagged share at a threshold calibrated on photos of the test split; then the
+//! client's decision itself (`embed::ood::assess`: the score, the learned detector and the
+//! photo's own statistics) per kind, on those images and on the held-out sets of
+//! `data::familiarity` (`photos.md`, `photos.csv`, `photos-ood.csv`).
 
 mod legacy;
 mod ood;

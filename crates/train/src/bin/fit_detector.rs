@@ -151,7 +151,14 @@ fn sample(model: &Model, r: &Reference, rgba: &[u8], w: usize, h: usize) -> Opti
 
 /// Training image `i` drawn `way` (0: as it is, 1: photographed, 2: faint on light), seeded
 /// by `seed`.
-fn garment(model: &Model, r: &Reference, train: &Split, i: usize, way: usize, seed: u64) -> Option<Sample> {
+fn garment(
+    model: &Model,
+    r: &Reference,
+    train: &Split,
+    i: usize,
+    way: usize,
+    seed: u64,
+) -> Option<Sample> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 8 ^ way as u64);
     let img = train.images.image(i);
     if way == 0 {
@@ -366,7 +373,11 @@ fn main() {
             .into_iter()
             .flatten()
             .collect();
-        let progress = Progress::new("not garments", (KINDS.len() * args.per_kind) as u64, "images");
+        let progress = Progress::new(
+            "not garments",
+            (KINDS.len() * args.per_kind) as u64,
+            "images",
+        );
         let neg: Vec<(usize, Option<Sample>)> = (0..KINDS.len() * args.per_kind)
             .into_par_iter()
             .map(|k| {
@@ -379,10 +390,17 @@ fn main() {
             .collect();
         progress.finish();
         for (kind, name) in KINDS.iter().enumerate() {
-            let of: Vec<&Option<Sample>> = neg.iter().filter(|n| n.0 == kind).map(|n| &n.1).collect();
+            let of: Vec<&Option<Sample>> =
+                neg.iter().filter(|n| n.0 == kind).map(|n| &n.1).collect();
             let refused = of.iter().filter(|s| s.is_none()).count();
-            let before = of.iter().filter(|s| s.as_ref().is_some_and(|s| s.before())).count();
-            println!("{name:>20}: {} drawn, {refused} refused, {before} flagged before", of.len());
+            let before = of
+                .iter()
+                .filter(|s| s.as_ref().is_some_and(|s| s.before()))
+                .count();
+            println!(
+                "{name:>20}: {} drawn, {refused} refused, {before} flagged before",
+                of.len()
+            );
         }
         let neg: Vec<Sample> = neg.into_iter().filter_map(|n| n.1).collect();
         let cal: Vec<Sample> = draw(&reserved, args.seed ^ 0xca1b, "garments (threshold)")
@@ -440,7 +458,11 @@ fn main() {
         })
         .collect();
     let y: Vec<bool> = (0..all.len()).map(|i| i >= pos.len()).collect();
-    println!("fitting on {} garments and {} non-garments, {d} inputs", pos.len(), neg.len());
+    println!(
+        "fitting on {} garments and {} non-garments, {d} inputs",
+        pos.len(),
+        neg.len()
+    );
     let p = train_net(&z, &y, args.hidden, &args);
     let net = p.net(&mean, &scale);
     // The threshold, on the reserved images (never fitted on).
@@ -487,12 +509,27 @@ fn main() {
          //! `cargo run --bin fit_detector -- --garments {} --per-kind {} --hidden {} --steps {} \
          --lr {} --l2 {} --tail {} --seed {}`\n\
          //! (crates/train/src/bin/fit_detector.rs). Do not edit: refit.\n",
-        args.garments, args.per_kind, args.hidden, args.steps, args.lr, args.l2, args.tail, args.seed
+        args.garments,
+        args.per_kind,
+        args.hidden,
+        args.steps,
+        args.lr,
+        args.l2,
+        args.tail,
+        args.seed
     );
     let _ = writeln!(src, "/// The query model these were fitted with.");
     let _ = writeln!(src, "pub const QUERY_MODEL: &str = {version:?};");
-    let _ = writeln!(src, "pub const FEATURES: usize = {};", embed::weights::EMBED);
-    let _ = writeln!(src, "pub const LAYERS: usize = {};", model.w.arch.layer_dim());
+    let _ = writeln!(
+        src,
+        "pub const FEATURES: usize = {};",
+        embed::weights::EMBED
+    );
+    let _ = writeln!(
+        src,
+        "pub const LAYERS: usize = {};",
+        model.w.arch.layer_dim()
+    );
     let _ = writeln!(
         src,
         "pub const INPUTS: usize = crate::detector::SHAPE_INPUTS + FEATURES + LAYERS;"
@@ -500,7 +537,11 @@ fn main() {
     let _ = writeln!(src, "pub const HIDDEN: usize = {};", args.hidden);
     let _ = writeln!(src, "pub const MEAN: [f32; INPUTS] = [{}];", list(&mean));
     let _ = writeln!(src, "pub const SCALE: [f32; INPUTS] = [{}];", list(&scale));
-    let _ = writeln!(src, "pub const W1: [f32; HIDDEN * INPUTS] = [{}];", list(&p.w1));
+    let _ = writeln!(
+        src,
+        "pub const W1: [f32; HIDDEN * INPUTS] = [{}];",
+        list(&p.w1)
+    );
     let _ = writeln!(src, "pub const B1: [f32; HIDDEN] = [{}];", list(&p.b1));
     let _ = writeln!(src, "pub const W2: [f32; HIDDEN] = [{}];", list(&p.w2));
     let _ = writeln!(src, "pub const B2: f32 = {:?};", p.b2);

@@ -233,8 +233,8 @@ impl Net<'_> {
     }
 }
 
-/// The committed network.
-pub const NET: Net<'static> = Net {
+/// The committed network (statics: the arrays are too large to copy into every use).
+pub static NET: Net<'static> = Net {
     mean: &w::MEAN,
     scale: &w::SCALE,
     w1: &w::W1,

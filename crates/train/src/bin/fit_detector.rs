@@ -535,15 +535,15 @@ fn main() {
         "pub const INPUTS: usize = crate::detector::SHAPE_INPUTS + FEATURES + LAYERS;"
     );
     let _ = writeln!(src, "pub const HIDDEN: usize = {};", args.hidden);
-    let _ = writeln!(src, "pub const MEAN: [f32; INPUTS] = [{}];", list(&mean));
-    let _ = writeln!(src, "pub const SCALE: [f32; INPUTS] = [{}];", list(&scale));
+    let _ = writeln!(src, "pub static MEAN: [f32; INPUTS] = [{}];", list(&mean));
+    let _ = writeln!(src, "pub static SCALE: [f32; INPUTS] = [{}];", list(&scale));
     let _ = writeln!(
         src,
-        "pub const W1: [f32; HIDDEN * INPUTS] = [{}];",
+        "pub static W1: [f32; HIDDEN * INPUTS] = [{}];",
         list(&p.w1)
     );
-    let _ = writeln!(src, "pub const B1: [f32; HIDDEN] = [{}];", list(&p.b1));
-    let _ = writeln!(src, "pub const W2: [f32; HIDDEN] = [{}];", list(&p.w2));
+    let _ = writeln!(src, "pub static B1: [f32; HIDDEN] = [{}];", list(&p.b1));
+    let _ = writeln!(src, "pub static W2: [f32; HIDDEN] = [{}];", list(&p.w2));
     let _ = writeln!(src, "pub const B2: f32 = {:?};", p.b2);
     let _ = writeln!(
         src,

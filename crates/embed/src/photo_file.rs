@@ -21,8 +21,8 @@ use image::{DynamicImage, ImageDecoder, ImageReader, Limits};
 use shared::error::{Error, Result};
 
 use crate::photo::{analyse, Framing};
-pub use crate::reduce::{MAX_PHOTO_BYTES, MAX_PHOTO_PIXELS, MAX_PHOTO_SIDE, WORK_SIDE};
 use crate::reduce::{check_size, Reducer};
+pub use crate::reduce::{MAX_PHOTO_BYTES, MAX_PHOTO_PIXELS, MAX_PHOTO_SIDE, WORK_SIDE};
 
 /// Most bytes the decoder may allocate: the largest photo at 4 bytes a pixel, and some.
 pub const MAX_DECODE_ALLOC: u64 = MAX_PHOTO_PIXELS * 4 + (64 << 20);

@@ -168,9 +168,9 @@ impl Reducer {
             let cols = (self.w - ox * self.f).min(self.f);
             let n = (band * cols) as u32;
             let o = 4 * (oy * self.ow + ox);
-            for c in 0..3 {
-                let s = &mut self.sums[3 * ox + c];
-                self.out[o + c] = ((*s + n / 2) / n) as u8;
+            let sums = &mut self.sums[3 * ox..][..3];
+            for (v, s) in self.out[o..o + 3].iter_mut().zip(sums) {
+                *v = ((*s + n / 2) / n) as u8;
                 *s = 0;
             }
         }
@@ -223,14 +223,15 @@ mod tests {
                 let mut sum = [0u32; 3];
                 for y in ys.clone() {
                     for x in xs.clone() {
-                        let i = 4 * (y * w + x);
-                        for c in 0..3 {
-                            sum[c] += over_white(rgba[i + c], rgba[i + 3] as u32);
+                        let p = &rgba[4 * (y * w + x)..][..4];
+                        for (s, &v) in sum.iter_mut().zip(&p[..3]) {
+                            *s += over_white(v, p[3] as u32);
                         }
                     }
                 }
-                for c in 0..3 {
-                    out[4 * (oy * ow + ox) + c] = ((sum[c] + n / 2) / n) as u8;
+                let o = &mut out[4 * (oy * ow + ox)..][..3];
+                for (v, s) in o.iter_mut().zip(sum) {
+                    *v = ((s + n / 2) / n) as u8;
                 }
             }
         }

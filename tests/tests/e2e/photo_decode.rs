@@ -81,7 +81,10 @@ async fn a_png_gives_the_clis_model_input_bit_for_bit() {
         let cli = embed::photo_file::decode(&std::fs::read(&path).unwrap()).unwrap();
         load_photo(&c, &path).await;
         let page = page_pixels(&c).await;
-        assert_eq!(page, cli.pixels, "image {i}: the page's model input differs");
+        assert_eq!(
+            page, cli.pixels,
+            "image {i}: the page's model input differs"
+        );
         search(&c).await;
         assert_eq!(
             result_ids(&c).await,
@@ -197,8 +200,5 @@ async fn a_50_megapixel_jpeg_is_taken_by_both_and_the_limits_hold_in_the_page() 
         .to_string();
     let shown = text(&c, "error").await;
     assert!(shown.contains(&why), "{shown:?} lacks {why:?}");
-    assert!(
-        shown.contains(&embed::reduce::limits_words()),
-        "{shown}"
-    );
+    assert!(shown.contains(&embed::reduce::limits_words()), "{shown}");
 }

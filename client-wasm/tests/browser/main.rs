@@ -13,3 +13,4 @@ mod client;
 mod common;
 mod parity;
 mod pir_search;
+mod ranking_time;

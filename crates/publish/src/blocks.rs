@@ -31,8 +31,8 @@ use crate::topk::TopK;
 use shared::error::{Error, Result};
 use shared::params::limits;
 
-const MAGIC: &[u8; 4] = b"PMBK";
-const VERSION: u16 = 2;
+pub(crate) const MAGIC: &[u8; 4] = b"PMBK";
+pub(crate) const VERSION: u16 = 2;
 const HEADER: usize = 16;
 /// Quantisation scale of the features.
 pub const FEATURE_SCALE: f32 = 32767.0;

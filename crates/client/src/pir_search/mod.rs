@@ -31,7 +31,8 @@ use publish::partition::nearest_centroid;
 use publish::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use publish::pir::records::Ranked;
 use publish::pir::records::{
-    declared_len, decode_rank_record, rank_record_len, unit_digest, RankRecord, DIGEST,
+    decode_rank_record, rank_record_len, read_rank_slots, unit_digest, RankRecord, RankSlots,
+    DIGEST,
 };
 use publish::pir::seeds::{self, Purpose};
 use publish::plan::validate_doc;
@@ -436,14 +437,14 @@ pub fn rank_table(pir: &PirDoc, table: &[u8], features: &[f32], k: usize) -> Res
 /// # Failures and block sizes say nothing
 /// A hostile server can damage the record of one chosen block, so whether this check fails
 /// depends on the photo; and block sizes are the server's, so the size of the photo's block
-/// depends on the photo too. The work does neither: the whole padded record is hashed (the
-/// record by its check, the padding after it), and `k` results are chosen by a fixed network
-/// ([`publish::topk::top_k_fixed`]) over as many items as the padded record could hold — the
-/// record's, then zero items that never win (a dummy of that many after a failure) — so the
-/// request that follows (the thumbnails, for random records after a failure) goes out after
-/// the same work. A block of fewer than `k` items is refused with the documents
-/// ([`check_blocks`]) and, should one reach here, after the same work. Only sizes, which are
-/// public, fail early.
+/// depends on the photo too. The work does neither: decoding the answer is the database
+/// shape's (one unit, whatever it holds), and the record is then checked and ranked with the
+/// same work whatever its item count and whether its checks pass ([`rank_padded`]: every
+/// slot the padded record could hold, its hash by a fixed number of compressions, `k` chosen
+/// by a fixed network), so the request that follows (the thumbnails, for random records
+/// after a failure) goes out after the same work. A block of fewer than `k` items is
+/// refused with the documents ([`check_blocks`]) and, should one reach here, after the same
+/// work. Only sizes, which are public, fail early.
 pub fn rank_level(
     pir: &PirDoc,
     level: usize,
@@ -484,7 +485,27 @@ pub fn rank_level(
 
 /// [`rank_level`] after the answer is decoded: the padded record checked against `expected`
 /// (its SHA-256) and ranked, with the same work whatever the record holds and whether the
-/// check passes (see there).
+/// check passes.
+///
+/// # Guarantee
+/// For a given padded length, query dimension, `k` and thumbnail database (all public: the
+/// database's shapes and the search's `k`), the work is the same whatever the record
+/// declares — in particular its item count, the size of the photo's block, which the server
+/// chose — and whether any of its checks passes: no loop bound, allocation or branch before
+/// the result depends on them.
+///
+/// # Proof sketch
+/// [`read_rank_slots`] reads every slot the padded record could hold and hashes the record's
+/// prefix with a fixed number of compressions (see there). Here each slot gets a key — its
+/// distance to the photo and its id — computed alike for every slot and masked to the
+/// lowest key past the record's items; the gallery-index check runs over every slot, masked
+/// the same way; [`publish::topk::top_k_fixed`] chooses `k` by a fixed sequence of
+/// compare-exchanges over the slots. Only then is the outcome chosen: the ranking, or the
+/// first failed check (a small error value) — a block of fewer than `k` items among them
+/// (refused with the documents, [`check_blocks`], should one reach here). The hits'
+/// fields are read at `k` slot positions (which the photo chooses, not the server; they are
+/// in memory the client just wrote). Only a padded record shorter than its headers, or a bad
+/// `k` or query, fails early: public sizes.
 pub fn rank_padded(
     pir: &PirDoc,
     padded: &[u8],
@@ -499,94 +520,18 @@ pub fn rank_padded(
         });
     }
     shared::error::ensure_query_f32(features, features.len())?;
-    let record = decode_rank_record(padded, expected)
-        .map_err(publish::pir::refused)
-        .and_then(|r| check_indices(&r, pir.thumbs.shape.records).map(|()| r));
-    // The bytes after the record the header declares (which the check hashed, whether it
-    // passed or not) are hashed too: every search hashes the whole padded record. And every
-    // byte is read as the padding's check reads it: the check read the padding after a
-    // record that passed, this the rest.
-    let hashed = declared_len(padded).unwrap_or(0).min(padded.len());
-    let _ = std::hint::black_box(publish::blocks::hash_hex(&padded[hashed..]));
-    let scanned = if record.is_ok() { hashed } else { padded.len() };
-    let _ = std::hint::black_box(padded[..scanned].iter().fold(0u8, |a, &b| a | b));
-    // As many items are ranked as the padded record could hold, whatever the block's size.
-    let capacity = padded.len() / (8 + 1 + 2 * features.len() + 4 + DIGEST);
-    // And as many items' features dequantised: the record's were decoded (none after a failed
-    // check), the rest here, as `blocks::decode` does it.
-    let decoded = record.as_ref().map_or(0, |r| r.block.len());
-    let rest = (capacity.saturating_sub(decoded) * 2 * features.len()).min(padded.len());
-    let _ = std::hint::black_box(
-        padded[..rest]
-            .chunks_exact(2)
-            .map(|c| f32::from(i16::from_le_bytes([c[0], c[1]])) / publish::blocks::FEATURE_SCALE)
-            .collect::<Vec<f32>>(),
-    );
-    match record {
-        Ok(record) => ranked_fixed(&record, features, k, capacity),
-        Err(e) => {
-            let dummy = dummy_record(features.len(), 0);
-            let _ = std::hint::black_box(ranked_fixed(&dummy, features, k, capacity));
-            Err(e)
-        }
+    let slots = read_rank_slots(padded, expected, features.len()).map_err(publish::pir::refused)?;
+    let (ranked, outside) = ranked_slots(&slots, features, k, pir.thumbs.shape.records);
+    if let Some(e) = slots.refused {
+        return Err(publish::pir::refused(e));
     }
-}
-
-/// The exact top `k` of `record` (as [`ranked`]: nearest first, ties to the lower id) by a
-/// fixed network over `slots` items — the record's, then zero items that never win — so the
-/// work is that of `max(slots, record length)` items and `k`, whatever the record holds. A
-/// record of fewer than `k` items is refused after the same work.
-fn ranked_fixed(record: &RankRecord, features: &[f32], k: usize, slots: usize) -> Result<Ranked> {
-    let b = &record.block;
-    let n = b.len();
-    let dim = features.len();
-    let zero = vec![0f32; dim];
-    let keys: Vec<i128> = (0..slots.max(n))
-        .map(|i| {
-            let real = i < n;
-            // (A record of another dimension reads zero items, and is refused below.)
-            let f = match b.features.get(i * dim..(i + 1) * dim) {
-                Some(f) if real => f,
-                _ => &zero[..],
-            };
-            let d: f32 = f.iter().zip(features).map(|(x, y)| (x - y) * (x - y)).sum();
-            // A finite distance ≥ 0 orders as its bits; nearer and lower ids are larger keys.
-            let id = b.ids.get(i).copied().unwrap_or(u64::MAX);
-            let key = (i128::from(u32::MAX - d.to_bits()) << 64) | i128::from(u64::MAX - id);
-            let m = -i128::from(real);
-            (key & m) | (i128::MIN & !m)
-        })
-        .collect();
-    let best = publish::topk::top_k_fixed(&keys, k);
-    let short = n < k;
-    // A slot no item filled (only when `short`) reads item 0, never panics.
-    let at = |i: usize| if i < n { i } else { 0 };
-    let hits: Vec<Hit> = best
-        .iter()
-        .map(|&(key, i)| {
-            let i = at(i);
-            Hit {
-                id: b.ids.get(i).copied().unwrap_or(0),
-                label: b.labels.get(i).copied().unwrap_or(0),
-                distance: f32::from_bits(u32::MAX - ((key >> 64) as u32)),
-                block: 0,
-                index: i,
-            }
-        })
-        .collect();
-    let ranked = Ranked {
-        indices: hits
-            .iter()
-            .map(|h| record.indices.get(h.index).copied().unwrap_or(0))
-            .collect(),
-        digests: hits
-            .iter()
-            .map(|h| record.digests.get(h.index).copied().unwrap_or([0; DIGEST]))
-            .collect(),
-        hits,
-        scores: Vec::new(),
-    };
-    if short || b.dim != dim {
+    if outside {
+        return Err(Error::InvalidParameter {
+            name: "pir ranking record",
+            reason: "an item index is outside the gallery".into(),
+        });
+    }
+    if slots.n < k {
         return Err(Error::InvalidParameter {
             name: "pir ranking record",
             reason: format!("the block holds fewer than k = {k} items"),
@@ -595,20 +540,54 @@ fn ranked_fixed(record: &RankRecord, features: &[f32], k: usize, slots: usize) -
     Ok(ranked)
 }
 
-/// A ranking record of `n` zero items: the ranking's stand-in after a failed check.
-fn dummy_record(dim: usize, n: usize) -> RankRecord {
-    RankRecord {
-        block: publish::blocks::Block {
-            dim,
-            thumb_side: 0,
-            ids: (0..n as u64).collect(),
-            labels: vec![0; n],
-            features: vec![0.0; n * dim],
-            thumbnails: Vec::new(),
-        },
-        indices: vec![0; n],
-        digests: vec![[0; DIGEST]; n],
-    }
+/// The exact top `k` of a record's slots (as [`ranked`] ranks its items: nearest first, ties
+/// to the lower id), each slot past the record's items masked to the lowest key, and whether
+/// any item's gallery index is outside a gallery of `items`: the same work for every slot
+/// (see [`rank_padded`]).
+fn ranked_slots(s: &RankSlots, features: &[f32], k: usize, items: usize) -> (Ranked, bool) {
+    let keys: Vec<i128> = s
+        .features
+        .chunks_exact(s.dim)
+        .zip(&s.ids)
+        .enumerate()
+        .map(|(i, (f, &id))| {
+            let d: f32 = f.iter().zip(features).map(|(x, y)| (x - y) * (x - y)).sum();
+            // A finite distance ≥ 0 orders as its bits; nearer and lower ids are larger keys.
+            let key = (i128::from(u32::MAX - d.to_bits()) << 64) | i128::from(u64::MAX - id);
+            let m = -i128::from(i < s.n);
+            (key & m) | (i128::MIN & !m)
+        })
+        .collect();
+    let outside = s
+        .indices
+        .iter()
+        .enumerate()
+        .fold(false, |o, (i, &g)| o | ((i < s.n) & (g as usize >= items)));
+    let best = publish::topk::top_k_fixed(&keys, k);
+    // A slot past the record (only for a record refused anyway) reads zeros, never panics.
+    let hits: Vec<Hit> = best
+        .iter()
+        .map(|&(key, i)| Hit {
+            id: s.ids.get(i).copied().unwrap_or(0),
+            label: s.labels.get(i).copied().unwrap_or(0),
+            distance: f32::from_bits(u32::MAX - ((key >> 64) as u32)),
+            block: 0,
+            index: i,
+        })
+        .collect();
+    let ranked = Ranked {
+        indices: best
+            .iter()
+            .map(|&(_, i)| s.indices.get(i).copied().unwrap_or(0))
+            .collect(),
+        digests: best
+            .iter()
+            .map(|&(_, i)| s.digests.get(i).copied().unwrap_or([0; DIGEST]))
+            .collect(),
+        hits,
+        scores: Vec::new(),
+    };
+    (ranked, outside)
 }
 
 fn check_indices(record: &RankRecord, items: usize) -> Result<()> {

@@ -455,12 +455,30 @@ pub fn rank(
     let q2: i64 = pending.q.iter().map(|&v| i64::from(v) * i64::from(v)).sum();
     // One key a database row (the block's rows first, the rest never chosen): higher score
     // first, ties to the lower id. The same number of rows whatever the block (the database's,
-    // at least the largest published block), and the same k whatever its size: the work
-    // between this answer and the next request depends on no size the server chose.
+    // at least the largest published block), and the same k whatever its size; and each row
+    // reads one id from the gallery's public ids alike — a row past the block's the id of the
+    // largest block's item at that row (a gallery index as scattered as a block's), its key
+    // masked to the lowest — so the work between this answer and the next request, its memory
+    // reads included, depends on no size the server chose.
+    let widest = public
+        .rows
+        .iter()
+        .max_by_key(|b| b.len())
+        .map_or(&[][..], Vec::as_slice);
+    let at = |rows: &[u32], r: usize| {
+        rows.get(r.min(rows.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
     let keys: Vec<i128> = (0..shape.rows)
-        .map(|r| match rows.get(r) {
-            Some(&g) => (i128::from(t[r]) << 64) | i128::from(u64::MAX - public.ids[g as usize]),
-            None => i128::MIN,
+        .map(|r| {
+            let real = r < rows.len();
+            let m = u32::from(real).wrapping_neg();
+            let g = (at(rows, r) & m) | (at(widest, r) & !m);
+            let id = public.ids.get(g as usize).copied().unwrap_or(u64::MAX);
+            let key = (i128::from(t[r]) << 64) | i128::from(u64::MAX - id);
+            let m = -i128::from(real);
+            (key & m) | (i128::MIN & !m)
         })
         .collect();
     // A slot past the block's rows (only when `short`) reads row 0's item, never panics.

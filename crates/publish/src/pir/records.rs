@@ -131,23 +131,6 @@ pub fn encode_rank_record(items: &[RankItem<'_>], dim: usize) -> shared::error::
     Ok(out)
 }
 
-/// The length of the record a padded ranking record's header declares (what
-/// [`decode_rank_record`] hashes), or `None` where the header does not fit.
-pub fn declared_len(padded: &[u8]) -> Option<usize> {
-    if padded.len() < HEADER || &padded[..4] != MAGIC {
-        return None;
-    }
-    let block_len = u32::from_le_bytes(padded[8..12].try_into().expect("4 bytes")) as usize;
-    let n_at = HEADER + 12;
-    if block_len < 16 || padded.len() < n_at + 4 || HEADER + block_len > padded.len() {
-        return None;
-    }
-    let n = u32::from_le_bytes(padded[n_at..n_at + 4].try_into().expect("4 bytes")) as usize;
-    n.checked_mul(4 + DIGEST)
-        .and_then(|t| t.checked_add(HEADER + block_len))
-        .filter(|&l| l <= padded.len())
-}
-
 /// Decodes a ranking record that may carry zero padding, after checking the unpadded bytes
 /// against `expected_hash` (SHA-256, hex). Never trusts a length it has not bounded.
 pub fn decode_rank_record(padded: &[u8], expected_hash: &str) -> Result<RankRecord, PirError> {
@@ -203,6 +186,218 @@ pub fn decode_rank_record(padded: &[u8], expected_hash: &str) -> Result<RankReco
         indices,
         digests,
     })
+}
+
+/// Bytes of a ranking record's item (id, label, features, gallery index, unit digest) at
+/// dimension `dim`, and of its two headers (the record's and the embedded block's).
+fn slot_len(dim: usize) -> usize {
+    8 + 1 + 2 * dim + 4 + DIGEST
+}
+const HEADERS: usize = HEADER + 16;
+
+/// A ranking record read as every slot the padded record could hold — the record's items,
+/// then whatever bytes the later slots' places hold — with what failed, if anything.
+#[derive(Debug, Clone)]
+pub struct RankSlots {
+    /// The slots the padded record could hold: `(len − 28) / (29 + 2·dim)` for a padded record
+    /// of `len` bytes, public (the database's record length and the query's dimension).
+    pub capacity: usize,
+    /// The items the record declares (at most `capacity`; the rest of the slots are not items).
+    pub n: usize,
+    pub dim: usize,
+    /// `capacity` of each: ids, labels, dequantised features (`capacity · dim`), gallery
+    /// indices, unit digests.
+    pub ids: Vec<u64>,
+    pub labels: Vec<u8>,
+    pub features: Vec<f32>,
+    pub indices: Vec<u32>,
+    pub digests: Vec<[u8; DIGEST]>,
+    /// Why the record is refused (`None`: it passed every check [`decode_rank_record`] makes).
+    pub refused: Option<PirError>,
+}
+
+/// A padded ranking record, checked and read with the same work whatever it holds: for
+/// [`decode_rank_record`]'s checks and values, where how much work is done must not say how
+/// many items the record holds or whether a check passed (a level's record, the block of the
+/// photo — `client::pir_search::rank_padded`).
+///
+/// # Guarantee
+/// For a given `padded.len()` and `dim` (both public: the database's record length and the
+/// query's dimension) the sequence of operations is fixed — which loops run and how often,
+/// what is allocated, how many SHA-256 blocks are compressed — whatever the bytes, in
+/// particular whatever item count the record declares and whether its hash, padding or
+/// structure check passes. Only a `padded.len()` shorter than the two headers, or a zero
+/// `dim`, returns early (public sizes). The bytes do change which addresses of `padded` are
+/// read for a slot (its fields' offsets follow the item count), not how many are read.
+///
+/// # Proof sketch
+/// * Header: fixed-offset reads; every check is folded into booleans, none returns.
+/// * Count: `n` = min(declared, capacity), a select; `fits` records whether it was clamped.
+/// * Hash: [`sha256_prefix`] compresses `⌊(len + 8)/64⌋ + 1` blocks for every prefix length
+///   and keeps the state after the prefix's last block by a mask; the padding check ORs every
+///   byte, masked by its position against the prefix length, in the same pass.
+/// * Items: one loop over all `capacity` slots, each reading one id, label, `dim` features,
+///   index and digest at offsets computed from `n` (in bounds for every slot when `n ≤
+///   capacity`: a record of `capacity` items fits `len`); no loop bound is `n`.
+/// * The failure, if any, is chosen after all of this (a small error value).
+pub fn read_rank_slots(
+    padded: &[u8],
+    expected_hash: &str,
+    dim: usize,
+) -> Result<RankSlots, PirError> {
+    let bad = |m: &str| PirError::Malformed(m.to_string());
+    if padded.len() < HEADERS || dim == 0 {
+        return Err(bad("ranking record shorter than its header"));
+    }
+    let len = padded.len();
+    let per = slot_len(dim);
+    let capacity = (len - HEADERS) / per;
+    let u16_at = |at: usize| u16::from_le_bytes([padded[at], padded[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes(padded[at..at + 4].try_into().expect("4 bytes"));
+    // The record's header, then the embedded block's (`publish::blocks`, at offset 12).
+    let declared = u32_at(24) as usize;
+    let n = declared.min(capacity);
+    let block_len = 16 + n * (9 + 2 * dim);
+    let fits = (u32_at(0) == u32::from_le_bytes(*MAGIC))
+        & (u16_at(4) == VERSION)
+        & (declared <= capacity)
+        & (u32_at(8) as usize == block_len);
+    let block = (u32_at(12) == u32::from_le_bytes(*blocks::MAGIC))
+        & (u16_at(16) == blocks::VERSION)
+        & (u16_at(18) as usize == dim)
+        & (u16_at(20) == 0);
+    let record_len = HEADERS + n * per;
+    let (digest, padding) = sha256_prefix(padded, record_len);
+    let got = hex::encode(digest);
+    let hash = got.eq_ignore_ascii_case(expected_hash);
+    // Every slot, from the places a record of `n` items keeps each field.
+    let labels_at = HEADERS + 8 * n;
+    let features_at = labels_at + n;
+    let indices_at = features_at + 2 * dim * n;
+    let digests_at = indices_at + 4 * n;
+    let mut ids = Vec::with_capacity(capacity);
+    let mut labels = Vec::with_capacity(capacity);
+    let mut features = Vec::with_capacity(capacity * dim);
+    let mut indices = Vec::with_capacity(capacity);
+    let mut digests = Vec::with_capacity(capacity);
+    for i in 0..capacity {
+        let id = HEADERS + 8 * i;
+        ids.push(u64::from_le_bytes(
+            padded[id..id + 8].try_into().expect("8 bytes"),
+        ));
+        labels.push(padded[labels_at + i]);
+        let f = features_at + 2 * dim * i;
+        features.extend(
+            padded[f..f + 2 * dim]
+                .chunks_exact(2)
+                .map(|c| f32::from(i16::from_le_bytes([c[0], c[1]])) / blocks::FEATURE_SCALE),
+        );
+        indices.push(u32_at(indices_at + 4 * i));
+        let g = digests_at + DIGEST * i;
+        digests.push(padded[g..g + DIGEST].try_into().expect("16 bytes"));
+    }
+    let refused = if !fits {
+        Some(bad("the ranking record's header does not fit its items"))
+    } else if !hash {
+        Some(PirError::HashMismatch {
+            what: "ranking record",
+            expected: expected_hash.to_string(),
+            got,
+        })
+    } else if padding != 0 {
+        Some(bad("non-zero padding"))
+    } else if !block {
+        Some(bad("embedded block disagrees with the record"))
+    } else {
+        None
+    };
+    Ok(RankSlots {
+        capacity,
+        n,
+        dim,
+        ids,
+        labels,
+        features,
+        indices,
+        digests,
+        refused,
+    })
+}
+
+/// SHA-256 of `bytes[..len]`, and the OR of `bytes[len..]` (zero when the rest is zero
+/// padding), with the same work for every `len ≤ bytes.len()`.
+///
+/// # Guarantee and proof sketch
+/// The message of `len` bytes, padded as SHA-256 pads it, ends in block `f = ⌊(len + 8)/64⌋`;
+/// every `len ≤ bytes.len()` has `f ≤ last = ⌊(bytes.len() + 8)/64⌋`. Blocks `0..=last` are
+/// all built and compressed, word by word (8 bytes): a word keeps its bytes before `len` by a
+/// mask made with shifts from `len` (no branch), gets `0x80` at `len` where `len` falls in it
+/// (a masked shift), and block `f`'s last word ORs the bit length by a mask on `j = f` (the
+/// bytes there are past `len`: `len ≤ 64f + 55`). The state after block `f` is kept by a
+/// mask. So the work is `last + 1` compressions of `8 (last + 1)` masked words whatever `len`
+/// (the compression runs the same rounds on any block); only the public `bytes.len()` says
+/// which blocks are copied from a short tail.
+fn sha256_prefix(bytes: &[u8], len: usize) -> ([u8; 32], u64) {
+    use sha2::digest::generic_array::GenericArray;
+    const IV: [u32; 8] = [
+        0x6a09_e667,
+        0xbb67_ae85,
+        0x3c6e_f372,
+        0xa54f_f53a,
+        0x510e_527f,
+        0x9b05_688c,
+        0x1f83_d9ab,
+        0x5be0_cd19,
+    ];
+    let mask = |b: bool| u64::from(b).wrapping_neg();
+    let last = (bytes.len() + 8) / 64;
+    let f = (len + 8) / 64;
+    // The bit length, big-endian, as the block's last word reads it (little-endian).
+    let bit_len = u64::from_le_bytes((len as u64 * 8).to_be_bytes());
+    // The bytes after the last whole block, and zeros for up to two blocks after them.
+    let whole = bytes.len() / 64;
+    let mut tail = [0u8; 128];
+    tail[..bytes.len() - 64 * whole].copy_from_slice(&bytes[64 * whole..]);
+    let (mut state, mut kept) = (IV, [0u32; 8]);
+    let mut padding = 0u64;
+    let mut block = [0u8; 64];
+    for j in 0..=last {
+        let at = 64 * j;
+        let src = match j.checked_sub(whole) {
+            None => &bytes[at..at + 64],
+            Some(t) => &tail[64 * t..64 * t + 64],
+        };
+        let end = mask(j == f);
+        for (w, (out, x)) in block
+            .chunks_exact_mut(8)
+            .zip(src.chunks_exact(8))
+            .enumerate()
+        {
+            let p = at + 8 * w;
+            let x = u64::from_le_bytes(x.try_into().expect("8 bytes"));
+            // This word's bytes before `len`: 0 to 8, the low ones.
+            let c = len.saturating_sub(p).min(8);
+            let inside = (u64::MAX >> ((64 - 8 * c) & 63)) & mask(c != 0);
+            padding |= x & !inside;
+            let e = len.wrapping_sub(p);
+            let marker = (0x80u64 << (8 * (e & 7))) & mask(e < 8);
+            let length = bit_len & end & mask(w == 7);
+            out.copy_from_slice(&((x & inside) | marker | length).to_le_bytes());
+        }
+        sha2::compress256(
+            &mut state,
+            std::slice::from_ref(GenericArray::from_slice(&block)),
+        );
+        let keep = u32::from(j == f).wrapping_neg();
+        for (k, &s) in kept.iter_mut().zip(&state) {
+            *k |= s & keep;
+        }
+    }
+    let mut digest = [0u8; 32];
+    for (d, w) in digest.chunks_exact_mut(4).zip(kept) {
+        d.copy_from_slice(&w.to_be_bytes());
+    }
+    (digest, padding)
 }
 
 #[cfg(test)]
@@ -280,5 +475,79 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_prefix_hash_is_sha256_of_the_prefix_and_reads_the_rest_as_padding() {
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8 | 1).collect();
+        for len in 0..=bytes.len() {
+            let (digest, padding) = sha256_prefix(&bytes, len);
+            assert_eq!(
+                hex::encode(digest),
+                blocks::hash_hex(&bytes[..len]),
+                "len {len}"
+            );
+            assert_eq!(padding == 0, len == bytes.len(), "len {len}");
+            let mut zeroed = bytes.clone();
+            zeroed[len..].fill(0);
+            assert_eq!(sha256_prefix(&zeroed, len), (digest, 0), "len {len}");
+        }
+    }
+
+    #[test]
+    fn rank_slots_hold_what_decoding_gives_and_refuse_alike() {
+        let dim = 3;
+        let f: Vec<[f32; 3]> = (0..5).map(|i| [0.1 * i as f32, -0.5, 0.25]).collect();
+        let items: Vec<RankItem> = (0..5)
+            .map(|i| RankItem {
+                id: 40 + i as u64,
+                label: i as u8,
+                features: &f[i],
+                index: 9 - i as u32,
+                digest: [i as u8 + 1; DIGEST],
+            })
+            .collect();
+        let padded_len = rank_record_len(7, dim) + 5;
+        for n in [0usize, 1, 5] {
+            let rec = encode_rank_record(&items[..n], dim).unwrap();
+            let h = blocks::hash_hex(&rec);
+            let mut padded = rec.clone();
+            padded.resize(padded_len, 0);
+            let s = read_rank_slots(&padded, &h, dim).unwrap();
+            assert!(s.refused.is_none(), "{n}: {:?}", s.refused);
+            assert_eq!((s.capacity, s.n), (7, n));
+            assert_eq!(
+                (s.ids.len(), s.features.len(), s.digests.len()),
+                (7, 7 * dim, 7)
+            );
+            let d = decode_rank_record(&padded, &h).unwrap();
+            assert_eq!(s.ids[..n], d.block.ids[..]);
+            assert_eq!(s.labels[..n], d.block.labels[..]);
+            assert_eq!(s.features[..n * dim], d.block.features[..]);
+            assert_eq!(s.indices[..n], d.indices[..]);
+            assert_eq!(s.digests[..n], d.digests[..]);
+            // Each check refuses, and the slots are read all the same.
+            let refused = |p: &[u8], h: &str, dim: usize| {
+                let s = read_rank_slots(p, h, dim).unwrap();
+                assert_eq!(s.ids.len(), s.capacity);
+                s.refused.map(|e| e.to_string()).unwrap_or_default()
+            };
+            if n > 0 {
+                let mut bad = padded.clone();
+                bad[rec.len() - 1] ^= 1;
+                assert!(refused(&bad, &h, dim).contains("SHA-256"));
+            }
+            let mut bad = padded.clone();
+            *bad.last_mut().unwrap() = 1;
+            assert!(refused(&bad, &h, dim).contains("padding"));
+            let mut bad = padded.clone();
+            bad[24..28].copy_from_slice(&8u32.to_le_bytes());
+            assert!(refused(&bad, &h, dim).contains("does not fit"));
+            let mut bad = padded.clone();
+            bad[10] ^= 1;
+            assert!(refused(&bad, &h, dim).contains("does not fit"));
+            assert!(refused(&padded, &h, dim + 1).contains("malformed"));
+        }
+        assert!(read_rank_slots(&[0; 27], "", dim).is_err());
     }
 }

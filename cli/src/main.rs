@@ -278,8 +278,9 @@ enum GalleryAction {
 /// PHOTO's help: the decoder's bounds, from `embed::photo_file` (one source).
 fn photo_help() -> String {
     format!(
-        "The photo: {}; larger photos are refused with the reason",
-        embed::photo_file::limits_words()
+        "The photo: {}; larger photos are refused with the reason. {}.",
+        embed::photo_file::limits_words(),
+        embed::photo_file::HEIC_NOT_READ
     )
 }
 

@@ -80,9 +80,10 @@ pub fn decode_rgba(bytes: &[u8]) -> Result<(Vec<u8>, usize, usize)> {
         _ if is_heic(bytes) => return Err(bad(HEIC_NOT_READ.into())),
         _ => return Err(bad("not a JPEG or PNG image".into())),
     }
-    let mut limits = Limits::default();
-    limits.max_image_width = Some(MAX_PHOTO_SIDE);
-    limits.max_image_height = Some(MAX_PHOTO_SIDE);
+    // The sides and pixels are checked by `check_size` below, from the header, in the words
+    // both clients give (the decoder's own side limit would answer "Image size exceeds
+    // limit" first); the decoder keeps the allocation bound.
+    let mut limits = Limits::no_limits();
     limits.max_alloc = Some(MAX_DECODE_ALLOC);
     let mut reader = reader;
     reader.limits(limits);

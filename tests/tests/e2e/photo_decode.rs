@@ -24,7 +24,8 @@ fn dir() -> PathBuf {
 /// photo's grain), dark garment on a light ground.
 fn textured(i: usize, w: u32, h: u32, grain: u32) -> image::RgbImage {
     let (px, _) = test_image(i);
-    let scale = (h as usize * 9 / 10) / 28;
+    // The garment fills 9/10 of the shorter side (a portrait photo too).
+    let scale = (w.min(h) as usize * 9 / 10) / 28;
     let (ox, oy) = ((w as usize - 28 * scale) / 2, (h as usize - 28 * scale) / 2);
     image::RgbImage::from_fn(w, h, |x, y| {
         let (xu, yu) = (x as usize, y as usize);
@@ -61,6 +62,13 @@ fn textured_jpeg(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
     .unwrap();
     std::fs::write(&path, out).unwrap();
     path
+}
+
+/// Upload a photo and wait until the model has run on it: the search button, enabled by the
+/// previous photo, is disabled first, so the wait ends on this photo's result, not the last.
+async fn load_new_photo(c: &fantoccini::Client, path: &Path) {
+    js(c, "document.getElementById('search').disabled = true; return null;").await;
+    load_photo(c, path).await;
 }
 
 /// The model input the page shows (its 28×28 preview, drawn from the wasm client's pixels).
@@ -107,7 +115,7 @@ async fn a_png_gives_the_clis_model_input_bit_for_bit() {
     ] {
         let path = camera_png(&d, i, w, h, grain);
         let cli = embed::photo_file::decode(&std::fs::read(&path).unwrap()).unwrap();
-        load_photo(&c, &path).await;
+        load_new_photo(&c, &path).await;
         let page = page_pixels(&c).await;
         assert_eq!(
             page, cli.pixels,
@@ -147,7 +155,7 @@ async fn both_clients(c: &fantoccini::Client, path: &Path) -> (f64, usize, u8, V
     })
     .await
     .unwrap();
-    load_photo(c, path).await;
+    load_new_photo(c, path).await;
     let page = page_pixels(c).await;
     let (fp, fc) = (features(&page), features(&cli.pixels));
     let diff: Vec<u8> = page

@@ -230,7 +230,10 @@ mod tests {
         assert!(decode(b"GIF89a not a photo").is_err());
         // A HEIC file's start (an iPhone's `ftyp` box): refused with the reason.
         let heic = b"\0\0\0\x18ftypheic\0\0\0\0mif1heic";
-        assert!(decode(heic).unwrap_err().to_string().contains(HEIC_NOT_READ));
+        assert!(decode(heic)
+            .unwrap_err()
+            .to_string()
+            .contains(HEIC_NOT_READ));
         assert!(decode(&vec![0u8; MAX_PHOTO_BYTES + 1])
             .unwrap_err()
             .to_string()

@@ -67,7 +67,11 @@ fn textured_jpeg(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
 /// Upload a photo and wait until the model has run on it: the search button, enabled by the
 /// previous photo, is disabled first, so the wait ends on this photo's result, not the last.
 async fn load_new_photo(c: &fantoccini::Client, path: &Path) {
-    js(c, "document.getElementById('search').disabled = true; return null;").await;
+    js(
+        c,
+        "document.getElementById('search').disabled = true; return null;",
+    )
+    .await;
     load_photo(c, path).await;
 }
 
@@ -331,7 +335,11 @@ async fn a_50_megapixel_jpeg_is_taken_by_both_and_the_limits_hold_in_the_page() 
     .await;
     let shown = text(&c, "error").await;
     assert!(shown.contains(&mib), "{shown:?} lacks {mib:?}");
-    for (file, why) in [(&wide, "pixels a side"), (&many, "megapixels"), (&heavy, mib.as_str())] {
+    for (file, why) in [
+        (&wide, "pixels a side"),
+        (&many, "megapixels"),
+        (&heavy, mib.as_str()),
+    ] {
         let out = cli.run(&["search", file.to_str().unwrap(), "--server", &srv.base]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{file:?} was taken");

@@ -2,7 +2,7 @@
 // bounded, deadlined JSON GETs of the gallery's `/api/v1/*`, and the page's own files (the wasm
 // client, the models, the evaluation's table), each checked against its hash in the release
 // bundle (`assets.js`) by the browser before it is used.
-import init, { limits } from "./pkg/privatemail_client_wasm.js";
+import init, { limits, photo_limits } from "./pkg/privatemail_client_wasm.js";
 import { HostileAnswer, deadline, fetchBounded, setLimits } from "./net.js";
 import { asset } from "./assets.js";
 
@@ -14,6 +14,8 @@ export const wasmReady = init({
   module_or_path: fetch(wasmFile.url, { integrity: wasmFile.integrity, credentials: "same-origin" }),
 });
 export const LIMITS = wasmReady.then(() => JSON.parse(limits()));
+// The photo limits both clients apply (`embed::reduce`: bytes, pixels, side, working side).
+export const PHOTO_LIMITS = wasmReady.then(() => JSON.parse(photo_limits()));
 setLimits(LIMITS);
 
 // An answer as bytes, within `maxBytes` and the deadline: the gallery's for a path it names

@@ -1,9 +1,12 @@
-// The user's photo: from a file, a drop or a sample, scaled down by the browser, then given to
-// the wasm client, which runs the model; the page shows what the model saw and predicted.
+// The user's photo: from a file, a drop or a sample, decoded by the browser, reduced and framed
+// by the wasm client (the CLI's code from the decoded pixels on: `embed::reduce`, then
+// `embed::photo`), which runs the model; the page shows what the model saw and predicted.
 import { $, showError, state, status, timings } from "./page.js";
 import { SAMPLES, SAMPLES_MODEL } from "./samples.js";
 import { article } from "./format.js";
 import { clearResults } from "./results.js";
+import { PHOTO_LIMITS } from "./api.js";
+import { PhotoReducer } from "./pkg/privatemail_client_wasm.js";
 
 export function renderSamples() {
   const box = $("samples");
@@ -22,37 +25,66 @@ export function renderSamples() {
   }
 }
 
-const MAX_SIDE = 1024; // large photos are scaled down by the browser first (speed, memory)
-
-// The largest photo file the page opens (as the CLI's decoder, embed::photo_file::MAX_PHOTO_BYTES).
-const MAX_FILE = 64 * 1048576;
+// Pixels drawn and read at a time: a 100-megapixel photo is read in strips of about this many
+// (16 MiB of RGBA), never whole.
+const STRIP_PIXELS = 1 << 22;
 
 // An image with nothing to see in it (embed::ood::look, in the wasm client: too small, one
 // solid colour, noise): never classified, never searched.
 class NothingToSee extends Error {}
+// A photo past the limits both clients apply (embed::reduce), in the CLI's words.
+class TooLarge extends Error {}
 
-// `sample`: a sample's published features (see loadSample), or undefined for a photo.
+// `sample`: a sample's published features (see loadSample). Samples are 28×28: drawn whole.
 function loadBitmap(bitmap, sample) {
-  const scale = Math.min(1, MAX_SIDE / Math.max(bitmap.width, bitmap.height));
-  const w = Math.max(1, Math.round(bitmap.width * scale));
-  const h = Math.max(1, Math.round(bitmap.height * scale));
+  const { width: w, height: h } = bitmap;
   const canvas = document.createElement("canvas");
   canvas.width = w;
   canvas.height = h;
   const ctx = canvas.getContext("2d");
-  ctx.drawImage(bitmap, 0, 0, w, h);
-  const data = ctx.getImageData(0, 0, w, h).data;
+  ctx.drawImage(bitmap, 0, 0);
+  const rgba = new Uint8Array(ctx.getImageData(0, 0, w, h).data.buffer);
   const t = performance.now();
-  const rgba = new Uint8Array(data.buffer);
-  const info = JSON.parse(
-    sample
-      ? state.client.load_sample(rgba, w, h, new Float32Array(sample.features), SAMPLES_MODEL)
-      : state.client.load_image(rgba, w, h),
-  );
+  show(state.client.load_sample(rgba, w, h, new Float32Array(sample.features), SAMPLES_MODEL), t);
+}
+
+// The wasm client's answer about a loaded image: kept and shown, or refused.
+function show(json, t) {
+  const info = JSON.parse(json);
   if (info.refused) throw new NothingToSee(info.refused);
   state.image = info;
   timings.infer_ms = performance.now() - t;
   showImage();
+}
+
+// A photo the browser decoded (as shown: EXIF orientation applied), at full resolution, strip
+// by strip into the wasm client's reducer (`embed::reduce`, the CLI's): no browser resampling,
+// so the reduced image is the CLI's whenever the two decoders give the same pixels. A strip
+// is a whole number of the reducer's blocks high. The reducer refuses a photo past the limits
+// with the CLI's words before any pixel is read.
+function loadPhotoBitmap(bitmap) {
+  const { width: w, height: h } = bitmap;
+  let reducer;
+  try {
+    reducer = new PhotoReducer(w, h);
+  } catch (e) {
+    throw new TooLarge(e.message || String(e));
+  }
+  const f = reducer.factor();
+  const rows = Math.min(h, Math.max(f, Math.floor(STRIP_PIXELS / w / f) * f));
+  const canvas = document.createElement("canvas");
+  canvas.width = w;
+  canvas.height = rows;
+  const ctx = canvas.getContext("2d", { willReadFrequently: true });
+  const t = performance.now();
+  for (let y = 0; y < h; y += rows) {
+    const n = Math.min(rows, h - y);
+    ctx.clearRect(0, 0, w, rows);
+    ctx.drawImage(bitmap, 0, y, w, n, 0, 0, w, n);
+    reducer.push_rows(new Uint8Array(ctx.getImageData(0, 0, w, n).data.buffer));
+  }
+  bitmap.close();
+  show(state.client.load_photo(reducer), t);
 }
 
 // A sample (a data: URL) is decoded as an image, not fetched: the Content-Security-Policy
@@ -91,8 +123,9 @@ function forgetImage(why) {
   status(`No photo loaded: ${why}`);
 }
 
-// A photo file, through the browser's decoder, scaled down first (the CLI decodes with
-// `embed::photo_file`; the page leaves that decoder out of its first load).
+// A photo file, through the browser's decoder (the CLI decodes with `embed::photo_file`; the
+// page leaves that decoder out of its first load): the file's own values (no colour
+// conversion, no premultiplied alpha), turned as its EXIF orientation says, as the CLI does.
 export async function loadFromFile(file) {
   showError("");
   if (!file) return;
@@ -101,17 +134,23 @@ export async function loadFromFile(file) {
     forgetImage(why);
     showError(`“${file.name}” cannot be used: ${why}`);
   };
-  if (file.size > MAX_FILE) return refuse(`it is larger than ${MAX_FILE / 1048576} MiB. Try a smaller copy of the photo.`);
+  const L = await PHOTO_LIMITS;
+  if (file.size > L.max_bytes) return refuse(`it is larger than ${L.max_bytes / 1048576} MiB. Try a smaller copy of the photo.`);
   let bitmap;
   try {
-    bitmap = await createImageBitmap(file);
+    bitmap = await createImageBitmap(file, {
+      colorSpaceConversion: "none",
+      premultiplyAlpha: "none",
+      imageOrientation: "from-image",
+    });
   } catch {
     return refuse("it is not an image this page can open. Try a JPEG or PNG photo.");
   }
   try {
-    loadBitmap(bitmap);
+    loadPhotoBitmap(bitmap);
   } catch (e) {
     if (e instanceof NothingToSee) return refuse(`${e.message}. It was not classified or searched.`);
+    if (e instanceof TooLarge) return refuse(`${e.message}: the page reads photos of ${L.words}. Try a smaller copy of the photo.`);
     refuse(`it could not be read (${e.message || e}).`);
   }
 }

@@ -47,7 +47,8 @@ pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../server/assets/classifier.
 #[command(
     name = "privatemail",
     version,
-    about = "Private image search: your photo stays on this machine. By default (private information retrieval) only encrypted queries leave it and the server learns nothing about the photo; other ways to search (--protocol) send a release with a stated privacy loss ε."
+    about = "Private image search: your photo stays on this machine. By default (private information retrieval) only encrypted queries leave it and the server learns nothing about the photo; other ways to search (--protocol) send a release with a stated privacy loss ε.",
+    after_help = photo_help()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -277,8 +278,9 @@ enum GalleryAction {
 /// PHOTO's help: the decoder's bounds, from `embed::photo_file` (one source).
 fn photo_help() -> String {
     format!(
-        "The photo: {}; larger photos are refused with the reason",
-        embed::photo_file::limits_words()
+        "The photo: {}; larger photos are refused with the reason. {}.",
+        embed::photo_file::limits_words(),
+        embed::photo_file::HEIC_NOT_READ
     )
 }
 

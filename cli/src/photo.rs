@@ -1,6 +1,7 @@
-//! A photo file → the model's 28×28 inputs, through the decoder the page's wasm client uses
-//! too (`embed::photo_file::decode`: bounded, then `embed::photo::analyse`), so one file
-//! gives the same inputs, hence the same features, in both clients.
+//! A photo file → the model's 28×28 inputs, through the bounded decoder
+//! (`embed::photo_file`), the reducer the page's wasm client uses too (`embed::reduce`), then
+//! `embed::photo::analyse`: a PNG gives the page's inputs bit for bit, a JPEG up to the two
+//! decoders' rounding.
 
 use std::io::Read;
 use std::path::Path;

@@ -82,6 +82,15 @@ impl Client {
         )
     }
 
+    /// As [`Client::load_image`] for a photo the page drew strip by strip into a
+    /// [`PhotoReducer`] (consumed): the reduced image, framed, through the models. The CLI
+    /// reduces with the same reducer (`embed::photo_file`), so a file both decoders read to
+    /// the same pixels gives the same features in both clients.
+    pub fn load_photo(&mut self, photo: PhotoReducer) -> Result<String, JsError> {
+        let (rgba, w, h) = photo.reducer.finish().map_err(js_err)?;
+        self.load_image(&rgba, w as u32, h as u32)
+    }
+
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
         self.load(pixels, pixels, None, Ok(None))
@@ -204,4 +213,51 @@ impl Client {
         self.pending_blocks = None;
         serde_json::to_string(&info).map_err(js_err)
     }
+}
+
+/// A decoded photo at full resolution, fed to `embed::reduce::Reducer` strip by strip (the
+/// page draws the browser's decoded bitmap into a canvas a strip at a time, so memory stays
+/// bounded at 100 megapixels), then loaded with [`Client::load_photo`].
+#[wasm_bindgen]
+pub struct PhotoReducer {
+    reducer: embed::reduce::Reducer,
+}
+
+#[wasm_bindgen]
+impl PhotoReducer {
+    /// A reducer for a `width×height` photo; refused past the limits ([`photo_limits`]) with
+    /// the reason in the words the CLI gives.
+    #[wasm_bindgen(constructor)]
+    pub fn new(width: u32, height: u32) -> Result<PhotoReducer, JsError> {
+        Ok(PhotoReducer {
+            reducer: embed::reduce::Reducer::new(width as usize, height as usize)
+                .map_err(js_err)?,
+        })
+    }
+
+    /// The reduction factor `f`: strips of a multiple of `f` rows fill whole blocks.
+    pub fn factor(&self) -> u32 {
+        self.reducer.factor() as u32
+    }
+
+    /// The next whole rows of the photo (RGBA, e.g. `ImageData.data` of a strip), top to
+    /// bottom.
+    pub fn push_rows(&mut self, rgba: &[u8]) -> Result<(), JsError> {
+        self.reducer.push_rows(rgba).map_err(js_err)
+    }
+}
+
+/// The photo limits both clients apply (`embed::reduce`), as JSON `{max_bytes, max_pixels,
+/// max_side, work_side, words}`.
+#[wasm_bindgen]
+pub fn photo_limits() -> String {
+    use embed::reduce::*;
+    serde_json::json!({
+        "max_bytes": MAX_PHOTO_BYTES,
+        "max_pixels": MAX_PHOTO_PIXELS,
+        "max_side": MAX_PHOTO_SIDE,
+        "work_side": WORK_SIDE,
+        "words": limits_words(),
+    })
+    .to_string()
 }

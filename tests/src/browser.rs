@@ -229,15 +229,16 @@ pub fn native_features(i: usize) -> Vec<f32> {
     model.search_features(&pixels).unwrap()
 }
 
-/// `GET {base}{path}` as bytes, from a blocking thread.
-/// The on-device model's features for a photo file as both clients compute them: the shared
-/// decoder (`embed::photo_file::decode`), then the query model — ground truth natively.
+/// The on-device model's features for a photo file as the CLI computes them (its decoder,
+/// `embed::photo_file::decode`, then the query model); the page's for a PNG, whose decoded
+/// pixels are the same in both (`e2e::photo_decode`).
 pub fn native_features_of(file: &[u8]) -> Vec<f32> {
     let framing = embed::photo_file::decode(file).unwrap();
     let model = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     model.search_features(&framing.pixels).unwrap()
 }
 
+/// `GET {base}{path}` as bytes, from a blocking thread.
 pub async fn get_bytes(base: &str, path: &str) -> Vec<u8> {
     let url = format!("{base}{path}");
     tokio::task::spawn_blocking(move || {

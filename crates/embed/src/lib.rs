@@ -23,6 +23,7 @@ pub mod photo;
 #[cfg(feature = "photo-files")]
 pub mod photo_file;
 pub mod place;
+pub mod reduce;
 pub mod sample;
 pub mod upright;
 pub mod views;

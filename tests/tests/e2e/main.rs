@@ -20,6 +20,7 @@ mod nothing_to_see;
 mod object_store;
 mod page_origin;
 mod page_truth;
+mod photo_decode;
 mod pir;
 mod restart;
 mod scale;

@@ -128,15 +128,18 @@ fn reduce_turned(img: &DynamicImage, orientation: Orientation) -> Result<(Vec<u8
     reducer.finish()
 }
 
+/// For a pixel of the turned image, the source pixel it shows.
+type SourceOf = Box<dyn Fn(usize, usize) -> (usize, usize)>;
+
 /// The turned image's size and, for a pixel of it, the source pixel it shows.
 struct Turned {
     size: (usize, usize),
-    map: Box<dyn Fn(usize, usize) -> (usize, usize)>,
+    map: SourceOf,
 }
 
 /// EXIF orientation as [`DynamicImage::apply_orientation`] applies it (tested against it).
 fn turned_to_source(o: Orientation, w: usize, h: usize) -> Turned {
-    let (size, map): ((usize, usize), Box<dyn Fn(usize, usize) -> (usize, usize)>) = match o {
+    let (size, map): ((usize, usize), SourceOf) = match o {
         Orientation::NoTransforms => ((w, h), Box::new(|x, y| (x, y))),
         Orientation::Rotate90 => ((h, w), Box::new(move |x, y| (y, h - 1 - x))),
         Orientation::Rotate180 => ((w, h), Box::new(move |x, y| (w - 1 - x, h - 1 - y))),

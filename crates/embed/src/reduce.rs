@@ -153,7 +153,7 @@ impl Reducer {
                 s[2] += over_white(p[2], a);
             }
             self.rows += 1;
-            if self.rows % self.f == 0 || self.rows == self.h {
+            if self.rows.is_multiple_of(self.f) || self.rows == self.h {
                 self.flush_band();
             }
         }

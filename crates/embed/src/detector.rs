@@ -202,14 +202,18 @@ pub fn inputs(pixels: &[u8], features: &[f32], layer_means: &[f32]) -> Result<Ve
 }
 
 /// A network of the detector's shape: standardise (`(x − mean)·scale`), one hidden layer of
-/// rectified units, one output. What [`output`] runs with the committed constants and what
-/// the fitting command trains.
+/// rectified units, one output. The first layer is stored compactly (a quarter of f32's bytes
+/// in the page's wasm): each hidden unit's weights as signed bytes and one f32 scale
+/// ([`quantize`]). What [`output`] runs with the committed constants and what the fitting
+/// command sets its threshold with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Net<'a> {
     pub mean: &'a [f32],
     pub scale: &'a [f32],
-    /// Hidden × inputs, row-major.
-    pub w1: &'a [f32],
+    /// Hidden × inputs, row-major, in units of the row's `w1_scale`.
+    pub w1: &'a [i8],
+    /// Each hidden unit's weight per unit of `w1`.
+    pub w1_scale: &'a [f32],
     pub b1: &'a [f32],
     pub w2: &'a [f32],
     pub b2: f32,
@@ -226,11 +230,36 @@ impl Net<'_> {
             .collect();
         let mut out = self.b2;
         for (h, row) in self.w1.chunks_exact(z.len()).enumerate() {
-            let a = row.iter().zip(&z).fold(self.b1[h], |s, (w, v)| s + w * v);
+            let dot = row
+                .iter()
+                .zip(&z)
+                .fold(0.0f32, |s, (&w, v)| s + f32::from(w) * v);
+            let a = self.b1[h] + self.w1_scale[h] * dot;
             out += self.w2[h] * a.max(0.0);
         }
         out
     }
+}
+
+/// A hidden × `inputs` first layer (row-major f32) as [`Net`] stores it: each row scaled so
+/// its largest magnitude is 127 and rounded to the nearest integer, with the row's scale
+/// (largest magnitude / 127; 0 for a row of zeros). Each weight moves by at most half its
+/// row's scale.
+pub fn quantize(w1: &[f32], inputs: usize) -> (Vec<i8>, Vec<f32>) {
+    let (mut q, mut scales) = (Vec::with_capacity(w1.len()), Vec::new());
+    for row in w1.chunks_exact(inputs) {
+        let top = row.iter().fold(0.0f32, |m, w| m.max(w.abs()));
+        let s = top / 127.0;
+        scales.push(s);
+        q.extend(row.iter().map(|&w| {
+            if s > 0.0 {
+                (w / s).round().clamp(-127.0, 127.0) as i8
+            } else {
+                0
+            }
+        }));
+    }
+    (q, scales)
 }
 
 /// The committed network (statics: the arrays are too large to copy into every use).
@@ -238,6 +267,7 @@ pub static NET: Net<'static> = Net {
     mean: &w::MEAN,
     scale: &w::SCALE,
     w1: &w::W1,
+    w1_scale: &w::W1_SCALE,
     b1: &w::B1,
     w2: &w::W2,
     b2: w::B2,
@@ -280,6 +310,44 @@ mod tests {
         assert!(r[9] > f[9], "an outline is more edge");
         assert_eq!(shape_inputs(&[0u8; PIXELS]).unwrap(), [0.0; SHAPE_INPUTS]);
         assert!(shape_inputs(&[0u8; 10]).is_err());
+    }
+
+    #[test]
+    fn quantized_weights_stay_within_half_a_step() {
+        let w1: Vec<f32> = (0..24)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.013)
+            .collect();
+        let (q, s) = quantize(&w1, 8);
+        assert_eq!((q.len(), s.len()), (24, 3));
+        for (h, row) in w1.chunks_exact(8).enumerate() {
+            assert!(q[h * 8..(h + 1) * 8].iter().any(|v| v.abs() == 127));
+            for (j, w) in row.iter().enumerate() {
+                let back = f32::from(q[h * 8 + j]) * s[h];
+                assert!((back - w).abs() <= 0.5 * s[h] + 1e-7, "{w} → {back}");
+            }
+        }
+        assert_eq!(quantize(&[0.0; 4], 4), (vec![0; 4], vec![0.0]));
+        // The network reads the stored rows as their weights.
+        let (mean, scale, b1, w2) = ([0.0f32; 8], [1.0f32; 8], [0.1f32; 3], [1.0f32; 3]);
+        let net = Net {
+            mean: &mean,
+            scale: &scale,
+            w1: &q,
+            w1_scale: &s,
+            b1: &b1,
+            w2: &w2,
+            b2: 0.5,
+        };
+        let x: Vec<f32> = (0..8).map(|i| i as f32 * 0.25).collect();
+        let want = 0.5
+            + w1.chunks_exact(8)
+                .map(|row| (0.1 + row.iter().zip(&x).map(|(w, v)| w * v).sum::<f32>()).max(0.0))
+                .sum::<f32>();
+        assert!(
+            (net.run(&x) - want).abs() < 0.01,
+            "{} vs {want}",
+            net.run(&x)
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT
 use data::not_garments::{generate, KINDS};
 use data::photos::{render, Shot};
 use data::progress::Progress;
-use embed::detector::{inputs, Net};
+use embed::detector::{inputs, quantize, Net};
 use embed::model::Model;
 use embed::ood::{assess, look, scene_unlike_a_product, Reference, UNFAMILIAR_SCORE};
 use rand::{Rng, SeedableRng};
@@ -189,15 +189,20 @@ struct Params {
 }
 
 impl Params {
-    fn net<'a>(&'a self, mean: &'a [f32], scale: &'a [f32]) -> Net<'a> {
-        Net {
-            mean,
-            scale,
-            w1: &self.w1,
-            b1: &self.b1,
-            w2: &self.w2,
-            b2: self.b2,
+    /// The output of the network before its first layer is stored compactly (for comparison).
+    fn run_f32(&self, mean: &[f32], scale: &[f32], x: &[f32]) -> f32 {
+        let z: Vec<f32> = x
+            .iter()
+            .zip(mean)
+            .zip(scale)
+            .map(|((v, m), s)| (v - m) * s)
+            .collect();
+        let mut out = self.b2;
+        for (h, row) in self.w1.chunks_exact(z.len()).enumerate() {
+            let a = row.iter().zip(&z).fold(self.b1[h], |s, (w, v)| s + w * v);
+            out += self.w2[h] * a.max(0.0);
         }
+        out
     }
 
     fn flat(&self) -> Vec<f32> {
@@ -317,6 +322,16 @@ fn train_net(z: &[Vec<f32>], y: &[bool], hidden: usize, args: &Args) -> Params {
     }
     progress.finish();
     p
+}
+
+fn list_i8(v: &[i8]) -> String {
+    let mut s = String::new();
+    for (i, x) in v.iter().enumerate() {
+        s.push_str(if i % 16 == 0 { "\n    " } else { " " });
+        let _ = write!(s, "{x},");
+    }
+    s.push('\n');
+    s
 }
 
 fn list(v: &[f32]) -> String {
@@ -464,16 +479,41 @@ fn main() {
         neg.len()
     );
     let p = train_net(&z, &y, args.hidden, &args);
-    let net = p.net(&mean, &scale);
-    // The threshold, on the reserved images (never fitted on).
-    let mut outs: Vec<f32> = cal.iter().map(|s| net.run(&s.x)).collect();
-    outs.sort_by(f32::total_cmp);
-    let k = ((1.0 - args.tail) * outs.len() as f64).ceil() as usize;
-    let threshold = outs[k.min(outs.len() - 1)];
-    let flagged = |s: &Sample| net.run(&s.x) > threshold;
+    // The first layer as the client stores it (signed bytes, a scale a hidden unit).
+    let (w1, w1_scale) = quantize(&p.w1, d);
+    let net = Net {
+        mean: &mean,
+        scale: &scale,
+        w1: &w1,
+        w1_scale: &w1_scale,
+        b1: &p.b1,
+        w2: &p.w2,
+        b2: p.b2,
+    };
     let share = |v: &[Sample], f: &dyn Fn(&Sample) -> bool| {
         v.iter().filter(|s| f(s)).count() as f64 / v.len() as f64
     };
+    // The threshold, on the reserved images (never fitted on): the `tail` share above it.
+    let threshold_of = |run: &dyn Fn(&[f32]) -> f32| {
+        let mut outs: Vec<f32> = cal.iter().map(|s| run(&s.x)).collect();
+        outs.sort_by(f32::total_cmp);
+        let k = ((1.0 - args.tail) * outs.len() as f64).ceil() as usize;
+        (
+            outs[k.min(outs.len() - 1)],
+            outs.len() - k.min(outs.len() - 1) - 1,
+            outs.len(),
+        )
+    };
+    let f32_run = |x: &[f32]| p.run_f32(&mean, &scale, x);
+    let (t32, _, _) = threshold_of(&f32_run);
+    println!(
+        "before the first layer is stored in bytes (f32): threshold {t32}, reserved clothing \
+         flagged {:.4}, fresh non-garments {:.4}",
+        share(&cal, &|s| f32_run(&s.x) > t32),
+        share(&fresh, &|s| f32_run(&s.x) > t32)
+    );
+    let (threshold, above, of) = threshold_of(&|x| net.run(x));
+    let flagged = |s: &Sample| net.run(&s.x) > threshold;
     println!(
         "threshold {threshold}: reserved clothing flagged {:.4} by the detector, {:.4} before, \
          {:.4} by either ({} photos)",
@@ -539,8 +579,17 @@ fn main() {
     let _ = writeln!(src, "pub static SCALE: [f32; INPUTS] = [{}];", list(&scale));
     let _ = writeln!(
         src,
-        "pub static W1: [f32; HIDDEN * INPUTS] = [{}];",
-        list(&p.w1)
+        "/// The first layer in units of `W1_SCALE` (`embed::detector::quantize`)."
+    );
+    let _ = writeln!(
+        src,
+        "pub static W1: [i8; HIDDEN * INPUTS] = [{}];",
+        list_i8(&w1)
+    );
+    let _ = writeln!(
+        src,
+        "pub static W1_SCALE: [f32; HIDDEN] = [{}];",
+        list(&w1_scale)
     );
     let _ = writeln!(src, "pub static B1: [f32; HIDDEN] = [{}];", list(&p.b1));
     let _ = writeln!(src, "pub static W2: [f32; HIDDEN] = [{}];", list(&p.w2));
@@ -549,8 +598,7 @@ fn main() {
         src,
         "/// Above this output a photo is unlike a garment: {} of {} reserved clothing photos \
          above it.",
-        outs.len() - k.min(outs.len() - 1) - 1,
-        outs.len()
+        above, of
     );
     let _ = writeln!(src, "pub const THRESHOLD: f32 = {threshold:?};");
     std::fs::write(&args.out, src).expect("write the constants");

@@ -180,13 +180,16 @@ impl Client {
         // the retrieval model's.
         let class = self.classifier.classify(class_pixels).map_err(js_err)?;
         let class_name = self.class_name(class.label);
-        // The photo's own statistics count too (as `embed::ood::assess`); a 28×28 image has
-        // none.
-        let mut ood = embed::ood::assess_input(pixels, &inf.features, layers, &self.familiarity)
-            .map_err(js_err)?;
-        ood.unfamiliar |= scene
-            .as_ref()
-            .is_some_and(embed::ood::scene_unlike_a_product);
+        // The decision the CLI makes (`embed::ood::assess`): the score, the learned detector
+        // and the photo's own statistics (a 28×28 image has none).
+        let ood = embed::ood::assess_scene(
+            pixels,
+            scene.as_ref(),
+            &inf.features,
+            layers,
+            &self.familiarity,
+        )
+        .map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
             label: class.label,

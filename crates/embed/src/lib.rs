@@ -15,6 +15,9 @@
 
 pub mod base;
 pub mod classify;
+pub mod detector;
+#[rustfmt::skip]
+pub mod detector_weights;
 pub mod idx;
 pub mod lanes;
 pub mod model;

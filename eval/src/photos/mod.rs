@@ -13,8 +13,10 @@
 //! draws of the family (so a figure near a target is not one lucky draw); the class on photos of test
 //! images; that the pipeline leaves the dataset's own images unchanged; and the
 //! out-of-distribution scores on procedurally generated non-clothing images (`ood`): AUROC,
-//! and the flagged share at a threshold calibrated on photos of the test split (`photos.md`,
-//! `photos.csv`, `photos-ood.csv`).
+//! and the flagged share at a threshold calibrated on photos of the test split; then the
+//! client's decision itself (`embed::ood::assess`: the score, the learned detector and the
+//! photo's own statistics) per kind, on those images and on the held-out sets of
+//! `data::familiarity` (`photos.md`, `photos.csv`, `photos-ood.csv`).
 
 mod legacy;
 mod ood;
@@ -542,6 +544,17 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                     &mut md,
                     &mut ood_csv,
                 )?;
+                decision_report(
+                    args,
+                    &model,
+                    &test,
+                    &train,
+                    &anchors,
+                    label,
+                    &version,
+                    &mut md,
+                    &mut ood_csv,
+                )?;
             }
         }
         md.push('\n');
@@ -768,5 +781,76 @@ fn ood_report(
         println!("OOD {name}: threshold {threshold} (label {label})");
     }
     let _ = PIXELS;
+    Ok(())
+}
+
+/// The client's decision (`embed::ood::assess`: the score, the learned detector
+/// `embed::detector` and the photo's own statistics; an image with nothing to see refused) —
+/// what a person is told — on the generated kinds above (each at 112 pixels) and on the
+/// held-out sets of issue 61 (`data::familiarity`: eight kinds of non-clothing never fitted
+/// or calibrated on, and three parts of held-out clothing), per kind.
+#[allow(clippy::too_many_arguments)]
+fn decision_report(
+    args: &Args,
+    model: &Model,
+    test: &Split,
+    train: &Split,
+    anchors: &Refs,
+    label: &str,
+    version: &str,
+    md: &mut String,
+    csv: &mut String,
+) -> Res<()> {
+    use data::familiarity::{clothing, decide, flagged, non_clothing, Decision, CLOTHING_PARTS};
+    let per_kind = args.photos_count.div_ceil(ood::KINDS.len());
+    let generated: Vec<Vec<Decision>> = (0..ood::KINDS.len())
+        .map(|kind| {
+            (0..per_kind)
+                .into_par_iter()
+                .map(|j| {
+                    let mut rng = ChaCha8Rng::seed_from_u64(
+                        args.seed ^ 0x00d0_0000 ^ ((kind * per_kind + j) as u64),
+                    );
+                    let img = ood::generate(kind, &mut rng);
+                    decide(model, &anchors.reference, &img, ood::SIDE, ood::SIDE)
+                })
+                .collect()
+        })
+        .collect();
+    // The held-out sets against the server's default reference (the anchors above are the
+    // same `balanced_anchors(train, 1000)` when `--anchors` is 1000).
+    let reference = data::familiarity::reference(model, train);
+    let held_non = non_clothing(model, &reference);
+    let held_clothing = clothing(model, &reference, test);
+    writeln!(
+        md,
+        "\nThe client's decision (`embed::ood::assess`: score above {}, the learned detector \
+         above its threshold, or the photo's own statistics unlike a product photo's; nothing \
+         to see refused), flagged share per kind. Held-out (issue 61): never fitted or \
+         calibrated on.\n\n| set | kind | images | flagged | share |\n|---|---|---:|---:|---:|",
+        embed::ood::UNFAMILIAR_SCORE
+    )?;
+    let mut row = |set: &str, kind: &str, d: &[Decision]| -> Res<()> {
+        let n = flagged(d);
+        let share = n as f64 / d.len().max(1) as f64;
+        writeln!(md, "| {set} | {kind} | {} | {n} | {share:.3} |", d.len())?;
+        writeln!(
+            csv,
+            "{label},{version},client decision ({set}),{kind},{},,{share:.4}",
+            d.len()
+        )?;
+        Ok(())
+    };
+    for (kind, d) in ood::KINDS.iter().zip(&generated) {
+        row("generated, 112 px", kind, d)?;
+    }
+    for (kind, d) in data::not_clothing::KINDS.iter().zip(&held_non) {
+        row("held-out non-clothing", kind, d)?;
+    }
+    row("held-out non-clothing", "all", &held_non.concat())?;
+    for (part, d) in CLOTHING_PARTS.iter().zip(&held_clothing) {
+        row("held-out clothing", part, d)?;
+    }
+    row("held-out clothing", "all", &held_clothing.concat())?;
     Ok(())
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use privatemail_e2e::browser::{
-    browser, js, load_photo, open_page, server, text, upload, wait_for,
+    browser, js, load_photo, open_page, search, server, text, upload, wait_for,
 };
 use serde_json::json;
 
@@ -132,4 +132,42 @@ async fn the_page_refuses_an_image_with_nothing_to_see_in_plain_words() {
     }
     load_photo(&c, &privatemail_e2e::photo_png(&dir, 5003)).await;
     assert!(text(&c, "prediction").await.contains("The model thinks"));
+}
+
+/// On the page, a photo that is merely unlike clothing (the CLI's faint square outline on
+/// white, `cli::a_photo_that_is_not_clothing_is_said_so`) is classified and said so in plain
+/// words — what its results are — and can still be searched (eight matches); a product photo
+/// chosen after it clears the words.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_says_a_photo_is_not_clothing_and_still_searches_it() {
+    let srv = server();
+    let (_driver, c) = browser().await;
+    open_page(&c, &srv.base).await;
+    let dir = std::env::temp_dir().join(format!("pm-unfamiliar-{}", std::process::id()));
+    let outline = png(&dir.join("outline.png"), 64, 64, |x, y| {
+        let edge = (4..60).contains(&x)
+            && (4..60).contains(&y)
+            && (x == 4 || x == 59 || y == 4 || y == 59);
+        [if edge { 215 } else { 255 }; 3]
+    });
+    load_photo(&c, &outline).await;
+    assert!(text(&c, "prediction").await.contains("The model thinks"));
+    let shown = js(
+        &c,
+        "return [document.getElementById('unfamiliar').hidden, document.getElementById('unfamiliar').textContent];",
+    )
+    .await;
+    assert_eq!(
+        shown,
+        json!([false, embed::ood::UNFAMILIAR_MESSAGE]),
+        "{shown}"
+    );
+    assert_eq!(
+        search(&c).await.len(),
+        8,
+        "the flagged photo is still searched"
+    );
+    load_photo(&c, &privatemail_e2e::photo_png(&dir, 5003)).await;
+    let hidden = js(&c, "return document.getElementById('unfamiliar').hidden;").await;
+    assert_eq!(hidden, json!(true), "a product photo is not flagged");
 }

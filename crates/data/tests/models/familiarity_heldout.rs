@@ -5,108 +5,50 @@
 //! backgrounds. Per-kind rates are printed; docs/model.md records them.
 //!
 //! The issue's target (#61, point 4) is at least 0.95 of non-clothing flagged with at most 0.02
-//! of clothing flagged. The check (`embed::ood::assess`: the score and the photo's own
-//! statistics, `embed::photo::Scene`) meets the clothing side and not the non-clothing side
-//! (docs/model.md, "Familiarity on held-out kinds": 0.773 and 0.015 on this sample at the
-//! commit recorded there); this test asserts the clothing target and what holds of the other,
-//! so a change that makes the check worse on these sets fails, and prints the gap.
+//! of clothing flagged. The check (`embed::ood::assess`: the score, the photo's own
+//! statistics `embed::photo::Scene`, and the learned detector `embed::detector`, fitted on
+//! clothing against `data::not_garments` — other code and seeds than these sets) is measured
+//! here by `data::familiarity` (docs/model.md, "Familiarity on held-out kinds", records the
+//! figures per kind with date and commit); this test asserts the clothing target and the
+//! non-clothing floor ([`NON_FLOOR`]), so a change that makes the check worse on these sets
+//! fails.
 
 use data::assets::QUERY_WEIGHTS;
-use data::fashion::{balanced_anchors, load_split, Split, DEFAULT_DIR};
-use data::not_clothing::{generate, KINDS};
-use data::photos::{render, Shot};
-use embed::model::Model;
-use embed::ood::{
-    assess, fit, look, scene_unlike_a_product, Reference, MAX_EDGE_SHARE, MAX_RING_DIFFERS,
-    MIN_BOX_FILLED, MIN_LARGEST_PART,
+use data::familiarity::{
+    clothing, flagged, non_clothing, reference, Decision, CLOTHING_PARTS, PER_KIND, PER_PART,
 };
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use data::fashion::{load_split, DEFAULT_DIR};
+use data::not_clothing::{generate, KINDS};
+use embed::model::Model;
+use embed::ood::MIN_LARGEST_PART;
+use embed::ood::{scene_unlike_a_product, MAX_EDGE_SHARE, MAX_RING_DIFFERS, MIN_BOX_FILLED};
 
 /// The issue's target: the share of non-clothing flagged, at most this share of clothing.
 const TARGET_NON: f64 = 0.95;
 const TARGET_CLOTHING: f64 = 0.02;
-
-/// Non-clothing images per kind.
-const PER_KIND: usize = 60;
-/// Clothing images per part (three parts).
-const PER_PART: usize = 160;
-
-fn reference(model: &Model, train: &Split) -> Reference {
-    let idx = balanced_anchors(train, 1000);
-    let images: Vec<&[u8]> = idx.iter().map(|&i| train.images.image(i)).collect();
-    let out = model.infer_batch_with_layer_means(&images).unwrap();
-    let flat: Vec<f32> = out.iter().flat_map(|o| o.0.features.clone()).collect();
-    let layers: Vec<f32> = out.iter().flat_map(|o| o.1.clone()).collect();
-    let labels: Vec<u32> = idx.iter().map(|&i| train.labels[i] as u32).collect();
-    fit(
-        &flat,
-        &layers,
-        &labels,
-        flat.len() / idx.len(),
-        model.w.arch.layer_dim(),
-    )
-    .unwrap()
-}
-
-/// What the client decides of a photo: flagged (warned about or refused), its score, and the
-/// photo's own statistics (`embed::photo::Scene`, as shares) where it has them.
-struct Decision {
-    flagged: bool,
-    score: f32,
-    photo: Option<[f32; 4]>,
-}
-
-fn decide(model: &Model, reference: &Reference, rgba: &[u8], w: usize, h: usize) -> Decision {
-    match look(rgba, w, h).unwrap() {
-        Err(_) => Decision {
-            flagged: true,
-            score: f32::INFINITY,
-            photo: None,
-        },
-        Ok(framing) => {
-            let (inf, layers) = model.infer_with_layer_means(&framing.pixels).unwrap();
-            let f = assess(&framing, &inf.features, &layers, reference).unwrap();
-            Decision {
-                flagged: f.unfamiliar,
-                score: f.score,
-                photo: framing.scene.map(|sc| {
-                    [
-                        sc.ring_differs,
-                        sc.box_filled,
-                        sc.largest_part,
-                        sc.edge_share,
-                    ]
-                    .map(|t| f32::from(t) / 1000.0)
-                }),
-            }
-        }
-    }
-}
+/// What holds of the non-clothing side: 435 of 480 (0.906) with the committed detector; a
+/// binomial sample of 480 at 0.906 has a standard deviation of 0.013, so 0.88 is two below
+/// (room for a refit of the detector, none for a check that got worse). Below the target
+/// (0.95): what still misses is in docs/model.md.
+const NON_FLOOR: f64 = 0.88;
 
 fn report(name: &str, decisions: &[Decision]) -> usize {
-    let n = decisions.iter().filter(|d| d.flagged).count();
-    let mut scores: Vec<f32> = decisions.iter().map(|d| d.score).collect();
-    scores.sort_by(f32::total_cmp);
-    let median = |k: usize| {
-        let mut v: Vec<f32> = decisions
-            .iter()
-            .filter_map(|d| d.photo.map(|p| p[k]))
-            .collect();
+    let n = flagged(decisions);
+    let median = |f: &dyn Fn(&Decision) -> Option<f32>| {
+        let mut v: Vec<f32> = decisions.iter().filter_map(f).collect();
         v.sort_by(f32::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(f32::NAN)
     };
     println!(
-        "{name:>36}: flagged {n:>3}/{}  score min {:.2} median {:.2} max {:.2}  \
+        "{name:>36}: flagged {n:>3}/{}  median score {:.2}, detector {:.2}  \
          photo: ring differs {:.3}, box filled {:.3}, largest part {:.3}, edge {:.3}",
         decisions.len(),
-        scores[0],
-        scores[scores.len() / 2],
-        scores[scores.len() - 1],
-        median(0),
-        median(1),
-        median(2),
-        median(3)
+        median(&|d| Some(d.score)),
+        median(&|d| Some(d.detector)),
+        median(&|d| d.photo.map(|p| p[0])),
+        median(&|d| d.photo.map(|p| p[1])),
+        median(&|d| d.photo.map(|p| p[2])),
+        median(&|d| d.photo.map(|p| p[3])),
     );
     n
 }
@@ -122,68 +64,41 @@ fn held_out_rates_per_kind() {
         load_split(dir, "train").unwrap(),
     );
     let reference = reference(&model, &train);
-    let mut non = 0;
-    for (kind, name) in KINDS.iter().enumerate() {
-        let decisions: Vec<Decision> = (0..PER_KIND as u64)
-            .map(|seed| {
-                let img = generate(kind, seed);
-                decide(&model, &reference, &img.rgba, img.width, img.height)
-            })
-            .collect();
-        non += report(name, &decisions);
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(6104);
-    let grey = |px: &[u8]| -> Vec<u8> { px.iter().flat_map(|&v| [v, v, v, 255]).collect() };
-    let parts = [
-        "Fashion-MNIST test images",
-        "family photos",
-        "light garments on light backgrounds",
-    ];
-    let mut clothing = 0;
-    for (part, name) in parts.iter().enumerate() {
-        let decisions: Vec<Decision> = (0..PER_PART)
-            .map(|k| {
-                // Test images 5,000.. (the first 2,000 are the default gallery; any is the
-                // gallery's kind), a different stretch for each part.
-                let img = test.images.image(5000 + part * PER_PART + k);
-                if part == 0 {
-                    return decide(&model, &reference, &grey(img), 28, 28);
-                }
-                let side = rng.random_range(112..=400);
-                let (img, shot) = if part == 1 {
-                    (img.to_vec(), Shot::random(side, &mut rng))
-                } else {
-                    let faint = img.iter().map(|&v| v / rng.random_range(2..=3)).collect();
-                    let shot = Shot {
-                        background: rng.random_range(225..=250),
-                        ..Shot::random(side, &mut rng)
-                    };
-                    (faint, shot)
-                };
-                let photo = render(&img, &shot, &mut rng);
-                decide(&model, &reference, &photo, side, side)
-            })
-            .collect();
-        clothing += report(name, &decisions);
-    }
+    let non: usize = non_clothing(&model, &reference)
+        .iter()
+        .zip(KINDS)
+        .map(|(d, name)| report(name, d))
+        .sum();
+    let clothes: usize = clothing(&model, &reference, &test)
+        .iter()
+        .zip(CLOTHING_PARTS)
+        .map(|(d, name)| report(name, d))
+        .sum();
     let (non_rate, clothing_rate) = (
         non as f64 / (PER_KIND * KINDS.len()) as f64,
-        clothing as f64 / (3 * PER_PART) as f64,
+        clothes as f64 / (CLOTHING_PARTS.len() * PER_PART) as f64,
     );
     println!(
         "non-clothing flagged {non}/{} ({non_rate:.3}; target >= {TARGET_NON}), clothing \
-         {clothing}/{} ({clothing_rate:.3}; target <= {TARGET_CLOTHING})",
+         {clothes}/{} ({clothing_rate:.3}; target <= {TARGET_CLOTHING})",
         PER_KIND * KINDS.len(),
-        3 * PER_PART
+        CLOTHING_PARTS.len() * PER_PART
     );
-    // The clothing side of the target holds. Of the non-clothing side what holds today (not
-    // the target): three in four flagged (371 of 480); a binomial sample of 480 at 0.773 has a
-    // standard deviation of 0.019, so 0.73 is two below.
     assert!(
         clothing_rate <= TARGET_CLOTHING,
         "clothing flagged {clothing_rate:.3}"
     );
-    assert!(non_rate >= 0.73, "non-clothing flagged {non_rate:.3}");
+    assert!(non_rate >= NON_FLOOR, "non-clothing flagged {non_rate:.3}");
+}
+
+/// The detector's constants were fitted with the query model the clients run (refit them,
+/// `fit_detector`, whenever it changes).
+#[test]
+fn the_detector_belongs_to_the_committed_query_model() {
+    assert_eq!(
+        embed::detector_weights::QUERY_MODEL,
+        embed::model::weights_version(QUERY_WEIGHTS)
+    );
 }
 
 /// An opaque RGBA image of `w × h` from a colour function.

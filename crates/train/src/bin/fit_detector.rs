@@ -1,0 +1,606 @@
+//! `fit_detector`: fits the familiarity check's learned part (`embed::detector`) and writes its
+//! constants to `crates/embed/src/detector_weights.rs`. Deterministic: the same command gives
+//! the same file whatever the thread count (every image a pure function of its seed, gradient
+//! sums in a fixed order). Never run by CI; the file it wrote is committed.
+//!
+//! - **Garments** (fitting): training images outside the reserved 1,000 (evenly spaced), each
+//!   three ways as the held-out clothing set draws them — as it is (28×28), photographed
+//!   (`data::photos::Shot::random`, 112–400 pixels) and faint on a light ground (ink at a half
+//!   or a third, background 225–250).
+//! - **Not garments** (fitting): `data::not_garments`, its own generator and seeds; never
+//!   `data::not_clothing`, which the check is measured on.
+//! - **Threshold**: on the reserved training images (`data::fashion::reserved_train`, never
+//!   fitted on) drawn the same three ways, the `--tail` share of them above it.
+//!
+//! ```sh
+//! cargo run --bin fit_detector            # writes crates/embed/src/detector_weights.rs
+//! ```
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::Parser;
+use data::assets::QUERY_WEIGHTS;
+use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR};
+use data::not_garments::{generate, KINDS};
+use data::photos::{render, Shot};
+use data::progress::Progress;
+use embed::detector::{inputs, quantize, Net};
+use embed::model::Model;
+use embed::ood::{assess, look, scene_unlike_a_product, Reference, UNFAMILIAR_SCORE};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+#[derive(Parser)]
+#[command(about = "Fit the familiarity detector (embed::detector) and write its constants")]
+struct Args {
+    #[arg(long, env = "FASHION_MNIST_DIR", default_value = DEFAULT_DIR)]
+    data_dir: PathBuf,
+    /// Training images (outside the reserved ones) drawn as garments, three ways each.
+    #[arg(long, default_value_t = 1500)]
+    garments: usize,
+    /// Generated non-garments per kind of `data::not_garments`.
+    #[arg(long, default_value_t = 640)]
+    per_kind: usize,
+    #[arg(long, default_value_t = 16)]
+    hidden: usize,
+    #[arg(long, default_value_t = 600)]
+    steps: usize,
+    #[arg(long, default_value_t = 0.01)]
+    lr: f32,
+    /// L2 weight decay on the weights (not the biases).
+    #[arg(long, default_value_t = 1e-3)]
+    l2: f32,
+    /// Share of the reserved clothing the detector alone may flag (the threshold's tail).
+    #[arg(long, default_value_t = 0.005)]
+    tail: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value = "crates/embed/src/detector_weights.rs")]
+    out: PathBuf,
+    /// Keep the drawn samples in this file and read them from it when it exists (a cache
+    /// for trying settings; the weights do not depend on it).
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// Fit on the non-garments the check without the detector does not already flag only.
+    #[arg(long)]
+    hard_only: bool,
+}
+
+/// A sample: the detector's inputs, and whether the check as it was (score and photo
+/// statistics, `embed::ood::assess`) already flags it.
+#[derive(Clone)]
+struct Sample {
+    x: Vec<f32>,
+    /// `embed::ood::score` (∞ for an input with too little ink).
+    score: f32,
+    /// The photo's statistics unlike a product photo's (`embed::ood::scene_unlike_a_product`).
+    scene: bool,
+}
+
+impl Sample {
+    /// Flagged by the check without the detector.
+    fn before(&self) -> bool {
+        self.score > UNFAMILIAR_SCORE || self.scene
+    }
+}
+
+/// Samples to and from a cache file (`--cache`), so the network's settings can be tried
+/// without drawing every image again; the images are pure functions of their seeds, so the
+/// cache holds what drawing them again would give.
+fn save(path: &std::path::Path, sets: &[&[Sample]]) {
+    let mut b = Vec::new();
+    b.extend((sets.len() as u64).to_le_bytes());
+    for set in sets {
+        b.extend((set.len() as u64).to_le_bytes());
+        for s in *set {
+            b.extend((s.x.len() as u64).to_le_bytes());
+            s.x.iter().for_each(|v| b.extend(v.to_le_bytes()));
+            b.extend(s.score.to_le_bytes());
+            b.push(s.scene as u8);
+        }
+    }
+    std::fs::write(path, b).expect("write the cache");
+}
+
+fn load(path: &std::path::Path) -> Option<Vec<Vec<Sample>>> {
+    let b = std::fs::read(path).ok()?;
+    let mut at = 0usize;
+    let u64_ = |at: &mut usize| {
+        let v = u64::from_le_bytes(b[*at..*at + 8].try_into().unwrap()) as usize;
+        *at += 8;
+        v
+    };
+    let sets = u64_(&mut at);
+    let mut out = Vec::new();
+    for _ in 0..sets {
+        let n = u64_(&mut at);
+        let mut set = Vec::with_capacity(n);
+        for _ in 0..n {
+            let d = u64_(&mut at);
+            let x = (0..d)
+                .map(|k| f32::from_le_bytes(b[at + 4 * k..at + 4 * k + 4].try_into().unwrap()))
+                .collect();
+            at += 4 * d;
+            let score = f32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+            let scene = b[at + 4] == 1;
+            at += 5;
+            set.push(Sample { x, score, scene });
+        }
+        out.push(set);
+    }
+    Some(out)
+}
+
+/// The sample of an RGBA image; `None` when the client refuses it (nothing to see).
+fn sample(model: &Model, r: &Reference, rgba: &[u8], w: usize, h: usize) -> Option<Sample> {
+    let framing = look(rgba, w, h).expect("sizes").ok()?;
+    let (inf, layers) = model
+        .infer_with_layer_means(&framing.pixels)
+        .expect("28×28");
+    let score = assess(&framing, &inf.features, &layers, r)
+        .expect("lengths")
+        .score;
+    Some(Sample {
+        x: inputs(&framing.pixels, &inf.features, &layers).expect("lengths"),
+        score,
+        scene: framing.scene.as_ref().is_some_and(scene_unlike_a_product),
+    })
+}
+
+/// Training image `i` drawn `way` (0: as it is, 1: photographed, 2: faint on light), seeded
+/// by `seed`.
+fn garment(
+    model: &Model,
+    r: &Reference,
+    train: &Split,
+    i: usize,
+    way: usize,
+    seed: u64,
+) -> Option<Sample> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 8 ^ way as u64);
+    let img = train.images.image(i);
+    if way == 0 {
+        let rgba: Vec<u8> = img.iter().flat_map(|&v| [v, v, v, 255]).collect();
+        return sample(model, r, &rgba, 28, 28);
+    }
+    let side = rng.random_range(112..=400);
+    let (img, shot) = if way == 1 {
+        (img.to_vec(), Shot::random(side, &mut rng))
+    } else {
+        let faint = img.iter().map(|&v| v / rng.random_range(2..=3)).collect();
+        let shot = Shot {
+            background: rng.random_range(225..=250),
+            ..Shot::random(side, &mut rng)
+        };
+        (faint, shot)
+    };
+    let photo = render(&img, &shot, &mut rng);
+    sample(model, r, &photo, side, side)
+}
+
+/// The network's parameters, trained.
+struct Params {
+    w1: Vec<f32>,
+    b1: Vec<f32>,
+    w2: Vec<f32>,
+    b2: f32,
+}
+
+impl Params {
+    /// The output of the network before its first layer is stored compactly (for comparison).
+    fn run_f32(&self, mean: &[f32], scale: &[f32], x: &[f32]) -> f32 {
+        let z: Vec<f32> = x
+            .iter()
+            .zip(mean)
+            .zip(scale)
+            .map(|((v, m), s)| (v - m) * s)
+            .collect();
+        let mut out = self.b2;
+        for (h, row) in self.w1.chunks_exact(z.len()).enumerate() {
+            let a = row.iter().zip(&z).fold(self.b1[h], |s, (w, v)| s + w * v);
+            out += self.w2[h] * a.max(0.0);
+        }
+        out
+    }
+
+    fn flat(&self) -> Vec<f32> {
+        let mut v = self.w1.clone();
+        v.extend(&self.b1);
+        v.extend(&self.w2);
+        v.push(self.b2);
+        v
+    }
+
+    fn set(&mut self, v: &[f32]) {
+        let (a, b) = (self.w1.len(), self.b1.len());
+        self.w1.copy_from_slice(&v[..a]);
+        self.b1.copy_from_slice(&v[a..a + b]);
+        self.w2.copy_from_slice(&v[a + b..a + 2 * b]);
+        self.b2 = v[a + 2 * b];
+    }
+}
+
+/// Full-batch Adam on the class-balanced logistic loss (label 1: not a garment) with L2 on
+/// the weights. `z`: standardised inputs.
+fn train_net(z: &[Vec<f32>], y: &[bool], hidden: usize, args: &Args) -> Params {
+    let d = z[0].len();
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let s = (2.0 / d as f32).sqrt();
+    let mut p = Params {
+        w1: (0..hidden * d)
+            .map(|_| s * (rng.random::<f32>() * 2.0 - 1.0) * 1.7)
+            .collect(),
+        b1: vec![0.0; hidden],
+        w2: (0..hidden)
+            .map(|_| (rng.random::<f32>() * 2.0 - 1.0) / (hidden as f32).sqrt())
+            .collect(),
+        b2: 0.0,
+    };
+    let positives = y.iter().filter(|&&v| v).count() as f32;
+    let weight = |label: bool| {
+        if label {
+            0.5 / positives
+        } else {
+            0.5 / (y.len() as f32 - positives)
+        }
+    };
+    let n_params = p.flat().len();
+    let (mut m, mut v) = (vec![0.0f32; n_params], vec![0.0f32; n_params]);
+    let progress = Progress::new("fit", args.steps as u64, "steps");
+    for step in 0..args.steps {
+        // Gradient over fixed chunks of 256 samples (in parallel), added in chunk order.
+        let chunks: Vec<(Vec<f32>, f64)> = z
+            .par_chunks(256)
+            .zip(y.par_chunks(256))
+            .map(|(zs, ys)| {
+                let mut g = vec![0.0f32; n_params];
+                let mut loss = 0.0f64;
+                let mut h = vec![0.0f32; hidden];
+                for (x, &label) in zs.iter().zip(ys) {
+                    let mut out = p.b2;
+                    for (k, row) in p.w1.chunks_exact(d).enumerate() {
+                        let a = row.iter().zip(x).fold(p.b1[k], |s, (w, v)| s + w * v);
+                        h[k] = a.max(0.0);
+                        out += p.w2[k] * h[k];
+                    }
+                    let t = if label { 1.0 } else { 0.0 };
+                    let prob = 1.0 / (1.0 + (-out).exp());
+                    let c = weight(label);
+                    loss -= c as f64
+                        * if label {
+                            (prob.max(1e-7) as f64).ln()
+                        } else {
+                            ((1.0 - prob).max(1e-7) as f64).ln()
+                        };
+                    let go = c * (prob - t);
+                    let (w1_len, b1_at, w2_at) = (hidden * d, hidden * d, hidden * d + hidden);
+                    for k in 0..hidden {
+                        g[w2_at + k] += go * h[k];
+                        if h[k] > 0.0 {
+                            let gh = go * p.w2[k];
+                            g[b1_at + k] += gh;
+                            let row = &mut g[k * d..(k + 1) * d];
+                            row.iter_mut().zip(x).for_each(|(gw, xv)| *gw += gh * xv);
+                        }
+                    }
+                    let _ = w1_len;
+                    g[n_params - 1] += go;
+                }
+                (g, loss)
+            })
+            .collect();
+        let mut g = vec![0.0f32; n_params];
+        let mut loss = 0.0;
+        for (cg, cl) in &chunks {
+            g.iter_mut().zip(cg).for_each(|(a, b)| *a += b);
+            loss += cl;
+        }
+        let mut flat = p.flat();
+        let wl = hidden * d;
+        for i in 0..n_params {
+            let is_weight = i < wl || (wl + hidden..wl + 2 * hidden).contains(&i);
+            if is_weight {
+                g[i] += args.l2 * flat[i];
+            }
+        }
+        let (b1, b2) = (0.9f32, 0.999f32);
+        let t = (step + 1) as i32;
+        for i in 0..n_params {
+            m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+            v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
+            let mh = m[i] / (1.0 - b1.powi(t));
+            let vh = v[i] / (1.0 - b2.powi(t));
+            flat[i] -= args.lr * mh / (vh.sqrt() + 1e-8);
+        }
+        p.set(&flat);
+        progress.inc(1);
+        if step % 100 == 0 || step + 1 == args.steps {
+            progress.println(format!("step {step}: loss {loss:.4}"));
+        }
+    }
+    progress.finish();
+    p
+}
+
+fn list_i8(v: &[i8]) -> String {
+    let mut s = String::new();
+    for (i, x) in v.iter().enumerate() {
+        s.push_str(if i % 16 == 0 { "\n    " } else { " " });
+        let _ = write!(s, "{x},");
+    }
+    s.push('\n');
+    s
+}
+
+fn list(v: &[f32]) -> String {
+    let mut s = String::new();
+    for (i, x) in v.iter().enumerate() {
+        if i % 8 == 0 {
+            s.push_str("\n    ");
+        } else {
+            s.push(' ');
+        }
+        // `{:?}` is the shortest text that reads back as the same f32.
+        let _ = write!(s, "{x:?},");
+    }
+    s.push('\n');
+    s
+}
+
+fn main() {
+    data::progress::log_to_stderr();
+    let args = Args::parse();
+    let model = Model::from_bytes(QUERY_WEIGHTS).expect("query model");
+    let train = load_split(&args.data_dir, "train").expect("training split");
+    let r = data::familiarity::reference(&model, &train);
+    let anchors = balanced_anchors(&train, 1000);
+    let reserved = reserved_train(train.labels.len(), &anchors);
+    let pool: Vec<usize> = (0..train.labels.len())
+        .filter(|i| !reserved.contains(i) && !anchors.contains(i))
+        .collect();
+    let fit_garments: Vec<usize> = (0..args.garments)
+        .map(|k| pool[k * pool.len() / args.garments])
+        .collect();
+    let draw = |idx: &[usize], seed: u64, task: &str| -> Vec<Option<Sample>> {
+        let progress = Progress::new(task, (3 * idx.len()) as u64, "images");
+        let out = (0..3 * idx.len())
+            .into_par_iter()
+            .map(|k| {
+                let s = garment(&model, &r, &train, idx[k / 3], k % 3, seed);
+                progress.inc(1);
+                s
+            })
+            .collect();
+        progress.finish();
+        out
+    };
+    let cached = args.cache.as_deref().and_then(load);
+    let (pos, neg, cal, fresh) = if let Some(mut sets) = cached {
+        println!("samples read from the cache");
+        let fresh = sets.pop().unwrap();
+        let cal = sets.pop().unwrap();
+        let neg = sets.pop().unwrap();
+        (sets.pop().unwrap(), neg, cal, fresh)
+    } else {
+        let pos: Vec<Sample> = draw(&fit_garments, args.seed ^ 0x9a4e, "garments (fitting)")
+            .into_iter()
+            .flatten()
+            .collect();
+        let progress = Progress::new(
+            "not garments",
+            (KINDS.len() * args.per_kind) as u64,
+            "images",
+        );
+        let neg: Vec<(usize, Option<Sample>)> = (0..KINDS.len() * args.per_kind)
+            .into_par_iter()
+            .map(|k| {
+                let (kind, seed) = (k / args.per_kind, (k % args.per_kind) as u64);
+                let img = generate(kind, seed);
+                let s = sample(&model, &r, &img.rgba, img.width, img.height);
+                progress.inc(1);
+                (kind, s)
+            })
+            .collect();
+        progress.finish();
+        for (kind, name) in KINDS.iter().enumerate() {
+            let of: Vec<&Option<Sample>> =
+                neg.iter().filter(|n| n.0 == kind).map(|n| &n.1).collect();
+            let refused = of.iter().filter(|s| s.is_none()).count();
+            let before = of
+                .iter()
+                .filter(|s| s.as_ref().is_some_and(|s| s.before()))
+                .count();
+            println!(
+                "{name:>20}: {} drawn, {refused} refused, {before} flagged before",
+                of.len()
+            );
+        }
+        let neg: Vec<Sample> = neg.into_iter().filter_map(|n| n.1).collect();
+        let cal: Vec<Sample> = draw(&reserved, args.seed ^ 0xca1b, "garments (threshold)")
+            .into_iter()
+            .flatten()
+            .collect();
+        // A fresh stretch of the fitting family (seeds never fitted on): how well it
+        // generalises within the family.
+        let fresh: Vec<Sample> = (0..KINDS.len() * 60)
+            .into_par_iter()
+            .filter_map(|k| {
+                let img = generate(k / 60, 1_000_000 + (k % 60) as u64);
+                sample(&model, &r, &img.rgba, img.width, img.height)
+            })
+            .collect();
+        if let Some(path) = &args.cache {
+            save(path, &[&pos, &neg, &cal, &fresh]);
+        }
+        (pos, neg, cal, fresh)
+    };
+    let neg: Vec<Sample> = if args.hard_only {
+        neg.into_iter().filter(|s| !s.before()).collect()
+    } else {
+        neg
+    };
+    // Standardise on the fitting set.
+    let all: Vec<&Vec<f32>> = pos.iter().chain(&neg).map(|s| &s.x).collect();
+    let d = all[0].len();
+    let n = all.len() as f64;
+    let mean: Vec<f32> = (0..d)
+        .map(|j| (all.iter().map(|x| x[j] as f64).sum::<f64>() / n) as f32)
+        .collect();
+    let scale: Vec<f32> = (0..d)
+        .map(|j| {
+            let var = all
+                .iter()
+                .map(|x| (x[j] as f64 - mean[j] as f64).powi(2))
+                .sum::<f64>()
+                / n;
+            if var > 1e-12 {
+                (1.0 / var.sqrt()) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let z: Vec<Vec<f32>> = all
+        .iter()
+        .map(|x| {
+            x.iter()
+                .zip(&mean)
+                .zip(&scale)
+                .map(|((v, m), s)| (v - m) * s)
+                .collect()
+        })
+        .collect();
+    let y: Vec<bool> = (0..all.len()).map(|i| i >= pos.len()).collect();
+    println!(
+        "fitting on {} garments and {} non-garments, {d} inputs",
+        pos.len(),
+        neg.len()
+    );
+    let p = train_net(&z, &y, args.hidden, &args);
+    // The first layer as the client stores it (signed bytes, a scale a hidden unit).
+    let (w1, w1_scale) = quantize(&p.w1, d);
+    let net = Net {
+        mean: &mean,
+        scale: &scale,
+        w1: &w1,
+        w1_scale: &w1_scale,
+        b1: &p.b1,
+        w2: &p.w2,
+        b2: p.b2,
+    };
+    let share = |v: &[Sample], f: &dyn Fn(&Sample) -> bool| {
+        v.iter().filter(|s| f(s)).count() as f64 / v.len() as f64
+    };
+    // The threshold, on the reserved images (never fitted on): the `tail` share above it.
+    let threshold_of = |run: &dyn Fn(&[f32]) -> f32| {
+        let mut outs: Vec<f32> = cal.iter().map(|s| run(&s.x)).collect();
+        outs.sort_by(f32::total_cmp);
+        let k = ((1.0 - args.tail) * outs.len() as f64).ceil() as usize;
+        (
+            outs[k.min(outs.len() - 1)],
+            outs.len() - k.min(outs.len() - 1) - 1,
+            outs.len(),
+        )
+    };
+    let f32_run = |x: &[f32]| p.run_f32(&mean, &scale, x);
+    let (t32, _, _) = threshold_of(&f32_run);
+    println!(
+        "before the first layer is stored in bytes (f32): threshold {t32}, reserved clothing \
+         flagged {:.4}, fresh non-garments {:.4}",
+        share(&cal, &|s| f32_run(&s.x) > t32),
+        share(&fresh, &|s| f32_run(&s.x) > t32)
+    );
+    let (threshold, above, of) = threshold_of(&|x| net.run(x));
+    let flagged = |s: &Sample| net.run(&s.x) > threshold;
+    println!(
+        "threshold {threshold}: reserved clothing flagged {:.4} by the detector, {:.4} before, \
+         {:.4} by either ({} photos)",
+        share(&cal, &flagged),
+        share(&cal, &|s| s.before()),
+        share(&cal, &|s| s.before() || flagged(s)),
+        cal.len()
+    );
+    println!(
+        "fitting set: garments flagged {:.4}, non-garments {:.4} (by either {:.4})",
+        share(&pos, &flagged),
+        share(&neg, &flagged),
+        share(&neg, &|s| s.before() || flagged(s))
+    );
+    println!(
+        "fresh non-garments of the fitting family: flagged {:.4} by the detector, {:.4} by either",
+        share(&fresh, &flagged),
+        share(&fresh, &|s| s.before() || flagged(s))
+    );
+    // The decision without the score's threshold (the ink floor and the photo's statistics
+    // kept), for comparison.
+    let no_score = |s: &Sample| s.score.is_infinite() || s.scene || flagged(s);
+    println!(
+        "without the score's threshold: reserved clothing {:.4}, fresh non-garments {:.4}",
+        share(&cal, &no_score),
+        share(&fresh, &no_score)
+    );
+    let version = embed::model::weights_version(QUERY_WEIGHTS);
+    let mut src = String::new();
+    let _ = writeln!(
+        src,
+        "//! The familiarity detector's constants (`embed::detector`), written by\n\
+         //! `cargo run --bin fit_detector -- --garments {} --per-kind {} --hidden {} --steps {} \
+         --lr {} --l2 {} --tail {} --seed {}`\n\
+         //! (crates/train/src/bin/fit_detector.rs). Do not edit: refit.\n",
+        args.garments,
+        args.per_kind,
+        args.hidden,
+        args.steps,
+        args.lr,
+        args.l2,
+        args.tail,
+        args.seed
+    );
+    let _ = writeln!(src, "/// The query model these were fitted with.");
+    let _ = writeln!(src, "pub const QUERY_MODEL: &str = {version:?};");
+    let _ = writeln!(
+        src,
+        "pub const FEATURES: usize = {};",
+        embed::weights::EMBED
+    );
+    let _ = writeln!(
+        src,
+        "pub const LAYERS: usize = {};",
+        model.w.arch.layer_dim()
+    );
+    let _ = writeln!(
+        src,
+        "pub const INPUTS: usize = crate::detector::SHAPE_INPUTS + FEATURES + LAYERS;"
+    );
+    let _ = writeln!(src, "pub const HIDDEN: usize = {};", args.hidden);
+    let _ = writeln!(src, "pub static MEAN: [f32; INPUTS] = [{}];", list(&mean));
+    let _ = writeln!(src, "pub static SCALE: [f32; INPUTS] = [{}];", list(&scale));
+    let _ = writeln!(
+        src,
+        "/// The first layer in units of `W1_SCALE` (`embed::detector::quantize`)."
+    );
+    let _ = writeln!(
+        src,
+        "pub static W1: [i8; HIDDEN * INPUTS] = [{}];",
+        list_i8(&w1)
+    );
+    let _ = writeln!(
+        src,
+        "pub static W1_SCALE: [f32; HIDDEN] = [{}];",
+        list(&w1_scale)
+    );
+    let _ = writeln!(src, "pub static B1: [f32; HIDDEN] = [{}];", list(&p.b1));
+    let _ = writeln!(src, "pub static W2: [f32; HIDDEN] = [{}];", list(&p.w2));
+    let _ = writeln!(src, "pub const B2: f32 = {:?};", p.b2);
+    let _ = writeln!(
+        src,
+        "/// Above this output a photo is unlike a garment: {} of {} reserved clothing photos \
+         above it.",
+        above, of
+    );
+    let _ = writeln!(src, "pub const THRESHOLD: f32 = {threshold:?};");
+    std::fs::write(&args.out, src).expect("write the constants");
+    println!("wrote {}", args.out.display());
+}

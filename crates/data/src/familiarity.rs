@@ -115,28 +115,16 @@ pub fn non_clothing(model: &Model, reference: &Reference) -> Vec<Vec<Decision>> 
 /// backgrounds (225–250). One seeded stream, drawn in order.
 pub fn clothing(model: &Model, reference: &Reference, test: &Split) -> Vec<Vec<Decision>> {
     let mut rng = ChaCha8Rng::seed_from_u64(6104);
-    let grey = |px: &[u8]| -> Vec<u8> { px.iter().flat_map(|&v| [v, v, v, 255]).collect() };
     (0..CLOTHING_PARTS.len())
         .map(|part| {
             // Drawn in order (one stream), decided in parallel.
             let photos: Vec<(Vec<u8>, usize)> = (0..PER_PART)
                 .map(|k| {
-                    let img = test.images.image(5000 + part * PER_PART + k);
-                    if part == 0 {
-                        return (grey(img), 28);
-                    }
-                    let side = rng.random_range(112..=400);
-                    let (img, shot) = if part == 1 {
-                        (img.to_vec(), Shot::random(side, &mut rng))
-                    } else {
-                        let faint = img.iter().map(|&v| v / rng.random_range(2..=3)).collect();
-                        let shot = Shot {
-                            background: rng.random_range(225..=250),
-                            ..Shot::random(side, &mut rng)
-                        };
-                        (faint, shot)
-                    };
-                    (render(&img, &shot, &mut rng), side)
+                    clothing_photo(
+                        test.images.image(5000 + part * PER_PART + k),
+                        part,
+                        &mut rng,
+                    )
                 })
                 .collect();
             photos
@@ -145,6 +133,28 @@ pub fn clothing(model: &Model, reference: &Reference, test: &Split) -> Vec<Vec<D
                 .collect()
         })
         .collect()
+}
+
+/// Fashion-MNIST image `img` as clothing photo of `way` ([`CLOTHING_PARTS`]' order): as it is
+/// (28×28), photographed (`Shot::random`, 112–400 pixels), or light (ink at a half or a third)
+/// on a light background (225–250). RGBA and its side; the held-out set and the detector's
+/// fitting draw their clothing with it, from their own images and seeds.
+pub fn clothing_photo(img: &[u8], way: usize, rng: &mut impl Rng) -> (Vec<u8>, usize) {
+    if way == 0 {
+        return (img.iter().flat_map(|&v| [v, v, v, 255]).collect(), 28);
+    }
+    let side = rng.random_range(112..=400);
+    let (img, shot) = if way == 1 {
+        (img.to_vec(), Shot::random(side, rng))
+    } else {
+        let faint = img.iter().map(|&v| v / rng.random_range(2..=3)).collect();
+        let shot = Shot {
+            background: rng.random_range(225..=250),
+            ..Shot::random(side, rng)
+        };
+        (faint, shot)
+    };
+    (render(&img, &shot, rng), side)
 }
 
 /// How many of `decisions` are flagged.

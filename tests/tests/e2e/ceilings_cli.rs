@@ -233,31 +233,8 @@ async fn a_camera_jpeg_is_searched_exactly() {
     let photo = camera_jpeg(&cli.state.join("photos"), 5003, 6000, 4000);
     let bytes = std::fs::read(&photo).unwrap();
     let want = top8(&whole_gallery(&s.base).await, &native_features_of(&bytes));
-    let (bin, state, base, p) = (
-        cli.bin.clone(),
-        cli.state.clone(),
-        s.base.clone(),
-        photo.clone(),
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        Cli { bin, state }.json(&[
-            "search",
-            p.to_str().unwrap(),
-            "--server",
-            &base,
-            "--whole",
-            "--json",
-        ])
-    })
-    .await
-    .unwrap();
-    let ids: Vec<u64> = out["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ids, want, "{out}");
+    let ids = cli.whole_search_ids(&photo, &s.base).await;
+    assert_eq!(ids, want);
     let help = String::from_utf8(cli.run(&["search", "--help"]).stdout).unwrap();
     assert!(help.contains(&embed::photo_file::limits_words()), "{help}");
 }

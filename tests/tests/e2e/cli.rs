@@ -52,6 +52,30 @@ impl Cli {
     pub(crate) fn json(&self, args: &[&str]) -> Value {
         serde_json::from_str(&self.ok(args)).expect("JSON output")
     }
+    /// The result ids of `privatemail search PHOTO --whole --json` against `base`, run off the
+    /// async runtime (the suites drive a browser beside it).
+    pub(crate) async fn whole_search_ids(&self, photo: &Path, base: &str) -> Vec<u64> {
+        let (bin, state) = (self.bin.clone(), self.state.clone());
+        let (photo, base) = (photo.to_path_buf(), base.to_string());
+        let out = tokio::task::spawn_blocking(move || {
+            Cli { bin, state }.json(&[
+                "search",
+                photo.to_str().unwrap(),
+                "--server",
+                &base,
+                "--whole",
+                "--json",
+            ])
+        })
+        .await
+        .unwrap();
+        out["results"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no results: {out}"))
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect()
+    }
     /// The receipts it recorded (none before its first release).
     pub(crate) fn receipts(&self) -> Vec<dp::mechanism::Receipt> {
         let bytes = std::fs::read(self.state.join("receipts.json")).unwrap_or_default();

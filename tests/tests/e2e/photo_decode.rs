@@ -254,31 +254,8 @@ async fn a_50_megapixel_jpeg_is_taken_by_both_and_the_limits_hold_in_the_page() 
     assert_eq!(text(&c, "error").await, "");
     search(&c).await;
     let page_ids = result_ids(&c).await;
-    let (bin, state, base, p) = (
-        cli.bin.clone(),
-        cli.state.clone(),
-        srv.base.clone(),
-        path.clone(),
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        Cli { bin, state }.json(&[
-            "search",
-            p.to_str().unwrap(),
-            "--server",
-            &base,
-            "--whole",
-            "--json",
-        ])
-    })
-    .await
-    .unwrap();
-    let ids: Vec<u64> = out["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ids, page_ids, "{out}");
+    let ids = cli.whole_search_ids(&path, &srv.base).await;
+    assert_eq!(ids, page_ids);
     // `privatemail --help` states the limits (the words `search --help` gives PHOTO too).
     let help = String::from_utf8(cli.run(&["--help"]).stdout).unwrap();
     assert!(help.contains(&embed::photo_file::limits_words()), "{help}");

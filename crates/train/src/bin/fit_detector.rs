@@ -21,9 +21,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use data::assets::QUERY_WEIGHTS;
+use data::familiarity::clothing_photo;
 use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR};
 use data::not_garments::{generate, KINDS};
-use data::photos::{render, Shot};
 use data::progress::Progress;
 use embed::detector::{inputs, quantize, Net};
 use embed::model::Model;
@@ -161,22 +161,7 @@ fn garment(
 ) -> Option<Sample> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (i as u64) << 8 ^ way as u64);
     let img = train.images.image(i);
-    if way == 0 {
-        let rgba: Vec<u8> = img.iter().flat_map(|&v| [v, v, v, 255]).collect();
-        return sample(model, r, &rgba, 28, 28);
-    }
-    let side = rng.random_range(112..=400);
-    let (img, shot) = if way == 1 {
-        (img.to_vec(), Shot::random(side, &mut rng))
-    } else {
-        let faint = img.iter().map(|&v| v / rng.random_range(2..=3)).collect();
-        let shot = Shot {
-            background: rng.random_range(225..=250),
-            ..Shot::random(side, &mut rng)
-        };
-        (faint, shot)
-    };
-    let photo = render(&img, &shot, &mut rng);
+    let (photo, side) = clothing_photo(img, way, &mut rng);
     sample(model, r, &photo, side, side)
 }
 

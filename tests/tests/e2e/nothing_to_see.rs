@@ -167,6 +167,13 @@ async fn the_page_says_a_photo_is_not_clothing_and_still_searches_it() {
         8,
         "the flagged photo is still searched"
     );
+    // The search button is still enabled by the outline: disabled first, so the wait for the
+    // model ends on the product photo's result, not the outline's.
+    js(
+        &c,
+        "document.getElementById('search').disabled = true; return null;",
+    )
+    .await;
     load_photo(&c, &privatemail_e2e::photo_png(&dir, 5003)).await;
     let hidden = js(&c, "return document.getElementById('unfamiliar').hidden;").await;
     assert_eq!(hidden, json!(true), "a product photo is not flagged");

@@ -25,6 +25,9 @@ use shared::error::{Error, Result};
 /// How many values [`shape_inputs`] gives.
 pub const SHAPE_INPUTS: usize = 15 + 49;
 
+// The constants state their input count as a number (they import nothing); it must be ours.
+const _: () = assert!(w::INPUTS == SHAPE_INPUTS + w::FEATURES + w::LAYERS);
+
 /// A pixel of the model input counts as the object's above this level.
 const OBJECT: u8 = 32;
 

@@ -6,7 +6,7 @@
 pub const QUERY_MODEL: &str = "cnn-v2-cc09b0595f69ddf9";
 pub const FEATURES: usize = 64;
 pub const LAYERS: usize = 192;
-pub const INPUTS: usize = crate::detector::SHAPE_INPUTS + FEATURES + LAYERS;
+pub const INPUTS: usize = 64 + FEATURES + LAYERS;
 pub const HIDDEN: usize = 16;
 pub static MEAN: [f32; INPUTS] = [
     0.160175, 0.32314742, 0.0074080676, 0.52504605, 0.40085453, 0.12086214, 0.46158576, 0.34364516,

@@ -555,9 +555,11 @@ fn main() {
         "pub const LAYERS: usize = {};",
         model.w.arch.layer_dim()
     );
+    // A number, not a path into `embed::detector`, so the constants import nothing.
     let _ = writeln!(
         src,
-        "pub const INPUTS: usize = crate::detector::SHAPE_INPUTS + FEATURES + LAYERS;"
+        "pub const INPUTS: usize = {} + FEATURES + LAYERS;",
+        embed::detector::SHAPE_INPUTS
     );
     let _ = writeln!(src, "pub const HIDDEN: usize = {};", args.hidden);
     let _ = writeln!(src, "pub static MEAN: [f32; INPUTS] = [{}];", list(&mean));

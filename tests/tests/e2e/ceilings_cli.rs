@@ -28,17 +28,22 @@ pub(crate) fn camera_jpeg(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
     });
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join(format!("camera-{i}-{w}x{h}.jpg"));
+    write_jpeg(&path, &img);
+    path
+}
+
+/// `img` as a JPEG file (quality 90, the `image` encoder's 4:2:0 chroma).
+pub(crate) fn write_jpeg(path: &Path, img: &image::RgbImage) {
     let mut out = Vec::new();
     image::ImageEncoder::write_image(
         image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90),
         img.as_raw(),
-        w,
-        h,
+        img.width(),
+        img.height(),
         image::ExtendedColorType::Rgb8,
     )
     .unwrap();
-    std::fs::write(&path, out).unwrap();
-    path
+    std::fs::write(path, out).unwrap();
 }
 
 fn partition(base: &str) -> shared::api::PartitionDoc {

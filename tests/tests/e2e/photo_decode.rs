@@ -51,16 +51,7 @@ fn camera_png(dir: &Path, i: usize, w: u32, h: u32, grain: u32) -> PathBuf {
 fn textured_jpeg(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
     let img = textured(i, w, h, 13);
     let path = dir.join(format!("textured-{i}-{w}x{h}.jpg"));
-    let mut out = Vec::new();
-    image::ImageEncoder::write_image(
-        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90),
-        img.as_raw(),
-        w,
-        h,
-        image::ExtendedColorType::Rgb8,
-    )
-    .unwrap();
-    std::fs::write(&path, out).unwrap();
+    crate::ceilings_cli::write_jpeg(&path, &img);
     path
 }
 

@@ -4,19 +4,20 @@
 //! [`crate::not_clothing`], drawn by other code with other seeds, which no fitted weight or
 //! threshold has seen.
 //!
-//! Generic on purpose: no kind here is one of the held-out kinds drawn by other means. Seven
+//! Generic on purpose: no kind here is one of the held-out kinds drawn by other means. Eight
 //! kinds ([`KINDS`]), each at 112–400 pixels a side, colour, on grounds light, dark, mid or
 //! graded: one to five signed-distance primitives (ellipses, rounded boxes, polygons, stars,
 //! capsules, rings, wedges) joined into a solid silhouette, flat or shaded; several such
 //! objects scattered; blocks of word-like bars; banded or graded fields crossing the frame;
-//! diagrams of rules, bars and wedges; thin outlines; stripes, checks and smooth noise.
+//! diagrams of rules, bars and wedges; thin outlines; stripes, checks and smooth noise;
+//! mirror-symmetric assemblies of primitives stacked along an upright axis.
 //! A pure function of kind and seed ([`generate`]).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// The kinds, in the order [`generate`] takes them.
-pub const KINDS: [&str; 7] = [
+pub const KINDS: [&str; 8] = [
     "silhouette",
     "scattered objects",
     "word bars",
@@ -24,6 +25,7 @@ pub const KINDS: [&str; 7] = [
     "diagram",
     "outline",
     "pattern",
+    "symmetric assembly",
 ];
 
 /// A generated image: RGBA, row-major, opaque (as [`crate::not_clothing::Image`]).
@@ -42,7 +44,8 @@ pub fn generate(kind: usize, seed: u64) -> Image {
         3 => bands(&mut s, &mut rng),
         4 => diagram(&mut s, &mut rng),
         5 => outline(&mut s, &mut rng),
-        _ => pattern(&mut s, &mut rng),
+        6 => pattern(&mut s, &mut rng),
+        _ => symmetric(&mut s, &mut rng),
     }
     s.into_image(rng.random_range(0.0..5.0), &mut rng)
 }
@@ -670,6 +673,83 @@ fn pattern(s: &mut Sheet, rng: &mut impl Rng) {
             |x, y| shape.distance(x, y),
             |u, v| colour(centre.0 + u * reach, centre.1 + v * reach),
         );
+    }
+}
+
+/// A mirror-symmetric assembly: two to five primitives stacked along an upright axis, zero to
+/// three mirrored pairs beside it, and sometimes mirrored marks inside or a surface line
+/// beneath. Garments are left–right symmetric too, so this is the family's hardest generic
+/// shape: symmetry alone must not read as clothing. Nothing here draws a particular object.
+fn symmetric(s: &mut Sheet, rng: &mut impl Rng) {
+    let (w, h) = (s.w as f32, s.h as f32);
+    let span = h * rng.random_range(0.45..0.9);
+    let axis = w / 2.0 + rng.random_range(-0.1..0.1) * w;
+    let top = (h - span) / 2.0 + rng.random_range(-0.05..0.05) * h;
+    if rng.random_range(0..3) == 0 {
+        // A surface the assembly stands on: a band across the frame at its foot.
+        let y = (top + span).min(h - 2.0);
+        let c = s.ground().map(|v| (v * rng.random_range(0.55..0.9)).clamp(0.0, 255.0));
+        s.rect(0.0, y, w, h - y, c);
+    }
+    let width = w.min(h) * rng.random_range(0.2..0.5);
+    let stack = rng.random_range(2..=5);
+    let mut parts: Vec<((f32, f32), Prim)> = Vec::new();
+    let mut y = top;
+    for i in 0..stack {
+        let share = span / stack as f32 * rng.random_range(0.6..1.4);
+        let size = share.min(width * rng.random_range(0.6..1.6));
+        // Upright primitives only: an axis part turned off the axis would break the mirror.
+        let prim = match rng.random_range(0..3) {
+            0 => Prim::Ellipse(size / 2.0 * rng.random_range(0.5..1.2), share / 2.0),
+            1 => {
+                let (a, b) = (size / 2.0 * rng.random_range(0.3..1.0), share / 2.0);
+                Prim::RoundBox(a, b, a.min(b) * rng.random_range(0.0..0.9))
+            }
+            _ => Prim::Capsule(
+                (0.0, -share / 2.0 * 0.7),
+                (0.0, share / 2.0 * 0.7),
+                size / 2.0 * rng.random_range(0.15..0.6),
+            ),
+        };
+        parts.push(((0.0, y + share / 2.0 - (top + span / 2.0)), prim));
+        y += share * if i + 1 == stack { 1.0 } else { rng.random_range(0.7..1.0) };
+    }
+    for _ in 0..rng.random_range(0..=3) {
+        // A pair joined to the axis: from inside the stack outwards, at any slant.
+        let (dx, dy) = (
+            width * rng.random_range(0.05..0.4),
+            span * rng.random_range(-0.45..0.45),
+        );
+        let (len, turn) = (
+            width * rng.random_range(0.3..1.4),
+            rng.random_range(-1.2..1.2f32),
+        );
+        let (a, b) = (dx + len * turn.cos(), dy + len * turn.sin());
+        let r = width * rng.random_range(0.03..0.2);
+        parts.push(((0.0, 0.0), Prim::Capsule((dx, dy), (a, b), r)));
+        parts.push(((0.0, 0.0), Prim::Capsule((-dx, dy), (-a, b), r)));
+    }
+    let centre = (axis, top + span / 2.0);
+    let shape = Shape {
+        parts,
+        fill: fill(rng, s.ground()),
+        centre,
+        radius: (span * 1.5).max(width * 3.0) / 1.6,
+    };
+    s.shape(&shape);
+    for _ in 0..rng.random_range(0..=2) {
+        let (dx, dy) = (
+            width * rng.random_range(0.05..0.35),
+            span * rng.random_range(-0.4..0.4),
+        );
+        let size = width * rng.random_range(0.06..0.25);
+        let c = fill(rng, s.ground());
+        let prim = Prim::random(size, rng);
+        for sx in [-1.0f32, 1.0] {
+            let at = (centre.0 + sx * dx, centre.1 + dy);
+            let mirrored = |x: f32, y: f32| prim.distance(sx * (x - at.0), y - at.1);
+            s.paint(at, size * 1.6 + 2.0, mirrored, |u, v| c.at(sx * u, v));
+        }
     }
 }
 

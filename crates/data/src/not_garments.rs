@@ -677,8 +677,8 @@ fn pattern(s: &mut Sheet, rng: &mut impl Rng) {
 }
 
 /// A mirror-symmetric assembly: two to five primitives stacked along an upright axis, zero to
-/// three mirrored pairs beside it, and sometimes mirrored marks inside or a surface line
-/// beneath. Garments are left–right symmetric too, so this is the family's hardest generic
+/// three mirrored pairs beside it, filled or drawn as a rim, and sometimes mirrored marks
+/// inside or a surface line beneath. Garments are left–right symmetric too, so this is the family's hardest generic
 /// shape: symmetry alone must not read as clothing. Nothing here draws a particular object.
 fn symmetric(s: &mut Sheet, rng: &mut impl Rng) {
     let (w, h) = (s.w as f32, s.h as f32);
@@ -736,7 +736,20 @@ fn symmetric(s: &mut Sheet, rng: &mut impl Rng) {
         centre,
         radius: (span * 1.5).max(width * 3.0) / 1.6,
     };
-    s.shape(&shape);
+    if rng.random_range(0..3) == 0 {
+        // Drawn rather than filled: only the assembly's rim, in one ink.
+        let ink = [rng.random_range(0.0..100.0f32); 3];
+        let line = rng.random_range(1.0..(w.min(h) / 40.0).max(1.5));
+        let reach = shape.radius * 1.6 + line + 2.0;
+        s.paint(
+            centre,
+            reach,
+            |x, y| shape.distance(x, y).abs() - line / 2.0,
+            |_, _| ink,
+        );
+    } else {
+        s.shape(&shape);
+    }
     for _ in 0..rng.random_range(0..=2) {
         let (dx, dy) = (
             width * rng.random_range(0.05..0.35),

@@ -1598,7 +1598,7 @@ pub fn decode_all(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1903,7 +1903,8 @@ mod tests {
     }
 
     /// Bytes as shared bytes, 8-aligned as a file mapping is.
-    fn shared_words(out: &[u8]) -> SharedBytes {
+    /// `out` as shared bytes, aligned for every word.
+    pub(crate) fn shared_words(out: &[u8]) -> SharedBytes {
         struct Words(Vec<u64>);
         impl AsRef<[u8]> for Words {
             fn as_ref(&self) -> &[u8] {

@@ -373,6 +373,25 @@ mod tests {
             })
             .collect();
         assert_eq!(combine_parts(&ring, &parts).unwrap().1, want[0]);
+        // A shard's part written out as built and read back from the bytes (as a server maps
+        // it) answers as the one held in memory.
+        let mut out = Vec::new();
+        let written = lay_out()
+            .part(150..200, 10..steps)
+            .unwrap()
+            .build_into(&mut out)
+            .unwrap();
+        assert_eq!(written.written_len(), out.len());
+        let mapped = written
+            .share(&crate::scores::tests::shared_words(&out))
+            .unwrap();
+        assert!(!mapped.held_in_memory());
+        let again = mapped
+            .part_many(&ring, &batch[..1], None)
+            .pop()
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, parts[1]);
         // Ranges outside the shape, and damaged parts, are refused.
         assert!(lay_out().part(0..201, 0..steps).is_err());
         assert!(lay_out().part(0..200, 0..steps + 1).is_err());

@@ -338,7 +338,13 @@ async fn answer_within(
                 let _upload = upload;
                 let d = pir.db(&db).expect("checked above");
                 state.answer_pools.for_slot(&slot).install(|| {
-                    crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
+                    crate::partition::pir::answer(
+                        d,
+                        db == "thumbs",
+                        pir.shard,
+                        &body,
+                        &state.pir_counters,
+                    )
                 })
             })
             .await

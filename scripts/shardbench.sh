@@ -16,7 +16,9 @@ n=${1:-100000}; S=${2:-4}; queries=${3:-200}
 export PATH="$HOME/.cargo/bin:$PATH"
 profile=${SHARDBENCH_PROFILE:-release}
 bin=target/release; [ "$profile" = release ] || bin=target/debug
-cargo build --profile "$profile" -q -p privatemail-server --bin server -p privatemail-bench --bin pirbench
+# With the packages `cargo test --workspace` selects, so that a tree built by the tests is
+# reused (`-p` alone resolves other features and compiles most of the graph again).
+cargo build --profile "$profile" -q --workspace --tests --bin server --bin pirbench
 out=/tmp/shardbench-$n; rm -rf "$out"; mkdir -p "$out"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT

@@ -32,7 +32,7 @@ use pir::scores::{combine_parts as combine_scores, encode_answer, ScorePart};
 use pir::shard::{combine_rows, RowsPart};
 
 use crate::http::error::ApiError;
-use crate::http::pir::MAX_BODY;
+use crate::http::pir::{answer_response, MAX_BODY};
 use crate::partition::pir::PIR_PREFIX;
 
 /// Shards a front combines at most.
@@ -283,14 +283,7 @@ async fn fan_out(
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))?
     .map_err(|e| ApiError::BadGateway(format!("the row shards' parts do not combine: {e}")))?;
-    let mut resp = Response::new(Body::from(combined));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(resp)
+    Ok(answer_response(combined))
 }
 
 /// The answer on the wire from every shard's part: all LWE rows parts or all score parts.

@@ -667,34 +667,13 @@ impl ScoreDb {
         queries: &[(&[u64], &InspiringBodies)],
         micros: Option<&AtomicU64>,
     ) -> Vec<Result<Vec<Vec<u64>>>> {
-        let checked: Vec<Result<()>> = queries
-            .iter()
-            .map(|(q, _)| self.check_query(ring, q))
-            .collect();
-        let good: Vec<(&[u64], &InspiringBodies)> = queries
-            .iter()
-            .zip(&checked)
-            .filter(|(_, c)| c.is_ok())
-            .map(|(&q, _)| q)
-            .collect();
         let width = self.shape.packing_width(ring.n());
-        let mut answers = self
-            .accumulate_many(ring, &good, micros)
-            .into_iter()
-            .map(|chunks| {
-                chunks
-                    .into_iter()
-                    .map(|acc| {
-                        let mut b = acc.finish(ring);
-                        b.truncate(width);
-                        b
-                    })
-                    .collect()
-            });
-        checked
-            .into_iter()
-            .map(|c| c.map(|()| answers.next().expect("an answer per good query")))
-            .collect()
+        self.each_checked(ring, queries, micros, |chunks| {
+            chunks
+                .into_iter()
+                .map(|acc| finished(ring, width, acc))
+                .collect()
+        })
     }
 
     /// A row shard's part of the answers to `queries` ([`ScorePart`]; `crate::shard`): its
@@ -707,6 +686,25 @@ impl ScoreDb {
         queries: &[(&[u64], &InspiringBodies)],
         micros: Option<&AtomicU64>,
     ) -> Vec<Result<ScorePart>> {
+        let steps = self.plans.first().map_or(0..0, InspiringPlan::held_steps);
+        self.each_checked(ring, queries, micros, |chunks| ScorePart {
+            shape: self.shape,
+            n: ring.n(),
+            rows: self.rows.clone(),
+            steps: steps.clone(),
+            chunks,
+        })
+    }
+
+    /// Every query checked, the good ones accumulated in one pass, each accumulation made into
+    /// a result by `each`; a malformed query gets its error in its place.
+    fn each_checked<T>(
+        &self,
+        ring: &Ring,
+        queries: &[(&[u64], &InspiringBodies)],
+        micros: Option<&AtomicU64>,
+        each: impl FnMut(Vec<Accumulated>) -> T,
+    ) -> Vec<Result<T>> {
         let checked: Vec<Result<()>> = queries
             .iter()
             .map(|(q, _)| self.check_query(ring, q))
@@ -717,19 +715,13 @@ impl ScoreDb {
             .filter(|(_, c)| c.is_ok())
             .map(|(&q, _)| q)
             .collect();
-        let steps = self.plans.first().map_or(0..0, InspiringPlan::held_steps);
-        let mut parts = self.accumulate_many(ring, &good, micros).into_iter();
+        let mut results = self
+            .accumulate_many(ring, &good, micros)
+            .into_iter()
+            .map(each);
         checked
             .into_iter()
-            .map(|c| {
-                c.map(|()| ScorePart {
-                    shape: self.shape,
-                    n: ring.n(),
-                    rows: self.rows.clone(),
-                    steps: steps.clone(),
-                    chunks: parts.next().expect("a part per good query"),
-                })
-            })
+            .map(|c| c.map(|()| results.next().expect("a result per good query")))
             .collect()
     }
 
@@ -858,11 +850,7 @@ impl ScoreDb {
             .pop()
             .expect("one query, one answer")
             .into_iter()
-            .map(|acc| {
-                let mut b = acc.finish(ring);
-                b.truncate(width);
-                b
-            })
+            .map(|acc| finished(ring, width, acc))
             .collect()
     }
 
@@ -1278,6 +1266,14 @@ pub fn decode_upload(
     Ok((query, InspiringBodies::read(n, Gadget::DEFAULT, keys)?))
 }
 
+/// A packed ciphertext's `b` from its accumulation: divided by `P`, and only the `width`
+/// coefficients that carry rows (module docs).
+fn finished(ring: &Ring, width: usize, acc: Accumulated) -> Vec<u64> {
+    let mut b = acc.finish(ring);
+    b.truncate(width);
+    b
+}
+
 /// A row shard's part of one query's answer ([`ScoreDb::part_many`]; `crate::shard`): the rows
 /// and switch steps it covers, and per row chunk the packing accumulated over them, not yet
 /// divided by `P`.
@@ -1302,11 +1298,8 @@ impl ScorePart {
     /// Little-endian: the header, then each chunk's `N` residues modulo `Q`, then its `N`
     /// modulo `P`.
     pub fn encode(&self) -> Vec<u8> {
-        let n = self.n;
-        let mut out = Vec::with_capacity(PART_HEADER + 16 * n * self.chunks.len());
-        out.extend_from_slice(&PART_MAGIC);
-        let s = &self.shape;
-        for x in [
+        let (n, s) = (self.n, &self.shape);
+        let words = [
             s.blocks,
             s.dim,
             s.rows,
@@ -1315,9 +1308,9 @@ impl ScorePart {
             self.rows.end,
             self.steps.start,
             self.steps.end,
-        ] {
-            out.extend_from_slice(&(x as u32).to_le_bytes());
-        }
+        ];
+        let capacity = PART_HEADER + 16 * n * self.chunks.len();
+        let mut out = crate::shard::write_header(&PART_MAGIC, &words, capacity);
         for c in &self.chunks {
             for v in c.q.iter().chain(&c.p) {
                 out.extend_from_slice(&v.to_le_bytes());
@@ -1340,12 +1333,9 @@ impl ScorePart {
             name: "score part",
             reason,
         };
-        if bytes.len() < PART_HEADER || bytes[..4] != PART_MAGIC {
-            return Err(bad("not a score part".into()));
-        }
-        let word = |i: usize| {
-            u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize
-        };
+        let w = crate::shard::read_header(bytes, &PART_MAGIC, 8)
+            .ok_or_else(|| bad("not a score part".into()))?;
+        let word = |i: usize| w[i - 1];
         let shape = ScoreShape {
             blocks: word(1),
             dim: word(2),
@@ -1439,9 +1429,7 @@ pub fn combine_parts(ring: &Ring, parts: &[ScorePart]) -> Result<(ScoreShape, Ve
             for p in parts {
                 sum.add(&p.chunks[c]);
             }
-            let mut b = sum.finish(ring);
-            b.truncate(width);
-            b
+            finished(ring, width, sum)
         })
         .collect();
     Ok((*shape, answer))

@@ -31,6 +31,30 @@ const ROWS_MAGIC: [u8; 4] = *b"PMr1";
 /// rows' start and end and the query count, as `u32`.
 const ROWS_HEADER: usize = 32;
 
+/// A part's header: `magic`, then `words` as little-endian `u32` (each below 2³², as every
+/// shape and range a part names is).
+pub(crate) fn write_header(magic: &[u8; 4], words: &[usize], capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(magic);
+    for &x in words {
+        out.extend_from_slice(&(x as u32).to_le_bytes());
+    }
+    out
+}
+
+/// The `count` words [`write_header`] wrote after `magic`; `None` unless `bytes` start so.
+pub(crate) fn read_header(bytes: &[u8], magic: &[u8; 4], count: usize) -> Option<Vec<usize>> {
+    if bytes.len() < 4 + 4 * count || bytes[..4] != magic[..] {
+        return None;
+    }
+    Some(
+        bytes[4..4 + 4 * count]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
+            .collect(),
+    )
+}
+
 fn invalid(reason: String) -> Error {
     Error::InvalidParameter {
         name: "shard part",
@@ -52,10 +76,8 @@ pub struct RowsPart {
 impl RowsPart {
     /// Little-endian: the header, then the values.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(ROWS_HEADER + 4 * self.values.len());
-        out.extend_from_slice(&ROWS_MAGIC);
         let s = &self.shape;
-        for x in [
+        let words = [
             s.record_len,
             s.records,
             s.rows,
@@ -63,9 +85,8 @@ impl RowsPart {
             self.rows.start,
             self.rows.end,
             self.queries,
-        ] {
-            out.extend_from_slice(&(x as u32).to_le_bytes());
-        }
+        ];
+        let mut out = write_header(&ROWS_MAGIC, &words, ROWS_HEADER + 4 * self.values.len());
         for v in &self.values {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -76,12 +97,9 @@ impl RowsPart {
     /// within the shape's, it answers 1 to [`MAX_QUERIES`] queries and its length is exactly
     /// that many values.
     pub fn decode(bytes: &[u8]) -> Result<RowsPart> {
-        if bytes.len() < ROWS_HEADER || bytes[..4] != ROWS_MAGIC {
-            return Err(invalid("not a rows part".into()));
-        }
-        let word = |i: usize| {
-            u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes")) as usize
-        };
+        let w =
+            read_header(bytes, &ROWS_MAGIC, 7).ok_or_else(|| invalid("not a rows part".into()))?;
+        let word = |i: usize| w[i - 1];
         let shape = Shape {
             record_len: word(1),
             records: word(2),

@@ -5,39 +5,16 @@
 //! and the CLI say so, never a wrong result.
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use privatemail_e2e::{photo_png, start_server_logged, workspace_bin, Server};
 use serde_json::Value;
 
-use crate::cli::Cli;
+use crate::cli::{ids, Cli};
+use crate::scale::{build, tmp};
 
 const SHARDS: usize = 3;
-
-fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pm-shards-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// `server build` with `args` over a 1,000-image gallery.
-fn build(args: &[&str]) {
-    let out = Command::new(workspace_bin("server"))
-        .arg("build")
-        .args(args)
-        .args(["--gallery-size", "1000", "--anchors", "200"])
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run server build");
-    assert!(
-        out.status.success(),
-        "server build {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A replica of `store` with `extra` arguments.
 fn replica(store: &Path, key: &Path, cache: &Path, extra: &[&str]) -> Server {
@@ -110,21 +87,12 @@ fn pir_search(cli: &Cli, photo: &Path, base: &str, extra: &[&str]) -> Value {
     cli.json(&args)
 }
 
-fn ids(out: &Value) -> Vec<u64> {
-    out["results"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no results: {out}"))
-        .iter()
-        .map(|r| r["id"].as_u64().unwrap())
-        .collect()
-}
-
 #[test]
 fn a_front_over_row_shards_answers_as_one_process_and_a_shard_down_is_a_502() {
-    let store = tmp("store");
+    let store = tmp("shards-store");
     let s = store.to_str().unwrap();
     build(&["--out", s, "--shard", "0/1"]);
-    let work = tmp("work");
+    let work = tmp("shards-work");
     build(&[
         "--out",
         s,
@@ -133,7 +101,7 @@ fn a_front_over_row_shards_answers_as_one_process_and_a_shard_down_is_a_502() {
         "--work-dir",
         work.to_str().unwrap(),
     ]);
-    let dir = tmp("run");
+    let dir = tmp("shards-run");
     let key = dir.join("gallery.key");
     std::fs::write(&key, [7u8; 32]).unwrap();
     let one = replica(&store, &key, &dir.join("cache-one"), &[]);

@@ -37,38 +37,8 @@ pub const CURRENT: &str = "CURRENT.json";
 const ROWS_MAGIC: &[u8; 8] = b"PMROWS1\0";
 /// More items than this is a corrupt object, not an allocation to attempt.
 const MAX_ITEMS: u64 = 10_000_000;
-const MAX_SHARDS: usize = 4096;
 
-/// Worker `index` of `count`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: usize,
-    pub count: usize,
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-    /// `i/N` with `0 ≤ i < N ≤ 4096`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (i, n) = s.split_once('/').ok_or("expected i/N, e.g. 0/3")?;
-        let index: usize = i.trim().parse().map_err(|e| format!("{i:?}: {e}"))?;
-        let count: usize = n.trim().parse().map_err(|e| format!("{n:?}: {e}"))?;
-        if count == 0 || count > MAX_SHARDS || index >= count {
-            return Err(format!(
-                "need 0 ≤ i < N ≤ {MAX_SHARDS}, got {index}/{count}"
-            ));
-        }
-        Ok(Shard { index, count })
-    }
-}
-
-impl Shard {
-    /// The positions this worker computes: a contiguous slice, so the joined rows keep the
-    /// gallery's order whatever `count` is.
-    pub fn range(self, n: usize) -> std::ops::Range<usize> {
-        n * self.index / self.count..n * (self.index + 1) / self.count
-    }
-}
+pub use crate::ops::slice::Shard;
 
 /// A worker's output, `shards/{N}/{i}.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

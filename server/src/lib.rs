@@ -6,6 +6,7 @@
 //! `item`, `ops`): see ARCHITECTURE.md.
 
 pub mod batch;
+pub mod front;
 pub mod gallery;
 pub mod http;
 pub mod item;

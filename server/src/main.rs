@@ -152,6 +152,13 @@ struct Args {
     #[arg(long, env = "PM_PIR_THUMB_BYTES",
           value_parser = clap::value_parser!(u64).range(8..294))]
     pir_thumb_bytes: Option<u64>,
+    /// PIR: serve as row shard `i` of `S` (`i/S`): hold only this slice of every PIR
+    /// database's rows (and of the encrypted scores' packing steps), about `1/S` of their
+    /// memory, and answer parts that `server front --shards …` combines into whole answers.
+    /// Clients do not talk to a shard directly. Every shard must serve the same version (run
+    /// them as replicas of one store, `--from`).
+    #[arg(long, env = "PM_SHARD_ROWS")]
+    shard_rows: Option<privatemail_server::ops::slice::Shard>,
     /// A replica (`server serve --from STORE`): serve the version a batch build published in
     /// STORE (a directory, `file:///dir` or `s3://bucket/prefix`; `server build`) — the one its
     /// `CURRENT.json` names at start, or `--from-version`. Gallery size, anchors, seed and
@@ -192,6 +199,46 @@ struct Args {
     /// in the bucket. Required with `--from`.
     #[arg(long, env = "PM_IDENTITY_KEY")]
     identity_key: Option<PathBuf>,
+}
+
+/// `server front`: one address for row shards (`privatemail_server::front`).
+#[derive(Parser, Debug)]
+#[command(about = "PrivateMail front: one address for the row shards of a gallery's PIR databases")]
+struct FrontArgs {
+    /// Address to listen on (port 0 picks a free one; the bound address is printed).
+    #[arg(long, env = "PM_BIND", default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    /// The shards' base URLs (`http://host:port`), every one of `server serve --shard-rows i/S`
+    /// for `i` in `0..S`, in any order; repeat the flag or separate by commas.
+    #[arg(long, env = "PM_SHARDS", value_delimiter = ',', required = true)]
+    shards: Vec<String>,
+    /// Seconds a shard has to answer one request (its queueing for an answer slot included).
+    #[arg(long, env = "PM_SHARD_TIMEOUT_SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    shard_timeout_secs: u64,
+}
+
+/// Serves `server front` until a shutdown signal.
+async fn front(a: FrontArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use privatemail_server::front::{router, Front};
+    let front = Front::new(
+        a.shards,
+        std::time::Duration::from_secs(a.shard_timeout_secs),
+    )?;
+    let listener = tokio::net::TcpListener::bind(a.bind).await?;
+    let shutdown = shutdown_signal()?;
+    // Tests and scripts read this line to find an ephemeral port.
+    println!("listening on http://{}", listener.local_addr()?);
+    let refusals = std::sync::Arc::new(privatemail_server::ops::refusals::Refusals::default());
+    net::serve(
+        listener,
+        router(std::sync::Arc::new(front)),
+        &NetLimits::default(),
+        refusals,
+        shutdown,
+    )
+    .await;
+    Ok(())
 }
 
 /// What a gallery version is built from: the same flags for `server` and `server build`.
@@ -336,6 +383,14 @@ async fn main() {
         Some("serve") => {
             argv.remove(1);
         }
+        Some("front") => {
+            argv.remove(1);
+            if let Err(e) = front(FrontArgs::parse_from(argv)).await {
+                eprintln!("server front: {e}");
+                std::process::exit(2);
+            }
+            return;
+        }
         _ => {}
     }
     let args = Args::parse_from(argv);
@@ -431,6 +486,7 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
         verified_scores: args.pir_verified_scores,
         thumb_code_bytes: args.pir_thumb_bytes.map(|b| b as usize),
         pir_dir: None,
+        shard_rows: args.shard_rows,
     };
     let state = tokio::task::spawn_blocking(move || {
         AppState::open_with(

@@ -157,8 +157,23 @@ impl InspiringPlan {
     /// The plan for inputs whose RLWE `a` parts are `a_parts` ([`lattice::rlwe::lwe_to_rlwe`];
     /// at most the masks' width, the rest taken as zero inputs).
     pub fn new(ring: &Ring, masks: &InspiringMasks, a_parts: &[Vec<u64>]) -> InspiringPlan {
+        Self::new_part(ring, masks, a_parts, 0..masks.gamma.saturating_sub(1))
+    }
+
+    /// [`InspiringPlan::new`] keeping only the digits of switch steps `keep` (of the `γ − 1`,
+    /// clamped to them): a row shard's share of the plan (`crate::shard`). The whole chain is
+    /// computed (each step's digits depend on the steps before), so the packed `a` is the
+    /// whole plan's; [`InspiringPlan::accumulate_many`] then sums the kept steps only.
+    pub fn new_part(
+        ring: &Ring,
+        masks: &InspiringMasks,
+        a_parts: &[Vec<u64>],
+        keep: std::ops::Range<usize>,
+    ) -> InspiringPlan {
         let (n, gamma) = (ring.n(), masks.gamma);
         assert!(a_parts.len() <= gamma);
+        let last = gamma - 1;
+        let keep = keep.start.min(last)..keep.end.clamp(keep.start.min(last), last);
         let g = generator(n, gamma);
         // g⁻¹ modulo 2N: the group is finite, so some power of g is its inverse.
         let g_inv = (1..=gamma)
@@ -191,18 +206,21 @@ impl InspiringPlan {
         let gadget_digits = masks.mask.gadget().digits;
         let orbits = orbits(&ring.ntt.automorphism_slots(g), gamma);
         let steps = gamma - 1;
-        let mut digits = StepDigits::with_capacity(steps, gadget_digits, n);
+        let mut digits = StepDigits::with_capacity(keep.clone(), steps, gadget_digits, n);
         let mut rows = a_prime.into_iter().rev();
         let mut a = coefficients(rows.next().expect("γ ≥ 1"));
         for (s, row) in rows.enumerate() {
             let (d, switched) = masks.mask.switch_a(ring, &ring.automorphism(&a, g));
-            // Stored as the online pass reads step `s`: orbit by orbit, rotated by its shift.
-            let shift = steps - s - 1;
-            let map: Vec<u32> = orbits
-                .chunks_exact(gamma)
-                .flat_map(|o| (0..gamma).map(move |j| o[(j + shift) % gamma]))
-                .collect();
-            digits.push(d.permuted(&map));
+            if keep.contains(&s) {
+                // Stored as the online pass reads step `s`: orbit by orbit, rotated by its
+                // shift.
+                let shift = steps - s - 1;
+                let map: Vec<u32> = orbits
+                    .chunks_exact(gamma)
+                    .flat_map(|o| (0..gamma).map(move |j| o[(j + shift) % gamma]))
+                    .collect();
+                digits.push(d.permuted(&map));
+            }
             a = coefficients(row)
                 .iter()
                 .zip(&switched)
@@ -243,18 +261,41 @@ impl InspiringPlan {
         for (_, b_values) in jobs {
             assert!(!b_values.is_empty() && b_values.len() <= self.gamma);
         }
+        let jobs: Vec<(&InspiringBodies, usize, &[u64])> =
+            jobs.iter().map(|&(k, b)| (k, 0, b)).collect();
+        self.accumulate_many(ring, &jobs)
+            .into_iter()
+            .map(|acc| acc.finish(ring))
+            .collect()
+    }
+
+    /// The packing before its one division by `P`: `P·β` over the steps this plan holds
+    /// ([`InspiringPlan::new_part`]) plus `P·B₀` of the given inputs, modulo `P·Q`, as
+    /// residues in the transform domain — linear in both, so the accumulations of plans that
+    /// split the steps, over inputs that split the rows, sum to the whole plan's
+    /// ([`Accumulated::add`]), and [`Accumulated::finish`] of the sum is exactly
+    /// [`InspiringPlan::pack_b`] of all the inputs. Each job is `(bodies, first, b_values)`:
+    /// inputs `first … first + len − 1` (none is allowed).
+    pub fn accumulate_many(
+        &self,
+        ring: &Ring,
+        jobs: &[(&InspiringBodies, usize, &[u64])],
+    ) -> Vec<Accumulated> {
+        for (_, first, b_values) in jobs {
+            assert!(first + b_values.len() <= self.gamma);
+        }
         let n = ring.n();
         let keys: Vec<OrbitKey> = jobs
             .iter()
-            .map(|(bodies, _)| bodies.0.orbit_key(&self.orbits, self.gamma))
+            .map(|(bodies, _, _)| bodies.0.orbit_key(&self.orbits, self.gamma))
             .collect();
         // P·β modulo P·Q, transformed, in orbit order (module docs).
         let mut acc: Vec<[Vec<u64>; 2]> = jobs
             .iter()
             .map(|_| std::array::from_fn(|_| vec![0u64; n]))
             .collect();
-        let steps = self.digits.steps();
-        for s in 0..steps {
+        let steps = self.gamma - 1;
+        for s in self.digits.held() {
             let step = self.digits.step(s);
             for (key, [cq, cp]) in keys.iter().zip(&mut acc) {
                 key.subtract_rotated(step, steps - s - 1, cq, cp);
@@ -262,7 +303,7 @@ impl InspiringPlan {
         }
         jobs.iter()
             .zip(acc)
-            .map(|((_, b_values), [cq, cp])| {
+            .map(|(&(_, first, b_values), [cq, cp])| {
                 // Back to slot order.
                 let (mut bq, mut bp) = (vec![0u64; n], vec![0u64; n]);
                 for ((&slot, &x), &y) in self.orbits.iter().zip(&cq).zip(&cp) {
@@ -270,16 +311,18 @@ impl InspiringPlan {
                     bp[slot as usize] = y;
                 }
                 // + P·B₀, B₀ = Σ_i b_i·Xⁱ (0 modulo P).
-                let mut b0 = vec![0u64; n];
-                let p_mod_q = P.value % Q.value;
-                for (c, &b) in b0.iter_mut().zip(b_values.iter()) {
-                    *c = Q.mul(b, p_mod_q);
+                if !b_values.is_empty() {
+                    let mut b0 = vec![0u64; n];
+                    let p_mod_q = P.value % Q.value;
+                    for (c, &b) in b0[first..].iter_mut().zip(b_values.iter()) {
+                        *c = Q.mul(b, p_mod_q);
+                    }
+                    ring.ntt.forward(&mut b0);
+                    for (x, y) in bq.iter_mut().zip(&b0) {
+                        *x = Q.add(*x, *y);
+                    }
                 }
-                ring.ntt.forward(&mut b0);
-                for (x, y) in bq.iter_mut().zip(&b0) {
-                    *x = Q.add(*x, *y);
-                }
-                ring.divide_transformed(bq, bp)
+                Accumulated { q: bq, p: bp }
             })
             .collect()
     }
@@ -295,6 +338,11 @@ impl InspiringPlan {
     /// Inputs the plan packs (`γ`): messages land in coefficients `0 … γ − 1`.
     pub fn width(&self) -> usize {
         self.gamma
+    }
+
+    /// The switch steps whose digits the plan holds: all `γ − 1`, or a shard's run.
+    pub fn held_steps(&self) -> std::ops::Range<usize> {
+        self.digits.held()
     }
 
     /// The packed output's `a` part: it depends only on the plan, so it is public.
@@ -342,6 +390,40 @@ impl InspiringPlan {
     }
 }
 
+/// A packing not yet divided by `P` ([`InspiringPlan::accumulate_many`]): residues modulo `Q`
+/// and modulo `P`, transformed, in slot order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Accumulated {
+    pub q: Vec<u64>,
+    pub p: Vec<u64>,
+}
+
+impl Accumulated {
+    /// Zero (the sum of no parts), for `n` slots.
+    pub fn zero(n: usize) -> Accumulated {
+        Accumulated {
+            q: vec![0; n],
+            p: vec![0; n],
+        }
+    }
+
+    /// Adds `other` residue by residue (both of the same ring; values reduced).
+    pub fn add(&mut self, other: &Accumulated) {
+        assert!(self.q.len() == other.q.len() && self.p.len() == other.p.len());
+        for (x, &y) in self.q.iter_mut().zip(&other.q) {
+            *x = Q.add(*x, y);
+        }
+        for (x, &y) in self.p.iter_mut().zip(&other.p) {
+            *x = P.add(*x, y);
+        }
+    }
+
+    /// The packed `b`: the one rounded division by `P`.
+    pub fn finish(self, ring: &Ring) -> Vec<u64> {
+        ring.divide_transformed(self.q, self.p)
+    }
+}
+
 /// The slots orbit by orbit under the permutation `slots` (`π`): `r, π(r), π²(r), …` for each
 /// orbit's least slot `r`. Every orbit has `gamma` slots (`g` has order `γ` and acts freely);
 /// checked.
@@ -386,22 +468,38 @@ pub fn rounding_worst_case(n: usize, gamma: usize) -> f64 {
     (gamma as f64 - 1.0) * n as f64 / 2.0 + 0.5
 }
 
-/// Every key switch's transformed digits of a plan, one step after another, modulo `Q` and
-/// modulo `P`, held or read from shared bytes (a plan's bulk: the online pass streams them).
+/// The key switches' transformed digits of a plan, one step after another, modulo `Q` and
+/// modulo `P`, held or read from shared bytes (a plan's bulk: the online pass streams them):
+/// every step, or a row shard's run of them ([`InspiringPlan::new_part`]).
 struct StepDigits {
+    /// The first step held (0 unless a shard's).
+    first: usize,
+    /// Steps held.
     steps: usize,
     q: Held<u64>,
     p: Held<u32>,
 }
 
 impl StepDigits {
-    /// Room for `steps` switches of `digits` digits of `n` values.
-    fn with_capacity(steps: usize, digits: usize, n: usize) -> StepDigits {
+    /// Room for steps `keep` of `total` switches of `digits` digits of `n` values.
+    fn with_capacity(
+        keep: std::ops::Range<usize>,
+        total: usize,
+        digits: usize,
+        n: usize,
+    ) -> StepDigits {
+        debug_assert!(keep.end <= total);
         StepDigits {
+            first: keep.start,
             steps: 0,
-            q: Held::Owned(Vec::with_capacity(steps * digits * n)),
-            p: Held::Owned(Vec::with_capacity(steps * digits * n)),
+            q: Held::Owned(Vec::with_capacity(keep.len() * digits * n)),
+            p: Held::Owned(Vec::with_capacity(keep.len() * digits * n)),
         }
+    }
+
+    /// The steps held.
+    fn held(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.steps
     }
 
     fn push(&mut self, digits: SwitchDigits) {
@@ -416,12 +514,9 @@ impl StepDigits {
         self.steps += 1;
     }
 
-    fn steps(&self) -> usize {
-        self.steps
-    }
-
-    /// Step `i`'s digits.
+    /// Step `i`'s digits (one of [`StepDigits::held`]).
     fn step(&self, i: usize) -> DigitsView<'_> {
+        let i = i - self.first;
         let (q, p) = (self.q.get(), self.p.get());
         let (sq, sp) = (q.len() / self.steps, p.len() / self.steps);
         DigitsView {

@@ -285,6 +285,9 @@ impl Shape {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Database {
     pub shape: Shape,
+    /// The first row held: 0, or a row shard's first ([`Database::keep_rows`]).
+    first_row: usize,
+    /// The rows held (all `shape.rows`, or a shard's), row-major.
     data: Held<u8>,
 }
 
@@ -323,11 +326,37 @@ impl Database {
         }
         Ok(Database {
             shape,
+            first_row: 0,
             data: Held::Owned(data),
         })
     }
 
-    /// The `rows × cols` bytes, row-major.
+    /// Keeps only rows `rows` (a row shard's, `crate::shard`), dropping the others: answers
+    /// and hints are then asked of those rows only. Refused unless they are within the rows
+    /// held, and once the bytes are shared.
+    pub fn keep_rows(&mut self, rows: std::ops::Range<usize>) -> Result<()> {
+        let held = self.held_rows();
+        if rows.start > rows.end || rows.start < held.start || rows.end > held.end {
+            return Err(invalid(format!(
+                "rows {rows:?} are not within the rows held, {held:?}"
+            )));
+        }
+        let Held::Owned(data) = &mut self.data else {
+            return Err(invalid("the rows are shared, not held".into()));
+        };
+        let cols = self.shape.cols;
+        let from = (rows.start - held.start) * cols..(rows.end - held.start) * cols;
+        *data = data[from].to_vec();
+        self.first_row = rows.start;
+        Ok(())
+    }
+
+    /// The rows held: `0..shape.rows`, or a shard's.
+    pub fn held_rows(&self) -> std::ops::Range<usize> {
+        self.first_row..self.first_row + self.data.get().len() / self.shape.cols
+    }
+
+    /// The held rows' bytes ([`Database::held_rows`]), row-major.
     pub fn data(&self) -> &[u8] {
         self.data.get()
     }
@@ -353,9 +382,21 @@ impl Database {
         self.data.is_owned()
     }
 
+    /// Rows `range` (of the whole database) as indices into the rows held; a caller's bug
+    /// if they are not held.
+    fn local(&self, range: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        let held = self.held_rows();
+        assert!(
+            range.start >= held.start && range.end <= held.end,
+            "rows {range:?} asked of a database holding {held:?}"
+        );
+        range.start - held.start..range.end - held.start
+    }
+
     /// Rows `range` of the hint `H = (D − 128)·A` (`A` from [`lwe::matrix_a`]), row-major
     /// `len × N`. Servers split the rows over threads.
     pub fn hint_rows(&self, a: &[u32], range: std::ops::Range<usize>) -> Vec<u32> {
+        let range = self.local(range);
         let cols = self.shape.cols;
         debug_assert_eq!(a.len(), cols * LWE_N);
         let mut out = vec![0u32; range.len() * LWE_N];
@@ -384,6 +425,7 @@ impl Database {
     /// once and widened once for up to 8 queries ([`dot_u8_x8`]). Sums are mod 2³², so the
     /// order does not change them.
     pub fn answer_rows(&self, queries: &[u32], range: std::ops::Range<usize>) -> Vec<u32> {
+        let range = self.local(range);
         let cols = self.shape.cols;
         let c = queries.len() / cols;
         let len = range.len();
@@ -427,6 +469,7 @@ impl Database {
     /// against.
     #[cfg(test)]
     fn answer_rows_portable(&self, queries: &[u32], range: std::ops::Range<usize>) -> Vec<u32> {
+        let range = self.local(range);
         let cols = self.shape.cols;
         let (c, len) = (queries.len() / cols, range.len());
         let mut out = vec![0u32; c * len];
@@ -696,6 +739,7 @@ mod tests {
             let data: Vec<u8> = (0..rows * cols).map(|i| (i * 131 % 251) as u8).collect();
             let db = Database {
                 shape,
+                first_row: 0,
                 data: Held::Owned(data.clone()),
             };
             let queries: Vec<u32> = (0..c * cols)

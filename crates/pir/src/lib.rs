@@ -43,6 +43,7 @@ pub mod layout;
 pub mod lwe;
 mod par;
 pub mod scores;
+pub mod shard;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 

@@ -96,8 +96,8 @@ use lattice::rlwe::{encrypt_under, phase_of, uniform, Gadget, Ring, SecretKey};
 use crate::error::{Error, PirError, Result};
 use crate::held::{Held, SharedBytes};
 use crate::inspiring::{
-    added_gaussian_variance, added_variance, rounding_worst_case, InspiringBodies, InspiringMasks,
-    InspiringPlan,
+    added_gaussian_variance, added_variance, rounding_worst_case, Accumulated, InspiringBodies,
+    InspiringMasks, InspiringPlan,
 };
 
 /// Bits of each answer coefficient on the wire (module docs, "The answer on the wire").
@@ -181,6 +181,12 @@ impl ScoreShape {
     /// to a power of two, at most `N/2`. One width for the whole database, so one key.
     pub fn packing_width(&self, n: usize) -> usize {
         self.rows.next_power_of_two().min(n / 2)
+    }
+
+    /// Switch steps of each packing plan: `γ − 1` (what row shards split besides the rows,
+    /// `crate::shard`).
+    pub fn packing_steps(&self, n: usize) -> usize {
+        self.packing_width(n) - 1
     }
 
     /// The rows each packed ciphertext carries: [`ScoreShape::packing_width`] at a
@@ -292,9 +298,13 @@ fn query_mask(ring: &Ring, seed: &[u8; 32], chunk: usize) -> Vec<u64> {
     (0..ring.n()).map(|_| uniform(&mut rng)).collect()
 }
 
-/// The server's side: the two planes, and the packing plans of the version.
+/// The server's side: the two planes, and the packing plans of the version — all of them, or
+/// a row shard's part ([`ScorePlanes::part`]): some rows of the planes and a run of every
+/// plan's switch steps.
 pub struct ScoreDb {
     shape: ScoreShape,
+    /// The planes' rows held.
+    rows: std::ops::Range<usize>,
     lo: Held<u8>,
     hi: Held<i8>,
     plans: Vec<InspiringPlan>,
@@ -312,9 +322,51 @@ pub struct ScorePlanes<'a> {
     hi: Held<i8>,
     /// The query masks `a_c`, transformed.
     masks_ntt: Vec<Vec<u64>>,
+    /// The rows and switch steps the database keeps: all, or a shard's.
+    keep: (std::ops::Range<usize>, std::ops::Range<usize>),
 }
 
 impl ScorePlanes<'_> {
+    /// Keeps only rows `rows` of the planes and steps `steps` of every plan (a row shard's
+    /// part, `crate::shard`: each shard takes its slice of `0..shape.rows` and of
+    /// `0..`[`ScoreShape::packing_steps`]). Every plan is still built whole from all the rows
+    /// (its digits depend on every row of its chunk), and the rest dropped as it is built: the
+    /// build costs what one process's does, the database `1/S` of it. Refused unless both
+    /// are within the shape's.
+    pub fn part(
+        mut self,
+        rows: std::ops::Range<usize>,
+        steps: std::ops::Range<usize>,
+    ) -> Result<Self> {
+        let n = self.ring.n();
+        if rows.start > rows.end
+            || rows.end > self.shape.rows
+            || steps.start > steps.end
+            || steps.end > self.shape.packing_steps(n)
+        {
+            return Err(Error::InvalidParameter {
+                name: "score shard",
+                reason: format!(
+                    "rows {rows:?} and steps {steps:?} are not within {} rows and {} steps",
+                    self.shape.rows,
+                    self.shape.packing_steps(n)
+                ),
+            });
+        }
+        self.keep = (rows, steps);
+        Ok(self)
+    }
+
+    /// The planes of the rows kept.
+    fn kept_planes(&self) -> (Held<u8>, Held<i8>) {
+        let cols = self.shape.data_cols();
+        let at = self.keep.0.start * cols..self.keep.0.end * cols;
+        (
+            Held::Owned(self.lo.get()[at.clone()].to_vec()),
+            Held::Owned(self.hi.get()[at].to_vec()),
+        )
+    }
+
     /// One plan per row chunk, in order: the order of the database's plans and of the bytes
     /// [`ScoreDb::write_held`] writes.
     fn jobs(&self) -> Vec<std::ops::Range<usize>> {
@@ -339,16 +391,22 @@ impl ScorePlanes<'_> {
                 row_mask(self.ring, &self.masks_ntt, row)
             })
             .collect();
-        InspiringPlan::new(self.ring, self.masks, &a_parts)
+        InspiringPlan::new_part(self.ring, self.masks, &a_parts, self.keep.1.clone())
     }
 
     /// The database with every plan built and held in memory (on every core in the server).
     pub fn build(self) -> ScoreDb {
         let plans = crate::par::par_map(&self.jobs(), |job| self.plan(job), None);
+        let (lo, hi) = if self.keep.0 == (0..self.shape.rows) {
+            (self.lo, self.hi)
+        } else {
+            self.kept_planes()
+        };
         ScoreDb {
             shape: self.shape,
-            lo: self.lo,
-            hi: self.hi,
+            rows: self.keep.0,
+            lo,
+            hi,
             plans,
         }
     }
@@ -364,9 +422,13 @@ impl ScorePlanes<'_> {
         self,
         out: &mut (impl std::io::Write + Send + ?Sized),
     ) -> std::io::Result<WrittenScores> {
-        self.lo.write(out)?;
-        self.hi.write(out)?;
-        let mut len = self.lo.padded_len() + self.hi.padded_len();
+        // A shard's rows copied out (the plans need every row until they are built); all of
+        // them written as they are.
+        let kept = (self.keep.0 != (0..self.shape.rows)).then(|| self.kept_planes());
+        let (lo, hi) = kept.as_ref().map_or((&self.lo, &self.hi), |(l, h)| (l, h));
+        lo.write(out)?;
+        hi.write(out)?;
+        let mut len = lo.padded_len() + hi.padded_len();
         let mut plans = Vec::new();
         crate::par::par_for_each_in_order(
             &self.jobs(),
@@ -378,11 +440,13 @@ impl ScorePlanes<'_> {
                 Ok::<_, std::io::Error>(())
             },
         )?;
+        let (lo, hi) = kept.unwrap_or((self.lo, self.hi));
         Ok(WrittenScores {
             db: ScoreDb {
                 shape: self.shape,
-                lo: self.lo,
-                hi: self.hi,
+                rows: self.keep.0,
+                lo,
+                hi,
                 plans,
             },
             len,
@@ -523,6 +587,7 @@ impl ScoreDb {
             lo: Held::Owned(lo),
             hi: Held::Owned(hi),
             masks_ntt,
+            keep: (0..shape.rows, 0..shape.packing_steps(n)),
         })
     }
 
@@ -602,6 +667,44 @@ impl ScoreDb {
         queries: &[(&[u64], &InspiringBodies)],
         micros: Option<&AtomicU64>,
     ) -> Vec<Result<Vec<Vec<u64>>>> {
+        let width = self.shape.packing_width(ring.n());
+        self.each_checked(ring, queries, micros, |chunks| {
+            chunks
+                .into_iter()
+                .map(|acc| finished(ring, width, acc))
+                .collect()
+        })
+    }
+
+    /// A row shard's part of the answers to `queries` ([`ScorePart`]; `crate::shard`): its
+    /// rows' scoring pass and its steps of every plan, not yet divided by `P`.
+    /// [`combine_parts`] of every shard's part is exactly [`ScoreDb::answer_many`] of the whole
+    /// database. Errors as [`ScoreDb::answer_many`]'s.
+    pub fn part_many(
+        &self,
+        ring: &Ring,
+        queries: &[(&[u64], &InspiringBodies)],
+        micros: Option<&AtomicU64>,
+    ) -> Vec<Result<ScorePart>> {
+        let steps = self.plans.first().map_or(0..0, InspiringPlan::held_steps);
+        self.each_checked(ring, queries, micros, |chunks| ScorePart {
+            shape: self.shape,
+            n: ring.n(),
+            rows: self.rows.clone(),
+            steps: steps.clone(),
+            chunks,
+        })
+    }
+
+    /// Every query checked, the good ones accumulated in one pass, each accumulation made into
+    /// a result by `each`; a malformed query gets its error in its place.
+    fn each_checked<T>(
+        &self,
+        ring: &Ring,
+        queries: &[(&[u64], &InspiringBodies)],
+        micros: Option<&AtomicU64>,
+        each: impl FnMut(Vec<Accumulated>) -> T,
+    ) -> Vec<Result<T>> {
         let checked: Vec<Result<()>> = queries
             .iter()
             .map(|(q, _)| self.check_query(ring, q))
@@ -612,20 +715,37 @@ impl ScoreDb {
             .filter(|(_, c)| c.is_ok())
             .map(|(&q, _)| q)
             .collect();
-        let mut answers = if good.is_empty() {
-            Vec::new()
-        } else {
-            let uploads: Vec<&[u64]> = good.iter().map(|(q, _)| *q).collect();
-            let sums = self.plane_sums_many(&uploads, micros);
-            let sums: Vec<&[u64]> = sums.iter().map(Vec::as_slice).collect();
-            let bodies: Vec<&InspiringBodies> = good.iter().map(|(_, b)| *b).collect();
-            self.pack_sums_many(ring, &sums, &bodies, micros)
-        }
-        .into_iter();
+        let mut results = self
+            .accumulate_many(ring, &good, micros)
+            .into_iter()
+            .map(each);
         checked
             .into_iter()
-            .map(|c| c.map(|()| answers.next().expect("an answer per good query")))
+            .map(|c| c.map(|()| results.next().expect("a result per good query")))
             .collect()
+    }
+
+    /// The rows of the planes held (all, or a shard's).
+    pub fn held_rows(&self) -> std::ops::Range<usize> {
+        self.rows.clone()
+    }
+
+    /// Checked queries' accumulations, `[query][row chunk]`: the scoring pass over the rows
+    /// held, then the steps held of every plan.
+    fn accumulate_many(
+        &self,
+        ring: &Ring,
+        good: &[(&[u64], &InspiringBodies)],
+        micros: Option<&AtomicU64>,
+    ) -> Vec<Vec<Accumulated>> {
+        if good.is_empty() {
+            return Vec::new();
+        }
+        let uploads: Vec<&[u64]> = good.iter().map(|(q, _)| *q).collect();
+        let sums = self.plane_sums_many(&uploads, micros);
+        let sums: Vec<&[u64]> = sums.iter().map(Vec::as_slice).collect();
+        let bodies: Vec<&InspiringBodies> = good.iter().map(|(_, b)| *b).collect();
+        self.pack_sums_many(ring, &sums, &bodies, micros)
     }
 
     /// Bytes held: the planes and the plans.
@@ -725,38 +845,53 @@ impl ScoreDb {
         bodies: &InspiringBodies,
         micros: Option<&AtomicU64>,
     ) -> Vec<Vec<u64>> {
+        let width = self.shape.packing_width(ring.n());
         self.pack_sums_many(ring, &[sums], &[bodies], micros)
             .pop()
             .expect("one query, one answer")
+            .into_iter()
+            .map(|acc| finished(ring, width, acc))
+            .collect()
     }
 
-    /// [`ScoreDb::pack_sums`] for several queries (`sums[q]`, `bodies[q]`): one job per plan,
-    /// each packing every query ([`InspiringPlan::pack_b_many`]).
+    /// [`ScoreDb::pack_sums`] for several queries (`sums[q]`, `bodies[q]`, sums of the rows
+    /// held) before the division by `P`: one job per plan, each accumulating every query over
+    /// the plan's steps held and the chunk's rows held ([`InspiringPlan::accumulate_many`]).
     fn pack_sums_many(
         &self,
         ring: &Ring,
         sums: &[&[u64]],
         bodies: &[&InspiringBodies],
         micros: Option<&AtomicU64>,
-    ) -> Vec<Vec<Vec<u64>>> {
+    ) -> Vec<Vec<Accumulated>> {
         // The plans are in row-chunk order, as `build` made them.
         let jobs: Vec<(&InspiringPlan, std::ops::Range<usize>)> = self
             .plans
             .iter()
             .zip(self.shape.row_chunks(ring.n()))
             .collect();
-        let width = self.shape.packing_width(ring.n());
+        let held = &self.rows;
         let packed = crate::par::par_map(
             &jobs,
-            |(plan, rows)| {
-                let inputs: Vec<(&InspiringBodies, &[u64])> = bodies
+            |(plan, chunk)| {
+                // The chunk's rows held, as indices into the sums and as inputs of the plan.
+                let (start, end) = (chunk.start.max(held.start), chunk.end.min(held.end));
+                let inputs: Vec<(&InspiringBodies, usize, &[u64])> = bodies
                     .iter()
                     .zip(sums)
-                    .map(|(&b, s)| (b, &s[rows.clone()]))
+                    .map(|(&b, s)| {
+                        if start < end {
+                            (
+                                b,
+                                start - chunk.start,
+                                &s[start - held.start..end - held.start],
+                            )
+                        } else {
+                            (b, 0, &[][..])
+                        }
+                    })
                     .collect();
-                let mut out = plan.pack_b_many(ring, &inputs);
-                out.iter_mut().for_each(|b| b.truncate(width));
-                out
+                plan.accumulate_many(ring, &inputs)
             },
             micros,
         );
@@ -1131,6 +1266,175 @@ pub fn decode_upload(
     Ok((query, InspiringBodies::read(n, Gadget::DEFAULT, keys)?))
 }
 
+/// A packed ciphertext's `b` from its accumulation: divided by `P`, and only the `width`
+/// coefficients that carry rows (module docs).
+fn finished(ring: &Ring, width: usize, acc: Accumulated) -> Vec<u64> {
+    let mut b = acc.finish(ring);
+    b.truncate(width);
+    b
+}
+
+/// A row shard's part of one query's answer ([`ScoreDb::part_many`]; `crate::shard`): the rows
+/// and switch steps it covers, and per row chunk the packing accumulated over them, not yet
+/// divided by `P`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScorePart {
+    /// The database's shape and the ring's degree: whatever combines parts needs nothing
+    /// else.
+    pub shape: ScoreShape,
+    pub n: usize,
+    pub rows: std::ops::Range<usize>,
+    pub steps: std::ops::Range<usize>,
+    pub chunks: Vec<Accumulated>,
+}
+
+/// What a [`ScorePart`]'s bytes start with.
+const PART_MAGIC: [u8; 4] = *b"PMs1";
+/// Its header: the magic, then the shape's blocks, dimension and rows, the ring's degree, and
+/// the part's rows' and steps' starts and ends as `u32`.
+const PART_HEADER: usize = 36;
+
+impl ScorePart {
+    /// Little-endian: the header, then each chunk's `N` residues modulo `Q`, then its `N`
+    /// modulo `P`.
+    pub fn encode(&self) -> Vec<u8> {
+        let (n, s) = (self.n, &self.shape);
+        let words = [
+            s.blocks,
+            s.dim,
+            s.rows,
+            n,
+            self.rows.start,
+            self.rows.end,
+            self.steps.start,
+            self.steps.end,
+        ];
+        let capacity = PART_HEADER + 16 * n * self.chunks.len();
+        let mut out = crate::shard::write_header(&PART_MAGIC, &words, capacity);
+        for c in &self.chunks {
+            for v in c.q.iter().chain(&c.p) {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Bytes of a part of `shape`'s answers in a ring of degree `n`.
+    pub fn wire_len(shape: &ScoreShape, n: usize) -> usize {
+        PART_HEADER + 16 * n * shape.ciphertexts(n)
+    }
+
+    /// The part [`ScorePart::encode`] wrote: refused (typed) unless its ring is of degree
+    /// `n` (the one [`combine_parts`] is given), its shape is one the scheme serves, it is exactly
+    /// as long as that shape's part, its rows and steps lie within the shape's and every
+    /// residue is reduced.
+    pub fn decode(n: usize, bytes: &[u8]) -> Result<ScorePart> {
+        let bad = |reason: String| Error::InvalidParameter {
+            name: "score part",
+            reason,
+        };
+        let w = crate::shard::read_header(bytes, &PART_MAGIC, 8)
+            .ok_or_else(|| bad("not a score part".into()))?;
+        let word = |i: usize| w[i - 1];
+        let shape = ScoreShape {
+            blocks: word(1),
+            dim: word(2),
+            rows: word(3),
+        };
+        if word(4) != n {
+            return Err(bad(format!("a ring of degree {}, not {n}", word(4))));
+        }
+        shape.check(n)?;
+        let shape = &shape;
+        if bytes.len() != Self::wire_len(shape, n) {
+            return Err(bad(format!(
+                "{} bytes, expected a part of {}",
+                bytes.len(),
+                Self::wire_len(shape, n)
+            )));
+        }
+        let (rows, steps) = (word(5)..word(6), word(7)..word(8));
+        if rows.start > rows.end
+            || rows.end > shape.rows
+            || steps.start > steps.end
+            || steps.end > shape.packing_steps(n)
+        {
+            return Err(bad(format!(
+                "rows {rows:?} and steps {steps:?} outside the shape"
+            )));
+        }
+        let values: Vec<u64> = bytes[PART_HEADER..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        let mut chunks = Vec::with_capacity(shape.ciphertexts(n));
+        for c in values.chunks_exact(2 * n) {
+            let (q, p) = c.split_at(n);
+            if q.iter().any(|&x| x >= Q.value) || p.iter().any(|&x| x >= lattice::modq::P.value) {
+                return Err(bad("a residue is not reduced".into()));
+            }
+            chunks.push(Accumulated {
+                q: q.to_vec(),
+                p: p.to_vec(),
+            });
+        }
+        Ok(ScorePart {
+            shape: *shape,
+            n,
+            rows,
+            steps,
+            chunks,
+        })
+    }
+}
+
+/// The answer from every row shard's part of it (any order): exactly what
+/// [`ScoreDb::answer`] of the whole database gives (the parts' accumulations summed, then
+/// divided by `P` once; `crate::shard`), and the shape ([`encode_answer`] then puts it on the
+/// wire). Refused (typed) unless the parts are of one shape in `ring`, their rows tile
+/// `0..shape.rows` and their steps tile `0..`[`ScoreShape::packing_steps`] exactly once, and
+/// each has one accumulation of the ring's degree per row chunk.
+pub fn combine_parts(ring: &Ring, parts: &[ScorePart]) -> Result<(ScoreShape, Vec<Vec<u64>>)> {
+    let n = ring.n();
+    let bad = |reason: String| Error::InvalidParameter {
+        name: "score part",
+        reason,
+    };
+    let shape = &parts
+        .first()
+        .ok_or_else(|| bad("no parts to combine".into()))?
+        .shape;
+    if parts.iter().any(|p| p.shape != *shape || p.n != n) {
+        return Err(bad(format!(
+            "the parts are not all of {shape:?} in a ring of {n}"
+        )));
+    }
+    let rows: Vec<std::ops::Range<usize>> = parts.iter().map(|p| p.rows.clone()).collect();
+    let steps: Vec<std::ops::Range<usize>> = parts.iter().map(|p| p.steps.clone()).collect();
+    crate::shard::tiling(&rows, shape.rows, "rows")?;
+    crate::shard::tiling(&steps, shape.packing_steps(n), "switch steps")?;
+    let chunks = shape.ciphertexts(n);
+    let fits = |p: &ScorePart| {
+        p.chunks.len() == chunks && p.chunks.iter().all(|c| c.q.len() == n && c.p.len() == n)
+    };
+    if !parts.iter().all(fits) {
+        return Err(bad(format!(
+            "a part does not hold {chunks} accumulations of {n}"
+        )));
+    }
+    let width = shape.packing_width(n);
+    let answer = (0..chunks)
+        .map(|c| {
+            let mut sum = Accumulated::zero(n);
+            for p in parts {
+                sum.add(&p.chunks[c]);
+            }
+            finished(ring, width, sum)
+        })
+        .collect();
+    Ok((*shape, answer))
+}
+
 /// Bytes of an answer: per row chunk, the packed `b` part's first
 /// [`ScoreShape::packing_width`] coefficients — the ones that carry rows; the client never
 /// reads the others' phases, so they are not sent — each in [`ANSWER_BITS`] bits.
@@ -1282,7 +1586,7 @@ pub fn decode_all(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1587,7 +1891,8 @@ mod tests {
     }
 
     /// Bytes as shared bytes, 8-aligned as a file mapping is.
-    fn shared_words(out: &[u8]) -> SharedBytes {
+    /// `out` as shared bytes, aligned for every word.
+    pub(crate) fn shared_words(out: &[u8]) -> SharedBytes {
         struct Words(Vec<u64>);
         impl AsRef<[u8]> for Words {
             fn as_ref(&self) -> &[u8] {

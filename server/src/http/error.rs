@@ -57,6 +57,10 @@ pub enum ApiError {
     TooLarge(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A front's shard did not answer, or answered what cannot be combined (`front`): 502
+    /// `unavailable` — never a wrong answer.
+    #[error("{0}")]
+    BadGateway(String),
 }
 
 impl ApiError {
@@ -137,6 +141,10 @@ impl ApiError {
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorResponse::new(ErrorCode::Internal, self.to_string()),
+            ),
+            ApiError::BadGateway(msg) => (
+                StatusCode::BAD_GATEWAY,
+                ErrorResponse::new(ErrorCode::Unavailable, msg.clone()),
             ),
         }
     }

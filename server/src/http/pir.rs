@@ -338,7 +338,13 @@ async fn answer_within(
                 let _upload = upload;
                 let d = pir.db(&db).expect("checked above");
                 state.answer_pools.for_slot(&slot).install(|| {
-                    crate::partition::pir::answer(d, db == "thumbs", &body, &state.pir_counters)
+                    crate::partition::pir::answer(
+                        d,
+                        db == "thumbs",
+                        pir.shard,
+                        &body,
+                        &state.pir_counters,
+                    )
                 })
             })
             .await
@@ -347,14 +353,19 @@ async fn answer_within(
     }
     .map_err(invalid)?;
     s.partitions.after_answer(&published);
-    let mut resp = Response::new(Body::from(out));
+    Ok(answer_response(out))
+}
+
+/// A PIR answer's response: its bytes, never cached (a front's combined answer too).
+pub fn answer_response(bytes: Vec<u8>) -> Response {
+    let mut resp = Response::new(Body::from(bytes));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
     resp.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(resp)
+    resp
 }
 
 fn invalid(e: QueryError) -> ApiError {

@@ -88,6 +88,11 @@ pub struct PartitionSettings {
     /// memory (about 2.6 GB at 1,000,000 items); `None` holds them in memory.
     /// `AppState::open_with` puts it beside the gallery store when none is given.
     pub pir_dir: Option<std::path::PathBuf>,
+    /// PIR: this process is row shard `i` of `S` (`--shard-rows i/S`, `pir::shard`): it holds
+    /// only its slice of every database's rows (and of the score plans' switch steps) and
+    /// answers parts that a front (`server front`) combines; `None`: whole databases, whole
+    /// answers.
+    pub shard_rows: Option<crate::ops::slice::Shard>,
 }
 
 impl Default for PartitionSettings {
@@ -100,6 +105,7 @@ impl Default for PartitionSettings {
             verified_scores: false,
             thumb_code_bytes: None,
             pir_dir: None,
+            shard_rows: None,
         }
     }
 }

@@ -125,7 +125,7 @@ fn photo(dir: &Path, i: usize) -> PathBuf {
     path
 }
 
-fn ids(v: &Value) -> Vec<u64> {
+pub(crate) fn ids(v: &Value) -> Vec<u64> {
     v["results"]
         .as_array()
         .unwrap()

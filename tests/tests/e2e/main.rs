@@ -24,6 +24,7 @@ mod photo_decode;
 mod pir;
 mod restart;
 mod scale;
+mod shards;
 mod strict;
 mod template;
 mod weight;

@@ -15,15 +15,16 @@ use serde_json::Value;
 const SIZE: &str = "1000";
 const ANCHORS: &str = "200";
 
-fn tmp(tag: &str) -> PathBuf {
+pub(crate) fn tmp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("pm-scale-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
-/// `server build` with `args`; panics with its output unless it succeeds.
-fn build(args: &[&str]) -> String {
+/// `server build` with `args` (a 1,000-image gallery); panics with its output unless it
+/// succeeds.
+pub(crate) fn build(args: &[&str]) -> String {
     let out = Command::new(workspace_bin("server"))
         .arg("build")
         .args(args)

@@ -61,6 +61,25 @@ struct Args {
     /// prepares the rest inside it). 0: everything inside the window.
     #[arg(long, default_value_t = 0)]
     ahead: usize,
+    /// Write each PIR search's top 8 here, one line a search: `method<TAB>photo<TAB>ids` (to
+    /// compare a front over row shards with one process, `scripts/shardbench.sh`).
+    #[arg(long)]
+    top_out: Option<std::path::PathBuf>,
+    /// Sum the server core-ms of these servers' `/api/v1/status` instead of `--base`'s (a
+    /// front's row shards: the front sends every PIR answer request to each of them).
+    #[arg(long, value_delimiter = ',')]
+    status_base: Vec<String>,
+}
+
+/// The servers whose work counters a run reads: `--status-base`, or `--base` alone.
+static STATUS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+fn status_bases(base: &str) -> Vec<String> {
+    STATUS
+        .get()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .unwrap_or_else(|| vec![base.to_string()])
 }
 
 #[derive(Default)]
@@ -91,17 +110,27 @@ fn pir_status(http: &Client, base: &str) -> serde_json::Value {
     s["pir"].clone()
 }
 
+/// Core-ms of PIR answers so far, summed over the servers counted ([`status_bases`]).
 fn server_core_ms(http: &Client, base: &str) -> f64 {
-    let p = pir_status(http, base);
-    p["core_ms_per_request"].as_f64().unwrap_or(0.0) * p["requests"].as_f64().unwrap_or(0.0)
+    status_bases(base)
+        .iter()
+        .map(|b| {
+            let p = pir_status(http, b);
+            p["core_ms_per_request"].as_f64().unwrap_or(0.0) * p["requests"].as_f64().unwrap_or(0.0)
+        })
+        .sum()
 }
 
-/// Hintless scores queries answered and the batches they were answered in, so far.
+/// Hintless scores queries answered and the batches they were answered in, so far (of the
+/// first server counted: every row shard answers every query).
 fn score_batches(http: &Client, base: &str) -> (f64, f64) {
-    let p = pir_status(http, base);
+    let p = pir_status(http, &status_bases(base)[0]);
     let get = |k: &str| p[k].as_f64().unwrap_or(0.0);
     (get("score_queries"), get("score_batches"))
 }
+
+/// Each PIR search's top 8: (method, photo, ids).
+type Tops = Vec<(String, usize, Vec<u64>)>;
 
 fn share(got: &[u64], truth: &[u64]) -> f64 {
     let t: HashSet<u64> = truth.iter().copied().collect();
@@ -120,6 +149,7 @@ fn pir_rows(
     truth: &[Vec<u64>],
     rng: &mut ChaCha20Rng,
     rows: &mut Vec<(String, Acc, f64)>,
+    tops: &mut Tops,
 ) {
     // Hints (one-time bytes).
     let hint_of = |db: &str, d: &publish::pir::doc::PirDbDoc| {
@@ -154,11 +184,13 @@ fn pir_rows(
         let table = get(http, &format!("{base}{}/rank", pir.answer_url));
         let mut acc = Acc::default();
         let s0 = server_core_ms(http, base);
-        for (q, tr) in feats.iter().zip(truth) {
+        for (i, (q, tr)) in feats.iter().zip(truth).enumerate() {
             let t = Instant::now();
             let r = rank_table(pir, &table, q, 8).unwrap();
             acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            let ids: Vec<u64> = r.hits.iter().map(|h| h.id).collect();
+            acc.fidelity += share(&ids, tr);
+            tops.push(("pir-table".into(), i, ids));
             thumbs_round(&r, rng, &mut acc);
             acc.n += 1;
         }
@@ -186,7 +218,7 @@ fn pir_rows(
         let url = format!("{base}{}/scores", pir.answer_url);
         let mut acc = Acc::default();
         let s0 = server_core_ms(http, base);
-        for (q, tr) in feats.iter().zip(truth) {
+        for (i, (q, tr)) in feats.iter().zip(truth).enumerate() {
             let t = Instant::now();
             let prepared = hintless::prepare(part, sd, &keys, rng).unwrap();
             acc.ahead_ms += t.elapsed().as_secs_f64() * 1e3;
@@ -200,7 +232,9 @@ fn pir_rows(
             let r =
                 hintless::rank(sd, &pir.thumbs.shape, &keys, &public, &pending, &ans, 8).unwrap();
             acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            let ids: Vec<u64> = r.hits.iter().map(|h| h.id).collect();
+            acc.fidelity += share(&ids, tr);
+            tops.push(("pir-scores".into(), i, ids));
             thumbs_round(&r, rng, &mut acc);
             acc.n += 1;
         }
@@ -215,7 +249,7 @@ fn pir_rows(
         let cents = privatemail_e2e::level_centroids(http, base, part, l);
         let mut acc = Acc::default();
         let s0 = server_core_ms(http, base);
-        for (q, tr) in feats.iter().zip(truth) {
+        for (i, (q, tr)) in feats.iter().zip(truth).enumerate() {
             let t = Instant::now();
             let (body, pending) = rank_query(part, pir, l, &cents, q, rng).unwrap();
             acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
@@ -225,7 +259,9 @@ fn pir_rows(
             let t = Instant::now();
             let r = rank_level(pir, l, &pending, &lh, &ans, q, 8).unwrap();
             acc.client_ms += t.elapsed().as_secs_f64() * 1e3;
-            acc.fidelity += share(&r.hits.iter().map(|h| h.id).collect::<Vec<_>>(), tr);
+            let ids: Vec<u64> = r.hits.iter().map(|h| h.id).collect();
+            acc.fidelity += share(&ids, tr);
+            tops.push((format!("pir-level-{l}"), i, ids));
             thumbs_round(&r, rng, &mut acc);
             acc.n += 1;
         }
@@ -337,6 +373,7 @@ fn throughput(
 
 fn main() {
     let a = Args::parse();
+    let _ = STATUS.set(a.status_base.clone());
     let http = Client::builder().no_gzip().build().unwrap();
     let base = a.base.trim_end_matches('/');
     // A server whose partition build failed serves without one: say so, not a decode error.
@@ -408,10 +445,22 @@ fn main() {
     );
     let mut rng = ChaCha20Rng::seed_from_u64(1);
     let mut rows: Vec<(String, Acc, f64)> = Vec::new();
-
+    let mut tops = Tops::new();
     match &pir {
-        Some(pir) => pir_rows(&http, base, &part, pir, &feats, &truth, &mut rng, &mut rows),
+        Some(pir) => pir_rows(
+            &http, base, &part, pir, &feats, &truth, &mut rng, &mut rows, &mut tops,
+        ),
         None => eprintln!("pirbench: this server offers no PIR"),
+    }
+    if let Some(path) = &a.top_out {
+        let lines: String = tops
+            .iter()
+            .map(|(m, i, ids)| {
+                let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                format!("{m}\t{i}\t{}\n", ids.join(","))
+            })
+            .collect();
+        std::fs::write(path, lines).expect("write --top-out");
     }
     // DP blocks at each ε within the budget (bytes: the blocks' gzip sizes on the wire).
     let whole_kib = whole_l.map_or(f64::INFINITY, |l| {

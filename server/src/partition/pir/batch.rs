@@ -111,10 +111,22 @@ impl ScoresServe {
                 .iter()
                 .map(|w| (w.query.query.as_slice(), &w.query.bodies))
                 .collect();
+            let micros = Some(&counters.core_us);
             let answers = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 pool.install(|| {
-                    self.db
-                        .answer_many(&self.ring, &inputs, Some(&counters.core_us))
+                    if self.shard {
+                        self.db
+                            .part_many(&self.ring, &inputs, micros)
+                            .into_iter()
+                            .map(|p| p.map(|p| p.encode()))
+                            .collect()
+                    } else {
+                        self.db
+                            .answer_many(&self.ring, &inputs, micros)
+                            .into_iter()
+                            .map(|a| a.map(|a| encode_answer(&a)))
+                            .collect::<Vec<_>>()
+                    }
                 })
             }));
             // A panic drops the replies: those requests read it as an internal error.
@@ -129,11 +141,9 @@ impl ScoresServe {
                 c.fetch_add(answered, Ordering::Relaxed);
             }
             for (answer, w) in answers.into_iter().zip(batch) {
-                let _ = w.reply.send(
-                    answer
-                        .map(|a| encode_answer(&a))
-                        .map_err(|e| QueryError::Scores(e.to_string())),
-                );
+                let _ = w
+                    .reply
+                    .send(answer.map_err(|e| QueryError::Scores(e.to_string())));
             }
         }
     }
@@ -165,6 +175,9 @@ pub struct ScoresServe {
     pub public: (Bytes, Bytes),
     /// Queries waiting to be answered together (below).
     pub batch: Batcher,
+    /// A row shard's (`server serve --shard-rows`): answers are its parts
+    /// ([`::pir::scores::ScorePart`]), for a front to combine.
+    pub shard: bool,
 }
 
 impl std::fmt::Debug for ScoresServe {
@@ -219,6 +232,7 @@ mod tests {
             db,
             public: (Bytes::new(), Bytes::new()),
             batch: Batcher::default(),
+            shard: false,
         };
         (serve, masks)
     }

@@ -29,6 +29,7 @@ use rayon::prelude::*;
 use super::serve::*;
 use crate::item::GalleryItem;
 use crate::ops::mapped::{self, Pages};
+use crate::ops::slice::Shard;
 use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;
 use crate::partition::versions::Partitions;
@@ -49,14 +50,18 @@ pub enum PirBuildError {
 
 /// Lays out `records`, computes the hint (rows split over rayon tasks; `rows × cols × 1,024`
 /// word products, logged with progress: 21 s for the thumbnails of 1,000,000 items here).
+///
+/// A row shard (`shard`) computes the whole hint (a public file every shard serves alike),
+/// then keeps only its rows.
 fn build_db<'a>(
     name: &str,
     shape: Shape,
     seed: [u8; 32],
     records: impl IntoIterator<Item = &'a [u8]>,
     record_hashes: Vec<String>,
+    shard: Option<Shard>,
 ) -> Result<PirDb, PirBuildError> {
-    let db = Database::build(shape, records)?;
+    let mut db = Database::build(shape, records)?;
     let a = matrix_a(&seed, shape.cols);
     let starts: Vec<usize> = (0..shape.rows).step_by(ROW_CHUNK).collect();
     let progress = Progress::new(format!("pir hint {name}"), shape.rows as u64, "rows");
@@ -73,6 +78,9 @@ fn build_db<'a>(
     let hint: Vec<u32> = parts.concat();
     debug_assert_eq!(hint.len(), shape.rows * LWE_N);
     let hint = Bytes::from(encode_hint(&hint));
+    if let Some(s) = shard {
+        db.keep_rows(s.range(shape.rows))?;
+    }
     Ok(PirDb {
         doc: PirDbDoc {
             shape,
@@ -249,6 +257,7 @@ pub fn build(
         seeds::derive(&p.doc, Purpose::Thumbs),
         packed.iter().map(Vec::as_slice),
         Vec::new(),
+        partitions.settings.shard_rows,
     )?;
     if let Some(dir) = &partitions.settings.pir_dir {
         let len = thumbs.db.data_len();
@@ -349,6 +358,7 @@ pub fn build(
         scores: scores.map(|(s, _)| s),
         build_secs,
         pages,
+        shard: partitions.settings.shard_rows.is_some(),
     })
 }
 
@@ -435,7 +445,15 @@ fn build_scores(
             .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
             .collect())
     };
-    let lay_out = || ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks);
+    // A row shard keeps its slice of the rows and of every plan's switch steps.
+    let shard = partitions.settings.shard_rows;
+    let lay_out = || {
+        let planes = ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks)?;
+        match shard {
+            Some(s) => planes.part(s.range(shape.rows), s.range(shape.packing_steps(RING_N))),
+            None => Ok(planes),
+        }
+    };
     let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)
         .map_err(publish::pir::from_lattice)?;
     let public = ScoresPublic {
@@ -492,6 +510,7 @@ fn build_scores(
         db,
         public: (public, gz),
         batch: Default::default(),
+        shard: shard.is_some(),
     };
     Ok((serve, doc))
 }
@@ -622,6 +641,7 @@ fn build_level(
         seeds::derive(&p.doc, Purpose::Level(level)),
         records.iter().map(Vec::as_slice),
         hashes,
+        partitions.settings.shard_rows,
     )
     .map(Some)
 }

@@ -56,6 +56,9 @@ pub struct PirServe {
     /// The mapped files above (`ops::mapped`), whose pages leave the resident set when the
     /// version is replaced ([`Pages::release`](crate::ops::mapped::Pages::release)).
     pub pages: crate::ops::mapped::Pages,
+    /// A row shard's (`server serve --shard-rows`): each database holds its slice of the
+    /// rows, and answers are parts (`pir::shard`) for a front to combine.
+    pub shard: bool,
 }
 
 /// The PIR part of `GET /api/v1/status`.
@@ -141,10 +144,12 @@ fn check_query_size(per: usize, len: usize) -> Result<(), QueryError> {
 
 /// Answers a request body of query vectors (CPU-bound: call on the blocking pool). Rows are
 /// split over rayon tasks; the answer is `c × rows` entries in `Shape::encode_answer`'s form
-/// (rounded to the shape's answer bits), query by query.
+/// (rounded to the shape's answer bits), query by query — or, with `shard`, the entries of
+/// the rows held, unrounded, as a `pir::shard::RowsPart`.
 pub fn answer(
     db: &PirDb,
     thumbs: bool,
+    shard: bool,
     body: &[u8],
     counters: &PirCounters,
 ) -> Result<Vec<u8>, QueryError> {
@@ -155,22 +160,23 @@ pub fn answer(
     let queries: Vec<u32> = shape
         .decode_queries(body)
         .map_err(|e| QueryError::Malformed(e.to_string()))?;
-    let starts: Vec<usize> = (0..shape.rows).step_by(ROW_CHUNK * 4).collect();
+    let held = db.db.held_rows();
+    let starts: Vec<usize> = held.clone().step_by(ROW_CHUNK * 4).collect();
     let parts: Vec<Vec<u32>> = starts
         .par_iter()
         .map(|&s| {
             timed(&counters.core_us, || {
                 db.db
-                    .answer_rows(&queries, s..(s + ROW_CHUNK * 4).min(shape.rows))
+                    .answer_rows(&queries, s..(s + ROW_CHUNK * 4).min(held.end))
             })
         })
         .collect();
-    let mut out = vec![0u32; c * shape.rows];
+    let rows = held.len();
+    let mut out = vec![0u32; c * rows];
     for (&s, part) in starts.iter().zip(&parts) {
-        let len = part.len() / c;
+        let (len, at) = (part.len() / c, s - held.start);
         for q in 0..c {
-            out[q * shape.rows + s..q * shape.rows + s + len]
-                .copy_from_slice(&part[q * len..(q + 1) * len]);
+            out[q * rows + at..q * rows + at + len].copy_from_slice(&part[q * len..(q + 1) * len]);
         }
     }
     counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -178,6 +184,15 @@ pub fn answer(
         .searches
         .fetch_add(u64::from(thumbs), Ordering::Relaxed);
     counters.queries.fetch_add(c as u64, Ordering::Relaxed);
+    if shard {
+        return Ok(::pir::shard::RowsPart {
+            shape,
+            rows: held,
+            queries: c,
+            values: out,
+        }
+        .encode());
+    }
     Ok(shape.encode_answer(&out))
 }
 

@@ -688,7 +688,9 @@ fn symmetric(s: &mut Sheet, rng: &mut impl Rng) {
     if rng.random_range(0..3) == 0 {
         // A surface the assembly stands on: a band across the frame at its foot.
         let y = (top + span).min(h - 2.0);
-        let c = s.ground().map(|v| (v * rng.random_range(0.55..0.9)).clamp(0.0, 255.0));
+        let c = s
+            .ground()
+            .map(|v| (v * rng.random_range(0.55..0.9)).clamp(0.0, 255.0));
         s.rect(0.0, y, w, h - y, c);
     }
     let width = w.min(h) * rng.random_range(0.2..0.5);
@@ -712,7 +714,12 @@ fn symmetric(s: &mut Sheet, rng: &mut impl Rng) {
             ),
         };
         parts.push(((0.0, y + share / 2.0 - (top + span / 2.0)), prim));
-        y += share * if i + 1 == stack { 1.0 } else { rng.random_range(0.7..1.0) };
+        y += share
+            * if i + 1 == stack {
+                1.0
+            } else {
+                rng.random_range(0.7..1.0)
+            };
     }
     for _ in 0..rng.random_range(0..=3) {
         // A pair joined to the axis: from inside the stack outwards, at any slant.

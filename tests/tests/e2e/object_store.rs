@@ -13,7 +13,8 @@ use privatemail_e2e::browser::{
 use privatemail_e2e::{start_server_env, temp_store};
 use serde_json::json;
 
-pub(crate) struct Killed(Child);
+/// A child process killed and reaped on drop.
+pub(crate) struct Killed(pub(crate) Child);
 impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -6,7 +6,7 @@
 
 use std::io::BufRead;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use privatemail_e2e::{photo_png, start_server_logged, workspace_bin, Server};
 use serde_json::Value;
@@ -32,15 +32,8 @@ fn replica(store: &Path, key: &Path, cache: &Path, extra: &[&str]) -> Server {
 
 /// `server front` over `shards`, killed on drop; its base URL.
 struct Front {
-    child: Child,
+    _child: crate::object_store::Killed,
     base: String,
-}
-
-impl Drop for Front {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn front(shards: &[&Server]) -> Front {
@@ -69,7 +62,10 @@ fn front(shards: &[&Server]) -> Front {
         }
     };
     std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-    Front { child, base }
+    Front {
+        _child: crate::object_store::Killed(child),
+        base,
+    }
 }
 
 /// `privatemail search PHOTO --protocol pir --json` against `base` with `extra` arguments.

@@ -52,6 +52,22 @@ impl Cli {
     pub(crate) fn json(&self, args: &[&str]) -> Value {
         serde_json::from_str(&self.ok(args)).expect("JSON output")
     }
+    /// `privatemail search PHOTO --server BASE --protocol pir --json` and `extra` arguments:
+    /// its output, whether it succeeded or not.
+    pub(crate) fn pir_search(&self, photo: &Path, base: &str, extra: &[&str]) -> Output {
+        let photo = photo.to_str().unwrap();
+        let mut args = vec![
+            "search",
+            photo,
+            "--server",
+            base,
+            "--protocol",
+            "pir",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
     /// The result ids of `privatemail search PHOTO --whole --json` against `base`, run off the
     /// async runtime (the suites drive a browser beside it).
     pub(crate) async fn whole_search_ids(&self, photo: &Path, base: &str) -> Vec<u64> {

@@ -447,15 +447,7 @@ fn haproxy_over_three_replicas_keeps_searches_through_a_kill_9() {
                     let photo =
                         privatemail_e2e::photo_png(&cli.state.join("photos"), 5000 + c * EACH + n);
                     let t = std::time::Instant::now();
-                    let out = cli.run(&[
-                        "search",
-                        photo.to_str().unwrap(),
-                        "--server",
-                        base,
-                        "--protocol",
-                        "pir",
-                        "--json",
-                    ]);
+                    let out = cli.pir_search(&photo, base, &[]);
                     let ok = out.status.success()
                         && serde_json::from_slice::<Value>(&out.stdout)
                             .is_ok_and(|v| v["results"].as_array().is_some_and(|r| r.len() == 8));
@@ -621,15 +613,7 @@ fn a_replica_refuses_a_damaged_next_version_and_keeps_serving_its_own() {
     assert_eq!(get(&srv.base, "/api/v1/partition")["version"], before);
     let cli = crate::cli::Cli::new("refuse");
     let photo = privatemail_e2e::photo_png(&cli.state.join("photos"), 5100);
-    let out = cli.run(&[
-        "search",
-        photo.to_str().unwrap(),
-        "--server",
-        &srv.base,
-        "--protocol",
-        "pir",
-        "--json",
-    ]);
+    let out = cli.pir_search(&photo, &srv.base, &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -762,15 +746,7 @@ fn switch_under_load(bucket: Bucket, tag: &str) {
                     );
                     n += 1;
                     let start = t0.elapsed().as_secs_f64();
-                    let out = cli.run(&[
-                        "search",
-                        photo.to_str().unwrap(),
-                        "--server",
-                        base,
-                        "--protocol",
-                        "pir",
-                        "--json",
-                    ]);
+                    let out = cli.pir_search(&photo, base, &[]);
                     let v = serde_json::from_slice::<Value>(&out.stdout).ok();
                     let ok = out.status.success()
                         && v.as_ref()

@@ -70,17 +70,13 @@ fn front(shards: &[&Server]) -> Front {
 
 /// `privatemail search PHOTO --protocol pir --json` against `base` with `extra` arguments.
 fn pir_search(cli: &Cli, photo: &Path, base: &str, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "search",
-        photo.to_str().unwrap(),
-        "--server",
-        base,
-        "--protocol",
-        "pir",
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    cli.json(&args)
+    let out = cli.pir_search(photo, base, extra);
+    assert!(
+        out.status.success(),
+        "{extra:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
 }
 
 #[test]

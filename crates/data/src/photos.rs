@@ -220,9 +220,7 @@ pub fn render(img: &[u8], shot: &Shot, rng: &mut impl Rng) -> Vec<u8> {
     };
     let bg = shot.background as f32;
     let plain = shot.light_fall == 0.0 && shot.shadow.is_none() && shot.colour.is_none();
-    let values: Vec<f32> = (0..n * n)
-        .map(|i| value_at(i % n, i / n))
-        .collect();
+    let values: Vec<f32> = (0..n * n).map(|i| value_at(i % n, i / n)).collect();
     let shadow = shot.shadow.map(|s| shadow_map(&values, n, &s));
     let (ls, lc) = shot.light_degrees.to_radians().sin_cos();
     let mut out = Vec::with_capacity(n * n * 4);
@@ -231,8 +229,8 @@ pub fn render(img: &[u8], shot: &Shot, rng: &mut impl Rng) -> Vec<u8> {
             let value = values[py * n + px];
             if !plain {
                 // Light: full on the near side, `light_fall` less on the far side.
-                let along = (lc * (px as f32 + 0.5) + ls * (py as f32 + 0.5)) / n as f32
-                    - (lc + ls) / 2.0;
+                let along =
+                    (lc * (px as f32 + 0.5) + ls * (py as f32 + 0.5)) / n as f32 - (lc + ls) / 2.0;
                 let light = 1.0 - shot.light_fall * (0.5 + along).clamp(0.0, 1.0);
                 // The shadow falls on the background, not on the garment (covering it from
                 // 16 levels up).

@@ -481,12 +481,18 @@ mod tests {
                         continue;
                     }
                     let v = even[y * 112 + x][0] as i32;
-                    assert!((v - level).abs() <= 6, "{fall} {shadow}: ({x}, {y}) {v} vs {level}");
+                    assert!(
+                        (v - level).abs() <= 6,
+                        "{fall} {shadow}: ({x}, {y}) {v} vs {level}"
+                    );
                 }
             }
             let ratio = even[56 * 112 + 50][0] as f64 / level as f64;
             let want = clean[56 * 112 + 50][0] as f64 / 240.0;
-            assert!((ratio - want).abs() < 0.03, "{fall} {shadow}: {ratio} vs {want}");
+            assert!(
+                (ratio - want).abs() < 0.03,
+                "{fall} {shadow}: {ratio} vs {want}"
+            );
         }
     }
 }

@@ -586,7 +586,13 @@ fn colour_axis(
     background: [u8; 3],
 ) -> Option<ColourAxis> {
     let bg = background.map(f64::from);
-    let diff = |c: [u8; 3]| [bg[0] - c[0] as f64, bg[1] - c[1] as f64, bg[2] - c[2] as f64];
+    let diff = |c: [u8; 3]| {
+        [
+            bg[0] - c[0] as f64,
+            bg[1] - c[1] as f64,
+            bg[2] - c[2] as f64,
+        ]
+    };
     let mut strength: Vec<(i32, usize)> = (0..rgb.len())
         .filter(|&i| mask[i])
         .map(|i| {
@@ -623,7 +629,8 @@ fn colour_axis(
         for x in 0..width.saturating_sub(1) {
             let i = y * width + x;
             if mask[i] {
-                let mean = (along(i) + along(i + 1) + along(i + width) + along(i + width + 1)) / 4.0;
+                let mean =
+                    (along(i) + along(i + 1) + along(i + width) + along(i + width + 1)) / 4.0;
                 full = full.max(mean);
             }
         }
@@ -1070,7 +1077,13 @@ mod tests {
         };
         for bg in [[255, 255, 255], [240, 228, 205]] {
             let black = analyse(&draw(bg, [0, 0, 0]), 112, 112).unwrap();
-            for colour in [[200, 30, 40], [230, 200, 40], [20, 30, 80], [40, 140, 60], [120, 80, 50]] {
+            for colour in [
+                [200, 30, 40],
+                [230, 200, 40],
+                [20, 30, 80],
+                [40, 140, 60],
+                [120, 80, 50],
+            ] {
                 let f = analyse(&draw(bg, colour), 112, 112).unwrap();
                 assert_eq!(f.bbox, black.bbox, "{colour:?}");
                 let err = mean_abs(&f.pixels, &black.pixels);

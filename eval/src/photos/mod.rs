@@ -609,7 +609,11 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         md.push('\n');
     }
     std::fs::create_dir_all(&args.out)?;
-    let name = if args.photos_dev { "photos-dev" } else { "photos" };
+    let name = if args.photos_dev {
+        "photos-dev"
+    } else {
+        "photos"
+    };
     std::fs::write(args.out.join(format!("{name}.md")), &md)?;
     std::fs::write(args.out.join(format!("{name}.csv")), &csv)?;
     std::fs::write(args.out.join(format!("{name}-ood.csv")), &ood_csv)?;

@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use privatemail_e2e::browser::{browser, js, load_photo, open_page, server, text, upload, wait_for};
+use privatemail_e2e::browser::{
+    browser, js, load_photo, open_page, server, text, upload, wait_for,
+};
 use rand::SeedableRng;
 use serde_json::json;
 
@@ -68,7 +70,10 @@ fn the_cli_says_when_the_item_is_cut_off() {
     for whole in [&tight, &margin] {
         let whole = whole.to_str().unwrap();
         let text = cli.ok(&["search", whole, "--server", &s.base]);
-        assert!(!text.contains(embed::cut::CUT_OFF_MESSAGE), "{whole}: {text}");
+        assert!(
+            !text.contains(embed::cut::CUT_OFF_MESSAGE),
+            "{whole}: {text}"
+        );
         let out = cli.json(&["search", whole, "--server", &s.base, "--json"]);
         assert_eq!(out["cut_off"], false, "{whole}: {out}");
     }
@@ -107,7 +112,12 @@ async fn the_page_says_when_the_item_is_cut_off() {
     // The next photo, whole, clears it.
     for whole in [&tight, &margin] {
         load(whole.clone()).await;
-        assert_eq!(shown().await, json!([true, "", "status"]), "{}", whole.display());
+        assert_eq!(
+            shown().await,
+            json!([true, "", "status"]),
+            "{}",
+            whole.display()
+        );
         load(cut.clone()).await;
         assert_eq!(shown().await, said);
     }

@@ -384,14 +384,16 @@ fn nothing_to_see_is_refused_and_clothing_never_is() {
 fn uneven_light_shadow_and_colour_keep_the_neighbours() {
     let setup = neighbours_setup(100);
     for (name, seed, shot) in [
-        ("uneven light", 21, Shot::uneven_light as fn(usize, &mut ChaCha8Rng) -> Shot),
+        (
+            "uneven light",
+            21,
+            Shot::uneven_light as fn(usize, &mut ChaCha8Rng) -> Shot,
+        ),
         ("soft shadow", 22, Shot::shadowed),
         ("coloured garment", 23, Shot::coloured),
     ] {
         let mut draws = ChaCha8Rng::seed_from_u64(seed);
-        let shots: Vec<Shot> = (0..setup.3.len())
-            .map(|_| shot(SIDE, &mut draws))
-            .collect();
+        let shots: Vec<Shot> = (0..setup.3.len()).map(|_| shot(SIDE, &mut draws)).collect();
         let agreement = agreement_with_clean(&setup, seed, |k| shots[k]);
         println!("{name}: top-8 agreement {agreement:.3}");
         assert!(agreement >= 0.85, "{name}: top-8 agreement {agreement}");
@@ -418,7 +420,13 @@ fn a_garment_cut_by_the_frame_is_said_to_be() {
             embed::photo::analyse(&photo, SIDE, SIDE).unwrap().cut_off as usize
         };
         // The light of a clean photo and of one with a margin is even: left alone.
-        for shot in [Shot::clean(SIDE), Shot { scale: 0.8, ..Shot::clean(SIDE) }] {
+        for shot in [
+            Shot::clean(SIDE),
+            Shot {
+                scale: 0.8,
+                ..Shot::clean(SIDE)
+            },
+        ] {
             let f = embed::photo::analyse(&render(img, &shot, &mut rng), SIDE, SIDE).unwrap();
             assert!(!f.light_evened, "image {i}: {shot:?}");
         }

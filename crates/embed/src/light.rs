@@ -165,14 +165,7 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
         hi - lo <= CHROMA
     };
     while let Some(i) = stack.pop() {
-        let (x, y) = (i % gw, i / gw);
-        let near = [
-            (x > 0).then(|| i - 1),
-            (x + 1 < gw).then(|| i + 1),
-            (y > 0).then(|| i - gw),
-            (y + 1 < gh).then(|| i + gw),
-        ];
-        for j in near.into_iter().flatten() {
+        for j in neighbours(i, gw, gh).into_iter().flatten() {
             if !flooded[j] && sm[j] >= darkest && (sm[j] - sm[i]).abs() <= step && plain(j) {
                 flooded[j] = true;
                 stack.push(j);
@@ -239,30 +232,21 @@ fn fit_shadow(
     // Cells with the core on both sides along their row and along their column are the
     // garment's (a shaded part the flood leaked into), never its shadow.
     let mut enclosed = vec![[false; 4]; n];
-    for y in 0..gh {
-        let mut seen = false;
-        for x in 0..gw {
-            seen |= core[y * gw + x] > 0.0;
-            enclosed[y * gw + x][0] = seen;
+    // Along each line (rows, then columns), forwards and backwards: is there core at or before?
+    let mut sweep = |lines: usize, len: usize, at: &dyn Fn(usize, usize) -> usize, slot: usize| {
+        for l in 0..lines {
+            let (mut ahead, mut behind) = (false, false);
+            for j in 0..len {
+                let (a, b) = (at(l, j), at(l, len - 1 - j));
+                ahead |= core[a] > 0.0;
+                behind |= core[b] > 0.0;
+                enclosed[a][slot] = ahead;
+                enclosed[b][slot + 1] = behind;
+            }
         }
-        seen = false;
-        for x in (0..gw).rev() {
-            seen |= core[y * gw + x] > 0.0;
-            enclosed[y * gw + x][1] = seen;
-        }
-    }
-    for x in 0..gw {
-        let mut seen = false;
-        for y in 0..gh {
-            seen |= core[y * gw + x] > 0.0;
-            enclosed[y * gw + x][2] = seen;
-        }
-        seen = false;
-        for y in (0..gh).rev() {
-            seen |= core[y * gw + x] > 0.0;
-            enclosed[y * gw + x][3] = seen;
-        }
-    }
+    };
+    sweep(gh, gw, &|y, x| y * gw + x, 0);
+    sweep(gw, gh, &|x, y| y * gw + x, 2);
     let outside: Vec<bool> = enclosed.iter().map(|e| !e.iter().all(|&b| b)).collect();
     let flooded: Vec<bool> = (0..n).map(|i| flooded[i] && outside[i]).collect();
     let dark: Vec<f64> = (0..n)
@@ -359,6 +343,18 @@ fn box_blur(grid: &[f64], gw: usize, gh: usize, r: usize) -> Vec<f64> {
         }
     }
     out
+}
+
+/// The 4-neighbours of cell `i` of a `gw × gh` grid (left, right, up, down; `None` past an
+/// edge).
+pub(crate) fn neighbours(i: usize, gw: usize, gh: usize) -> [Option<usize>; 4] {
+    let (x, y) = (i % gw, i / gw);
+    [
+        (x > 0).then(|| i - 1),
+        (x + 1 < gw).then(|| i + 1),
+        (y > 0).then(|| i - gw),
+        (y + 1 < gh).then(|| i + gw),
+    ]
 }
 
 fn dot(a: &[f64; 6], b: &[f64; 6]) -> f64 {

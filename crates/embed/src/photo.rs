@@ -197,13 +197,7 @@ fn scene(
         seen[start] = true;
         while let Some(i) = stack.pop() {
             size += 1;
-            let (x, y) = (i % gw, i / gw);
-            let near = [
-                (x > 0).then(|| i - 1),
-                (x + 1 < gw).then(|| i + 1),
-                (y > 0).then(|| i - gw),
-                (y + 1 < gh).then(|| i + gw),
-            ];
+            let near = crate::light::neighbours(i, gw, gh);
             if near.iter().any(|j| j.is_none_or(|j| !mask[j])) {
                 edge += 1;
             }

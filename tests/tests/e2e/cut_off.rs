@@ -15,29 +15,21 @@ use crate::cli::Cli;
 
 const SIDE: usize = 112;
 
-/// Test image `i` drawn as a 112-pixel photo by `shot`, written as an RGB PNG; and whether the
-/// pipeline itself says it is cut off (checked against what the photo is meant to be, so the
-/// clients' words are tested on photos that are what they claim).
+/// Test image `i` drawn as a 112-pixel photo by `shot`, written as an RGB PNG.
 fn photo(dir: &Path, name: &str, i: usize, shot: impl Fn(&[u8]) -> data::photos::Shot) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
     let (img, _) = privatemail_e2e::test_image(i);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(i as u64);
     let rgba = data::photos::render(&img, &shot(&img), &mut rng);
-    let rgb: Vec<u8> = rgba
-        .chunks_exact(4)
-        .flat_map(|p| [p[0], p[1], p[2]])
-        .collect();
-    let path = dir.join(format!("{name}-{i}.png"));
-    let file = std::fs::File::create(&path).unwrap();
-    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), SIDE as u32, SIDE as u32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    enc.write_header().unwrap().write_image_data(&rgb).unwrap();
-    path
+    let side = SIDE as u32;
+    crate::nothing_to_see::png(&dir.join(format!("{name}-{i}.png")), side, side, |x, y| {
+        let p = 4 * (y * side + x) as usize;
+        [rgba[p], rgba[p + 1], rgba[p + 2]]
+    })
 }
 
 /// Three photos of test image 5003: cut by an edge, framed tightly (the clean photo), and with
-/// a margin; each checked against the pipeline.
+/// a margin; each checked against the pipeline, so the clients' words are tested on photos
+/// that are what they claim.
 fn photos(dir: &Path) -> [PathBuf; 3] {
     use data::photos::Shot;
     let i = 5003;

@@ -11,9 +11,12 @@
 #                                        # against measured: docs/eval/blocks-served.md (about
 #                                        # 20 minutes on 2 cores)
 #   bash scripts/eval.sh --photos        # the model on held-out photos (backgrounds, framing,
-#                                        # rotation, noise, JPEG) and the out-of-distribution
+#                                        # rotation, noise, JPEG, uneven light, shadow, colour,
+#                                        # a garment cut by the frame) and the out-of-distribution
 #                                        # check: docs/eval/photos.md, photos.csv, photos-ood.csv
 #                                        # (about a minute; it prints the OOD thresholds)
+#   bash scripts/eval.sh --photos-dev --out /tmp/dev   # the same on the development photos
+#                                        # (other images, other draws): tune thresholds here
 #
 # `--help` lists every flag (the block evaluation's start with `--blocks-`).
 set -euo pipefail

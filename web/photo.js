@@ -119,6 +119,8 @@ function forgetImage(why) {
   $("query").hidden = true;
   $("prediction").textContent = "";
   $("unfamiliar").hidden = true;
+  $("cut-off").textContent = "";
+  $("cut-off").hidden = true;
   clearResults("No search yet: load a photo first.");
   status(`No photo loaded: ${why}`);
 }
@@ -170,6 +172,9 @@ function showImage() {
   // (embed::ood, computed in the browser) says when the photo looks like none.
   $("unfamiliar").textContent = state.image.unfamiliar_message || "";
   $("unfamiliar").hidden = !state.image.unfamiliar;
+  // A garment cut by the photo's edge (embed::cut, in the wasm client): the CLI's words.
+  $("cut-off").textContent = state.image.cut_off_message || "";
+  $("cut-off").hidden = !state.image.cut_off;
   $("query").hidden = false;
   $("search").disabled = false;
   const what =

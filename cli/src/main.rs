@@ -385,6 +385,9 @@ fn run(cli: Cli) -> Result<()> {
             if out.unfamiliar {
                 println!("{}", embed::ood::UNFAMILIAR_MESSAGE);
             }
+            if out.cut_off {
+                println!("{}", embed::cut::CUT_OFF_MESSAGE);
+            }
             if let Some(c) = &out.pir {
                 println!(
                     "PIR (the server learns nothing about the photo; ε = 0): {} up, {} down; {} of public files downloaded once per version; predicted fidelity@{} {:.3}",

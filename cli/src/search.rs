@@ -84,6 +84,9 @@ pub struct Outcome {
     /// clothing. `None` for an input with almost no ink (an infinite score).
     pub unfamiliar_score: Option<f32>,
     pub unfamiliar: bool,
+    /// The garment is cut off by the photo's edge (`embed::cut`): then the CLI says
+    /// `embed::cut::CUT_OFF_MESSAGE`.
+    pub cut_off: bool,
     /// This search's release (none when the whole gallery was downloaded).
     pub receipt: Option<Receipt>,
     /// A block search's plan, why it was chosen and the budget (a ceiling) it was chosen in.
@@ -241,6 +244,7 @@ pub fn run(
         predicted_class: class_name(&config, class.label),
         unfamiliar_score: ood.score.is_finite().then_some(ood.score),
         unfamiliar: ood.unfamiliar,
+        cut_off: framing.cut_off,
         receipt,
         plan,
         pir,

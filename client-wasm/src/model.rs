@@ -54,6 +54,10 @@ struct ImageInfo {
     unfamiliar: bool,
     /// The sentence to show when `unfamiliar` (`embed::ood::UNFAMILIAR_MESSAGE`).
     unfamiliar_message: Option<&'static str>,
+    /// The garment is cut off by the photo's edge (`embed::cut`), and the sentence to show
+    /// then (`embed::cut::CUT_OFF_MESSAGE`, the CLI's words).
+    cut_off: bool,
+    cut_off_message: Option<&'static str>,
     /// Which features a search uses: `"query model"` (computed here, as for every photo) or
     /// `"published"` (a sample's gallery-model features, `Client::load_sample`).
     features: &'static str,
@@ -66,7 +70,7 @@ impl Client {
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
     /// (`embed::photo::analyse`, as `from_rgba`), run the models, keep the features.
     /// Returns JSON `{pixels, label, class_name, probability, probabilities,
-    /// unfamiliar_score, unfamiliar, unfamiliar_message}`; for an image with nothing to see
+    /// unfamiliar_score, unfamiliar, unfamiliar_message, cut_off, cut_off_message}`; for an image with nothing to see
     /// (`embed::ood::look`: too small, one colour, noise) `{refused}`,
     /// the reason in plain words, and no query is kept: it is neither classified nor searched.
     pub fn load_image(&mut self, rgba: &[u8], width: u32, height: u32) -> Result<String, JsError> {
@@ -78,6 +82,7 @@ impl Client {
             &framing.pixels,
             &framing.class_pixels,
             framing.scene,
+            framing.cut_off,
             Ok(None),
         )
     }
@@ -93,7 +98,7 @@ impl Client {
 
     /// As [`Client::load_image`] for a 28×28 greyscale image (784 bytes).
     pub fn load_pixels(&mut self, pixels: &[u8]) -> Result<String, JsError> {
-        self.load(pixels, pixels, None, Ok(None))
+        self.load(pixels, pixels, None, false, Ok(None))
     }
 
     /// As [`Client::load_image`] for one of the page's samples (`web/samples.js`), which
@@ -129,6 +134,7 @@ impl Client {
             &framing.pixels,
             &framing.class_pixels,
             framing.scene,
+            framing.cut_off,
             published,
         )
     }
@@ -166,6 +172,7 @@ impl Client {
         pixels: &[u8],
         class_pixels: &[u8],
         scene: Option<embed::photo::Scene>,
+        cut_off: bool,
         published: std::result::Result<Option<Vec<f32>>, String>,
     ) -> Result<String, JsError> {
         let (published, published_error) = match published {
@@ -199,6 +206,8 @@ impl Client {
             unfamiliar_score: ood.score.is_finite().then_some(ood.score),
             unfamiliar: ood.unfamiliar,
             unfamiliar_message: ood.unfamiliar.then_some(embed::ood::UNFAMILIAR_MESSAGE),
+            cut_off,
+            cut_off_message: cut_off.then_some(embed::cut::CUT_OFF_MESSAGE),
             features: if published.is_some() {
                 "published"
             } else {

@@ -124,6 +124,11 @@ pub(crate) struct Args {
     /// query model).
     #[arg(long, value_delimiter = ',')]
     pub(crate) photos_weights: Vec<String>,
+    /// Photo evaluation on the development set instead (`photos-dev.md`, …): the reserved
+    /// images from the other end and another seed stream, for tuning the pipeline's
+    /// thresholds, so the held-out figures are never tuned on.
+    #[arg(long)]
+    pub(crate) photos_dev: bool,
     /// Photo evaluation: the weights whose features of the test images are the gallery
     /// (default: the committed gallery model); `--photos-weights` are the query models.
     #[arg(long)]

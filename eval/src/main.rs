@@ -31,7 +31,7 @@ fn main() {
         }
         return;
     }
-    if args.photos {
+    if args.photos || args.photos_dev {
         if let Err(e) = photos::run(&args) {
             eprintln!("eval --photos: {e}");
             std::process::exit(2);

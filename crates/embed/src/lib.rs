@@ -15,11 +15,13 @@
 
 pub mod base;
 pub mod classify;
+pub mod cut;
 pub mod detector;
 #[rustfmt::skip]
 pub mod detector_weights;
 pub mod idx;
 pub mod lanes;
+pub mod light;
 pub mod model;
 pub mod ood;
 pub mod photo;

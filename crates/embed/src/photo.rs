@@ -8,6 +8,8 @@
 //! nearest neighbours change. So this module repeats the dataset's own framing on any photo:
 //!
 //! 1. composite over white by alpha; grey `l = (299·R + 587·G + 114·B + 500) / 1000`;
+//!    then uneven light and a soft shadow divided out ([`super::light`]; a photo under even
+//!    light keeps its bytes);
 //! 2. the **background** is the per-channel median of a border ring, taken again over the
 //!    values within 24 levels of it (so an object touching the edge does not pull it); a light
 //!    background (grey > 127) means a dark object, which is inverted, as in the dataset (light
@@ -31,7 +33,8 @@
 //!    range (its level for a dark object, 255 − its level for a light one) maps to 255 — an
 //!    exposure change scales object and background together, so this removes it — after a
 //!    knee at 3 × the noise left after averaging: 0 below it, stretched linearly from 0 to
-//!    twice it, unchanged above (a soft threshold, which subtracted it everywhere, lowered
+//!    twice it, unchanged above; a coloured or dark grey garment is read along its own
+//!    colour axis instead of in grey ([`colour_axis`]) (a soft threshold, which subtracted it everywhere, lowered
 //!    every level of a noisy photo against its clean twin: whole-family agreement 0.653 →
 //!    0.666 and noise with JPEG 0.891 → 0.911 with the knee, `eval --photos`);
 //! 7. when the object is larger than 28 pixels, a **tilt is undone at the photo's resolution**:
@@ -44,8 +47,9 @@
 //!    the threshold of step 6 subtracted instead of the knee ([`Framing::class_pixels`]), on
 //!    which it measured better.
 //!
-//! Integer arithmetic, except step 7's turn (f64 additions, multiplications and divisions with
-//! the series `sin`/`cos` of [`super::upright`]), so native, wasm and training get the same
+//! Integer arithmetic, except the light (step 1), the colour axis (step 6) and step 7's turn
+//! (f64 additions, multiplications, divisions and square roots, with the series `sin`/`cos` of
+//! [`super::upright`]), so native, wasm and training get the same
 //! bytes (the wasm test `a_tilted_photo_gives_the_native_model_input`). On a Fashion-MNIST
 //! image (28×28, 0 background, box longest side 28, box-centred) every step is the identity;
 //! the evaluation (`eval --photos`) measures how many dataset images come back unchanged.
@@ -114,6 +118,11 @@ pub struct Framing {
     /// The photo's own statistics, which the 28×28 input loses ([`Scene`]); `None` for an
     /// image of at most [`SCENE_MIN_SIDE`] pixels a side.
     pub scene: Option<Scene>,
+    /// The object's box is cut off by the photo's edge ([`super::cut::cut_off`]): the clients
+    /// then say [`super::cut::CUT_OFF_MESSAGE`].
+    pub cut_off: bool,
+    /// The light was evened out ([`super::light`]): it varied across the photo.
+    pub light_evened: bool,
 }
 
 /// Smallest side (exclusive) of a photo whose [`Scene`] is measured: at the dataset's own
@@ -188,13 +197,7 @@ fn scene(
         seen[start] = true;
         while let Some(i) = stack.pop() {
             size += 1;
-            let (x, y) = (i % gw, i / gw);
-            let near = [
-                (x > 0).then(|| i - 1),
-                (x + 1 < gw).then(|| i + 1),
-                (y > 0).then(|| i - gw),
-                (y + 1 < gh).then(|| i + gw),
-            ];
+            let near = crate::light::neighbours(i, gw, gh);
             if near.iter().any(|j| j.is_none_or(|j| !mask[j])) {
                 edge += 1;
             }
@@ -242,7 +245,7 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
         });
     }
     // 1. Composite over white; grey.
-    let rgb: Vec<[u8; 3]> = rgba
+    let mut rgb: Vec<[u8; 3]> = rgba
         .chunks_exact(4)
         .map(|p| {
             let a = p[3] as u32;
@@ -250,14 +253,23 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
             [c(p[0]), c(p[1]), c(p[2])]
         })
         .collect();
-    let grey: Vec<i32> = rgb.iter().map(|c| luma(*c)).collect();
-    // 2. Background from the border ring.
     let ring = (width.min(height) / 32).max(1);
     let border: Vec<usize> = (0..height)
         .flat_map(|y| (0..width).map(move |x| (x, y)))
         .filter(|&(x, y)| x < ring || y < ring || x + ring >= width || y + ring >= height)
         .map(|(x, y)| y * width + x)
         .collect();
+    // 1½. Uneven light and a shadow divided out (`super::light`; even light left as it is).
+    let ring_level = level(border.iter().map(|&i| luma(rgb[i]) as u32)) as i32;
+    let light_evened = match crate::light::even_out(&rgb, width, height, ring_level) {
+        Some(even) => {
+            rgb = even;
+            true
+        }
+        None => false,
+    };
+    let grey: Vec<i32> = rgb.iter().map(|c| luma(*c)).collect();
+    // 2. Background from the border ring.
     let channel = |c: usize| level(border.iter().map(|&i| rgb[i][c] as u32)) as u8;
     let background = [channel(0), channel(1), channel(2)];
     let bg_grey = level(border.iter().map(|&i| grey[i] as u32)) as i32;
@@ -268,10 +280,12 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     // 3. Noise: the border's upper quartile of differences towards the object. It is 0.674σ
     // for symmetric noise around the median, and stays so when the background is white and
     // the noise clipped on its far side (where a median absolute deviation would be ~0).
-    // Object pixels on the border (amounts beyond any plausible noise) are left out.
+    // Object pixels on the border (amounts beyond any plausible noise, in grey or in some
+    // channel: a yellow garment's edge is faint in grey alone) are left out.
     let mad = quartile3(
         border
             .iter()
+            .filter(|&&i| towards_object(rgb[i], background, light) <= NOISE_CAP as i32)
             .map(|&i| amount(grey[i]).max(0) as u32)
             .filter(|&a| a <= NOISE_CAP),
     );
@@ -286,6 +300,7 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     let mask_threshold = (floor * range / 255).max(8 * mad as i32).max(2);
     let differs_by =
         |i: usize, threshold: i32| towards_object(rgb[i], background, light) > threshold;
+
     // With noise, a pixel is the object's if it differs by more than the floor and 3σ, and
     // the mean over the k×k window around it (k photo pixels to a model pixel when the object
     // fills the photo) differs by more than 8 × the MAD of such a mean: an isolated noise
@@ -340,7 +355,10 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     }
     // 5–6. Resample the box (longest side 28), remove the background, scale the contrast and
     // put a knee at the noise of a mean over (long/28)² pixels: σ ≈ 1.4826·MAD·28/long; 3σ.
-    let amounts: Vec<i32> = grey.iter().map(|&g| amount(g)).collect();
+    let amounts: Vec<i32> = match light.then(|| colour_axis(&rgb, &mask, width, background)) {
+        Some(Some(axis)) => rgb.iter().map(|&c| axis.amount(c, range)).collect(),
+        _ => grey.iter().map(|&g| amount(g)).collect(),
+    };
     let long = (x1 - x0).max(y1 - y0);
     let threshold = ((3 * 14_826 * mad as u64 * SIDE as u64).div_ceil(10_000 * long as u64)) as i64;
     let bbox = (x0, y0, x1, y1);
@@ -364,6 +382,8 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
         noise_level: mad,
         bbox: (x0, y0, x1, y1),
         scene: scene(&rgb, width, height, background, (x0, y0, x1, y1)),
+        cut_off: crate::cut::cut_off((x0, y0, x1, y1), width, height),
+        light_evened,
     })
 }
 
@@ -511,6 +531,114 @@ fn photo_turn(pixels: &[u8]) -> f64 {
     } else {
         o.applied
     }
+}
+
+/// A garment's colour is read along its own axis when the mean colour difference of its
+/// strongest tenth leans from the background's own direction (a black or grey garment's) by
+/// more than this cosine.
+pub const COLOUR_COS: f64 = 0.998;
+/// …or when its strongest contrast (a 2×2 mean, along its axis) is below this share of the
+/// background's: a dark but not black garment. Every Fashion-MNIST image reaches at least 240
+/// of 255, so a black garment's photo is never read this way.
+pub const LOW_CONTRAST: f64 = 0.75;
+
+/// The axis a garment's colour is read along ([`colour_axis`]).
+struct ColourAxis {
+    /// Unit direction from the background colour towards the garment's.
+    unit: [f64; 3],
+    background: [f64; 3],
+    /// The garment's strongest difference along `unit` (a 2×2 mean): full strength.
+    full: f64,
+}
+
+impl ColourAxis {
+    /// `c`'s amount: its difference from the background along the axis, as a share of the
+    /// garment's full strength, times `range` (the amount a black garment's darkest pixel has).
+    fn amount(&self, c: [u8; 3], range: i32) -> i32 {
+        let p: f64 = (0..3)
+            .map(|k| (self.background[k] - c[k] as f64) * self.unit[k])
+            .sum();
+        (p / self.full * range as f64).round() as i32
+    }
+}
+
+/// Step 6's amounts for a coloured (or dark grey) garment on a light background: why, the
+/// model knows Fashion-MNIST's garments, each at full strength (every image reaches 240 or
+/// more) as a darkening; a red or yellow garment is much lighter in grey than a black one
+/// (yellow: a quarter of the contrast), and a navy one a little, so its grey levels reach the
+/// model faint. Read along the garment's own axis — the mean difference from the background
+/// of the object's strongest tenth (by the sum of channel differences) — and scaled so its
+/// strongest 2×2 mean is full strength, the garment reaches the model as the black garment of
+/// the same shape. `None` (grey as before) for a garment whose axis is the background's own
+/// direction within [`COLOUR_COS`] and whose contrast is at least [`LOW_CONTRAST`]: every
+/// black garment, so clean photos keep their bytes. f64 additions, multiplications,
+/// divisions and square roots only: the same on every platform.
+fn colour_axis(
+    rgb: &[[u8; 3]],
+    mask: &[bool],
+    width: usize,
+    background: [u8; 3],
+) -> Option<ColourAxis> {
+    let bg = background.map(f64::from);
+    let diff = |c: [u8; 3]| {
+        [
+            bg[0] - c[0] as f64,
+            bg[1] - c[1] as f64,
+            bg[2] - c[2] as f64,
+        ]
+    };
+    let mut strength: Vec<(i32, usize)> = (0..rgb.len())
+        .filter(|&i| mask[i])
+        .map(|i| {
+            let d = diff(rgb[i]);
+            ((d[0] + d[1] + d[2]) as i32, i)
+        })
+        .collect();
+    if strength.is_empty() {
+        return None;
+    }
+    let top = strength.len().div_ceil(10);
+    strength.select_nth_unstable_by(top - 1, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut m = [0.0f64; 3];
+    for &(_, i) in &strength[..top] {
+        for (mk, dk) in m.iter_mut().zip(diff(rgb[i])) {
+            *mk += dk;
+        }
+    }
+    let norm = |v: [f64; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    let (nm, nb) = (norm(m), norm(bg));
+    if nm == 0.0 || nb == 0.0 {
+        return None;
+    }
+    let unit = m.map(|v| v / nm);
+    let cos = (0..3).map(|k| unit[k] * bg[k]).sum::<f64>() / nb;
+    // The strongest 2×2 mean along the axis, over the object's pixels.
+    let along = |i: usize| -> f64 {
+        let d = diff(rgb[i]);
+        (0..3).map(|k| d[k] * unit[k]).sum()
+    };
+    let height = rgb.len() / width;
+    let mut full = 0.0f64;
+    for y in 0..height.saturating_sub(1) {
+        for x in 0..width.saturating_sub(1) {
+            let i = y * width + x;
+            if mask[i] {
+                let mean =
+                    (along(i) + along(i + 1) + along(i + width) + along(i + width + 1)) / 4.0;
+                full = full.max(mean);
+            }
+        }
+    }
+    // A black garment's full strength along the background's direction is the background's
+    // own length; its grey reading is right.
+    if full <= 0.0 || (cos >= COLOUR_COS && full >= LOW_CONTRAST * nb) {
+        return None;
+    }
+    Some(ColourAxis {
+        unit,
+        background: bg,
+        full,
+    })
 }
 
 /// The largest per-channel difference of `c` from the background, towards the object (darker
@@ -917,6 +1045,44 @@ mod tests {
             assert!(tilted < level + 1.5, "{side}: {tilted} (level: {level})");
             let o = orientation(&large).unwrap();
             assert!(o.applied.to_degrees().abs() < 0.25, "{side}: {o:?}");
+        }
+    }
+
+    #[test]
+    fn a_coloured_garment_reaches_the_model_as_a_black_one() {
+        // A garment at full strength somewhere (as every Fashion-MNIST image is), drawn black
+        // and in five colours, on white and on beige.
+        let mut img = dataset_like(40);
+        img[14 * SIDE + 13] = 255;
+        img[14 * SIDE + 14] = 255;
+        let draw = |bg: [u8; 3], colour: [u8; 3]| -> Vec<u8> {
+            let mut out = Vec::with_capacity(112 * 112 * 4);
+            for y in 0..112 {
+                for x in 0..112 {
+                    let v = img[(y / 4) * SIDE + x / 4] as f64 / 255.0;
+                    for (b, c) in bg.iter().zip(colour) {
+                        let reflect = 1.0 - v * (1.0 - c as f64 / 255.0);
+                        out.push((*b as f64 * reflect).round() as u8);
+                    }
+                    out.push(255);
+                }
+            }
+            out
+        };
+        for bg in [[255, 255, 255], [240, 228, 205]] {
+            let black = analyse(&draw(bg, [0, 0, 0]), 112, 112).unwrap();
+            for colour in [
+                [200, 30, 40],
+                [230, 200, 40],
+                [20, 30, 80],
+                [40, 140, 60],
+                [120, 80, 50],
+            ] {
+                let f = analyse(&draw(bg, colour), 112, 112).unwrap();
+                assert_eq!(f.bbox, black.bbox, "{colour:?}");
+                let err = mean_abs(&f.pixels, &black.pixels);
+                assert!(err < 2.0, "{bg:?} {colour:?}: {err}");
+            }
         }
     }
 

@@ -39,6 +39,8 @@ use crate::args::Args;
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const SIDE: usize = 112;
+/// XORed into `--seed` for the development set's photos.
+const DEV_SEED: u64 = 0xde7e_10f5;
 const K: usize = 8;
 const JPEG_QUALITY: u8 = 60;
 /// Test images drawn as photos for the class's second sample.
@@ -49,17 +51,17 @@ const CALIBRATION_FLAG: f64 = 0.01;
 /// One perturbation: how the photo is taken and whether it is JPEG-compressed.
 struct Condition {
     name: &'static str,
-    shot: fn(&mut ChaCha8Rng) -> Shot,
+    shot: fn(&[u8], &mut ChaCha8Rng) -> Shot,
     jpeg: bool,
 }
 
 fn conditions() -> Vec<Condition> {
     let c = |name, shot, jpeg| Condition { name, shot, jpeg };
     vec![
-        c("clean", |_| Shot::clean(SIDE), false),
+        c("clean", |_, _| Shot::clean(SIDE), false),
         c(
             "background 240",
-            |_| Shot {
+            |_, _| Shot {
                 background: 240,
                 ..Shot::clean(SIDE)
             },
@@ -67,7 +69,7 @@ fn conditions() -> Vec<Condition> {
         ),
         c(
             "background 230",
-            |_| Shot {
+            |_, _| Shot {
                 background: 230,
                 ..Shot::clean(SIDE)
             },
@@ -75,7 +77,7 @@ fn conditions() -> Vec<Condition> {
         ),
         c(
             "background 200",
-            |_| Shot {
+            |_, _| Shot {
                 background: 200,
                 ..Shot::clean(SIDE)
             },
@@ -83,7 +85,7 @@ fn conditions() -> Vec<Condition> {
         ),
         c(
             "shift 10% right and down",
-            |_| Shot {
+            |_, _| Shot {
                 shift: (0.1, 0.1),
                 ..Shot::clean(SIDE)
             },
@@ -91,7 +93,7 @@ fn conditions() -> Vec<Condition> {
         ),
         c(
             "scale 0.7",
-            |_| Shot {
+            |_, _| Shot {
                 scale: 0.7,
                 ..Shot::clean(SIDE)
             },
@@ -99,7 +101,7 @@ fn conditions() -> Vec<Condition> {
         ),
         c(
             "rotation ±10°",
-            |r| Shot {
+            |_, r| Shot {
                 degrees: if r.random() { 10.0 } else { -10.0 },
                 ..Shot::clean(SIDE)
             },
@@ -107,16 +109,16 @@ fn conditions() -> Vec<Condition> {
         ),
         c(
             "noise σ=5",
-            |_| Shot {
+            |_, _| Shot {
                 noise: 5.0,
                 ..Shot::clean(SIDE)
             },
             false,
         ),
-        c("JPEG q60", |_| Shot::clean(SIDE), true),
+        c("JPEG q60", |_, _| Shot::clean(SIDE), true),
         c(
             "family with the object kept in frame",
-            |r| {
+            |_, r| {
                 // The same draws, the shift limited to the margin the scale leaves, so nothing
                 // of the 28×28 frame is cut off: what the pipeline can recover at best.
                 let mut s = Shot::random(SIDE, r);
@@ -127,8 +129,33 @@ fn conditions() -> Vec<Condition> {
             true,
         ),
         c(
+            "uneven light (20–40 % across)",
+            |_, r| Shot::uneven_light(SIDE, r),
+            false,
+        ),
+        c("soft shadow beside", |_, r| Shot::shadowed(SIDE, r), false),
+        c("coloured garment", |_, r| Shot::coloured(SIDE, r), false),
+        c(
+            "margin (scale 0.7–0.9, in frame)",
+            |_, r| {
+                let scale = r.random_range(0.7..=0.9);
+                let m = (1.0 - scale) / 2.0;
+                Shot {
+                    scale,
+                    shift: (r.random_range(-m..=m), r.random_range(-m..=m)),
+                    ..Shot::clean(SIDE)
+                }
+            },
+            false,
+        ),
+        c(
+            "cut by the frame's edge (10–15 %)",
+            |img, r| Shot::cut(img, SIDE, r),
+            false,
+        ),
+        c(
             "the whole family (random draws)",
-            |r| Shot::random(SIDE, r),
+            |_, r| Shot::random(SIDE, r),
             true,
         ),
     ]
@@ -154,8 +181,9 @@ fn jpeg_round_trip(rgba: &[u8]) -> Res<Vec<u8>> {
 /// every model see the same photo).
 fn photo(split: &Split, i: usize, cond: usize, cond_def: &Condition, seed: u64) -> Res<Vec<u8>> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((i as u64) << 8) ^ cond as u64);
-    let shot = (cond_def.shot)(&mut rng);
-    let p = render(split.images.image(i), &shot, &mut rng);
+    let img = split.images.image(i);
+    let shot = (cond_def.shot)(img, &mut rng);
+    let p = render(img, &shot, &mut rng);
     if cond_def.jpeg {
         jpeg_round_trip(&p)
     } else {
@@ -178,15 +206,17 @@ impl Pipeline {
     }
     /// The query model's input and the class model's
     /// (`embed::photo::Framing::class_pixels`; the pipeline before: the same one).
-    fn inputs(self, rgba: &[u8]) -> Res<(Vec<u8>, Vec<u8>)> {
+    /// And whether the pipeline says the garment is cut off (`embed::cut`; the pipeline
+    /// before never did).
+    fn inputs(self, rgba: &[u8]) -> Res<(Vec<u8>, Vec<u8>, bool)> {
         Ok(match self {
             Pipeline::Current => {
                 let f = analyse(rgba, SIDE, SIDE)?;
-                (f.pixels, f.class_pixels)
+                (f.pixels, f.class_pixels, f.cut_off)
             }
             Pipeline::Legacy => {
                 let p = legacy::from_rgba(rgba, SIDE, SIDE)?;
-                (p.clone(), p)
+                (p.clone(), p, false)
             }
         })
     }
@@ -288,6 +318,8 @@ struct Outcome {
     top: Vec<usize>,
     /// Its out-of-distribution scores.
     scores: Scores,
+    /// The pipeline said the garment is cut off.
+    cut_off: bool,
 }
 
 struct Row {
@@ -306,10 +338,25 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let test = load_split(&args.data_dir, "t10k")?;
     let train = load_split(&args.data_dir, "train")?;
     let anchor_idx = balanced_anchors(&train, args.anchors);
-    let held_out: Vec<usize> = reserved_train(train.labels.len(), &anchor_idx)
-        .into_iter()
-        .take(args.photos_count)
-        .collect();
+    // The development set (`--photos-dev`, for tuning the pipeline's thresholds): the
+    // reserved images from the other end and another seed stream, so nothing is tuned on the
+    // held-out photos (disjoint images while the count is at most half the reserved ones).
+    let reserved = reserved_train(train.labels.len(), &anchor_idx);
+    let held_out: Vec<usize> = if args.photos_dev {
+        reserved.into_iter().rev().take(args.photos_count).collect()
+    } else {
+        reserved.into_iter().take(args.photos_count).collect()
+    };
+    let seed = if args.photos_dev {
+        args.seed ^ DEV_SEED
+    } else {
+        args.seed
+    };
+    let set = if args.photos_dev {
+        "development photos (`--photos-dev`: for tuning, not the held-out figures)"
+    } else {
+        "held-out photos"
+    };
     let calibration: Vec<usize> = (0..args.photos_count.min(test.labels.len())).collect();
     let weights: Vec<(String, Vec<u8>)> = if args.photos_weights.is_empty() {
         vec![(
@@ -341,7 +388,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
     let mut md = String::new();
     writeln!(
         md,
-        "# The on-device model on photos\n\n`eval --photos` ({} held-out training images \
+        "# The on-device model on photos\n\n`eval --photos`, {set} ({} reserved training images \
          (`data::reserved_train`), each drawn as a {SIDE}×{SIDE} photo, dark on light; gallery: \
          the 10,000 test images' features under the gallery model ({}); seed {}). Each weights \
          file below is the query model, the one the photo goes through. Agreement: the share of \
@@ -356,10 +403,10 @@ pub(crate) fn run(args: &Args) -> Res<()> {
          before them.\n",
         held_out.len(),
         gallery_version,
-        args.seed
+        seed
     )?;
     let mut csv = String::from(
-        "weights,weights_version,class_model,pipeline,condition,photos,class_accuracy,class_shown_accuracy,top8_agreement,top8_shared_with_gallery_model\n",
+        "weights,weights_version,class_model,pipeline,condition,photos,class_accuracy,class_shown_accuracy,top8_agreement,top8_shared_with_gallery_model,cut_off_said\n",
     );
     let mut ood_csv = String::from("weights,weights_version,score,kind,images,auroc,flagged\n");
     // The gallery (the gallery model's features, whichever query model is measured), and its
@@ -429,7 +476,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
              the top {K} of their query features agree with the gallery's own in {id_agree:.4}. \
              Photos (background 240) of the first {} test images: class accuracy {:.3} with the \
              query model, {:.3} with the class model.\n\n\
-             | pipeline | condition | class accuracy (query model) | class shown (class model) | top-{K} agreement with the photo clean | top-{K} shared with the gallery model's of the image |\n|---|---|---:|---:|---:|---:|",
+             | pipeline | condition | class accuracy (query model) | class shown (class model) | top-{K} agreement with the photo clean | top-{K} shared with the gallery model's of the image | \"cut off\" said |\n|---|---|---:|---:|---:|---:|---:|",
             second.len(),
             second_share(|x| x.0),
             second_share(|x| x.1),
@@ -463,8 +510,8 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                         .iter()
                         .enumerate()
                         .map(|(ci, c)| -> Res<_> {
-                            let p = photo(&train, i, ci, c, args.seed)?;
-                            let (pixels, class_pixels) = pipeline.inputs(&p)?;
+                            let p = photo(&train, i, ci, c, seed)?;
+                            let (pixels, class_pixels, cut_off) = pipeline.inputs(&p)?;
                             // The search features over the views; the label and the
                             // familiarity scores from the unshifted input (as a client).
                             let photo = model.infer_photo(&pixels)?;
@@ -476,6 +523,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                                 shown_right: shown.label == truth,
                                 top: top_k(&gallery, &photo.search),
                                 scores: scores(&model, &pixels, &inf, &anchors),
+                                cut_off,
                             })
                         })
                         .collect::<Res<Vec<_>>>()
@@ -487,6 +535,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                     per.iter().filter(|r| f(&r[ci])).count() as f64 / n as f64
                 };
                 let (accuracy, shown) = (share(|o| o.right), share(|o| o.shown_right));
+                let cut = share(|o| o.cut_off);
                 let agreement = per
                     .iter()
                     .map(|r| overlap(&r[ci].top, &r[0].top))
@@ -500,7 +549,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                     / (K * n) as f64;
                 writeln!(
                     md,
-                    "| {} | {} | {accuracy:.3} | {shown:.3} | {agreement:.3} | {own:.3} |",
+                    "| {} | {} | {accuracy:.3} | {shown:.3} | {agreement:.3} | {own:.3} | {cut:.3} |",
                     pipeline.name(),
                     c.name
                 )?;
@@ -516,7 +565,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 };
                 writeln!(
                     csv,
-                    "{},{version},{class_version},{},{},{},{:.4},{:.4},{:.4},{:.4}",
+                    "{},{version},{class_version},{},{},{},{:.4},{:.4},{:.4},{:.4},{cut:.4}",
                     row.weights,
                     row.pipeline,
                     row.condition,
@@ -530,7 +579,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             if pipeline == Pipeline::Current {
                 by_class(&per, &held_out, &train, &own_top, &conds, &mut md)?;
                 family_over_seeds(
-                    &model, &gallery, &per, &held_out, &train, &own_top, &conds, args.seed, &mut md,
+                    &model, &gallery, &per, &held_out, &train, &own_top, &conds, seed, &mut md,
                 )?;
                 ood_report(
                     args,
@@ -560,9 +609,14 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         md.push('\n');
     }
     std::fs::create_dir_all(&args.out)?;
-    std::fs::write(args.out.join("photos.md"), &md)?;
-    std::fs::write(args.out.join("photos.csv"), &csv)?;
-    std::fs::write(args.out.join("photos-ood.csv"), &ood_csv)?;
+    let name = if args.photos_dev {
+        "photos-dev"
+    } else {
+        "photos"
+    };
+    std::fs::write(args.out.join(format!("{name}.md")), &md)?;
+    std::fs::write(args.out.join(format!("{name}.csv")), &csv)?;
+    std::fs::write(args.out.join(format!("{name}-ood.csv")), &ood_csv)?;
     print!("{md}");
     Ok(())
 }

@@ -12,6 +12,7 @@ mod blockstore;
 mod browser;
 mod ceilings_cli;
 mod cli;
+mod cut_off;
 mod gallery;
 mod identity;
 mod load;

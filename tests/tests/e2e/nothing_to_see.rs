@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::cli::Cli;
 
 /// An RGB image `w×h` from `f(x, y)`, written as a PNG at `path`.
-fn png(path: &Path, w: u32, h: u32, f: impl Fn(u32, u32) -> [u8; 3]) -> PathBuf {
+pub(crate) fn png(path: &Path, w: u32, h: u32, f: impl Fn(u32, u32) -> [u8; 3]) -> PathBuf {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let rgb: Vec<u8> = (0..h)
         .flat_map(|y| (0..w).map(move |x| (x, y)))

@@ -1,0 +1,494 @@
+//! Light evened out before a photo is framed ([`super::photo`], step 1½): the background's
+//! light — falling unevenly across the frame, and a soft shadow the garment casts beside
+//! itself — estimated and divided out, so the background is one level again and the garment
+//! is framed (and its contrast measured) as under even light.
+//!
+//! Why: the pipeline takes the background's level from the border ring and counts every pixel
+//! darker than it by more than a floor as the object. Light 30 % dimmer on one side makes that
+//! side "object", and a shadow beside the garment widens its box, so the model input changes
+//! scale and place and the exact top 8 with it (`eval --photos`: uneven light and shadow).
+//!
+//! How, on a grid of at most [`GRID`] cells a side (block means of the grey level, then a 3×3
+//! mean):
+//! 1. the **background's cells** are flooded from the border ring's cells at its level: a
+//!    neighbour joins when it differs from the cell it is reached from by at most
+//!    [`SMOOTH_STEP`] of the level, is no darker than [`DARKEST`] of it, and keeps the
+//!    background's colour (its channels' gains within [`CHROMA`] of each other). Light and a
+//!    soft shadow change smoothly and scale every channel alike; a garment's edge is a step (at
+//!    this grid's scale) and a coloured garment changes the colour, so the flood stops there;
+//! 2. the **light** is a quadratic surface fitted to those cells by least squares, again and
+//!    again without the cells more than [`TRIMS`] below the last fit (a shadow, a faint edge,
+//!    a shaded part of the garment the flood leaked into): how the garment itself is lit;
+//! 3. a **shadow** is the garment's core moved and blurred: fitted to the flooded cells'
+//!    darkness under that light over offsets and blurs, and kept when it explains most of it
+//!    ([`fit_shadow`]). A flood alone cannot tell a shadow from a garment's faint, smoothly
+//!    shaded part it leaks into; a shadow's shape can: it is the garment's, moved;
+//! 4. when that estimate differs from the ring's level by less than [`MIN_VARIATION`]
+//!    anywhere, the photo is left exactly as it is (a photo under even light, every clean
+//!    photo, the committed parity fixtures); otherwise each pixel's channels are scaled by
+//!    `level / estimate` (bilinear between cell centres), which keeps the colours' ratios (white
+//!    light).
+//!
+//! f64 additions, multiplications, divisions and comparisons only (no transcendental
+//! functions), so native and wasm give the same bytes.
+
+/// Longest side of the grid the light is estimated on. At 112 photo pixels a cell is a pixel;
+/// a larger photo is averaged down first, so a garment's edge stays a step of a cell or two
+/// whatever the photo's size.
+pub const GRID: usize = 128;
+/// Most a background cell differs from the neighbour the flood reached it from, as a share of
+/// the level: a soft shadow's edge (blur 3 % of the side or more, darkness at most 40 %)
+/// changes by less per cell, a garment's edge by more.
+pub const SMOOTH_STEP: f64 = 0.035;
+/// Most the gains of a background cell's three channels (against the background's colour)
+/// may differ: white light and a shadow scale them alike.
+pub const CHROMA: f64 = 0.06;
+/// The darkest the background may be lit, as a share of the level.
+pub const DARKEST: f64 = 0.55;
+/// Cells more than these shares below the fitted light are left out of the next fit, in
+/// turn: a garment's shaded part the flood leaked into pulls the first fit down, and is
+/// left out step by step as the surface rises to the background's upper envelope.
+pub const TRIMS: [f64; 6] = [0.3, 0.2, 0.12, 0.08, 0.05, 0.03];
+/// A cell the flood did not reach and darker than this share of the light is the garment's
+/// core: no shadow is that dark ([`DARKEST`]).
+pub const CORE: f64 = 0.6;
+/// The blurs tried for a shadow (box radius, as a share of the grid's side).
+pub const SHADOW_BLURS: [f64; 3] = [0.025, 0.04, 0.055];
+/// The farthest a shadow is looked for from the garment (a share of the side).
+pub const SHADOW_REACH: f64 = 0.08;
+/// A shadow moves the garment's core by at least this share of the side.
+pub const SHADOW_MIN_OFFSET: f64 = 0.025;
+/// A shadow takes at least this share of the light.
+pub const SHADOW_MIN_DARKNESS: f64 = 0.08;
+/// A shadow explains at least this share of the flooded cells' darkness (sum of squares).
+pub const SHADOW_EXPLAINS: f64 = 0.7;
+/// The light is evened out only where it varies by at least this share of the level.
+pub const MIN_VARIATION: f64 = 0.04;
+
+/// The photo (`rgb`, composited, `width × height`) with its light evened out to `level` (the
+/// border ring's grey level), or `None` when the light is even (within [`MIN_VARIATION`]),
+/// the background is dark (`level` ≤ 127: a light object, nothing this models), or too little
+/// background is seen to estimate it.
+pub fn even_out(rgb: &[[u8; 3]], width: usize, height: usize, level: i32) -> Option<Vec<[u8; 3]>> {
+    if level <= 127 || width < 3 || height < 3 {
+        return None;
+    }
+    let level = level as f64;
+    let light = estimate(rgb, width, height, level)?;
+    Some(apply(rgb, width, height, level, &light))
+}
+
+/// The estimated light on the grid, with its geometry.
+struct Light {
+    /// Photo pixels to a cell (a side).
+    f: usize,
+    gw: usize,
+    gh: usize,
+    /// The light at each cell's centre.
+    cells: Vec<f64>,
+}
+
+fn luma(c: [u8; 3]) -> f64 {
+    (299.0 * c[0] as f64 + 587.0 * c[1] as f64 + 114.0 * c[2] as f64) / 1000.0
+}
+
+fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<Light> {
+    let f = width.max(height).div_ceil(GRID);
+    let (gw, gh) = (width.div_ceil(f), height.div_ceil(f));
+    let n = gw * gh;
+    // Block means of the grey level and of each channel.
+    let (mut sum, mut count) = (vec![[0.0f64; 4]; n], vec![0u32; n]);
+    for y in 0..height {
+        for x in 0..width {
+            let c = (y / f) * gw + x / f;
+            let p = rgb[y * width + x];
+            let s = &mut sum[c];
+            s[0] += luma(p);
+            for k in 0..3 {
+                s[k + 1] += p[k] as f64;
+            }
+            count[c] += 1;
+        }
+    }
+    let mean: Vec<[f64; 4]> = sum
+        .iter()
+        .zip(&count)
+        .map(|(s, &k)| s.map(|v| v / k as f64))
+        .collect();
+    // A 3×3 mean (over the cells that exist): noise averaged, a step kept a step.
+    let smooth: Vec<[f64; 4]> = (0..n)
+        .map(|i| {
+            let (x, y) = (i % gw, i / gw);
+            let (mut s, mut k) = ([0.0; 4], 0.0);
+            for yy in y.saturating_sub(1)..(y + 2).min(gh) {
+                for xx in x.saturating_sub(1)..(x + 2).min(gw) {
+                    for (a, b) in s.iter_mut().zip(mean[yy * gw + xx]) {
+                        *a += b;
+                    }
+                    k += 1.0;
+                }
+            }
+            s.map(|v| v / k)
+        })
+        .collect();
+    let sm: Vec<f64> = smooth.iter().map(|s| s[0]).collect();
+    // 1. Flood the background from the ring's cells at its level.
+    let step = SMOOTH_STEP * level;
+    let darkest = DARKEST * level;
+    let mut flooded = vec![false; n];
+    let mut stack: Vec<usize> = (0..n)
+        .filter(|&i| {
+            let (x, y) = (i % gw, i / gw);
+            (x == 0 || y == 0 || x + 1 == gw || y + 1 == gh) && (sm[i] - level).abs() <= step
+        })
+        .collect();
+    for &i in &stack {
+        flooded[i] = true;
+    }
+    // The background's colour (the seeds' mean): light and shadow scale its channels alike,
+    // a coloured garment does not, so a cell whose channels' gains differ by more than
+    // [`CHROMA`] is not the background however smoothly its grey level changes.
+    let mut colour = [0.0f64; 3];
+    for &i in &stack {
+        for (c, v) in colour.iter_mut().zip(&smooth[i][1..]) {
+            *c += v / stack.len() as f64;
+        }
+    }
+    if colour.iter().any(|&c| c < 1.0) {
+        return None;
+    }
+    let plain = |i: usize| {
+        let gains = [0, 1, 2].map(|k| smooth[i][k + 1] / colour[k]);
+        let (lo, hi) = gains
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &g| (lo.min(g), hi.max(g)));
+        hi - lo <= CHROMA
+    };
+    while let Some(i) = stack.pop() {
+        for j in neighbours(i, gw, gh).into_iter().flatten() {
+            if !flooded[j] && sm[j] >= darkest && (sm[j] - sm[i]).abs() <= step && plain(j) {
+                flooded[j] = true;
+                stack.push(j);
+            }
+        }
+    }
+    let seen = flooded.iter().filter(|&&b| b).count();
+    if seen * 20 < n {
+        return None;
+    }
+    // 2. The light: a quadratic in the cell's centre (−½…½ across the grid), fitted three
+    // times, the cells well below the last fit left out.
+    let basis = |i: usize| -> [f64; 6] {
+        let u = ((i % gw) as f64 + 0.5) / gw as f64 - 0.5;
+        let v = ((i / gw) as f64 + 0.5) / gh as f64 - 0.5;
+        [1.0, u, v, u * u, u * v, v * v]
+    };
+    let mut coef = fit(&flooded, &sm, basis)?;
+    for trim in TRIMS {
+        let used: Vec<bool> = (0..n)
+            .map(|i| flooded[i] && sm[i] >= (1.0 - trim) * dot(&coef, &basis(i)))
+            .collect();
+        if used.iter().filter(|&&b| b).count() * 20 < n {
+            break;
+        }
+        coef = fit(&used, &sm, basis)?;
+    }
+    let surface: Vec<f64> = (0..n)
+        .map(|i| dot(&coef, &basis(i)).clamp(darkest, 1.25 * level))
+        .collect();
+    // 3. A shadow: the garment's core moved and blurred, fitted to the flooded cells.
+    let shadow = fit_shadow(&flooded, &sm, &surface, gw, gh);
+    let cells: Vec<f64> = (0..n)
+        .map(|i| surface[i] * shadow.as_ref().map_or(1.0, |s| s[i]))
+        .collect();
+    // 4. Even light is left alone.
+    let varies = cells
+        .iter()
+        .any(|&b| (b - level).abs() >= MIN_VARIATION * level);
+    varies.then_some(Light { f, gw, gh, cells })
+}
+
+/// The light a shadow leaves at each cell (1 where there is none), or `None` when no shadow
+/// is seen. The garment's core (cells not flooded and darker than [`CORE`] of the light: no
+/// shadow is that dark) is blurred (three box passes of radius `r`, for each radius in
+/// [`SHADOW_BLURS`] of the grid's side) and moved by every offset up to [`SHADOW_REACH`] of the
+/// side; the flooded cells' darkness under the light, `1 − cell / light`, is fitted by least
+/// squares as `darkness × the moved, blurred core`. The best fit is a shadow when it moves
+/// the core by at least [`SHADOW_MIN_OFFSET`] of the side (a faint edge the flood took in lies
+/// around the core, unmoved), takes at least [`SHADOW_MIN_DARKNESS`] of the light, and
+/// explains at least [`SHADOW_EXPLAINS`] of the flooded cells' darkness. The shadow falls on
+/// every cell outside the core (also those the flood stopped short of, next to the garment).
+fn fit_shadow(
+    flooded: &[bool],
+    sm: &[f64],
+    surface: &[f64],
+    gw: usize,
+    gh: usize,
+) -> Option<Vec<f64>> {
+    let n = gw * gh;
+    let core: Vec<f64> = (0..n)
+        .map(|i| f64::from(u8::from(!flooded[i] && sm[i] < CORE * surface[i])))
+        .collect();
+    // Cells with the core on both sides along their row and along their column are the
+    // garment's (a shaded part the flood leaked into), never its shadow.
+    let mut enclosed = vec![[false; 4]; n];
+    // Along each line (rows, then columns), forwards and backwards: is there core at or before?
+    let mut sweep = |lines: usize, len: usize, at: &dyn Fn(usize, usize) -> usize, slot: usize| {
+        for l in 0..lines {
+            let (mut ahead, mut behind) = (false, false);
+            for j in 0..len {
+                let (a, b) = (at(l, j), at(l, len - 1 - j));
+                ahead |= core[a] > 0.0;
+                behind |= core[b] > 0.0;
+                enclosed[a][slot] = ahead;
+                enclosed[b][slot + 1] = behind;
+            }
+        }
+    };
+    sweep(gh, gw, &|y, x| y * gw + x, 0);
+    sweep(gw, gh, &|x, y| y * gw + x, 2);
+    let outside: Vec<bool> = enclosed.iter().map(|e| !e.iter().all(|&b| b)).collect();
+    let flooded: Vec<bool> = (0..n).map(|i| flooded[i] && outside[i]).collect();
+    let dark: Vec<f64> = (0..n)
+        .map(|i| {
+            if flooded[i] {
+                (1.0 - sm[i] / surface[i]).max(0.0)
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let total: f64 = dark.iter().map(|d| d * d).sum();
+    if total == 0.0 || core.iter().all(|&c| c == 0.0) {
+        return None;
+    }
+    let side = gw.max(gh) as f64;
+    let reach = (SHADOW_REACH * side).round() as i64;
+    let min_offset = (SHADOW_MIN_OFFSET * side).max(1.0);
+    // (residual, darkness, blurred core, offset)
+    let mut best: Option<(f64, f64, usize, (i64, i64))> = None;
+    let blurred: Vec<Vec<f64>> = SHADOW_BLURS
+        .iter()
+        .map(|&b| box_blur(&core, gw, gh, ((b * side).round() as usize).max(1)))
+        .collect();
+    let flooded_cells: Vec<usize> = (0..n).filter(|&i| flooded[i]).collect();
+    for (k, blur) in blurred.iter().enumerate() {
+        for oy in -reach..=reach {
+            for ox in -reach..=reach {
+                if ((ox * ox + oy * oy) as f64) < min_offset * min_offset {
+                    continue;
+                }
+                let (mut sd, mut ss) = (0.0, 0.0);
+                for &i in &flooded_cells {
+                    let v = moved(blur, gw, gh, i, ox, oy);
+                    sd += v * dark[i];
+                    ss += v * v;
+                }
+                if ss == 0.0 {
+                    continue;
+                }
+                let d = (sd / ss).min(1.0 - DARKEST);
+                // Σ(dark − d·v)² = Σdark² − 2d·Σdark·v + d²·Σv².
+                let residual = total - 2.0 * d * sd + d * d * ss;
+                if best.is_none_or(|b| residual < b.0) {
+                    best = Some((residual, d, k, (ox, oy)));
+                }
+            }
+        }
+    }
+    let (residual, d, k, (ox, oy)) = best?;
+    if d < SHADOW_MIN_DARKNESS || residual > (1.0 - SHADOW_EXPLAINS) * total {
+        return None;
+    }
+    Some(
+        (0..n)
+            .map(|i| {
+                if !outside[i] {
+                    1.0
+                } else {
+                    1.0 - d * moved(&blurred[k], gw, gh, i, ox, oy)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// `grid`'s value at the cell `(ox, oy)` before cell `i` (0 outside the grid).
+fn moved(grid: &[f64], gw: usize, gh: usize, i: usize, ox: i64, oy: i64) -> f64 {
+    let (x, y) = ((i % gw) as i64 - ox, (i / gw) as i64 - oy);
+    if (0..gw as i64).contains(&x) && (0..gh as i64).contains(&y) {
+        grid[y as usize * gw + x as usize]
+    } else {
+        0.0
+    }
+}
+
+/// Three passes of a (2r+1)-wide box mean along each axis (0 outside the grid): nearly a
+/// Gaussian of standard deviation √(r(r+1)), in additions and divisions only.
+fn box_blur(grid: &[f64], gw: usize, gh: usize, r: usize) -> Vec<f64> {
+    let mut out = grid.to_vec();
+    let width = (2 * r + 1) as f64;
+    for _ in 0..3 {
+        for (len, step, lines, line_step) in [(gw, 1, gh, gw), (gh, gw, gw, 1)] {
+            let src = out.clone();
+            for l in 0..lines {
+                let base = l * line_step;
+                for j in 0..len {
+                    let lo = j.saturating_sub(r);
+                    let hi = (j + r + 1).min(len);
+                    let s: f64 = (lo..hi).map(|t| src[base + t * step]).sum();
+                    out[base + j * step] = s / width;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The 4-neighbours of cell `i` of a `gw × gh` grid (left, right, up, down; `None` past an
+/// edge).
+pub(crate) fn neighbours(i: usize, gw: usize, gh: usize) -> [Option<usize>; 4] {
+    let (x, y) = (i % gw, i / gw);
+    [
+        (x > 0).then(|| i - 1),
+        (x + 1 < gw).then(|| i + 1),
+        (y > 0).then(|| i - gw),
+        (y + 1 < gh).then(|| i + gw),
+    ]
+}
+
+fn dot(a: &[f64; 6], b: &[f64; 6]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Least squares of `values` on `basis` over the `used` cells (normal equations, Gaussian
+/// elimination with partial pivoting); `None` if singular.
+fn fit(used: &[bool], values: &[f64], basis: impl Fn(usize) -> [f64; 6]) -> Option<[f64; 6]> {
+    let mut a = [[0.0f64; 7]; 6];
+    for i in (0..used.len()).filter(|&i| used[i]) {
+        let b = basis(i);
+        for r in 0..6 {
+            for c in 0..6 {
+                a[r][c] += b[r] * b[c];
+            }
+            a[r][6] += b[r] * values[i];
+        }
+    }
+    for col in 0..6 {
+        let pivot = (col..6).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
+        if a[pivot][col].abs() < 1e-9 {
+            return None;
+        }
+        a.swap(col, pivot);
+        for r in 0..6 {
+            if r != col {
+                let k = a[r][col] / a[col][col];
+                for c in col..7 {
+                    a[r][c] -= k * a[col][c];
+                }
+            }
+        }
+    }
+    let mut out = [0.0; 6];
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = a[r][6] / a[r][r];
+    }
+    Some(out)
+}
+
+/// Each pixel's channels scaled by `level` over the light at it (bilinear between the cells'
+/// centres, clamped at the grid's edge).
+fn apply(rgb: &[[u8; 3]], width: usize, height: usize, level: f64, light: &Light) -> Vec<[u8; 3]> {
+    let Light { f, gw, gh, cells } = light;
+    let (f, gw, gh) = (*f, *gw, *gh);
+    let coord = |p: usize, cellsn: usize| -> (usize, usize, f64) {
+        let c = ((p as f64 + 0.5) / f as f64 - 0.5).clamp(0.0, (cellsn - 1) as f64);
+        let c0 = c.floor() as usize;
+        let c1 = (c0 + 1).min(cellsn - 1);
+        (c0, c1, c - c0 as f64)
+    };
+    let mut out = Vec::with_capacity(rgb.len());
+    for y in 0..height {
+        let (y0, y1, fy) = coord(y, gh);
+        for x in 0..width {
+            let (x0, x1, fx) = coord(x, gw);
+            let at = |cx: usize, cy: usize| cells[cy * gw + cx];
+            let b = (1.0 - fy) * ((1.0 - fx) * at(x0, y0) + fx * at(x1, y0))
+                + fy * ((1.0 - fx) * at(x0, y1) + fx * at(x1, y1));
+            let k = level / b;
+            let p = rgb[y * width + x];
+            let c = |v: u8| (v as f64 * k).round().clamp(0.0, 255.0) as u8;
+            out.push([c(p[0]), c(p[1]), c(p[2])]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 112-pixel photo: a dark rectangle (level 60) on a background of 240, the light
+    /// falling by `fall` from left to right, and a shadow of `shadow` darkness: the rectangle
+    /// moved 8 right and 5 down, blurred (the share of a 13×13 square around the pixel in it).
+    fn scene(fall: f64, shadow: f64) -> Vec<[u8; 3]> {
+        let garment = |x: i32, y: i32| (30..70).contains(&x) && (20..92).contains(&y);
+        let mut out = Vec::new();
+        for y in 0..112 {
+            for x in 0..112 {
+                let light = 1.0 - fall * x as f64 / 111.0;
+                let v = if garment(x, y) {
+                    60.0 * light
+                } else {
+                    let mut inside = 0;
+                    for dy in -6..=6 {
+                        for dx in -6..=6 {
+                            inside += i32::from(garment(x - 8 + dx, y - 5 + dy));
+                        }
+                    }
+                    240.0 * light * (1.0 - shadow * inside as f64 / 169.0)
+                };
+                let g = v.round() as u8;
+                out.push([g, g, g]);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn even_light_is_left_alone() {
+        assert!(even_out(&scene(0.0, 0.0), 112, 112, 240).is_none());
+        // A dark background: nothing is done.
+        assert!(even_out(&vec![[20u8; 3]; 112 * 112], 112, 112, 20).is_none());
+    }
+
+    #[test]
+    fn uneven_light_and_a_shadow_are_divided_out() {
+        let clean = scene(0.0, 0.0);
+        for (fall, shadow) in [(0.3, 0.0), (0.0, 0.3), (0.25, 0.25)] {
+            let photo = scene(fall, shadow);
+            let level = 240 - (240.0 * fall / 2.0) as i32;
+            let even = even_out(&photo, 112, 112, level).expect("uneven");
+            // The background is one level again (away from the garment's and the shadow's
+            // edges), and the garment keeps its contrast against it.
+            for y in [5, 50, 100] {
+                for x in [5, 50, 72, 76, 85, 100] {
+                    if (30..70).contains(&x) && (20..92).contains(&y) {
+                        continue;
+                    }
+                    let v = even[y * 112 + x][0] as i32;
+                    assert!(
+                        (v - level).abs() <= 6,
+                        "{fall} {shadow}: ({x}, {y}) {v} vs {level}"
+                    );
+                }
+            }
+            let ratio = even[56 * 112 + 50][0] as f64 / level as f64;
+            let want = clean[56 * 112 + 50][0] as f64 / 240.0;
+            assert!(
+                (ratio - want).abs() < 0.03,
+                "{fall} {shadow}: {ratio} vs {want}"
+            );
+        }
+    }
+}

@@ -1,33 +1,37 @@
-//! Light evened out before a photo is framed ([`super::photo`], step 1½): the background's
-//! light — falling unevenly across the frame, and a soft shadow the garment casts beside
-//! itself — estimated and divided out, so the background is one level again and the garment
-//! is framed (and its contrast measured) as under even light.
+//! Light evened out before a photo is framed ([`super::photo`], step 1½): light falling
+//! unevenly across the frame estimated and divided out, so the background is one level again
+//! and the garment is framed (and its contrast measured) as under even light.
 //!
 //! Why: the pipeline takes the background's level from the border ring and counts every pixel
 //! darker than it by more than a floor as the object. Light 30 % dimmer on one side makes that
-//! side "object", and a shadow beside the garment widens its box, so the model input changes
-//! scale and place and the exact top 8 with it (`eval --photos`: uneven light and shadow).
+//! side "object", so the model input changes scale and place and the exact top 8 with it
+//! (`eval --photos`: uneven light).
 //!
 //! How, on a grid of at most [`GRID`] cells a side (block means of the grey level, then a 3×3
 //! mean):
 //! 1. the **background's cells** are flooded from the border ring's cells at its level: a
 //!    neighbour joins when it differs from the cell it is reached from by at most
 //!    [`SMOOTH_STEP`] of the level, is no darker than [`DARKEST`] of it, and keeps the
-//!    background's colour (its channels' gains within [`CHROMA`] of each other). Light and a
-//!    soft shadow change smoothly and scale every channel alike; a garment's edge is a step (at
-//!    this grid's scale) and a coloured garment changes the colour, so the flood stops there;
+//!    background's colour (its channels' gains within [`CHROMA`] of each other). Light changes
+//!    smoothly and scales every channel alike; a garment's edge is a step (at this grid's
+//!    scale) and a coloured garment changes the colour, so the flood stops there;
 //! 2. the **light** is a quadratic surface fitted to those cells by least squares, again and
-//!    again without the cells more than [`TRIMS`] below the last fit (a shadow, a faint edge,
-//!    a shaded part of the garment the flood leaked into): how the garment itself is lit;
-//! 3. a **shadow** is the garment's core moved and blurred: fitted to the flooded cells'
-//!    darkness under that light over offsets and blurs, and kept when it explains most of it
-//!    ([`fit_shadow`]). A flood alone cannot tell a shadow from a garment's faint, smoothly
-//!    shaded part it leaks into; a shadow's shape can: it is the garment's, moved;
-//! 4. when that estimate differs from the ring's level by less than [`MIN_VARIATION`]
-//!    anywhere, the photo is left exactly as it is (a photo under even light, every clean
-//!    photo, the committed parity fixtures); otherwise each pixel's channels are scaled by
-//!    `level / estimate` (bilinear between cell centres), which keeps the colours' ratios (white
-//!    light).
+//!    again without the cells more than [`TRIMS`] below the last fit (a faint edge, a shaded
+//!    part of the garment the flood leaked into): how the garment itself is lit;
+//! 3. light that falls across the frame shows along its border: when the middle half of the
+//!    flooded border cells spans less than [`MIN_VARIATION`] of the level, or their upper
+//!    quartile is less than half that above it, or the surface differs from it by less than
+//!    that everywhere, the
+//!    photo is left exactly as it is (a photo under even light, every clean photo, the
+//!    committed parity fixtures); otherwise each pixel's channels are scaled by `level /
+//!    estimate` (bilinear between cell centres), which keeps the colours' ratios (white light).
+//!
+//! **A soft shadow beside the garment is not divided out.** A model of it (the garment's core
+//! moved and blurred, fitted to the flooded cells' darkness) found 0.4–0.9 of the shadows
+//! drawn, depending on its gates, but also "found" one in up to 15 % of photos with no shadow
+//! (the flood leaks into a garment's light parts), and where it was right the garment's box
+//! still moved a pixel or two (top-8 agreement about 0.77–0.80 of the unshadowed photo's):
+//! left out until it is right (`git log -S fit_shadow`).
 //!
 //! f64 additions, multiplications, divisions and comparisons only (no transcendental
 //! functions), so native and wasm give the same bytes.
@@ -37,11 +41,11 @@
 /// whatever the photo's size.
 pub const GRID: usize = 128;
 /// Most a background cell differs from the neighbour the flood reached it from, as a share of
-/// the level: a soft shadow's edge (blur 3 % of the side or more, darkness at most 40 %)
-/// changes by less per cell, a garment's edge by more.
+/// the level: light falling 40 % across the frame changes by less per cell, a garment's edge
+/// by more.
 pub const SMOOTH_STEP: f64 = 0.035;
 /// Most the gains of a background cell's three channels (against the background's colour)
-/// may differ: white light and a shadow scale them alike.
+/// may differ: white light scales them alike.
 pub const CHROMA: f64 = 0.06;
 /// The darkest the background may be lit, as a share of the level.
 pub const DARKEST: f64 = 0.55;
@@ -49,19 +53,6 @@ pub const DARKEST: f64 = 0.55;
 /// turn: a garment's shaded part the flood leaked into pulls the first fit down, and is
 /// left out step by step as the surface rises to the background's upper envelope.
 pub const TRIMS: [f64; 6] = [0.3, 0.2, 0.12, 0.08, 0.05, 0.03];
-/// A cell the flood did not reach and darker than this share of the light is the garment's
-/// core: no shadow is that dark ([`DARKEST`]).
-pub const CORE: f64 = 0.6;
-/// The blurs tried for a shadow (box radius, as a share of the grid's side).
-pub const SHADOW_BLURS: [f64; 3] = [0.025, 0.04, 0.055];
-/// The farthest a shadow is looked for from the garment (a share of the side).
-pub const SHADOW_REACH: f64 = 0.08;
-/// A shadow moves the garment's core by at least this share of the side.
-pub const SHADOW_MIN_OFFSET: f64 = 0.025;
-/// A shadow takes at least this share of the light.
-pub const SHADOW_MIN_DARKNESS: f64 = 0.08;
-/// A shadow explains at least this share of the flooded cells' darkness (sum of squares).
-pub const SHADOW_EXPLAINS: f64 = 0.7;
 /// The light is evened out only where it varies by at least this share of the level.
 pub const MIN_VARIATION: f64 = 0.04;
 
@@ -193,156 +184,36 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
         }
         coef = fit(&used, &sm, basis)?;
     }
-    let surface: Vec<f64> = (0..n)
+    // 3. Light that falls across the frame shows along its border: light falling by f across
+    // it spreads the flooded border cells' middle half over about f/2, and lights a quarter
+    // of them above the ring's level (its median) by about f/4. Even light leaves that half
+    // within [`MIN_VARIATION`] and nothing above the level, whatever a garment touching the
+    // border lets the flood leak into (always darker) or a surface fitted to a garment's
+    // light parts says inside: left alone.
+    let on_border = |i: usize| {
+        let (x, y) = (i % gw, i / gw);
+        x == 0 || y == 0 || x + 1 == gw || y + 1 == gh
+    };
+    let mut border: Vec<f64> = (0..n)
+        .filter(|&i| on_border(i) && flooded[i])
+        .map(|i| sm[i])
+        .collect();
+    border.sort_by(f64::total_cmp);
+    let quartile = |q: usize| border[(q * (border.len() - 1)) / 4];
+    if border.is_empty()
+        || quartile(3) - quartile(1) < MIN_VARIATION * level
+        || quartile(3) - level < MIN_VARIATION / 2.0 * level
+    {
+        return None;
+    }
+    let cells: Vec<f64> = (0..n)
         .map(|i| dot(&coef, &basis(i)).clamp(darkest, 1.25 * level))
         .collect();
-    // 3. A shadow: the garment's core moved and blurred, fitted to the flooded cells.
-    let shadow = fit_shadow(&flooded, &sm, &surface, gw, gh);
-    let cells: Vec<f64> = (0..n)
-        .map(|i| surface[i] * shadow.as_ref().map_or(1.0, |s| s[i]))
-        .collect();
-    // 4. Even light is left alone.
+    // 4. Light varying less than that anywhere is even too.
     let varies = cells
         .iter()
         .any(|&b| (b - level).abs() >= MIN_VARIATION * level);
     varies.then_some(Light { f, gw, gh, cells })
-}
-
-/// The light a shadow leaves at each cell (1 where there is none), or `None` when no shadow
-/// is seen. The garment's core (cells not flooded and darker than [`CORE`] of the light: no
-/// shadow is that dark) is blurred (three box passes of radius `r`, for each radius in
-/// [`SHADOW_BLURS`] of the grid's side) and moved by every offset up to [`SHADOW_REACH`] of the
-/// side; the flooded cells' darkness under the light, `1 − cell / light`, is fitted by least
-/// squares as `darkness × the moved, blurred core`. The best fit is a shadow when it moves
-/// the core by at least [`SHADOW_MIN_OFFSET`] of the side (a faint edge the flood took in lies
-/// around the core, unmoved), takes at least [`SHADOW_MIN_DARKNESS`] of the light, and
-/// explains at least [`SHADOW_EXPLAINS`] of the flooded cells' darkness. The shadow falls on
-/// every cell outside the core (also those the flood stopped short of, next to the garment).
-fn fit_shadow(
-    flooded: &[bool],
-    sm: &[f64],
-    surface: &[f64],
-    gw: usize,
-    gh: usize,
-) -> Option<Vec<f64>> {
-    let n = gw * gh;
-    let core: Vec<f64> = (0..n)
-        .map(|i| f64::from(u8::from(!flooded[i] && sm[i] < CORE * surface[i])))
-        .collect();
-    // Cells with the core on both sides along their row and along their column are the
-    // garment's (a shaded part the flood leaked into), never its shadow.
-    let mut enclosed = vec![[false; 4]; n];
-    // Along each line (rows, then columns), forwards and backwards: is there core at or before?
-    let mut sweep = |lines: usize, len: usize, at: &dyn Fn(usize, usize) -> usize, slot: usize| {
-        for l in 0..lines {
-            let (mut ahead, mut behind) = (false, false);
-            for j in 0..len {
-                let (a, b) = (at(l, j), at(l, len - 1 - j));
-                ahead |= core[a] > 0.0;
-                behind |= core[b] > 0.0;
-                enclosed[a][slot] = ahead;
-                enclosed[b][slot + 1] = behind;
-            }
-        }
-    };
-    sweep(gh, gw, &|y, x| y * gw + x, 0);
-    sweep(gw, gh, &|x, y| y * gw + x, 2);
-    let outside: Vec<bool> = enclosed.iter().map(|e| !e.iter().all(|&b| b)).collect();
-    let flooded: Vec<bool> = (0..n).map(|i| flooded[i] && outside[i]).collect();
-    let dark: Vec<f64> = (0..n)
-        .map(|i| {
-            if flooded[i] {
-                (1.0 - sm[i] / surface[i]).max(0.0)
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let total: f64 = dark.iter().map(|d| d * d).sum();
-    if total == 0.0 || core.iter().all(|&c| c == 0.0) {
-        return None;
-    }
-    let side = gw.max(gh) as f64;
-    let reach = (SHADOW_REACH * side).round() as i64;
-    let min_offset = (SHADOW_MIN_OFFSET * side).max(1.0);
-    // (residual, darkness, blurred core, offset)
-    let mut best: Option<(f64, f64, usize, (i64, i64))> = None;
-    let blurred: Vec<Vec<f64>> = SHADOW_BLURS
-        .iter()
-        .map(|&b| box_blur(&core, gw, gh, ((b * side).round() as usize).max(1)))
-        .collect();
-    let flooded_cells: Vec<usize> = (0..n).filter(|&i| flooded[i]).collect();
-    for (k, blur) in blurred.iter().enumerate() {
-        for oy in -reach..=reach {
-            for ox in -reach..=reach {
-                if ((ox * ox + oy * oy) as f64) < min_offset * min_offset {
-                    continue;
-                }
-                let (mut sd, mut ss) = (0.0, 0.0);
-                for &i in &flooded_cells {
-                    let v = moved(blur, gw, gh, i, ox, oy);
-                    sd += v * dark[i];
-                    ss += v * v;
-                }
-                if ss == 0.0 {
-                    continue;
-                }
-                let d = (sd / ss).min(1.0 - DARKEST);
-                // Σ(dark − d·v)² = Σdark² − 2d·Σdark·v + d²·Σv².
-                let residual = total - 2.0 * d * sd + d * d * ss;
-                if best.is_none_or(|b| residual < b.0) {
-                    best = Some((residual, d, k, (ox, oy)));
-                }
-            }
-        }
-    }
-    let (residual, d, k, (ox, oy)) = best?;
-    if d < SHADOW_MIN_DARKNESS || residual > (1.0 - SHADOW_EXPLAINS) * total {
-        return None;
-    }
-    Some(
-        (0..n)
-            .map(|i| {
-                if !outside[i] {
-                    1.0
-                } else {
-                    1.0 - d * moved(&blurred[k], gw, gh, i, ox, oy)
-                }
-            })
-            .collect(),
-    )
-}
-
-/// `grid`'s value at the cell `(ox, oy)` before cell `i` (0 outside the grid).
-fn moved(grid: &[f64], gw: usize, gh: usize, i: usize, ox: i64, oy: i64) -> f64 {
-    let (x, y) = ((i % gw) as i64 - ox, (i / gw) as i64 - oy);
-    if (0..gw as i64).contains(&x) && (0..gh as i64).contains(&y) {
-        grid[y as usize * gw + x as usize]
-    } else {
-        0.0
-    }
-}
-
-/// Three passes of a (2r+1)-wide box mean along each axis (0 outside the grid): nearly a
-/// Gaussian of standard deviation √(r(r+1)), in additions and divisions only.
-fn box_blur(grid: &[f64], gw: usize, gh: usize, r: usize) -> Vec<f64> {
-    let mut out = grid.to_vec();
-    let width = (2 * r + 1) as f64;
-    for _ in 0..3 {
-        for (len, step, lines, line_step) in [(gw, 1, gh, gw), (gh, gw, gw, 1)] {
-            let src = out.clone();
-            for l in 0..lines {
-                let base = l * line_step;
-                for j in 0..len {
-                    let lo = j.saturating_sub(r);
-                    let hi = (j + r + 1).min(len);
-                    let s: f64 = (lo..hi).map(|t| src[base + t * step]).sum();
-                    out[base + j * step] = s / width;
-                }
-            }
-        }
-    }
-    out
 }
 
 /// The 4-neighbours of cell `i` of a `gw × gh` grid (left, right, up, down; `None` past an
@@ -460,35 +331,32 @@ mod tests {
         assert!(even_out(&scene(0.0, 0.0), 112, 112, 240).is_none());
         // A dark background: nothing is done.
         assert!(even_out(&vec![[20u8; 3]; 112 * 112], 112, 112, 20).is_none());
+        // A shadow under even light: the border is even, so the light is (see the module's
+        // note on shadows).
+        assert!(even_out(&scene(0.0, 0.3), 112, 112, 240).is_none());
     }
 
     #[test]
-    fn uneven_light_and_a_shadow_are_divided_out() {
+    fn uneven_light_is_divided_out() {
         let clean = scene(0.0, 0.0);
-        for (fall, shadow) in [(0.3, 0.0), (0.0, 0.3), (0.25, 0.25)] {
-            let photo = scene(fall, shadow);
+        for fall in [0.2, 0.3, 0.4] {
+            let photo = scene(fall, 0.0);
             let level = 240 - (240.0 * fall / 2.0) as i32;
             let even = even_out(&photo, 112, 112, level).expect("uneven");
-            // The background is one level again (away from the garment's and the shadow's
-            // edges), and the garment keeps its contrast against it.
+            // The background is one level again, and the garment keeps its contrast
+            // against it.
             for y in [5, 50, 100] {
-                for x in [5, 50, 72, 76, 85, 100] {
+                for x in [5, 20, 50, 72, 85, 100] {
                     if (30..70).contains(&x) && (20..92).contains(&y) {
                         continue;
                     }
                     let v = even[y * 112 + x][0] as i32;
-                    assert!(
-                        (v - level).abs() <= 6,
-                        "{fall} {shadow}: ({x}, {y}) {v} vs {level}"
-                    );
+                    assert!((v - level).abs() <= 6, "{fall}: ({x}, {y}) {v} vs {level}");
                 }
             }
             let ratio = even[56 * 112 + 50][0] as f64 / level as f64;
             let want = clean[56 * 112 + 50][0] as f64 / 240.0;
-            assert!(
-                (ratio - want).abs() < 0.03,
-                "{fall} {shadow}: {ratio} vs {want}"
-            );
+            assert!((ratio - want).abs() < 0.03, "{fall}: {ratio} vs {want}");
         }
     }
 }

@@ -310,8 +310,12 @@ mod tests {
     fn a_front_needs_shards_and_a_whole_replica_it_can_reach() {
         let t = std::time::Duration::from_secs(1);
         let ok = |s: &str| s.to_string();
-        let f = Front::new(vec![ok("http://a:1/"), ok("http://b:2")], ok("http://c:3/"), t)
-            .unwrap();
+        let f = Front::new(
+            vec![ok("http://a:1/"), ok("http://b:2")],
+            ok("http://c:3/"),
+            t,
+        )
+        .unwrap();
         assert_eq!(f.shards, ["http://a:1", "http://b:2"]);
         assert_eq!(f.public, "http://c:3");
         for public in ["", "ftp://c", "c:3", "http://"] {

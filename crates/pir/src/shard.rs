@@ -236,12 +236,9 @@ mod tests {
                         db.keep_rows(r.clone()).unwrap();
                         assert_eq!(db.data().len(), r.len() * shape.cols, "only its rows");
                         // Laid out with only these rows from the start: the same rows.
-                        let direct = Database::build_rows(
-                            shape,
-                            recs.iter().map(Vec::as_slice),
-                            r.clone(),
-                        )
-                        .unwrap();
+                        let direct =
+                            Database::build_rows(shape, recs.iter().map(Vec::as_slice), r.clone())
+                                .unwrap();
                         assert_eq!(direct, db, "{r:?}");
                         let part = RowsPart {
                             shape,

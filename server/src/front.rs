@@ -6,10 +6,12 @@
 //! and switch steps of the encrypted scores' packing, before the one division by `P`), and the
 //! front combines them into exactly the answer one process holding the whole databases gives
 //! (`pir::shard::combine_rows`, `pir::scores::combine_parts`) and sends that. Every other request
-//! (the public documents, hints, blocks, status) goes to one shard — the first that answers:
-//! every shard builds the same version from the same store, so their public files are the same
-//! bytes (each computes the whole hints before it keeps its rows). The client sees the
-//! one-process protocol: the same requests and answers of the same sizes.
+//! (the public documents, hints, blocks, status, the page) goes to `--public`: a whole replica
+//! of the same version (`server serve`, or `--from` the same store), whose public files are the
+//! bytes every process of that version derives. A shard holds only its rows: no hint, no public
+//! file, no route but the answers and `/status` (`http::router`), so its memory is its slice of
+//! the databases plus the process's fixed part. The client sees the one-process protocol: the
+//! same requests and answers of the same sizes.
 //!
 //! **What a front sees** is what one process sees: the client's requests, and the shards'
 //! parts, functions of those requests and of the public databases; it adds nothing to what the
@@ -48,9 +50,11 @@ const HOP: [HeaderName; 4] = [
     header::UPGRADE,
 ];
 
-/// The shards, and what combining needs.
+/// The shards, the whole replica, and what combining needs.
 pub struct Front {
     shards: Vec<String>,
+    /// The whole replica every request but an answer goes to.
+    public: String,
     http: reqwest::Client,
     /// The scores' ring, made on first use.
     ring: OnceLock<Ring>,
@@ -58,23 +62,31 @@ pub struct Front {
 
 impl Front {
     /// A front over `shards` (base URLs, `http://host:port`, in any order: every part says
-    /// which rows it holds). Refused unless there are 1 to [`MAX_SHARDS`] of them, each an
-    /// `http(s)` URL.
-    pub fn new(shards: Vec<String>, timeout: std::time::Duration) -> Result<Front, String> {
+    /// which rows it holds) and `public`, a whole replica of the same version. Refused unless
+    /// there are 1 to [`MAX_SHARDS`] shards, each URL an `http(s)` URL with a host.
+    pub fn new(
+        shards: Vec<String>,
+        public: String,
+        timeout: std::time::Duration,
+    ) -> Result<Front, String> {
         if shards.is_empty() || shards.len() > MAX_SHARDS {
             return Err(format!(
                 "--shards: 1 to {MAX_SHARDS} URLs, got {}",
                 shards.len()
             ));
         }
-        let mut bases = Vec::with_capacity(shards.len());
-        for s in shards {
-            let url = reqwest::Url::parse(&s).map_err(|e| format!("--shards {s}: {e}"))?;
+        let base = |flag: &str, s: String| {
+            let url = reqwest::Url::parse(&s).map_err(|e| format!("{flag} {s}: {e}"))?;
             if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-                return Err(format!("--shards {s}: an http(s) URL with a host"));
+                return Err(format!("{flag} {s}: an http(s) URL with a host"));
             }
-            bases.push(s.trim_end_matches('/').to_string());
-        }
+            Ok(s.trim_end_matches('/').to_string())
+        };
+        let bases = shards
+            .into_iter()
+            .map(|s| base("--shards", s))
+            .collect::<Result<Vec<_>, String>>()?;
+        let public = base("--public", public)?;
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -82,6 +94,7 @@ impl Front {
             .map_err(|e| e.to_string())?;
         Ok(Front {
             shards: bases,
+            public,
             http,
             ring: OnceLock::new(),
         })
@@ -97,7 +110,7 @@ pub fn router(front: Arc<Front>) -> Router {
     Router::new().fallback(forward).with_state(front)
 }
 
-/// One request, as it came: forwarded to every shard (a PIR answer) or the first that answers.
+/// One request, as it came: forwarded to every shard (a PIR answer) or to the whole replica.
 async fn forward(
     State(f): State<Arc<Front>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -128,7 +141,7 @@ async fn forward(
     let r = if answer {
         fan_out(&f, &path, headers, body).await
     } else {
-        first(&f, parts.method, &path, headers, body).await
+        to_public(&f, parts.method, &path, headers, body).await
     };
     r.unwrap_or_else(IntoResponse::into_response)
 }
@@ -216,35 +229,19 @@ fn pass_on(r: Reply) -> Response {
     resp
 }
 
-/// A request every shard answers alike: the first shard that answers does (the others are
-/// tried in order when one does not).
-async fn first(
+/// A request that is not an answer: the whole replica's reply, passed on; a 502 when it does
+/// not answer.
+async fn to_public(
     f: &Front,
     method: Method,
     path: &str,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let mut errors = Vec::new();
-    for shard in &f.shards {
-        match send(
-            f,
-            shard,
-            method.clone(),
-            path,
-            headers.clone(),
-            body.clone(),
-        )
+    send(f, &f.public, method, path, headers, body)
         .await
-        {
-            Ok(r) => return Ok(pass_on(r)),
-            Err(e) => errors.push(e),
-        }
-    }
-    Err(ApiError::BadGateway(format!(
-        "no shard of this gallery answered: {}",
-        errors.join("; ")
-    )))
+        .map(pass_on)
+        .map_err(|e| ApiError::BadGateway(format!("the whole replica did not answer: {e}")))
 }
 
 /// A PIR answer: every shard's part, combined.
@@ -302,4 +299,34 @@ fn combine_parts(ring: &Ring, bodies: &[Bytes]) -> Result<Vec<u8>, pir::Error> {
         .collect::<Result<Vec<_>, _>>()?;
     let (shape, values) = combine_rows(&parts)?;
     Ok(shape.encode_answer(&values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shards and the whole replica are http(s) URLs with a host; 1 to `MAX_SHARDS` shards.
+    #[test]
+    fn a_front_needs_shards_and_a_whole_replica_it_can_reach() {
+        let t = std::time::Duration::from_secs(1);
+        let ok = |s: &str| s.to_string();
+        let f = Front::new(
+            vec![ok("http://a:1/"), ok("http://b:2")],
+            ok("http://c:3/"),
+            t,
+        )
+        .unwrap();
+        assert_eq!(f.shards, ["http://a:1", "http://b:2"]);
+        assert_eq!(f.public, "http://c:3");
+        for public in ["", "ftp://c", "c:3", "http://"] {
+            assert!(
+                Front::new(vec![ok("http://a:1")], ok(public), t).is_err(),
+                "{public:?}"
+            );
+        }
+        assert!(Front::new(vec![], ok("http://c"), t).is_err());
+        assert!(Front::new(vec![ok("file:///x")], ok("http://c"), t).is_err());
+        let many = vec![ok("http://a"); MAX_SHARDS + 1];
+        assert!(Front::new(many, ok("http://c"), t).is_err());
+    }
 }

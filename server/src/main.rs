@@ -212,6 +212,11 @@ struct FrontArgs {
     /// for `i` in `0..S`, in any order; repeat the flag or separate by commas.
     #[arg(long, env = "PM_SHARDS", value_delimiter = ',', required = true)]
     shards: Vec<String>,
+    /// The base URL of a whole replica of the same version (`server serve` without
+    /// `--shard-rows`): every request but a PIR answer (documents, hints, blocks, status, the
+    /// page) goes there, since a shard holds no public file.
+    #[arg(long, env = "PM_PUBLIC")]
+    public: String,
     /// Seconds a shard has to answer one request (its queueing for an answer slot included).
     #[arg(long, env = "PM_SHARD_TIMEOUT_SECS", default_value_t = 120,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -223,6 +228,7 @@ async fn front(a: FrontArgs) -> Result<(), Box<dyn std::error::Error>> {
     use privatemail_server::front::{router, Front};
     let front = Front::new(
         a.shards,
+        a.public,
         std::time::Duration::from_secs(a.shard_timeout_secs),
     )?;
     let listener = tokio::net::TcpListener::bind(a.bind).await?;
@@ -482,7 +488,12 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
         max_share: args.max_share,
         allow_full_download: args.allow_full_download,
         grace: std::time::Duration::from_secs(args.partition_grace_secs),
-        cache_bytes: args.blocks_cache_mib << 20,
+        // A row shard serves no block: it keeps none (its PIR build reads each once, for ids).
+        cache_bytes: if args.shard_rows.is_some() {
+            0
+        } else {
+            args.blocks_cache_mib << 20
+        },
         verified_scores: args.pir_verified_scores,
         thumb_code_bytes: args.pir_thumb_bytes.map(|b| b as usize),
         pir_dir: None,

@@ -294,13 +294,29 @@ pub struct Database {
 impl Database {
     /// Lays out `records` (each at most `shape.record_len` bytes, zero-padded).
     pub fn build<'a>(shape: Shape, records: impl IntoIterator<Item = &'a [u8]>) -> Result<Self> {
+        Self::build_rows(shape, records, 0..shape.rows)
+    }
+
+    /// Lays out `records` as [`Database::build`] does, holding only rows `held` (a row
+    /// shard's, `crate::shard`): what `build` then [`Database::keep_rows`] would hold, without
+    /// ever holding the other rows. Refused unless `held` is within the shape's rows.
+    pub fn build_rows<'a>(
+        shape: Shape,
+        records: impl IntoIterator<Item = &'a [u8]>,
+        held: std::ops::Range<usize>,
+    ) -> Result<Self> {
         let Shape {
             record_len,
             rows,
             cols,
             ..
         } = shape;
-        let mut data = vec![0u8; rows * cols];
+        if held.start > held.end || held.end > rows {
+            return Err(invalid(format!(
+                "rows {held:?} are not within the shape's {rows}"
+            )));
+        }
+        let mut data = vec![0u8; held.len() * cols];
         let mut count = 0;
         for (r, rec) in records.into_iter().enumerate() {
             if r >= shape.records || rec.len() > record_len {
@@ -314,7 +330,10 @@ impl Database {
             let base = r * record_len;
             for (b, &v) in rec.iter().enumerate() {
                 let at = base + b;
-                data[(at % rows) * cols + at / rows] = v;
+                let row = at % rows;
+                if held.contains(&row) {
+                    data[(row - held.start) * cols + at / rows] = v;
+                }
             }
             count += 1;
         }
@@ -326,7 +345,7 @@ impl Database {
         }
         Ok(Database {
             shape,
-            first_row: 0,
+            first_row: held.start,
             data: Held::Owned(data),
         })
     }

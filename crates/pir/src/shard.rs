@@ -235,6 +235,11 @@ mod tests {
                         let mut db = whole.clone();
                         db.keep_rows(r.clone()).unwrap();
                         assert_eq!(db.data().len(), r.len() * shape.cols, "only its rows");
+                        // Laid out with only these rows from the start: the same rows.
+                        let direct =
+                            Database::build_rows(shape, recs.iter().map(Vec::as_slice), r.clone())
+                                .unwrap();
+                        assert_eq!(direct, db, "{r:?}");
                         let part = RowsPart {
                             shape,
                             rows: r.clone(),
@@ -261,6 +266,11 @@ mod tests {
             let mut db = whole.clone();
             db.keep_rows(2..5).unwrap();
             assert!(db.keep_rows(0..3).is_err());
+            let recs = || recs.iter().map(Vec::as_slice);
+            assert!(Database::build_rows(shape, recs(), 0..shape.rows + 1).is_err());
+            #[allow(clippy::reversed_empty_ranges)]
+            let backwards = 3..2;
+            assert!(Database::build_rows(shape, recs(), backwards).is_err());
             let part = RowsPart {
                 shape,
                 rows: 0..2,

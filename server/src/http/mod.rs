@@ -76,18 +76,36 @@ pub fn router(
         pace: Default::default(),
     };
     let body_limit = state.config.limits.max_body_bytes;
-    let api = Router::new()
-        .merge(search::routes(Arc::clone(&state)))
-        .merge(blocks::routes())
-        .merge(pir::routes())
-        .merge(items::routes())
-        .fallback(|| async {
-            plain_error(
-                StatusCode::NOT_FOUND,
-                ErrorCode::NotFound,
-                "no such endpoint",
-            )
-        })
+    let shard = state.partitions.settings.shard_rows.is_some();
+    let api = if shard {
+        // A row shard answers its parts and says how it is (`/status`: what it holds, its
+        // work); nothing else — it holds no public file, and the front sends those requests
+        // to a whole replica.
+        Router::new()
+            .route("/status", get(search::status))
+            .merge(pir::shard_routes())
+            .fallback(|| async {
+                plain_error(
+                    StatusCode::NOT_FOUND,
+                    ErrorCode::NotFound,
+                    "a row shard answers only PIR answer requests and /status; ask its front",
+                )
+            })
+    } else {
+        Router::new()
+            .merge(search::routes(Arc::clone(&state)))
+            .merge(blocks::routes())
+            .merge(pir::routes())
+            .merge(items::routes())
+            .fallback(|| async {
+                plain_error(
+                    StatusCode::NOT_FOUND,
+                    ErrorCode::NotFound,
+                    "no such endpoint",
+                )
+            })
+    };
+    let api = api
         // The framework's own 405 in the API's JSON format, like every other error.
         .method_not_allowed_fallback(|| async {
             plain_error(
@@ -115,7 +133,7 @@ pub fn router(
         // once more per response: an attack must not turn into a log flood.
         .layer(TraceLayer::new_for_http().on_failure(()))
         .with_state(state);
-    if let Some(dir) = web_dir {
+    if let Some(dir) = web_dir.filter(|_| !shard) {
         app = app.fallback_service(statics::web(dir));
     }
     let app = app.layer(statics::compression());

@@ -49,6 +49,13 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/pir/{version}/{db}", post(answer))
 }
 
+/// A row shard's routes (`--shard-rows`): only the answers, whose parts the front combines.
+/// A shard holds no public file (`partition::pir::build`): the front sends every other
+/// request to a whole replica.
+pub fn shard_routes() -> Router<Arc<AppState>> {
+    Router::new().route("/pir/{version}/{db}", post(answer))
+}
+
 fn quoted(s: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{s}\"")).unwrap_or(HeaderValue::from_static("\"\""))
 }

@@ -81,7 +81,7 @@ async fn gallery_map(State(s): Shared, headers: HeaderMap) -> Response {
     super::cache::json_revalidated::<GalleryMap>(&headers, &s.gallery_map(GALLERY_MAP_MAX))
 }
 
-async fn status(State(s): Shared) -> Json<ServerStatus> {
+pub(super) async fn status(State(s): Shared) -> Json<ServerStatus> {
     Json(s.server_status())
 }
 

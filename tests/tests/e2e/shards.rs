@@ -1,8 +1,9 @@
-//! Row shards behind a front (`server serve --shard-rows i/S`, `server front --shards …`;
-//! `pir::shard`, `privatemail_server::front`): the CLI's PIR searches through a front over
-//! three shards return what one process returns, with the same bytes up and down, by the
-//! table and by the encrypted scores; a shard killed makes the front answer a 502 JSON error
-//! and the CLI say so, never a wrong result.
+//! Row shards behind a front (`server serve --shard-rows i/S`, `server front --shards …
+//! --public …`; `pir::shard`, `privatemail_server::front`): the CLI's PIR searches through a
+//! front over three shards and a whole replica return what one process returns, with the same
+//! bytes up and down, by the table and by the encrypted scores; a shard holds its rows and no
+//! public file (no hint, no route but answers and `/status`); a shard killed makes the front
+//! answer a 502 JSON error and the CLI say so, never a wrong result.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -36,7 +37,7 @@ struct Front {
     base: String,
 }
 
-fn front(shards: &[&Server]) -> Front {
+fn front(shards: &[&Server], public: &Server) -> Front {
     let list: Vec<&str> = shards.iter().map(|s| s.base.as_str()).collect();
     let mut child = Command::new(workspace_bin("server"))
         .args([
@@ -45,6 +46,8 @@ fn front(shards: &[&Server]) -> Front {
             "127.0.0.1:0",
             "--shards",
             &list.join(","),
+            "--public",
+            &public.base,
         ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
@@ -108,24 +111,53 @@ fn a_front_over_row_shards_answers_as_one_process_and_a_shard_down_is_a_502() {
             )
         })
         .collect();
-    // Given in reverse order: the parts say which rows they hold.
-    let f = front(&shards.iter().rev().collect::<Vec<_>>());
+    // Given in reverse order: the parts say which rows they hold. The one process is the
+    // whole replica that serves everything but the answers.
+    let f = front(&shards.iter().rev().collect::<Vec<_>>(), &one);
 
-    // Each shard holds a third of the thumbnail rows, and a shard answers only parts: its
-    // answer is no answer a client can read.
+    // Each shard holds a third of the rows and none of the public files: no hint, no scores'
+    // public file, and no route to any (a JSON 404); it answers only parts, which no client
+    // can read.
     let status = |base: &str| -> Value {
         reqwest::blocking::get(format!("{base}/api/v1/status"))
             .unwrap()
             .json()
             .unwrap()
     };
-    let whole = status(&one.base)["pir"]["database_bytes"].as_u64().unwrap();
+    let (whole, public) = {
+        let pir = &status(&one.base)["pir"];
+        (
+            pir["database_bytes"].as_u64().unwrap(),
+            pir["hint_bytes"].as_u64().unwrap(),
+        )
+    };
+    assert!(public > 0, "the whole replica holds the hints");
+    let version = status(&one.base)["pir"]["version"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for sh in &shards {
-        let held = status(&sh.base)["pir"]["database_bytes"].as_u64().unwrap();
+        let pir = &status(&sh.base)["pir"];
+        let held = pir["database_bytes"].as_u64().unwrap();
         assert!(
             held * 2 < whole,
             "a shard holds {held} of the databases' {whole} bytes"
         );
+        assert_eq!(
+            pir["hint_bytes"], 0,
+            "a shard holds public files (the whole replica's: {public} bytes)"
+        );
+        for path in [
+            "/api/v1/pir".to_string(),
+            format!("/api/v1/pir/{version}/thumbs/hint"),
+            format!("/api/v1/pir/{version}/scores/hint"),
+            "/api/v1/partition".to_string(),
+        ] {
+            let r = reqwest::blocking::get(format!("{}{path}", sh.base)).unwrap();
+            assert_eq!(r.status().as_u16(), 404, "a shard's {path}");
+            let body: Value = r.json().unwrap();
+            assert_eq!(body["error"]["code"], "not_found", "{path}: {body}");
+        }
     }
 
     let (cli_one, cli_front) = (Cli::new("shards-one"), Cli::new("shards-front"));

@@ -51,8 +51,10 @@ pub enum PirBuildError {
 /// Lays out `records`, computes the hint (rows split over rayon tasks; `rows × cols × 1,024`
 /// word products, logged with progress: 21 s for the thumbnails of 1,000,000 items here).
 ///
-/// A row shard (`shard`) computes the whole hint (a public file every shard serves alike),
-/// then keeps only its rows.
+/// A row shard (`shard`) lays out only its rows (`Database::build_rows`) and computes no hint:
+/// it answers parts and serves no public file (the front sends every other request to a
+/// whole replica), so its `hint` is empty and its document's `hint_sha256` too — that
+/// document is never served.
 fn build_db<'a>(
     name: &str,
     shape: Shape,
@@ -61,7 +63,22 @@ fn build_db<'a>(
     record_hashes: Vec<String>,
     shard: Option<Shard>,
 ) -> Result<PirDb, PirBuildError> {
-    let mut db = Database::build(shape, records)?;
+    let doc = |hint_sha256: String| PirDbDoc {
+        shape,
+        a_seed: hex::encode(seed),
+        hint_sha256,
+        record_hashes,
+        failure_log2: shape.failure_log2(),
+    };
+    if let Some(s) = shard {
+        let db = Database::build_rows(shape, records, s.range(shape.rows))?;
+        return Ok(PirDb {
+            doc: doc(String::new()),
+            db,
+            hint: Bytes::new(),
+        });
+    }
+    let db = Database::build(shape, records)?;
     let a = matrix_a(&seed, shape.cols);
     let starts: Vec<usize> = (0..shape.rows).step_by(ROW_CHUNK).collect();
     let progress = Progress::new(format!("pir hint {name}"), shape.rows as u64, "rows");
@@ -78,17 +95,8 @@ fn build_db<'a>(
     let hint: Vec<u32> = parts.concat();
     debug_assert_eq!(hint.len(), shape.rows * LWE_N);
     let hint = Bytes::from(encode_hint(&hint));
-    if let Some(s) = shard {
-        db.keep_rows(s.range(shape.rows))?;
-    }
     Ok(PirDb {
-        doc: PirDbDoc {
-            shape,
-            a_seed: hex::encode(seed),
-            hint_sha256: hash_hex(&hint),
-            record_hashes,
-            failure_log2: shape.failure_log2(),
-        },
+        doc: doc(hash_hex(&hint)),
         db,
         hint,
     })
@@ -250,6 +258,8 @@ pub fn build(
     // them in from the page cache once it serves.
     pages.release();
 
+    // A row shard serves no public file: no codebook file and no table (`build_db`).
+    let shard = partitions.settings.shard_rows;
     let packed = pack()?;
     let mut thumbs = build_db(
         "thumbs",
@@ -257,7 +267,7 @@ pub fn build(
         seeds::derive(&p.doc, Purpose::Thumbs),
         packed.iter().map(Vec::as_slice),
         Vec::new(),
-        partitions.settings.shard_rows,
+        shard,
     )?;
     if let Some(dir) = &partitions.settings.pir_dir {
         let len = thumbs.db.data_len();
@@ -272,7 +282,7 @@ pub fn build(
     }
 
     // The codebook, a public file like the table.
-    let code = code.map(|book| {
+    let code = code.filter(|_| shard.is_none()).map(|book| {
         let raw = book.to_bytes();
         let gz = gzip(&raw);
         let doc = FileDoc {
@@ -286,11 +296,17 @@ pub fn build(
     });
 
     // The whole ranking table.
-    let all: Vec<RankItem> = (0..items.len()).map(rank_item).collect();
-    let table_bytes = encode_rank_record(&all, dim)?;
-    drop(all);
-    inputs.release();
-    let table = (table_bytes.len() <= MAX_TABLE_BYTES).then(|| {
+    let table_bytes = match shard {
+        Some(_) => Vec::new(),
+        None => {
+            let all: Vec<RankItem> = (0..items.len()).map(rank_item).collect();
+            let bytes = encode_rank_record(&all, dim)?;
+            drop(all);
+            inputs.release();
+            bytes
+        }
+    };
+    let table = (shard.is_none() && table_bytes.len() <= MAX_TABLE_BYTES).then(|| {
         // Level 1 for large galleries, as their blocks (`publish::FAST_GZIP_ABOVE`).
         let gz = if items.len() > FAST_GZIP_ABOVE {
             gzip_at(&table_bytes, 1)
@@ -358,7 +374,7 @@ pub fn build(
         scores: scores.map(|(s, _)| s),
         build_secs,
         pages,
-        shard: partitions.settings.shard_rows.is_some(),
+        shard: shard.is_some(),
     })
 }
 
@@ -456,18 +472,24 @@ fn build_scores(
     };
     let db = score_db(partitions.settings.pir_dir.as_deref(), pages, lay_out)
         .map_err(publish::pir::from_lattice)?;
-    let public = ScoresPublic {
-        public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
-        rows: members,
-        ids: items.iter().map(|it| it.id).collect(),
-        labels: items.iter().map(|it| it.label as u8).collect(),
-        digests: units.digests.clone(),
-    }
-    .encode();
-    let gz = if items.len() > FAST_GZIP_ABOVE {
-        gzip_at(&public, 1)
+    // A row shard serves no public file (`build_db`): none is made.
+    let (public, gz) = if shard.is_some() {
+        (Vec::new(), Vec::new())
     } else {
-        gzip(&public)
+        let public = ScoresPublic {
+            public_a: db.public_a().iter().map(|a| a.to_vec()).collect(),
+            rows: members,
+            ids: items.iter().map(|it| it.id).collect(),
+            labels: items.iter().map(|it| it.label as u8).collect(),
+            digests: units.digests.clone(),
+        }
+        .encode();
+        let gz = if items.len() > FAST_GZIP_ABOVE {
+            gzip_at(&public, 1)
+        } else {
+            gzip(&public)
+        };
+        (public, gz)
     };
     let doc = ScoresDoc {
         level,

@@ -251,11 +251,12 @@ fn fit(used: &[bool], values: &[f64], basis: impl Fn(usize) -> [f64; 6]) -> Opti
             return None;
         }
         a.swap(col, pivot);
-        for r in 0..6 {
+        let pivot_row = a[col];
+        for (r, row) in a.iter_mut().enumerate() {
             if r != col {
-                let k = a[r][col] / a[col][col];
-                for c in col..7 {
-                    a[r][c] -= k * a[col][c];
+                let k = row[col] / pivot_row[col];
+                for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                    *x -= k * p;
                 }
             }
         }

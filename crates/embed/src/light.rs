@@ -18,7 +18,8 @@
 //! 2. the **light** is a quadratic surface fitted to those cells by least squares, again and
 //!    again without the cells more than [`TRIMS`] below the last fit (a faint edge, a shaded
 //!    part of the garment the flood leaked into): how the garment itself is lit;
-//! 3. light that falls across the frame shows along its border: when the middle half of the
+//! 3. light that falls across the frame shows along its border (checked first, so a photo
+//!    under even light is never fitted): when the middle half of the
 //!    flooded border cells spans less than [`MIN_VARIATION`] of the level, or their upper
 //!    quartile is less than half that above it, or the surface differs from it by less than
 //!    that everywhere, the
@@ -167,29 +168,12 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
     if seen * 20 < n {
         return None;
     }
-    // 2. The light: a quadratic in the cell's centre (−½…½ across the grid), fitted three
-    // times, the cells well below the last fit left out.
-    let basis = |i: usize| -> [f64; 6] {
-        let u = ((i % gw) as f64 + 0.5) / gw as f64 - 0.5;
-        let v = ((i / gw) as f64 + 0.5) / gh as f64 - 0.5;
-        [1.0, u, v, u * u, u * v, v * v]
-    };
-    let mut coef = fit(&flooded, &sm, basis)?;
-    for trim in TRIMS {
-        let used: Vec<bool> = (0..n)
-            .map(|i| flooded[i] && sm[i] >= (1.0 - trim) * dot(&coef, &basis(i)))
-            .collect();
-        if used.iter().filter(|&&b| b).count() * 20 < n {
-            break;
-        }
-        coef = fit(&used, &sm, basis)?;
-    }
-    // 3. Light that falls across the frame shows along its border: light falling by f across
+    // 2. Light that falls across the frame shows along its border: light falling by f across
     // it spreads the flooded border cells' middle half over about f/2, and lights a quarter
     // of them above the ring's level (its median) by about f/4. Even light leaves that half
     // within [`MIN_VARIATION`] and nothing above the level, whatever a garment touching the
     // border lets the flood leak into (always darker) or a surface fitted to a garment's
-    // light parts says inside: left alone.
+    // light parts says inside: left alone, before any fit (every clean photo stops here).
     let on_border = |i: usize| {
         let (x, y) = (i % gw, i / gw);
         x == 0 || y == 0 || x + 1 == gw || y + 1 == gh
@@ -205,6 +189,23 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
         || quartile(3) - level < MIN_VARIATION / 2.0 * level
     {
         return None;
+    }
+    // 3. The light: a quadratic in the cell's centre (−½…½ across the grid), fitted again
+    // for each of [`TRIMS`], the cells well below the last fit left out.
+    let basis = |i: usize| -> [f64; 6] {
+        let u = ((i % gw) as f64 + 0.5) / gw as f64 - 0.5;
+        let v = ((i / gw) as f64 + 0.5) / gh as f64 - 0.5;
+        [1.0, u, v, u * u, u * v, v * v]
+    };
+    let mut coef = fit(&flooded, &sm, basis)?;
+    for trim in TRIMS {
+        let used: Vec<bool> = (0..n)
+            .map(|i| flooded[i] && sm[i] >= (1.0 - trim) * dot(&coef, &basis(i)))
+            .collect();
+        if used.iter().filter(|&&b| b).count() * 20 < n {
+            break;
+        }
+        coef = fit(&used, &sm, basis)?;
     }
     let cells: Vec<f64> = (0..n)
         .map(|i| dot(&coef, &basis(i)).clamp(darkest, 1.25 * level))

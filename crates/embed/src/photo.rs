@@ -33,10 +33,11 @@
 //!    range (its level for a dark object, 255 − its level for a light one) maps to 255 — an
 //!    exposure change scales object and background together, so this removes it — after a
 //!    knee at 3 × the noise left after averaging: 0 below it, stretched linearly from 0 to
-//!    twice it, unchanged above; a coloured or dark grey garment is read along its own
-//!    colour axis instead of in grey ([`colour_axis`]) (a soft threshold, which subtracted it everywhere, lowered
+//!    twice it, unchanged above (a soft threshold, which subtracted it everywhere, lowered
 //!    every level of a noisy photo against its clean twin: whole-family agreement 0.653 →
-//!    0.666 and noise with JPEG 0.891 → 0.911 with the knee, `eval --photos`);
+//!    0.666 and noise with JPEG 0.891 → 0.911 with the knee, `eval --photos`); a coloured or
+//!    dark grey garment is read along its own colour axis instead of in grey
+//!    ([`colour_axis`]);
 //! 7. when the object is larger than 28 pixels, a **tilt is undone at the photo's resolution**:
 //!    the turn the model's own step ([`super::upright`]) would make of that input is made on
 //!    the photo's amounts instead (repeated on the result up to [`TURN_STEPS`] times), and the
@@ -311,7 +312,6 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
     let mask_threshold = (floor * range / 255).max(8 * mad as i32).max(2);
     let differs_by =
         |i: usize, threshold: i32| towards_object(rgb[i], background, light) > threshold;
-
     // With noise, a pixel is the object's if it differs by more than the floor and 3σ, and
     // the mean over the k×k window around it (k photo pixels to a model pixel when the object
     // fills the photo) differs by more than 8 × the MAD of such a mean: an isolated noise
@@ -549,7 +549,7 @@ fn photo_turn(pixels: &[u8]) -> f64 {
 /// strongest tenth leans from the background's own direction (a black or grey garment's) by
 /// more than this cosine.
 pub const COLOUR_COS: f64 = 0.998;
-/// …or when its strongest contrast (a 2×2 mean, along its axis) is below this share of the
+/// …or when its full strength (along its axis, [`colour_axis`]) is below this share of the
 /// background's: a dark but not black garment. Every Fashion-MNIST image reaches at least 240
 /// of 255, so a black garment's photo is never read this way.
 pub const LOW_CONTRAST: f64 = 0.75;
@@ -559,7 +559,8 @@ struct ColourAxis {
     /// Unit direction from the background colour towards the garment's.
     unit: [f64; 3],
     background: [f64; 3],
-    /// The garment's strongest difference along `unit` (a 2×2 mean): full strength.
+    /// The garment's strongest difference along `unit` (its strongest pixel; a 2×2 mean in a
+    /// noisy photo): full strength.
     full: f64,
 }
 
@@ -580,7 +581,7 @@ impl ColourAxis {
 /// (yellow: a quarter of the contrast), and a navy one a little, so its grey levels reach the
 /// model faint. Read along the garment's own axis — the mean difference from the background
 /// of the object's strongest tenth (by the sum of channel differences) — and scaled so its
-/// strongest 2×2 mean is full strength, the garment reaches the model as the black garment of
+/// strongest pixel (its strongest 2×2 mean when `clean` is false: noise) is full strength, the garment reaches the model as the black garment of
 /// the same shape. `None` (grey as before) for a garment whose axis is the background's own
 /// direction within [`COLOUR_COS`] and whose contrast is at least [`LOW_CONTRAST`]: every
 /// black garment, so clean photos keep their bytes. f64 additions, multiplications,
@@ -625,7 +626,7 @@ fn colour_axis(
     }
     let unit = m.map(|v| v / nm);
     let cos = (0..3).map(|k| unit[k] * bg[k]).sum::<f64>() / nb;
-    // The strongest 2×2 mean along the axis, over the object's pixels.
+    // The strongest pixel (or 2×2 mean) along the axis, over the object's pixels.
     let along = |i: usize| -> f64 {
         let d = diff(rgb[i]);
         (0..3).map(|k| d[k] * unit[k]).sum()
@@ -696,7 +697,6 @@ fn median(values: impl Iterator<Item = u32>) -> u32 {
     quantile(values, 1, 2)
 }
 
-/// The upper quartile of byte-range values.
 /// The noise's upper-quartile deviation ([`level`]'s step 3 measure) from the differences of
 /// horizontally neighbouring pixels in the top and bottom `ring` rows and vertically
 /// neighbouring ones in the left and right `ring` columns, pairs `usable` on both sides.
@@ -722,6 +722,7 @@ fn neighbour_noise(
     (q as u64 * 10_000 / 14_143) as u32
 }
 
+/// The upper quartile of byte-range values.
 fn quartile3(values: impl Iterator<Item = u32>) -> u32 {
     quantile(values, 3, 4)
 }

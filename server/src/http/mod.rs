@@ -77,35 +77,30 @@ pub fn router(
     };
     let body_limit = state.config.limits.max_body_bytes;
     let shard = state.partitions.settings.shard_rows.is_some();
-    let api = if shard {
+    let (api, missing) = if shard {
         // A row shard answers its parts and says how it is (`/status`: what it holds, its
         // work); nothing else — it holds no public file, and the front sends those requests
         // to a whole replica.
-        Router::new()
-            .route("/status", get(search::status))
-            .merge(pir::shard_routes())
-            .fallback(|| async {
-                plain_error(
-                    StatusCode::NOT_FOUND,
-                    ErrorCode::NotFound,
-                    "a row shard answers only PIR answer requests and /status; ask its front",
-                )
-            })
+        (
+            Router::new()
+                .route("/status", get(search::status))
+                .merge(pir::shard_routes()),
+            "a row shard answers only PIR answer requests and /status; ask its front",
+        )
     } else {
-        Router::new()
-            .merge(search::routes(Arc::clone(&state)))
-            .merge(blocks::routes())
-            .merge(pir::routes())
-            .merge(items::routes())
-            .fallback(|| async {
-                plain_error(
-                    StatusCode::NOT_FOUND,
-                    ErrorCode::NotFound,
-                    "no such endpoint",
-                )
-            })
+        (
+            Router::new()
+                .merge(search::routes(Arc::clone(&state)))
+                .merge(blocks::routes())
+                .merge(pir::routes())
+                .merge(items::routes()),
+            "no such endpoint",
+        )
     };
     let api = api
+        .fallback(move || async move {
+            plain_error(StatusCode::NOT_FOUND, ErrorCode::NotFound, missing)
+        })
         // The framework's own 405 in the API's JSON format, like every other error.
         .method_not_allowed_fallback(|| async {
             plain_error(

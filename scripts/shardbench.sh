@@ -20,11 +20,27 @@ n=${1:-100000}; S=${2:-4}; queries=${3:-200}
 export PATH="$HOME/.cargo/bin:$PATH"
 profile=${SHARDBENCH_PROFILE:-release}
 bin=target/release; [ "$profile" = release ] || bin=target/debug
-# With the packages `cargo test --workspace` selects, so that a tree built by the tests is
-# reused (`-p` alone resolves other features and compiles most of the graph again).
-cargo build --profile "$profile" -q --workspace --tests --bin server --bin pirbench
+if [ "$profile" = release ]; then
+  # The two binaries only: no test tree to reuse. (At 1,000,000 images the dev profile's
+  # debug assertions made the gallery's features about 7× slower.)
+  cargo build --release -q -p privatemail-server --bin server -p privatemail-bench --bin pirbench
+else
+  # With the packages `cargo test --workspace` selects, so that a tree built by the tests is
+  # reused (`-p` alone resolves other features and compiles most of the graph again).
+  cargo build --profile "$profile" -q --workspace --tests --bin server --bin pirbench
+fi
 out=/tmp/shardbench-$n; rm -rf "$out"; mkdir -p "$out"
 pids=()
+# copy_store SRC DST: a copy of a built store whose block objects are hard links (they are
+# immutable, written once under their names; at 1,000,000 images they are 23 GB a copy);
+# everything else, the gallery database included, is copied.
+copy_store() {
+  mkdir -p "$2"
+  for f in "$1"/* "$1"/.[!.]*; do
+    [ -e "$f" ] || continue
+    if [ "$(basename "$f")" = gallery.blocks ]; then cp -al "$f" "$2/"; else cp -a "$f" "$2/"; fi
+  done
+}
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 
 # start NAME ARGS…: a server in the background, its log in $out/NAME.log; waits until it
@@ -45,7 +61,7 @@ mem() { awk '/VmRSS|RssAnon|RssFile|VmHWM/ {printf "%s %s kB  ", $1, $2} END {pr
 
 # One process (it builds the gallery, the partition and its PIR databases, or serves a copy
 # of SHARDBENCH_STORE).
-if [ -n "${SHARDBENCH_STORE:-}" ]; then cp -a "$SHARDBENCH_STORE" "$out/one"; fi
+if [ -n "${SHARDBENCH_STORE:-}" ]; then copy_store "$SHARDBENCH_STORE" "$out/one"; fi
 mkdir -p "$out/one"
 start one --gallery-size "$n" --store "$out/one/gallery.redb" --pir-concurrency 8
 one_port=$port
@@ -57,7 +73,7 @@ kill "$pid_one"; wait "$pid_one" 2>/dev/null || true
 # S shards, each from a copy of the built store (the same version, announced beside it).
 shard_urls=()
 for i in $(seq 0 $((S - 1))); do
-  cp -a "$out/one" "$out/shard$i"
+  copy_store "$out/one" "$out/shard$i"
   start "shard$i" --gallery-size "$n" --store "$out/shard$i/gallery.redb" --shard-rows "$i/$S" \
     --pir-concurrency 8
   shard_urls+=("http://127.0.0.1:$port")

@@ -14,12 +14,19 @@
 //!    [`SMOOTH_STEP`] of the level, is no darker than [`DARKEST`] of it, and keeps the
 //!    background's colour (its channels' gains within [`CHROMA`] of each other). Light changes
 //!    smoothly and scales every channel alike; a garment's edge is a step (at this grid's
-//!    scale) and a coloured garment changes the colour, so the flood stops there;
-//! 2. the **light** is a quadratic surface fitted to those cells by least squares, again and
-//!    again without the cells more than [`TRIMS`] below the last fit (a faint edge, a shaded
-//!    part of the garment the flood leaked into): how the garment itself is lit;
-//! 3. light that falls across the frame shows along its border (checked first, so a photo
-//!    under even light is never fitted): when the middle half of the
+//!    scale) and a coloured garment changes the colour, so the flood stops there. A garment
+//!    from edge to edge splits the ring, and under light falling across it the far part is
+//!    off the level: the flood starts again from the ring's cells that the plane through the
+//!    cells flooded so far reaches (within the same step);
+//! 2. the **light** is a plane fitted to those cells by least squares, again and again
+//!    without the cells more than [`TRIMS`] below the last fit (a faint edge, a shaded part
+//!    of the garment the flood leaked into): how the garment itself is lit; a quadratic
+//!    surface, fitted the same way, replaces it only where the plane leaves the background
+//!    curved (a vignette, a lamp close by) and the quadratic halves what it leaves
+//!    ([`CURVED`]);
+//! 3. light that falls across the frame shows along its border (checked before the light is
+//!    fitted; under even light nothing on the border is above the level): when the middle
+//!    half of the
 //!    flooded border cells spans less than [`MIN_VARIATION`] of the level, or their upper
 //!    quartile is less than half that above it, or the surface differs from it by less than
 //!    that everywhere, the
@@ -54,6 +61,13 @@ pub const DARKEST: f64 = 0.55;
 /// turn: a garment's shaded part the flood leaked into pulls the first fit down, and is
 /// left out step by step as the surface rises to the background's upper envelope.
 pub const TRIMS: [f64; 6] = [0.3, 0.2, 0.12, 0.08, 0.05, 0.03];
+/// The plane's median residual (of the level) over its background cells above which a
+/// quadratic is tried; it is taken when it halves that residual. A quadratic's three curvature
+/// terms also bend to the shaded garment cells the flood leaked into, which the trims then
+/// keep: on photos of garments filling the frame under light falling in a line it missed the
+/// light by 20–30 levels where the plane missed it by 1–3 (while leaving a median residual
+/// above the plane's), so curvature must earn its place.
+pub const CURVED: f64 = 0.005;
 /// The light is evened out only where it varies by at least this share of the level.
 pub const MIN_VARIATION: f64 = 0.04;
 
@@ -128,7 +142,7 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
     let step = SMOOTH_STEP * level;
     let darkest = DARKEST * level;
     let mut flooded = vec![false; n];
-    let mut stack: Vec<usize> = (0..n)
+    let stack: Vec<usize> = (0..n)
         .filter(|&i| {
             let (x, y) = (i % gw, i / gw);
             (x == 0 || y == 0 || x + 1 == gw || y + 1 == gh) && (sm[i] - level).abs() <= step
@@ -156,13 +170,45 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
             .fold((f64::MAX, f64::MIN), |(lo, hi), &g| (lo.min(g), hi.max(g)));
         hi - lo <= CHROMA
     };
-    while let Some(i) = stack.pop() {
-        for j in neighbours(i, gw, gh).into_iter().flatten() {
-            if !flooded[j] && sm[j] >= darkest && (sm[j] - sm[i]).abs() <= step && plain(j) {
-                flooded[j] = true;
-                stack.push(j);
+    let flood = |flooded: &mut Vec<bool>, mut stack: Vec<usize>| {
+        while let Some(i) = stack.pop() {
+            for j in neighbours(i, gw, gh).into_iter().flatten() {
+                if !flooded[j] && sm[j] >= darkest && (sm[j] - sm[i]).abs() <= step && plain(j) {
+                    flooded[j] = true;
+                    stack.push(j);
+                }
             }
         }
+    };
+    flood(&mut flooded, stack);
+    let on_border = |i: usize| {
+        let (x, y) = (i % gw, i / gw);
+        x == 0 || y == 0 || x + 1 == gw || y + 1 == gh
+    };
+    // The surface's terms at a cell's centre (−½…½ across the grid).
+    let basis = |i: usize| -> [f64; 6] {
+        let u = ((i % gw) as f64 + 0.5) / gw as f64 - 0.5;
+        let v = ((i / gw) as f64 + 0.5) / gh as f64 - 0.5;
+        [1.0, u, v, u * u, u * v, v * v]
+    };
+    // A garment from edge to edge splits the border ring, and under light falling across it
+    // the far part of the ring is off the level, where no seed is: it is seeded again where
+    // the plane through what was flooded meets it. Under even light that plane is the level,
+    // which seeded the ring already.
+    if let Some(plane) = fit(&flooded, &sm, basis, 3) {
+        let more: Vec<usize> = (0..n)
+            .filter(|&i| {
+                on_border(i)
+                    && !flooded[i]
+                    && sm[i] >= darkest
+                    && (sm[i] - dot(&plane, &basis(i))).abs() <= step
+                    && plain(i)
+            })
+            .collect();
+        for &i in &more {
+            flooded[i] = true;
+        }
+        flood(&mut flooded, more);
     }
     let seen = flooded.iter().filter(|&&b| b).count();
     if seen * 20 < n {
@@ -173,11 +219,8 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
     // of them above the ring's level (its median) by about f/4. Even light leaves that half
     // within [`MIN_VARIATION`] and nothing above the level, whatever a garment touching the
     // border lets the flood leak into (always darker) or a surface fitted to a garment's
-    // light parts says inside: left alone, before any fit (every clean photo stops here).
-    let on_border = |i: usize| {
-        let (x, y) = (i % gw, i / gw);
-        x == 0 || y == 0 || x + 1 == gw || y + 1 == gh
-    };
+    // light parts says inside: left alone, before the light is fitted (every clean photo
+    // stops here).
     let mut border: Vec<f64> = (0..n)
         .filter(|&i| on_border(i) && flooded[i])
         .map(|i| sm[i])
@@ -190,25 +233,38 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
     {
         return None;
     }
-    // 3. The light: a quadratic in the cell's centre (−½…½ across the grid), fitted again
-    // for each of [`TRIMS`], the cells well below the last fit left out.
-    let basis = |i: usize| -> [f64; 6] {
-        let u = ((i % gw) as f64 + 0.5) / gw as f64 - 0.5;
-        let v = ((i / gw) as f64 + 0.5) / gh as f64 - 0.5;
-        [1.0, u, v, u * u, u * v, v * v]
-    };
-    let mut coef = fit(&flooded, &sm, basis)?;
-    for trim in TRIMS {
-        let used: Vec<bool> = (0..n)
-            .map(|i| flooded[i] && sm[i] >= (1.0 - trim) * dot(&coef, &basis(i)))
-            .collect();
-        if used.iter().filter(|&&b| b).count() * 20 < n {
-            break;
+    // 3. The light: a plane, or a quadratic where the plane leaves the background curved,
+    // each fitted again for each of [`TRIMS`] with the cells well below the last fit left out.
+    // The surface on the first `dims` terms, and its cells' median residual (of the level).
+    let trimmed = |dims: usize| -> Option<([f64; 6], f64)> {
+        let mut coef = fit(&flooded, &sm, basis, dims)?;
+        let mut used = flooded.clone();
+        for trim in TRIMS {
+            let next: Vec<bool> = (0..n)
+                .map(|i| flooded[i] && sm[i] >= (1.0 - trim) * dot(&coef, &basis(i)))
+                .collect();
+            if next.iter().filter(|&&b| b).count() * 20 < n {
+                break;
+            }
+            used = next;
+            coef = fit(&used, &sm, basis, dims)?;
         }
-        coef = fit(&used, &sm, basis)?;
-    }
+        let mut residual: Vec<f64> = (0..n)
+            .filter(|&i| used[i])
+            .map(|i| (sm[i] - dot(&coef, &basis(i))).abs() / level)
+            .collect();
+        residual.sort_by(f64::total_cmp);
+        Some((coef, residual[residual.len() / 2]))
+    };
+    let (plane, off_plane) = trimmed(3)?;
+    let coef = match trimmed(6) {
+        Some((curved, off_curved)) if off_plane > CURVED && off_curved * 2.0 <= off_plane => curved,
+        _ => plane,
+    };
+    // Between the darkest light a background may have and white: the ring's level is its
+    // median, which light falling across the frame can put well below the bright side.
     let cells: Vec<f64> = (0..n)
-        .map(|i| dot(&coef, &basis(i)).clamp(darkest, 1.25 * level))
+        .map(|i| dot(&coef, &basis(i)).clamp(darkest, 255.0))
         .collect();
     // 4. Light varying less than that anywhere is even too.
     let varies = cells
@@ -235,25 +291,30 @@ fn dot(a: &[f64; 6], b: &[f64; 6]) -> f64 {
 
 /// Least squares of `values` on `basis` over the `used` cells (normal equations, Gaussian
 /// elimination with partial pivoting); `None` if singular.
-fn fit(used: &[bool], values: &[f64], basis: impl Fn(usize) -> [f64; 6]) -> Option<[f64; 6]> {
+fn fit(
+    used: &[bool],
+    values: &[f64],
+    basis: impl Fn(usize) -> [f64; 6],
+    dims: usize,
+) -> Option<[f64; 6]> {
     let mut a = [[0.0f64; 7]; 6];
     for i in (0..used.len()).filter(|&i| used[i]) {
         let b = basis(i);
-        for r in 0..6 {
-            for c in 0..6 {
+        for r in 0..dims {
+            for c in 0..dims {
                 a[r][c] += b[r] * b[c];
             }
             a[r][6] += b[r] * values[i];
         }
     }
-    for col in 0..6 {
-        let pivot = (col..6).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
+    for col in 0..dims {
+        let pivot = (col..dims).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
         if a[pivot][col].abs() < 1e-9 {
             return None;
         }
         a.swap(col, pivot);
         let pivot_row = a[col];
-        for (r, row) in a.iter_mut().enumerate() {
+        for (r, row) in a.iter_mut().enumerate().take(dims) {
             if r != col {
                 let k = row[col] / pivot_row[col];
                 for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
@@ -263,7 +324,7 @@ fn fit(used: &[bool], values: &[f64], basis: impl Fn(usize) -> [f64; 6]) -> Opti
         }
     }
     let mut out = [0.0; 6];
-    for (r, o) in out.iter_mut().enumerate() {
+    for (r, o) in out.iter_mut().enumerate().take(dims) {
         *o = a[r][6] / a[r][r];
     }
     Some(out)
@@ -305,11 +366,23 @@ mod tests {
     /// falling by `fall` from left to right, and a shadow of `shadow` darkness: the rectangle
     /// moved 8 right and 5 down, blurred (the share of a 13×13 square around the pixel in it).
     fn scene(fall: f64, shadow: f64) -> Vec<[u8; 3]> {
-        let garment = |x: i32, y: i32| (30..70).contains(&x) && (20..92).contains(&y);
+        lit(|x, _| 1.0 - fall * x as f64 / 111.0, shadow, garment)
+    }
+
+    fn garment(x: i32, y: i32) -> bool {
+        (30..70).contains(&x) && (20..92).contains(&y)
+    }
+
+    /// [`scene`] under the light `light(x, y)`, the garment where `garment(x, y)`.
+    fn lit(
+        light: impl Fn(i32, i32) -> f64,
+        shadow: f64,
+        garment: fn(i32, i32) -> bool,
+    ) -> Vec<[u8; 3]> {
         let mut out = Vec::new();
         for y in 0..112 {
             for x in 0..112 {
-                let light = 1.0 - fall * x as f64 / 111.0;
+                let light = light(x, y);
                 let v = if garment(x, y) {
                     60.0 * light
                 } else {
@@ -360,5 +433,70 @@ mod tests {
             let want = clean[56 * 112 + 50][0] as f64 / 240.0;
             assert!((ratio - want).abs() < 0.03, "{fall}: {ratio} vs {want}");
         }
+    }
+
+    /// Light falling off towards the corners (a vignette, 30 % at the corners) is curved:
+    /// the quadratic is taken and the background is one level again.
+    #[test]
+    fn a_vignette_is_divided_out() {
+        let light = |x: i32, y: i32| {
+            let (u, v) = ((x as f64 - 55.5) / 55.5, (y as f64 - 55.5) / 55.5);
+            1.0 - 0.15 * (u * u + v * v)
+        };
+        let photo = lit(light, 0.0, garment);
+        // The border ring's median, as the photo pipeline takes it.
+        let mut ring: Vec<u8> = (0..112 * 112)
+            .filter(|i| [i % 112, i / 112].iter().any(|&c| !(3..109).contains(&c)))
+            .map(|i| photo[i][0])
+            .collect();
+        ring.sort();
+        let level = ring[ring.len() / 2] as i32;
+        let even = even_out(&photo, 112, 112, level).expect("uneven");
+        // Every background pixel within a few levels of one another (a plane leaves them
+        // 20 and more apart).
+        let (mut lo, mut hi) = (255, 0);
+        for y in (2..110).step_by(6) {
+            for x in (2..110).step_by(6) {
+                if !garment(x, y) {
+                    let v = even[y as usize * 112 + x as usize][0];
+                    (lo, hi) = (lo.min(v), hi.max(v));
+                }
+            }
+        }
+        let worst = hi - lo;
+        assert!(worst <= 6, "the background spreads over {worst} levels");
+    }
+
+    /// A garment from the top edge to the bottom splits the border ring in two; light falling
+    /// across it from the left puts the two parts 25 % apart, so the ring's level seeds one
+    /// of them only: the other is seeded again where the plane through the first meets it,
+    /// and the whole background is one level again.
+    #[test]
+    fn a_garment_from_edge_to_edge_keeps_the_far_side_of_the_border() {
+        fn tall(x: i32, _: i32) -> bool {
+            (36..76).contains(&x)
+        }
+        let photo = lit(|x, _| 1.0 - 0.35 * x as f64 / 111.0, 0.0, tall);
+        let mut ring: Vec<u8> = (0..112 * 112)
+            .filter(|i| [i % 112, i / 112].iter().any(|&c| !(3..109).contains(&c)))
+            .map(|i| photo[i][0])
+            .collect();
+        ring.sort();
+        let level = ring[ring.len() / 2] as i32;
+        let even = even_out(&photo, 112, 112, level).expect("uneven");
+        let (mut lo, mut hi) = (255, 0);
+        for y in (2..110).step_by(6) {
+            for x in (2..110).step_by(6) {
+                if !tall(x, y) {
+                    let v = even[y as usize * 112 + x as usize][0];
+                    (lo, hi) = (lo.min(v), hi.max(v));
+                }
+            }
+        }
+        assert!(
+            hi - lo <= 6,
+            "the background spreads over {} levels",
+            hi - lo
+        );
     }
 }

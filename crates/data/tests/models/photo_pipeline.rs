@@ -379,8 +379,8 @@ fn nothing_to_see_is_refused_and_clothing_never_is() {
 /// Photos as people take them (issue 61, point 6): light falling unevenly across the frame
 /// and a coloured garment keep the clean photo's exact top 8 (`embed::light`,
 /// `embed::photo::colour_axis`; the held-out figures, on 1,000 photos a condition, are
-/// `eval --photos`'). On this sample of 100: printed. (A soft shadow is not divided out:
-/// `embed::light`'s module note.)
+/// `eval --photos`'). On this sample of 100 each keeps at least the issue's 0.9. (A soft
+/// shadow is not divided out: `embed::light`'s module note.)
 #[test]
 fn uneven_light_and_colour_keep_the_neighbours() {
     let setup = neighbours_setup(100);
@@ -400,7 +400,7 @@ fn uneven_light_and_colour_keep_the_neighbours() {
         got.push((name, agreement));
     }
     for (name, agreement) in got {
-        assert!(agreement >= 0.85, "{name}: top-8 agreement {agreement}");
+        assert!(agreement >= 0.9, "{name}: top-8 agreement {agreement}");
     }
 }
 

@@ -142,11 +142,12 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
     let step = SMOOTH_STEP * level;
     let darkest = DARKEST * level;
     let mut flooded = vec![false; n];
+    let on_border = |i: usize| {
+        let (x, y) = (i % gw, i / gw);
+        x == 0 || y == 0 || x + 1 == gw || y + 1 == gh
+    };
     let stack: Vec<usize> = (0..n)
-        .filter(|&i| {
-            let (x, y) = (i % gw, i / gw);
-            (x == 0 || y == 0 || x + 1 == gw || y + 1 == gh) && (sm[i] - level).abs() <= step
-        })
+        .filter(|&i| on_border(i) && (sm[i] - level).abs() <= step)
         .collect();
     for &i in &stack {
         flooded[i] = true;
@@ -181,10 +182,6 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
         }
     };
     flood(&mut flooded, stack);
-    let on_border = |i: usize| {
-        let (x, y) = (i % gw, i / gw);
-        x == 0 || y == 0 || x + 1 == gw || y + 1 == gh
-    };
     // The surface's terms at a cell's centre (−½…½ across the grid).
     let basis = |i: usize| -> [f64; 6] {
         let u = ((i % gw) as f64 + 0.5) / gw as f64 - 0.5;
@@ -289,8 +286,9 @@ fn dot(a: &[f64; 6], b: &[f64; 6]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Least squares of `values` on `basis` over the `used` cells (normal equations, Gaussian
-/// elimination with partial pivoting); `None` if singular.
+/// Least squares of `values` on the first `dims` terms of `basis` over the `used` cells (normal
+/// equations, Gaussian elimination with partial pivoting; the other terms' coefficients 0);
+/// `None` if singular.
 fn fit(
     used: &[bool],
     values: &[f64],

@@ -26,13 +26,12 @@
 //!    ([`CURVED`]);
 //! 3. light that falls across the frame shows along its border (checked before the light is
 //!    fitted; under even light nothing on the border is above the level): when the middle
-//!    half of the
-//!    flooded border cells spans less than [`MIN_VARIATION`] of the level, or their upper
-//!    quartile is less than half that above it, or the surface differs from it by less than
-//!    that everywhere, the
-//!    photo is left exactly as it is (a photo under even light, every clean photo, the
-//!    committed parity fixtures); otherwise each pixel's channels are scaled by `level /
-//!    estimate` (bilinear between cell centres), which keeps the colours' ratios (white light).
+//!    half of the flooded border cells spans less than [`MIN_VARIATION`] of the level, or
+//!    their upper quartile is less than half that above it, or the surface differs from it
+//!    by less than that everywhere, the photo is left exactly as it is (a photo under even
+//!    light, every clean photo, the committed parity fixtures); otherwise each pixel's
+//!    channels are scaled by `level / estimate` (bilinear between cell centres), which keeps
+//!    the colours' ratios (white light).
 //!
 //! **A soft shadow beside the garment is not divided out.** A model of it (the garment's core
 //! moved and blurred, fitted to the flooded cells' darkness) found 0.4–0.9 of the shadows
@@ -254,8 +253,10 @@ fn estimate(rgb: &[[u8; 3]], width: usize, height: usize, level: f64) -> Option<
         Some((coef, residual[residual.len() / 2]))
     };
     let (plane, off_plane) = trimmed(3)?;
-    let coef = match trimmed(6) {
-        Some((curved, off_curved)) if off_plane > CURVED && off_curved * 2.0 <= off_plane => curved,
+    // The quadratic is fitted only when the plane leaves enough to halve.
+    let curved = (off_plane > CURVED).then(|| trimmed(6)).flatten();
+    let coef = match curved {
+        Some((curved, off_curved)) if off_curved * 2.0 <= off_plane => curved,
         _ => plane,
     };
     // Between the darkest light a background may have and white: the ring's level is its

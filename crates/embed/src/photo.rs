@@ -581,10 +581,11 @@ impl ColourAxis {
 /// (yellow: a quarter of the contrast), and a navy one a little, so its grey levels reach the
 /// model faint. Read along the garment's own axis — the mean difference from the background
 /// of the object's strongest tenth (by the sum of channel differences) — and scaled so its
-/// strongest pixel (its strongest 2×2 mean when `clean` is false: noise) is full strength, the garment reaches the model as the black garment of
-/// the same shape. `None` (grey as before) for a garment whose axis is the background's own
-/// direction within [`COLOUR_COS`] and whose contrast is at least [`LOW_CONTRAST`]: every
-/// black garment, so clean photos keep their bytes. f64 additions, multiplications,
+/// strongest pixel (its strongest 2×2 mean when `clean` is false: noise) is full strength,
+/// the garment reaches the model as the black garment of the same shape. `None` (grey as
+/// before) for a garment whose axis is the background's own direction within [`COLOUR_COS`]
+/// and whose contrast is at least [`LOW_CONTRAST`]: every black garment, so clean photos keep
+/// their bytes. f64 additions, multiplications,
 /// divisions and square roots only: the same on every platform.
 fn colour_axis(
     rgb: &[[u8; 3]],

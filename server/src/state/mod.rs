@@ -81,6 +81,21 @@ pub struct Snapshot {
     pub frame: FrameGallery,
 }
 
+impl Snapshot {
+    /// A snapshot of no items at `catalogue_version`: what start-up holds until the embedding
+    /// is ready, and all a row shard keeps (it answers no search that reads one).
+    pub(super) fn empty(catalogue_version: u64) -> Snapshot {
+        Snapshot {
+            catalogue_version,
+            items: Vec::new(),
+            gallery_rows: Vec::new(),
+            index: Index::build(&[]),
+            anchor_rows: DMatrix::zeros(0, 0),
+            frame: FrameGallery::new(Vec::new(), 0, &[]),
+        }
+    }
+}
+
 /// Gallery rows in the anchor frame, in `items` order: stored once, flat and row-major (the
 /// posterior ranking scans them all), with a k-d tree for nearest-row searches.
 pub struct FrameGallery {
@@ -253,6 +268,40 @@ impl AppState {
     /// The current search snapshot (cheap: an `Arc` clone under a read lock).
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.read().unwrap().clone()
+    }
+
+    /// A row shard (`--shard-rows`) answers its PIR parts and `/status`, nothing else: no
+    /// request it serves reads the catalogue or the embedding.
+    pub fn is_shard(&self) -> bool {
+        self.partitions.settings.shard_rows.is_some()
+    }
+
+    /// A row shard whose PIR databases are built keeps nothing else of the gallery: the
+    /// catalogue, the stored-features map and the search snapshot are emptied (the catalogue
+    /// version stays) and their memory given back. They were what made a shard as large in
+    /// its own memory as a whole serving process (docs/eval/scale.md, "Row shards"). Does
+    /// nothing in any other process, or before the current version's databases exist.
+    pub fn shed_gallery_if_shard(&self) {
+        if !self.is_shard()
+            || !self
+                .partitions
+                .current()
+                .is_some_and(|p| p.pir.get().is_some())
+        {
+            return;
+        }
+        let version = self.snapshot().catalogue_version;
+        let catalogue = std::mem::take(&mut *self.catalogue.write().unwrap());
+        let stored = std::mem::take(&mut *self.features_stored.lock().unwrap());
+        *self.snapshot.write().unwrap() = Arc::new(Snapshot::empty(version));
+        let items = catalogue.len();
+        drop((catalogue, stored));
+        self.release_catalogue_pages();
+        data::progress::release_freed_memory();
+        tracing::info!(
+            items,
+            "row shard: the gallery's items and embedding released"
+        );
     }
 
     pub fn status(&self) -> StatusResponse {

@@ -11,7 +11,6 @@ use shared::api::{AnchorsResponse, ConfigResponse};
 use shared::{DMatrix, Params};
 
 use super::*;
-use crate::gallery::index::Index;
 use crate::gallery::store::{FeatureRow, Store, StoredItem};
 use crate::item::{GalleryItem, SIDE};
 use crate::partition::{PartitionSettings, Partitions};
@@ -398,14 +397,7 @@ impl AppState {
         };
         let identity = super::identity::document(&key, &config)?;
         let items: Vec<Arc<GalleryItem>> = catalogue.values().cloned().collect();
-        let placeholder = Snapshot {
-            catalogue_version: 0,
-            items: Vec::new(),
-            gallery_rows: Vec::new(),
-            index: Index::build(&[]),
-            anchor_rows: DMatrix::zeros(0, 0),
-            frame: FrameGallery::new(Vec::new(), 0, &[]),
-        };
+        let placeholder = Snapshot::empty(0);
         let mut state = AppState {
             config,
             identity,
@@ -447,6 +439,10 @@ impl AppState {
         // side by side. A partition that must be rebuilt is built after both.
         let (embedded, (loaded, partition_load_secs)) = rayon::join(
             || -> Result<(Snapshot, bool, f64), StateError> {
+                if state.is_shard() {
+                    // A row shard serves no search that reads the embedding.
+                    return Ok((Snapshot::empty(version), false, 0.0));
+                }
                 let t = std::time::Instant::now();
                 let (snap, reused) = match state.stored_snapshot(&items, version)? {
                     Some(s) => (s, true),
@@ -520,8 +516,14 @@ impl AppState {
                 if items.len() == p.doc.gallery_size {
                     crate::partition::pir::attach(&p, &s.partitions, &items, &s.catalogue_pages);
                 }
+                drop(items);
                 s.release_catalogue_pages();
+                if !stale {
+                    s.shed_gallery_if_shard();
+                }
             });
+        } else if !stale {
+            state.shed_gallery_if_shard();
         }
         if stale {
             // Serve the stored version now; replace it once the current gallery's is built.
@@ -531,6 +533,8 @@ impl AppState {
                     s.catalogue.read().unwrap().values().cloned().collect();
                 let version = s.catalogue_version.load(Ordering::SeqCst);
                 s.rebuild_partition(&items, version);
+                drop(items);
+                s.shed_gallery_if_shard();
             });
         }
         Ok(state)

@@ -71,12 +71,18 @@ impl AppState {
         }
         let version = self.catalogue_version.load(Ordering::SeqCst) + 1;
         let t = std::time::Instant::now();
-        let snapshot = self.embed(items.clone(), version)?;
-        tracing::info!(
-            items = items.len(),
-            secs = t.elapsed().as_secs_f64(),
-            "replica: next version embedded"
-        );
+        let snapshot = if self.is_shard() {
+            // A row shard keeps no embedding (`AppState::shed_gallery_if_shard`).
+            Snapshot::empty(version)
+        } else {
+            let s = self.embed(items.clone(), version)?;
+            tracing::info!(
+                items = items.len(),
+                secs = t.elapsed().as_secs_f64(),
+                "replica: next version embedded"
+            );
+            s
+        };
         let t = std::time::Instant::now();
         crate::partition::pir::attach(&p, &self.partitions, &items, &self.catalogue_pages);
         if p.pir.get().is_none() {
@@ -92,6 +98,12 @@ impl AppState {
         );
         let partition = p.doc.version.clone();
         self.partitions.stage(p);
+        // Nor its items, once its databases are built.
+        let catalogue = if self.is_shard() {
+            BTreeMap::new()
+        } else {
+            catalogue
+        };
         Ok(Prepared {
             catalogue,
             snapshot,

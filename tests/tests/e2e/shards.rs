@@ -2,12 +2,14 @@
 //! --public …`; `pir::shard`, `privatemail_server::front`): the CLI's PIR searches through a
 //! front over three shards and a whole replica return what one process returns, with the same
 //! bytes up and down, by the table and by the encrypted scores; a shard holds its rows and no
-//! public file (no hint, no route but answers and `/status`); a shard killed makes the front
+//! public file (no hint, no route but answers and `/status`) and, once they are built, none
+//! of the gallery's items; a shard killed makes the front
 //! answer a 502 JSON error and the CLI say so, never a wrong result.
 
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use privatemail_e2e::{photo_png, start_server_logged, workspace_bin, Server};
 use serde_json::Value;
@@ -136,7 +138,28 @@ fn a_front_over_row_shards_answers_as_one_process_and_a_shard_down_is_a_502() {
         .as_str()
         .unwrap()
         .to_string();
+    let items = status(&one.base)["catalogue_items"].as_u64().unwrap();
+    assert!(items > 0, "the whole replica holds the catalogue");
     for sh in &shards {
+        // Once its databases are built a shard lets go of the gallery's items and embedding
+        // (`AppState::shed_gallery_if_shard`), just after it starts listening.
+        let t = std::time::Instant::now();
+        let held = loop {
+            let st = status(&sh.base);
+            let held = (
+                st["catalogue_items"].as_u64(),
+                st["snapshot_items"].as_u64(),
+            );
+            if held == (Some(0), Some(0)) || t.elapsed() > Duration::from_secs(60) {
+                break held;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(
+            held,
+            (Some(0), Some(0)),
+            "a shard keeps the gallery's items (the whole replica's: {items})"
+        );
         let pir = &status(&sh.base)["pir"];
         let held = pir["database_bytes"].as_u64().unwrap();
         assert!(

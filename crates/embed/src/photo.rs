@@ -394,7 +394,7 @@ pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
         noise_level: mad,
         bbox: (x0, y0, x1, y1),
         scene: scene(&rgb, width, height, background, (x0, y0, x1, y1)),
-        cut_off: crate::cut::cut_off((x0, y0, x1, y1), width, height),
+        cut_off: crate::cut::cut_off(&amounts, &mask, width, height, bbox),
         light_evened,
     })
 }

@@ -416,7 +416,7 @@ fn a_garment_cut_by_the_frame_is_said_to_be() {
         .take(300)
         .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(31);
-    let (mut cut, mut tight, mut margin) = (0, 0, 0);
+    let (mut cut, mut tight, mut margin, mut reaching) = (0, 0, 0, 0);
     for &i in &held {
         let img = train.images.image(i);
         let said = |shot: &Shot, rng: &mut ChaCha8Rng| {
@@ -445,10 +445,34 @@ fn a_garment_cut_by_the_frame_is_said_to_be() {
             },
             &mut rng,
         );
+        // Whole, shifted within its margin: often reaching an edge, which its box touches.
+        let m = (1.0 - scale) / 2.0;
+        let shift = (rng.random_range(-m..=m), rng.random_range(-m..=m));
+        reaching += said(
+            &Shot {
+                scale,
+                shift,
+                ..Shot::clean(SIDE)
+            },
+            &mut rng,
+        );
     }
     let n = held.len() as f64;
-    let (cut, tight, margin) = (cut as f64 / n, tight as f64 / n, margin as f64 / n);
-    println!("cut off said: cut {cut:.3}, framed tightly {tight:.3}, with a margin {margin:.3}");
+    let (cut, tight, margin, reaching) = (
+        cut as f64 / n,
+        tight as f64 / n,
+        margin as f64 / n,
+        reaching as f64 / n,
+    );
+    println!(
+        "cut off said: cut {cut:.3}, framed tightly {tight:.3}, with a margin {margin:.3}, \
+         whole and reaching an edge {reaching:.3}"
+    );
     assert!(cut >= 0.9, "cut photos said to be cut: {cut}");
     assert!(tight <= 0.05 && margin <= 0.02, "{tight} {margin}");
+    // The box alone said so for 0.120 of them (`embed::cut::EDGE_STRENGTH`).
+    assert!(
+        reaching <= 0.03,
+        "whole garments said to be cut: {reaching}"
+    );
 }

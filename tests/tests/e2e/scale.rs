@@ -678,7 +678,9 @@ fn build_into(spec: &str, env: &[(&str, &str)], args: &[&str], size: &str) {
 /// into the same store by a worker and the join, whose last write switches `CURRENT.json`.
 /// Every search succeeds; every search that starts once all three replicas switched names
 /// the new version; the searches before the announcement name the old one.
-fn switch_under_load(bucket: Bucket, tag: &str) {
+/// With `shard`, a row shard (`--shard-rows 0/1`, beside the load balancer) follows the same
+/// store: it switches too, and holds none of the gallery's items after the switch as before.
+fn switch_under_load(bucket: Bucket, tag: &str, shard: bool) {
     let (_, sha_a) = built();
     let dir = tmp(tag);
     let key = key_file(&dir);
@@ -713,6 +715,23 @@ fn switch_under_load(bucket: Bucket, tag: &str) {
             )
         })
         .collect();
+    let shard_base = shard.then(|| {
+        let port = privatemail_e2e::browser::free_port();
+        let args: Vec<&str> = extra
+            .iter()
+            .copied()
+            .chain(["--shard-rows", "0/1"])
+            .collect();
+        let r = replica_with(
+            &bucket.spec,
+            &key,
+            &dir.join("cache-shard"),
+            port,
+            &args,
+            &env,
+        );
+        (r, format!("http://127.0.0.1:{port}"))
+    });
     eprintln!(
         "{tag}: three replicas listening after {:.1} s",
         t.elapsed().as_secs_f64()
@@ -858,6 +877,24 @@ fn switch_under_load(bucket: Bucket, tag: &str) {
         );
     }
     assert!(failed.is_empty(), "{} searches failed", failed.len());
+    if let Some((_shard, base)) = &shard_base {
+        let t = std::time::Instant::now();
+        while replica_status(base)["serving"] != sha_b.as_str() {
+            assert!(
+                t.elapsed().as_secs_f64() < 600.0,
+                "the shard did not switch: {}",
+                replica_status(base)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let st = get(base, "/api/v1/status");
+        assert_eq!(st["pir"]["version"], version_b.as_str(), "{st}");
+        assert_eq!(
+            (&st["catalogue_items"], &st["snapshot_items"]),
+            (&serde_json::json!(0), &serde_json::json!(0)),
+            "a shard keeps the next version's items: {st}"
+        );
+    }
     for r in &results {
         if r.start > switched {
             assert_eq!(r.version, version_b, "a search after the switch");
@@ -886,6 +923,7 @@ fn haproxy_over_three_replicas_switches_versions_under_load_without_a_failed_sea
             dir,
         },
         "switch",
+        true,
     );
 }
 
@@ -911,5 +949,6 @@ fn a_version_switch_under_load_from_an_s3s_fs_bucket() {
             dir,
         },
         "switch-s3",
+        false,
     );
 }

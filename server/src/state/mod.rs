@@ -283,10 +283,10 @@ impl AppState {
     /// nothing in any other process, or before the current version's databases exist.
     pub fn shed_gallery_if_shard(&self) {
         if !self.is_shard()
-            || !self
+            || self
                 .partitions
                 .current()
-                .is_some_and(|p| p.pir.get().is_some())
+                .is_none_or(|p| p.pir.get().is_none())
         {
             return;
         }

@@ -521,7 +521,12 @@ async fn run(mut args: Args) -> Result<(), Box<dyn std::error::Error>> {
     })
     .await??;
     tracing::info!(
-        gallery = state.snapshot().items.len(),
+        // A row shard embeds nothing: its gallery is the partition's.
+        gallery = state
+            .partitions
+            .current()
+            .filter(|_| state.is_shard())
+            .map_or(state.snapshot().items.len(), |p| p.doc.gallery_size),
         anchors = state.config.anchor_count,
         secs = t.elapsed().as_secs_f64(),
         "gallery ready"

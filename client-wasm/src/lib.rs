@@ -17,7 +17,7 @@
 //! answer for the user's screen only. Everything is JSON strings across the boundary (one wire
 //! format, `shared::api`); errors are JS exceptions with plain messages, never panics.
 //!
-//! Layout: one [`Client`] (this file: the session's state, its constructor and shared helpers)
+//! Layout: one [`Client`] (this file: the client's state, its constructor and shared helpers)
 //! with one `#[wasm_bindgen] impl Client` block per protocol, so JavaScript sees a single class:
 //! `model.rs` (the on-device model, loading the photo), `frame.rs` (the anchor frame and the
 //! `POST /api/v1/search` round trip), `paper.rs` (Algorithm 1), `blocks.rs` (private block

@@ -89,8 +89,8 @@ pub fn edge_strength(
         .filter(|&i| mask[i])
         .map(|i| amounts[i].max(0))
         .collect();
-    inside.sort_unstable();
-    let strong = inside[inside.len() * 9 / 10].max(1);
+    let at = inside.len() * 9 / 10;
+    let strong = (*inside.select_nth_unstable(at).1).max(1);
     on_edge.iter().sum::<i64>() as f64 / on_edge.len() as f64 / f64::from(strong)
 }
 
@@ -104,22 +104,21 @@ mod tests {
 
     #[test]
     fn one_edge_is_cut_two_opposite_are_framed() {
-        let cut_off = box_cut_off;
         // Inside with a margin: whole.
-        assert!(!cut_off((10, 10, 90, 90), 100, 100));
+        assert!(!box_cut_off((10, 10, 90, 90), 100, 100));
         // Cut by one edge, or two adjacent ones (a corner): cut off.
-        assert!(cut_off((0, 10, 90, 90), 100, 100));
-        assert!(cut_off((10, 10, 100, 90), 100, 100));
-        assert!(cut_off((10, 0, 100, 90), 100, 100));
+        assert!(box_cut_off((0, 10, 90, 90), 100, 100));
+        assert!(box_cut_off((10, 10, 100, 90), 100, 100));
+        assert!(box_cut_off((10, 0, 100, 90), 100, 100));
         // Framed tightly along one axis (the dataset's way), with or without a margin across.
-        assert!(!cut_off((20, 0, 80, 100), 100, 100));
-        assert!(!cut_off((0, 20, 100, 80), 100, 100));
-        assert!(!cut_off((0, 0, 90, 100), 100, 100));
+        assert!(!box_cut_off((20, 0, 80, 100), 100, 100));
+        assert!(!box_cut_off((0, 20, 100, 80), 100, 100));
+        assert!(!box_cut_off((0, 0, 90, 100), 100, 100));
         // A faint outermost row left out of the box: still framed tightly (slack 4 at 100).
-        assert!(!cut_off((20, 3, 80, 100), 100, 100));
-        assert!(cut_off((20, 5, 80, 100), 100, 100));
+        assert!(!box_cut_off((20, 3, 80, 100), 100, 100));
+        assert!(box_cut_off((20, 5, 80, 100), 100, 100));
         // Nothing found: the whole photo.
-        assert!(!cut_off((0, 0, 100, 100), 100, 100));
+        assert!(!box_cut_off((0, 0, 100, 100), 100, 100));
     }
 
     /// A 100×100 photo's amounts holding a 60×40 object at amount 200 whose column at `x` =

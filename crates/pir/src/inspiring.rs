@@ -157,17 +157,24 @@ impl InspiringPlan {
     /// The plan for inputs whose RLWE `a` parts are `a_parts` ([`lattice::rlwe::lwe_to_rlwe`];
     /// at most the masks' width, the rest taken as zero inputs).
     pub fn new(ring: &Ring, masks: &InspiringMasks, a_parts: &[Vec<u64>]) -> InspiringPlan {
-        Self::new_part(ring, masks, a_parts, 0..masks.gamma.saturating_sub(1))
+        Self::new_part(
+            ring,
+            masks,
+            a_parts.to_vec(),
+            0..masks.gamma.saturating_sub(1),
+        )
     }
 
     /// [`InspiringPlan::new`] keeping only the digits of switch steps `keep` (of the `γ − 1`,
     /// clamped to them): a row shard's share of the plan (`crate::shard`). The whole chain is
     /// computed (each step's digits depend on the steps before), so the packed `a` is the
-    /// whole plan's; [`InspiringPlan::accumulate_many`] then sums the kept steps only.
+    /// whole plan's; [`InspiringPlan::accumulate_many`] then sums the kept steps only. The
+    /// `a` parts are taken and transformed in place (at 4,096 coefficients, 2,048 of them are
+    /// 64 MiB: never held twice).
     pub fn new_part(
         ring: &Ring,
         masks: &InspiringMasks,
-        a_parts: &[Vec<u64>],
+        mut a_parts: Vec<Vec<u64>>,
         keep: std::ops::Range<usize>,
     ) -> InspiringPlan {
         let (n, gamma) = (ring.n(), masks.gamma);
@@ -180,14 +187,19 @@ impl InspiringPlan {
             .map(|e| pow_mod(g, e, 2 * n))
             .find(|&x| x * g % (2 * n) == 1)
             .expect("g is a unit");
-        // The transform: A'_k[t] = γ⁻¹·P_t(ω_{π_{g⁻ᵏ}(t)}), P_t(Y) = Σ_i ã_i[t]·Yⁱ.
-        let transformed: Vec<Vec<u64>> = a_parts.iter().map(|a| ring.to_ntt(a)).collect();
+        // The transform: A'_k[t] = γ⁻¹·P_t(ω_{π_{g⁻ᵏ}(t)}), P_t(Y) = Σ_i ã_i[t]·Yⁱ. Column `t`
+        // of A' depends only on column `t` of the transformed inputs: each is written over
+        // the one it is made from (γ rows, the missing inputs zeros).
+        for a in &mut a_parts {
+            ring.ntt.forward(a);
+        }
+        let mut a_prime = a_parts;
+        a_prime.resize_with(gamma, || vec![0u64; n]);
         let gamma_inv = Q.inv(gamma as u64);
-        let mut a_prime = vec![vec![0u64; n]; gamma];
         let mut column = vec![0u64; n];
         for t in 0..n {
             column.fill(0);
-            for (c, a) in column.iter_mut().zip(&transformed) {
+            for (c, a) in column.iter_mut().zip(&a_prime) {
                 *c = a[t];
             }
             ring.ntt.forward(&mut column);
@@ -197,7 +209,6 @@ impl InspiringPlan {
                 e = e * g_inv % (2 * n);
             }
         }
-        drop(transformed);
         let coefficients = |mut x: Vec<u64>| {
             ring.ntt.inverse(&mut x);
             x

@@ -25,23 +25,27 @@ pub(crate) fn par_map<T: Sync, U: Send>(
     }
 }
 
-/// `f` over `items` (on every core with the `parallel` feature), each result handed to `sink`
-/// in the items' order as soon as it and all before it are made — for results too large to hold
-/// all at once (the score database's packing plans, written out as they are built). At most one
-/// result per thread exists at a time, made or waiting for its turn: a thread takes the next
-/// item only while fewer than that many are not yet through `sink`. Stops at `sink`'s first
-/// error and returns it.
+/// `f` over `items` (on up to `at_once` cores with the `parallel` feature), each result handed
+/// to `sink` in the items' order as soon as it and all before it are made — for results too
+/// large to hold all at once (the score database's packing plans, written out as they are
+/// built). At most `at_once` results (and one per thread) exist at a time, made or waiting for
+/// their turn: a thread takes the next item only while fewer than that many are not yet through
+/// `sink`. Stops at `sink`'s first error and returns it.
 pub(crate) fn par_for_each_in_order<T: Sync, U: Send, E: Send>(
     items: &[T],
+    at_once: usize,
     f: impl Fn(&T) -> U + Sync,
     mut sink: impl FnMut(U) -> Result<(), E> + Send,
 ) -> Result<(), E> {
     #[cfg(feature = "parallel")]
     {
-        if rayon::current_num_threads() > 1 {
-            return in_order::run(items, f, sink, rayon::current_num_threads());
+        let window = at_once.min(rayon::current_num_threads());
+        if window > 1 {
+            return in_order::run(items, f, sink, window);
         }
     }
+    #[cfg(not(feature = "parallel"))]
+    let _ = at_once;
     items.iter().try_for_each(|x| sink(f(x)))
 }
 
@@ -164,9 +168,9 @@ mod in_order {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Results reach the sink in order, at most one per thread exists at a time, and the
-    /// first failed hand-over stops the run with its error.
-    fn check_in_order(threads: usize) {
+    /// Results reach the sink in order, at most one per thread (and `at_once`) exists at a
+    /// time, and the first failed hand-over stops the run with its error.
+    fn check_in_order(threads: usize, at_once: usize) {
         let items: Vec<usize> = (0..40).collect();
         let (alive, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let make = |&i: &usize| {
@@ -177,7 +181,7 @@ mod tests {
             i
         };
         let mut seen = Vec::new();
-        super::par_for_each_in_order(&items, make, |i| {
+        super::par_for_each_in_order(&items, at_once, make, |i| {
             alive.fetch_sub(1, Ordering::SeqCst);
             seen.push(i);
             Ok::<_, ()>(())
@@ -186,12 +190,13 @@ mod tests {
         assert_eq!(seen, items);
         let most = most.load(Ordering::SeqCst);
         assert!(
-            most <= threads,
-            "{most} results at once on {threads} threads"
+            most <= threads.min(at_once),
+            "{most} results at once on {threads} threads, at most {at_once}"
         );
         let mut seen = Vec::new();
         let stopped = super::par_for_each_in_order(
             &items,
+            at_once,
             |&i| i,
             |i| {
                 if i == 7 {
@@ -209,14 +214,16 @@ mod tests {
     fn in_order_hands_results_over_in_order() {
         #[cfg(feature = "parallel")]
         for threads in [2, 4] {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| check_in_order(threads));
+            for at_once in [1, 2, usize::MAX] {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap()
+                    .install(|| check_in_order(threads, at_once));
+            }
         }
         #[cfg(not(feature = "parallel"))]
-        check_in_order(1);
+        check_in_order(1, usize::MAX);
     }
 
     /// A result that panics while it is made ends the run with that panic: the threads that
@@ -228,6 +235,7 @@ mod tests {
                 let items: Vec<usize> = (0..20).collect();
                 super::par_for_each_in_order(
                     &items,
+                    usize::MAX,
                     |&i| {
                         assert_ne!(i, 3, "the made-up failure");
                         std::thread::sleep(std::time::Duration::from_millis(2));

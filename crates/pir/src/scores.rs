@@ -310,28 +310,55 @@ pub struct ScoreDb {
     plans: Vec<InspiringPlan>,
 }
 
-/// A score database's planes, laid out and checked ([`ScoreDb::lay_out`]), before its packing
-/// plans are built from them — the expensive part, and most of the bytes (at 1,000,000 items
-/// six plans of 0.2 GB beside 0.5 GB of planes): held in memory ([`ScorePlanes::build`]) or
-/// written out as each is built ([`ScorePlanes::build_into`]).
+/// Block `b`'s features of its items `rows` (those of them it has), row-major `i16`: what a
+/// score database is laid out from ([`ScoreDb::lay_out`]).
+pub type BlockRows<'a> = dyn Fn(usize, std::ops::Range<usize>) -> Result<Vec<i16>> + Sync + 'a;
+
+/// Blocks held whole (each `items × dim` features, row-major) read as [`BlockRows`].
+pub fn block_rows(
+    blocks: &[Vec<i16>],
+    dim: usize,
+) -> impl Fn(usize, std::ops::Range<usize>) -> Result<Vec<i16>> + Sync + '_ {
+    move |b, rows| {
+        let f = blocks.get(b).map_or(&[][..], Vec::as_slice);
+        Ok(f[(rows.start * dim).min(f.len())..(rows.end * dim).min(f.len())].to_vec())
+    }
+}
+
+/// Rows laid out at a time while a plan's rows are read (at 1,000,000 items, 22,000 columns
+/// of 2 planes: 11 MB).
+const LAYOUT_ROWS: usize = 256;
+
+/// A score database checked ([`ScoreDb::lay_out`]), before its planes are laid out and its
+/// packing plans built from them — the expensive part, and most of the bytes (at 1,000,000
+/// items six plans of 0.2 GB beside 0.5 GB of planes): held in memory ([`ScorePlanes::build`])
+/// or written out as each is built ([`ScorePlanes::build_into`]). Each plan's rows are laid out
+/// from the blocks as the plan is built, [`LAYOUT_ROWS`] at a time; only the rows the
+/// database keeps (all, or a shard's) stay.
 pub struct ScorePlanes<'a> {
     ring: &'a Ring,
     masks: &'a InspiringMasks,
     shape: ScoreShape,
-    lo: Held<u8>,
-    hi: Held<i8>,
+    block: Box<BlockRows<'a>>,
     /// The query masks `a_c`, transformed.
     masks_ntt: Vec<Vec<u64>>,
     /// The rows and switch steps the database keeps: all, or a shard's.
     keep: (std::ops::Range<usize>, std::ops::Range<usize>),
+    /// Plans built at once (each on its own core).
+    at_once: usize,
+    /// Rows laid out at a time ([`LAYOUT_ROWS`]; fewer in tests, to cross their bounds).
+    layout_rows: usize,
 }
+
+/// A plan and the rows of the planes its chunk gives the database.
+type Built = (InspiringPlan, Vec<u8>, Vec<i8>);
 
 impl ScorePlanes<'_> {
     /// Keeps only rows `rows` of the planes and steps `steps` of every plan (a row shard's
     /// part, `crate::shard`: each shard takes its slice of `0..shape.rows` and of
     /// `0..`[`ScoreShape::packing_steps`]). Every plan is still built whole from all the rows
-    /// (its digits depend on every row of its chunk), and the rest dropped as it is built: the
-    /// build costs what one process's does, the database `1/S` of it. Refused unless both
+    /// of its chunk (its digits depend on each of them), and the rest dropped as it is built:
+    /// the build costs what one process's does, the database `1/S` of it. Refused unless both
     /// are within the shape's.
     pub fn part(
         mut self,
@@ -357,14 +384,20 @@ impl ScorePlanes<'_> {
         Ok(self)
     }
 
-    /// The planes of the rows kept.
-    fn kept_planes(&self) -> (Held<u8>, Held<i8>) {
-        let cols = self.shape.data_cols();
-        let at = self.keep.0.start * cols..self.keep.0.end * cols;
-        (
-            Held::Owned(self.lo.get()[at.clone()].to_vec()),
-            Held::Owned(self.hi.get()[at].to_vec()),
-        )
+    /// Builds at most `plans` plans at once (at least one; by default one per core): each
+    /// holds its chunk's row masks and digits while it is built (at 1,000,000 items about
+    /// 0.2 GB), so a process whose memory is tight — a row shard — builds them one at a time,
+    /// its rows' masks still computed on every core. The database is the same.
+    pub fn plans_at_once(mut self, plans: usize) -> Self {
+        self.at_once = plans.max(1);
+        self
+    }
+
+    /// Lays out `rows` rows at a time instead of [`LAYOUT_ROWS`]: the same database.
+    #[cfg(test)]
+    pub(crate) fn layout_rows(mut self, rows: usize) -> Self {
+        self.layout_rows = rows.max(1);
+        self
     }
 
     /// One plan per row chunk, in order: the order of the database's plans and of the bytes
@@ -373,74 +406,122 @@ impl ScorePlanes<'_> {
         self.shape.row_chunks(self.ring.n())
     }
 
-    /// The plan of a row chunk, over the recombined rows `256·hi + lo`: the LWE ciphertexts
-    /// the answer packs.
-    fn plan(&self, rows: &std::ops::Range<usize>) -> InspiringPlan {
+    /// Rows `rows` of the planes (every block's columns), laid out from the blocks and checked
+    /// as [`ScoreDb::lay_out`] checked them.
+    fn lay_out_rows(&self, rows: std::ops::Range<usize>) -> Result<(Vec<u8>, Vec<i8>)> {
         let cols = self.shape.data_cols();
-        let (lo, hi) = (self.lo.get(), self.hi.get());
-        let a_parts: Vec<Vec<u64>> = rows
-            .clone()
-            .map(|i| {
-                let row = |j: usize| {
-                    if j < cols {
-                        256 * i64::from(hi[i * cols + j]) + i64::from(lo[i * cols + j])
-                    } else {
-                        0
-                    }
-                };
-                row_mask(self.ring, &self.masks_ntt, row)
-            })
-            .collect();
-        InspiringPlan::new_part(self.ring, self.masks, &a_parts, self.keep.1.clone())
+        let cpb = self.shape.cols_per_block();
+        let mut lo = vec![0u8; rows.len() * cols];
+        let mut hi = vec![0i8; rows.len() * cols];
+        for b in 0..self.shape.blocks {
+            let feats = checked_rows(&self.shape, &*self.block, b, rows.clone())?;
+            for (i, f) in feats.chunks_exact(self.shape.dim).enumerate() {
+                let row = i * cols + b * cpb;
+                for (j, &v) in f.iter().enumerate() {
+                    (lo[row + j], hi[row + j]) = planes_of(v);
+                }
+                let at = row + self.shape.dim;
+                lo[at..at + NORM_DIGITS].copy_from_slice(&norm_digits(f));
+            }
+        }
+        Ok((lo, hi))
     }
 
-    /// The database with every plan built and held in memory (on every core in the server).
-    pub fn build(self) -> ScoreDb {
-        let plans = crate::par::par_map(&self.jobs(), |job| self.plan(job), None);
-        let (lo, hi) = if self.keep.0 == (0..self.shape.rows) {
-            (self.lo, self.hi)
-        } else {
-            self.kept_planes()
-        };
-        ScoreDb {
+    /// The plan of a row chunk, over the recombined rows `256·hi + lo` (the LWE ciphertexts
+    /// the answer packs), and the chunk's rows the database keeps. The rows are laid out
+    /// [`LAYOUT_ROWS`] at a time and their masks computed on every core.
+    fn plan(&self, rows: &std::ops::Range<usize>) -> Result<Built> {
+        let cols = self.shape.data_cols();
+        let kept = self.keep.0.start.max(rows.start)..self.keep.0.end.min(rows.end);
+        let (mut kept_lo, mut kept_hi) = (Vec::new(), Vec::new());
+        let mut a_parts = Vec::with_capacity(rows.len());
+        for start in rows.clone().step_by(self.layout_rows) {
+            let these = start..(start + self.layout_rows).min(rows.end);
+            let (lo, hi) = self.lay_out_rows(these.clone())?;
+            let local: Vec<usize> = (0..these.len()).collect();
+            a_parts.extend(crate::par::par_map(
+                &local,
+                |&i| {
+                    let entry = |j: usize| {
+                        if j < cols {
+                            256 * i64::from(hi[i * cols + j]) + i64::from(lo[i * cols + j])
+                        } else {
+                            0
+                        }
+                    };
+                    row_mask(self.ring, &self.masks_ntt, entry)
+                },
+                None,
+            ));
+            let keep_here = kept.start.max(these.start)..kept.end.min(these.end);
+            if !keep_here.is_empty() {
+                let at =
+                    (keep_here.start - these.start) * cols..(keep_here.end - these.start) * cols;
+                kept_lo.extend_from_slice(&lo[at.clone()]);
+                kept_hi.extend_from_slice(&hi[at]);
+            }
+        }
+        let plan = InspiringPlan::new_part(self.ring, self.masks, a_parts, self.keep.1.clone());
+        Ok((plan, kept_lo, kept_hi))
+    }
+
+    /// The database with every plan built and held in memory. Fails only where a block's rows,
+    /// read again, fail the checks [`ScoreDb::lay_out`] passed.
+    pub fn build(self) -> Result<ScoreDb> {
+        let (mut lo, mut hi, mut plans) = (Vec::new(), Vec::new(), Vec::new());
+        crate::par::par_for_each_in_order(
+            &self.jobs(),
+            self.at_once,
+            |job| self.plan(job),
+            |built: Result<Built>| {
+                let (plan, l, h) = built?;
+                lo.extend_from_slice(&l);
+                hi.extend_from_slice(&h);
+                plans.push(plan);
+                Ok::<_, Error>(())
+            },
+        )?;
+        Ok(ScoreDb {
             shape: self.shape,
             rows: self.keep.0,
-            lo,
-            hi,
+            lo: Held::Owned(lo),
+            hi: Held::Owned(hi),
             plans,
-        }
+        })
     }
 
-    /// Builds the plans and writes the planes and then each plan's digits to `out` — the
-    /// bytes [`ScoreDb::write_held`] would write — dropping each plan's digits as soon as they
-    /// are written, so that at most one plan per thread is in memory (building on every core,
-    /// written in order); a plan keeps its `a` part and its digits' SHA-256. The result
-    /// answers nothing until [`WrittenScores::share`] reads the digits back from those bytes.
-    /// The planes stay held until then (every plan is built from them). Stops at the first
-    /// failed write; what was written is then of no use.
+    /// Builds the plans and writes each plan's digits to `out` as it is built, then the planes
+    /// of the rows kept — the bytes [`ScoreDb::write_held`] would write — dropping each
+    /// plan's digits, and then the planes, as soon as they are written (keeping their
+    /// SHA-256): at most [`ScorePlanes::plans_at_once`] plans are in memory, besides the rows
+    /// kept. A plan keeps its `a` part. The result answers nothing until
+    /// [`WrittenScores::share`] reads the digits and planes back from those bytes. Stops at
+    /// the first failed write (or a block's rows failing their checks, as an error of kind
+    /// `Other`); what was written is then of no use.
     pub fn build_into(
         self,
         out: &mut (impl std::io::Write + Send + ?Sized),
     ) -> std::io::Result<WrittenScores> {
-        // A shard's rows copied out (the plans need every row until they are built); all of
-        // them written as they are.
-        let kept = (self.keep.0 != (0..self.shape.rows)).then(|| self.kept_planes());
-        let (lo, hi) = kept.as_ref().map_or((&self.lo, &self.hi), |(l, h)| (l, h));
-        lo.write(out)?;
-        hi.write(out)?;
-        let mut len = lo.padded_len() + hi.padded_len();
-        let mut plans = Vec::new();
+        let (mut lo, mut hi, mut plans) = (Vec::new(), Vec::new(), Vec::new());
+        let mut len = 0;
         crate::par::par_for_each_in_order(
             &self.jobs(),
+            self.at_once,
             |job| self.plan(job),
-            |mut plan: InspiringPlan| {
+            |built: Result<Built>| {
+                let (mut plan, l, h) = built.map_err(std::io::Error::other)?;
                 plan.write_out_digits(out)?;
                 len += plan.digits_len();
+                lo.extend_from_slice(&l);
+                hi.extend_from_slice(&h);
                 plans.push(plan);
                 Ok::<_, std::io::Error>(())
             },
         )?;
-        let (lo, hi) = kept.unwrap_or((self.lo, self.hi));
+        let (mut lo, mut hi) = (Held::Owned(lo), Held::Owned(hi));
+        len += lo.padded_len() + hi.padded_len();
+        lo.write_out(out)?;
+        hi.write_out(out)?;
         Ok(WrittenScores {
             db: ScoreDb {
                 shape: self.shape,
@@ -452,6 +533,37 @@ impl ScorePlanes<'_> {
             len,
         })
     }
+}
+
+/// Block `b`'s features of its items `rows`, checked: whole rows of `dim`, at most as many as
+/// asked, no value of −32768 and no squared norm above [`NORM_CAP`].
+fn checked_rows(
+    shape: &ScoreShape,
+    block: &BlockRows<'_>,
+    b: usize,
+    rows: std::ops::Range<usize>,
+) -> Result<Vec<i16>> {
+    let invalid = |reason: String| Error::InvalidParameter {
+        name: "score database",
+        reason,
+    };
+    let feats = block(b, rows.clone())?;
+    if feats.len() % shape.dim != 0 || feats.len() / shape.dim > rows.len() {
+        return Err(invalid(format!(
+            "block {b}'s rows {rows:?} do not fit {shape:?}"
+        )));
+    }
+    for f in feats.chunks_exact(shape.dim) {
+        if f.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX) {
+            return Err(invalid(format!("block {b} has a feature of −32768")));
+        }
+        if norm2(f) > NORM_CAP {
+            return Err(invalid(format!(
+                "block {b} has an item whose squared norm exceeds {NORM_CAP}"
+            )));
+        }
+    }
+    Ok(feats)
 }
 
 /// A score database whose plans' digits were written out by [`ScorePlanes::build_into`]: it
@@ -469,11 +581,10 @@ impl WrittenScores {
         self.len
     }
 
-    /// The database reading its planes and plans' digits from `bytes`, exactly the bytes
-    /// [`ScorePlanes::build_into`] wrote: refused (typed) unless they are that long, the planes
-    /// equal the ones held and each plan's digits have the SHA-256 kept of them when written.
-    /// The held planes are dropped; answers are the same as those of [`ScorePlanes::build`]'s
-    /// database.
+    /// The database reading its plans' digits and planes from `bytes`, exactly the bytes
+    /// [`ScorePlanes::build_into`] wrote: refused (typed) unless they are that long and each
+    /// plan's digits and each plane have the SHA-256 kept of them when written. Answers are
+    /// the same as those of [`ScorePlanes::build`]'s database.
     pub fn share(self, bytes: &SharedBytes) -> Result<ScoreDb> {
         if (**bytes).as_ref().len() != self.len {
             return Err(Error::InvalidParameter {
@@ -508,73 +619,43 @@ impl ScoreDb {
                 reason: format!("{} blocks for a shape of {}", blocks.len(), shape.blocks),
             });
         }
-        Self::build_from(
+        Self::lay_out(
             ring,
             shape,
-            |b| Ok::<_, Error>(blocks[b].clone()),
+            block_rows(blocks, shape.dim),
             query_seed,
             masks,
-        )
+        )?
+        .build()
     }
 
-    /// [`ScoreDb::build`] with block `b`'s features made by `block(b)` when the planes are laid
-    /// out, so only one block's features are held at a time (at 1,000,000 items the blocks'
-    /// `i16` features would take 0.5 GB besides the planes). `block`'s errors come back as
-    /// they are; this code's own are converted into the caller's error type.
-    pub fn build_from<E: From<Error>>(
-        ring: &Ring,
-        shape: ScoreShape,
-        block: impl Fn(usize) -> Result<Vec<i16>, E>,
-        query_seed: &[u8; 32],
-        masks: &InspiringMasks,
-    ) -> Result<ScoreDb, E> {
-        Ok(Self::lay_out(ring, shape, block, query_seed, masks)?.build())
-    }
-
-    /// The first half of [`ScoreDb::build_from`]: the planes laid out and every input checked
-    /// (its errors are all here), the plans not built yet — so that a caller can choose where
-    /// they go ([`ScorePlanes::build`], [`ScorePlanes::build_into`]).
-    pub fn lay_out<'a, E: From<Error>>(
+    /// Checks every block's features (`block(b, rows)`: block `b`'s items `rows`, see
+    /// [`BlockRows`]) against the shape — all of this build's errors are here — and returns
+    /// the database to build ([`ScorePlanes::build`], [`ScorePlanes::build_into`]), which
+    /// reads each block's rows again as it lays out each plan's: only one plan's rows at a
+    /// time are read, and only the rows the database keeps are held (at 1,000,000 items the
+    /// blocks' features would take 0.5 GB beside the planes; a row shard keeps a quarter of
+    /// the planes). `block` must give the same features every time (the planes kept and the
+    /// plans are made from the same read, so a block that changes between reads builds a
+    /// database of its later values, checked as these were).
+    pub fn lay_out<'a>(
         ring: &'a Ring,
         shape: ScoreShape,
-        block: impl Fn(usize) -> Result<Vec<i16>, E>,
+        block: impl Fn(usize, std::ops::Range<usize>) -> Result<Vec<i16>> + Sync + 'a,
         query_seed: &[u8; 32],
         masks: &'a InspiringMasks,
-    ) -> Result<ScorePlanes<'a>, E> {
+    ) -> Result<ScorePlanes<'a>> {
         let n = ring.n();
-        let invalid = |reason: String| Error::InvalidParameter {
-            name: "score database",
-            reason,
-        };
         shape.check(n)?;
         check_width(&shape, n, masks)?;
-        // The planes hold the blocks' columns only: the last query chunk's padding columns
-        // would be zeros, scanned for nothing.
-        let cols = shape.data_cols();
-        let cpb = shape.cols_per_block();
-        let mut lo = vec![0u8; shape.rows * cols];
-        let mut hi = vec![0i8; shape.rows * cols];
         for b in 0..shape.blocks {
-            let feats = block(b)?;
-            if feats.len() % shape.dim != 0 || feats.len() / shape.dim > shape.rows {
-                return Err(invalid(format!("block {b} does not fit {shape:?}")).into());
-            }
-            for (i, f) in feats.chunks_exact(shape.dim).enumerate() {
-                if f.iter().any(|&v| i32::from(v).abs() > FEATURE_MAX) {
-                    return Err(invalid(format!("block {b} has a feature of −32768")).into());
-                }
-                if norm2(f) > NORM_CAP {
-                    return Err(invalid(format!(
-                        "block {b} has an item whose squared norm exceeds {NORM_CAP}"
-                    ))
-                    .into());
-                }
-                let row = i * cols + b * cpb;
-                for (j, &v) in f.iter().enumerate() {
-                    (lo[row + j], hi[row + j]) = planes_of(v);
-                }
-                let at = row + shape.dim;
-                lo[at..at + NORM_DIGITS].copy_from_slice(&norm_digits(f));
+            // One row more than the shape has: a block that has it does not fit.
+            let all = checked_rows(&shape, &block, b, 0..shape.rows + 1)?;
+            if all.len() / shape.dim > shape.rows {
+                return Err(Error::InvalidParameter {
+                    name: "score database",
+                    reason: format!("block {b} has more than {} items", shape.rows),
+                });
             }
         }
         let masks_ntt: Vec<Vec<u64>> = (0..shape.chunks(n))
@@ -584,10 +665,11 @@ impl ScoreDb {
             ring,
             masks,
             shape,
-            lo: Held::Owned(lo),
-            hi: Held::Owned(hi),
+            block: Box::new(block),
             masks_ntt,
             keep: (0..shape.rows, 0..shape.packing_steps(n)),
+            at_once: usize::MAX,
+            layout_rows: LAYOUT_ROWS,
         })
     }
 
@@ -602,23 +684,26 @@ impl ScoreDb {
                 .sum::<usize>()
     }
 
-    /// The planes and the plans' digits, little-endian (what [`ScoreDb::share`] reads back):
-    /// for a server that writes them to a file and maps it.
+    /// The plans' digits and then the planes, little-endian (what [`ScoreDb::share`] reads
+    /// back): for a server that writes them to a file and maps it. Plans first: a streamed
+    /// build ([`ScorePlanes::build_into`]) knows the planes it keeps only once every plan's
+    /// rows are laid out.
     pub fn write_held(&self, out: &mut (impl std::io::Write + ?Sized)) -> std::io::Result<()> {
+        self.plans.iter().try_for_each(|p| p.write_digits(out))?;
         self.lo.write(out)?;
-        self.hi.write(out)?;
-        self.plans.iter().try_for_each(|p| p.write_digits(out))
+        self.hi.write(out)
     }
 
-    /// Reads the planes and the plans' digits from `bytes`, where [`ScoreDb::write_held`]
+    /// Reads the plans' digits and the planes from `bytes`, where [`ScoreDb::write_held`]
     /// wrote them, instead of holding them: refused unless they equal what is held (parts
     /// checked equal before a refusal stay shared). Answers are the same either way.
     pub fn share(&mut self, bytes: &SharedBytes) -> Result<()> {
-        let mut at = self.lo.share(bytes, 0)?;
-        at = self.hi.share(bytes, at)?;
+        let mut at = 0;
         for p in &mut self.plans {
             at = p.share_digits(bytes, at)?;
         }
+        at = self.lo.share(bytes, at)?;
+        self.hi.share(bytes, at)?;
         Ok(())
     }
 
@@ -1914,16 +1999,18 @@ pub(crate) mod tests {
         ScoreDb::lay_out(
             &f.ring,
             shape,
-            |b| Ok::<_, Error>(f.blocks[b].clone()),
+            block_rows(&f.blocks, shape.dim),
             &QSEED,
             &f.masks,
         )
         .unwrap()
     }
 
-    /// A streamed build of the fixture's database: what it wrote, and the database to share.
+    /// A streamed build of the fixture's database (one plan at a time, its rows laid out 37
+    /// at a time: bounds the default build does not cross): what it wrote, and the database
+    /// to share.
     fn streamed(f: &Fixture, shape: ScoreShape) -> (Vec<u8>, WrittenScores) {
-        let planes = laid_out(f, shape);
+        let planes = laid_out(f, shape).plans_at_once(1).layout_rows(37);
         let mut out = Vec::new();
         let written = planes.build_into(&mut out).unwrap();
         assert_eq!(written.written_len(), out.len());
@@ -1943,8 +2030,9 @@ pub(crate) mod tests {
         let mut f = fixture(256, shape, 32);
         assert_eq!(shape.row_chunks(f.n).len(), 3, "several plans");
         let (out, written) = streamed(&f, shape);
-        // Only the planes were held until shared: no plan kept its digits once written.
+        // Nothing was held until shared: no plan kept its digits once written, nor the planes.
         assert!(written.db.plans.iter().all(|p| !p.digits_owned()));
+        assert!(!written.db.lo.is_owned() && !written.db.hi.is_owned());
         let mut held = Vec::new();
         f.db.write_held(&mut held).unwrap();
         assert!(out == held, "the streamed bytes are the held ones");

@@ -318,7 +318,7 @@ mod tests {
             ScoreDb::lay_out(
                 &ring,
                 shape,
-                |b| Ok::<_, crate::Error>(blocks[b].clone()),
+                crate::scores::block_rows(&blocks, shape.dim),
                 &qseed,
                 &masks,
             )
@@ -350,7 +350,13 @@ mod tests {
             let shards: Vec<ScoreDb> = rows
                 .iter()
                 .zip(steps)
-                .map(|(r, s)| lay_out().part(r.clone(), s.clone()).unwrap().build())
+                .map(|(r, s)| {
+                    lay_out()
+                        .part(r.clone(), s.clone())
+                        .unwrap()
+                        .build()
+                        .unwrap()
+                })
                 .collect();
             for db in &shards {
                 assert_eq!(
@@ -389,8 +395,15 @@ mod tests {
             }
         }
         // Shards whose rows and steps are split differently still sum to the whole.
-        let a = lay_out().part(0..150, 0..10).unwrap().build();
-        let b = lay_out().part(150..200, 10..steps).unwrap().build();
+        let a = lay_out().part(0..150, 0..10).unwrap().build().unwrap();
+        // (Its rows laid out 9 at a time, one plan at a time: the same part.)
+        let b = lay_out()
+            .part(150..200, 10..steps)
+            .unwrap()
+            .plans_at_once(1)
+            .layout_rows(9)
+            .build()
+            .unwrap();
         let parts: Vec<ScorePart> = [&a, &b]
             .iter()
             .map(|db| {

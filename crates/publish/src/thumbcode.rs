@@ -72,6 +72,15 @@ pub const MAX_RECORD: usize = 4096;
 /// `n·t⁴` multiply-adds, 1.2·10¹⁰ at 20,000 (about a second), and more samples change the
 /// leading components little.
 pub const FIT_SAMPLE: usize = 20_000;
+/// The thumbnails [`Codebook::fit`] reads of `thumbs`: at most [`FIT_SAMPLE`], at an even
+/// stride. Fitting to them alone gives the same codebook (a caller whose thumbnails are
+/// costly to hold can copy out just these).
+pub fn fit_sample<T>(thumbs: &[T]) -> impl Iterator<Item = &T> {
+    thumbs
+        .iter()
+        .step_by(thumbs.len().div_ceil(FIT_SAMPLE).max(1))
+}
+
 /// The longest file for thumbnails of `side` (at most [`MAX_COMPONENTS`] components).
 pub fn max_file_len(side: usize) -> usize {
     let d = side * side;
@@ -135,8 +144,7 @@ impl Codebook {
                 got: t.len(),
             });
         }
-        let stride = thumbs.len().div_ceil(FIT_SAMPLE);
-        let sample: Vec<&[u8]> = thumbs.iter().step_by(stride).copied().collect();
+        let sample: Vec<&[u8]> = fit_sample(thumbs).copied().collect();
         let m = sample.len();
         let mut mean = vec![0f64; d];
         for t in &sample {
@@ -673,5 +681,26 @@ mod tests {
         // Zero variance earns nothing; the cap holds.
         assert_eq!(allocate(&[0.0, 0.0], 5), vec![0, 0]);
         assert_eq!(allocate(&[1.0], 100), vec![MAX_BITS]);
+    }
+
+    /// A caller may fit to the sample alone (the server copies it out of its mapped
+    /// catalogue): the same codebook, byte for byte.
+    #[test]
+    fn fitting_the_sample_alone_gives_the_same_codebook() {
+        let (side, len) = (6, 12);
+        let thumbs: Vec<Vec<u8>> = (0..2 * FIT_SAMPLE + 7)
+            .map(|i| {
+                (0..side * side)
+                    .map(|j| ((i * 31 + j * 7) % 251) as u8)
+                    .collect()
+            })
+            .collect();
+        let all: Vec<&[u8]> = thumbs.iter().map(Vec::as_slice).collect();
+        let sample: Vec<&[u8]> = fit_sample(&all).copied().collect();
+        assert!(sample.len() <= FIT_SAMPLE && 2 * sample.len() > FIT_SAMPLE);
+        assert_eq!(
+            Codebook::fit(&sample, side, len).unwrap().to_bytes(),
+            Codebook::fit(&all, side, len).unwrap().to_bytes()
+        );
     }
 }

@@ -13,7 +13,7 @@
 //! count (u64), pixels per item (u32), features per item (u32), CRC-32 of the payload (u32),
 //! then per item: id (u64), label (u32), pixels, features (f32 LE).
 
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -25,7 +25,7 @@ const MAGIC: &[u8; 8] = b"PMPACK1\0";
 const MAX_ITEMS: u64 = 10_000_000;
 const MAX_ROW: u32 = 1 << 16;
 /// Bytes read and parsed at a time.
-const PIECE_BYTES: usize = 32 << 20;
+pub const PIECE_BYTES: usize = 32 << 20;
 
 /// Where the packed copy of the store at `store_path` lives.
 pub fn path_for(store_path: &Path) -> PathBuf {
@@ -38,16 +38,42 @@ pub type Catalogue = Vec<(StoredItem, Vec<f32>)>;
 /// Read the packed catalogue if it is valid for `instance`, generation `version` and `weights`; `None` if it is
 /// missing, stale or damaged (the caller reads the store instead).
 pub fn read(path: &Path, instance: u64, version: u64, weights: &str) -> Option<Catalogue> {
-    read_in_pieces(path, instance, version, weights, PIECE_BYTES)
+    open(path, instance, version, weights)?.read_all(PIECE_BYTES)
 }
 
-fn read_in_pieces(
-    path: &Path,
-    instance: u64,
-    version: u64,
-    weights: &str,
-    piece_bytes: usize,
-) -> Option<Catalogue> {
+/// A packed catalogue whose header names this store, generation and weights and whose length
+/// is the one its header describes; its rows not read yet (nor their CRC checked).
+pub struct Packed {
+    r: BufReader<std::fs::File>,
+    /// Where the rows start.
+    payload: u64,
+    pub count: usize,
+    /// Pixels and features of every row.
+    pub pixels: usize,
+    pub dim: usize,
+    crc: u32,
+}
+
+/// One row of a packed catalogue, borrowed from the piece read.
+pub struct PackedRow<'a> {
+    pub id: u64,
+    pub label: u32,
+    pub pixels: &'a [u8],
+    /// `dim` little-endian `f32`.
+    features: &'a [u8],
+}
+
+impl PackedRow<'_> {
+    pub fn features(&self) -> impl Iterator<Item = f32> + '_ {
+        self.features
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    }
+}
+
+/// The packed catalogue at `path` if its header is valid for `instance`, generation `version`
+/// and `weights` and the file is exactly as long as it describes; `None` otherwise.
+pub fn open(path: &Path, instance: u64, version: u64, weights: &str) -> Option<Packed> {
     let file = std::fs::File::open(path).ok()?;
     let mut r = BufReader::with_capacity(1 << 16, file);
     let mut head = [0u8; 8];
@@ -76,32 +102,73 @@ fn read_in_pieces(
     if r.get_ref().metadata().ok()?.len() != (head + len) as u64 {
         return None;
     }
-    // The payload in pieces of whole rows (a reused buffer, not 1 GB at 1,000,000 items):
-    // each piece is added to the CRC and parsed in parallel.
-    let pixels = pixels as usize;
-    let per_piece = (piece_bytes / row).max(1);
-    let mut buf = vec![0u8; per_piece * row];
-    let mut out: Catalogue = Vec::with_capacity(count as usize);
-    let mut hasher = crc32fast::Hasher::new();
-    let mut left = count as usize;
-    while left > 0 {
-        let n = left.min(per_piece);
-        let piece = &mut buf[..n * row];
-        r.read_exact(piece).ok()?;
-        hasher.update(piece);
-        out.par_extend(piece.par_chunks_exact(row).map(|b| {
-            let id = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-            let label = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-            let f: Vec<f32> = b[12 + pixels..]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            let pixels = b[12..12 + pixels].to_vec();
-            (StoredItem { id, label, pixels }, f)
-        }));
-        left -= n;
+    Some(Packed {
+        r,
+        payload: head as u64,
+        count: count as usize,
+        pixels: pixels as usize,
+        dim: dim as usize,
+        crc,
+    })
+}
+
+impl Packed {
+    fn row_len(&self) -> usize {
+        12 + self.pixels + 4 * self.dim
     }
-    (hasher.finalize() == crc).then_some(out)
+
+    /// Every row, in order, handed to `visit` a piece of whole rows at a time (about
+    /// `piece_bytes`, one buffer reused): at 1,000,000 items the rows are 1 GB, never held.
+    /// Can be called again (each call reads the file from its first row). `None` if a read
+    /// fails or the rows' CRC-32 is not the header's — known only after the last piece, so
+    /// whatever `visit` made of the rows must then be dropped.
+    pub fn for_each_piece(
+        &mut self,
+        piece_bytes: usize,
+        mut visit: impl FnMut(&[PackedRow<'_>]),
+    ) -> Option<()> {
+        self.r.seek(SeekFrom::Start(self.payload)).ok()?;
+        let row = self.row_len();
+        let per_piece = (piece_bytes / row).max(1);
+        let mut buf = vec![0u8; per_piece * row];
+        let mut hasher = crc32fast::Hasher::new();
+        let mut left = self.count;
+        while left > 0 {
+            let n = left.min(per_piece);
+            let piece = &mut buf[..n * row];
+            self.r.read_exact(piece).ok()?;
+            hasher.update(piece);
+            let rows: Vec<PackedRow> = piece
+                .chunks_exact(row)
+                .map(|b| PackedRow {
+                    id: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+                    label: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+                    pixels: &b[12..12 + self.pixels],
+                    features: &b[12 + self.pixels..],
+                })
+                .collect();
+            visit(&rows);
+            left -= n;
+        }
+        (hasher.finalize() == self.crc).then_some(())
+    }
+
+    /// Every row, each item with its features, read in pieces of about `piece_bytes` (each
+    /// parsed in parallel); `None` if damaged ([`Packed::for_each_piece`]).
+    pub fn read_all(mut self, piece_bytes: usize) -> Option<Catalogue> {
+        let mut out: Catalogue = Vec::with_capacity(self.count);
+        self.for_each_piece(piece_bytes, |rows| {
+            out.par_extend(rows.par_iter().map(|r| {
+                let item = StoredItem {
+                    id: r.id,
+                    label: r.label,
+                    pixels: r.pixels.to_vec(),
+                };
+                (item, r.features().collect())
+            }))
+        })?;
+        Some(out)
+    }
 }
 
 /// One item to pack: `(id, label, pixels, features)`.
@@ -192,7 +259,7 @@ mod tests {
         assert_eq!(rows.len(), 5);
         // Read two rows at a time: the same rows.
         assert_eq!(
-            read_in_pieces(&path, 3, 7, "w1", 2 * (12 + 6 + 8)),
+            open(&path, 3, 7, "w1").unwrap().read_all(2 * (12 + 6 + 8)),
             Some(rows.clone())
         );
         for (i, (it, f)) in rows.iter().enumerate() {

@@ -13,6 +13,7 @@
 //! can see it, nothing changes it, and its space is freed when the last item reading it is
 //! dropped, or when the process ends.
 
+use std::io::Write;
 use std::ops::Deref;
 use std::path::Path;
 
@@ -130,6 +131,71 @@ pub fn map_items(dir: &Path, items: &mut [GalleryItem], pages: &Pages) -> std::i
     Ok(())
 }
 
+/// Which part of the catalogue's file [`map_read`] asks to be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Every item's features, native-endian `f32`.
+    Features,
+    /// Every item's pixels.
+    Pixels,
+}
+
+/// [`map_items`] for `count` items read from elsewhere (a packed catalogue), each of `dim`
+/// features and `pixels` pixels, written straight into the file and never held:
+/// `write(Part::Features, out)` writes every item's features, then `write(Part::Pixels, out)`
+/// every item's pixels, in the same order. At 1,000,000 items, reading them into memory first
+/// held 1.3 GB for a moment — more than a row shard holds in all. The views come back in that
+/// order; refused (nothing mapped) unless each part is exactly `count` items long, or where
+/// `write` fails.
+pub fn map_read(
+    dir: &Path,
+    pages: &Pages,
+    count: usize,
+    dim: usize,
+    pixels: usize,
+    mut write: impl FnMut(Part, &mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<Vec<(Features, Pixels)>> {
+    let features = count * dim * 4;
+    let map = write_and_map(dir, "catalogue", features + pixels * count, pages, |out| {
+        for (part, len) in [(Part::Features, features), (Part::Pixels, pixels * count)] {
+            let mut counted = Counted { out, n: 0 };
+            write(part, &mut counted)?;
+            if counted.n != len {
+                return Err(std::io::Error::other(format!(
+                    "{part:?}: {} bytes written, {len} expected",
+                    counted.n
+                )));
+            }
+        }
+        Ok(())
+    })?;
+    (0..count)
+        .map(|i| {
+            let f = Features::mapped(map.slice(i * dim * 4..(i + 1) * dim * 4))
+                .ok_or_else(|| std::io::Error::other("mapped features are not aligned"))?;
+            let at = features + i * pixels;
+            Ok((f, Pixels(map.slice(at..at + pixels))))
+        })
+        .collect()
+}
+
+/// A writer that counts what passes through it.
+struct Counted<'a> {
+    out: &'a mut (dyn Write + Send),
+    n: usize,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.n += n;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +241,36 @@ mod tests {
         let kept = items[4].pixels.clone();
         drop(items);
         assert_eq!(kept.as_slice(), &[160u8; 784][..]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn items_read_into_the_mapping_are_the_bits_written_and_a_short_part_is_refused() {
+        let dir = std::env::temp_dir().join(format!("pm-read-{}", std::process::id()));
+        let pages = Pages::default();
+        let rows: Vec<([f32; 3], [u8; 5])> = (0..4)
+            .map(|i| ([i as f32, -0.5, f32::MAX], [i as u8; 5]))
+            .collect();
+        let views = map_read(&dir, &pages, 4, 3, 5, |part, out| {
+            for (f, p) in &rows {
+                match part {
+                    Part::Features => out.write_all(bytemuck::cast_slice(f))?,
+                    Part::Pixels => out.write_all(p)?,
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        for ((f, p), (want_f, want_p)) in views.iter().zip(&rows) {
+            assert_eq!((f.as_slice(), p.as_slice()), (&want_f[..], &want_p[..]));
+        }
+        // One item's pixels short (the total made up by the features): refused.
+        let short = map_read(&dir, &pages, 4, 3, 5, |part, out| match part {
+            Part::Features => out.write_all(&[0; 4 * 3 * 4 + 5]),
+            Part::Pixels => out.write_all(&[0; 3 * 5]),
+        });
+        assert!(short.is_err());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

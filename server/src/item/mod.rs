@@ -37,6 +37,17 @@ impl GalleryItem {
         pixels: Vec<u8>,
         features: Vec<f32>,
     ) -> Result<Self, ItemError> {
+        Self::from_parts(id, label, pixels.into(), features.into())
+    }
+
+    /// An item of these pixels and features: held, or read in place from the catalogue's
+    /// mapped file ([`mapped::map_read`]).
+    pub fn from_parts(
+        id: u64,
+        label: u32,
+        pixels: Pixels,
+        features: Features,
+    ) -> Result<Self, ItemError> {
         if pixels.len() != (SIDE * SIDE) as usize {
             return Err(ItemError::Pixels(format!(
                 "item {id} has {} pixels, not {}",
@@ -47,8 +58,8 @@ impl GalleryItem {
         Ok(GalleryItem {
             id,
             label,
-            pixels: pixels.into(),
-            features: features.into(),
+            pixels,
+            features,
             thumbnail: std::sync::OnceLock::new(),
         })
     }

@@ -25,6 +25,9 @@ use crate::ops::mapped::Pages;
 /// stored version built by older code is not served as current.
 const PARTITION_FORMAT: &str = "privatemail-partition-6";
 
+/// Items a fingerprint's chunk hashes (its digests, in order, are the fingerprint's input).
+const FINGERPRINT_CHUNK: usize = 4_096;
+
 /// The levels a gallery of `n` gets after the whole gallery: the default closure levels for
 /// block retrieval, then the capped level the hintless ranking serves.
 pub fn level_specs(n: usize) -> Vec<LevelSpec> {
@@ -37,12 +40,14 @@ pub fn level_specs(n: usize) -> Vec<LevelSpec> {
 /// What a partition is a function of: the gallery (ids, labels, features, thumbnails, in id
 /// order), the anchors its coverage is measured on, the seed, the operator's settings and the
 /// code's format. Equal fingerprints build byte-identical versions, so a restart whose
-/// fingerprint matches the announced version serves it without rebuilding.
+/// fingerprint matches the announced version serves it without rebuilding. `inputs`: the
+/// mapped catalogue's pages, let go as the items are read.
 pub fn fingerprint(
     items: &[Arc<GalleryItem>],
     anchor_features: &[Vec<f32>],
     seed: u64,
     settings: &PartitionSettings,
+    inputs: &Pages,
 ) -> String {
     let mut h = Sha256::new();
     h.update(PARTITION_FORMAT.as_bytes());
@@ -52,26 +57,30 @@ pub fn fingerprint(
     h.update(format!("{:?}", level_specs(items.len())).as_bytes());
     h.update((items.len() as u64).to_le_bytes());
     // Chunks hashed in parallel (1 GB of pixels and features at 1,000,000 items), then their
-    // digests in order.
-    let chunks: Vec<[u8; 32]> = items
-        .par_chunks(4_096)
-        .map(|chunk| {
-            // One update per item (the same bytes as a field at a time, 30 times faster).
-            let mut c = Sha256::new();
-            let mut buf = Vec::new();
-            for it in chunk {
-                buf.clear();
-                buf.extend_from_slice(&it.id.to_le_bytes());
-                buf.extend_from_slice(&it.label.to_le_bytes());
-                buf.extend(it.features.iter().flat_map(|x| x.to_le_bytes()));
-                buf.extend_from_slice(&it.pixels);
-                c.update(&buf);
-            }
-            c.finalize().into()
-        })
-        .collect();
-    for c in &chunks {
-        h.update(c);
+    // digests in order; the mapped catalogue's pages let go after each slice of chunks, so
+    // that reading every item never holds them all in the resident set.
+    for slice in items.chunks(FINGERPRINT_CHUNK * 16) {
+        let chunks: Vec<[u8; 32]> = slice
+            .par_chunks(FINGERPRINT_CHUNK)
+            .map(|chunk| {
+                // One update per item (the same bytes as a field at a time, 30 times faster).
+                let mut c = Sha256::new();
+                let mut buf = Vec::new();
+                for it in chunk {
+                    buf.clear();
+                    buf.extend_from_slice(&it.id.to_le_bytes());
+                    buf.extend_from_slice(&it.label.to_le_bytes());
+                    buf.extend(it.features.iter().flat_map(|x| x.to_le_bytes()));
+                    buf.extend_from_slice(&it.pixels);
+                    c.update(&buf);
+                }
+                c.finalize().into()
+            })
+            .collect();
+        for c in &chunks {
+            h.update(c);
+        }
+        inputs.release();
     }
     h.update((anchor_features.len() as u64).to_le_bytes());
     for a in anchor_features {
@@ -127,7 +136,7 @@ pub fn build(
 ) -> Result<Published, PartitionError> {
     let BuildIo { store, staging, .. } = io;
     let t0 = Instant::now();
-    let fingerprint = fingerprint(items, anchor_features, seed, settings);
+    let fingerprint = fingerprint(items, anchor_features, seed, settings, io.inputs);
     let n = items.len();
     let dim = items.first().map_or(0, |it| it.features.len());
     let side = SIDE as usize;

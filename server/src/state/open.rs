@@ -134,6 +134,85 @@ fn gallery_features(
     Ok((items.into_iter().map(|(it, _)| it).collect(), computed))
 }
 
+/// The store's items as start-up reads them.
+enum Rows {
+    /// Each stored item with its stored features, if any.
+    Stored(Vec<(StoredItem, Option<Vec<f32>>)>),
+    /// The items of a packed copy, their pixels and features mapped ([`mapped_from`]).
+    Mapped(Vec<GalleryItem>),
+}
+
+impl Rows {
+    fn is_empty(&self) -> bool {
+        match self {
+            Rows::Stored(r) => r.is_empty(),
+            Rows::Mapped(r) => r.is_empty(),
+        }
+    }
+}
+
+/// The packed copy's items with their pixels and features read straight into the catalogue's
+/// mapped file in `dir` (`item::mapped::map_read`: two passes over the file, never held).
+/// `None` — the caller then reads the copy into memory, or the store — unless the copy's
+/// rows are this model's features and the gallery's image size, every label is a class,
+/// every feature finite, the CRC matches and the file could be written and mapped.
+fn mapped_from(
+    packed: &mut crate::gallery::packed::Packed,
+    dir: &std::path::Path,
+    pages: &crate::ops::mapped::Pages,
+) -> Option<Vec<GalleryItem>> {
+    use crate::gallery::packed::PIECE_BYTES;
+    use crate::item::mapped::{map_read, Part};
+    let (count, dim, pixels) = (packed.count, packed.dim, packed.pixels);
+    if dim != ::embed::model::EMBED || pixels != (SIDE * SIDE) as usize {
+        return None;
+    }
+    let mut heads: Vec<(u64, u32)> = Vec::with_capacity(count);
+    let mut valid = true;
+    let views = map_read(dir, pages, count, dim, pixels, |part, out| {
+        let mut failed = None;
+        let read = packed.for_each_piece(PIECE_BYTES, |rows| {
+            for r in rows {
+                if failed.is_some() {
+                    return;
+                }
+                let written = match part {
+                    Part::Features => {
+                        heads.push((r.id, r.label));
+                        valid &= r.label < 10;
+                        r.features().try_for_each(|v| {
+                            valid &= v.is_finite();
+                            out.write_all(&v.to_ne_bytes())
+                        })
+                    }
+                    Part::Pixels => out.write_all(r.pixels),
+                };
+                failed = written.err();
+            }
+        });
+        match (failed, read) {
+            (Some(e), _) => Err(e),
+            (None, None) => Err(std::io::Error::other("the packed copy is damaged")),
+            (None, Some(())) if !valid => {
+                Err(std::io::Error::other("the packed copy has a malformed row"))
+            }
+            (None, Some(())) => Ok(()),
+        }
+    });
+    let views = match views {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the packed copy into a mapped file failed");
+            return None;
+        }
+    };
+    heads
+        .into_iter()
+        .zip(views)
+        .map(|((id, label), (f, p))| GalleryItem::from_parts(id, label, p, f).ok())
+        .collect()
+}
+
 impl AppState {
     /// Open the store (seeding it with the first `gallery_size` test images if empty), take
     /// the anchors from the training split, and reuse the stored embedding if it matches the
@@ -157,16 +236,13 @@ impl AppState {
         let d = (SIDE * SIDE) as usize;
         let weights = model_version(data::assets::MODEL_WEIGHTS);
         // The training split (for the anchors) and the store load independently: overlapped.
-        // Each stored item with its stored features, if any.
-        type Loaded = (
-            Store,
-            Vec<(StoredItem, Option<Vec<f32>>)>,
-            u64,
-            u64,
-            bool,
-            f64,
-        );
+        // Each stored item with its stored features, if any — or, from a packed copy where
+        // there is a directory to map, the items themselves, already mapped.
+        type Loaded = (Store, Rows, u64, u64, bool, f64);
         let packed_path = crate::gallery::packed::path_for(opts.store_path);
+        // Serving never reads the pixels and features: file pages, not the process's own
+        // memory (`item::mapped`).
+        let catalogue_pages = crate::ops::mapped::Pages::default();
         let (train, loaded) = rayon::join(
             || load_split(opts.data_dir, "train"),
             || -> Result<Loaded, StateError> {
@@ -177,15 +253,26 @@ impl AppState {
                 let instance = store.instance()?;
                 // The packed copy if it is this store's current content, else the rows (two
                 // read transactions side by side: redb readers do not block each other).
-                if let Some(rows) = crate::gallery::packed::read(
+                let packed = crate::gallery::packed::open(
                     &packed_path,
                     instance,
                     store.generation()?,
                     &weights,
-                ) {
-                    let rows = rows.into_iter().map(|(it, f)| (it, Some(f))).collect();
-                    let secs = t.elapsed().as_secs_f64();
-                    return Ok((store, rows, version, instance, true, secs));
+                );
+                if let Some(mut packed) = packed {
+                    let dir = partition.pir_dir.as_deref();
+                    if let Some(items) =
+                        dir.and_then(|d| mapped_from(&mut packed, d, &catalogue_pages))
+                    {
+                        let secs = t.elapsed().as_secs_f64();
+                        let rows = Rows::Mapped(items);
+                        return Ok((store, rows, version, instance, true, secs));
+                    }
+                    if let Some(rows) = packed.read_all(crate::gallery::packed::PIECE_BYTES) {
+                        let rows = rows.into_iter().map(|(it, f)| (it, Some(f))).collect();
+                        let secs = t.elapsed().as_secs_f64();
+                        return Ok((store, Rows::Stored(rows), version, instance, true, secs));
+                    }
                 }
                 let (items, features) =
                     rayon::join(|| store.load_items(), || store.load_features(&weights));
@@ -198,11 +285,11 @@ impl AppState {
                     })
                     .collect();
                 let secs = t.elapsed().as_secs_f64();
-                Ok((store, rows, version, instance, false, secs))
+                Ok((store, Rows::Stored(rows), version, instance, false, secs))
             },
         );
         let train = train?;
-        let (store, mut stored, mut version, instance, packed_used, load_secs) = loaded?;
+        let (store, rows, mut version, instance, packed_used, load_secs) = loaded?;
         let anchor_idx = balanced_anchors(&train, opts.anchor_count);
         if anchor_idx.len() < 10 {
             return Err(StateError::Invalid("need at least 10 anchors".into()));
@@ -213,7 +300,8 @@ impl AppState {
             &opts.blocks_spec(),
             opts.blocks_public_url.map(str::to_string),
         )?);
-        if stored.is_empty() {
+        let mut rows = rows;
+        if rows.is_empty() {
             // The demo gallery: the test split, the training split without the anchors and the
             // reserved evaluation photos, then variants (`data::demo_gallery`).
             let test = load_split(opts.data_dir, "t10k")?;
@@ -228,44 +316,56 @@ impl AppState {
                     .collect();
             version += 1;
             store.put_items(&seeded, version)?;
-            stored = seeded.into_iter().map(|it| (it, None)).collect();
+            rows = Rows::Stored(seeded.into_iter().map(|it| (it, None)).collect());
         }
         report.store_load_secs = load_secs + t.elapsed().as_secs_f64();
-        tracing::info!(
-            items = stored.len(),
-            stored_features = stored.iter().filter(|(_, f)| f.is_some()).count(),
-            packed = packed_used,
-            secs = report.store_load_secs,
-            "store loaded"
-        );
         let model = Model::from_bytes(data::assets::MODEL_WEIGHTS)?;
-        if let Some((bad, _)) = stored
-            .iter()
-            .find(|(it, _)| it.pixels.len() != d || it.label >= 10)
-        {
-            return Err(StateError::Invalid(format!(
-                "stored item {} is malformed",
-                bad.id
-            )));
-        }
-        let (mut items, computed) =
-            gallery_features(&store, &weights, stored, &model, &mut report)?;
-        // Serving never reads the pixels and features: file pages, not the process's own
-        // memory (`item::mapped`).
-        let catalogue_pages = crate::ops::mapped::Pages::default();
-        if let Some(dir) = partition.pir_dir.as_deref() {
-            let t = std::time::Instant::now();
-            match crate::item::mapped::map_items(dir, &mut items, &catalogue_pages) {
-                Ok(()) => tracing::info!(
+        let (items, computed) = match rows {
+            Rows::Mapped(items) => {
+                tracing::info!(
                     items = items.len(),
-                    secs = t.elapsed().as_secs_f64(),
-                    "pixels and features mapped from a file"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "mapping the catalogue failed; held in memory")
-                }
+                    secs = report.store_load_secs,
+                    "store loaded: pixels and features read from the packed copy into a mapped file"
+                );
+                report.features_loaded = items.len();
+                report.features_reused = true;
+                (items, HashMap::new())
             }
-        }
+            Rows::Stored(stored) => {
+                tracing::info!(
+                    items = stored.len(),
+                    stored_features = stored.iter().filter(|(_, f)| f.is_some()).count(),
+                    packed = packed_used,
+                    secs = report.store_load_secs,
+                    "store loaded"
+                );
+                if let Some((bad, _)) = stored
+                    .iter()
+                    .find(|(it, _)| it.pixels.len() != d || it.label >= 10)
+                {
+                    return Err(StateError::Invalid(format!(
+                        "stored item {} is malformed",
+                        bad.id
+                    )));
+                }
+                let (mut items, computed) =
+                    gallery_features(&store, &weights, stored, &model, &mut report)?;
+                if let Some(dir) = partition.pir_dir.as_deref() {
+                    let t = std::time::Instant::now();
+                    match crate::item::mapped::map_items(dir, &mut items, &catalogue_pages) {
+                        Ok(()) => tracing::info!(
+                            items = items.len(),
+                            secs = t.elapsed().as_secs_f64(),
+                            "pixels and features mapped from a file"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "mapping the catalogue failed; held in memory")
+                        }
+                    }
+                }
+                (items, computed)
+            }
+        };
         data::progress::release_freed_memory();
         let catalogue: BTreeMap<u64, Arc<GalleryItem>> =
             items.into_iter().map(|it| (it.id, Arc::new(it))).collect();
@@ -556,6 +656,7 @@ impl AppState {
             &self.anchors.features,
             self.seed,
             &self.partitions.settings,
+            &self.catalogue_pages,
         );
         let fresh = p.fingerprint == want;
         if !fresh {

@@ -219,14 +219,8 @@ mod tests {
     ) -> (ScoresServe, InspiringMasks) {
         let ring = Ring::new(64);
         let masks = packing_masks(&ring, &shape, &[3; 32]);
-        let db = ScoreDb::build_from(
-            &ring,
-            shape,
-            |b| Ok::<_, ::pir::Error>(feats(b)),
-            &[5; 32],
-            &masks,
-        )
-        .unwrap();
+        let blocks: Vec<Vec<i16>> = (0..shape.blocks).map(feats).collect();
+        let db = ScoreDb::build(&ring, shape, &blocks, &[5; 32], &masks).unwrap();
         let serve = ScoresServe {
             ring,
             db,

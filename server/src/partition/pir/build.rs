@@ -22,7 +22,7 @@ use publish::pir::hintless::ScoresPublic;
 use publish::pir::records::{encode_rank_record, rank_record_len, unit_digests, RankItem, DIGEST};
 use publish::pir::seeds::{self, Purpose};
 use publish::publish::{gzip, gzip_at, FAST_GZIP_ABOVE};
-use publish::thumbcode::Codebook;
+use publish::thumbcode::{fit_sample, Codebook};
 use publish::thumbs;
 use rayon::prelude::*;
 
@@ -34,6 +34,10 @@ use crate::partition::blockstore::LevelFile;
 use crate::partition::published::Published;
 use crate::partition::versions::Partitions;
 use data::progress::Progress;
+
+/// Items whose thumbnails are packed before the catalogue's pages read are let go (at 784
+/// pixels an item, 50 MB).
+const PACK_SLICE: usize = 1 << 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PirBuildError {
@@ -194,23 +198,29 @@ pub fn build(
         None => None,
         Some(len) => Some(fit_code(items, side, len, inputs)?),
     };
-    let pack = || {
-        let packed = items
-            .par_iter()
-            .map(|it| {
-                let mut r = match &code {
-                    None => thumbs::pack(&it.pixels, side)?,
-                    Some(book) => book.encode(&it.pixels)?,
-                };
-                if with_features {
-                    r.extend(it.features.iter().flat_map(|&v| quantise(v).to_le_bytes()));
-                }
-                Ok(r)
-            })
-            .collect::<Result<Vec<Vec<u8>>, shared::Error>>();
-        // Every pixel is read (and the features, with verified scores).
-        inputs.release();
-        packed
+    // A slice of the items at a time, the catalogue's pages let go after each: every pixel is
+    // read (and the features, with verified scores), and the mapped catalogue's pages read
+    // would otherwise all count in the resident set at once (0.8 GB at 1,000,000 items).
+    let pack = || -> Result<Vec<Vec<u8>>, shared::Error> {
+        let mut packed = Vec::with_capacity(items.len());
+        for slice in items.chunks(PACK_SLICE) {
+            let part = slice
+                .par_iter()
+                .map(|it| {
+                    let mut r = match &code {
+                        None => thumbs::pack(&it.pixels, side)?,
+                        Some(book) => book.encode(&it.pixels)?,
+                    };
+                    if with_features {
+                        r.extend(it.features.iter().flat_map(|&v| quantise(v).to_le_bytes()));
+                    }
+                    Ok(r)
+                })
+                .collect::<Result<Vec<Vec<u8>>, shared::Error>>()?;
+            packed.extend(part);
+            inputs.release();
+        }
+        Ok(packed)
     };
     let packed = pack()?;
     // One digest a thumbnail unit (the column(s) a client decodes for a record): the hintless
@@ -245,7 +255,13 @@ pub fn build(
         .levels
         .iter()
         .rposition(|l| matches!(l.overlap, Overlap::Capped { .. }))
-        .map(|l| build_scores(p, partitions, &pages, l, &index, items, &units))
+        .map(|l| {
+            let mapped = BuildPages {
+                version: &pages,
+                inputs,
+            };
+            build_scores(p, partitions, mapped, l, &index, items, &units)
+        })
         .transpose()
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "pir: the hintless ranking is not offered");
@@ -392,9 +408,17 @@ fn fit_code(
         bytes = len,
         "pir: fitting the thumbnails' codebook"
     );
-    let pictures: Vec<&[u8]> = items.iter().map(|it| &it.pixels[..]).collect();
+    // Only the pictures the fit reads, copied out (20,000 at most), the catalogue's pages let
+    // go every 1,024 of them: a read maps the file's pages around it too, so reading even a
+    // sample would otherwise hold all of them in the resident set.
+    let picked: Vec<&Arc<GalleryItem>> = fit_sample(items).collect();
+    let mut sample: Vec<Vec<u8>> = Vec::with_capacity(picked.len());
+    for part in picked.chunks(1_024) {
+        sample.extend(part.iter().map(|it| it.pixels.to_vec()));
+        inputs.release();
+    }
+    let pictures: Vec<&[u8]> = sample.iter().map(Vec::as_slice).collect();
     let book = Codebook::fit(&pictures, side, len)?;
-    inputs.release();
     tracing::info!(
         secs = t0.elapsed().as_secs_f64(),
         components = book.components(),
@@ -416,6 +440,14 @@ impl Units {
     }
 }
 
+/// The mapped pages a build writes (the version's files) and reads (the catalogue's), each let
+/// go once nothing of the build needs it in the resident set.
+#[derive(Clone, Copy)]
+struct BuildPages<'a> {
+    version: &'a Pages,
+    inputs: &'a Pages,
+}
+
 /// The hintless ranking of capped level `level`: the score database of its blocks' `i16`
 /// features (rows in block-file order, as the public file lists them), its packing plans, and
 /// the public file. Logged with its cost; at 1,000,000 items (8,000 rows, 492 blocks) the plans
@@ -423,7 +455,7 @@ impl Units {
 fn build_scores(
     p: &Published,
     partitions: &Partitions,
-    pages: &Pages,
+    pages: BuildPages<'_>,
     level: usize,
     index: &HashMap<u64, u32>,
     items: &[Arc<GalleryItem>],
@@ -454,19 +486,23 @@ fn build_scores(
         seeds::derive(&p.doc, Purpose::ScoresPacking),
     );
     let masks = ::pir::scores::packing_masks(&ring, &shape, &packing_seed);
-    // Each block's i16 features as the planes are laid out (one block held at a time).
-    let features = |b: usize| -> Result<Vec<i16>, ::pir::Error> {
-        Ok(members[b]
+    // A block's items' i16 features, a plan's rows at a time as the planes are laid out.
+    let features = |b: usize, rows: std::ops::Range<usize>| -> Result<Vec<i16>, ::pir::Error> {
+        let m = &members[b];
+        Ok(m[rows.start.min(m.len())..rows.end.min(m.len())]
             .iter()
             .flat_map(|&i| items[i as usize].features.iter().map(|&v| quantise(v)))
             .collect())
     };
-    // A row shard keeps its slice of the rows and of every plan's switch steps.
+    // A row shard keeps its slice of the rows and of every plan's switch steps, and builds
+    // one plan at a time: its memory is what bounds it (`ScorePlanes::plans_at_once`).
     let shard = partitions.settings.shard_rows;
     let lay_out = || {
         let planes = ScoreDb::lay_out(&ring, shape, features, &query_seed, &masks)?;
         match shard {
-            Some(s) => planes.part(s.range(shape.rows), s.range(shape.packing_steps(RING_N))),
+            Some(s) => Ok(planes
+                .part(s.range(shape.rows), s.range(shape.packing_steps(RING_N)))?
+                .plans_at_once(1)),
             None => Ok(planes),
         }
     };
@@ -523,7 +559,7 @@ fn build_scores(
     );
     let [public, gz] = map_files(
         partitions,
-        pages,
+        pages.version,
         "public",
         [Bytes::from(public), Bytes::from(gz)],
     );
@@ -545,25 +581,31 @@ fn build_scores(
 /// as without a directory: a failure costs the build's time once more, but never the version,
 /// and nothing is read from a file that was not checked whole. `lay_out` lays out the planes
 /// (its errors are the build's own and come back as they are).
-fn score_db<'a, E>(
+fn score_db<'a>(
     dir: Option<&Path>,
-    pages: &Pages,
-    lay_out: impl Fn() -> Result<ScorePlanes<'a>, E>,
-) -> Result<ScoreDb, E> {
+    pages: BuildPages<'_>,
+    lay_out: impl Fn() -> Result<ScorePlanes<'a>, ::pir::Error>,
+) -> Result<ScoreDb, ::pir::Error> {
     let Some(dir) = dir else {
-        return Ok(lay_out()?.build());
+        return lay_out()?.build();
     };
     let t = Instant::now();
     let planes = lay_out()?;
     let mut written = None;
-    let streamed = mapped::shared(dir, "scores", None, pages, |out| {
+    let streamed = mapped::shared(dir, "scores", None, pages.version, |out| {
         written = Some(planes.build_into(out)?);
+        // Every item's features are read: their pages go before the file's are checked.
+        pages.inputs.release();
         Ok(())
     })
     .map_err(PirBuildError::from)
     .and_then(|bytes| {
         let written = written.expect("the file is mapped once the plans are written");
-        Ok((written.written_len(), written.share(&bytes)?))
+        let written_len = written.written_len();
+        let db = written.share(&bytes)?;
+        // Checking read every byte of the file; searches fault in what they read.
+        pages.version.release();
+        Ok((written_len, db))
     });
     match streamed {
         Ok((bytes, db)) => {
@@ -576,7 +618,7 @@ fn score_db<'a, E>(
         }
         Err(e) => {
             tracing::warn!(error = %e, "pir: the hintless ranking is built again, in memory");
-            Ok(lay_out()?.build())
+            lay_out()?.build()
         }
     }
 }
@@ -743,25 +785,33 @@ mod tests {
             rows: 40,
         };
         let masks = packing_masks(&ring, &shape, &[3; 32]);
-        let block = |b: usize| -> Result<Vec<i16>, ::pir::Error> {
-            Ok((0..4 * (40 - b))
-                .map(|i| (i * 37 + b) as i16 - 200)
-                .collect())
+        let blocks: Vec<Vec<i16>> = (0..3)
+            .map(|b| {
+                (0..4 * (40 - b))
+                    .map(|i| (i * 37 + b) as i16 - 200)
+                    .collect()
+            })
+            .collect();
+        let block = ::pir::scores::block_rows(&blocks, 4);
+        let lay_out = || ScoreDb::lay_out(&ring, shape, &block, &[5; 32], &masks);
+        let (version, inputs) = (Pages::default(), Pages::default());
+        let test_pages = BuildPages {
+            version: &version,
+            inputs: &inputs,
         };
-        let lay_out = || ScoreDb::lay_out(&ring, shape, block, &[5; 32], &masks);
         let dir = std::env::temp_dir().join(format!("pm-scores-{}", std::process::id()));
-        let mapped = score_db(Some(&dir), &Pages::default(), lay_out).unwrap();
+        let mapped = score_db(Some(&dir), test_pages, lay_out).unwrap();
         assert!(!mapped.held_in_memory());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         std::fs::remove_dir_all(&dir).unwrap();
         // A file where the directory should be: nothing can be written there.
         let file = dir.with_extension("file");
         std::fs::write(&file, b"not a directory").unwrap();
-        let held = score_db(Some(&file.join("pir")), &Pages::default(), lay_out).unwrap();
+        let held = score_db(Some(&file.join("pir")), test_pages, lay_out).unwrap();
         assert!(held.held_in_memory());
         std::fs::remove_file(&file).unwrap();
         assert_eq!(held.public_a(), mapped.public_a());
-        assert!(score_db(None, &Pages::default(), lay_out)
+        assert!(score_db(None, test_pages, lay_out)
             .unwrap()
             .held_in_memory());
     }

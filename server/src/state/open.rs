@@ -707,3 +707,65 @@ fn anchor_outputs(
         layer_means,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gallery::packed;
+
+    /// A packed copy is read straight into the mapped catalogue, the same items and bits as
+    /// read into memory; a damaged one, or one whose rows are another model's, is not (the
+    /// caller falls back), and nothing is left on disk either way.
+    #[test]
+    fn a_packed_copy_is_mapped_as_read_and_a_damaged_one_is_not() {
+        let dir = std::env::temp_dir().join(format!("pm-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("g.packed");
+        let d = (SIDE * SIDE) as usize;
+        let dim = ::embed::model::EMBED;
+        let px: Vec<Vec<u8>> = (0..5).map(|i| vec![40 * i as u8; d]).collect();
+        let fs: Vec<Vec<f32>> = (0..5).map(|i| vec![i as f32 / 8.0; dim]).collect();
+        let rows: Vec<packed::Row> = (0..5)
+            .map(|i| (100 + i as u64, i as u32 % 10, &px[i][..], &fs[i][..]))
+            .collect();
+        packed::write(&path, 1, 2, "w", &rows).unwrap();
+        let pages = crate::ops::mapped::Pages::default();
+        let maps = dir.join("maps");
+        let mut copy = packed::open(&path, 1, 2, "w").unwrap();
+        let items = mapped_from(&mut copy, &maps, &pages).unwrap();
+        let held = packed::read(&path, 1, 2, "w").unwrap();
+        assert_eq!(items.len(), held.len());
+        for (it, (s, f)) in items.iter().zip(&held) {
+            assert_eq!((it.id, it.label), (s.id, s.label));
+            assert_eq!(it.pixels.as_slice(), &s.pixels[..]);
+            assert_eq!(it.features.as_slice(), &f[..]);
+        }
+        assert_eq!(pages.mapped_len(), 5 * (d + 4 * dim));
+        // One flipped pixel: the CRC no longer matches, nothing is mapped.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 4 * dim - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let mut damaged = packed::open(&path, 1, 2, "w").unwrap();
+        assert!(mapped_from(&mut damaged, &maps, &pages).is_none());
+        // Another model's width of features: left to the caller's path, which recomputes.
+        let short: Vec<Vec<f32>> = (0..5).map(|_| vec![0.5; dim - 1]).collect();
+        let rows: Vec<packed::Row> = (0..5)
+            .map(|i| (100 + i as u64, 0, &px[i][..], &short[i][..]))
+            .collect();
+        packed::write(&path, 1, 3, "w", &rows).unwrap();
+        let mut other = packed::open(&path, 1, 3, "w").unwrap();
+        assert!(mapped_from(&mut other, &maps, &pages).is_none());
+        // A label that is no class: left to the caller's path, which refuses the store.
+        let rows: Vec<packed::Row> = (0..5)
+            .map(|i| (100 + i as u64, 10 + i as u32, &px[i][..], &fs[i][..]))
+            .collect();
+        packed::write(&path, 1, 4, "w", &rows).unwrap();
+        let mut unlabelled = packed::open(&path, 1, 4, "w").unwrap();
+        assert!(mapped_from(&mut unlabelled, &maps, &pages).is_none());
+        drop(items);
+        assert_eq!(pages.mapped_len(), 0, "only the first was mapped");
+        assert_eq!(std::fs::read_dir(&maps).unwrap().count(), 0, "unlinked");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

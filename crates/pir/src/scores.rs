@@ -409,6 +409,8 @@ impl ScorePlanes<'_> {
     /// Rows `rows` of the planes (every block's columns), laid out from the blocks and checked
     /// as [`ScoreDb::lay_out`] checked them.
     fn lay_out_rows(&self, rows: std::ops::Range<usize>) -> Result<(Vec<u8>, Vec<i8>)> {
+        // The blocks' columns only: the last query chunk's padding columns would be zeros,
+        // scanned for nothing.
         let cols = self.shape.data_cols();
         let cpb = self.shape.cols_per_block();
         let mut lo = vec![0u8; rows.len() * cols];

@@ -320,7 +320,10 @@ pub fn block_rows(
     dim: usize,
 ) -> impl Fn(usize, std::ops::Range<usize>) -> Result<Vec<i16>> + Sync + '_ {
     move |b, rows| {
-        let f = blocks.get(b).map_or(&[][..], Vec::as_slice);
+        let f = blocks.get(b).ok_or_else(|| Error::InvalidParameter {
+            name: "score database",
+            reason: format!("no block {b} among {}", blocks.len()),
+        })?;
         Ok(f[(rows.start * dim).min(f.len())..(rows.end * dim).min(f.len())].to_vec())
     }
 }

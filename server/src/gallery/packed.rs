@@ -36,7 +36,9 @@ pub fn path_for(store_path: &Path) -> PathBuf {
 pub type Catalogue = Vec<(StoredItem, Vec<f32>)>;
 
 /// Read the packed catalogue if it is valid for `instance`, generation `version` and `weights`; `None` if it is
-/// missing, stale or damaged (the caller reads the store instead).
+/// missing, stale or damaged. (Start-up opens it and reads it into the mapped catalogue, or
+/// into memory: `state::open`.)
+#[cfg(test)]
 pub fn read(path: &Path, instance: u64, version: u64, weights: &str) -> Option<Catalogue> {
     open(path, instance, version, weights)?.read_all(PIECE_BYTES)
 }

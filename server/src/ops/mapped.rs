@@ -62,6 +62,24 @@ impl Pages {
         }
     }
 
+    /// `read` over `items` a slice of `slice` at a time, these pages let go after each: for a
+    /// pass that reads every item of a mapped catalogue (or a sample spread over it), whose
+    /// pages would otherwise all stay in the resident set until it ends — a read maps the
+    /// file's pages around it too, so even a 1-in-50 sample touches them all (0.8 GB at
+    /// 1,000,000 items). Stops at `read`'s first error.
+    pub fn read_in_slices<T, E>(
+        &self,
+        items: &[T],
+        slice: usize,
+        mut read: impl FnMut(&[T]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for part in items.chunks(slice.max(1)) {
+            read(part)?;
+            self.release();
+        }
+        Ok(())
+    }
+
     /// Bytes of the mappings still in use.
     pub fn mapped_len(&self) -> usize {
         let maps = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -217,5 +235,29 @@ mod tests {
         assert!(shared(&dir, "empty", None, &pages, |_| Ok(())).is_err());
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "unlinked");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn slices_are_read_in_order_and_the_first_error_stops_them() {
+        let pages = Pages::default();
+        let items: Vec<u32> = (0..10).collect();
+        let mut seen = Vec::new();
+        pages
+            .read_in_slices(&items, 3, |s| {
+                assert!(s.len() <= 3);
+                seen.extend_from_slice(s);
+                Ok::<_, ()>(())
+            })
+            .unwrap();
+        assert_eq!(seen, items);
+        let mut calls = 0;
+        let stopped = pages.read_in_slices(&items, 4, |s| {
+            calls += 1;
+            if s[0] == 4 {
+                return Err(s[0]);
+            }
+            Ok(())
+        });
+        assert_eq!((stopped, calls), (Err(4), 2));
     }
 }

@@ -57,9 +57,8 @@ pub fn fingerprint(
     h.update(format!("{:?}", level_specs(items.len())).as_bytes());
     h.update((items.len() as u64).to_le_bytes());
     // Chunks hashed in parallel (1 GB of pixels and features at 1,000,000 items), then their
-    // digests in order; the mapped catalogue's pages let go after each slice of chunks, so
-    // that reading every item never holds them all in the resident set.
-    for slice in items.chunks(FINGERPRINT_CHUNK * 16) {
+    // digests in order; the mapped catalogue's pages let go after each slice of chunks.
+    let hashed = inputs.read_in_slices(items, FINGERPRINT_CHUNK * 16, |slice| {
         let chunks: Vec<[u8; 32]> = slice
             .par_chunks(FINGERPRINT_CHUNK)
             .map(|chunk| {
@@ -80,8 +79,9 @@ pub fn fingerprint(
         for c in &chunks {
             h.update(c);
         }
-        inputs.release();
-    }
+        Ok::<_, std::convert::Infallible>(())
+    });
+    let Ok(()) = hashed;
     h.update((anchor_features.len() as u64).to_le_bytes());
     for a in anchor_features {
         for x in a {

@@ -35,8 +35,8 @@ use crate::partition::published::Published;
 use crate::partition::versions::Partitions;
 use data::progress::Progress;
 
-/// Items whose thumbnails are packed before the catalogue's pages read are let go (at 784
-/// pixels an item, 50 MB).
+/// Items whose thumbnails are packed before the catalogue's pages read are let go
+/// (`Pages::read_in_slices`; at 784 pixels an item, 50 MB).
 const PACK_SLICE: usize = 1 << 16;
 
 #[derive(Debug, thiserror::Error)]
@@ -198,12 +198,11 @@ pub fn build(
         None => None,
         Some(len) => Some(fit_code(items, side, len, inputs)?),
     };
-    // A slice of the items at a time, the catalogue's pages let go after each: every pixel is
-    // read (and the features, with verified scores), and the mapped catalogue's pages read
-    // would otherwise all count in the resident set at once (0.8 GB at 1,000,000 items).
+    // Every pixel is read (and the features, with verified scores): a slice at a time, the
+    // catalogue's pages let go after each.
     let pack = || -> Result<Vec<Vec<u8>>, shared::Error> {
         let mut packed = Vec::with_capacity(items.len());
-        for slice in items.chunks(PACK_SLICE) {
+        inputs.read_in_slices(items, PACK_SLICE, |slice| {
             let part = slice
                 .par_iter()
                 .map(|it| {
@@ -218,8 +217,8 @@ pub fn build(
                 })
                 .collect::<Result<Vec<Vec<u8>>, shared::Error>>()?;
             packed.extend(part);
-            inputs.release();
-        }
+            Ok::<_, shared::Error>(())
+        })?;
         Ok(packed)
     };
     let packed = pack()?;
@@ -409,14 +408,14 @@ fn fit_code(
         "pir: fitting the thumbnails' codebook"
     );
     // Only the pictures the fit reads, copied out (20,000 at most), the catalogue's pages let
-    // go every 1,024 of them: a read maps the file's pages around it too, so reading even a
-    // sample would otherwise hold all of them in the resident set.
+    // go every 1,024 of them rather than held through the fit.
     let picked: Vec<&Arc<GalleryItem>> = fit_sample(items).collect();
     let mut sample: Vec<Vec<u8>> = Vec::with_capacity(picked.len());
-    for part in picked.chunks(1_024) {
+    let copied = inputs.read_in_slices(&picked, 1_024, |part| {
         sample.extend(part.iter().map(|it| it.pixels.to_vec()));
-        inputs.release();
-    }
+        Ok::<_, std::convert::Infallible>(())
+    });
+    let Ok(()) = copied;
     let pictures: Vec<&[u8]> = sample.iter().map(Vec::as_slice).collect();
     let book = Codebook::fit(&pictures, side, len)?;
     tracing::info!(

@@ -137,6 +137,10 @@ pub(crate) struct Args {
     /// (default: the committed one).
     #[arg(long)]
     pub(crate) photos_classifier: Option<std::path::PathBuf>,
+    /// The familiarity warning on real non-clothing images instead, one folder a kind
+    /// (`scripts/real-images.sh DIR` fills it): `real-images.md` in `--out`.
+    #[arg(long)]
+    pub(crate) real_images: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]

@@ -31,6 +31,13 @@ fn main() {
         }
         return;
     }
+    if let Some(dir) = &args.real_images {
+        if let Err(e) = photos::real::run(&args, dir) {
+            eprintln!("eval --real-images: {e}");
+            std::process::exit(2);
+        }
+        return;
+    }
     if args.photos || args.photos_dev {
         if let Err(e) = photos::run(&args) {
             eprintln!("eval --photos: {e}");

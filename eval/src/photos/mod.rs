@@ -20,6 +20,7 @@
 
 mod legacy;
 mod ood;
+pub(crate) mod real;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -36,7 +37,7 @@ use data::photos::{render, Shot};
 
 use crate::args::Args;
 
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const SIDE: usize = 112;
 /// XORed into `--seed` for the development set's photos.

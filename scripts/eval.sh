@@ -17,6 +17,10 @@
 #                                        # (about a minute; it prints the OOD thresholds)
 #   bash scripts/eval.sh --photos-dev --out /tmp/dev   # the same on the development photos
 #                                        # (other images, other draws): tune thresholds here
+#   bash scripts/real-images.sh /tmp/real && bash scripts/eval.sh --real-images /tmp/real
+#                                        # the familiarity warning on 2,200 real images that are
+#                                        # not clothing (icons, emoji, photographs, faces):
+#                                        # docs/eval/real-images.md (about 15 seconds)
 #
 # `--help` lists every flag (the block evaluation's start with `--blocks-`).
 set -euo pipefail

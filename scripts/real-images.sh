@@ -14,9 +14,9 @@
 # patch (the subset's 100 patches of the same photographs that are not faces), emoji (Noto
 # Color Emoji's single-character emoji, 136×128: faces, animals, food, objects, places,
 # symbols) and, kept apart, emoji-clothing (its emoji of the gallery's ten kinds: T-shirt,
-# jeans, dress, coat, lab coat, kimono, sari, bags, shoes, sandals, boots) — drawn clothing,
+# jeans, shorts, dress, coat, lab coat, kimono, sari, vest, bags, briefcase, shoes, sandals, boots) — drawn clothing,
 # which the warning should not flag. Other things worn (hats, gloves, socks, scarves,
-# swimwear, glasses) are left out of both.
+# swimwear, glasses, a tie) and luggage are left out of both.
 set -euo pipefail
 out=${1:?usage: real-images.sh DIR}
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -87,12 +87,12 @@ from fontTools.ttLib import TTFont
 GALLERY_KINDS = {
     0x1F455, 0x1F456, 0x1F457, 0x1F458, 0x1F97B, 0x1F97C, 0x1F9E5, 0x1F3BD, 0x1F9BA,
     0x1FA73, 0x1F45B, 0x1F45C, 0x1F45D, 0x1F6CD, 0x1F392, 0x1F45E, 0x1F45F, 0x1F460,
-    0x1F461, 0x1F462, 0x1F97E, 0x1F97F, 0x1FA70, 0x1FA74,
+    0x1F461, 0x1F462, 0x1F97E, 0x1F97F, 0x1FA70, 0x1FA74, 0x1F4BC,
 }
 OTHER_WORN = {
     0x1F393, 0x1F3A9, 0x1F452, 0x1F451, 0x1F9E2, 0x26D1, 0x1FA96, 0x1F459, 0x1FA71, 0x1FA72,
     0x1F9E3, 0x1F9E4, 0x1F9E6, 0x1F453, 0x1F576, 0x1F97D, 0x1F48D, 0x1F4FF, 0x1F454, 0x1FA7B,
-    0x1FA7C, 0x1FAAD, 0x1FAAE, 0x1F94B, 0x1FA71,
+    0x1FA7C, 0x1FAAD, 0x1FAAE, 0x1F94B, 0x1F9F3,
 }
 font = TTFont(emoji)
 glyph_to_char = {}

@@ -54,7 +54,10 @@ pub(crate) fn run(args: &Args, dir: &Path) -> Res<()> {
          |---|---:|---:|---:|---:|---:|\n",
         weights_version(data::assets::QUERY_WEIGHTS)
     );
+    // A folder named `…clothing` holds clothing (drawn), which the warning should not flag:
+    // reported on its own, outside the total.
     let mut all = Kind::default();
+    let mut clothing = Vec::new();
     for kind_dir in kinds {
         let name = kind_dir
             .file_name()
@@ -85,13 +88,24 @@ pub(crate) fn run(args: &Args, dir: &Path) -> Res<()> {
                 }
             }
         }
+        if name.ends_with("clothing") {
+            clothing.push((name, k));
+            continue;
+        }
         row(&mut md, &name, &k)?;
         all.images += k.images;
         all.flagged += k.flagged;
         all.refused += k.refused;
         all.unreadable += k.unreadable;
     }
-    row(&mut md, "**all**", &all)?;
+    row(&mut md, "**all not clothing**", &all)?;
+    for (name, k) in &clothing {
+        row(
+            &mut md,
+            &format!("{name} (clothing: should not be flagged)"),
+            k,
+        )?;
+    }
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(args.out.join("real-images.md"), &md)?;
     print!("{md}");

@@ -1,7 +1,9 @@
 //! `fit_detector`: fits the familiarity check's learned part (`embed::detector`) and writes its
 //! constants to `crates/embed/src/detector_weights.rs`. Deterministic: the same command gives
 //! the same file whatever the thread count (every image a pure function of its seed, gradient
-//! sums in a fixed order). Never run by CI; the file it wrote is committed.
+//! sums in a fixed order). Never run by CI. The committed file was written before the photo
+//! pipeline's light and colour steps; refitted today it differs, and is not better
+//! (docs/model.md, "Familiarity on held-out kinds").
 //!
 //! - **Garments** (fitting): training images outside the reserved 1,000 (evenly spaced), each
 //!   three ways as the held-out clothing set draws them — as it is (28×28), photographed

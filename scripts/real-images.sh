@@ -6,17 +6,20 @@
 #   bash scripts/real-images.sh /tmp/real-images
 #   bash scripts/eval.sh --real-images /tmp/real-images --out /tmp/real-eval
 #
-# Kinds: icon-<category> (Debian's oxygen-icon-theme, 256×256 PNG: devices, places, apps,
-# documents…, drawn objects on a transparent ground, which the client puts on white),
-# wallpaper (gnome-backgrounds), sample (scikit-image's sample images: photographs of people,
-# animals, objects, a page of text, microscopy and the sky, and a few test patterns), face (the 100
-# faces of scikit-image's LFW subset, 25×25, enlarged to 100×100 as a phone's crop would be)
-# patch (the subset's 100 patches of the same photographs that are not faces), emoji (Noto
-# Color Emoji's single-character emoji, 136×128: faces, animals, food, objects, places,
-# symbols) and, kept apart, emoji-clothing (its emoji of the gallery's ten kinds: T-shirt,
-# jeans, shorts, dress, coat, lab coat, kimono, sari, vest, bags, briefcase, shoes, sandals, boots) — drawn clothing,
-# which the warning should not flag. Other things worn (hats, gloves, socks, scarves,
-# swimwear, glasses, a tie) and luggage are left out of both.
+# Kinds, one folder each:
+# - icon-<category>: Debian's oxygen-icon-theme at 256×256 (devices, places, applications,
+#   documents…): drawn objects on a transparent ground, which the client puts on white;
+# - wallpaper: Debian's gnome-backgrounds;
+# - sample: scikit-image's sample images (photographs of people, animals and objects, a page
+#   of text, microscopy, the sky, a few test patterns);
+# - face and patch: scikit-image's LFW subset, 100 faces and 100 other patches of the same
+#   photographs, 25×25, enlarged to 100×100 (the client refuses images under 28 pixels);
+# - emoji: Noto Color Emoji's single-character emoji, 136×128 (faces, animals, food,
+#   objects, places, symbols);
+# - emoji-clothing, kept apart: its emoji of the gallery's ten kinds (T-shirt, jeans, shorts,
+#   dress, coat, lab coat, kimono, sari, vest, bags, briefcase, shoes, sandals, boots), drawn
+#   clothing, which the warning should not flag. Other things worn (hats, gloves, socks,
+#   scarves, swimwear, glasses, a tie) and luggage are in neither.
 set -euo pipefail
 out=${1:?usage: real-images.sh DIR}
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -42,8 +45,9 @@ python3 -c "import PIL, numpy, fontTools" 2>/dev/null || {
 }
 step "writing the images to $out" "30 seconds"
 python3 - "$work" "$out" "$emoji" <<'PY'
-import glob, os, shutil, sys, unicodedata, zipfile
+import glob, os, shutil, sys, zipfile
 import numpy as np
+from fontTools.ttLib import TTFont
 from PIL import Image
 
 work, out, emoji = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -81,7 +85,6 @@ for i, a in enumerate(lfw):
     img = Image.fromarray((a * 255).round().astype(np.uint8)).resize((100, 100), Image.BICUBIC)
     img.save(os.path.join(folder(kind), f"lfw{i:03}.png"))
     n += 1
-from fontTools.ttLib import TTFont
 
 # The gallery's kinds among the emoji, and other things worn (neither set).
 GALLERY_KINDS = {

@@ -466,14 +466,17 @@ fn main() {
     } else {
         neg
     };
-    let real = real_samples(&model, &r, &args.real);
-    if !args.real.is_empty() {
+    let real = if args.real.is_empty() {
+        Vec::new()
+    } else {
+        let real = real_samples(&model, &r, &args.real);
         println!(
             "{} real non-garments, each {} times",
             real.len(),
             args.real_weight
         );
-    }
+        real
+    };
     let neg: Vec<Sample> = neg
         .into_iter()
         .chain((0..args.real_weight).flat_map(|_| real.iter().cloned()))

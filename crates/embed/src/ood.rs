@@ -28,12 +28,12 @@
 //! shape, the features and the layer means), fitted on clothing against a fitting family of
 //! generated non-garments (`data::not_garments`). On held-out kinds none of it was fitted or
 //! calibrated on (`data::not_clothing`: documents, faces and people, landscapes, household
-//! objects, vehicles, line drawings, charts, screenshots) the decision flags 0.927 of
-//! non-clothing and 0.015 of held-out clothing (0.944 before the photo pipeline's colour step
-//! let 7 more charts through; the test
-//! `familiarity_heldout::held_out_rates_per_kind`; per kind in docs/model.md). The thresholds
-//! and the detector's weights are constants of the client, not part of the server's
-//! [`Reference`].
+//! objects, vehicles, line drawings, charts, screenshots) the decision flags 0.973 of
+//! non-clothing and 0.019 of held-out clothing, and 0.942–0.952 of three further draws of the
+//! same kinds (the test `familiarity_heldout::held_out_rates_per_kind`; per kind in
+//! docs/model.md). The clothing budget (2 % of 3,000 reserved clothing photos) is shared
+//! between the score and the detector as [`UNFAMILIAR_SCORE`] says. The thresholds and the
+//! detector's weights are constants of the client, not part of the server's [`Reference`].
 //!
 //! **Privacy.** It runs on the client, on the photo and a [`Reference`] every client receives
 //! alike (part of the public anchors file); nothing about it is sent, and nothing a search
@@ -47,17 +47,20 @@ pub use shared::familiarity::{ClassGaussians, Reference, MAX_CLASSES};
 
 /// Above this score a photo is called unfamiliar. Calibrated for the committed query model
 /// (cnn-v2-cc09b0595f69ddf9, the one a client scores its photo with; the reference is fitted
-/// with it too) and the server's default anchors (`data::balanced_anchors(train, 1000)`) on
-/// clothing only: the 99th percentile of 900 images of the reserved training images (never
-/// trained on; 300 as they are, 300 family photos at 112–400 pixels, 300 light garments on
-/// backgrounds of 225–250), so that with [`Scene`]'s thresholds at most about 2 % of clothing
-/// is flagged. (It was 2.74, the 99th percentile of family photos alone; on held-out kinds of
-/// non-clothing it flagged 0.377 of them and 0.023 of held-out clothing — too many of the
-/// light garments; docs/model.md.) Against the generated noise, gradients, shapes and
-/// text-like images of `eval --photos` it separates as measured there (AUROC 0.978). The
-/// threshold is the query model's own: recalibrate it whenever the query model or the photo
-/// pipeline change.
-pub const UNFAMILIAR_SCORE: f32 = 3.500_0;
+/// with it too) and the server's default anchors (`data::balanced_anchors(train, 1000)`).
+///
+/// The whole decision may flag 2 % of 3,000 reserved clothing photos (the reserved training
+/// images, never trained on, each as it is, photographed at 112–400 pixels, and faint on a
+/// light ground); the score, the photo's statistics and the detector share that budget. For
+/// each score threshold of 3.5–5.5 the detector's threshold is set to spend what is left
+/// (`fit_detector --recalibrate`), and this one flags the most of a fresh stretch of the
+/// detector's fitting family (433 of 464; 415 at 3.5, the 99th percentile of 900 clothing
+/// photos it was before). It was chosen on that family only, never on the held-out kinds; on
+/// them the detector carries over better than the score (docs/model.md, "Familiarity on
+/// held-out kinds"). Against the generated noise, gradients, shapes and text-like images of
+/// `eval --photos` it separates as measured there. The threshold is the query model's own:
+/// recalibrate it whenever the query model or the photo pipeline change.
+pub const UNFAMILIAR_SCORE: f32 = 4.25;
 
 /// The photo's own statistics ([`Scene`], thousandths) beyond which a photo is called
 /// unfamiliar whatever its score: each at the 0.4 % tail of 600 clothing photos of the

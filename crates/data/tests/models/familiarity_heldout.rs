@@ -9,9 +9,10 @@
 //! statistics `embed::photo::Scene`, and the learned detector `embed::detector`, fitted on
 //! clothing against `data::not_garments` — other code and seeds than these sets) is measured
 //! here by `data::familiarity` (docs/model.md, "Familiarity on held-out kinds", records the
-//! figures per kind with date and commit); this test asserts the clothing target and the
-//! non-clothing floor ([`NON_FLOOR`]), so a change that makes the check worse on these sets
-//! fails.
+//! figures per kind with date and commit); this test asserts both sides of the target, so a
+//! change that makes the check worse on these sets fails. (These 480 images have been looked
+//! at while the check was built; three further draws of the same kinds give 0.942–0.952,
+//! docs/model.md.)
 
 use data::assets::QUERY_WEIGHTS;
 use data::familiarity::{
@@ -23,14 +24,10 @@ use embed::model::Model;
 use embed::ood::MIN_LARGEST_PART;
 use embed::ood::{scene_unlike_a_product, MAX_EDGE_SHARE, MAX_RING_DIFFERS, MIN_BOX_FILLED};
 
-/// The target: the share of non-clothing flagged, at most this share of clothing.
+/// The target: at least this share of non-clothing flagged (467 of 480, 0.973, on
+/// 2026-12-06), at most this share of clothing (9 of 480, 0.019).
 const TARGET_NON: f64 = 0.95;
 const TARGET_CLOTHING: f64 = 0.02;
-/// What holds of the non-clothing side: 445 of 480 (0.927) with the committed detector and
-/// the photo pipeline's light and colour steps (453, 0.944, before them); a binomial sample
-/// of 480 at 0.944 has a standard deviation of 0.0105, and 0.92 was set two below it. Below
-/// the target (0.95): what still misses is in docs/model.md.
-const NON_FLOOR: f64 = 0.92;
 
 fn report(name: &str, decisions: &[Decision]) -> usize {
     let n = flagged(decisions);
@@ -53,7 +50,7 @@ fn report(name: &str, decisions: &[Decision]) -> usize {
     n
 }
 
-/// The rates on both held-out sets, per kind and per part (printed), with what holds today
+/// The rates on both held-out sets, per kind and per part (printed), with the target
 /// asserted.
 #[test]
 fn held_out_rates_per_kind() {
@@ -88,7 +85,7 @@ fn held_out_rates_per_kind() {
         clothing_rate <= TARGET_CLOTHING,
         "clothing flagged {clothing_rate:.3}"
     );
-    assert!(non_rate >= NON_FLOOR, "non-clothing flagged {non_rate:.3}");
+    assert!(non_rate >= TARGET_NON, "non-clothing flagged {non_rate:.3}");
 }
 
 /// The detector's constants were fitted with the query model the clients run (refit them,

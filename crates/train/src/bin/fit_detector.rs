@@ -16,10 +16,17 @@
 //!   carry over to its icons (docs/model.md, "On real images"), so the committed detector
 //!   is fitted without them.
 //! - **Threshold**: on the reserved training images (`data::fashion::reserved_train`, never
-//!   fitted on) drawn the same three ways, the `--tail` share of them above it.
+//!   fitted on) drawn the same three ways, the lowest that keeps the whole decision (the
+//!   score above `embed::ood::UNFAMILIAR_SCORE`, the photo's statistics, the detector) within
+//!   `--budget` of them ([`budget_threshold`]).
+//! - **`--recalibrate`**: keeps the committed network and sets its threshold only, as above;
+//!   it also prints, for each score threshold of [`SCORE_GRID`], the detector's threshold and
+//!   the share of a fresh stretch of the fitting family flagged, which is how
+//!   `UNFAMILIAR_SCORE` is chosen (never on the held-out kinds).
 //!
 //! ```sh
-//! cargo run --bin fit_detector            # writes crates/embed/src/detector_weights.rs
+//! cargo run --bin fit_detector                    # writes crates/embed/src/detector_weights.rs
+//! cargo run --bin fit_detector -- --recalibrate   # rewrites its THRESHOLD only
 //! ```
 
 use std::fmt::Write as _;
@@ -58,9 +65,13 @@ struct Args {
     /// L2 weight decay on the weights (not the biases).
     #[arg(long, default_value_t = 1e-3)]
     l2: f32,
-    /// Share of the reserved clothing the detector alone may flag (the threshold's tail).
-    #[arg(long, default_value_t = 0.005)]
-    tail: f64,
+    /// Share of the reserved clothing the whole decision may flag (the issue's 2 %): the
+    /// detector's threshold is the lowest that keeps it within.
+    #[arg(long, default_value_t = 0.02)]
+    budget: f64,
+    /// Keep the committed network; set its threshold only (and print the score's grid).
+    #[arg(long)]
+    recalibrate: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long, default_value = "crates/embed/src/detector_weights.rs")]
@@ -122,8 +133,111 @@ struct Sample {
 impl Sample {
     /// Flagged by the check without the detector.
     fn before(&self) -> bool {
-        self.score > UNFAMILIAR_SCORE || self.scene
+        self.before_at(UNFAMILIAR_SCORE)
     }
+
+    /// Flagged without the detector were the score's threshold `score`.
+    fn before_at(&self, score: f32) -> bool {
+        self.score > score || self.scene
+    }
+}
+
+/// Score thresholds `--recalibrate` compares.
+const SCORE_GRID: [f32; 8] = [3.5, 3.75, 4.0, 4.25, 4.5, 4.75, 5.0, 5.5];
+
+/// The detector's threshold for the score's threshold `score`: the lowest at which the whole
+/// decision flags at most `budget` of `cal` (the photos the score or the photo's statistics
+/// flag count first; the detector may add the rest), and how many it flags.
+fn budget_threshold(
+    cal: &[Sample],
+    score: f32,
+    out: &dyn Fn(&Sample) -> f32,
+    budget: f64,
+) -> (f32, usize) {
+    let before = cal.iter().filter(|s| s.before_at(score)).count();
+    let mut outs: Vec<f32> = cal
+        .iter()
+        .filter(|s| !s.before_at(score))
+        .map(out)
+        .collect();
+    outs.sort_by(f32::total_cmp);
+    let allowed = ((budget * cal.len() as f64).floor() as usize)
+        .saturating_sub(before)
+        .min(outs.len().saturating_sub(1));
+    let threshold = outs[outs.len() - 1 - allowed];
+    let flagged = before + outs.iter().filter(|&&o| o > threshold).count();
+    (threshold, flagged)
+}
+
+/// A fresh stretch of the fitting family (seeds never fitted on), 60 of each kind.
+fn fresh_family(model: &Model, r: &Reference) -> Vec<Sample> {
+    (0..KINDS.len() * 60)
+        .into_par_iter()
+        .filter_map(|k| {
+            let img = generate(k / 60, 1_000_000 + (k % 60) as u64);
+            sample(model, r, &img.rgba, img.width, img.height)
+        })
+        .collect()
+}
+
+/// The doc line and the constant a threshold is written as.
+fn threshold_lines(threshold: f32, flagged: usize, of: usize, budget: f64) -> String {
+    format!(
+        "/// Above this output a photo is unlike a garment: the lowest at which the whole \
+         decision\n/// (`embed::ood::assess`) flags at most {budget} of {of} reserved clothing \
+         photos ({flagged} flagged).\npub const THRESHOLD: f32 = {threshold:?};\n"
+    )
+}
+
+/// `--recalibrate`: the committed network's threshold set again (the rest of `out` kept).
+fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
+    let out = |s: &Sample| embed::detector::NET.run(&s.x);
+    println!(
+        "score threshold → detector threshold, reserved clothing flagged, fresh family flagged"
+    );
+    for score in SCORE_GRID {
+        let (t, flagged) = budget_threshold(cal, score, &out, args.budget);
+        let family = fresh
+            .iter()
+            .filter(|s| s.before_at(score) || out(s) > t)
+            .count();
+        println!(
+            "{score:>5} → {t:>8.4}  {flagged}/{}  {family}/{} ({:.4})",
+            cal.len(),
+            fresh.len(),
+            family as f64 / fresh.len() as f64
+        );
+    }
+    let (threshold, flagged) = budget_threshold(cal, UNFAMILIAR_SCORE, &out, args.budget);
+    let old = std::fs::read_to_string(&args.out).expect("the committed constants");
+    let start = old
+        .find("/// Above this output")
+        .expect("the threshold's doc line");
+    let end = old[start..]
+        .find("pub const THRESHOLD")
+        .and_then(|k| old[start + k..].find('\n').map(|e| start + k + e + 1))
+        .expect("the threshold's line");
+    let mut src = old[..start].to_string();
+    src += &threshold_lines(threshold, flagged, cal.len(), args.budget);
+    src += &old[end..];
+    let note = "//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate";
+    if !src.contains(note) {
+        let at = src.find("\n\n").expect("the header's end");
+        src.insert_str(
+            at,
+            &format!(
+                "\n{note} --budget {}`\n//! (after the photo pipeline changed).",
+                args.budget
+            ),
+        );
+    }
+    std::fs::write(&args.out, src).expect("write the constants");
+    println!(
+        "UNFAMILIAR_SCORE {UNFAMILIAR_SCORE}: threshold {threshold}, {flagged} of {} reserved \
+         clothing flagged; wrote {}",
+        cal.len(),
+        args.out.display()
+    );
 }
 
 /// Samples to and from a cache file (`--cache`), so the network's settings can be tried
@@ -401,6 +515,14 @@ fn main() {
         progress.finish();
         out
     };
+    if args.recalibrate {
+        let cal: Vec<Sample> = draw(&reserved, args.seed ^ 0xca1b, "garments (threshold)")
+            .into_iter()
+            .flatten()
+            .collect();
+        recalibrate(&args, &cal, &fresh_family(&model, &r));
+        return;
+    }
     let cached = args.cache.as_deref().and_then(load);
     let (pos, neg, cal, fresh) = if let Some(mut sets) = cached {
         println!("samples read from the cache");
@@ -447,15 +569,8 @@ fn main() {
             .into_iter()
             .flatten()
             .collect();
-        // A fresh stretch of the fitting family (seeds never fitted on): how well it
-        // generalises within the family.
-        let fresh: Vec<Sample> = (0..KINDS.len() * 60)
-            .into_par_iter()
-            .filter_map(|k| {
-                let img = generate(k / 60, 1_000_000 + (k % 60) as u64);
-                sample(&model, &r, &img.rgba, img.width, img.height)
-            })
-            .collect();
+        // How well it generalises within the family.
+        let fresh = fresh_family(&model, &r);
         if let Some(path) = &args.cache {
             save(path, &[&pos, &neg, &cal, &fresh]);
         }
@@ -533,26 +648,18 @@ fn main() {
     let share = |v: &[Sample], f: &dyn Fn(&Sample) -> bool| {
         v.iter().filter(|s| f(s)).count() as f64 / v.len() as f64
     };
-    // The threshold, on the reserved images (never fitted on): the `tail` share above it.
-    let threshold_of = |run: &dyn Fn(&[f32]) -> f32| {
-        let mut outs: Vec<f32> = cal.iter().map(|s| run(&s.x)).collect();
-        outs.sort_by(f32::total_cmp);
-        let k = ((1.0 - args.tail) * outs.len() as f64).ceil() as usize;
-        (
-            outs[k.min(outs.len() - 1)],
-            outs.len() - k.min(outs.len() - 1) - 1,
-            outs.len(),
-        )
-    };
-    let f32_run = |x: &[f32]| p.run_f32(&mean, &scale, x);
-    let (t32, _, _) = threshold_of(&f32_run);
+    // The threshold, on the reserved images (never fitted on): the whole decision within the
+    // budget.
+    let f32_run = |s: &Sample| p.run_f32(&mean, &scale, &s.x);
+    let (t32, _) = budget_threshold(&cal, UNFAMILIAR_SCORE, &f32_run, args.budget);
     println!(
         "before the first layer is stored in bytes (f32): threshold {t32}, reserved clothing \
          flagged {:.4}, fresh non-garments {:.4}",
-        share(&cal, &|s| f32_run(&s.x) > t32),
-        share(&fresh, &|s| f32_run(&s.x) > t32)
+        share(&cal, &|s| s.before() || f32_run(s) > t32),
+        share(&fresh, &|s| s.before() || f32_run(s) > t32)
     );
-    let (threshold, above, of) = threshold_of(&|x| net.run(x));
+    let (threshold, above) =
+        budget_threshold(&cal, UNFAMILIAR_SCORE, &|s| net.run(&s.x), args.budget);
     let flagged = |s: &Sample| net.run(&s.x) > threshold;
     println!(
         "threshold {threshold}: reserved clothing flagged {:.4} by the detector, {:.4} before, \
@@ -587,7 +694,7 @@ fn main() {
         src,
         "//! The familiarity detector's constants (`embed::detector`), written by\n\
          //! `cargo run --bin fit_detector -- --garments {} --per-kind {} --hidden {} --steps {} \
-         --lr {} --l2 {} --tail {} --seed {}`\n\
+         --lr {} --l2 {} --budget {} --seed {}`\n\
          //! (crates/train/src/bin/fit_detector.rs). Do not edit: refit.\n",
         args.garments,
         args.per_kind,
@@ -595,7 +702,7 @@ fn main() {
         args.steps,
         args.lr,
         args.l2,
-        args.tail,
+        args.budget,
         args.seed
     );
     let _ = writeln!(src, "/// The query model these were fitted with.");
@@ -636,13 +743,7 @@ fn main() {
     let _ = writeln!(src, "pub static B1: [f32; HIDDEN] = [{}];", list(&p.b1));
     let _ = writeln!(src, "pub static W2: [f32; HIDDEN] = [{}];", list(&p.w2));
     let _ = writeln!(src, "pub const B2: f32 = {:?};", p.b2);
-    let _ = writeln!(
-        src,
-        "/// Above this output a photo is unlike a garment: {} of {} reserved clothing photos \
-         above it.",
-        above, of
-    );
-    let _ = writeln!(src, "pub const THRESHOLD: f32 = {threshold:?};");
+    src += &threshold_lines(threshold, above, cal.len(), args.budget);
     std::fs::write(&args.out, src).expect("write the constants");
     println!("wrote {}", args.out.display());
 }

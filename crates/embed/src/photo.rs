@@ -36,8 +36,8 @@
 //!    twice it, unchanged above (a soft threshold, which subtracted it everywhere, lowered
 //!    every level of a noisy photo against its clean twin: whole-family agreement 0.653 →
 //!    0.666 and noise with JPEG 0.891 → 0.911 with the knee, `eval --photos`); a coloured or
-//!    dark grey garment is read along its own colour axis instead of in grey
-//!    ([`colour_axis`]);
+//!    dark grey garment of one colour is read along its own colour axis instead of in grey
+//!    ([`colour_axis`], [`ONE_COLOUR_SHARE`]);
 //! 7. when the object is larger than 28 pixels, a **tilt is undone at the photo's resolution**:
 //!    the turn the model's own step ([`super::upright`]) would make of that input is made on
 //!    the photo's amounts instead (repeated on the result up to [`TURN_STEPS`] times), and the
@@ -602,9 +602,9 @@ impl ColourAxis {
 /// strongest pixel (its strongest 2×2 mean when `clean` is false: noise) is full strength,
 /// the garment reaches the model as the black garment of the same shape. `None` (grey as
 /// before) for a garment whose axis is the background's own direction within [`COLOUR_COS`]
-/// and whose contrast is at least [`LOW_CONTRAST`]: every black garment, so clean photos keep
-/// their bytes. f64 additions, multiplications,
-/// divisions and square roots only: the same on every platform.
+/// and whose contrast is at least [`LOW_CONTRAST`] (every black garment, so clean photos keep
+/// their bytes), and for an object of more than one colour ([`ONE_COLOUR_SHARE`]). f64
+/// additions, multiplications, divisions and square roots only: the same on every platform.
 fn colour_axis(
     rgb: &[[u8; 3]],
     mask: &[bool],

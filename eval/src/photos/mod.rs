@@ -504,10 +504,15 @@ pub(crate) fn run(args: &Args) -> Res<()> {
         };
         for pipeline in [Pipeline::Legacy, Pipeline::Current] {
             // Per held-out image and condition: (correct, top-k, scores).
+            let progress = data::progress::Progress::new(
+                format!("{label}: pipeline {}", pipeline.name()),
+                held_out.len() as u64,
+                "photos",
+            );
             let per: Vec<Vec<Outcome>> = held_out
                 .par_iter()
                 .map(|&i| {
-                    conds
+                    let outcomes = conds
                         .iter()
                         .enumerate()
                         .map(|(ci, c)| -> Res<_> {
@@ -527,9 +532,12 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                                 cut_off,
                             })
                         })
-                        .collect::<Res<Vec<_>>>()
+                        .collect::<Res<Vec<_>>>();
+                    progress.inc(1);
+                    outcomes
                 })
                 .collect::<Res<_>>()?;
+            progress.finish();
             for (ci, c) in conds.iter().enumerate() {
                 let n = per.len();
                 let share = |f: fn(&Outcome) -> bool| {

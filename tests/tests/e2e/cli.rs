@@ -496,14 +496,13 @@ fn failures_have_distinct_exit_codes_and_one_line_messages() {
 /// its results are, and in `--json` as `unfamiliar`, and is still searched (eight matches); a
 /// product photo is not flagged. The flagged photo: a faint one-pixel square outline on white
 /// (the model input keeps about 2,000 of ink: more than the refusal's 1,000, less than the
-/// check's 4,000). Noise is refused outright (`nothing_to_see`); a grey gradient is named a
-/// T-shirt and not flagged by today's check (issue 61, point 4: not yet rebuilt).
+/// check's 4,000). Noise is refused outright (`nothing_to_see`).
 #[test]
 fn a_photo_that_is_not_clothing_is_said_so() {
     let s = server();
     let cli = Cli::new("unfamiliar");
     let dir = cli.state.join("photos");
-    let gradient = dir.join("outline.png");
+    let outline = dir.join("outline.png");
     let rgb: Vec<u8> = (0..64 * 64)
         .flat_map(|i| {
             let (x, y) = (i % 64, i / 64);
@@ -515,18 +514,18 @@ fn a_photo_that_is_not_clothing_is_said_so() {
         })
         .collect();
     std::fs::create_dir_all(&dir).unwrap();
-    let file = std::fs::File::create(&gradient).unwrap();
+    let file = std::fs::File::create(&outline).unwrap();
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), 64, 64);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     enc.write_header().unwrap().write_image_data(&rgb).unwrap();
-    let gradient = gradient.to_str().unwrap();
-    let out = cli.run(&["search", gradient, "--server", &s.base]);
+    let outline = outline.to_str().unwrap();
+    let out = cli.run(&["search", outline, "--server", &s.base]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(text.contains(embed::ood::UNFAMILIAR_MESSAGE), "{text}");
     assert!(text.contains("You can still search with it"), "{text}");
-    let out = cli.json(&["search", gradient, "--server", &s.base, "--json"]);
+    let out = cli.json(&["search", outline, "--server", &s.base, "--json"]);
     assert_eq!(out["unfamiliar"], true, "{out}");
     assert_eq!(out["results"].as_array().map(Vec::len), Some(8), "{out}");
     let p = photo(&dir, 5003);

@@ -1,8 +1,7 @@
 //! The familiarity detector's constants (`embed::detector`), written by
 //! `cargo run --bin fit_detector -- --garments 1500 --per-kind 640 --hidden 16 --steps 600 --lr 0.01 --l2 0.001 --tail 0.005 --seed 1`
 //! (crates/train/src/bin/fit_detector.rs). Do not edit: refit.
-//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate --budget 0.02`
-//! (after the photo pipeline changed).
+//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate`.
 
 /// The query model these were fitted with.
 pub const QUERY_MODEL: &str = "cnn-v2-cc09b0595f69ddf9";

@@ -220,16 +220,11 @@ fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
     let mut src = old[..start].to_string();
     src += &threshold_lines(threshold, flagged, cal.len(), args.budget);
     src += &old[end..];
-    let note = "//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate";
+    // Said once in the header; the budget is in the threshold's own doc line.
+    let note = "//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate`.";
     if !src.contains(note) {
         let at = src.find("\n\n").expect("the header's end");
-        src.insert_str(
-            at,
-            &format!(
-                "\n{note} --budget {}`\n//! (after the photo pipeline changed).",
-                args.budget
-            ),
-        );
+        src.insert_str(at, &format!("\n{note}"));
     }
     std::fs::write(&args.out, src).expect("write the constants");
     println!(

@@ -54,23 +54,22 @@
 //!   200 clean photos changed, and photos of the family lost 0.882 → 0.863, coloured ones
 //!   0.941 → 0.917.
 //!
-//! Where the shadow's loss lies (2026-12-06, ef836c6; 200 held-out photos of the models test's
-//! setup): shadowed 0.681; the same photos without the shadow 0.915; the shadowed photo framed
-//! with the unshadowed one's object mask (box and turn) 0.774; the unshadowed photo with the
-//! shadowed one's mask 0.831. So both the box and the darkness left on the garment's edge
-//! count. A second model of it — offset (within 10 % of the garment's longest side), blur
+//! Both the box a shadow widens and the darkness it leaves on the garment's edge cost top-8 places
+//! (docs/model.md, "Photos as people take them", measures each; 2026-12-06, ef836c6, 200 held-out
+//! photos of the models test's setup, where a shadow keeps 0.681 and the same photos without it
+//! 0.915). A second model of it — offset (within 10 % of the garment's longest side), blur
 //! (binomial kernels, σ in half-cell steps) and darkness fitted by least squares to the cells
 //! outside a ring around the garment's core (darkness ≥ 0.45), the pale parts the fit leaves
-//! unexplained added to the silhouette and fitted again, divided out where a flood from the
-//! plain background reaches through cells the fit explains within 0.04 — kept 0.804 when taken
-//! only where it explains 0.9 of those cells' darkness (it explains 0.98 of a drawn shadow's
-//! at the median). Not adopted: it still brightens a garment's pale fringe beside the shadow
-//! or leaves the shadow's outer edge (whichever the match's tolerance favours), changed 1 of
-//! 200 clean photos, 4 of 200 coloured ones and 1 of 200 with a margin, and took 250 ms a
-//! 112-pixel photo natively. What it lacks is the garment's silhouette, not the shadow's
-//! parameters: given the drawn ones, its division (in the variants tried) kept only
-//! 0.72–0.73, while the shade they predict from the garment's true silhouette matches the
-//! drawn shadow on the background within 0.035 of the level (0.001 on average).
+//! unexplained added to the silhouette and fitted again, divided out where a flood from the plain
+//! background reaches through cells the fit explains within 0.04 — kept 0.804 when taken only where
+//! it explains 0.9 of those cells' darkness (it explains 0.98 of a drawn shadow's at the median).
+//! Not adopted: it still brightens a garment's pale fringe beside the shadow or leaves the shadow's
+//! outer edge (whichever the match's tolerance favours), changed 1 of 200 clean photos, 4 of 200
+//! coloured ones and 1 of 200 with a margin, and took 250 ms a 112-pixel photo natively. What it
+//! lacks is the garment's silhouette, not the shadow's parameters: given the drawn ones, its
+//! division (in the variants tried) kept only 0.72–0.73, while the shade they predict from the
+//! garment's true silhouette matches the drawn shadow on the background within 0.035 of the level
+//! (0.001 on average).
 //!
 //! Even a perfect one would stop at the framing's own loss: the same photos without the shadow
 //! keep 0.885 of the top 8 in `eval --photos`, under the 0.9.

@@ -170,6 +170,43 @@ impl Shot {
         }
     }
 
+    /// `self` with what people's photos add to it, for training: each of a soft shadow, light
+    /// falling across the frame and a garment of one colour, with chance `p` each. Drawn wider
+    /// than the evaluation's conditions ([`Shot::shadowed`], [`Shot::uneven_light`],
+    /// [`Shot::coloured`]), so a model trained on them learns the kind, not the evaluation's
+    /// ranges: the shadow offset 0–8 % of the side, blur 2–8 %, darkness 10–45 %; the light
+    /// falling 0–50 %; the colour any whose darkest channel is at most 160 of 255 (a paler one
+    /// barely shows on white), not [`COLOURS`]. With `p` = 0 nothing is drawn from `rng`.
+    pub fn as_people_take_them(self, p: f32, rng: &mut impl Rng) -> Self {
+        if p <= 0.0 {
+            return self;
+        }
+        let mut shot = self;
+        if rng.random::<f32>() < p {
+            let (s, c) = rng.random_range(0.0f32..360.0).to_radians().sin_cos();
+            let d = rng.random_range(0.0..=0.08);
+            shot.shadow = Some(Shadow {
+                offset: (c * d, s * d),
+                blur: rng.random_range(0.02..=0.08),
+                darkness: rng.random_range(0.10..=0.45),
+            });
+        }
+        if rng.random::<f32>() < p {
+            shot.light_fall = rng.random_range(0.0..=0.5);
+            shot.light_degrees = rng.random_range(0.0..360.0);
+        }
+        if rng.random::<f32>() < p {
+            let mut colour = [0u8; 3];
+            colour
+                .iter_mut()
+                .for_each(|ch| *ch = rng.random_range(0..=230));
+            let darkest = rng.random_range(0..3);
+            colour[darkest] = colour[darkest].min(160);
+            shot.colour = Some(colour);
+        }
+        shot
+    }
+
     /// A random member of the family the issue names: background 200–255, shifts up to 10 %,
     /// scale 0.7–1.0, rotations up to 10°, Gaussian noise σ = 5.
     pub fn random(side: usize, rng: &mut impl Rng) -> Self {
@@ -327,6 +364,45 @@ fn gaussian(rng: &mut impl Rng) -> f32 {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    /// Training's draw of people's conditions: none drawn (nor any randomness used) at
+    /// chance 0, all three within their stated ranges at chance 1.
+    #[test]
+    fn people_s_conditions_are_drawn_within_their_ranges() {
+        let base = Shot::random(112, &mut rand_chacha::ChaCha8Rng::seed_from_u64(2));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        assert_eq!(base.as_people_take_them(0.0, &mut rng), base);
+        assert_eq!(rng.random::<u64>(), {
+            let mut fresh = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+            fresh.random::<u64>()
+        });
+        for _ in 0..500 {
+            let shot = base.as_people_take_them(1.0, &mut rng);
+            let s = shot.shadow.expect("a shadow at chance 1");
+            let d = (s.offset.0 * s.offset.0 + s.offset.1 * s.offset.1).sqrt();
+            assert!(d <= 0.08 + 1e-6, "{d}");
+            assert!((0.02..=0.08).contains(&s.blur) && (0.10..=0.45).contains(&s.darkness));
+            assert!((0.0..=0.5).contains(&shot.light_fall));
+            let c = shot.colour.expect("a colour at chance 1");
+            assert!(c.iter().all(|&ch| ch <= 230) && c.iter().min().unwrap() <= &160);
+            assert_eq!(
+                (
+                    shot.side,
+                    shot.background,
+                    shot.scale,
+                    shot.shift,
+                    shot.degrees
+                ),
+                (
+                    base.side,
+                    base.background,
+                    base.scale,
+                    base.shift,
+                    base.degrees
+                )
+            );
+        }
+    }
 
     #[test]
     fn the_clean_photo_is_the_image_through_the_pipeline() {

@@ -28,6 +28,10 @@ pub struct TrainConfig {
     /// photo pipeline (`embed::photo`), so the model learns what that pipeline leaves
     /// of a photo: its resampling blur, rotations, noise. 0 disables it.
     pub photo_share: f32,
+    /// Chance of each of what people's photos add (a soft shadow, light falling across the
+    /// frame, a coloured garment: `Shot::as_people_take_them`) on a sample drawn as a photo,
+    /// so the model learns what the photo pipeline leaves of them. 0 disables it.
+    pub people: f32,
     /// Weight of a contrastive loss (InfoNCE, temperature [`TAU`]) that pulls each photo's
     /// unit embedding towards its clean image's (a fixed target, computed with the clean
     /// batch's own statistics) and away from the other clean images of its batch: what keeps a
@@ -303,6 +307,7 @@ pub fn train(
                         let side = if rng.random::<bool>() { 56 } else { 112 };
                         let mut shot = data::photos::Shot::random(side, &mut rng);
                         shot.noise = rng.random_range(0.0..8.0);
+                        let shot = shot.as_people_take_them(cfg.people, &mut rng);
                         Draw::Photo(shot, rng.random(), rng.random())
                     } else if cfg.augment {
                         Draw::Shifted(
@@ -517,6 +522,7 @@ mod tests {
             seed: 9,
             augment: true,
             photo_share: 0.5,
+            people: 0.5,
             contrast: 0.5,
             distill: 0.5,
             dropout: 0.25,

@@ -39,6 +39,10 @@ struct Args {
     /// (`gallery::photos`, `embed::photo`); 0 disables it.
     #[arg(long, default_value_t = 0.5)]
     photo_share: f32,
+    /// Chance of each of a soft shadow, uneven light and a coloured garment on a sample drawn
+    /// as a photo (`data::photos::Shot::as_people_take_them`); 0 disables them.
+    #[arg(long, default_value_t = 0.0)]
+    people: f32,
     /// Weight of the contrastive loss pulling a photo's embedding to its clean image's
     /// (`gallery::training::TrainConfig::contrast`); 0 disables it.
     #[arg(long, default_value_t = 1.0)]
@@ -130,6 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: args.seed,
         augment: !args.no_augment,
         photo_share: args.photo_share,
+        people: args.people,
         contrast: args.contrast,
         distill: args.distill,
         dropout: args.dropout,
@@ -245,6 +250,9 @@ fn check(a: &Args) -> Result<(), String> {
     }
     if !(0.0..=1.0).contains(&a.photo_share) {
         return bad("photo-share", a.photo_share, "in [0, 1]");
+    }
+    if !(0.0..=1.0).contains(&a.people) {
+        return bad("people", a.people, "in [0, 1]");
     }
     if !(a.contrast.is_finite() && a.contrast >= 0.0) {
         return bad("contrast", a.contrast, "a number ≥ 0");

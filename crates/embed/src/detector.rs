@@ -15,8 +15,9 @@
 //! The weights (`detector_weights.rs`) are constants of the client, written by the committed,
 //! deterministic command in `crates/train/src/bin/fit_detector.rs` (docs/model.md) and never
 //! by CI; the server sends none of them, so it cannot move the decision. They belong to the
-//! query model they were fitted with ([`crate::detector_weights::QUERY_MODEL`]): refit them
-//! whenever it or the photo pipeline changes (a models test fails otherwise).
+//! query model they were fitted with, or their threshold set with
+//! ([`crate::detector_weights::QUERY_MODEL`]): refit them, or set the threshold again, whenever
+//! it or the photo pipeline changes (a models test fails otherwise).
 
 use crate::detector_weights as w;
 use crate::weights::{PIXELS, SIDE};

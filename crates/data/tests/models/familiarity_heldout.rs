@@ -87,8 +87,8 @@ fn held_out_rates_per_kind() {
     assert!(non_rate >= TARGET_NON, "non-clothing flagged {non_rate:.3}");
 }
 
-/// The detector's constants were fitted with the query model the clients run (refit them,
-/// `fit_detector`, whenever it changes).
+/// The detector's constants were fitted, or their threshold set, with the query model the
+/// clients run (`fit_detector`, or `fit_detector --recalibrate`, whenever it changes).
 #[test]
 fn the_detector_belongs_to_the_committed_query_model() {
     assert_eq!(

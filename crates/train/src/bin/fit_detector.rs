@@ -19,7 +19,9 @@
 //!   fitted on) drawn the same three ways, the lowest that keeps the whole decision (the
 //!   score above `embed::ood::UNFAMILIAR_SCORE`, the photo's statistics, the detector) within
 //!   `--budget` of them ([`budget_threshold`]).
-//! - **`--recalibrate`**: keeps the committed network and sets its threshold only, as above;
+//! - **`--recalibrate`**: keeps the committed network and sets its threshold only, as above,
+//!   for the query model now committed (which `QUERY_MODEL` then names; the header keeps the
+//!   one the network was fitted with);
 //!   it also prints, for each score threshold of [`SCORE_GRID`], the detector's threshold and
 //!   the share of a fresh stretch of the fitting family flagged, which is how
 //!   `UNFAMILIAR_SCORE` is chosen (never on the held-out kinds).
@@ -189,6 +191,10 @@ fn threshold_lines(threshold: f32, flagged: usize, of: usize, budget: f64) -> St
     )
 }
 
+/// The doc line of the constants' `QUERY_MODEL`.
+const QUERY_MODEL_DOC: &str = "/// The query model these were fitted with (or, after \
+                               `--recalibrate`, the one the threshold was set with).";
+
 /// `--recalibrate`: the committed network's threshold set again (the rest of `out` kept).
 fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
     let out = |s: &Sample| embed::detector::NET.run(&s.x);
@@ -220,12 +226,45 @@ fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
     let mut src = old[..start].to_string();
     src += &threshold_lines(threshold, flagged, cal.len(), args.budget);
     src += &old[end..];
-    // Said once in the header; the budget is in the threshold's own doc line.
-    let note = "//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate`.";
-    if !src.contains(note) {
-        let at = src.find("\n\n").expect("the header's end");
-        src.insert_str(at, &format!("\n{note}"));
-    }
+    // The threshold is the query model's now committed: the constants belong to it, and the
+    // header keeps the one the network was fitted with (said once there).
+    let version = embed::model::weights_version(QUERY_WEIGHTS);
+    let quoted = |text: &str| -> String {
+        let at = text
+            .find("pub const QUERY_MODEL: &str = \"")
+            .expect("the query model's line");
+        let rest = &text[at..];
+        rest.split('"')
+            .nth(1)
+            .expect("a quoted version")
+            .to_string()
+    };
+    let prefix = "//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate`";
+    let fitted = src
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.split("fitted with query model ").nth(1))
+        .map(|v| v.trim_end_matches('.').to_string())
+        .unwrap_or_else(|| quoted(&src));
+    let old_version = quoted(&src);
+    src = src
+        .lines()
+        .filter(|l| !l.starts_with(prefix))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace(
+            "/// The query model these were fitted with.\n",
+            &format!("{QUERY_MODEL_DOC}\n"),
+        )
+        .replace(
+            &format!("pub const QUERY_MODEL: &str = {old_version:?};"),
+            &format!("pub const QUERY_MODEL: &str = {version:?};"),
+        );
+    let at = src.find("\n\n").expect("the header's end");
+    src.insert_str(
+        at,
+        &format!("\n{prefix} for query model {version}; the network was fitted with query model {fitted}."),
+    );
     std::fs::write(&args.out, src).expect("write the constants");
     println!(
         "UNFAMILIAR_SCORE {UNFAMILIAR_SCORE}: threshold {threshold}, {flagged} of {} reserved \
@@ -700,7 +739,7 @@ fn main() {
         args.budget,
         args.seed
     );
-    let _ = writeln!(src, "/// The query model these were fitted with.");
+    let _ = writeln!(src, "{QUERY_MODEL_DOC}");
     let _ = writeln!(src, "pub const QUERY_MODEL: &str = {version:?};");
     let _ = writeln!(
         src,

@@ -72,7 +72,9 @@
 //! (0.001 on average).
 //!
 //! Even a perfect one would stop at the framing's own loss: the same photos without the shadow
-//! keep 0.885 of the top 8 in `eval --photos`, under the 0.9.
+//! keep 0.885 of the top 8 in `eval --photos`, under the 0.9. A query model trained on
+//! shadowed photos reads past part of a shadow instead; it is not adopted either (docs/model.md,
+//! "Photos as people take them", has its figures).
 //!
 //! f64 additions, multiplications, divisions and comparisons only (no transcendental
 //! functions), so native and wasm give the same bytes.

@@ -6,6 +6,8 @@
 //! client's own photo pipeline, `embed::photo`), and `eval --photos` measures the
 //! pipeline and the model on them, so both use one definition of the perturbation family.
 
+use std::ops::RangeInclusive;
+
 use embed::model::SIDE;
 use rand::Rng;
 
@@ -50,12 +52,23 @@ impl Shadow {
     /// A shadow as a lamp to one side makes: offset 3–6 % of the side in any direction,
     /// blur 4–6 %, darkness 15–35 %.
     pub fn random(rng: &mut impl Rng) -> Self {
+        Shadow::drawn(rng, 0.03..=0.06, 0.04..=0.06, 0.15..=0.35)
+    }
+
+    /// A shadow in any direction, its offset's length, blur and darkness drawn from these
+    /// ranges (in that order, after the direction).
+    fn drawn(
+        rng: &mut impl Rng,
+        offset: RangeInclusive<f32>,
+        blur: RangeInclusive<f32>,
+        darkness: RangeInclusive<f32>,
+    ) -> Self {
         let (s, c) = rng.random_range(0.0f32..360.0).to_radians().sin_cos();
-        let d = rng.random_range(0.03..=0.06);
+        let d = rng.random_range(offset);
         Shadow {
             offset: (c * d, s * d),
-            blur: rng.random_range(0.04..=0.06),
-            darkness: rng.random_range(0.15..=0.35),
+            blur: rng.random_range(blur),
+            darkness: rng.random_range(darkness),
         }
     }
 }
@@ -183,13 +196,7 @@ impl Shot {
         }
         let mut shot = self;
         if rng.random::<f32>() < p {
-            let (s, c) = rng.random_range(0.0f32..360.0).to_radians().sin_cos();
-            let d = rng.random_range(0.0..=0.08);
-            shot.shadow = Some(Shadow {
-                offset: (c * d, s * d),
-                blur: rng.random_range(0.02..=0.08),
-                darkness: rng.random_range(0.10..=0.45),
-            });
+            shot.shadow = Some(Shadow::drawn(rng, 0.0..=0.08, 0.02..=0.08, 0.10..=0.45));
         }
         if rng.random::<f32>() < p {
             shot.light_fall = rng.random_range(0.0..=0.5);

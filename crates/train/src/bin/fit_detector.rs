@@ -240,13 +240,15 @@ fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
             .to_string()
     };
     let prefix = "//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate`";
+    let old_version = quoted(&src);
     let fitted = src
         .lines()
         .find(|l| l.starts_with(prefix))
         .and_then(|l| l.split("fitted with query model ").nth(1))
-        .map(|v| v.trim_end_matches('.').to_string())
-        .unwrap_or_else(|| quoted(&src));
-    let old_version = quoted(&src);
+        .map_or_else(
+            || old_version.clone(),
+            |v| v.trim_end_matches('.').to_string(),
+        );
     src = src
         .lines()
         .filter(|l| !l.starts_with(prefix))

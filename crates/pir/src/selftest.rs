@@ -1,6 +1,8 @@
-//! A deterministic run of the whole scheme for cross-target checks: the wasm tests compare its
-//! digest with the native one (same records, seeds and RNG ⇒ the same query bytes, answers and
-//! decoded records on every target).
+//! Helpers for the tests of this crate and the crates above it, on every target: a
+//! deterministic run of the whole scheme for cross-target checks (the wasm tests compare its
+//! digest with the native one: same records, seeds and RNG ⇒ the same query bytes, answers and
+//! decoded records on every target), random score blocks, and the timing of cases that must
+//! take the same time.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -122,4 +124,80 @@ pub fn hintless_transcript(seed: u64) -> String {
         .iter()
         .for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
     hash_hex(&out)
+}
+
+/// How long cases take against each other: `rounds` rounds in each of which every case runs
+/// `batch` times in a row.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// The median time of one run, over every case and round (in `now`'s unit).
+    pub typical: f64,
+    /// Each case's median, over the rounds, of its time divided by its round's mean time.
+    pub relative: Vec<f64>,
+}
+
+impl Timing {
+    /// The slowest case's relative time over the fastest's, less one (0.03 = 3 % slower); NaN
+    /// when a case has no round to compare (every round's mean zero: a clock too coarse).
+    pub fn spread(&self) -> f64 {
+        if self.relative.iter().any(|r| !r.is_finite()) {
+            return f64::NAN;
+        }
+        let (lo, hi) = self
+            .relative
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), &m| (l.min(m), h.max(m)));
+        hi / lo - 1.0
+    }
+}
+
+/// Times `cases` cases against each other, paired within rounds ([`Timing`]).
+///
+/// Why pairs: load on the machine (the test harness's other threads, other processes) and the
+/// machine's own changes of pace (clock frequency, a browser's compiler tiers) come and go
+/// over milliseconds, and a round takes about one. Dividing each case's time by its round's
+/// mean cancels whatever fell on the whole round, and the median over rounds ignores what
+/// fell on a single sample, so a systematic difference between cases survives and the rest
+/// does not. (Medians of the raw times of equal cases moved by 7 % on two busy cores, and by
+/// 8 % in Chromium's WebAssembly, whose times spread from 200 to 350 µs within one run.) Each
+/// round starts one case further on, so no case always follows the same one.
+pub fn paired_timing(
+    cases: usize,
+    rounds: usize,
+    batch: usize,
+    mut run: impl FnMut(usize),
+    now: impl Fn() -> f64,
+) -> Timing {
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut all = Vec::with_capacity(rounds * cases);
+    let mut ratios = vec![Vec::with_capacity(rounds); cases];
+    let mut round = vec![0.0; cases];
+    for r in 0..rounds {
+        for i in 0..cases {
+            let c = (r + i) % cases;
+            let start = now();
+            for _ in 0..batch {
+                run(c);
+            }
+            round[c] = (now() - start) / batch as f64;
+        }
+        all.extend_from_slice(&round);
+        let mean = round.iter().sum::<f64>() / cases as f64;
+        if mean > 0.0 {
+            ratios
+                .iter_mut()
+                .zip(&round)
+                .for_each(|(v, t)| v.push(t / mean));
+        }
+    }
+    Timing {
+        typical: median(&mut all),
+        relative: ratios
+            .iter_mut()
+            .map(|v| if v.is_empty() { f64::NAN } else { median(v) })
+            .collect(),
+    }
 }

@@ -6,6 +6,7 @@
 
 use client::pir_search::{rank_padded, ranked, Ranked};
 use pir::layout::Shape;
+use pir::selftest::Timing;
 use publish::blocks::hash_hex;
 use publish::pir::doc::{level_shape, PirDbDoc, PirDoc, SchemeDoc};
 use publish::pir::records::{decode_rank_record, encode_rank_record, rank_record_len, RankItem};
@@ -16,7 +17,7 @@ const DIM: usize = 64;
 pub const K: usize = 8;
 /// The records' item counts; the last is the database's longest.
 pub const SIZES: [usize; 4] = [1, 3, 8, 300];
-/// The most the slowest case's median may exceed the fastest's.
+/// The most the slowest case's time may exceed the fastest's.
 pub const TOLERANCE: f64 = 0.05;
 
 fn unit(rng: &mut ChaCha20Rng) -> Vec<f32> {
@@ -119,37 +120,22 @@ impl Cases {
         }
     }
 
-    /// Each case's median time of `batch` rankings (µs, by `now`), over `rounds` interleaved
-    /// rounds (load on the machine falls on every case alike).
-    pub fn medians(&self, rounds: usize, batch: usize, now: impl Fn() -> f64) -> Vec<f64> {
-        let mut times = vec![Vec::new(); self.records.len()];
-        for _ in 0..rounds {
-            for (c, t) in times.iter_mut().enumerate() {
-                let start = now();
-                for _ in 0..batch {
-                    let _ = std::hint::black_box(self.run(c));
-                }
-                t.push((now() - start) / batch as f64);
-            }
-        }
-        times
-            .iter_mut()
-            .map(|t| {
-                t.sort_by(f64::total_cmp);
-                t[t.len() / 2]
-            })
-            .collect()
+    /// The cases' times against each other over `rounds` rounds of `batch` rankings each
+    /// ([`pir::selftest::paired_timing`]: each time against its round's, so load on the
+    /// machine is left out).
+    pub fn timing(&self, rounds: usize, batch: usize, now: impl Fn() -> f64) -> Timing {
+        let run = |c: usize| {
+            let _ = std::hint::black_box(self.run(c));
+        };
+        pir::selftest::paired_timing(self.records.len(), rounds, batch, run, now)
     }
 }
 
-/// The slowest median is within [`TOLERANCE`] of the fastest.
-pub fn assert_equal_within_noise(medians: &[f64]) {
-    let (lo, hi) = medians
-        .iter()
-        .fold((f64::MAX, 0f64), |(l, h), &m| (l.min(m), h.max(m)));
+/// The slowest case's time is within [`TOLERANCE`] of the fastest's.
+pub fn assert_equal_within_noise(timing: &Timing) {
     assert!(
-        hi <= (1.0 + TOLERANCE) * lo,
-        "medians {medians:.1?} differ by more than {} %",
+        timing.spread() <= TOLERANCE,
+        "{timing:.3?}: the cases' times differ by more than {} %",
         TOLERANCE * 100.0
     );
 }

@@ -553,17 +553,13 @@ mod tests {
     use ::pir::scores::failure_log2;
 
     /// Median of `times`, µs.
-    fn median(times: &mut [f64]) -> f64 {
-        times.sort_by(f64::total_cmp);
-        times[times.len() / 2]
-    }
-
     /// Issue #60, point 3: between the scores' answer and the thumbnail request, the client's
     /// work depends on no size the server chose. A database of 4,096 rows (two packed
     /// ciphertexts) whose blocks hold 1, 3, 8 and 4,096 items, real answers, `k` = 8: every
     /// block is ranked over the database's rows and k results, the blocks of fewer than k are
-    /// refused after the same work, and the medians of the four agree within 5 % (rounds
-    /// interleaved, so load on the machine falls on all four alike). Before, the ranking took
+    /// refused after the same work, and the four take the same time within 5 %
+    /// ([`::pir::selftest::paired_timing`]: each time against its round's, so load on the
+    /// machine is left out). Before, the ranking took
     /// `k.min(block)` results: 1 and 3 slots against 8, a visible part of decode plus ranking.
     #[test]
     fn ranking_takes_the_same_time_whatever_the_size_of_the_photos_block() {
@@ -681,22 +677,20 @@ mod tests {
                 }
             }
         }
-        let mut times = vec![Vec::new(); sizes.len()];
-        for _ in 0..300 {
-            for (b, t) in times.iter_mut().enumerate() {
-                let start = std::time::Instant::now();
+        let clock = std::time::Instant::now();
+        let timing = ::pir::selftest::paired_timing(
+            sizes.len(),
+            300,
+            1,
+            |b| {
                 let _ = std::hint::black_box(run(b));
-                t.push(start.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-        let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
-        eprintln!("rank medians (µs) for blocks of {sizes:?} items: {medians:.1?}");
-        let (lo, hi) = medians
-            .iter()
-            .fold((f64::MAX, 0f64), |(l, h), &m| (l.min(m), h.max(m)));
+            },
+            || clock.elapsed().as_secs_f64() * 1e6,
+        );
+        eprintln!("rank for blocks of {sizes:?} items: {timing:.3?}");
         assert!(
-            hi <= 1.05 * lo,
-            "medians {medians:.1?} differ by more than 5 %"
+            timing.spread() <= 0.05,
+            "{timing:.3?}: the cases' times differ by more than 5 %"
         );
     }
 

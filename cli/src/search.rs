@@ -114,34 +114,27 @@ pub struct Outcome {
 /// do not fit are refused before any search request, whatever the protocol (a server that
 /// sends them is not following the protocol), and every later use may rely on their shape.
 /// Returns them and the bytes downloaded.
-fn anchors(
-    server: &Server,
-    config: &ConfigResponse,
-    model: &Model,
-) -> Result<(AnchorsResponse, u64)> {
+fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse, u64)> {
     let limit = crate::http::BodyLimit::both(limits::MAX_JSON_BYTES);
     let (bytes, n) =
         crate::pir::public_file(server, "/api/v1/anchors", &config.anchors_sha256, limit)?;
     AnchorsResponse::check_named(&bytes, config).map_err(|e| CliError::Malformed(e.to_string()))?;
     let anchors: AnchorsResponse = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Malformed(format!("the anchors are not valid JSON: {e}")))?;
+    let layer_dim = embed::ood::familiarity_model().w.arch.layer_dim();
     anchors
-        .check(config, model.w.arch.layer_dim())
+        .check(config, layer_dim)
         .map_err(|e| CliError::Malformed(format!("the anchors: {e}")))?;
     Ok((anchors, n))
 }
 
-/// Does the photo look like something the gallery holds? Its score against the anchors'
-/// public reference (`embed::ood`; checked with the anchors in [`anchors`]) and the photo's
-/// own statistics (`embed::photo::Scene`), computed here; the anchors are the same public file for every client, so fetching them reveals
-/// nothing about the photo.
-fn familiarity(
-    anchors: &AnchorsResponse,
-    framing: &Framing,
-    features: &[f32],
-    layer_means: &[f32],
-) -> Result<embed::ood::Familiarity> {
-    embed::ood::assess(framing, features, layer_means, &anchors.familiarity)
+/// Does the photo look like something the gallery holds? The familiarity model's score
+/// against the anchors' public reference (`embed::ood`; checked with the anchors in
+/// [`anchors`]) and the photo's own statistics (`embed::photo::Scene`), computed here; the
+/// anchors are the same public file for every client, so fetching them reveals nothing about
+/// the photo.
+fn familiarity(anchors: &AnchorsResponse, framing: &Framing) -> Result<embed::ood::Familiarity> {
+    embed::ood::assess(framing, &anchors.familiarity)
         .map_err(|e| CliError::Malformed(format!("the anchors' reference: {e}")))
 }
 
@@ -187,18 +180,16 @@ pub fn run(
         )));
     }
     let t = Instant::now();
-    // The unshifted input's inference and layer means (for the familiarity score) and the
-    // search features over the half-pixel views (`embed::views`).
+    // The search features over the half-pixel views (`embed::views`).
     let photo = model
         .infer_photo(pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
-    let (inf, layer_means) = (&photo.inference, &photo.layer_means);
     let class = classifier
         .classify(&framing.class_pixels)
         .map_err(|e| CliError::Malformed(e.to_string()))?;
     let model_ms = t.elapsed().as_secs_f64() * 1e3;
-    let (public_anchors, anchor_bytes) = anchors(server, &config, model)?;
-    let ood = familiarity(&public_anchors, framing, &inf.features, layer_means)?;
+    let (public_anchors, anchor_bytes) = anchors(server, &config)?;
+    let ood = familiarity(&public_anchors, framing)?;
     let mut rng = dp::rng::secure_rng()?;
     let mut pir = None;
     let mut block_bytes = (0, 0);

@@ -107,9 +107,9 @@ impl Client {
         let config: ConfigResponse = serde_json::from_str(config_json)
             .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
         // The gallery's features are the gallery model's, and the query model the
-        // configuration names is the one trained to land a photo among them (and the one the
-        // familiarity reference was fitted with); a photo's features from any other weights
-        // would be compared with them silently and rank nonsense.
+        // configuration names is the one trained to land a photo among them; a photo's
+        // features from any other weights would be compared with them silently and rank
+        // nonsense.
         let version = embed::model::weights_version(weights);
         if config.query_model_version != version {
             return Err(js_err(format!(
@@ -124,7 +124,7 @@ impl Client {
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         // Every part of the anchors checked once, here (the CLI calls the same check).
         anchors
-            .check(&config, model.w.arch.layer_dim())
+            .check(&config, embed::ood::familiarity_model().w.arch.layer_dim())
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         let n = anchors.features.len();
         let feats = DMatrix::from_row_iterator(

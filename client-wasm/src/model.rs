@@ -179,24 +179,16 @@ impl Client {
             Ok(p) => (p, None),
             Err(e) => (None, Some(e)),
         };
-        // The unshifted input's inference and layer means (for the familiarity check) and the
-        // search features over the half-pixel views (`embed::views`), in one call.
+        // The search features over the half-pixel views (`embed::views`).
         let photo = self.model.infer_photo(pixels).map_err(js_err)?;
-        let (inf, layers) = (&photo.inference, &photo.layer_means);
         // The class shown (and Algorithm 1's label) is the class model's; the features are
         // the retrieval model's.
         let class = self.classifier.classify(class_pixels).map_err(js_err)?;
         let class_name = self.class_name(class.label);
-        // The decision the CLI makes (`embed::ood::assess`): the score, the learned detector
-        // and the photo's own statistics (a 28×28 image has none).
-        let ood = embed::ood::assess_scene(
-            pixels,
-            scene.as_ref(),
-            &inf.features,
-            layers,
-            &self.familiarity,
-        )
-        .map_err(js_err)?;
+        // The decision the CLI makes (`embed::ood::assess`, the familiarity model's): the
+        // score, the learned detector and the photo's own statistics (a 28×28 image has none).
+        let ood =
+            embed::ood::assess_scene(pixels, scene.as_ref(), &self.familiarity).map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
             label: class.label,
@@ -215,8 +207,8 @@ impl Client {
             },
             published_error,
         };
-        // The familiarity check above stays the query model's (its reference was fitted
-        // with it); only the search's features are the published ones.
+        // The familiarity check above reads the photo itself (the familiarity model's
+        // features); only the search's features are the published ones.
         let features = published.unwrap_or(photo.search);
         self.query = Some(features.iter().map(|&v| v as f64).collect());
         self.query_f32 = Some(features);

@@ -37,8 +37,9 @@ pub struct ConfigResponse {
     /// of the gallery and the anchors the server holds.
     pub model_version: String,
     /// Version of the query model, the one a client must run on a photo: trained to put a
-    /// photo's features where the gallery model puts its clean image, and the one the
-    /// anchors' familiarity reference was fitted with.
+    /// photo's features where the gallery model puts its clean image. (The anchors'
+    /// familiarity reference is fitted with the familiarity model every client has compiled
+    /// in, `embed::ood::FAMILIARITY_WEIGHTS`.)
     pub query_model_version: String,
     pub limits: ApiLimits,
 }
@@ -548,7 +549,7 @@ mod tests {
     use super::*;
     use crate::error::Error;
 
-    /// The query model's layer means' length (its convolutions' widths, 64 + 128).
+    /// The familiarity model's layer means' length (its convolutions' widths, 64 + 128).
     const LAYER_DIM: usize = 192;
 
     fn limits() -> ApiLimits {

@@ -236,15 +236,17 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
 }
 
 /// The photo's out-of-distribution check: the score and decision are the native
-/// `embed::ood::assess_input` of its input, features and layer means against the
-/// reference the client was given, and the sentence comes with the decision. A malformed
-/// reference is refused when the client is made.
+/// `embed::ood::assess_input` of its input and of the familiarity model's features and layer
+/// means (compiled in, whatever query model the client was given) against the reference the
+/// client was given, and the sentence comes with the decision. A malformed reference is
+/// refused when the client is made.
 #[wasm_bindgen_test]
 fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     let (config, anchors, _, _) = server_json();
-    let model = embed::model::Model::from_bytes(WEIGHTS).unwrap();
-    let q = model.infer(&image(0)).unwrap().features;
-    let layers = model.layer_means(&image(0)).unwrap();
+    let (inf, layers) = embed::ood::familiarity_model()
+        .infer_with_layer_means(&image(0))
+        .unwrap();
+    let q = inf.features;
     let check = |anchors: &str| -> Value {
         let mut client = Client::new(
             WEIGHTS,

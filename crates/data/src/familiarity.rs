@@ -7,7 +7,6 @@
 use crate::fashion::{balanced_anchors, Split};
 use crate::not_clothing::{generate, KINDS};
 use crate::photos::{render, Shot};
-use embed::model::Model;
 use embed::ood::{assess, fit, look, Reference};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -24,9 +23,10 @@ pub const CLOTHING_PARTS: [&str; 3] = [
     "light garments on light backgrounds",
 ];
 
-/// The reference a server fits by default: `embed::ood::fit` on the query model's features
-/// and layer means of `balanced_anchors(train, 1000)`.
-pub fn reference(model: &Model, train: &Split) -> Reference {
+/// The reference a server fits by default: `embed::ood::fit` on the familiarity model's
+/// features and layer means of `balanced_anchors(train, 1000)`.
+pub fn reference(train: &Split) -> Reference {
+    let model = embed::ood::familiarity_model();
     let idx = balanced_anchors(train, 1000);
     let images: Vec<&[u8]> = idx.iter().map(|&i| train.images.image(i)).collect();
     let out = model
@@ -59,7 +59,7 @@ pub struct Decision {
 }
 
 /// The client's decision of an RGBA photo.
-pub fn decide(model: &Model, reference: &Reference, rgba: &[u8], w: usize, h: usize) -> Decision {
+pub fn decide(reference: &Reference, rgba: &[u8], w: usize, h: usize) -> Decision {
     match look(rgba, w, h).expect("the photo's sizes") {
         Err(_) => Decision {
             flagged: true,
@@ -69,10 +69,7 @@ pub fn decide(model: &Model, reference: &Reference, rgba: &[u8], w: usize, h: us
             photo: None,
         },
         Ok(framing) => {
-            let (inf, layers) = model
-                .infer_with_layer_means(&framing.pixels)
-                .expect("28×28");
-            let f = assess(&framing, &inf.features, &layers, reference).expect("lengths");
+            let f = assess(&framing, reference).expect("lengths");
             Decision {
                 flagged: f.unfamiliar,
                 refused: false,
@@ -94,14 +91,14 @@ pub fn decide(model: &Model, reference: &Reference, rgba: &[u8], w: usize, h: us
 
 /// The decisions on the held-out non-clothing, per kind ([`KINDS`]' order), [`PER_KIND`]
 /// each (seeds `0..PER_KIND`).
-pub fn non_clothing(model: &Model, reference: &Reference) -> Vec<Vec<Decision>> {
+pub fn non_clothing(reference: &Reference) -> Vec<Vec<Decision>> {
     (0..KINDS.len())
         .map(|kind| {
             (0..PER_KIND as u64)
                 .into_par_iter()
                 .map(|seed| {
                     let img = generate(kind, seed);
-                    decide(model, reference, &img.rgba, img.width, img.height)
+                    decide(reference, &img.rgba, img.width, img.height)
                 })
                 .collect()
         })
@@ -113,7 +110,7 @@ pub fn non_clothing(model: &Model, reference: &Reference) -> Vec<Vec<Decision>> 
 /// kind), a different stretch for each part — as they are (28×28), photographed
 /// (`Shot::random`, 112–400 pixels), and light (ink at a half or a third) on light
 /// backgrounds (225–250). One seeded stream, drawn in order.
-pub fn clothing(model: &Model, reference: &Reference, test: &Split) -> Vec<Vec<Decision>> {
+pub fn clothing(reference: &Reference, test: &Split) -> Vec<Vec<Decision>> {
     let mut rng = ChaCha8Rng::seed_from_u64(6104);
     (0..CLOTHING_PARTS.len())
         .map(|part| {
@@ -129,7 +126,7 @@ pub fn clothing(model: &Model, reference: &Reference, test: &Split) -> Vec<Vec<D
                 .collect();
             photos
                 .par_iter()
-                .map(|(rgba, side)| decide(model, reference, rgba, *side, *side))
+                .map(|(rgba, side)| decide(reference, rgba, *side, *side))
                 .collect()
         })
         .collect()

@@ -7,7 +7,8 @@
 //! ([`shape_inputs`]: ink, the box's aspect and fill, how flat and how symmetric the object
 //! is, its edges, holes and parts, how wide it is at the top, middle and bottom, and its 7×7
 //! block means — the silhouette a garment has and a mug, a car, a pie chart or a face does not),
-//! the query model's unit features and its layer means. One hidden layer of rectified units
+//! the familiarity model's unit features and its layer means
+//! ([`crate::ood::familiarity_model`]). One hidden layer of rectified units
 //! (exact in f32 on every platform: additions and multiplications in a fixed order, no
 //! transcendental function), one output; a photo is unlike a garment when the output exceeds
 //! [`crate::detector_weights::THRESHOLD`].
@@ -15,9 +16,9 @@
 //! The weights (`detector_weights.rs`) are constants of the client, written by the committed,
 //! deterministic command in `crates/train/src/bin/fit_detector.rs` (docs/model.md) and never
 //! by CI; the server sends none of them, so it cannot move the decision. They belong to the
-//! query model they were fitted with, or their threshold set with
-//! ([`crate::detector_weights::QUERY_MODEL`]): refit them, or set the threshold again, whenever
-//! it or the photo pipeline changes (a models test fails otherwise).
+//! familiarity model they were fitted with, or their threshold set with
+//! ([`crate::detector_weights::FAMILIARITY_MODEL`]): refit them, or set the threshold again,
+//! whenever it or the photo pipeline changes (a unit test of `ood` fails otherwise).
 
 use crate::detector_weights as w;
 use crate::weights::{PIXELS, SIDE};

@@ -1,10 +1,11 @@
 //! The familiarity detector's constants (`embed::detector`), written by
 //! `cargo run --bin fit_detector -- --garments 1500 --per-kind 640 --hidden 16 --steps 600 --lr 0.01 --l2 0.001 --tail 0.005 --seed 1`
 //! (crates/train/src/bin/fit_detector.rs). Do not edit: refit.
-//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate` for query model cnn-v2-cc09b0595f69ddf9; the network was fitted with query model cnn-v2-cc09b0595f69ddf9.
+//! Its THRESHOLD set again by `cargo run --bin fit_detector -- --recalibrate` for familiarity model cnn-v2-cc09b0595f69ddf9; the network was fitted with familiarity model cnn-v2-cc09b0595f69ddf9.
 
-/// The query model these were fitted with (or, after `--recalibrate`, the one the threshold was set with).
-pub const QUERY_MODEL: &str = "cnn-v2-cc09b0595f69ddf9";
+/// The familiarity model (`embed::ood::FAMILIARITY_WEIGHTS`) these were fitted with (or,
+/// after `--recalibrate`, the one the threshold was set with).
+pub const FAMILIARITY_MODEL: &str = "cnn-v2-cc09b0595f69ddf9";
 pub const FEATURES: usize = 64;
 pub const LAYERS: usize = 192;
 pub const INPUTS: usize = 64 + FEATURES + LAYERS;

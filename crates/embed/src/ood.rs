@@ -41,12 +41,33 @@
 //! never what a search reveals — it is checked for shape and finiteness so it cannot make the
 //! client fail either.
 
+use crate::model::Model;
 pub use crate::photo::Scene;
 use shared::error::{Error, Result};
 pub use shared::familiarity::{ClassGaussians, Reference, MAX_CLASSES};
 
-/// Above this score a photo is called unfamiliar. Calibrated for the committed query model
-/// (cnn-v2-cc09b0595f69ddf9, the one a client scores its photo with; the reference is fitted
+/// The familiarity model's weights: the network whose features and layer means the check
+/// reads — the score's Gaussians (a server fits the [`Reference`] with it, on the anchors) and
+/// the detector's inputs ([`crate::detector`]). It is compiled into every client, and it is
+/// not the query model. The thresholds and the detector are calibrated on this network, so
+/// the query model can be trained again for search (shadows, light, colour) without moving
+/// the warning, and the server, which serves the page its query model, cannot move it either.
+/// The bytes are a query model of before (`cnn-v2-cc09b0595f69ddf9`, the one the check was
+/// calibrated with): its features of the anchors fall in ten tight classes, which is what a
+/// check against the gallery's kind of image needs.
+pub const FAMILIARITY_WEIGHTS: &[u8] = include_bytes!("../assets/familiarity.bin");
+
+/// [`FAMILIARITY_WEIGHTS`], parsed once.
+pub fn familiarity_model() -> &'static Model {
+    static MODEL: std::sync::OnceLock<Model> = std::sync::OnceLock::new();
+    MODEL.get_or_init(|| {
+        Model::from_bytes(FAMILIARITY_WEIGHTS)
+            .expect("the compiled-in familiarity weights parse (the unit tests check them)")
+    })
+}
+
+/// Above this score a photo is called unfamiliar. Calibrated for the familiarity model
+/// ([`FAMILIARITY_WEIGHTS`], the one a client scores its photo with; the reference is fitted
 /// with it too) and the server's default anchors (`data::balanced_anchors(train, 1000)`).
 ///
 /// The whole decision may flag 2 % of 3,000 reserved clothing photos (the reserved training
@@ -58,8 +79,8 @@ pub use shared::familiarity::{ClassGaussians, Reference, MAX_CLASSES};
 /// photos it was before). It was chosen on that family only, never on the held-out kinds; on
 /// them the detector carries over better than the score (docs/model.md, "Familiarity on
 /// held-out kinds"). Against the generated noise, gradients, shapes and text-like images of
-/// `eval --photos` it separates as measured there. The threshold is the query model's own:
-/// recalibrate it whenever the query model or the photo pipeline change.
+/// `eval --photos` it separates as measured there. The threshold is the familiarity model's
+/// own: recalibrate it whenever that model or the photo pipeline change.
 pub const UNFAMILIAR_SCORE: f32 = 4.25;
 
 /// The photo's own statistics ([`Scene`], thousandths) beyond which a photo is called
@@ -212,7 +233,7 @@ pub fn distance2(g: &ClassGaussians, x: &[f32]) -> f64 {
 }
 
 /// Fits both to the anchors: `features` (flat rows of `feature_dim`), `layer_means` (flat
-/// rows of `layer_dim`, the query model's [`crate::weights::Arch::layer_dim`]) and
+/// rows of `layer_dim`, the familiarity model's [`crate::weights::Arch::layer_dim`]) and
 /// their `labels`.
 pub fn fit(
     features: &[f32],
@@ -258,8 +279,8 @@ pub struct Familiarity {
     /// [`score`] (∞ for an input with less than [`MIN_INK`]).
     pub score: f32,
     /// The learned detector's output ([`crate::detector::output`]; above
-    /// [`crate::detector_weights::THRESHOLD`]: unlike a garment; NaN for a query model of
-    /// other lengths than the one it was fitted with).
+    /// [`crate::detector_weights::THRESHOLD`]: unlike a garment; NaN for features of other
+    /// lengths than the familiarity model's).
     pub detector: f32,
     /// The decision: `score > UNFAMILIAR_SCORE`, or the detector above its threshold, or (for
     /// a photo, [`assess`]) its [`Scene`] unlike a product photo's.
@@ -267,9 +288,10 @@ pub struct Familiarity {
 }
 
 /// The decision for a model input (`pixels`, 28×28), its unit `features` and its
-/// `layer_means`: unfamiliar when the input holds less than [`MIN_INK`], its score exceeds
-/// [`UNFAMILIAR_SCORE`], or the learned detector ([`crate::detector`], constants of the
-/// client) calls it unlike a garment.
+/// `layer_means` under the familiarity model ([`familiarity_model`]'s
+/// [`Model::infer_with_layer_means`]; [`assess_scene`] computes them): unfamiliar when the
+/// input holds less than [`MIN_INK`], its score exceeds [`UNFAMILIAR_SCORE`], or the learned
+/// detector ([`crate::detector`], constants of the client) calls it unlike a garment.
 pub fn assess_input(
     pixels: &[u8],
     features: &[f32],
@@ -279,8 +301,8 @@ pub fn assess_input(
     let score = score(reference, features, layer_means)?;
     let ink: u32 = pixels.iter().map(|&p| p as u32).sum();
     let score = if ink < MIN_INK { f32::INFINITY } else { score };
-    // Lengths other than the committed query model's (a server sent a different model): the
-    // detector's constants mean nothing for it, so it is left out (NaN, never above its
+    // Lengths other than the familiarity model's (a caller's features of another model): the
+    // detector's constants mean nothing for them, so it is left out (NaN, never above its
     // threshold) rather than failing the photo. The warning is advice either way.
     let detector = crate::detector::output(pixels, features, layer_means).unwrap_or(f32::NAN);
     Ok(Familiarity {
@@ -292,33 +314,21 @@ pub fn assess_input(
 
 /// The decision for a photo the pipeline framed ([`look`]): [`assess_scene`] of its model
 /// input and [`Scene`].
-pub fn assess(
-    framing: &crate::photo::Framing,
-    features: &[f32],
-    layer_means: &[f32],
-    reference: &Reference,
-) -> Result<Familiarity> {
-    assess_scene(
-        &framing.pixels,
-        framing.scene.as_ref(),
-        features,
-        layer_means,
-        reference,
-    )
+pub fn assess(framing: &crate::photo::Framing, reference: &Reference) -> Result<Familiarity> {
+    assess_scene(&framing.pixels, framing.scene.as_ref(), reference)
 }
 
-/// The decision every client makes of a photo: [`assess_input`] of its model input, and
-/// unfamiliar too when the photo's `scene` (none for a photo of at most
+/// The decision every client makes of a photo: [`assess_input`] of its model input under the
+/// familiarity model, and unfamiliar too when the photo's `scene` (none for a photo of at most
 /// [`crate::photo::SCENE_MIN_SIDE`] pixels a side) is unlike a product photo's
 /// ([`scene_unlike_a_product`]; the score stays [`score`]'s).
 pub fn assess_scene(
     pixels: &[u8],
     scene: Option<&Scene>,
-    features: &[f32],
-    layer_means: &[f32],
     reference: &Reference,
 ) -> Result<Familiarity> {
-    let f = assess_input(pixels, features, layer_means, reference)?;
+    let (inf, layer_means) = familiarity_model().infer_with_layer_means(pixels)?;
+    let f = assess_input(pixels, &inf.features, &layer_means, reference)?;
     Ok(Familiarity {
         unfamiliar: f.unfamiliar || scene.is_some_and(scene_unlike_a_product),
         ..f
@@ -495,8 +505,36 @@ pub fn look(
 mod tests {
     use super::*;
 
-    /// The query model's layer means' length.
+    /// The familiarity model's layer means' length.
     const LAYER_DIM: usize = crate::weights::Arch::WIDE.layer_dim();
+
+    /// The compiled-in familiarity model parses, has the lengths the detector reads, and is
+    /// the one the detector was fitted with or its threshold set with; a photo's decision is
+    /// [`assess_input`] of that model's outputs.
+    #[test]
+    fn the_familiarity_model_is_the_detectors() {
+        let model = familiarity_model();
+        assert_eq!(model.w.arch.layer_dim(), crate::detector_weights::LAYERS);
+        assert_eq!(
+            crate::model::weights_version(FAMILIARITY_WEIGHTS),
+            crate::detector_weights::FAMILIARITY_MODEL
+        );
+        let px: Vec<u8> = (0..784).map(|i| ((i * 37) % 251) as u8).collect();
+        let (inf, layers) = model.infer_with_layer_means(&px).unwrap();
+        assert_eq!(inf.features.len(), crate::detector_weights::FEATURES);
+        let labels: Vec<u32> = (0..40).map(|i| i % 4).collect();
+        let feats: Vec<f32> = (0..40 * inf.features.len())
+            .map(|i| ((i * 7919) % 97) as f32 / 97.0)
+            .collect();
+        let lm: Vec<f32> = (0..40 * LAYER_DIM)
+            .map(|i| ((i * 104_729) % 89) as f32 / 89.0)
+            .collect();
+        let reference = fit(&feats, &lm, &labels, inf.features.len(), LAYER_DIM).unwrap();
+        assert_eq!(
+            assess_scene(&px, None, &reference).unwrap(),
+            assess_input(&px, &inf.features, &layers, &reference).unwrap()
+        );
+    }
 
     /// Two classes of 3-d rows around (±1, 0, 0), spread by a fixed pattern.
     fn rows() -> (Vec<f32>, Vec<u32>) {

@@ -43,15 +43,12 @@ pub const VIEWS: [(i8, i8); 9] = [
     (-1, -1),
 ];
 
-/// What a client computes from a photo's model input: the unshifted input's inference and
-/// layer means ([`Model::infer_with_layer_means`], bit for bit) and the search features.
+/// What a client computes from a photo's model input: the unshifted input's inference
+/// ([`Model::infer`], bit for bit) and the search features.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhotoInference {
-    /// The unshifted input's inference: its label, probabilities and energy are what a client
-    /// shows and scores; its `features` are what the familiarity reference was fitted on.
+    /// The unshifted input's inference (its label, probabilities and energy).
     pub inference: Inference,
-    /// The unshifted input's layer means ([`Model::layer_means`]).
-    pub layer_means: Vec<f32>,
     /// The search features: unit length, mirror-invariant bit for bit.
     pub search: Vec<f32>,
 }
@@ -83,7 +80,7 @@ fn shifted(x: &[f32], sx: i8, sy: i8) -> Vec<f32> {
 }
 
 impl Model {
-    /// The photo's inference, layer means and search features ([`PhotoInference`]), from its
+    /// The photo's inference and search features ([`PhotoInference`]), from its
     /// 28×28 model input. Only a wrong-sized input is an error.
     ///
     /// Guarantee: total and finite for every weights file [`Model::from_bytes`] accepts, and
@@ -101,7 +98,6 @@ impl Model {
     pub fn infer_photo(&self, pixels: &[u8]) -> Result<PhotoInference> {
         let x = preprocess(pixels)?;
         let centre = (self.forward(&x), self.forward(&mirror(&x)));
-        let layer_means = centre.0.channel_means();
         let inference =
             super::model::combine(&centre.0.h, &centre.1.h, &centre.0.logits, &centre.1.logits);
         // The eight shifted views and their mirror images, sixteen inputs in two passes of
@@ -150,7 +146,6 @@ impl Model {
         Ok(PhotoInference {
             search: super::model::unit_features(&sum),
             inference,
-            layer_means,
         })
     }
 }
@@ -229,9 +224,8 @@ mod tests {
         for _ in 0..4 {
             let px = image(&mut rng);
             let got = model.infer_photo(&px).unwrap();
-            let (inf, layers) = model.infer_with_layer_means(&px).unwrap();
+            let inf = model.infer(&px).unwrap();
             assert_eq!(got.inference, inf);
-            assert_eq!(got.layer_means, layers);
             let norm = got.search.iter().map(|v| v * v).sum::<f32>().sqrt();
             assert!((norm - 1.0).abs() < 1e-5, "{norm}");
             // The views change the features, but not by much.

@@ -25,7 +25,7 @@ pub(crate) mod real;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use embed::model::{weights_version, Inference, Model, PIXELS};
+use embed::model::{weights_version, Model, PIXELS};
 use embed::photo::analyse;
 use embed::photo::to_model_input;
 use rand::{Rng, SeedableRng};
@@ -268,13 +268,19 @@ const NS: usize = 6;
 type Scores = [f32; NS];
 
 /// What the out-of-distribution scores compare a photo with: the public anchors' unit
-/// features and the reference the server fits to them (`embed::ood::Reference`).
+/// features and the reference the server fits to them (`embed::ood::Reference`), both the
+/// familiarity model's (`embed::ood::familiarity_model`), as a client's check reads them.
 struct Refs {
     rows: Vec<Vec<f32>>,
     reference: embed::ood::Reference,
 }
 
-fn scores(model: &Model, pixels: &[u8], inf: &Inference, refs: &Refs) -> Scores {
+/// A model input's scores, each from the familiarity model's outputs (whatever query model is
+/// being measured: the check is the familiarity model's).
+fn scores(pixels: &[u8], refs: &Refs) -> Scores {
+    let (inf, layers) = embed::ood::familiarity_model()
+        .infer_with_layer_means(pixels)
+        .expect("28×28");
     let nearest = 1.0
         - refs
             .rows
@@ -282,7 +288,6 @@ fn scores(model: &Model, pixels: &[u8], inf: &Inference, refs: &Refs) -> Scores 
             .map(|a| a.iter().zip(&inf.features).map(|(x, y)| x * y).sum::<f32>())
             .fold(f32::NEG_INFINITY, f32::max);
     let pmax = inf.probabilities.iter().copied().fold(0.0f32, f32::max);
-    let layers = model.layer_means(pixels).expect("28×28");
     let r = &refs.reference;
     let deployed =
         embed::ood::assess_input(pixels, &inf.features, &layers, r).map_or(f32::NAN, |f| f.score);
@@ -297,16 +302,8 @@ fn scores(model: &Model, pixels: &[u8], inf: &Inference, refs: &Refs) -> Scores 
 }
 
 /// The model input of an RGBA photo, its inference and its scores.
-fn score_photo(
-    model: &Model,
-    rgba: &[u8],
-    side: usize,
-    anchors: &Refs,
-) -> Res<(Inference, Scores)> {
-    let pixels = to_model_input(rgba, side, side)?;
-    let inf = model.infer(&pixels)?;
-    let s = scores(model, &pixels, &inf, anchors);
-    Ok((inf, s))
+fn score_photo(rgba: &[u8], side: usize, anchors: &Refs) -> Res<Scores> {
+    Ok(scores(&to_model_input(rgba, side, side)?, anchors))
 }
 
 /// One photo's outcome.
@@ -482,14 +479,15 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             second_share(|x| x.0),
             second_share(|x| x.1),
         )?;
+        let familiar = embed::ood::familiarity_model();
         let anchors: Vec<Vec<f32>> = anchor_idx
             .par_iter()
-            .map(|&i| model.infer(train.images.image(i)).map(|r| r.features))
+            .map(|&i| familiar.infer(train.images.image(i)).map(|r| r.features))
             .collect::<Result<_, _>>()?;
         let anchor_labels: Vec<u32> = anchor_idx.iter().map(|&i| train.labels[i] as u32).collect();
         let layer_means: Vec<f32> = anchor_idx
             .iter()
-            .map(|&i| model.layer_means(train.images.image(i)))
+            .map(|&i| familiar.layer_means(train.images.image(i)))
             .collect::<Result<Vec<_>, _>>()?
             .concat();
         let anchors = Refs {
@@ -498,7 +496,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 &layer_means,
                 &anchor_labels,
                 embed::model::EMBED,
-                model.w.arch.layer_dim(),
+                familiar.w.arch.layer_dim(),
             )?,
             rows: anchors,
         };
@@ -528,7 +526,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                                 right: inf.label == truth,
                                 shown_right: shown.label == truth,
                                 top: top_k(&gallery, &photo.search),
-                                scores: scores(&model, &pixels, &inf, &anchors),
+                                scores: scores(&pixels, &anchors),
                                 cut_off,
                             })
                         })
@@ -592,7 +590,6 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 )?;
                 ood_report(
                     args,
-                    &model,
                     &test,
                     &calibration,
                     &anchors,
@@ -604,7 +601,6 @@ pub(crate) fn run(args: &Args) -> Res<()> {
                 )?;
                 decision_report(
                     args,
-                    &model,
                     &test,
                     &train,
                     &anchors,
@@ -748,7 +744,6 @@ fn by_class(
 #[allow(clippy::too_many_arguments)]
 fn ood_report(
     args: &Args,
-    model: &Model,
     test: &Split,
     calibration: &[usize],
     anchors: &Refs,
@@ -764,7 +759,7 @@ fn ood_report(
         .par_iter()
         .map(|&i| -> Res<Scores> {
             let p = photo(test, i, family, family_def, args.seed ^ 0xca1)?;
-            Ok(score_photo(model, &p, SIDE, anchors)?.1)
+            score_photo(&p, SIDE, anchors)
         })
         .collect::<Res<_>>()?;
     let per_kind = args.photos_count.div_ceil(ood::KINDS.len());
@@ -777,7 +772,7 @@ fn ood_report(
                         args.seed ^ 0x00d0_0000 ^ ((kind * per_kind + j) as u64),
                     );
                     let img = ood::generate(kind, &mut rng);
-                    Ok(score_photo(model, &img, ood::SIDE, anchors)?.1)
+                    score_photo(&img, ood::SIDE, anchors)
                 })
                 .collect::<Res<_>>()
         })
@@ -855,7 +850,6 @@ fn ood_report(
 #[allow(clippy::too_many_arguments)]
 fn decision_report(
     args: &Args,
-    model: &Model,
     test: &Split,
     train: &Split,
     anchors: &Refs,
@@ -875,16 +869,16 @@ fn decision_report(
                         args.seed ^ 0x00d0_0000 ^ ((kind * per_kind + j) as u64),
                     );
                     let img = ood::generate(kind, &mut rng);
-                    decide(model, &anchors.reference, &img, ood::SIDE, ood::SIDE)
+                    decide(&anchors.reference, &img, ood::SIDE, ood::SIDE)
                 })
                 .collect()
         })
         .collect();
     // The held-out sets against the server's default reference (the anchors above are the
     // same `balanced_anchors(train, 1000)` when `--anchors` is 1000).
-    let reference = data::familiarity::reference(model, train);
-    let held_non = non_clothing(model, &reference);
-    let held_clothing = clothing(model, &reference, test);
+    let reference = data::familiarity::reference(train);
+    let held_non = non_clothing(&reference);
+    let held_clothing = clothing(&reference, test);
     writeln!(
         md,
         "\nThe client's decision (`embed::ood::assess`: score above {}, the learned detector \

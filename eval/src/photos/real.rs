@@ -12,7 +12,7 @@ use std::path::Path;
 
 use data::familiarity::{decide, reference, Decision};
 use data::fashion::load_split;
-use embed::model::{weights_version, Model};
+use embed::model::weights_version;
 use rayon::prelude::*;
 
 use super::Res;
@@ -30,8 +30,7 @@ struct Kind {
 
 pub(crate) fn run(args: &Args, dir: &Path) -> Res<()> {
     let train = load_split(&args.data_dir, "train")?;
-    let model = Model::from_bytes(data::assets::QUERY_WEIGHTS)?;
-    let reference = reference(&model, &train);
+    let reference = reference(&train);
     let mut kinds: Vec<_> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_dir())
@@ -47,12 +46,12 @@ pub(crate) fn run(args: &Args, dir: &Path) -> Res<()> {
     let mut md = format!(
         "# The familiarity warning on real images that are not clothing\n\n\
          `bash scripts/real-images.sh DIR && bash scripts/eval.sh --real-images DIR` \
-         (query model {}). Each image is read by the CLI's decoder and judged by the client's \
+         (familiarity model {}). Each image is read by the CLI's decoder and judged by the client's \
          decision (`embed::ood::assess_scene`), as a person's photo is. None of these images \
          was used to fit or calibrate anything.\n\n\
          | kind | images | flagged | share | refused (nothing to see) | not decoded |\n\
          |---|---:|---:|---:|---:|---:|\n",
-        weights_version(data::assets::QUERY_WEIGHTS)
+        weights_version(embed::ood::FAMILIARITY_WEIGHTS)
     );
     // A folder named `…clothing` holds clothing (drawn), which the warning should not flag:
     // reported on its own, outside the total.
@@ -74,7 +73,7 @@ pub(crate) fn run(args: &Args, dir: &Path) -> Res<()> {
             .map(|p| {
                 let bytes = std::fs::read(p).ok()?;
                 let (rgba, w, h) = embed::photo_file::decode_rgba(&bytes).ok()?;
-                Some(decide(&model, &reference, &rgba, w, h))
+                Some(decide(&reference, &rgba, w, h))
             })
             .collect();
         let mut k = Kind::default();

@@ -2,7 +2,7 @@
 //! over the anchors again (two thirds of a 1,000-anchor start).
 //!
 //! What is kept: each anchor's features under the gallery model, and its features and layer
-//! means under the query model — pure functions of the weights and the anchor images. The
+//! means under the familiarity model — pure functions of the weights and the anchor images. The
 //! file is used only when its key matches: the SHA-256 of a format tag, both models' weight
 //! versions and every anchor image's bytes in order, so other weights, other anchors or a
 //! different count never read it. A SHA-256 of the payload catches a damaged file; anything
@@ -24,7 +24,7 @@ const MAX_WIDTH: usize = 1 << 16;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct AnchorOutputs {
     pub features: Vec<Vec<f32>>,
-    pub query_features: Vec<Vec<f32>>,
+    pub familiarity_features: Vec<Vec<f32>>,
     pub layer_means: Vec<Vec<f32>>,
 }
 
@@ -34,12 +34,12 @@ pub(crate) fn path_for(store_path: &Path) -> PathBuf {
 }
 
 /// The key of the outputs of these weights over these images, in order.
-pub(crate) fn key(weights: &str, query_weights: &str, images: &[&[u8]]) -> [u8; 32] {
+pub(crate) fn key(weights: &str, familiarity_weights: &str, images: &[&[u8]]) -> [u8; 32] {
     let mut h = Sha256::new();
     for part in [
         MAGIC.as_slice(),
         weights.as_bytes(),
-        query_weights.as_bytes(),
+        familiarity_weights.as_bytes(),
     ] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part);
@@ -82,11 +82,11 @@ pub(crate) fn read(path: &Path, key: &[u8; 32]) -> Option<AnchorOutputs> {
             .collect()
     };
     let features = rows(fd);
-    let query_features = rows(qd);
+    let familiarity_features = rows(qd);
     let layer_means = rows(ld);
     Some(AnchorOutputs {
         features,
-        query_features,
+        familiarity_features,
         layer_means,
     })
 }
@@ -105,7 +105,7 @@ pub(crate) fn write(path: &Path, key: &[u8; 32], outputs: &AnchorOutputs) -> std
     let dims = [
         n as u32,
         width(&outputs.features)?,
-        width(&outputs.query_features)?,
+        width(&outputs.familiarity_features)?,
         width(&outputs.layer_means)?,
     ];
     let mut payload = Vec::new();
@@ -114,7 +114,7 @@ pub(crate) fn write(path: &Path, key: &[u8; 32], outputs: &AnchorOutputs) -> std
     }
     for rows in [
         &outputs.features,
-        &outputs.query_features,
+        &outputs.familiarity_features,
         &outputs.layer_means,
     ] {
         for v in rows.iter().flatten() {
@@ -138,7 +138,7 @@ mod tests {
     fn outputs() -> AnchorOutputs {
         AnchorOutputs {
             features: vec![vec![1.0, -2.5], vec![0.25, f32::MIN_POSITIVE]],
-            query_features: vec![vec![3.0, 4.0], vec![5.0, 6.0]],
+            familiarity_features: vec![vec![3.0, 4.0], vec![5.0, 6.0]],
             layer_means: vec![vec![7.0, 8.0, 9.0], vec![0.0, -0.0, 1e-30]],
         }
     }

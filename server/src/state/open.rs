@@ -414,12 +414,12 @@ impl AppState {
         let anchor_labels: Vec<u32> = anchor_idx.iter().map(|&i| train.labels[i] as u32).collect();
         // Both models' outputs over the anchors, kept beside the store under a key of the
         // weights and the anchor images (`anchor_cache`): a start with the same ones reads them.
-        let query = Model::from_bytes(data::assets::QUERY_WEIGHTS)?;
+        let familiar = ::embed::ood::familiarity_model();
         let anchor_images: Vec<&[u8]> = anchor_idx.iter().map(|&i| train.images.image(i)).collect();
         let cache_path = super::anchor_cache::path_for(opts.store_path);
         let cache_key = super::anchor_cache::key(
             &weights,
-            &model_version(data::assets::QUERY_WEIGHTS),
+            &model_version(::embed::ood::FAMILIARITY_WEIGHTS),
             &anchor_images,
         );
         let outputs = match super::anchor_cache::read(&cache_path, &cache_key) {
@@ -432,7 +432,7 @@ impl AppState {
                 kept
             }
             _ => {
-                let outputs = anchor_outputs(&model, &query, &anchor_images)?;
+                let outputs = anchor_outputs(&model, familiar, &anchor_images)?;
                 if let Err(e) = super::anchor_cache::write(&cache_path, &cache_key, &outputs) {
                     tracing::warn!(error = %e, "keeping the anchor outputs failed");
                 }
@@ -441,7 +441,7 @@ impl AppState {
         };
         let super::anchor_cache::AnchorOutputs {
             features: anchor_inf,
-            query_features,
+            familiarity_features,
             layer_means,
         } = outputs;
         let fd = anchor_inf[0].len();
@@ -454,13 +454,14 @@ impl AppState {
             paper::frame::DEFAULT_KERNEL_SCALE,
         )?;
         // The out-of-distribution reference: Gaussians over the anchors' features and layer
-        // means (`::embed::ood`) under the query model, the one a client scores its photo with.
+        // means (`::embed::ood`) under the familiarity model, the one a client scores its
+        // photo with.
         let familiarity = ::embed::ood::fit(
-            &query_features.concat(),
+            &familiarity_features.concat(),
             &layer_means.concat(),
             &anchor_labels,
             fd,
-            query.w.arch.layer_dim(),
+            familiar.w.arch.layer_dim(),
         )?;
         report.data_secs += t.elapsed().as_secs_f64();
         let anchors = AnchorsResponse {
@@ -677,12 +678,12 @@ impl AppState {
 }
 
 /// Each anchor's features under the gallery model, and its features and layer means under the
-/// query model (the one a client scores its photo with). Eight images per SIMD pass
+/// familiarity model (the one a client scores its photo with). Eight images per SIMD pass
 /// (`infer_batch`, `infer_batch_with_layer_means`: bit-identical to the one-image calls),
 /// chunks in parallel.
 fn anchor_outputs(
     model: &Model,
-    query: &Model,
+    familiar: &Model,
     images: &[&[u8]],
 ) -> Result<super::anchor_cache::AnchorOutputs, StateError> {
     let features: Vec<Vec<f32>> = images
@@ -693,9 +694,9 @@ fn anchor_outputs(
         .flatten()
         .map(|r| r.features)
         .collect();
-    let (query_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = images
+    let (familiarity_features, layer_means): (Vec<Vec<f32>>, Vec<Vec<f32>>) = images
         .par_chunks(64)
-        .map(|chunk| query.infer_batch_with_layer_means(chunk))
+        .map(|chunk| familiar.infer_batch_with_layer_means(chunk))
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
         .flatten()
@@ -703,7 +704,7 @@ fn anchor_outputs(
         .unzip();
     Ok(super::anchor_cache::AnchorOutputs {
         features,
-        query_features,
+        familiarity_features,
         layer_means,
     })
 }

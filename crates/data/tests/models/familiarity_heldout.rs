@@ -13,13 +13,11 @@
 //! change that makes the check worse on these sets fails. (These 480 images have been looked
 //! at while the check was built; docs/model.md gives further draws of the same kinds.)
 
-use data::assets::QUERY_WEIGHTS;
 use data::familiarity::{
     clothing, flagged, non_clothing, reference, Decision, CLOTHING_PARTS, PER_KIND, PER_PART,
 };
 use data::fashion::{load_split, DEFAULT_DIR};
 use data::not_clothing::{generate, KINDS};
-use embed::model::Model;
 use embed::ood::MIN_LARGEST_PART;
 use embed::ood::{scene_unlike_a_product, MAX_EDGE_SHARE, MAX_RING_DIFFERS, MIN_BOX_FILLED};
 
@@ -53,19 +51,18 @@ fn report(name: &str, decisions: &[Decision]) -> usize {
 /// asserted.
 #[test]
 fn held_out_rates_per_kind() {
-    let model = Model::from_bytes(QUERY_WEIGHTS).unwrap();
     let dir = std::path::Path::new(DEFAULT_DIR);
     let (test, train) = (
         load_split(dir, "t10k").unwrap(),
         load_split(dir, "train").unwrap(),
     );
-    let reference = reference(&model, &train);
-    let non: usize = non_clothing(&model, &reference)
+    let reference = reference(&train);
+    let non: usize = non_clothing(&reference)
         .iter()
         .zip(KINDS)
         .map(|(d, name)| report(name, d))
         .sum();
-    let clothes: usize = clothing(&model, &reference, &test)
+    let clothes: usize = clothing(&reference, &test)
         .iter()
         .zip(CLOTHING_PARTS)
         .map(|(d, name)| report(name, d))
@@ -85,16 +82,6 @@ fn held_out_rates_per_kind() {
         "clothing flagged {clothing_rate:.3}"
     );
     assert!(non_rate >= TARGET_NON, "non-clothing flagged {non_rate:.3}");
-}
-
-/// The detector's constants were fitted, or their threshold set, with the query model the
-/// clients run (`fit_detector`, or `fit_detector --recalibrate`, whenever it changes).
-#[test]
-fn the_detector_belongs_to_the_committed_query_model() {
-    assert_eq!(
-        embed::detector_weights::QUERY_MODEL,
-        embed::model::weights_version(QUERY_WEIGHTS)
-    );
 }
 
 /// An opaque RGBA image of `w × h` from a colour function.

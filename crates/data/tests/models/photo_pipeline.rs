@@ -7,7 +7,7 @@ use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR};
 use data::photos::{render, Shot};
 use embed::model::Model;
-use embed::ood::{assess, fit, Reference};
+use embed::ood::assess;
 use embed::photo::to_model_input;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -20,29 +20,6 @@ fn splits() -> (Split, Split) {
         load_split(dir, "t10k").unwrap(),
         load_split(dir, "train").unwrap(),
     )
-}
-
-/// The default anchors, and the out-of-distribution reference the server fits to them.
-fn anchor_features(model: &Model, train: &Split) -> (Vec<usize>, Reference) {
-    let idx = balanced_anchors(train, 1000);
-    let flat: Vec<f32> = idx
-        .iter()
-        .flat_map(|&i| model.infer(train.images.image(i)).unwrap().features)
-        .collect();
-    let layers: Vec<f32> = idx
-        .iter()
-        .flat_map(|&i| model.layer_means(train.images.image(i)).unwrap())
-        .collect();
-    let labels: Vec<u32> = idx.iter().map(|&i| train.labels[i] as u32).collect();
-    let reference = fit(
-        &flat,
-        &layers,
-        &labels,
-        flat.len() / idx.len(),
-        model.w.arch.layer_dim(),
-    )
-    .unwrap();
-    (idx, reference)
 }
 
 fn top8(gallery: &[Vec<f32>], q: &[f32]) -> Vec<usize> {
@@ -259,17 +236,15 @@ fn the_query_model_keeps_a_family_photos_neighbours() {
 /// Noise and gradients are flagged; held-out clothing photos rarely are.
 #[test]
 fn non_clothing_is_flagged_and_clothing_is_not() {
-    let model = Model::from_bytes(QUERY_WEIGHTS).unwrap();
     let (_, train) = splits();
-    let (anchors, reference) = anchor_features(&model, &train);
+    let (anchors, reference) = (
+        balanced_anchors(&train, 1000),
+        data::familiarity::reference(&train),
+    );
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let flagged = |rgba: &[u8], side: usize| {
         let framing = embed::photo::analyse(rgba, side, side).unwrap();
-        let inf = model.infer(&framing.pixels).unwrap();
-        let layers = model.layer_means(&framing.pixels).unwrap();
-        assess(&framing, &inf.features, &layers, &reference)
-            .unwrap()
-            .unfamiliar
+        assess(&framing, &reference).unwrap().unfamiliar
     };
     let mut odd = 0;
     for k in 0..40 {

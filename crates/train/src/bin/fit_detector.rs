@@ -20,8 +20,8 @@
 //!   score above `embed::ood::UNFAMILIAR_SCORE`, the photo's statistics, the detector) within
 //!   `--budget` of them ([`budget_threshold`]).
 //! - **`--recalibrate`**: keeps the committed network and sets its threshold only, as above,
-//!   for the query model now committed (which `QUERY_MODEL` then names; the header keeps the
-//!   one the network was fitted with);
+//!   for the familiarity model now committed (`embed::ood::FAMILIARITY_WEIGHTS`, which
+//!   `FAMILIARITY_MODEL` then names; the header keeps the one the network was fitted with);
 //!   it also prints, for each score threshold of [`SCORE_GRID`], the detector's threshold and
 //!   the share of a fresh stretch of the fitting family flagged, which is how
 //!   `UNFAMILIAR_SCORE` is chosen (never on the held-out kinds).
@@ -35,14 +35,13 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Parser;
-use data::assets::QUERY_WEIGHTS;
 use data::familiarity::clothing_photo;
 use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR};
 use data::not_garments::{generate, KINDS};
 use data::progress::Progress;
 use embed::detector::{inputs, quantize, Net};
 use embed::model::Model;
-use embed::ood::{assess, look, scene_unlike_a_product, Reference, UNFAMILIAR_SCORE};
+use embed::ood::{assess_input, look, scene_unlike_a_product, Reference, UNFAMILIAR_SCORE};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -191,9 +190,11 @@ fn threshold_lines(threshold: f32, flagged: usize, of: usize, budget: f64) -> St
     )
 }
 
-/// The doc line of the constants' `QUERY_MODEL`.
-const QUERY_MODEL_DOC: &str = "/// The query model these were fitted with (or, after \
-                               `--recalibrate`, the one the threshold was set with).";
+/// The doc line of the constants' `FAMILIARITY_MODEL`.
+const FAMILIARITY_MODEL_DOC: &str =
+    "/// The familiarity model (`embed::ood::FAMILIARITY_WEIGHTS`) these \
+                                     were fitted with (or,\n/// after `--recalibrate`, the one \
+                                     the threshold was set with).";
 
 /// `--recalibrate`: the committed network's threshold set again (the rest of `out` kept).
 fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
@@ -226,13 +227,13 @@ fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
     let mut src = old[..start].to_string();
     src += &threshold_lines(threshold, flagged, cal.len(), args.budget);
     src += &old[end..];
-    // The threshold is the query model's now committed: the constants belong to it, and the
-    // header keeps the one the network was fitted with (said once there).
-    let version = embed::model::weights_version(QUERY_WEIGHTS);
+    // The threshold is the familiarity model's now committed: the constants belong to it, and
+    // the header keeps the one the network was fitted with (said once there).
+    let version = embed::model::weights_version(embed::ood::FAMILIARITY_WEIGHTS);
     let quoted = |text: &str| -> String {
         let at = text
-            .find("pub const QUERY_MODEL: &str = \"")
-            .expect("the query model's line");
+            .find("pub const FAMILIARITY_MODEL: &str = \"")
+            .expect("the familiarity model's line");
         let rest = &text[at..];
         rest.split('"')
             .nth(1)
@@ -244,7 +245,7 @@ fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
     let fitted = src
         .lines()
         .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.split("fitted with query model ").nth(1))
+        .and_then(|l| l.split("fitted with familiarity model ").nth(1))
         .map_or_else(
             || old_version.clone(),
             |v| v.trim_end_matches('.').to_string(),
@@ -255,17 +256,16 @@ fn recalibrate(args: &Args, cal: &[Sample], fresh: &[Sample]) {
         .map(|l| format!("{l}\n"))
         .collect::<String>()
         .replace(
-            "/// The query model these were fitted with.\n",
-            &format!("{QUERY_MODEL_DOC}\n"),
-        )
-        .replace(
-            &format!("pub const QUERY_MODEL: &str = {old_version:?};"),
-            &format!("pub const QUERY_MODEL: &str = {version:?};"),
+            &format!("pub const FAMILIARITY_MODEL: &str = {old_version:?};"),
+            &format!("pub const FAMILIARITY_MODEL: &str = {version:?};"),
         );
     let at = src.find("\n\n").expect("the header's end");
     src.insert_str(
         at,
-        &format!("\n{prefix} for query model {version}; the network was fitted with query model {fitted}."),
+        &format!(
+            "\n{prefix} for familiarity model {version}; the network was fitted with \
+             familiarity model {fitted}."
+        ),
     );
     std::fs::write(&args.out, src).expect("write the constants");
     println!(
@@ -329,7 +329,7 @@ fn sample(model: &Model, r: &Reference, rgba: &[u8], w: usize, h: usize) -> Opti
     let (inf, layers) = model
         .infer_with_layer_means(&framing.pixels)
         .expect("28×28");
-    let score = assess(&framing, &inf.features, &layers, r)
+    let score = assess_input(&framing.pixels, &inf.features, &layers, r)
         .expect("lengths")
         .score;
     Some(Sample {
@@ -527,9 +527,9 @@ fn list(v: &[f32]) -> String {
 fn main() {
     data::progress::log_to_stderr();
     let args = Args::parse();
-    let model = Model::from_bytes(QUERY_WEIGHTS).expect("query model");
+    let model = embed::ood::familiarity_model();
     let train = load_split(&args.data_dir, "train").expect("training split");
-    let r = data::familiarity::reference(&model, &train);
+    let r = data::familiarity::reference(&train);
     let anchors = balanced_anchors(&train, 1000);
     let reserved = reserved_train(train.labels.len(), &anchors);
     let pool: Vec<usize> = (0..train.labels.len())
@@ -543,7 +543,7 @@ fn main() {
         let out = (0..3 * idx.len())
             .into_par_iter()
             .map(|k| {
-                let s = garment(&model, &r, &train, idx[k / 3], k % 3, seed);
+                let s = garment(model, &r, &train, idx[k / 3], k % 3, seed);
                 progress.inc(1);
                 s
             })
@@ -556,7 +556,7 @@ fn main() {
             .into_iter()
             .flatten()
             .collect();
-        recalibrate(&args, &cal, &fresh_family(&model, &r));
+        recalibrate(&args, &cal, &fresh_family(model, &r));
         return;
     }
     let cached = args.cache.as_deref().and_then(load);
@@ -581,7 +581,7 @@ fn main() {
             .map(|k| {
                 let (kind, seed) = (k / args.per_kind, (k % args.per_kind) as u64);
                 let img = generate(kind, seed);
-                let s = sample(&model, &r, &img.rgba, img.width, img.height);
+                let s = sample(model, &r, &img.rgba, img.width, img.height);
                 progress.inc(1);
                 (kind, s)
             })
@@ -606,7 +606,7 @@ fn main() {
             .flatten()
             .collect();
         // How well it generalises within the family.
-        let fresh = fresh_family(&model, &r);
+        let fresh = fresh_family(model, &r);
         if let Some(path) = &args.cache {
             save(path, &[&pos, &neg, &cal, &fresh]);
         }
@@ -620,7 +620,7 @@ fn main() {
     let real = if args.real.is_empty() {
         Vec::new()
     } else {
-        let real = real_samples(&model, &r, &args.real);
+        let real = real_samples(model, &r, &args.real);
         println!(
             "{} real non-garments, each {} times",
             real.len(),
@@ -724,7 +724,7 @@ fn main() {
         share(&cal, &no_score),
         share(&fresh, &no_score)
     );
-    let version = embed::model::weights_version(QUERY_WEIGHTS);
+    let version = embed::model::weights_version(embed::ood::FAMILIARITY_WEIGHTS);
     let mut src = String::new();
     let _ = writeln!(
         src,
@@ -741,8 +741,8 @@ fn main() {
         args.budget,
         args.seed
     );
-    let _ = writeln!(src, "{QUERY_MODEL_DOC}");
-    let _ = writeln!(src, "pub const QUERY_MODEL: &str = {version:?};");
+    let _ = writeln!(src, "{FAMILIARITY_MODEL_DOC}");
+    let _ = writeln!(src, "pub const FAMILIARITY_MODEL: &str = {version:?};");
     let _ = writeln!(
         src,
         "pub const FEATURES: usize = {};",

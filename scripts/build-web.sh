@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the page's WebAssembly client into web/pkg/ (release wasm + wasm-bindgen's ES module)
-# and copies the model weights (the query model and the class model) next to it, then the
-# page's release bundle into web/dist/ (crates/pagebundle: every file named by its hash and
+# and copies the model weights (the query model, the class model and the familiarity model)
+# next to it, then the page's release bundle into web/dist/ (crates/pagebundle: every file named by its hash and
 # loaded with Subresource Integrity, manifest.json), which the gallery serves (scripts/run.sh)
 # and the CLI builds into itself (`privatemail page`; build the CLI after this script).
 # Offline: needs only cargo, the wasm32 target and wasm-bindgen-cli (scripts/setup.sh with
@@ -16,6 +16,8 @@ wasm-bindgen --target web --no-typescript --remove-name-section --remove-produce
   --out-dir web/pkg target/wasm32-unknown-unknown/release/privatemail_client_wasm.wasm
 cp server/assets/query.bin web/pkg/query.bin
 cp server/assets/classifier.bin web/pkg/classifier.bin
+# The familiarity model (embed::ood::FamiliarityModel), fetched with the first photo.
+cp crates/embed/assets/familiarity.bin web/pkg/familiarity.bin
 # The committed evaluation's table: the page states what the noisy-numbers searches' results
 # are worth at the chosen ε from these figures (web/evaluation.js).
 cp docs/eval/results.csv web/pkg/results.csv

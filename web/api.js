@@ -54,7 +54,7 @@ export async function getPageText(name, maxBytes) {
 // file, and `class_model_bytes`, the class model's exact length), this page's own, checked by
 // its hash: not a byte more is read, and an `exact` file of another length is refused here (the
 // wasm client refuses any file that does not parse, a query model of the wrong length for its
-// header too). Before any photo is chosen.
+// header too). The two models before any photo is chosen, the familiarity model with the first.
 export async function getModel(name, lengthKey, exact) {
   const want = (await LIMITS)[lengthKey];
   const f = asset(name);

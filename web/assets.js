@@ -1,4 +1,4 @@
-// The files this page fetches itself besides its modules (the wasm client, the two models, the
+// The files this page fetches itself besides its modules (the wasm client, the three models, the
 // evaluation's table): name → {url, integrity}. In the source tree (web/) the table is empty and
 // files are fetched by their own names, unchecked; the release bundle (crates/pagebundle, run by
 // scripts/build-web.sh into web/dist/) replaces the line below with every file's hashed name and

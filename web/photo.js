@@ -5,7 +5,7 @@ import { $, showError, state, status, timings } from "./page.js";
 import { SAMPLES, SAMPLES_MODEL } from "./samples.js";
 import { article } from "./format.js";
 import { clearResults } from "./results.js";
-import { PHOTO_LIMITS } from "./api.js";
+import { getModel, PHOTO_LIMITS } from "./api.js";
 import { PhotoReducer } from "./pkg/privatemail_client_wasm.js";
 
 export function renderSamples() {
@@ -34,6 +34,21 @@ const STRIP_PIXELS = 1 << 22;
 class NothingToSee extends Error {}
 // A photo past the limits both clients apply (embed::reduce), in the CLI's words.
 class TooLarge extends Error {}
+
+// The familiarity model (embed::ood::FamiliarityModel), one of the page's own files: fetched
+// with the first photo rather than on the first load, and refused by the wasm client unless it
+// is the file whose SHA-256 the client was built with. Fetched once; a failed fetch is tried
+// again with the next photo.
+let familiar = null;
+function familiarityReady() {
+  if (state.client.has_familiarity_model()) return Promise.resolve();
+  familiar ??= getModel("pkg/familiarity.bin", "max_model_bytes", false)
+    .then((bytes) => state.client.set_familiarity_model(bytes))
+    .finally(() => {
+      familiar = null;
+    });
+  return familiar;
+}
 
 // `sample`: a sample's published features (see loadSample). Samples are 28×28: drawn whole.
 function loadBitmap(bitmap, sample) {
@@ -99,6 +114,7 @@ async function loadSample(sample) {
     const img = new Image();
     img.src = sample.png;
     await img.decode();
+    await familiarityReady();
     loadBitmap(await createImageBitmap(img), sample);
   } catch (e) {
     if (e instanceof NothingToSee) {
@@ -147,6 +163,12 @@ export async function loadFromFile(file) {
     });
   } catch {
     return refuse("it is not an image this page can open. Try a JPEG or PNG photo.");
+  }
+  try {
+    await familiarityReady();
+  } catch (e) {
+    bitmap.close();
+    return refuse(`the page could not load its familiarity check (${e.message || e}). Try again.`);
   }
   try {
     loadPhotoBitmap(bitmap);

@@ -121,9 +121,8 @@ fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse,
     AnchorsResponse::check_named(&bytes, config).map_err(|e| CliError::Malformed(e.to_string()))?;
     let anchors: AnchorsResponse = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Malformed(format!("the anchors are not valid JSON: {e}")))?;
-    let layer_dim = embed::ood::familiarity_model().w.arch.layer_dim();
     anchors
-        .check(config, layer_dim)
+        .check(config, embed::ood::FAMILIARITY_LAYER_DIM)
         .map_err(|e| CliError::Malformed(format!("the anchors: {e}")))?;
     Ok((anchors, n))
 }
@@ -134,8 +133,12 @@ fn anchors(server: &Server, config: &ConfigResponse) -> Result<(AnchorsResponse,
 /// anchors are the same public file for every client, so fetching them reveals nothing about
 /// the photo.
 fn familiarity(anchors: &AnchorsResponse, framing: &Framing) -> Result<embed::ood::Familiarity> {
-    embed::ood::assess(framing, &anchors.familiarity)
-        .map_err(|e| CliError::Malformed(format!("the anchors' reference: {e}")))
+    embed::ood::assess(
+        framing,
+        &anchors.familiarity,
+        embed::ood::FamiliarityModel::compiled(),
+    )
+    .map_err(|e| CliError::Malformed(format!("the anchors' reference: {e}")))
 }
 
 /// A class name for the terminal: the server's text, cut and without control characters.

@@ -21,7 +21,7 @@ mod common;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-use common::{CLASS_WEIGHTS, WEIGHTS};
+use common::{CLASS_WEIGHTS, FAMILIARITY, WEIGHTS};
 
 #[wasm_bindgen]
 extern "C" {
@@ -77,6 +77,7 @@ fn bench_privatization_1000_anchors() {
     let (config, anchors, _, _) = common::server_json(1000, 0x9e37_79b9_7f4a_7c15);
     let t0 = js_sys::Date::now();
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     let setup = js_sys::Date::now() - t0;
     client.load_pixels(&[30u8; 784]).unwrap();
     let runs = 200;
@@ -103,6 +104,7 @@ fn bench_rank_1000_item_pool() {
     use privatemail_client_wasm::Client;
     let (config, anchors, _, _) = common::server_json(60, 0x9e37_79b9_7f4a_7c15);
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     let (doc, files) = common::partition(1000, 5, true);
     client.load_partition(&doc).unwrap();
     client.load_pixels(&[30u8; 784]).unwrap();
@@ -156,6 +158,7 @@ fn bench_algorithm1_privatization_1000_anchors() {
     use privatemail_client_wasm::Client;
     let (config, anchors, _, _) = common::server_json(1000, 0x9e37_79b9_7f4a_7c15);
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     client.load_pixels(&[30u8; 784]).unwrap();
     let t0 = performance_now();
     client

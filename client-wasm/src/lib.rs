@@ -80,6 +80,8 @@ pub struct Client {
     /// The anchors' reference for the photo's out-of-distribution score
     /// (`embed::ood`), checked for shape when loaded (`AnchorsResponse::check`).
     familiarity: embed::ood::Reference,
+    /// The network that score reads (`Client::set_familiarity_model`, before the first photo).
+    familiar: Option<embed::ood::FamiliarityModel>,
     anchor_labels: Vec<u32>,
     paper: Option<Anchors>,
     /// The on-device model's label of the loaded photo (Algorithm 1's query label; it never
@@ -124,7 +126,7 @@ impl Client {
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         // Every part of the anchors checked once, here (the CLI calls the same check).
         anchors
-            .check(&config, embed::ood::familiarity_model().w.arch.layer_dim())
+            .check(&config, embed::ood::FAMILIARITY_LAYER_DIM)
             .map_err(|e| js_err(format!("the server's anchors are malformed: {e}")))?;
         let n = anchors.features.len();
         let feats = DMatrix::from_row_iterator(
@@ -151,6 +153,7 @@ impl Client {
             pending_blocks: None,
             anchor_features: feats,
             familiarity: anchors.familiarity,
+            familiar: None,
             anchor_labels: anchors.labels,
             paper: None,
             query_label: None,

@@ -67,6 +67,21 @@ struct ImageInfo {
 
 #[wasm_bindgen]
 impl Client {
+    /// Load the familiarity model (`embed::ood::FamiliarityModel`): the bytes of the page's
+    /// own `pkg/familiarity.bin`, which the page fetches with its first photo so that its
+    /// first load stays light. Refused unless their SHA-256 is the one this client was built
+    /// with (`embed::ood::FAMILIARITY_SHA256`), so neither the gallery nor a changed file can
+    /// move the familiarity warning. No photo is loaded before it.
+    pub fn set_familiarity_model(&mut self, weights: &[u8]) -> Result<(), JsError> {
+        self.familiar = Some(embed::ood::FamiliarityModel::from_bytes(weights).map_err(js_err)?);
+        Ok(())
+    }
+
+    /// Whether [`Client::set_familiarity_model`] has been called.
+    pub fn has_familiarity_model(&self) -> bool {
+        self.familiar.is_some()
+    }
+
     /// Load a decoded image (RGBA bytes, e.g. `ImageData.data`) as the query: preprocess
     /// (`embed::photo::analyse`, as `from_rgba`), run the models, keep the features.
     /// Returns JSON `{pixels, label, class_name, probability, probabilities,
@@ -187,8 +202,11 @@ impl Client {
         let class_name = self.class_name(class.label);
         // The decision the CLI makes (`embed::ood::assess`, the familiarity model's): the
         // score, the learned detector and the photo's own statistics (a 28×28 image has none).
-        let ood =
-            embed::ood::assess_scene(pixels, scene.as_ref(), &self.familiarity).map_err(js_err)?;
+        let familiar = self.familiar.as_ref().ok_or_else(|| {
+            js_err("the familiarity model is not loaded yet (Client::set_familiarity_model)")
+        })?;
+        let ood = embed::ood::assess_scene(pixels, scene.as_ref(), &self.familiarity, familiar)
+            .map_err(js_err)?;
         let info = ImageInfo {
             pixels: pixels.to_vec(),
             label: class.label,

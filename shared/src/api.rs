@@ -38,8 +38,8 @@ pub struct ConfigResponse {
     pub model_version: String,
     /// Version of the query model, the one a client must run on a photo: trained to put a
     /// photo's features where the gallery model puts its clean image. (The anchors'
-    /// familiarity reference is fitted with the familiarity model every client has compiled
-    /// in, `embed::ood::FAMILIARITY_WEIGHTS`.)
+    /// familiarity reference is fitted with the familiarity model whose SHA-256 every client
+    /// pins, `embed::ood::FamiliarityModel`.)
     pub query_model_version: String,
     pub limits: ApiLimits,
 }

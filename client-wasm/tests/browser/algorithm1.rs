@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use shared::{DMatrix, Mechanism, Params, PrivacyParams};
 use wasm_bindgen_test::*;
 
-use crate::common::{self, CLASS_WEIGHTS, WEIGHTS};
+use crate::common::{self, CLASS_WEIGHTS, FAMILIARITY, WEIGHTS};
 const FIXTURE: &str = include_str!("../fixtures/algorithm1.json");
 
 fn rows(v: &Value) -> Vec<Vec<f64>> {
@@ -56,6 +56,7 @@ fn wasm_release_equals_the_native_one_for_the_same_seed() {
 fn client_release_has_the_request_shape_and_the_calibrated_noise() {
     let (config, anchors, _, _) = common::server_json(60, 0x2545_f491_4f6c_dd1d);
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     assert!(
         client
             .privatize_paper(1.0, 1e-5, "discrete_gaussian", 8)
@@ -103,6 +104,7 @@ fn client_release_has_the_request_shape_and_the_calibrated_noise() {
 fn bad_arguments_are_errors_not_panics() {
     let (config, anchors, _, _) = common::server_json(60, 7);
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     client.load_pixels(&[30u8; 784]).unwrap();
     for (eps, delta, mech, k) in [
         (0.0, 1e-5, "discrete_gaussian", 8),

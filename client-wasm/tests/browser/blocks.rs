@@ -8,7 +8,7 @@ use serde_json::Value;
 use shared::api::PartitionDoc;
 use wasm_bindgen_test::*;
 
-use crate::common::{self, CLASS_WEIGHTS, WEIGHTS};
+use crate::common::{self, CLASS_WEIGHTS, FAMILIARITY, WEIGHTS};
 const FIXTURE: &str = include_str!("../fixtures/parity.json");
 
 fn image(k: usize) -> Vec<u8> {
@@ -18,7 +18,9 @@ fn image(k: usize) -> Vec<u8> {
 
 fn client() -> Client {
     let (config, anchors, _, _) = common::server_json(60, 0x2545_f491_4f6c_dd1d);
-    Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap()
+    let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
+    client
 }
 
 fn json(s: &str) -> Value {

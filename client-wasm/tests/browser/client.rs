@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use shared::DMatrix;
 use wasm_bindgen_test::*;
 
-use crate::common::{self, CLASS_WEIGHTS, WEIGHTS};
+use crate::common::{self, CLASS_WEIGHTS, FAMILIARITY, WEIGHTS};
 const FIXTURE: &str = include_str!("../fixtures/parity.json");
 const N: usize = 60;
 
@@ -34,6 +34,7 @@ fn answer(rows: &[Value]) -> String {
 fn privatize_sends_only_shuffled_noisy_rows_with_the_calibrated_noise() {
     let (config, anchors, feats, rows) = server_json();
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
     assert_eq!(info["pixels"].as_array().unwrap().len(), 784);
     let p: f64 = info["probabilities"]
@@ -141,6 +142,7 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(e.contains("class model"), "{e}");
     assert!(Client::new(WEIGHTS, &CLASS_WEIGHTS[1..], &config, &anchors).is_err());
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     // Nothing loaded yet, nothing pending.
     assert!(client
         .privatize(1.0, 1e-5, "discrete_gaussian", 8, "proportional")
@@ -235,6 +237,33 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(compose_budget("[{}]", 1e-5).is_err());
 }
 
+/// The familiarity model is the pinned file or nothing: the query model's bytes, a changed
+/// byte or a truncated file are refused; until it is set a photo is refused with the reason
+/// and no query is kept, so a search cannot follow.
+#[wasm_bindgen_test]
+fn the_familiarity_model_is_the_pinned_file_and_comes_before_any_photo() {
+    let (config, anchors, _, _) = server_json();
+    let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    assert!(!client.has_familiarity_model());
+    let e = common::message(client.load_pixels(&image(0)).err().unwrap());
+    assert!(e.contains("familiarity model is not loaded"), "{e}");
+    let mut changed = FAMILIARITY.to_vec();
+    changed[100] ^= 1;
+    for bad in [
+        CLASS_WEIGHTS,
+        &changed[..],
+        &FAMILIARITY[..FAMILIARITY.len() - 1],
+    ] {
+        let e = common::message(client.set_familiarity_model(bad).err().unwrap());
+        assert!(e.contains("SHA-256"), "{e}");
+        assert!(!client.has_familiarity_model());
+    }
+    client.set_familiarity_model(FAMILIARITY).unwrap();
+    assert!(client.has_familiarity_model());
+    let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
+    assert!(info["unfamiliar_score"].is_number());
+}
+
 /// The photo's out-of-distribution check: the score and decision are the native
 /// `embed::ood::assess_input` of its input and of the familiarity model's features and layer
 /// means (compiled in, whatever query model the client was given) against the reference the
@@ -243,9 +272,8 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
 #[wasm_bindgen_test]
 fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
     let (config, anchors, _, _) = server_json();
-    let (inf, layers) = embed::ood::familiarity_model()
-        .infer_with_layer_means(&image(0))
-        .unwrap();
+    let familiar = embed::ood::FamiliarityModel::from_bytes(FAMILIARITY).unwrap();
+    let (inf, layers) = familiar.model().infer_with_layer_means(&image(0)).unwrap();
     let q = inf.features;
     let check = |anchors: &str| -> Value {
         let mut client = Client::new(
@@ -255,6 +283,7 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
             anchors,
         )
         .unwrap();
+        client.set_familiarity_model(FAMILIARITY).unwrap();
         let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
         let parsed: shared::api::AnchorsResponse = serde_json::from_str(anchors).unwrap();
         let native = embed::ood::assess_input(&image(0), &q, &layers, &parsed.familiarity).unwrap();
@@ -311,6 +340,7 @@ fn load_pixels_says_whether_the_photo_looks_like_the_anchors() {
 fn the_class_shown_is_the_class_models() {
     let (config, anchors, _, _) = server_json();
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     let cases: Vec<Value> = serde_json::from_str(FIXTURE).unwrap();
     for case in &cases {
         let pixels: Vec<u8> = serde_json::from_value(case["pixels"].clone()).unwrap();
@@ -340,6 +370,8 @@ fn a_tilted_photo_gives_the_native_model_input() {
         let rgba: Vec<u8> = serde_json::from_value(fixture["rgba"].clone()).unwrap();
         let (config, anchors, _, _) = server_json();
         let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+        client.set_familiarity_model(FAMILIARITY).unwrap();
+        client.set_familiarity_model(FAMILIARITY).unwrap();
         let info: Value =
             serde_json::from_str(&client.load_image(&rgba, side, side).unwrap()).unwrap();
         assert_eq!(info["pixels"], fixture["pixels"]);
@@ -367,6 +399,7 @@ fn a_tilted_photo_gives_the_native_model_input() {
 fn a_sample_is_searched_with_its_published_gallery_features() {
     let (config, anchors, feats, rows) = server_json();
     let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    client.set_familiarity_model(FAMILIARITY).unwrap();
     // The sample as the page decodes it: the dataset image's grey levels as RGBA.
     let rgba: Vec<u8> = image(0).iter().flat_map(|&p| [p, p, p, 255]).collect();
     // Published features: anchor 3's, which the frame places far from the photo's own.

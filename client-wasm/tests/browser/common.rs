@@ -9,6 +9,8 @@ use shared::DMatrix;
 /// The query model the server serves the page (and whose version its configuration names).
 pub const WEIGHTS: &[u8] = include_bytes!("../../../server/assets/query.bin");
 pub const CLASS_WEIGHTS: &[u8] = include_bytes!("../../../server/assets/classifier.bin");
+/// The familiarity model's file, as the page fetches it with its first photo.
+pub const FAMILIARITY: &[u8] = include_bytes!("../../../crates/embed/assets/familiarity.bin");
 
 /// A `JsError`'s message, as the page shows it.
 /// `config` naming `anchors` by their SHA-256, as a server sending altered anchors

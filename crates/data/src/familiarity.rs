@@ -7,7 +7,7 @@
 use crate::fashion::{balanced_anchors, Split};
 use crate::not_clothing::{generate, KINDS};
 use crate::photos::{render, Shot};
-use embed::ood::{assess, fit, look, Reference};
+use embed::ood::{assess, fit, look, FamiliarityModel, Reference};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -26,7 +26,7 @@ pub const CLOTHING_PARTS: [&str; 3] = [
 /// The reference a server fits by default: `embed::ood::fit` on the familiarity model's
 /// features and layer means of `balanced_anchors(train, 1000)`.
 pub fn reference(train: &Split) -> Reference {
-    let model = embed::ood::familiarity_model();
+    let model = embed::ood::FamiliarityModel::compiled().model();
     let idx = balanced_anchors(train, 1000);
     let images: Vec<&[u8]> = idx.iter().map(|&i| train.images.image(i)).collect();
     let out = model
@@ -69,7 +69,7 @@ pub fn decide(reference: &Reference, rgba: &[u8], w: usize, h: usize) -> Decisio
             photo: None,
         },
         Ok(framing) => {
-            let f = assess(&framing, reference).expect("lengths");
+            let f = assess(&framing, reference, FamiliarityModel::compiled()).expect("lengths");
             Decision {
                 flagged: f.unfamiliar,
                 refused: false,

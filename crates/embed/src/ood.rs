@@ -46,28 +46,63 @@ pub use crate::photo::Scene;
 use shared::error::{Error, Result};
 pub use shared::familiarity::{ClassGaussians, Reference, MAX_CLASSES};
 
-/// The familiarity model's weights: the network whose features and layer means the check
-/// reads — the score's Gaussians (a server fits the [`Reference`] with it, on the anchors) and
-/// the detector's inputs ([`crate::detector`]). It is compiled into every client, and it is
-/// not the query model. The thresholds and the detector are calibrated on this network, so
-/// the query model can be trained again for search (shadows, light, colour) without moving
-/// the warning, and the server, which serves the page its query model, cannot move it either.
-/// The bytes are a query model of before (`cnn-v2-cc09b0595f69ddf9`, the one the check was
-/// calibrated with): its features of the anchors fall in ten tight classes, which is what a
-/// check against the gallery's kind of image needs.
+/// The familiarity model: the network whose features and layer means the check reads — the
+/// score's Gaussians (a server fits the [`Reference`] with it, on the anchors) and the
+/// detector's inputs ([`crate::detector`]). It is not the query model. The thresholds and the
+/// detector are calibrated on this network, so the query model can be trained again for
+/// search (shadows, light, colour) without moving the warning, and the server, which names
+/// the query model, cannot move it either: a familiarity model is made only from the bytes
+/// whose SHA-256 is [`FAMILIARITY_SHA256`], a constant of every client. (The bytes are a query
+/// model of before, `cnn-v2-cc09b0595f69ddf9`, the one the check was calibrated with.)
+///
+/// Natively the bytes are compiled in ([`FamiliarityModel::compiled`]); the page fetches them
+/// as one of its own files with its first photo (`pkg/familiarity.bin`), so its first load
+/// stays as light as before.
+#[derive(Debug, Clone)]
+pub struct FamiliarityModel(Model);
+
+/// SHA-256 of the familiarity model's weights file, `crates/embed/assets/familiarity.bin`.
+pub const FAMILIARITY_SHA256: &str =
+    "2e61aadfea38ce4af21eaa1fed73774f331206653d7a6414df20c0376aa01c60";
+
+/// The familiarity model's layer means' length: the detector's (one fact, stated where the
+/// detector's constants are).
+pub const FAMILIARITY_LAYER_DIM: usize = crate::detector_weights::LAYERS;
+
+/// The familiarity model's weights, compiled into the native clients, the server and the
+/// tools (the page fetches them instead, [`FamiliarityModel`]).
+#[cfg(not(target_arch = "wasm32"))]
 pub const FAMILIARITY_WEIGHTS: &[u8] = include_bytes!("../assets/familiarity.bin");
 
-/// [`FAMILIARITY_WEIGHTS`], parsed once.
-pub fn familiarity_model() -> &'static Model {
-    static MODEL: std::sync::OnceLock<Model> = std::sync::OnceLock::new();
-    MODEL.get_or_init(|| {
-        Model::from_bytes(FAMILIARITY_WEIGHTS)
-            .expect("the compiled-in familiarity weights parse (the unit tests check them)")
-    })
+impl FamiliarityModel {
+    /// The model from its weights file: refused unless its SHA-256 is [`FAMILIARITY_SHA256`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<FamiliarityModel> {
+        if shared::digest::hash_hex(bytes) != FAMILIARITY_SHA256 {
+            return Err(Error::NotAsNamed {
+                what: "the familiarity model's weights (the SHA-256 this client was built with)",
+            });
+        }
+        Ok(FamiliarityModel(Model::from_bytes(bytes)?))
+    }
+
+    /// [`FAMILIARITY_WEIGHTS`], parsed once.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn compiled() -> &'static FamiliarityModel {
+        static MODEL: std::sync::OnceLock<FamiliarityModel> = std::sync::OnceLock::new();
+        MODEL.get_or_init(|| {
+            FamiliarityModel::from_bytes(FAMILIARITY_WEIGHTS)
+                .expect("the compiled-in familiarity weights are the pinned ones (tested)")
+        })
+    }
+
+    /// The network (for fitting a reference, and for measurements).
+    pub fn model(&self) -> &Model {
+        &self.0
+    }
 }
 
 /// Above this score a photo is called unfamiliar. Calibrated for the familiarity model
-/// ([`FAMILIARITY_WEIGHTS`], the one a client scores its photo with; the reference is fitted
+/// ([`FamiliarityModel`], the one a client scores its photo with; the reference is fitted
 /// with it too) and the server's default anchors (`data::balanced_anchors(train, 1000)`).
 ///
 /// The whole decision may flag 2 % of 3,000 reserved clothing photos (the reserved training
@@ -288,7 +323,7 @@ pub struct Familiarity {
 }
 
 /// The decision for a model input (`pixels`, 28×28), its unit `features` and its
-/// `layer_means` under the familiarity model ([`familiarity_model`]'s
+/// `layer_means` under the familiarity model ([`FamiliarityModel`]'s
 /// [`Model::infer_with_layer_means`]; [`assess_scene`] computes them): unfamiliar when the
 /// input holds less than [`MIN_INK`], its score exceeds [`UNFAMILIAR_SCORE`], or the learned
 /// detector ([`crate::detector`], constants of the client) calls it unlike a garment.
@@ -314,8 +349,12 @@ pub fn assess_input(
 
 /// The decision for a photo the pipeline framed ([`look`]): [`assess_scene`] of its model
 /// input and [`Scene`].
-pub fn assess(framing: &crate::photo::Framing, reference: &Reference) -> Result<Familiarity> {
-    assess_scene(&framing.pixels, framing.scene.as_ref(), reference)
+pub fn assess(
+    framing: &crate::photo::Framing,
+    reference: &Reference,
+    familiar: &FamiliarityModel,
+) -> Result<Familiarity> {
+    assess_scene(&framing.pixels, framing.scene.as_ref(), reference, familiar)
 }
 
 /// The decision every client makes of a photo: [`assess_input`] of its model input under the
@@ -326,8 +365,9 @@ pub fn assess_scene(
     pixels: &[u8],
     scene: Option<&Scene>,
     reference: &Reference,
+    familiar: &FamiliarityModel,
 ) -> Result<Familiarity> {
-    let (inf, layer_means) = familiarity_model().infer_with_layer_means(pixels)?;
+    let (inf, layer_means) = familiar.model().infer_with_layer_means(pixels)?;
     let f = assess_input(pixels, &inf.features, &layer_means, reference)?;
     Ok(Familiarity {
         unfamiliar: f.unfamiliar || scene.is_some_and(scene_unlike_a_product),
@@ -508,17 +548,21 @@ mod tests {
     /// The familiarity model's layer means' length.
     const LAYER_DIM: usize = crate::weights::Arch::WIDE.layer_dim();
 
-    /// The compiled-in familiarity model parses, has the lengths the detector reads, and is
-    /// the one the detector was fitted with or its threshold set with; a photo's decision is
-    /// [`assess_input`] of that model's outputs.
+    /// The compiled-in familiarity model is the pinned file, has the lengths the detector
+    /// reads, and is the one the detector was fitted with or its threshold set with; other
+    /// bytes are refused; a photo's decision is [`assess_input`] of that model's outputs.
     #[test]
-    fn the_familiarity_model_is_the_detectors() {
-        let model = familiarity_model();
-        assert_eq!(model.w.arch.layer_dim(), crate::detector_weights::LAYERS);
+    fn the_familiarity_model_is_the_pinned_one_and_the_detectors() {
+        let familiar = FamiliarityModel::compiled();
+        let model = familiar.model();
+        assert_eq!(model.w.arch.layer_dim(), FAMILIARITY_LAYER_DIM);
         assert_eq!(
             crate::model::weights_version(FAMILIARITY_WEIGHTS),
             crate::detector_weights::FAMILIARITY_MODEL
         );
+        let mut other = FAMILIARITY_WEIGHTS.to_vec();
+        *other.last_mut().unwrap() ^= 1;
+        assert!(FamiliarityModel::from_bytes(&other).is_err());
         let px: Vec<u8> = (0..784).map(|i| ((i * 37) % 251) as u8).collect();
         let (inf, layers) = model.infer_with_layer_means(&px).unwrap();
         assert_eq!(inf.features.len(), crate::detector_weights::FEATURES);
@@ -531,7 +575,7 @@ mod tests {
             .collect();
         let reference = fit(&feats, &lm, &labels, inf.features.len(), LAYER_DIM).unwrap();
         assert_eq!(
-            assess_scene(&px, None, &reference).unwrap(),
+            assess_scene(&px, None, &reference, familiar).unwrap(),
             assess_input(&px, &inf.features, &layers, &reference).unwrap()
         );
     }

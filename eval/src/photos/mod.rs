@@ -278,7 +278,8 @@ struct Refs {
 /// A model input's scores, each from the familiarity model's outputs (whatever query model is
 /// being measured: the check is the familiarity model's).
 fn scores(pixels: &[u8], refs: &Refs) -> Scores {
-    let (inf, layers) = embed::ood::familiarity_model()
+    let (inf, layers) = embed::ood::FamiliarityModel::compiled()
+        .model()
         .infer_with_layer_means(pixels)
         .expect("28×28");
     let nearest = 1.0
@@ -479,7 +480,7 @@ pub(crate) fn run(args: &Args) -> Res<()> {
             second_share(|x| x.0),
             second_share(|x| x.1),
         )?;
-        let familiar = embed::ood::familiarity_model();
+        let familiar = embed::ood::FamiliarityModel::compiled().model();
         let anchors: Vec<Vec<f32>> = anchor_idx
             .par_iter()
             .map(|&i| familiar.infer(train.images.image(i)).map(|r| r.features))

@@ -414,7 +414,7 @@ impl AppState {
         let anchor_labels: Vec<u32> = anchor_idx.iter().map(|&i| train.labels[i] as u32).collect();
         // Both models' outputs over the anchors, kept beside the store under a key of the
         // weights and the anchor images (`anchor_cache`): a start with the same ones reads them.
-        let familiar = ::embed::ood::familiarity_model();
+        let familiar = ::embed::ood::FamiliarityModel::compiled().model();
         let anchor_images: Vec<&[u8]> = anchor_idx.iter().map(|&i| train.images.image(i)).collect();
         let cache_path = super::anchor_cache::path_for(opts.store_path);
         let cache_key = super::anchor_cache::key(

@@ -151,15 +151,21 @@ pub(crate) fn ids(v: &Value) -> Vec<u64> {
 }
 
 /// The exact non-private top 8 of the demo gallery (test images 0..1000, ids = indices) for
-/// each photo: the gallery model's features of the gallery, the query model's of the photo (as
-/// the CLI computes them).
+/// each photo: the gallery model's features of the gallery as the server publishes them
+/// (quantised to i16, `publish::blocks::quantise`, and read back as a client reads them), the
+/// query model's of the photo (as the CLI computes them), ranked by squared distance with ties
+/// to the lower id (`publish::blocks::rank`).
 fn exact_top8(photos: &[&[u8]]) -> Vec<Vec<u64>> {
     let model = embed::model::Model::from_bytes(data::assets::MODEL_WEIGHTS).unwrap();
     let query = embed::model::Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     let dir = Path::new(data::fashion::DEFAULT_DIR);
     let test = data::fashion::load_split(dir, "t10k").expect("Fashion-MNIST");
+    let published = |v: f32| publish::blocks::quantise(v) as f32 / publish::blocks::FEATURE_SCALE;
     let gallery: Vec<Vec<f32>> = (0..1000)
-        .map(|i| model.infer(test.images.image(i)).unwrap().features)
+        .map(|i| {
+            let f = model.infer(test.images.image(i)).unwrap().features;
+            f.into_iter().map(published).collect()
+        })
         .collect();
     photos
         .iter()

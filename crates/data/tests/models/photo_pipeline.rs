@@ -7,7 +7,7 @@ use data::assets::{MODEL_WEIGHTS, QUERY_WEIGHTS};
 use data::fashion::{balanced_anchors, load_split, reserved_train, Split, DEFAULT_DIR};
 use data::photos::{render, Shot};
 use embed::model::Model;
-use embed::ood::assess;
+use embed::ood::{assess, FamiliarityModel};
 use embed::photo::to_model_input;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -244,7 +244,9 @@ fn non_clothing_is_flagged_and_clothing_is_not() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     let flagged = |rgba: &[u8], side: usize| {
         let framing = embed::photo::analyse(rgba, side, side).unwrap();
-        assess(&framing, &reference).unwrap().unfamiliar
+        assess(&framing, &reference, FamiliarityModel::compiled())
+            .unwrap()
+            .unfamiliar
     };
     let mut odd = 0;
     for k in 0..40 {

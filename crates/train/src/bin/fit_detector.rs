@@ -527,7 +527,7 @@ fn list(v: &[f32]) -> String {
 fn main() {
     data::progress::log_to_stderr();
     let args = Args::parse();
-    let model = embed::ood::familiarity_model();
+    let model = embed::ood::FamiliarityModel::compiled().model();
     let train = load_split(&args.data_dir, "train").expect("training split");
     let r = data::familiarity::reference(&train);
     let anchors = balanced_anchors(&train, 1000);

@@ -36,8 +36,9 @@ class NothingToSee extends Error {}
 class TooLarge extends Error {}
 
 // The familiarity model (embed::ood::FamiliarityModel), one of the page's own files: fetched
-// with the first photo rather than on the first load, and refused by the wasm client unless it
-// is the file whose SHA-256 the client was built with. Fetched once; a failed fetch is tried
+// with the first photo rather than on the first load (not at all when the query model's file
+// is the same bytes: the wasm client took it from there), and refused by the wasm client unless
+// it is the file whose SHA-256 the client was built with. Fetched once; a failed fetch is tried
 // again with the next photo.
 let familiar = null;
 function familiarityReady() {

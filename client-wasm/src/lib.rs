@@ -153,7 +153,9 @@ impl Client {
             pending_blocks: None,
             anchor_features: feats,
             familiarity: anchors.familiarity,
-            familiar: None,
+            // The query model's file may be the familiarity model's too (the pinned bytes):
+            // then nothing more is fetched for it.
+            familiar: embed::ood::FamiliarityModel::from_bytes(weights).ok(),
             anchor_labels: anchors.labels,
             paper: None,
             query_label: None,

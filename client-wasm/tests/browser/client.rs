@@ -237,20 +237,28 @@ fn bad_inputs_are_js_errors_with_plain_messages() {
     assert!(compose_budget("[{}]", 1e-5).is_err());
 }
 
-/// The familiarity model is the pinned file or nothing: the query model's bytes, a changed
-/// byte or a truncated file are refused; until it is set a photo is refused with the reason
-/// and no query is kept, so a search cannot follow.
+/// The familiarity model is the pinned file or nothing: a query model of other bytes, a
+/// changed byte or a truncated file are refused; until it is set a photo is refused with the
+/// reason and no query is kept, so a search cannot follow. A query model whose file is the
+/// pinned one is taken as the familiarity model too (nothing more to fetch).
 #[wasm_bindgen_test]
 fn the_familiarity_model_is_the_pinned_file_and_comes_before_any_photo() {
     let (config, anchors, _, _) = server_json();
-    let mut client = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    // A query model of other bytes (one 8-bit weight in the middle changed), named by the
+    // configuration: the client is made, without a familiarity model.
+    let mut other = WEIGHTS.to_vec();
+    let mid = other.len() / 2;
+    other[mid] ^= 1;
+    let mut named: Value = serde_json::from_str(&config).unwrap();
+    named["query_model_version"] = json!(embed::model::weights_version(&other));
+    let mut client = Client::new(&other, CLASS_WEIGHTS, &named.to_string(), &anchors).unwrap();
     assert!(!client.has_familiarity_model());
     let e = common::message(client.load_pixels(&image(0)).err().unwrap());
     assert!(e.contains("familiarity model is not loaded"), "{e}");
     let mut changed = FAMILIARITY.to_vec();
     changed[100] ^= 1;
     for bad in [
-        CLASS_WEIGHTS,
+        &other[..],
         &changed[..],
         &FAMILIARITY[..FAMILIARITY.len() - 1],
     ] {
@@ -262,6 +270,8 @@ fn the_familiarity_model_is_the_pinned_file_and_comes_before_any_photo() {
     assert!(client.has_familiarity_model());
     let info: Value = serde_json::from_str(&client.load_pixels(&image(0)).unwrap()).unwrap();
     assert!(info["unfamiliar_score"].is_number());
+    let same = Client::new(WEIGHTS, CLASS_WEIGHTS, &config, &anchors).unwrap();
+    assert_eq!(same.has_familiarity_model(), WEIGHTS == FAMILIARITY);
 }
 
 /// The photo's out-of-distribution check: the score and decision are the native

@@ -5,8 +5,8 @@
 pub const MODEL_WEIGHTS: &[u8] = include_bytes!("../../../server/assets/model.bin");
 /// The committed weights of the query model, the one the page and the CLI run on a photo
 /// (served as `web/pkg/query.bin`): the gallery model fine-tuned so that a photo's features
-/// land where the gallery model puts its clean image (`train --init --teacher --distill`, then
-/// `--people` for shadows, uneven light and colour; docs/model.md, "Training"). The server
+/// land where the gallery model puts its clean image (`train --init --teacher --distill`;
+/// docs/model.md, "Training"). The server
 /// names their version in its configuration, which clients check before any photo; the
 /// familiarity reference is the familiarity model's (`embed::ood::FAMILIARITY_WEIGHTS`).
 pub const QUERY_WEIGHTS: &[u8] = include_bytes!("../../../server/assets/query.bin");

@@ -70,9 +70,9 @@ impl Client {
     /// Load the familiarity model (`embed::ood::FamiliarityModel`): the bytes of the page's
     /// own `pkg/familiarity.bin`, which the page fetches with its first photo so that its
     /// first load stays light (not at all when the query model's file is the same bytes:
-    /// `Client::new` takes it from there). Refused unless their SHA-256 is the one this client was built
-    /// with (`embed::ood::FAMILIARITY_SHA256`), so neither the gallery nor a changed file can
-    /// move the familiarity warning. No photo is loaded before it.
+    /// `Client::new` takes it from there). Refused unless their SHA-256 is the one this
+    /// client was built with (`embed::ood::FAMILIARITY_SHA256`), so neither the gallery nor a
+    /// changed file can move the familiarity warning. No photo is loaded before it.
     pub fn set_familiarity_model(&mut self, weights: &[u8]) -> Result<(), JsError> {
         self.familiar = Some(embed::ood::FamiliarityModel::from_bytes(weights).map_err(js_err)?);
         Ok(())

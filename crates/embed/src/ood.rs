@@ -52,12 +52,13 @@ pub use shared::familiarity::{ClassGaussians, Reference, MAX_CLASSES};
 /// detector are calibrated on this network, so the query model can be trained again for
 /// search (shadows, light, colour) without moving the warning, and the server, which names
 /// the query model, cannot move it either: a familiarity model is made only from the bytes
-/// whose SHA-256 is [`FAMILIARITY_SHA256`], a constant of every client. (The bytes are a query
-/// model of before, `cnn-v2-cc09b0595f69ddf9`, the one the check was calibrated with.)
+/// whose SHA-256 is [`FAMILIARITY_SHA256`], a constant of every client. (Today the bytes are
+/// the query model's own, `cnn-v2-cc09b0595f69ddf9`, the one the check was calibrated with.)
 ///
-/// Natively the bytes are compiled in ([`FamiliarityModel::compiled`]); the page fetches them
-/// as one of its own files with its first photo (`pkg/familiarity.bin`), so its first load
-/// stays as light as before.
+/// Natively the bytes are compiled in ([`FamiliarityModel::compiled`]). The page's wasm takes
+/// them from the query model's file when that is the same bytes, and otherwise the page
+/// fetches them as one of its own files with its first photo (`pkg/familiarity.bin`), so its
+/// first load stays as light as before.
 #[derive(Debug, Clone)]
 pub struct FamiliarityModel(Model);
 

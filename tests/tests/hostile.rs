@@ -31,7 +31,7 @@ use publish::blocks::file_len;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
-use shared::api::{AnchorsResponse, PartitionDoc};
+use shared::api::PartitionDoc;
 
 const LIMIT_SECS: f64 = 60.0;
 const LIMIT_RSS_MB: f64 = 256.0;
@@ -236,16 +236,16 @@ struct Hostile {
 struct OtherWidth {
     /// `pkg/query.bin`: the model's file (8 bits).
     model: Vec<u8>,
-    /// `GET /api/v1/anchors`: the real anchors with the familiarity reference fitted with
-    /// this model.
+    /// `GET /api/v1/anchors`: the real anchors (their familiarity reference is the
+    /// familiarity model's, which every client pins, whatever the query model).
     anchors: Vec<u8>,
 }
 
 /// A well-formed query model of other widths (16 and 24 channels, seeded He-uniform weights,
 /// small biases: well within the file's bounds), written in 8 bits, and the real server's
-/// anchors (at `real`) with their familiarity reference refitted with it as the server fits
-/// it (`server/src/state/open.rs`: the anchors' training images, `infer_batch_with_layer_means`,
-/// `Reference::fit` by their labels). Also the model as the page parses the file.
+/// anchors (at `real`) as they are: the familiarity reference is fitted with the familiarity
+/// model (`embed::ood::FamiliarityModel`), never the query model. Also the model as the page
+/// parses the file.
 fn other_width_query_model(real: &str) -> (OtherWidth, Model) {
     let arch = Arch { c1: 16, c2: 24 };
     let mut rng = ChaCha8Rng::seed_from_u64(16_24);
@@ -266,36 +266,14 @@ fn other_width_query_model(real: &str) -> (OtherWidth, Model) {
     let model = Model::from_bytes(&bytes).expect("a well-formed model file");
     assert_eq!(model.w.arch, arch);
     let url = format!("{real}/api/v1/anchors");
-    let body = reqwest::blocking::get(&url).unwrap().bytes().unwrap();
-    let mut anchors: AnchorsResponse = serde_json::from_slice(&body).unwrap();
-    let dir = Path::new(data::fashion::DEFAULT_DIR);
-    let train = data::fashion::load_split(dir, "train").expect("Fashion-MNIST");
-    let images: Vec<&[u8]> = anchors
-        .ids
-        .iter()
-        .map(|&id| {
-            train
-                .images
-                .image((id - privatemail_server::state::ANCHOR_ID_BASE) as usize)
-        })
-        .collect();
-    let (features, layers): (Vec<Vec<f32>>, Vec<Vec<f32>>) = model
-        .infer_batch_with_layer_means(&images)
+    let anchors = reqwest::blocking::get(&url)
         .unwrap()
-        .into_iter()
-        .map(|(inf, l)| (inf.features, l))
-        .unzip();
-    anchors.familiarity = embed::ood::fit(
-        &features.concat(),
-        &layers.concat(),
-        &anchors.labels,
-        embed::model::EMBED,
-        arch.layer_dim(),
-    )
-    .unwrap();
+        .bytes()
+        .unwrap()
+        .to_vec();
     let other = OtherWidth {
         model: bytes,
-        anchors: serde_json::to_vec(&anchors).unwrap(),
+        anchors,
     };
     (other, model)
 }
@@ -1665,8 +1643,9 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
 /// A server choosing the query model's widths changes only what a search finds (utility),
 /// never whether the page works or what it sends: a well-formed query model of other widths
 /// (16 and 24 channels instead of 64 and 128, random weights within the file's bounds, 8
-/// bits), named in the configuration, with anchors whose familiarity reference was fitted with
-/// it (and the configuration naming their SHA-256) — a consistent server. Inference is total
+/// bits), named in the configuration, with the real anchors (their familiarity reference is
+/// the pinned familiarity model's, which the page then fetches with the first photo) — a
+/// consistent server. Inference is total
 /// at every admitted shape (`Model::infer`'s proof), so no photo can make the page fail or
 /// hold back its search: the page starts without an error, runs that model on each photo,
 /// sends its PIR queries, and shows exactly the native exact top 8 over the whole gallery of

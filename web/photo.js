@@ -38,16 +38,24 @@ class TooLarge extends Error {}
 // The familiarity model (embed::ood::FamiliarityModel), one of the page's own files: fetched
 // with the first photo rather than on the first load (not at all when the query model's file
 // is the same bytes: the wasm client took it from there), and refused by the wasm client unless
-// it is the file whose SHA-256 the client was built with. Fetched once; a failed fetch is tried
-// again with the next photo.
+// it is the file whose SHA-256 the client was built with. Fetched once, the status line saying
+// so meanwhile; a failed fetch is tried again with the next photo, and no photo is loaded
+// without it (NoFamiliarityCheck, its reason in plain words).
+class NoFamiliarityCheck extends Error {}
 let familiar = null;
 function familiarityReady() {
   if (state.client.has_familiarity_model()) return Promise.resolve();
-  familiar ??= getModel("pkg/familiarity.bin", "max_model_bytes", false)
-    .then((bytes) => state.client.set_familiarity_model(bytes))
-    .finally(() => {
-      familiar = null;
-    });
+  if (!familiar) {
+    status("Loading the check that a photo shows clothing (once, before the first photo)…");
+    familiar = getModel("pkg/familiarity.bin", "max_model_bytes", false)
+      .then((bytes) => state.client.set_familiarity_model(bytes))
+      .catch((e) => {
+        throw new NoFamiliarityCheck(`the page could not load its check that a photo shows clothing (${e.message || e}). Try again.`);
+      })
+      .finally(() => {
+        familiar = null;
+      });
+  }
   return familiar;
 }
 
@@ -123,6 +131,11 @@ async function loadSample(sample) {
       showError(`This image cannot be searched: ${e.message}.`);
       return;
     }
+    if (e instanceof NoFamiliarityCheck) {
+      forgetImage("the check that a photo shows clothing could not be loaded.");
+      showError(`That sample cannot be used yet: ${e.message}`);
+      return;
+    }
     forgetImage("the sample could not be opened.");
     showError("That sample could not be opened.");
   }
@@ -169,7 +182,7 @@ export async function loadFromFile(file) {
     await familiarityReady();
   } catch (e) {
     bitmap.close();
-    return refuse(`the page could not load its familiarity check (${e.message || e}). Try again.`);
+    return refuse(e.message);
   }
   try {
     loadPhotoBitmap(bitmap);

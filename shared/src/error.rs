@@ -41,6 +41,8 @@ pub enum Error {
     OutOfGrid { ratio: f64 },
     #[error("{what} do not match the SHA-256 the configuration names")]
     NotAsNamed { what: &'static str },
+    #[error("{what} are not the file this client was built with (another SHA-256)")]
+    NotPinned { what: &'static str },
     #[error("malformed IDX data: {0}")]
     Idx(String),
     #[error("the operating system's random number generator failed: {0}")]

@@ -75,7 +75,8 @@ enum Case {
     /// Not in `CASES`: the page's samples published as another gallery model's features.
     OtherSamplesModel,
     /// Not in `CASES`: a well-formed query model of other widths (`pkg/query.bin`), named in
-    /// the configuration, with anchors whose familiarity reference was fitted with it.
+    /// the configuration, with the real anchors; the page's familiarity model
+    /// (`pkg/familiarity.bin`) as [`Hostile::familiarity`] says.
     OtherWidthQueryModel,
     /// Not in `CASES` (its own tests): every release answered 500 — a noisy-numbers search
     /// (`POST /api/v1/search`) and every block — after the server has received it.
@@ -171,7 +172,7 @@ impl Case {
             Case::MalformedSamples => "samples with malformed published features",
             Case::OtherSamplesModel => "samples published as another gallery model's features",
             Case::OtherWidthQueryModel => {
-                "a query model of other widths (16 and 24), named in the configuration, with its own familiarity reference"
+                "a query model of other widths (16 and 24), named in the configuration, with the real anchors; the familiarity model withheld, altered, then served"
             }
             Case::RefusedRelease => "every release received, then answered 500",
         }
@@ -229,6 +230,21 @@ struct Hostile {
     /// What `Case::OtherWidthQueryModel` serves, prepared by its test
     /// ([`other_width_query_model`]).
     other_width: OnceLock<OtherWidth>,
+    /// How `Case::OtherWidthQueryModel` answers for the page's familiarity model, and the
+    /// requests for it.
+    familiarity: Mutex<Familiarity>,
+    familiarity_fetches: AtomicUsize,
+}
+
+/// The page's familiarity model (`pkg/familiarity.bin`) as the server answers for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Familiarity {
+    /// Not found (404).
+    Withheld,
+    /// The real file with one byte changed.
+    Altered,
+    /// The real file.
+    Served,
 }
 
 /// A query model of other widths and the answers consistent with it
@@ -521,6 +537,24 @@ impl Hostile {
                 let other = self.other_width.get().expect("the other model, prepared");
                 Reply::bytes(200, "application/octet-stream", other.model.clone())
             }
+            Case::OtherWidthQueryModel if path == "/pkg/familiarity.bin" => {
+                self.familiarity_fetches.fetch_add(1, Ordering::SeqCst);
+                let how = *self.familiarity.lock().unwrap();
+                match how {
+                    Familiarity::Withheld => Reply::bytes(404, "text/plain", b"not found".to_vec()),
+                    Familiarity::Served => fake::forward(&self.http, &self.real, path, req).await,
+                    Familiarity::Altered => {
+                        let r = fake::forward_identity(&self.http, &self.real, path, req).await;
+                        let Body::Bytes(mut bytes) = r.body else {
+                            unreachable!("forward answers with bytes")
+                        };
+                        // A weight in the middle of the file: it still parses as a model.
+                        let mid = bytes.len() / 2;
+                        bytes[mid] ^= 1;
+                        Reply::bytes(200, "application/octet-stream", bytes)
+                    }
+                }
+            }
             Case::OtherWidthQueryModel if path == "/api/v1/anchors" => {
                 let other = self.other_width.get().expect("the other model, prepared");
                 Reply::bytes(200, "application/json", other.anchors.clone())
@@ -716,6 +750,8 @@ async fn hostile(real: &str) -> (String, Arc<Hostile>) {
         refused_blocks: AtomicUsize::new(0),
         page_case: Mutex::new(Case::Honest),
         other_width: OnceLock::new(),
+        familiarity: Mutex::new(Familiarity::Served),
+        familiarity_fetches: AtomicUsize::new(0),
     });
     let s = state.clone();
     let base = fake::start(fake::handler(move |req: Request| {
@@ -1645,7 +1681,10 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
 /// (16 and 24 channels instead of 64 and 128, random weights within the file's bounds, 8
 /// bits), named in the configuration, with the real anchors (their familiarity reference is
 /// the pinned familiarity model's, which the page then fetches with the first photo) — a
-/// consistent server. Inference is total
+/// consistent server. While that server withholds the familiarity model, then serves it with
+/// one byte changed, each photo is refused with the reason before it is classified (no class
+/// shown, the search button disabled, no PIR request), and the page asks again with the next
+/// photo. Served as it is, inference is total
 /// at every admitted shape (`Model::infer`'s proof), so no photo can make the page fail or
 /// hold back its search: the page starts without an error, runs that model on each photo,
 /// sends its PIR queries, and shows exactly the native exact top 8 over the whole gallery of
@@ -1676,6 +1715,59 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
         "the page did not start: {error}"
     );
     assert!(error.is_empty(), "{error}");
+    hostile.pir_log.lock().unwrap().clear();
+    for (how, why) in [
+        (Familiarity::Withheld, "HTTP 404"),
+        (Familiarity::Altered, "not the file this client was built with"),
+    ] {
+        *hostile.familiarity.lock().unwrap() = how;
+        let fetches = hostile.familiarity_fetches.load(Ordering::SeqCst);
+        let (file, _) = browser::image_file(7);
+        // The last refusal's words gone, so the wait below sees this photo's.
+        js(
+            &c,
+            "const e = document.getElementById('error'); e.hidden = true; e.textContent = ''; return 0;",
+        )
+        .await;
+        browser::upload(&c, &file).await;
+        wait_for(
+            &c,
+            "!document.getElementById('error').hidden",
+            "the photo's refusal",
+        )
+        .await;
+        let error = browser::text(&c, "error").await;
+        assert!(
+            error.contains("check that a photo shows clothing") && error.contains(why),
+            "{how:?}: {error}"
+        );
+        assert!(
+            browser::text(&c, "status").await.starts_with("No photo loaded"),
+            "{how:?}"
+        );
+        assert_eq!(browser::text(&c, "prediction").await, "", "{how:?}");
+        assert_eq!(
+            js(&c, "return document.getElementById('search').disabled;").await,
+            json!(true),
+            "{how:?}"
+        );
+        assert_eq!(
+            hostile.familiarity_fetches.load(Ordering::SeqCst),
+            fetches + 1,
+            "{how:?}: the familiarity model is asked for again with each photo until it is had"
+        );
+        let _ = std::fs::remove_file(&file);
+    }
+    assert!(
+        !hostile
+            .pir_log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.starts_with("POST")),
+        "a PIR query without the familiarity check"
+    );
+    *hostile.familiarity.lock().unwrap() = Familiarity::Served;
     let whole = browser::whole_gallery(&real.base).await;
     let honest = Model::from_bytes(data::assets::QUERY_WEIGHTS).unwrap();
     let mut differs = false;
@@ -1702,6 +1794,11 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
     assert!(
         differs,
         "the served model ranked like the honest one: the case shows nothing"
+    );
+    assert_eq!(
+        hostile.familiarity_fetches.load(Ordering::SeqCst),
+        3,
+        "the familiarity model, once had, is not asked for again"
     );
     assert_eq!(
         hostile.other_hits.load(Ordering::SeqCst),

@@ -79,8 +79,8 @@ impl FamiliarityModel {
     /// The model from its weights file: refused unless its SHA-256 is [`FAMILIARITY_SHA256`].
     pub fn from_bytes(bytes: &[u8]) -> Result<FamiliarityModel> {
         if shared::digest::hash_hex(bytes) != FAMILIARITY_SHA256 {
-            return Err(Error::NotAsNamed {
-                what: "the familiarity model's weights (the SHA-256 this client was built with)",
+            return Err(Error::NotPinned {
+                what: "the familiarity model's weights",
             });
         }
         Ok(FamiliarityModel(Model::from_bytes(bytes)?))
@@ -563,7 +563,10 @@ mod tests {
         );
         let mut other = FAMILIARITY_WEIGHTS.to_vec();
         *other.last_mut().unwrap() ^= 1;
-        assert!(FamiliarityModel::from_bytes(&other).is_err());
+        assert!(matches!(
+            FamiliarityModel::from_bytes(&other),
+            Err(Error::NotPinned { .. })
+        ));
         let px: Vec<u8> = (0..784).map(|i| ((i * 37) % 251) as u8).collect();
         let (inf, layers) = model.infer_with_layer_means(&px).unwrap();
         assert_eq!(inf.features.len(), crate::detector_weights::FEATURES);

@@ -1718,7 +1718,10 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
     hostile.pir_log.lock().unwrap().clear();
     for (how, why) in [
         (Familiarity::Withheld, "HTTP 404"),
-        (Familiarity::Altered, "not the file this client was built with"),
+        (
+            Familiarity::Altered,
+            "not the file this client was built with",
+        ),
     ] {
         *hostile.familiarity.lock().unwrap() = how;
         let fetches = hostile.familiarity_fetches.load(Ordering::SeqCst);
@@ -1742,7 +1745,9 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
             "{how:?}: {error}"
         );
         assert!(
-            browser::text(&c, "status").await.starts_with("No photo loaded"),
+            browser::text(&c, "status")
+                .await
+                .starts_with("No photo loaded"),
             "{how:?}"
         );
         assert_eq!(browser::text(&c, "prediction").await, "", "{how:?}");

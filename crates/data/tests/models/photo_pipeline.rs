@@ -466,7 +466,10 @@ fn shared_with_gallery_model(
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut shared_hits = 0;
     for (k, &i) in held.iter().enumerate() {
-        let own = top8(gallery, &gallery_model.infer(train.images.image(i)).unwrap().features);
+        let own = top8(
+            gallery,
+            &gallery_model.infer(train.images.image(i)).unwrap().features,
+        );
         let photo = render(train.images.image(i), &shot(k), &mut rng);
         let pixels = to_model_input(&photo, SIDE, SIDE).unwrap();
         let found = top8(gallery, &model.search_features(&pixels).unwrap());

@@ -104,7 +104,13 @@ impl Client {
         config_json: &str,
         anchors_json: &str,
     ) -> Result<Client, JsError> {
-        let model = Model::from_bytes(weights).map_err(js_err)?;
+        // The query model's file may be the familiarity model's too (the pinned bytes): then
+        // nothing more is fetched for it, and the file is parsed once.
+        let familiar = embed::ood::FamiliarityModel::from_bytes(weights).ok();
+        let model = match &familiar {
+            Some(f) => f.model().clone(),
+            None => Model::from_bytes(weights).map_err(js_err)?,
+        };
         let classifier = Classifier::from_bytes(class_weights).map_err(js_err)?;
         let config: ConfigResponse = serde_json::from_str(config_json)
             .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
@@ -153,9 +159,7 @@ impl Client {
             pending_blocks: None,
             anchor_features: feats,
             familiarity: anchors.familiarity,
-            // The query model's file may be the familiarity model's too (the pinned bytes):
-            // then nothing more is fetched for it.
-            familiar: embed::ood::FamiliarityModel::from_bytes(weights).ok(),
+            familiar,
             anchor_labels: anchors.labels,
             paper: None,
             query_label: None,

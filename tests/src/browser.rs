@@ -118,7 +118,12 @@ pub async fn js(c: &Client, script: &str) -> Value {
 }
 
 pub async fn wait_for(c: &Client, cond: &str, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_for_within(c, cond, what, Duration::from_secs(30)).await
+}
+
+/// [`wait_for`] with another limit (a wait that outlasts the page's own deadline).
+pub async fn wait_for_within(c: &Client, cond: &str, what: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
     while js(c, &format!("return !!({cond});")).await != json!(true) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;

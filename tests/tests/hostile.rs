@@ -243,6 +243,10 @@ enum Familiarity {
     Withheld,
     /// The real file with one byte changed.
     Altered,
+    /// The real file followed by 4 MiB more.
+    Oversized,
+    /// The real file, a byte a second (past the page's deadline).
+    Dripped,
     /// The real file.
     Served,
 }
@@ -543,14 +547,35 @@ impl Hostile {
                 match how {
                     Familiarity::Withheld => Reply::bytes(404, "text/plain", b"not found".to_vec()),
                     Familiarity::Served => fake::forward(&self.http, &self.real, path, req).await,
-                    Familiarity::Altered => {
+                    Familiarity::Altered | Familiarity::Oversized | Familiarity::Dripped => {
                         let r = fake::forward_identity(&self.http, &self.real, path, req).await;
                         let Body::Bytes(mut bytes) = r.body else {
                             unreachable!("forward answers with bytes")
                         };
-                        // A weight in the middle of the file: it still parses as a model.
-                        let mid = bytes.len() / 2;
-                        bytes[mid] ^= 1;
+                        match how {
+                            Familiarity::Altered => {
+                                // A weight in the middle of the file: it still parses as a
+                                // model.
+                                let mid = bytes.len() / 2;
+                                bytes[mid] ^= 1;
+                            }
+                            Familiarity::Oversized => {
+                                bytes.extend(std::iter::repeat_n(7u8, 4 << 20));
+                            }
+                            _ => {
+                                return Reply {
+                                    status: 200,
+                                    headers: vec![(
+                                        "content-type".into(),
+                                        "application/octet-stream".into(),
+                                    )],
+                                    body: Body::Drip {
+                                        bytes,
+                                        every: Duration::from_secs(1),
+                                    },
+                                }
+                            }
+                        }
                         Reply::bytes(200, "application/octet-stream", bytes)
                     }
                 }
@@ -1682,9 +1707,10 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
 /// bits), named in the configuration, with the real anchors (their familiarity reference is
 /// the pinned familiarity model's, which the page then fetches with the first photo) — a
 /// consistent server. While that server withholds the familiarity model, then serves it with
-/// one byte changed, each photo is refused with the reason before it is classified (no class
-/// shown, the search button disabled, no PIR request), and the page asks again with the next
-/// photo. Served as it is, inference is total
+/// one byte changed, 4 MiB too long, and a byte a second, each photo is refused with the
+/// reason before it is classified (no class shown, the search button disabled, no PIR
+/// request; while the file drips in, the status line says what the page is loading, and it
+/// stops at the page's deadline), and the page asks again with the next photo. Served as it is, inference is total
 /// at every admitted shape (`Model::infer`'s proof), so no photo can make the page fail or
 /// hold back its search: the page starts without an error, runs that model on each photo,
 /// sends its PIR queries, and shows exactly the native exact top 8 over the whole gallery of
@@ -1716,13 +1742,16 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
     );
     assert!(error.is_empty(), "{error}");
     hostile.pir_log.lock().unwrap().clear();
-    for (how, why) in [
+    let refusals = [
         (Familiarity::Withheld, "HTTP 404"),
         (
             Familiarity::Altered,
             "not the file this client was built with",
         ),
-    ] {
+        (Familiarity::Oversized, "larger than"),
+        (Familiarity::Dripped, "in time"),
+    ];
+    for (how, why) in refusals {
         *hostile.familiarity.lock().unwrap() = how;
         let fetches = hostile.familiarity_fetches.load(Ordering::SeqCst);
         let (file, _) = browser::image_file(7);
@@ -1733,10 +1762,21 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
         )
         .await;
         browser::upload(&c, &file).await;
-        wait_for(
+        if how == Familiarity::Dripped {
+            // Never in silence while the file drips in.
+            wait_for(
+                &c,
+                "document.getElementById('status').textContent.startsWith('Loading the check that a photo shows clothing')",
+                "the status line while the familiarity model loads",
+            )
+            .await;
+        }
+        // Past the page's deadline for a dripped file.
+        browser::wait_for_within(
             &c,
             "!document.getElementById('error').hidden",
             "the photo's refusal",
+            Duration::from_secs(30 + shared::params::limits::TOTAL_TIMEOUT_SECS),
         )
         .await;
         let error = browser::text(&c, "error").await;
@@ -1802,7 +1842,7 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
     );
     assert_eq!(
         hostile.familiarity_fetches.load(Ordering::SeqCst),
-        3,
+        refusals.len() + 1,
         "the familiarity model, once had, is not asked for again"
     );
     assert_eq!(

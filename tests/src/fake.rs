@@ -190,17 +190,20 @@ async fn connection(mut sock: TcpStream, h: Handler) -> std::io::Result<()> {
     Ok(())
 }
 
-/// [`forward`] asking the real server for no content encoding: for a fake that reads and
-/// rewrites the body (the server compresses JSON when the client accepts it).
-pub async fn forward_identity(
+/// The body [`forward`] gets, the real server asked for no content encoding: for a fake that
+/// reads and rewrites the body (the server compresses JSON when the client accepts it).
+pub async fn identity_body(
     http: &reqwest::Client,
     base: &str,
     path: &str,
     req: &Request,
-) -> Reply {
+) -> Vec<u8> {
     let mut plain = req.clone();
     plain.headers.retain(|(n, _)| n != "accept-encoding");
-    forward(http, base, path, &plain).await
+    let Body::Bytes(bytes) = forward(http, base, path, &plain).await.body else {
+        unreachable!("forward answers with bytes")
+    };
+    bytes
 }
 
 /// Forward a request to `base` (status, type, encoding, ETag and body as sent: no gzip is

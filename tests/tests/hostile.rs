@@ -430,10 +430,7 @@ impl Hostile {
     /// The real anchors, altered for `case`: 3 features each (mismatched), or one value
     /// changed (misnamed).
     async fn altered_anchors(&self, case: Case, req: &Request) -> Vec<u8> {
-        let r = fake::forward_identity(&self.http, &self.real, "/api/v1/anchors", req).await;
-        let Body::Bytes(bytes) = r.body else {
-            unreachable!("forward answers with bytes")
-        };
+        let bytes = fake::identity_body(&self.http, &self.real, "/api/v1/anchors", req).await;
         let mut a: Value = serde_json::from_slice(&bytes).unwrap();
         if case == Case::MalformedReference {
             a["familiarity"]["layers"]["precision"] = json!([1.0, 0.0, 1.0]);
@@ -481,20 +478,14 @@ impl Hostile {
                 Reply::bytes(200, "application/json", bytes)
             }
             Case::TraversingAnchorsName if path == "/api/v1/config" => {
-                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
-                let Body::Bytes(bytes) = r.body else {
-                    unreachable!("forward answers with bytes")
-                };
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
                 let mut config: Value = serde_json::from_slice(&bytes).unwrap();
                 config["anchors_sha256"] = json!("../../../../../../dev/zero");
                 json_reply(&config)
             }
             Case::MismatchedAnchors | Case::MalformedReference if path == "/api/v1/config" => {
                 // A consistent liar: the configuration names the altered anchors.
-                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
-                let Body::Bytes(bytes) = r.body else {
-                    unreachable!("forward answers with bytes")
-                };
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
                 let mut config: Value = serde_json::from_slice(&bytes).unwrap();
                 let altered = self.altered_anchors(case, req).await;
                 config["anchors_sha256"] = json!(publish::blocks::hash_hex(&altered));
@@ -510,10 +501,7 @@ impl Hostile {
                 fake::forward(&self.http, &self.real, path, req).await
             }
             Case::OtherQueryModel if path == "/api/v1/config" => {
-                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
-                let Body::Bytes(bytes) = r.body else {
-                    unreachable!("forward answers with bytes")
-                };
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
                 let mut config: Value = serde_json::from_slice(&bytes).unwrap();
                 config["query_model_version"] = json!(OTHER_QUERY_MODEL);
                 json_reply(&config)
@@ -526,10 +514,7 @@ impl Hostile {
                 fake::forward(&self.http, &self.real, path, req).await
             }
             Case::MalformedSamples | Case::OtherSamplesModel if path == "/samples.js" => {
-                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
-                let Body::Bytes(bytes) = r.body else {
-                    unreachable!("forward answers with bytes")
-                };
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
                 let rewritten = if case == Case::MalformedSamples {
                     malformed_samples(&bytes)
                 } else {
@@ -544,40 +529,29 @@ impl Hostile {
             Case::OtherWidthQueryModel if path == "/pkg/familiarity.bin" => {
                 self.familiarity_fetches.fetch_add(1, Ordering::SeqCst);
                 let how = *self.familiarity.lock().unwrap();
+                let real = || fake::identity_body(&self.http, &self.real, path, req);
                 match how {
                     Familiarity::Withheld => Reply::bytes(404, "text/plain", b"not found".to_vec()),
                     Familiarity::Served => fake::forward(&self.http, &self.real, path, req).await,
-                    Familiarity::Altered | Familiarity::Oversized | Familiarity::Dripped => {
-                        let r = fake::forward_identity(&self.http, &self.real, path, req).await;
-                        let Body::Bytes(mut bytes) = r.body else {
-                            unreachable!("forward answers with bytes")
-                        };
-                        match how {
-                            Familiarity::Altered => {
-                                // A weight in the middle of the file: it still parses as a
-                                // model.
-                                let mid = bytes.len() / 2;
-                                bytes[mid] ^= 1;
-                            }
-                            Familiarity::Oversized => {
-                                bytes.extend(std::iter::repeat_n(7u8, 4 << 20));
-                            }
-                            _ => {
-                                return Reply {
-                                    status: 200,
-                                    headers: vec![(
-                                        "content-type".into(),
-                                        "application/octet-stream".into(),
-                                    )],
-                                    body: Body::Drip {
-                                        bytes,
-                                        every: Duration::from_secs(1),
-                                    },
-                                }
-                            }
-                        }
+                    Familiarity::Altered => {
+                        let mut bytes = real().await;
+                        // A weight in the middle of the file: it still parses as a model.
+                        let mid = bytes.len() / 2;
+                        bytes[mid] ^= 1;
                         Reply::bytes(200, "application/octet-stream", bytes)
                     }
+                    Familiarity::Oversized => {
+                        let mut bytes = real().await;
+                        bytes.extend(std::iter::repeat_n(7u8, 4 << 20));
+                        Reply::bytes(200, "application/octet-stream", bytes)
+                    }
+                    Familiarity::Dripped => Reply {
+                        body: Body::Drip {
+                            bytes: real().await,
+                            every: Duration::from_secs(1),
+                        },
+                        ..Reply::bytes(200, "application/octet-stream", Vec::new())
+                    },
                 }
             }
             Case::OtherWidthQueryModel if path == "/api/v1/anchors" => {
@@ -588,10 +562,7 @@ impl Hostile {
                 // A consistent liar: the configuration names the model it serves and the
                 // anchors fitted with it.
                 let other = self.other_width.get().expect("the other model, prepared");
-                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
-                let Body::Bytes(bytes) = r.body else {
-                    unreachable!("forward answers with bytes")
-                };
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
                 let mut config: Value = serde_json::from_slice(&bytes).unwrap();
                 config["query_model_version"] = json!(weights_version(&other.model));
                 config["anchors_sha256"] = json!(publish::blocks::hash_hex(&other.anchors));
@@ -610,10 +581,7 @@ impl Hostile {
                             .strip_prefix("/api/v1/pir/")
                             .is_some_and(|v| !v.contains('/'))) =>
             {
-                let r = fake::forward_identity(&self.http, &self.real, path, req).await;
-                let Body::Bytes(bytes) = r.body else {
-                    unreachable!("forward answers with bytes")
-                };
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
                 let mut doc: publish::pir::doc::PirDoc = serde_json::from_slice(&bytes).unwrap();
                 let sd = doc
                     .scores

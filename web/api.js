@@ -19,8 +19,11 @@ export const PHOTO_LIMITS = wasmReady.then(() => JSON.parse(photo_limits()));
 setLimits(LIMITS);
 
 // An answer as bytes, within `maxBytes` and the deadline: the gallery's for a path it names
-// ("/api/v1/…"), or one of this page's own files (checked against `integrity` when given).
-async function getBytes(path, maxBytes, integrity) {
+// ("/api/v1/…"), or one of this page's own files (`own`: its `asset`, checked against its
+// integrity when the bundle gives one). A page's own file that fails is named as such: it
+// comes from the page's origin, which may not be the search server's.
+async function getBytes(path, maxBytes, own) {
+  const integrity = own?.integrity;
   const L = await LIMITS;
   const d = deadline(L.total_timeout_secs);
   let got;
@@ -29,7 +32,7 @@ async function getBytes(path, maxBytes, integrity) {
   } catch (e) {
     if (e instanceof HostileAnswer) throw new Error(`The server's answer for ${path} was refused: ${e.message}.`);
     if (e?.name === "TimeoutError" || d.signal.aborted) throw new Error(`The server did not answer ${path} in time.`);
-    if (integrity) throw new Error(`This page's file ${path} could not be loaded or does not match this version's hash.`);
+    if (own) throw new Error(`This page's file ${path} could not be loaded${integrity ? " or does not match this version's hash" : ""}.`);
     throw new Error("Cannot reach the search server. Check that it is running and try again.");
   } finally {
     d.done();
@@ -47,7 +50,7 @@ export async function getJson(path, maxBytes) {
 // One of this page's own text files (e.g. "pkg/results.csv"), checked by its hash, as text.
 export async function getPageText(name, maxBytes) {
   const f = asset(name);
-  return new TextDecoder().decode(await getBytes(f.url, maxBytes, f.integrity));
+  return new TextDecoder().decode(await getBytes(f.url, maxBytes, f));
 }
 
 // One of the on-device models' files (`limits()`: `max_model_bytes`, the longest query model
@@ -58,7 +61,7 @@ export async function getPageText(name, maxBytes) {
 export async function getModel(name, lengthKey, exact) {
   const want = (await LIMITS)[lengthKey];
   const f = asset(name);
-  const bytes = await getBytes(f.url, want, f.integrity);
+  const bytes = await getBytes(f.url, want, f);
   if (exact && bytes.byteLength !== want) {
     throw new Error(`The server's answer for ${name} was refused: ${bytes.byteLength} bytes, not the ${want} of a model file.`);
   }

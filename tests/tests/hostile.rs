@@ -247,6 +247,8 @@ enum Familiarity {
     Oversized,
     /// The real file, a byte a second (past the page's deadline).
     Dripped,
+    /// Redirected to the same path on another origin (which would serve the real file).
+    Elsewhere,
     /// The real file.
     Served,
 }
@@ -552,6 +554,8 @@ impl Hostile {
                         },
                         ..Reply::bytes(200, "application/octet-stream", Vec::new())
                     },
+                    Familiarity::Elsewhere => Reply::bytes(302, "text/plain", Vec::new())
+                        .header("location", &format!("{}{path}", self.other)),
                 }
             }
             Case::OtherWidthQueryModel if path == "/api/v1/anchors" => {
@@ -1675,8 +1679,9 @@ async fn samples_are_searched_with_the_query_model(case: Case, said: &[&str]) {
 /// bits), named in the configuration, with the real anchors (their familiarity reference is
 /// the pinned familiarity model's, which the page then fetches with the first photo) — a
 /// consistent server. While that server withholds the familiarity model, then serves it with
-/// one byte changed, 4 MiB too long, and a byte a second, each photo is refused with the
-/// reason before it is classified (no class shown, the search button disabled, no PIR
+/// one byte changed, 4 MiB too long, a byte a second, and redirected to another origin (which
+/// would serve the real bytes: the page's policy never lets the request leave), each photo is
+/// refused with the reason before it is classified (no class shown, the search button disabled, no PIR
 /// request; while the file drips in, the status line says what the page is loading, and it
 /// stops at the page's deadline), and the page asks again with the next photo. Served as it is, inference is total
 /// at every admitted shape (`Model::infer`'s proof), so no photo can make the page fail or
@@ -1718,6 +1723,9 @@ async fn a_query_model_of_other_widths_changes_only_what_a_search_finds() {
         ),
         (Familiarity::Oversized, "larger than"),
         (Familiarity::Dripped, "in time"),
+        // The real bytes, but from another origin: never asked for (the page's policy blocks
+        // the redirect, asserted with the other origin's hits below).
+        (Familiarity::Elsewhere, "could not be loaded"),
     ];
     for (how, why) in refusals {
         *hostile.familiarity.lock().unwrap() = how;

@@ -10,10 +10,11 @@ step() { echo "setup: $1 (about $2)…" >&2; }
 
 apt_missing=()
 [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || apt_missing+=(dataset-fashion-mnist)
-# The load-balancer test's HAProxy (tests/tests/e2e/scale.rs, deploy/haproxy.cfg).
-command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || apt_missing+=(haproxy)
 command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] || apt_missing+=(cargo rustc)
+# The tests' tools (PM_SETUP_BROWSER=1, scripts/test.sh): the browser, its driver, and the
+# load-balancer test's HAProxy (tests/tests/e2e/scale.rs, deploy/haproxy.cfg).
 if [ "${PM_SETUP_BROWSER:-0}" = 1 ]; then
+  command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || apt_missing+=(haproxy)
   [ -x /usr/bin/chromium ] || apt_missing+=(chromium)
   [ -x /usr/bin/chromedriver ] || apt_missing+=(chromium-driver)
 fi

@@ -92,7 +92,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1)]
     pub(crate) blocks_frame_draws: usize,
     /// Block evaluation: the large gallery, the server's demo gallery of this size
-    /// (`data::demo_gallery`: the anchors and the held-out queries stay out; 0 skips it).
+    /// (`data::fashion::demo_gallery`: the anchors and the held-out queries stay out; 0 skips it).
     #[arg(long, default_value_t = 70_000)]
     pub(crate) blocks_large: usize,
     /// Block evaluation: the levels (numbers of blocks B).

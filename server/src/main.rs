@@ -255,7 +255,7 @@ struct GalleryArgs {
     data_dir: PathBuf,
     /// Gallery images: the test split first, then the training split without the public
     /// anchors and 1,000 reserved evaluation photos (about 68,000 in all), then deterministic
-    /// variants of those (shifts, flips, pixel noise; see `data::demo_gallery`) up to 1,000,000.
+    /// variants of those (shifts, flips, pixel noise; see `data::fashion::demo_gallery`) up to 1,000,000.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
     gallery_size: u64,
     /// Public anchors (from the training split, class-balanced): 10–60,000.

@@ -23,7 +23,7 @@ pub struct TrainConfig {
     /// Random horizontal flips and ±1-pixel shifts of the training images (Fashion-MNIST
     /// products are roughly mirror-symmetric and not perfectly centred).
     pub augment: bool,
-    /// Share of training samples drawn as product photos instead (`gallery::photos`: a random
+    /// Share of training samples drawn as product photos instead (`data::photos`: a random
     /// background, shift, scale, rotation and noise) and brought back by the client's own
     /// photo pipeline (`embed::photo`), so the model learns what that pipeline leaves
     /// of a photo: its resampling blur, rotations, noise. 0 disables it.

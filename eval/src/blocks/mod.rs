@@ -1,7 +1,7 @@
 //! `eval --blocks`: private block retrieval (`shared/spec/blocks.md`, issue #12 point 7).
 //!
 //! Gallery: the first 10,000 test images (the server's demo gallery), and — for the large run —
-//! the server's demo gallery of `--blocks-large` images (`data::demo_gallery`: the test split,
+//! the server's demo gallery of `--blocks-large` images (`data::fashion::demo_gallery`: the test split,
 //! the training split without the public anchors and the reserved queries, then variants).
 //! Queries: the reserved training images (`data::reserved_train`), outside every gallery and
 //! the public anchors (the first `--anchors` class-balanced training images), the same queries

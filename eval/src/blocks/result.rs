@@ -53,7 +53,7 @@ pub struct GalleryResult {
     pub own: Vec<(String, u32, f64, f64, f64)>,
     pub mc_searches: usize,
     /// (ε, target) → least pool with the server's current default levels
-    /// (`publish::default_specs`), when they were evaluated.
+    /// (`publish::publish::default_specs`), when they were evaluated.
     pub default_least: Vec<(f64, f64, Option<Point>)>,
     /// The current default levels, by name.
     pub default_name: String,

@@ -1,7 +1,7 @@
 //! `eval --photos`: the query model (the one a client runs) on photos rather than dataset
 //! images, against the gallery model's features of the gallery. Each held-out
 //! Fashion-MNIST image (`data::reserved_train`: never in the gallery, never trained on) is
-//! drawn as a 112×112 RGBA product photo (`gallery::photos`: dark object on a light
+//! drawn as a 112×112 RGBA product photo (`data::photos`: dark object on a light
 //! background) under one perturbation at a time and under the whole family at once (background
 //! 200–255, shifts up to 10 %, scale 0.7–1.0, rotations up to 10°, Gaussian noise σ = 5, JPEG
 //! quality 60), and preprocessed by the client's pipeline (`from_rgba`) and by the one before

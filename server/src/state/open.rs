@@ -303,7 +303,7 @@ impl AppState {
         let mut rows = rows;
         if rows.is_empty() {
             // The demo gallery: the test split, the training split without the anchors and the
-            // reserved evaluation photos, then variants (`data::demo_gallery`).
+            // reserved evaluation photos, then variants (`data::fashion::demo_gallery`).
             let test = load_split(opts.data_dir, "t10k")?;
             let seeded: Vec<StoredItem> =
                 demo_gallery(&test, &train, &anchor_idx, opts.gallery_size)

@@ -59,7 +59,7 @@ fn get_centroids(http: &Client, base: &str, d: &PartitionDoc, level: usize) -> C
 }
 
 /// The levels are the default block counts `want`, then the hintless ranking's capped level
-/// (`publish::ranking_spec`), whose every block is within its row cap.
+/// (`publish::publish::ranking_spec`), whose every block is within its row cap.
 fn assert_default_levels_then_capped(d: &PartitionDoc, want: &[u32]) {
     let (capped, rest) = d.levels.split_last().expect("levels");
     let bs: Vec<u32> = rest.iter().map(|l| l.blocks).collect();

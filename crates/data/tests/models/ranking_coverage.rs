@@ -1,4 +1,4 @@
-//! The hintless ranking's level (`publish::ranking_spec`) built as the server builds it, on the
+//! The hintless ranking's level (`publish::publish::ranking_spec`) built as the server builds it, on the
 //! demo gallery's real features with the committed gallery model, probed with the committed
 //! query model's features of held-out images (as a client computes them): the share of a
 //! held-out photo's exact top 8 that its own block holds is the ranking's fidelity (it scores

@@ -36,7 +36,7 @@ struct Args {
     #[arg(long)]
     no_augment: bool,
     /// Share of samples drawn as product photos through the client's photo pipeline
-    /// (`gallery::photos`, `embed::photo`); 0 disables it.
+    /// (`data::photos`, `embed::photo`); 0 disables it.
     #[arg(long, default_value_t = 0.5)]
     photo_share: f32,
     /// Chance of each of a soft shadow, uneven light and a coloured garment on a sample drawn
@@ -44,12 +44,12 @@ struct Args {
     #[arg(long, default_value_t = 0.0)]
     people: f32,
     /// Weight of the contrastive loss pulling a photo's embedding to its clean image's
-    /// (`gallery::training::TrainConfig::contrast`); 0 disables it.
+    /// (`train::TrainConfig::contrast`); 0 disables it.
     #[arg(long, default_value_t = 1.0)]
     contrast: f32,
     /// Distil from this weights file (the teacher): weight of the loss pulling every
     /// sample's embedding to the teacher's of its clean image
-    /// (`gallery::training::TrainConfig::distill`); needs `--teacher`.
+    /// (`train::TrainConfig::distill`); needs `--teacher`.
     #[arg(long, default_value_t = 0.0)]
     distill: f32,
     /// The teacher's weights file for `--distill`.
@@ -61,7 +61,7 @@ struct Args {
     init: Option<PathBuf>,
     /// The convolutions' widths, `C1,C2` (each 1 to 128): of a network trained from scratch,
     /// or the widths a start model (`--init`) is widened to first, its new channels reaching
-    /// nothing until trained (`gallery::training::widen`).
+    /// nothing until trained (`train::widen`).
     #[arg(long, default_value = "32,64", value_parser = parse_arch)]
     channels: Arch,
     /// Write the weights in 8 bits (`PMCNN3`, `embed::weights::EightBit`): how the

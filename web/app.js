@@ -19,7 +19,7 @@
 // transport), identity.js (the gallery's key, pinned, and the refusal keyed by it and by the
 // gallery's origin), and flows/ with one search flow a protocol (frame.js: the anchor frame and
 // Algorithm 1; blocks.js: blocks and the whole gallery; pir.js).
-import { Client } from "./pkg/privatemail_client_wasm.js";
+import { Client, delta } from "./pkg/privatemail_client_wasm.js";
 import { $, protocol, showError, state, status, timings } from "./page.js";
 import { LIMIT_KEY, RECEIPTS_KEY, forgetLastAddition, updateBudget, updateEpsilon } from "./budget.js";
 import { getJson, getModel, wasmReady } from "./api.js";
@@ -82,7 +82,7 @@ async function start() {
   // From here on the page connects only to its own origin, the gallery's and the blocks'.
   narrowConnections([GALLERY_ORIGIN, blocksOrigin()]);
   await evaluation;
-  $("delta").textContent = state.config.privacy_defaults.delta.toExponential(0);
+  $("delta").textContent = delta().toExponential(0);
   renderSamples();
   renderLegend();
   drawPlot(null);

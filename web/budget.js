@@ -1,7 +1,7 @@
 // The privacy level (the ε slider and what it means, in figures) and the budget this browser has spent:
 // receipts kept in localStorage, composed by the wasm client, and the warning before a search
 // would pass the user's limit.
-import { compose_budget, release_words, total_words } from "./pkg/privatemail_client_wasm.js";
+import { compose_budget, delta, release_words, total_words } from "./pkg/privatemail_client_wasm.js";
 import { $, epsilon, protocol, state, status } from "./page.js";
 import { updatePlan } from "./plan.js";
 import { blockHint, frameHint } from "./disclosure.js";
@@ -14,7 +14,7 @@ function hint(eps) {
   const p = protocol();
   if (p === "pir") return "Private information retrieval spends no ε at all: this slider applies only to the other ways to search.";
   if (p === "whole") return "The whole gallery spends no ε: the server learns nothing about your photo, whatever this slider says.";
-  if (p === "frame" || p === "paper") return frameHint(eps, state.config.privacy_defaults.delta, p === "paper");
+  if (p === "frame" || p === "paper") return frameHint(eps, delta(), p === "paper");
   return blockHint(eps, state.currentPlan);
 }
 
@@ -31,7 +31,7 @@ function receipts() {
 }
 
 function total(list) {
-  return JSON.parse(compose_budget(JSON.stringify(list), state.config.privacy_defaults.delta));
+  return JSON.parse(compose_budget(JSON.stringify(list), delta()));
 }
 
 // What a release was, in words: the way of searching, then the receipt's own mechanism and
@@ -45,7 +45,7 @@ export function releaseWords(r) {
 // How a total was composed (the smallest of the valid compositions), in words with its
 // figures, from the receipts (client::words::total): {method, text, short}.
 export function totalWords(list) {
-  return JSON.parse(total_words(JSON.stringify(list), state.config.privacy_defaults.delta));
+  return JSON.parse(total_words(JSON.stringify(list), delta()));
 }
 
 // The last addition this page made, for its explanation ("… added 4.31: 19.00 → 23.31").

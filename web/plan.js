@@ -1,6 +1,7 @@
 // The plan view: what the next search will download and spend, from public documents only
 // (ε, the byte budget, the partition and the PIR document; never the photo), as text — with
 // what the server learns, in figures — as a point on the plan plot, and as the block map.
+import { delta as clientDelta } from "./pkg/privatemail_client_wasm.js";
 import { $, K, epsilon, pirRanking, protocol, state } from "./page.js";
 import { fmtKiB, fmtKiBWhole, pct } from "./format.js";
 import { drawPlanPlot } from "./plot.js";
@@ -44,7 +45,7 @@ export function updatePlan() {
 // The noisy-numbers searches' plan: what is sent, what it spends, and what its results are
 // worth at this ε in the committed evaluation's figures (web/evaluation.js).
 function noisyPlanLines(p) {
-  const eps = epsilon(), delta = state.config.privacy_defaults.delta.toExponential(0);
+  const eps = epsilon(), delta = clientDelta().toExponential(0);
   const lines = [];
   if (p === "frame") {
     lines.push(["This search sends ten rows of 10 noisy numbers — your photo's place among the public anchor images, and nine decoys — " +
@@ -92,9 +93,11 @@ function updatePirPlan() {
       (state.pirPlan.ranking.kind === "scores" ? " It could also return other matches than your nearest ones; their pictures are still checked." : ""),
     `This search ${how}, then fetches the ${K} pictures the same way: ${fmtKiB(state.pirPlan.up_bytes)} up and ${fmtKiB(state.pirPlan.down_bytes)} down per search, plus ${fmtKiB(state.pirPlan.one_time_bytes)} of public files once per gallery version (kept by your browser).` +
       (state.pirPlan.coded_picture_bytes ? ` To keep those bytes small, each picture travels coded in ${state.pirPlan.coded_picture_bytes} bytes, so it looks coarser than the gallery's own.` : ""),
-    state.pirPlan.predicted_fidelity >= 0.9995
+    // Exact by construction only with the table; otherwise the figure is the gallery's own
+    // (its published coverage), which nothing here can check.
+    state.pirPlan.ranking.kind === "table"
       ? "Results: your exact 8 nearest images in the whole gallery."
-      : `Predicted: ${pct(state.pirPlan.predicted_fidelity)}% of your 8 exact nearest matches will be found.`,
+      : `Predicted from the figures the gallery publishes (this page cannot check them): ${pct(state.pirPlan.predicted_fidelity)}% of your 8 exact nearest matches will be found.`,
   ];
   $("plan").replaceChildren(...paragraphs(lines.map((t) => [t])));
   drawPlanPlot(curve, null, state.pirPlan, false, epsilon());

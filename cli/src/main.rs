@@ -134,7 +134,7 @@ enum Command {
         #[arg(long)]
         max_epsilon: Option<f64>,
         /// δ at which the budget is reported (and of the frame and paper releases).
-        #[arg(long, default_value_t = 1e-5)]
+        #[arg(long, default_value_t = shared::params::DELTA)]
         delta: f64,
         /// Frame and paper: how the noise is calibrated (always sampled as an exact discrete
         /// Gaussian); the analytic and classic calibrations prove a somewhat different δ,
@@ -161,7 +161,7 @@ enum Command {
         /// Forget every receipt (start a fresh budget).
         #[arg(long)]
         reset: bool,
-        #[arg(long, default_value_t = 1e-5)]
+        #[arg(long, default_value_t = shared::params::DELTA)]
         delta: f64,
         #[arg(long)]
         json: bool,
@@ -389,13 +389,22 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", embed::cut::CUT_OFF_MESSAGE);
             }
             if let Some(c) = &out.pir {
+                // Exact by construction with the table only; otherwise the gallery's own
+                // published coverage, which no client can check.
+                let worth = match c.plan.ranking {
+                    client::pir_search::PirRanking::Table => {
+                        "exact over the whole gallery".to_string()
+                    }
+                    _ => format!(
+                        "predicted fidelity@{} {:.3} (the gallery's published coverage)",
+                        c.plan.k, c.plan.predicted_fidelity
+                    ),
+                };
                 println!(
-                    "PIR (the server learns nothing about the photo; ε = 0): {} up, {} down; {} of public files downloaded once per version; predicted fidelity@{} {:.3}",
+                    "PIR (the server learns nothing about the photo; ε = 0): {} up, {} down; {} of public files downloaded once per version; {worth}",
                     kib(c.bytes_up),
                     kib(c.bytes_down),
                     kib(c.one_time_bytes_downloaded),
-                    c.plan.k,
-                    c.plan.predicted_fidelity
                 );
             }
             if let Some(c) = &out.plan {
@@ -460,7 +469,7 @@ fn run(cli: Cli) -> Result<()> {
             let q = Query {
                 protocol: Protocol::Blocks,
                 epsilon,
-                delta: 1e-5,
+                delta: shared::params::DELTA,
                 k: 8,
                 max_bytes: max_kib * 1024.0,
                 pir_ranking: None,

@@ -174,14 +174,9 @@ pub fn run(
             shared::text::excerpt(&e.to_string(), 200)
         ))
     })?;
-    let ours = embed::model::weights_version(crate::QUERY_WEIGHTS);
-    if config.query_model_version != ours {
-        return Err(CliError::Malformed(format!(
-            "the server's gallery expects the query model {}, this client has {ours}: update \
-             the client",
-            config.query_model_version
-        )));
-    }
+    // Refused alike for every photo (`client::config`).
+    client::config::check(&config, crate::QUERY_WEIGHTS)
+        .map_err(|e| CliError::Malformed(format!("{e}: update the client")))?;
     let t = Instant::now();
     // The search features over the half-pixel views (`embed::views`).
     let photo = model

@@ -114,18 +114,12 @@ impl Client {
         let classifier = Classifier::from_bytes(class_weights).map_err(js_err)?;
         let config: ConfigResponse = serde_json::from_str(config_json)
             .map_err(|e| js_err(format!("the server's configuration is malformed: {e}")))?;
-        // The gallery's features are the gallery model's, and the query model the
-        // configuration names is the one trained to land a photo among them; a photo's
-        // features from any other weights would be compared with them silently and rank
-        // nonsense.
-        let version = embed::model::weights_version(weights);
-        if config.query_model_version != version {
-            return Err(js_err(format!(
-                "the server's gallery expects the query model {}, but it sent the page model \
-                 {version}: reload the page; if this persists, the server is misconfigured",
-                config.query_model_version
-            )));
-        }
+        // Refused alike for every photo, before any is read (`client::config`).
+        client::config::check(&config, weights).map_err(|e| {
+            js_err(format!(
+                "{e}: reload the page; if this persists, the server is misconfigured"
+            ))
+        })?;
         // The anchors the configuration names, as the CLI checks them.
         AnchorsResponse::check_named(anchors_json.as_bytes(), &config).map_err(js_err)?;
         let anchors: AnchorsResponse = serde_json::from_str(anchors_json)
@@ -183,6 +177,13 @@ impl Client {
 #[wasm_bindgen]
 pub fn limits() -> String {
     serde_json::to_string(&shared::params::limits::CLIENT).unwrap_or_default()
+}
+
+/// The δ of the page's (ε, δ) releases and of its privacy total (`shared::params::DELTA`): the
+/// client's own, never the server's configuration's, which could shrink the noise.
+#[wasm_bindgen]
+pub fn delta() -> f64 {
+    shared::params::DELTA
 }
 
 /// A wire enum from its JSON name (`discrete_gaussian`, `proportional`, …).

@@ -20,7 +20,8 @@ pub struct ApiLimits {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConfigResponse {
     pub smlq: SmlqParams,
-    /// Suggested privacy defaults for clients (each client chooses its own budget).
+    /// Suggested privacy defaults for clients (each client chooses its own budget; neither
+    /// client reads its δ, which is theirs: [`crate::params::DELTA`]).
     pub privacy_defaults: PrivacyParams,
     pub class_names: Vec<String>,
     pub feature_dim: usize,

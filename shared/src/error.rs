@@ -37,8 +37,6 @@ pub enum Error {
     ClassicEpsilonTooLarge { epsilon: f64 },
     #[error("degenerate alignment: {reason}")]
     DegenerateAlignment { reason: &'static str },
-    #[error("value too large for the noise grid: |x| / grid = {ratio:e} exceeds 2^52")]
-    OutOfGrid { ratio: f64 },
     #[error("{what} do not match the SHA-256 the configuration names")]
     NotAsNamed { what: &'static str },
     #[error("{what} are not the file this client was built with (another SHA-256)")]

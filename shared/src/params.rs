@@ -8,6 +8,15 @@ use crate::error::{Error, Result};
 /// this many (the on-device model's output, `embed::weights::EMBED`).
 pub const EMBED: usize = 64;
 
+/// The δ of every (ε, δ) release a client makes (the anchor frame, Algorithm 1) and of the
+/// privacy total it reports: the page's always, the CLI's unless `--delta` says otherwise.
+///
+/// Why here and not the server's: a larger δ calibrates less noise for the same ε (at ε = 1
+/// and the class simplex's sensitivity √2, σ = 5.72 at δ = 10⁻⁵ but 0.26 at δ = 0.999999), so
+/// a δ taken from the gallery's configuration (`ConfigResponse::privacy_defaults`) would let
+/// the server shrink the noise on the photo's numbers. Neither client reads that field's δ.
+pub const DELTA: f64 = 1e-5;
+
 /// Hard limits that bound every size the shared code accepts.
 pub mod limits {
     /// Rows of one client embedding (query + dummies + anchors). The client keeps an n×n kernel,
@@ -248,7 +257,7 @@ impl Default for PrivacyParams {
     fn default() -> Self {
         PrivacyParams {
             epsilon: 1.0,
-            delta: 1e-5,
+            delta: DELTA,
             mechanism: Mechanism::default(),
         }
     }

@@ -70,6 +70,12 @@ enum Case {
     RelatedSeeds,
     /// Not in `CASES`: a configuration naming a query model the client does not run.
     OtherQueryModel,
+    /// Not in `CASES`: a configuration naming nine classes (the class model has ten), with the
+    /// real anchors.
+    NineClasses,
+    /// Not in `CASES`: a configuration whose suggested δ is 0.999 (less noise for the same ε,
+    /// were a client to take it).
+    GenerousDelta,
     /// Not in `CASES`: the page's samples (`samples.js`) with malformed published features.
     MalformedSamples,
     /// Not in `CASES`: the page's samples published as another gallery model's features.
@@ -130,6 +136,8 @@ impl Case {
             Case::DamagedPirThumbs => "damaged-pir-thumbs",
             Case::RelatedSeeds => "related-seeds",
             Case::OtherQueryModel => "other-query-model",
+            Case::NineClasses => "nine-classes",
+            Case::GenerousDelta => "generous-delta",
             Case::MalformedSamples => "malformed-samples",
             Case::OtherSamplesModel => "other-samples-model",
             Case::OtherWidthQueryModel => "other-width-query-model",
@@ -169,6 +177,8 @@ impl Case {
             Case::DamagedPirThumbs => "every PIR thumbnail answer with ten bytes inverted",
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
             Case::OtherQueryModel => "a configuration naming another query model",
+            Case::NineClasses => "a configuration naming nine classes",
+            Case::GenerousDelta => "a configuration suggesting δ = 0.999",
             Case::MalformedSamples => "samples with malformed published features",
             Case::OtherSamplesModel => "samples published as another gallery model's features",
             Case::OtherWidthQueryModel => {
@@ -196,6 +206,8 @@ impl Case {
                 Case::DamagedPirThumbs,
                 Case::RelatedSeeds,
                 Case::OtherQueryModel,
+                Case::NineClasses,
+                Case::GenerousDelta,
                 Case::OtherWidthQueryModel,
                 Case::RefusedRelease,
             ])
@@ -508,7 +520,19 @@ impl Hostile {
                 config["query_model_version"] = json!(OTHER_QUERY_MODEL);
                 json_reply(&config)
             }
-            Case::OtherQueryModel
+            Case::NineClasses if path == "/api/v1/config" => {
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
+                let mut config: Value = serde_json::from_slice(&bytes).unwrap();
+                config["smlq"]["num_classes"] = json!(9);
+                json_reply(&config)
+            }
+            Case::GenerousDelta if path == "/api/v1/config" => {
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
+                let mut config: Value = serde_json::from_slice(&bytes).unwrap();
+                config["privacy_defaults"]["delta"] = json!(0.999);
+                json_reply(&config)
+            }
+            Case::OtherQueryModel | Case::NineClasses
                 if path.starts_with("/api/v1/")
                     && !matches!(path, "/api/v1/anchors" | "/api/v1/gallery-map") =>
             {
@@ -1503,66 +1527,131 @@ async fn related_seeds_are_refused_by_the_cli_and_the_page_before_any_query() {
     c.close().await.unwrap();
 }
 
-/// A configuration naming a query model other than the one the client runs (a photo's
-/// features from other weights would rank the gallery's silently): the CLI refuses right after
-/// reading it, whatever the protocol, with nothing sent after it (exit 7, naming both
-/// versions); the page does not start, and a photo chosen on it sends nothing.
+/// A configuration that disagrees with the client's own models (`client::config`): naming a
+/// query model other than the one the client runs (a photo's features from other weights would
+/// rank the gallery's silently), or nine classes where the class model has ten (Algorithm 1
+/// would then refuse a photo of the tenth class only, and the server learn it from the search
+/// that never came). The CLI refuses right after reading it, whatever the protocol, with
+/// nothing sent after it (exit 7, saying why); the page does not start, and a photo chosen on
+/// it sends nothing.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_query_model_the_client_does_not_run_is_refused_before_any_search_request() {
+async fn a_configuration_the_clients_models_disagree_with_is_refused_before_any_search_request() {
     let real = browser::server();
     let (base, hostile) = hostile(&real.base).await;
     let bin = tokio::task::spawn_blocking(cli_bin).await.unwrap();
     let dir = std::env::temp_dir().join(format!("pm-other-model-{}", std::process::id()));
     let ours = embed::model::weights_version(data::assets::QUERY_WEIGHTS);
-    for (i, protocol) in ["pir", "blocks", "frame", "paper"].into_iter().enumerate() {
-        let args: Vec<String> = vec![
-            "search".into(),
-            photo(&dir, i).to_str().unwrap().into(),
-            "--server".into(),
-            format!("{base}/case/{}", Case::OtherQueryModel.name()),
-            "--protocol".into(),
-            protocol.into(),
-        ];
-        let (bin, state) = (bin.clone(), dir.join("state"));
-        let r = tokio::task::spawn_blocking(move || run_measured(&bin, &args, &state, "model"))
-            .await
-            .unwrap();
-        let err = String::from_utf8_lossy(&r.stderr).to_string();
-        assert_eq!(r.code, 7, "{protocol}: {err}");
-        assert!(
-            err.contains(OTHER_QUERY_MODEL) && err.contains(&ours),
-            "{protocol}: {err}"
+    let (_driver, c) = browser::browser().await;
+    let cases = [
+        (
+            Case::OtherQueryModel,
+            vec![OTHER_QUERY_MODEL, ours.as_str()],
+        ),
+        (
+            Case::NineClasses,
+            vec!["names 9 classes", "class model has 10"],
+        ),
+    ];
+    for (case, words) in cases {
+        hostile.after_other_model.store(0, Ordering::SeqCst);
+        for (i, protocol) in ["pir", "blocks", "frame", "paper"].into_iter().enumerate() {
+            let args: Vec<String> = vec![
+                "search".into(),
+                photo(&dir, i).to_str().unwrap().into(),
+                "--server".into(),
+                format!("{base}/case/{}", case.name()),
+                "--protocol".into(),
+                protocol.into(),
+            ];
+            let (bin, state) = (bin.clone(), dir.join("state"));
+            let r = tokio::task::spawn_blocking(move || run_measured(&bin, &args, &state, "model"))
+                .await
+                .unwrap();
+            let err = String::from_utf8_lossy(&r.stderr).to_string();
+            assert_eq!(r.code, 7, "{case:?}, {protocol}: {err}");
+            assert!(
+                words.iter().all(|w| err.contains(w)),
+                "{case:?}, {protocol}: {err}"
+            );
+            assert_eq!(
+                hostile.after_other_model.load(Ordering::SeqCst),
+                0,
+                "{case:?}, {protocol}: a request after the configuration"
+            );
+        }
+        *hostile.page_case.lock().unwrap() = case;
+        let error = refused_start(&c, &base).await;
+        assert!(words.iter().all(|w| error.contains(w)), "{case:?}: {error}");
+        // A photo chosen anyway: nothing is searched, and nothing is sent.
+        let (file, _) = browser::image_file(0);
+        browser::upload(&c, &file).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            js(&c, "return document.getElementById('search').disabled;").await,
+            json!(true),
+            "{case:?}"
         );
+        js(&c, "document.getElementById('search').click(); return 0;").await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(
             hostile.after_other_model.load(Ordering::SeqCst),
             0,
-            "{protocol}: a request after the configuration"
+            "{case:?}: the page sent a request after refusing the configuration"
         );
+        let _ = std::fs::remove_file(&file);
     }
     let _ = std::fs::remove_dir_all(&dir);
+    c.close().await.unwrap();
+}
+
+/// δ is the client's own (`shared::params::DELTA`), never the δ the gallery's configuration
+/// suggests: with a configuration suggesting δ = 0.999 (which would calibrate a small fraction
+/// of the noise for the same ε), the page states δ = 1e-5, and its anchor-frame and Algorithm 1
+/// releases are calibrated, receipted and added to its total at 1e-5 — the frame's noise the
+/// same as under an honest configuration. The CLI never read that field.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_configurations_delta_never_sets_the_noise() {
+    let real = browser::server();
+    let (base, hostile) = hostile(&real.base).await;
     let (_driver, c) = browser::browser().await;
-    *hostile.page_case.lock().unwrap() = Case::OtherQueryModel;
-    let error = refused_start(&c, &base).await;
-    assert!(
-        error.contains(OTHER_QUERY_MODEL) && error.contains(&ours),
-        "{error}"
-    );
-    // A photo chosen anyway: nothing is searched, and nothing is sent.
-    let (file, _) = browser::image_file(0);
-    browser::upload(&c, &file).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        js(&c, "return document.getElementById('search').disabled;").await,
-        json!(true)
-    );
-    js(&c, "document.getElementById('search').click(); return 0;").await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        hostile.after_other_model.load(Ordering::SeqCst),
-        0,
-        "the page sent a request after refusing the configuration"
-    );
-    let _ = std::fs::remove_file(&file);
+    let mut noise = Vec::new();
+    for case in [Case::GenerousDelta, Case::Honest] {
+        *hostile.page_case.lock().unwrap() = case;
+        browser::open_page(&c, &base).await;
+        js(
+            &c,
+            "localStorage.removeItem('privatemail.receipts'); return 0;",
+        )
+        .await;
+        assert_eq!(browser::text(&c, "delta").await, "1e-5", "{case:?}");
+        let (file, _) = browser::image_file(0);
+        load_photo(&c, &file).await;
+        for protocol in ["frame", "paper"] {
+            browser::choose(&c, "protocol", protocol).await;
+            assert_eq!(browser::search(&c).await.len(), 8, "{case:?}, {protocol}");
+        }
+        let receipts = js(
+            &c,
+            "return JSON.parse(localStorage.getItem('privatemail.receipts') || '[]');",
+        )
+        .await;
+        let receipts = receipts.as_array().unwrap();
+        assert_eq!(receipts.len(), 2, "{case:?}");
+        for r in receipts {
+            assert_eq!(r["delta"], json!(shared::params::DELTA), "{case:?}: {r}");
+            assert!(
+                r["proven_delta"].as_f64().unwrap() <= shared::params::DELTA,
+                "{case:?}: {r}"
+            );
+        }
+        // The frame's noise follows from the frame, ε and δ alone (Algorithm 1's also from its
+        // random start).
+        noise.push(receipts[0]["noise_scale"].clone());
+        let how = browser::text(&c, "spent-how").await;
+        assert!(how.contains("δ = 1e-5"), "{case:?}: {how}");
+        let _ = std::fs::remove_file(&file);
+    }
+    assert_eq!(noise[0], noise[1], "the noise the suggested δ left");
     c.close().await.unwrap();
 }
 

@@ -3,6 +3,7 @@
 // noise, the real row's position, all kept in wasm) and hands out the one request only after
 // the release's receipt is recorded here (`spend`); this module moves the bytes and shows the
 // real row's matches.
+import { delta } from "../pkg/privatemail_client_wasm.js";
 import { $, K, epsilon, protocol, state, status, timings } from "../page.js";
 import { LIMITS } from "../api.js";
 import { HostileAnswer, deadline, fetchBounded, serverMessage } from "../net.js";
@@ -12,10 +13,10 @@ import { searchFailed } from "../results.js";
 
 function privatize() {
   const t = performance.now();
-  const delta = state.config.privacy_defaults.delta;
+  // δ is this client's own (the server's configuration could only ask for less noise).
   const out = JSON.parse(protocol() === "paper"
-    ? state.client.privatize_paper(epsilon(), delta, $("mechanism").value, K)
-    : state.client.privatize(epsilon(), delta, $("mechanism").value, K, $("ranking").value));
+    ? state.client.privatize_paper(epsilon(), delta(), $("mechanism").value, K)
+    : state.client.privatize(epsilon(), delta(), $("mechanism").value, K, $("ranking").value));
   out.paper = protocol() === "paper";
   out.kind = "frame";
   timings.privatize_ms = performance.now() - t;

@@ -66,10 +66,13 @@ export function showStopped(message) {
 
 function showPirResults(ranked) {
   const same = ranked.results.filter((m) => m.label === state.image.label).length;
-  const exact = state.pirPlan.predicted_fidelity >= 0.9995;
+  // What the plan's kind makes true, never the gallery's published figure: only the table
+  // ranks the whole gallery, and scores are the server's to compute (encrypted).
+  const kind = state.pirPlan.ranking.kind;
   $("results-summary").textContent =
-    `The ${ranked.results.length} nearest images ${exact ? "in the whole gallery" : "in your photo's part of the gallery"}, ` +
-    "ranked exactly in your browser; the server computed its answers without learning which images you asked for. " +
+    `The ${ranked.results.length} nearest images ${kind === "table" ? "in the whole gallery" : "in your photo's part of the gallery"}, ` +
+    (kind === "scores" ? "ranked in your browser by the scores the server computed encrypted" : "ranked exactly in your browser") +
+    "; the server computed its answers without learning which images you asked for. " +
     `${same} ${same === 1 ? "is" : "are"} in the category the model sees in your photo (${state.image.class_name}).`;
   renderResults(ranked);
 }

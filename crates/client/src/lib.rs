@@ -10,7 +10,7 @@
 //! - [`frame_search`] — the anchor frame and Algorithm 1: one noisy release in one `POST`;
 //! - [`words`] — a release and a privacy total in words, from their receipts, for both.
 //!
-//! [`identity`] holds what every search is gated by: the gallery's signed key, pinned on
+//! [`config`] holds a gallery's configuration against the client's own models, at start; [`identity`] holds what every search is gated by: the gallery's signed key, pinned on
 //! first use, and the refusal keyed by key, normalised origin and resolved address.
 //!
 //! The ledger rule lives in the drivers ([`ledger`]): a release's receipt is recorded before
@@ -18,6 +18,7 @@
 
 pub mod block_driver;
 pub mod block_search;
+pub mod config;
 pub mod frame_search;
 pub mod identity;
 pub mod ledger;

@@ -10,6 +10,15 @@
 //! `(round(v/γ) + Z)·γ`, which f64 represents exactly. The output set no longer depends on the
 //! query's low bits; the rounding costs `√m` grid steps of sensitivity, added before calibration.
 //!
+//! # No failure that depends on the query
+//! A value too large for the grid (`|v| > 2⁵¹·γ`, where `round(v/γ) + Z` would no longer be an
+//! exact f64) is clamped to `±2⁵¹·γ` before rounding, never refused. The grid follows from the
+//! sensitivity and the privacy parameters alone, so a refusal there would depend on the query —
+//! the photo — and a server that chose the frame could place the threshold inside it and learn
+//! from which searches never came which side of it a photo lies. Clamping each coordinate to an
+//! interval is 1-Lipschitz, so it moves no two queries further apart: the sensitivity, and the
+//! guarantee, are unchanged.
+//!
 //! # Calibration ([`Mechanism`])
 //! - `ClassicGaussian`: `σ = √(2 ln(1.25/δ))·Δ/ε`, proven (Dwork & Roth, Thm A.1) for ε < 1 only.
 //! - `AnalyticGaussian`: Balle & Wang 2018, Thm 8: the least σ with
@@ -210,9 +219,11 @@ impl NoisyEmbedding {
 ///
 /// Guarantee: if every neighbouring pair of inputs moves `values` by at most `sensitivity` in
 /// L2, the output is ρ-zCDP and (ε, `receipt.proven_delta`)-DP; see the module docs.
-/// Proof sketch: rounding each entry to the grid moves it ≤ γ/2, so the rounded query has
-/// sensitivity ≤ Δ + √m·γ = Δ_ℤ·γ; exact discrete Gaussian noise of scale N on ℤ^m gives
-/// ρ = Δ_ℤ²/(2N²) (CKS20 Thm 14); Cor 13 converts. Scaling by γ is post-processing.
+/// Proof sketch: clamping each entry to `[−2⁵¹γ, 2⁵¹γ]` is 1-Lipschitz per coordinate, so the
+/// clamped query still has L2 sensitivity ≤ Δ; rounding each entry to the grid moves it ≤ γ/2,
+/// so the rounded query has sensitivity ≤ Δ + √m·γ = Δ_ℤ·γ; exact discrete Gaussian noise of
+/// scale N on ℤ^m gives ρ = Δ_ℤ²/(2N²) (CKS20 Thm 14); Cor 13 converts. Scaling by γ is
+/// post-processing. Only the parameters (never the values, once finite) can make it fail.
 pub fn release(
     values: &DMatrix<f64>,
     sensitivity: f64,
@@ -274,12 +285,11 @@ fn release_with(
         });
     }
     let scale = scale as u64;
+    // Clamped, not refused (module docs): |z0| ≤ 2⁵¹ and the noise below 2⁵¹ keep z exact.
+    let limit = 2f64.powi(51) * grid;
     let mut out = values.clone();
     for v in out.iter_mut() {
-        let z0 = (*v / grid).round();
-        if z0.abs() >= 2f64.powi(52) {
-            return Err(Error::OutOfGrid { ratio: z0.abs() });
-        }
+        let z0 = (v.clamp(-limit, limit) / grid).round();
         let z = z0 as i64 + sample_discrete_gaussian(rng, scale);
         *v = z as f64 * grid;
     }

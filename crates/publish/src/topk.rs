@@ -65,9 +65,85 @@ pub fn top_k_fixed(keys: &[i128], k: usize) -> Vec<(i128, usize)> {
     best
 }
 
+/// A candidate's key for [`top_k_fixed`]: a nearer candidate (a smaller squared distance,
+/// finite and ≥ 0, whose bits then order as its value), and at equal distance a lower `id`, is a
+/// larger key.
+#[inline]
+pub fn nearness_key(distance: f32, id: u64) -> i128 {
+    (i128::from(u32::MAX - distance.to_bits()) << 64) | i128::from(u64::MAX - id)
+}
+
+/// The distance a [`nearness_key`] holds.
+#[inline]
+pub fn key_distance(key: i128) -> f32 {
+    f32::from_bits(u32::MAX - ((key >> 64) as u32))
+}
+
+/// The `k` rows of `rows` (`n × dim`) nearest to `query` by squared L2 distance, nearest first
+/// and at equal distance the lower `id(row)` first, each with its distance: by the same work
+/// whatever the values ([`top_k_fixed`] over every row's [`nearness_key`]), so the moment the
+/// request that follows leaves says nothing about where the query lies among rows the server
+/// wrote and ordered. The work depends on `n`, `dim` and `k` only (public: a file's shape and
+/// the search's `k`). Fewer than `k` rows give fewer results.
+///
+/// For a client's ranking over a public file (the PIR ranking table, a level's centroids);
+/// the server's own searches use the faster [`TopK`].
+pub fn nearest_fixed(
+    rows: &[f32],
+    dim: usize,
+    query: &[f32],
+    k: usize,
+    id: impl Fn(usize) -> u64,
+) -> Vec<(f32, usize)> {
+    let keys: Vec<i128> = rows
+        .chunks_exact(dim.max(1))
+        .enumerate()
+        .map(|(i, r)| {
+            let d: f32 = r.iter().zip(query).map(|(x, y)| (x - y) * (x - y)).sum();
+            nearness_key(d, id(i))
+        })
+        .collect();
+    let n = keys.len();
+    top_k_fixed(&keys, k.min(n))
+        .into_iter()
+        .map(|(key, i)| (key_distance(key), i))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fixed-work nearest rows are the sorted order's, ties to the lower id.
+    #[test]
+    fn the_fixed_nearest_rows_are_a_sort() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(5);
+        let dim = 3;
+        for n in [1usize, 7, 8, 300] {
+            // Coarse values, so some distances tie.
+            let rows: Vec<f32> = (0..n * dim)
+                .map(|_| rng.random_range(-3i32..3) as f32 / 2.0)
+                .collect();
+            let query = [0.5f32, -0.5, 0.0];
+            let id = |i: usize| (n - i) as u64 * 10;
+            let mut want: Vec<(f32, usize)> = rows
+                .chunks_exact(dim)
+                .enumerate()
+                .map(|(i, r)| {
+                    (
+                        r.iter().zip(&query).map(|(x, y)| (x - y) * (x - y)).sum(),
+                        i,
+                    )
+                })
+                .collect();
+            want.sort_by(|a, b| a.0.total_cmp(&b.0).then(id(a.1).cmp(&id(b.1))));
+            for k in [1, 8] {
+                let got = nearest_fixed(&rows, dim, &query, k, id);
+                assert_eq!(got, want[..k.min(n)].to_vec(), "n {n} k {k}");
+            }
+        }
+    }
 
     #[test]
     fn the_fixed_top_k_is_a_sort() {

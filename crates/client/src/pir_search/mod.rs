@@ -25,9 +25,8 @@ pub mod driver;
 
 use ::pir::client::{prepare, query, Hint, Pending, PirError, Prepared};
 use dp::exact::uniform_below;
-use publish::blocks::{rank, Hit};
+use publish::blocks::Hit;
 use publish::centroids::Centroids;
-use publish::partition::nearest_centroid;
 use publish::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use publish::pir::records::Ranked;
 use publish::pir::records::{
@@ -38,8 +37,10 @@ use publish::pir::seeds::{self, Purpose};
 use publish::plan::validate_doc;
 use publish::thumbcode::{self, Codebook};
 use publish::thumbs;
+use publish::topk::{key_distance, nearest_fixed, nearness_key};
 use shared::api::PartitionDoc;
 use shared::error::{Error, Result};
+use shared::params::limits;
 
 /// How a thumbnail record draws its picture: the 3-bit form ([`thumbs`]) or, where the
 /// document publishes one, a codebook ([`publish::thumbcode`]; fetched once a version
@@ -394,7 +395,11 @@ pub fn rank_query(
             reason: format!("{level} has no PIR database"),
         })?;
     centroids.check_for(part, ld)?;
-    let x = nearest_centroid(&centroids.values, part.feature_dim, features) as usize;
+    // By the same work wherever the photo lies (`nearest_fixed`): the query leaves after it.
+    let x = nearest_fixed(&centroids.values, part.feature_dim, features, 1, |i| {
+        i as u64
+    })[0]
+        .1;
     query(
         &db.shape,
         &seeds::derive(part, Purpose::Level(level)),
@@ -404,9 +409,41 @@ pub fn rank_query(
     .map_err(publish::pir::from_lattice)
 }
 
-/// The exact top k of a verified ranking record (the table, or a level's record).
+/// The exact top k of a verified ranking record (the table), nearest first, ties to the lower
+/// id.
+///
+/// # Guarantee
+/// The same work whatever the record's values and the photo ([`publish::topk::nearest_fixed`]):
+/// the thumbnail queries that follow leave after work that depends on the record's length,
+/// its dimension and `k` only — public. A ranking that stops early (a bounded list that skips
+/// a farther item) would take longer for a photo near the rows a server put first, and tell
+/// it so. Only public sizes fail: a bad `k`, a query of another dimension, a record of fewer
+/// than `k` items.
 pub fn ranked(record: &RankRecord, features: &[f32], k: usize) -> Result<Ranked> {
-    let hits = rank(features, std::slice::from_ref(&record.block), k)?;
+    let b = &record.block;
+    if k == 0 || k > limits::MAX_RANK_K {
+        return Err(Error::InvalidParameter {
+            name: "k",
+            reason: format!("must be in 1..={}", limits::MAX_RANK_K),
+        });
+    }
+    shared::error::ensure_query_f32(features, b.dim)?;
+    if b.len() < k {
+        return Err(Error::InvalidParameter {
+            name: "pir ranking record",
+            reason: format!("it holds {} items, fewer than k = {k}", b.len()),
+        });
+    }
+    let hits: Vec<Hit> = nearest_fixed(&b.features, b.dim, features, k, |i| b.ids[i])
+        .into_iter()
+        .map(|(distance, i)| Hit {
+            id: b.ids[i],
+            label: b.labels[i],
+            distance,
+            block: 0,
+            index: i,
+        })
+        .collect();
     Ok(Ranked {
         indices: hits.iter().map(|h| record.indices[h.index]).collect(),
         digests: hits.iter().map(|h| record.digests[h.index]).collect(),
@@ -552,8 +589,7 @@ fn ranked_slots(s: &RankSlots, features: &[f32], k: usize, items: usize) -> (Ran
         .enumerate()
         .map(|(i, (f, &id))| {
             let d: f32 = f.iter().zip(features).map(|(x, y)| (x - y) * (x - y)).sum();
-            // A finite distance ≥ 0 orders as its bits; nearer and lower ids are larger keys.
-            let key = (i128::from(u32::MAX - d.to_bits()) << 64) | i128::from(u64::MAX - id);
+            let key = nearness_key(d, id);
             let m = -i128::from(i < s.n);
             (key & m) | (i128::MIN & !m)
         })
@@ -570,7 +606,7 @@ fn ranked_slots(s: &RankSlots, features: &[f32], k: usize, items: usize) -> (Ran
         .map(|&(key, i)| Hit {
             id: s.ids.get(i).copied().unwrap_or(0),
             label: s.labels.get(i).copied().unwrap_or(0),
-            distance: f32::from_bits(u32::MAX - ((key >> 64) as u32)),
+            distance: key_distance(key),
             block: 0,
             index: i,
         })

@@ -74,8 +74,9 @@ struct Args {
     /// Decoupled weight decay of the weights (AdamW).
     #[arg(long, default_value_t = 1e-3)]
     weight_decay: f32,
-    /// Where to write the weights (default `server/assets/model.bin`, or
-    /// `server/assets/classifier.bin` with `--class-model`).
+    /// Where to write the weights (default `target/train/model.bin`, or
+    /// `target/train/classifier.bin` with `--class-model`: never over a committed model unless
+    /// named, e.g. `--out server/assets/query.bin`).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Write the trained network as the 8-bit class model (`embed::classify`).
@@ -103,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             "model.bin"
         };
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../server/assets")).join(name)
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/train")).join(name)
     });
     if let Some(path) = &args.evaluate {
         let bytes = std::fs::read(path)?;

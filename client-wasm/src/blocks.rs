@@ -316,10 +316,10 @@ impl Client {
         let released = ranked.released;
         // Where nothing was released (the whole gallery, or every block) the centroids were
         // never needed, so they may not be loaded: then there is no own block to show.
-        let own_block = self.level_centroids(ranked.level).ok().map(|c| {
-            publish::topk::nearest_fixed(&c.values, p.feature_dim, query, 1, |i| i as u64)[0].1
-                as u32
-        });
+        let own_block = self
+            .level_centroids(ranked.level)
+            .ok()
+            .map(|c| publish::partition::nearest_centroid_fixed(&c.values, p.feature_dim, query));
         let out = BlockRanking {
             results,
             thumb_side: p.thumb_side,

@@ -18,8 +18,8 @@ use dp::mechanism::{Receipt, ReleaseKind};
 use dp::subset;
 use publish::blocks::{decode, rank, Block, Hit};
 use publish::centroids::Centroids;
+use publish::partition::nearest_centroid_fixed;
 use publish::plan::{validate_doc, Plan};
-use publish::topk::nearest_fixed;
 use shared::api::PartitionDoc;
 use shared::error::{Error, Result};
 use shared::params::limits;
@@ -74,8 +74,8 @@ pub fn release_blocks(
             reason: "a release needs the level's centroids".into(),
         })?;
         c.check_for(doc, level)?;
-        // By the same work wherever the photo lies (`nearest_fixed`): the release follows it.
-        let x = nearest_fixed(&c.values, doc.feature_dim, features, 1, |i| i as u64)[0].1 as u32;
+        // By the same work wherever the photo lies: the release follows it.
+        let x = nearest_centroid_fixed(&c.values, doc.feature_dim, features);
         let set = subset::release(rng, x, level.blocks, plan.size, plan.epsilon)?;
         (
             set,

@@ -95,6 +95,16 @@ pub fn nearest_centroid(centroids: &[f32], dim: usize, query: &[f32]) -> u32 {
     nearest_k(centroids, dim, query, 1)[0]
 }
 
+/// [`nearest_centroid`] by the same work wherever `query` lies
+/// ([`crate::topk::nearest_fixed`]): for a client, whose next request follows it (a level's
+/// ranking query, the block release); the server's own searches use the faster one. 0 for no
+/// centroids (a client checks their count first).
+pub fn nearest_centroid_fixed(centroids: &[f32], dim: usize, query: &[f32]) -> u32 {
+    crate::topk::nearest_fixed(centroids, dim, query, 1, |i| i as u64)
+        .first()
+        .map_or(0, |&(_, i)| i as u32)
+}
+
 /// The `k` nearest rows of `rows` (`n × d`) to `query`, nearest first, ties to the lower index.
 pub fn nearest_k(rows: &[f32], dim: usize, query: &[f32], k: usize) -> Vec<u32> {
     let mut best = TopK::new(k);

@@ -27,6 +27,7 @@ use ::pir::client::{prepare, query, Hint, Pending, PirError, Prepared};
 use dp::exact::uniform_below;
 use publish::blocks::Hit;
 use publish::centroids::Centroids;
+use publish::partition::nearest_centroid_fixed;
 use publish::pir::doc::{validate, PirDoc, MAX_THUMB_QUERIES};
 pub use publish::pir::records::Ranked;
 use publish::pir::records::{
@@ -395,11 +396,8 @@ pub fn rank_query(
             reason: format!("{level} has no PIR database"),
         })?;
     centroids.check_for(part, ld)?;
-    // By the same work wherever the photo lies (`nearest_fixed`): the query leaves after it.
-    let x = nearest_fixed(&centroids.values, part.feature_dim, features, 1, |i| {
-        i as u64
-    })[0]
-        .1;
+    // By the same work wherever the photo lies: the query leaves after it.
+    let x = nearest_centroid_fixed(&centroids.values, part.feature_dim, features) as usize;
     query(
         &db.shape,
         &seeds::derive(part, Purpose::Level(level)),

@@ -59,6 +59,26 @@ pub(crate) fn write_json(p: &std::path::Path, value: &impl serde::Serialize) -> 
     std::fs::rename(&tmp, p).map_err(|e| state_err(p, e))
 }
 
+/// Runs `f` holding the state directory's lock (`state.lock`, an exclusive advisory lock on a
+/// file of its own), so CLI runs that overlap take turns at a state file's read, change and
+/// write: none loses another's receipt or refusal, and a release's check against
+/// `--max-epsilon` and its record are one step. `f` must not take the lock again.
+pub(crate) fn locked<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let p = path()?.with_file_name("state.lock");
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| state_err(dir, e))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| state_err(&p, e))?;
+    file.lock().map_err(|e| state_err(&p, e))?;
+    // Unlocked when `file` is dropped (closed), after `f`.
+    f()
+}
+
 fn store(receipts: &[Receipt]) -> Result<()> {
     write_json(&path()?, &receipts)
 }
@@ -94,7 +114,7 @@ pub fn record(receipt: &Receipt) -> Result<()> {
 }
 
 pub fn reset() -> Result<()> {
-    store(&[])
+    locked(|| store(&[]))
 }
 
 /// The receipts file as the search drivers' ledger (`client::ledger`): a release is
@@ -123,8 +143,10 @@ impl Spend {
 
 impl client::ledger::Ledger for Spend {
     fn record(&mut self, receipt: &Receipt) -> std::result::Result<(), LedgerError> {
-        let done =
-            guard(Some(receipt), self.max_epsilon, self.delta).and_then(|()| record(receipt));
+        let done = locked(|| {
+            guard(Some(receipt), self.max_epsilon, self.delta)?;
+            record(receipt)
+        });
         done.map_err(|e| {
             let words = LedgerError(e.to_string());
             self.error = Some(e);

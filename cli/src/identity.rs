@@ -104,11 +104,15 @@ fn known(server: &Server) -> Result<(String, Vec<String>)> {
         .iter()
         .map(|&a| rules::address(a))
         .collect();
-    let mut book = load()?;
-    if let Err(stop) = book.before_contact(&origin, &addresses) {
-        store(&book)?;
-        return Err(stopped(&stop, server));
-    }
+    let before = crate::budget::locked(|| {
+        let mut book = load()?;
+        let before = book.before_contact(&origin, &addresses);
+        if before.is_err() {
+            store(&book)?;
+        }
+        Ok(before)
+    })?;
+    before.map_err(|stop| stopped(&stop, server))?;
     Ok((origin, addresses))
 }
 
@@ -122,9 +126,12 @@ pub fn gate(server: &Server) -> Result<Gallery> {
         .bytes;
     let key = rules::verify(&doc, &config_body)
         .map_err(|e| CliError::Malformed(format!("{}: {e}; no search was sent", server.base)))?;
-    let mut book = load()?;
-    let met = book.meet(&origin, &addresses, &key);
-    store(&book)?;
+    let met = crate::budget::locked(|| {
+        let mut book = load()?;
+        let met = book.meet(&origin, &addresses, &key);
+        store(&book)?;
+        Ok(met)
+    })?;
     if let Err(stop) = met {
         return Err(stopped(&stop, server));
     }
@@ -139,31 +146,39 @@ pub fn gate(server: &Server) -> Result<Gallery> {
 /// Refuse every later search against this gallery, by key, origin and addresses (recorded
 /// before the failure is reported).
 pub fn record(gallery: &Gallery, refusal: &Refusal) -> Result<()> {
-    let mut book = load()?;
-    book.record(
-        &gallery.origin,
-        &gallery.addresses,
-        Some(&gallery.key),
-        refusal,
-    );
-    store(&book)
+    crate::budget::locked(|| {
+        let mut book = load()?;
+        book.record(
+            &gallery.origin,
+            &gallery.addresses,
+            Some(&gallery.key),
+            refusal,
+        );
+        store(&book)
+    })
 }
 
 /// Lift the refusal against `server` (by any URL of it: every identifier it is known by goes
 /// with it); returns whether there was one. Sends nothing.
 pub fn clear(server: &str) -> Result<bool> {
-    let mut book = load()?;
-    let had = book.clear(&origin_of(server)?);
-    store(&book)?;
-    Ok(had)
+    let origin = origin_of(server)?;
+    crate::budget::locked(|| {
+        let mut book = load()?;
+        let had = book.clear(&origin);
+        store(&book)?;
+        Ok(had)
+    })
 }
 
 /// Pin `key` for `server`'s origin (the person's answer to a new key); returns the key it
 /// replaces. Sends nothing.
 pub fn accept(server: &str, key: &str) -> Result<Option<String>> {
     let key = rules::parse_key(key).map_err(|e| CliError::Usage(e.to_string()))?;
-    let mut book = load()?;
-    let old = book.accept(&origin_of(server)?, &key);
-    store(&book)?;
-    Ok(old)
+    let origin = origin_of(server)?;
+    crate::budget::locked(|| {
+        let mut book = load()?;
+        let old = book.accept(&origin, &key);
+        store(&book)?;
+        Ok(old)
+    })
 }

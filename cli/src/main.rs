@@ -113,7 +113,7 @@ enum Command {
         /// photo, exact results, no ε spent); blocks with --whole.
         #[arg(long, value_enum)]
         protocol: Option<Protocol>,
-        /// Results to show.
+        /// Results to show: 1–32 with PIR, 1–100 otherwise.
         #[arg(short, long, default_value_t = 8)]
         k: usize,
         /// Blocks: the most KiB one search may download, a ceiling: a plan is chosen on the
@@ -359,6 +359,23 @@ fn run(cli: Cli) -> Result<()> {
             };
             if !(delta > 0.0 && delta < 1.0) {
                 return Err(CliError::Usage("--delta must be in (0, 1)".into()));
+            }
+            // A cap that is not a number would compare false and cap nothing.
+            if max_epsilon.is_some_and(|m| !(m.is_finite() && m >= 0.0)) {
+                return Err(CliError::Usage(
+                    "--max-epsilon must be a finite number ≥ 0".into(),
+                ));
+            }
+            // Checked before anything is released or sent: a search's k, as its protocol
+            // bounds it (PIR fetches k thumbnails by PIR; the rest rank at most MAX_RANK_K).
+            let most_k = match protocol {
+                Protocol::Pir => publish::pir::doc::MAX_THUMB_QUERIES,
+                _ => limits::MAX_RANK_K,
+            };
+            if !(1..=most_k).contains(&k) {
+                return Err(CliError::Usage(format!(
+                    "-k must be in 1..={most_k} for this way of searching"
+                )));
             }
             let framing = photo::load(&photo)?;
             let model = Model::from_bytes(QUERY_WEIGHTS).expect("the embedded weights are valid");

@@ -9,6 +9,7 @@
 
 use embed::model::weights_version;
 use embed::weights::CLASSES;
+use paper::laplacian::check_kernel_scale;
 use shared::api::ConfigResponse;
 
 /// How a configuration disagrees with this client.
@@ -27,10 +28,15 @@ pub enum ConfigMismatch {
         "the server's configuration names {got} classes, but this client's class model has {CLASSES}"
     )]
     Classes { got: u32 },
+    /// A kernel scale under which no release's noise can be bounded
+    /// ([`paper::laplacian::check_kernel_scale`]).
+    #[error("the server's configuration is refused: {0}")]
+    KernelScale(String),
 }
 
 /// Whether `config` agrees with this client: the query model it names is `query_weights`
-/// (their [`weights_version`]) and it names the class model's [`CLASSES`] classes.
+/// (their [`weights_version`]), it names the class model's [`CLASSES`] classes, and its kernel
+/// scales (Algorithm 1's and the frame's) admit a bound.
 ///
 /// Guarantee: a function of the configuration and the client's own files only — never of a
 /// photo — so a configuration is accepted or refused alike for every photo.
@@ -46,6 +52,12 @@ pub fn check(config: &ConfigResponse, query_weights: &[u8]) -> Result<(), Config
         return Err(ConfigMismatch::Classes {
             got: config.smlq.num_classes,
         });
+    }
+    for (name, s) in [
+        ("kernel_scale", config.smlq.kernel_scale),
+        ("frame_kernel_scale", config.frame_kernel_scale),
+    ] {
+        check_kernel_scale(name, s).map_err(|e| ConfigMismatch::KernelScale(e.to_string()))?;
     }
     Ok(())
 }
@@ -88,6 +100,21 @@ mod tests {
             let mut c = honest.clone();
             c.smlq.num_classes = got;
             assert_eq!(check(&c, weights), Err(ConfigMismatch::Classes { got }));
+        }
+        // Scales whose least weight nears f64's underflow (at 0.00537 it is subnormal).
+        for s in [0.00537, 0.009] {
+            let mut c = honest.clone();
+            c.smlq.kernel_scale = s;
+            assert!(matches!(
+                check(&c, weights),
+                Err(ConfigMismatch::KernelScale(_))
+            ));
+            let mut c = honest.clone();
+            c.frame_kernel_scale = s;
+            assert!(matches!(
+                check(&c, weights),
+                Err(ConfigMismatch::KernelScale(_))
+            ));
         }
     }
 }

@@ -79,14 +79,21 @@ fn sample_discrete_laplace(rng: &mut impl RngCore, t: u128) -> i128 {
     }
 }
 
-/// Largest noise scale `N` the u128 arithmetic below supports.
-pub const MAX_DISCRETE_SCALE: u64 = 1 << 30;
+/// Largest noise scale `N` the u128 arithmetic below supports: with `|Y| ≤` [`MAX_CANDIDATE`]
+/// and `t = N + 1`, `|Y|·t < 2⁶⁴`, so the square of its distance from `N²` fits in u128 (at
+/// `N = 2³⁰` it wrapped, and a far candidate was accepted as if near). The releases' grid puts
+/// their scale near 2²⁵ (`mechanism`), well inside.
+pub const MAX_DISCRETE_SCALE: u64 = 1 << 28;
+
+/// Largest `|Y|` a candidate may have: more than `127·t` for every admitted scale.
+const MAX_CANDIDATE: u128 = 1 << 35;
 
 /// Exact sample from the discrete Gaussian `N_ℤ(0, N²)`: `P(z) ∝ exp(−z²/(2N²))`
 /// (CKS20, Algorithm 3, with σ² = N² an integer so every quantity is an exact integer ratio).
 ///
-/// Candidates with `|Y| > 2³⁶` are rejected outright instead of being accepted with probability
-/// `exp(−γ)`, `γ > 2²⁰`; that changes the output law by less than `e^(−2²⁰)` in total variation.
+/// Candidates with `|Y| >` [`MAX_CANDIDATE`] `> 127·t` are rejected outright instead of being
+/// accepted with probability `exp(−γ)`, `γ = (|Y|·t − N²)²/(2N²t²) > 126²/2 > 7,900`: that
+/// changes the output law by less than `e^(−7,900)` in total variation.
 pub fn sample_discrete_gaussian(rng: &mut impl RngCore, scale: u64) -> i64 {
     assert!(
         (1..=MAX_DISCRETE_SCALE).contains(&scale),
@@ -99,7 +106,7 @@ pub fn sample_discrete_gaussian(rng: &mut impl RngCore, scale: u64) -> i64 {
     loop {
         let y = sample_discrete_laplace(rng, t);
         let ay = y.unsigned_abs();
-        if ay > (1u128 << 36) {
+        if ay > MAX_CANDIDATE {
             continue;
         }
         let diff = (ay * t).abs_diff(sigma2);
@@ -188,6 +195,27 @@ pub fn distinct_uniform_excluding(
 
 #[cfg(test)]
 mod tests {
+    /// The sampler's products fit their integers at every admitted scale: `|Y|·t < 2⁶⁴` (so
+    /// its distance from `N²` squared fits u128) and `2N²t² < 2¹²⁸`; and the cut-off leaves
+    /// more than 127 standard deviations.
+    #[test]
+    fn the_samplers_arithmetic_fits_at_the_largest_scale() {
+        let t = MAX_DISCRETE_SCALE as u128 + 1;
+        let n2 = (MAX_DISCRETE_SCALE as u128).pow(2);
+        let far = MAX_CANDIDATE.checked_mul(t).expect("|Y|·t fits");
+        assert!(far < 1 << 64);
+        let diff = far.abs_diff(n2);
+        assert!(diff.checked_mul(diff).is_some());
+        assert!((2 * n2).checked_mul(t * t).is_some());
+        assert!(MAX_CANDIDATE > 127 * t);
+        // At the largest scale the sampler runs (a debug build checks every operation).
+        let mut rng = crate::rng::secure_rng().unwrap();
+        for _ in 0..100 {
+            let z = sample_discrete_gaussian(&mut rng, MAX_DISCRETE_SCALE);
+            assert!(z.unsigned_abs() <= MAX_CANDIDATE as u64);
+        }
+    }
+
     use super::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;

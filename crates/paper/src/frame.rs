@@ -25,7 +25,9 @@ use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 use shared::api::{Ranking, SearchRequest};
 
-use crate::laplacian::{min_unit_weight, normalize_rows, weights_in_place};
+use crate::laplacian::{
+    check_kernel_scale, min_unit_weight, normalize_rows, weights_in_place, UNDERFLOW,
+};
 use dp::mechanism::{release, Receipt};
 use shared::error::{ensure_finite, ensure_query, Error, Result};
 use shared::params::{limits, PrivacyParams};
@@ -78,21 +80,22 @@ impl AnchorFrame {
     /// one (`S = Σ ŵ_a`, `γ_n = nu/(1−nu)`, any summation order), the denominator within
     /// `γ_n·S`, and the division adds one rounding; as the exact quotient lies in `[−M_j, M_j]`,
     /// coordinate `j` is off by at most `(2γ_n/(1−γ_n) + 2u)·M_j ≤ (2n + 4)·u·M_j` for
-    /// `n·u < 10⁻³`. We take twice that per coordinate (as in `sensitivity::float_slack`),
-    /// L2 over the `k` coordinates. (3) The computed diameter has relative error below
-    /// `(k + 4)·u < 10⁻¹³` for `k ≤ 16`; we scale it by `1 + 10⁻¹²`. Hence
+    /// `n·u < 10⁻³` — where no product underflows. A product that does is off by at most
+    /// `η = 2⁻¹⁰⁷⁵` absolutely (sums of subnormals are exact), `n·η` in the numerator, and
+    /// `S ≥ n·lo` (every weight is clamped to at least `lo`, the least unit weight, which
+    /// [`check_kernel_scale`] holds at 2⁻⁶⁰⁰ or more so no weight is 0), so the quotient moves
+    /// by at most `η/lo`, and its own underflow by `η` more. We take twice the sum per
+    /// coordinate, and `√k` times the largest coordinate's for the L2 norm (no square that
+    /// could underflow). (3) The diameter is computed as each difference's largest entry times
+    /// the norm of the difference scaled by it (no square underflows either), with relative
+    /// error below `(k + 4)·u < 10⁻¹³` for `k ≤ 16`; we scale it by `1 + 10⁻¹²`. Hence
     /// `‖p̂(x) − p̂(x')‖ ≤ diameter + 2·float_slack`.
     pub fn new(
         anchor_features: &DMatrix<f64>,
         frame_rows: &DMatrix<f64>,
         kernel_scale: f64,
     ) -> Result<Self> {
-        if !(kernel_scale.is_finite() && kernel_scale > 0.0) {
-            return Err(Error::InvalidParameter {
-                name: "kernel_scale",
-                reason: "must be finite and > 0".into(),
-            });
-        }
+        check_kernel_scale("frame kernel_scale", kernel_scale)?;
         let (n, d) = anchor_features.shape();
         if !(2..=limits::MAX_CLIENT_ROWS).contains(&n) {
             return Err(Error::InvalidParameter {
@@ -128,7 +131,7 @@ impl AnchorFrame {
             });
         }
         let features = normalize_rows(anchor_features, "anchor features")?;
-        let sensitivity = frame_sensitivity(frame_rows);
+        let sensitivity = frame_sensitivity(frame_rows, min_unit_weight(kernel_scale));
         Ok(AnchorFrame {
             features,
             rows: frame_rows.clone(),
@@ -232,30 +235,43 @@ impl AnchorFrame {
     }
 }
 
-fn frame_sensitivity(rows: &DMatrix<f64>) -> FrameSensitivity {
+/// The sensitivity of placements among `rows` whose weights are at least `lo` (the proof is
+/// [`AnchorFrame::new`]'s).
+fn frame_sensitivity(rows: &DMatrix<f64>, lo: f64) -> FrameSensitivity {
     let (n, k) = rows.shape();
-    let mut d2max = 0.0f64;
+    let mut dmax = 0.0f64;
+    let mut diff = vec![0.0f64; k];
     for a in 0..n {
         for b in (a + 1)..n {
-            let d2: f64 = (0..k).map(|j| (rows[(a, j)] - rows[(b, j)]).powi(2)).sum();
-            d2max = d2max.max(d2);
+            diff.iter_mut()
+                .enumerate()
+                .for_each(|(j, d)| *d = rows[(a, j)] - rows[(b, j)]);
+            dmax = dmax.max(scaled_norm(&diff));
         }
     }
-    let diameter = d2max.sqrt() * (1.0 + 1e-12);
+    let diameter = dmax * (1.0 + 1e-12);
     // (2n + 4)·u, doubled; f64::EPSILON = 2u.
     let per_coord = (2.0 * n as f64 + 4.0) * f64::EPSILON;
-    let float_slack = (0..k)
-        .map(|j| {
-            let mj = rows.column(j).amax();
-            (per_coord * mj).powi(2)
-        })
-        .sum::<f64>()
-        .sqrt();
+    let underflow = UNDERFLOW / lo + UNDERFLOW;
+    let worst = (0..k)
+        .map(|j| 2.0 * (per_coord * rows.column(j).amax() + underflow))
+        .fold(0.0f64, f64::max);
+    let float_slack = (k as f64).sqrt() * worst;
     FrameSensitivity {
         diameter,
         float_slack,
         value: diameter + 2.0 * float_slack,
     }
+}
+
+/// `‖v‖₂` without squares that could underflow or overflow: the largest `|v_j|` times the norm
+/// of `v` divided by it.
+fn scaled_norm(v: &[f64]) -> f64 {
+    let m = v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    if m == 0.0 {
+        return 0.0;
+    }
+    m * v.iter().map(|x| (x / m) * (x / m)).sum::<f64>().sqrt()
 }
 
 /// What the client sends in the anchor-frame protocol, and what it keeps.
@@ -425,8 +441,10 @@ mod tests {
         }
         let one = frame.place(&x.rows(2_100, 1).into_owned()).unwrap();
         assert!((one.row(0) - p.row(2_100)).amax() < 1e-12);
-        // An anchor at a tiny bandwidth lands (almost) on its own frame row.
-        let sharp = AnchorFrame::new(&frame.features, &frame.rows, 1e-4).unwrap();
+        // An anchor at the smallest bandwidth admitted lands (almost) on its own frame row
+        // (a smaller one, whose least weight nears underflow, is refused).
+        assert!(AnchorFrame::new(&frame.features, &frame.rows, 1e-4).is_err());
+        let sharp = AnchorFrame::new(&frame.features, &frame.rows, 0.01).unwrap();
         let a = sharp
             .place(&frame.features.rows(7, 1).into_owned())
             .unwrap();

@@ -26,6 +26,42 @@ pub fn min_unit_weight(kernel_scale: f64) -> f64 {
     kernel_weight(4.0, kernel_scale) * (1.0 - 1e-12)
 }
 
+/// The least [`min_unit_weight`] a client accepts: 2⁻⁶⁰⁰, so `s ≥ 4/(600·ln 2) ≈ 0.00962`.
+///
+/// Why: the kernel scale is the server's (the configuration's). Below this, the least weight
+/// nears f64's underflow: at `s ≈ 0.0054` it is subnormal and `1/a` overflows, which turned
+/// Algorithm 1's bound into NaN (then 0 — almost no noise), and a weight of 0 made a far
+/// photo's placement 0/0, refused for that photo only. With the least weight at 2⁻⁶⁰⁰ or
+/// more, every bound is finite and the rounding analysis's underflow term ([`UNDERFLOW`] over
+/// it) stays far below any release's noise.
+pub const MIN_KERNEL_WEIGHT: f64 = f64::from_bits((1023 - 600) << 52);
+
+/// The most a product or quotient's underflow can move it, absolutely: half the least subnormal
+/// (2⁻¹⁰⁷⁵), doubled for safety. Sums of subnormals are exact.
+pub const UNDERFLOW: f64 = f64::from_bits(1);
+
+/// A kernel scale a client can bound its release under: finite, > 0, and its least unit
+/// weight at least [`MIN_KERNEL_WEIGHT`]. A function of the scale alone, so a scale is refused
+/// alike for every photo.
+pub fn check_kernel_scale(name: &'static str, kernel_scale: f64) -> Result<()> {
+    if !(kernel_scale.is_finite() && kernel_scale > 0.0) {
+        return Err(Error::InvalidParameter {
+            name,
+            reason: "must be finite and > 0".into(),
+        });
+    }
+    if !(min_unit_weight(kernel_scale) >= MIN_KERNEL_WEIGHT) {
+        return Err(Error::InvalidParameter {
+            name,
+            reason: format!(
+                "{kernel_scale:e} is so small that the least kernel weight, e^(−4/s), is below \
+                 2⁻⁶⁰⁰: no rounding bound holds near f64's underflow (at least 0.00962)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// `exp(x)` for `x ≤ 0`, written so that a loop over a slice vectorises: Cody–Waite reduction
 /// `x = k·ln2 + r`, `|r| ≤ ln2/2`, a degree-13 Taylor polynomial for `e^r`, and `2^k` built from
 /// its bits. Relative error below 1e-14 (tested); 0 below −708 (where e^x is subnormal).

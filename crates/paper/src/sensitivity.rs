@@ -40,7 +40,7 @@
 use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
-use crate::laplacian::{kernel_weight, min_unit_weight};
+use crate::laplacian::{check_kernel_scale, kernel_weight, min_unit_weight, UNDERFLOW};
 use shared::error::{Error, Result};
 
 /// The public quantities the bound depends on. Nothing here is read from private data.
@@ -84,12 +84,8 @@ impl EntryBounds {
                 got: inp.rows,
             });
         }
-        if !(inp.kernel_scale.is_finite() && inp.kernel_scale > 0.0) {
-            return Err(Error::InvalidParameter {
-                name: "kernel_scale",
-                reason: "must be finite and > 0".into(),
-            });
-        }
+        // The least weight at 2⁻⁶⁰⁰ or more, so 1/a is finite and no bound below is NaN.
+        check_kernel_scale("kernel_scale", inp.kernel_scale)?;
         if !(inp.alpha.is_finite() && inp.alpha >= 0.0) {
             return Err(Error::InvalidParameter {
                 name: "alpha",
@@ -102,17 +98,10 @@ impl EntryBounds {
         let c = inp.max_label as f64;
         let a = min_unit_weight(s);
         let b = round_down(kernel_weight(c * c, s));
-        if a <= 0.0 || a.is_nan() {
-            return Err(Error::InvalidParameter {
-                name: "kernel_scale",
-                reason: "so small that feature weights underflow to 0; no finite bound exists"
-                    .into(),
-            });
-        }
         let (lo, hi) = (a - alpha, 1.0 - alpha * b);
         let term_min = (lo / n).min(lo / (n * a));
         let term_max = (hi / (n * a)).max(hi / n);
-        Ok(EntryBounds {
+        let eb = EntryBounds {
             n,
             a,
             b,
@@ -120,7 +109,19 @@ impl EntryBounds {
             t0: term_max - term_min,
             d1: alpha * (1.0 / a - b) / (n * a),
             e1: lo.abs().max(hi.abs()) * (1.0 - a) / ((n * a) * (n * a)),
-        })
+        };
+        // A bound that is not a finite number bounds nothing (and `min`/`max` would drop a
+        // NaN silently): refused, for the parameters alone.
+        if ![eb.a, eb.b, eb.d0, eb.t0, eb.d1, eb.e1]
+            .iter()
+            .all(|v| v.is_finite())
+        {
+            return Err(Error::InvalidParameter {
+                name: "smlq",
+                reason: "no finite sensitivity bound exists for these parameters".into(),
+            });
+        }
+        Ok(eb)
     }
 
     /// `B_F ≥ ‖M‖_F` for every neighbouring pair.
@@ -167,22 +168,32 @@ pub fn row_norm_sensitivity(eb: &EntryBounds, q: &DMatrix<f64>) -> f64 {
             let own = eb.d0 * qj + eb.t0 * (s - qj);
             let cj = eb.t0 * qj + eb.e1 * (s - qj);
             let others = a * a * (s2 - qj * qj) + 2.0 * a * cj * (s - qj) + eb.n * cj * cj;
-            own * own + others.max(0.0)
+            // `max` would turn a NaN into 0; kept NaN, so [`sensitivity`] refuses it.
+            own * own
+                + if others.is_nan() {
+                    others
+                } else {
+                    others.max(0.0)
+                }
         })
-        .fold(0.0f64, f64::max);
+        .fold(0.0f64, |m, v| if v.is_nan() { v } else { m.max(v) });
     0.5 * worst.sqrt()
 }
 
 /// Bound on `‖f̂(X) − f(X)‖_F`, the rounding error of computing `f` in f64 given weights in
 /// `[a, 1]`: each output entry is a sum of at most `N + 8` rounded terms whose magnitudes add
 /// up to at most `(2 + 4α/a)·max|Q|`, so its error is at most `(N + 8)·u` times that
-/// (`u = 2⁻⁵³`, doubled for safety). The computed release therefore has sensitivity at most
-/// `Δ + 2·slack`. (Weight entries for unchanged row pairs are computed identically on both
-/// inputs, because each depends only on its two rows.)
+/// (`u = 2⁻⁵³`, doubled for safety). A product that underflows is off by at most `η = 2⁻¹⁰⁷⁵`
+/// absolutely instead: at most `3N·η` in the numerator over a degree of at least `n·a`, plus the
+/// quotient's own, so `(8/a + 2)·η` more an entry, doubled (`a ≥ 2⁻⁶⁰⁰`, [`check_kernel_scale`]).
+/// The computed release therefore has sensitivity at most `Δ + 2·slack`. (Weight entries for
+/// unchanged row pairs are computed identically on both inputs, because each depends only on
+/// its two rows.)
 pub fn float_slack(inp: &BoundInputs, eb: &EntryBounds, q: &DMatrix<f64>) -> f64 {
     let qmax = q.amax();
     let entries = q.len() as f64;
-    let per_entry = (inp.rows as f64 + 8.0) * f64::EPSILON * (2.0 + 4.0 * inp.alpha / eb.a) * qmax;
+    let per_entry = (inp.rows as f64 + 8.0) * f64::EPSILON * (2.0 + 4.0 * inp.alpha / eb.a) * qmax
+        + (8.0 / eb.a + 2.0) * UNDERFLOW;
     entries.sqrt() * per_entry
 }
 
@@ -214,6 +225,15 @@ pub fn sensitivity(inp: &BoundInputs, q: &DMatrix<f64>) -> Result<Sensitivity> {
     let spectral = spectral_sensitivity(&eb, q);
     let row_norm = row_norm_sensitivity(&eb, q);
     let float_slack = float_slack(inp, &eb, q);
+    // Both bounds must be numbers: `min` would take the other over a NaN, and a bound that
+    // failed to compute proves nothing. (A function of the parameters and the random start Q
+    // only, never the photo.)
+    if !(spectral.is_finite() && row_norm.is_finite() && float_slack.is_finite()) {
+        return Err(Error::InvalidParameter {
+            name: "smlq",
+            reason: "the sensitivity bound is not a finite number for these parameters".into(),
+        });
+    }
     Ok(Sensitivity {
         value: spectral.min(row_norm) + 2.0 * float_slack,
         spectral,

@@ -58,3 +58,57 @@ fn a_frame_chosen_to_split_photos_releases_every_photo() {
         }
     }
 }
+
+/// A kernel scale whose least weight nears f64's underflow is refused when the frame is built
+/// (before any photo): at 0.00537 the least weight is subnormal, and at 0.005 it is 0, where a
+/// photo far from every anchor placed at 0/0 and was refused alone.
+#[test]
+fn a_kernel_scale_near_underflow_is_refused_before_any_photo() {
+    let features = DMatrix::from_fn(2, D, |i, j| f64::from(i == j));
+    let rows = DMatrix::from_fn(2, 2, |i, j| f64::from(i == j));
+    for s in [0.005, 0.00537, 0.0096] {
+        assert!(AnchorFrame::new(&features, &rows, s).is_err(), "{s}");
+    }
+    assert!(AnchorFrame::new(&features, &rows, 0.0097).is_ok());
+}
+
+/// Placements where the products of weights and rows underflow (rows near 10⁻²⁹⁷ at the
+/// default scale: a far photo's weight near 10⁻²⁶ times 10⁻³⁰⁰ is subnormal) stay within the
+/// sensitivity the frame states. Before underflow was counted (and the diameter squared to 0),
+/// they differed by 128 to 1,000 times it.
+#[test]
+fn placements_stay_within_the_bound_where_products_underflow() {
+    let u = on_circle(0.0);
+    let features = DMatrix::from_fn(2, D, |_, j| u[j]);
+    let rows = DMatrix::from_row_slice(2, 2, &[0.0, 1e-297, 1e-300, 1e-297]);
+    let frame = AnchorFrame::new(&features, &rows, 0.02).unwrap();
+    let bound = frame.sensitivity().value;
+    assert!(
+        frame.sensitivity().diameter >= 1e-300,
+        "{:?}",
+        frame.sensitivity()
+    );
+    let angles: Vec<f64> = (0..=64)
+        .map(|i| std::f64::consts::PI * i as f64 / 64.0)
+        .collect();
+    let photos = DMatrix::from_fn(angles.len(), D, |i, j| on_circle(angles[i])[j]);
+    let placed = frame.place(&photos).unwrap();
+    for a in 0..angles.len() {
+        for b in 0..angles.len() {
+            // Scaled, so squares of differences near 10⁻³⁰⁰ do not underflow to 0.
+            let diff: Vec<f64> = (0..2).map(|j| placed[(a, j)] - placed[(b, j)]).collect();
+            let m = diff.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            let d = if m == 0.0 {
+                0.0
+            } else {
+                m * diff.iter().map(|x| (x / m).powi(2)).sum::<f64>().sqrt()
+            };
+            assert!(
+                d <= bound,
+                "angles {} and {}: {d:e} > {bound:e}",
+                angles[a],
+                angles[b]
+            );
+        }
+    }
+}

@@ -329,3 +329,22 @@ fn bound_scales_linearly_with_q() {
     assert_eq!(b.spectral, 4.0 * a.spectral);
     assert_eq!(b.row_norm, 4.0 * a.row_norm);
 }
+
+/// A server's parameters that would make the bound NaN are refused, never read as 0: with
+/// α = 0 and a kernel scale of 0.00537 the least weight is subnormal, `1/a` overflows and
+/// `0·∞` is NaN, which `min` and `max` used to drop — a bound of 4·10⁻¹¹ where a change of the
+/// photo moves the release by about 1.
+#[test]
+fn parameters_without_a_finite_bound_are_refused() {
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    for s in [0.00537, 0.0053, 0.009] {
+        let inp = BoundInputs {
+            rows: 1010,
+            alpha: 0.0,
+            kernel_scale: s,
+            max_label: 9,
+        };
+        let q = DMatrix::from_fn(1010, 2, |_, _| rng.sample::<f64, _>(StandardNormal));
+        assert!(sensitivity(&inp, &q).is_err(), "kernel scale {s}");
+    }
+}

@@ -154,3 +154,37 @@ impl client::ledger::Ledger for Spend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writers that overlap lose no receipt: eight threads (each lock taken through a file
+    /// handle of its own, as separate runs of the CLI take it) add 40 receipts each, by the
+    /// read, add and write a release's record makes, under [`locked`]. (Without the lock, 24
+    /// CLI searches at once left 27 receipts of 34.)
+    #[test]
+    fn overlapping_writers_lose_no_receipt() {
+        let dir = std::env::temp_dir().join(format!("pm-cli-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // The only test of this binary that reads the state directory.
+        std::env::set_var("PRIVATEMAIL_STATE_DIR", &dir);
+        let receipt = Receipt::pure(1.0, dp::mechanism::ReleaseKind::BlockSubset);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..40 {
+                        locked(|| {
+                            let mut all = load()?;
+                            all.push(receipt);
+                            store(&all)
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(load().unwrap().len(), 8 * 40);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -501,6 +501,18 @@ impl SearchRequest {
                     "rows must not contain NaN or infinity",
                 ));
             }
+            if !row
+                .iter()
+                .all(|v| v.abs() <= crate::params::limits::MAX_ROW_ABS)
+            {
+                return Err(ErrorResponse::new(
+                    InvalidInput,
+                    format!(
+                        "row values must be at most {:e} in magnitude",
+                        crate::params::limits::MAX_ROW_ABS
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -655,6 +667,15 @@ mod tests {
         let mut r = good();
         r.anchor_rows.as_mut().unwrap()[0][1] = f64::INFINITY;
         assert_eq!(code(r), ErrorCode::NonFinite);
+        // Finite, but beyond any release (rows of ±1.7e308 overflowed the alignment).
+        for v in [1.7e308, -1.0e13] {
+            let mut r = good();
+            r.anchor_rows.as_mut().unwrap()[1][0] = v;
+            assert_eq!(code(r), ErrorCode::InvalidInput, "{v}");
+            let mut r = good();
+            r.query_rows[0][0] = v;
+            assert_eq!(code(r), ErrorCode::InvalidInput, "{v}");
+        }
         let mut r = good();
         r.query_rows = vec![vec![0.0, 0.0]; 33];
         assert_eq!(code(r), ErrorCode::TooLarge);

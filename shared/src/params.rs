@@ -36,6 +36,11 @@ pub mod limits {
     /// release protects little), but allowed so a user — and the end-to-end tests — can see
     /// what the pipeline returns when the noise is small.
     pub const MAX_EPSILON: f64 = 100.0;
+    /// Largest |value| in a search request's rows (`SearchRequest::validate`): a release's
+    /// values are far smaller (frame rows at most 10⁶, noise at most 10⁶ a coordinate), and
+    /// squares and sums over every anchor row stay finite, so the alignment's covariance and
+    /// distances are numbers (rows of ±1.7·10³⁰⁸ made its SVD panic).
+    pub const MAX_ROW_ABS: f64 = 1e12;
     /// Blocks in one partition level (the k-subset release draws over them).
     pub const MAX_BLOCKS: usize = 8_192;
     /// Levels in one partition.

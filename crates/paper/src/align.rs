@@ -70,6 +70,11 @@ pub fn umeyama(src: &DMatrix<f64>, dst: &DMatrix<f64>) -> Result<Similarity> {
     }
     let var_s = sc.norm_squared() / n as f64;
     let var_d = dc.norm_squared() / n as f64;
+    if !(var_s.is_finite() && var_d.is_finite()) {
+        return Err(Error::DegenerateAlignment {
+            reason: "anchor points so far apart that their spread overflows",
+        });
+    }
     let tiny = 1e-24 * (1.0 + mu_s.norm_squared() + mu_d.norm_squared());
     if var_s <= tiny || var_d <= tiny {
         return Err(Error::DegenerateAlignment {
@@ -78,6 +83,12 @@ pub fn umeyama(src: &DMatrix<f64>, dst: &DMatrix<f64>) -> Result<Similarity> {
     }
     // Cross-covariance Σ = (1/n)·Dcᵀ·Sc, SVD Σ = U·D·Vᵀ.
     let sigma = dc.transpose() * &sc / n as f64;
+    // Finite in, so the SVD's singular values are numbers (it panics on a NaN one).
+    if !sigma.iter().all(|v| v.is_finite()) {
+        return Err(Error::DegenerateAlignment {
+            reason: "anchor points so far apart that their covariance overflows",
+        });
+    }
     let svd = sigma.clone().svd(true, true);
     let (u, v_t) = (svd.u.unwrap(), svd.v_t.unwrap());
     let mut sv: Vec<(usize, f64)> = svd.singular_values.iter().copied().enumerate().collect();
@@ -175,6 +186,12 @@ mod tests {
         let line = DMatrix::from_fn(10, 3, |i, _| i as f64);
         assert!(matches!(
             umeyama(&line, &line),
+            Err(Error::DegenerateAlignment { .. })
+        ));
+        // Finite rows whose spread overflows: a typed error, not the SVD's panic.
+        let huge = DMatrix::from_fn(100, 2, |i, _| if i % 2 == 0 { 1.7e308 } else { -1.7e308 });
+        assert!(matches!(
+            umeyama(&huge, &other.clone().resize_vertically(100, 0.5)),
             Err(Error::DegenerateAlignment { .. })
         ));
         let mut nan = other.clone();

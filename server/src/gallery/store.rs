@@ -193,6 +193,9 @@ impl Store {
                 f.remove(it.id)?;
             }
             let mut s = tx.open_table(SNAPSHOT)?;
+            for it in items {
+                raise_next_id(&mut s, it.id)?;
+            }
             s.insert("catalogue_version", version.to_le_bytes().as_slice())?;
             bump_generation(&mut s)?;
         }
@@ -208,6 +211,7 @@ impl Store {
             let removed = t.remove(id)?.is_some();
             tx.open_table(FEATURES)?.remove(id)?;
             let mut s = tx.open_table(SNAPSHOT)?;
+            raise_next_id(&mut s, id)?;
             s.insert("catalogue_version", version.to_le_bytes().as_slice())?;
             bump_generation(&mut s)?;
             removed
@@ -284,6 +288,16 @@ impl Store {
     pub fn generation(&self) -> Result<u64, StoreError> {
         Ok(self
             .get("generation")?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map_or(0, u64::from_le_bytes))
+    }
+
+    /// The least id never given to an item through [`Self::put_items`] or deleted through
+    /// [`Self::delete_item`] (0 for a store from before it was kept: then the catalogue's
+    /// highest id is the mark).
+    pub fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .get("next_id")?
             .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
             .map_or(0, u64::from_le_bytes))
     }
@@ -378,6 +392,19 @@ impl Store {
     }
 }
 
+/// Raise the ids' high-water mark (`next_id`) past `id`: never lowered, so an id once given is
+/// never given again, even after its item (the highest) is deleted.
+fn raise_next_id(s: &mut redb::Table<&str, &[u8]>, id: u64) -> Result<(), StoreError> {
+    let next = s
+        .get("next_id")?
+        .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+        .map_or(0, u64::from_le_bytes);
+    if id >= next {
+        s.insert("next_id", (id + 1).to_le_bytes().as_slice())?;
+    }
+    Ok(())
+}
+
 /// Add one to the stored generation (in the caller's transaction).
 fn bump_generation(s: &mut redb::Table<&str, &[u8]>) -> Result<(), StoreError> {
     let g = s
@@ -391,6 +418,32 @@ fn bump_generation(s: &mut redb::Table<&str, &[u8]>) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ids' high-water mark only rises: deleting the highest item keeps its id given.
+    #[test]
+    fn an_id_once_given_stays_given() {
+        let dir = std::env::temp_dir().join(format!("pm-store-ids-{}", std::process::id()));
+        let path = dir.join("g.redb");
+        let _ = std::fs::remove_file(&path);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.next_id().unwrap(), 0);
+        let item = |id| StoredItem {
+            id,
+            label: 1,
+            pixels: vec![0; 4],
+        };
+        s.put_items(&[item(4), item(7)], 1).unwrap();
+        assert_eq!(s.next_id().unwrap(), 8);
+        assert!(s.delete_item(7, 2).unwrap());
+        assert_eq!(s.next_id().unwrap(), 8);
+        s.put_items(&[item(2)], 3).unwrap();
+        assert_eq!(s.next_id().unwrap(), 8);
+        // A store from before the mark was kept: deleting its highest item sets it.
+        assert!(s.delete_item(4, 4).unwrap());
+        assert_eq!(s.next_id().unwrap(), 8);
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn items_and_snapshot_survive_reopening() {

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{AddItemsRequest, ChangeResponse, ErrorCode, ErrorResponse, ItemMeta};
+use shared::params::limits;
 
 use super::error::ApiError;
 use crate::gallery::store::StoredItem;
@@ -128,13 +129,40 @@ async fn add_items(
     }
     let state = Arc::clone(&s);
     let resp = tokio::task::spawn_blocking(move || -> Result<ChangeResponse, ApiError> {
+        // The model runs before the catalogue is locked, so reads of it (status, an item)
+        // never wait on it.
+        let features: Vec<Vec<f32>> = req
+            .items
+            .iter()
+            .map(|it| state.model.infer(&it.pixels).map(|inf| inf.features))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
         // One writer at a time: ids, store and catalogue change together.
         let mut cat = state.catalogue.write().unwrap();
-        let first = cat.keys().next_back().map_or(0, |m| m + 1);
+        // The whole gallery is one block a client may download: no more items than a block
+        // may hold.
+        if cat.len() + req.items.len() > limits::MAX_BLOCK_ITEMS {
+            return Err(ApiError::Invalid(ErrorResponse::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "the gallery holds {} images; {} more would pass its limit of {}",
+                    cat.len(),
+                    req.items.len(),
+                    limits::MAX_BLOCK_ITEMS
+                ),
+            )));
+        }
+        // Past every id ever given, deleted ones too: an id names one image for good (a
+        // client's results and the older partition versions still served name it).
+        let next = state
+            .store
+            .next_id()
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let first = cat.keys().next_back().map_or(0, |m| m + 1).max(next);
         let mut new = Vec::with_capacity(req.items.len());
-        for (i, it) in req.items.into_iter().enumerate() {
+        for (i, (it, f)) in req.items.into_iter().zip(features).enumerate() {
             let id = first + i as u64;
-            let item = GalleryItem::new(id, it.label, it.pixels, &state.model)
+            let item = GalleryItem::with_features(id, it.label, it.pixels, f)
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
             new.push(Arc::new(item));
         }

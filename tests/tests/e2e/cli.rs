@@ -471,6 +471,20 @@ fn failures_have_distinct_exit_codes_and_one_line_messages() {
         code(&["search", p, "--server", &s.base, "--epsilon", "0"]),
         Some(9)
     );
+    // Usage refused before anything is released or sent: a cap that is not a number (it
+    // would cap nothing), and a k the protocol cannot give.
+    for args in [
+        vec!["--protocol", "blocks", "--max-epsilon", "NaN"],
+        vec!["--protocol", "blocks", "-k", "0"],
+        vec!["--protocol", "blocks", "-k", "101"],
+        vec!["--protocol", "frame", "-k", "0"],
+        vec!["--protocol", "pir", "-k", "33"],
+    ] {
+        let mut all = vec!["search", p, "--server", "http://127.0.0.1:9"];
+        all.extend(&args);
+        assert_eq!(code(&all), Some(9), "{args:?}");
+    }
+    assert!(cli.receipts().is_empty(), "a refused usage spent nothing");
     // Operators: add and remove with the token.
     let added = cli.json(&[
         "gallery", "add", p, "--label", "1", "--server", &s.base, "--token", TOKEN,

@@ -156,6 +156,24 @@ fn changes_persist_across_a_hard_kill() {
         item_status(&http, &srv.base, deleted_id),
         StatusCode::NOT_FOUND
     );
+    // An id names one image for good: with the highest item deleted, the next one added gets
+    // a new id, not the deleted one's.
+    let resp = http
+        .delete(format!("{}/api/v1/gallery/{added_id}", srv.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let (px, label) = test_image(9501);
+    let resp = add(
+        &http,
+        &srv.base,
+        Some(TOKEN),
+        &json!({ "items": [{ "label": label, "pixels": px }] }),
+    );
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let again: Value = resp.json().unwrap();
+    assert!(again["ids"][0].as_u64().unwrap() > added_id, "{again}");
 }
 
 #[test]

@@ -529,6 +529,9 @@ pub fn look(
     width: usize,
     height: usize,
 ) -> Result<std::result::Result<crate::photo::Framing, NothingToSee>> {
+    // The sides first, as `analyse` bounds them: on wasm32 `width · height · 4` of two large
+    // sides wraps, and a wrapped length could match a short buffer.
+    crate::photo::check_sides(width, height)?;
     if rgba.len() != width * height * 4 {
         return Err(Error::DimensionMismatch {
             what: "RGBA bytes",
@@ -768,8 +771,11 @@ mod tests {
         assert!(words[0].contains("5×5") && words[0].contains("28×28"));
         assert!(words[1].contains("solid colour"));
         assert!(words[2].contains("noise"));
-        // Bad sizes stay typed errors.
+        // Bad sizes stay typed errors: sides past the limit are refused before their product
+        // is taken (65,537 × 16,384 × 4 wraps to 65,536 on wasm32), and a side of 0 too.
         assert!(look(&[0u8; 12], 40, 40).is_err());
+        assert!(look(&[0u8; 65_536], 65_537, 16_384).is_err());
+        assert!(look(&[], 0, 16_384).is_err());
     }
 
     #[test]

@@ -230,14 +230,21 @@ pub fn to_model_input(rgba: &[u8], width: usize, height: usize) -> Result<Vec<u8
     Ok(analyse(rgba, width, height)?.pixels)
 }
 
-/// [`to_model_input`] with what it found along the way.
-pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
+/// Each side in `1..=`[`MAX_IMAGE_SIDE`]: checked before any length is computed from them
+/// (`width · height · 4` of larger sides could wrap on wasm32).
+pub(crate) fn check_sides(width: usize, height: usize) -> Result<()> {
     if width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE {
         return Err(Error::InvalidParameter {
             name: "image size",
             reason: format!("{width}×{height}: each side must be in 1..={MAX_IMAGE_SIDE}"),
         });
     }
+    Ok(())
+}
+
+/// [`to_model_input`] with what it found along the way.
+pub fn analyse(rgba: &[u8], width: usize, height: usize) -> Result<Framing> {
+    check_sides(width, height)?;
     if rgba.len() != width * height * 4 {
         return Err(Error::DimensionMismatch {
             what: "RGBA bytes",

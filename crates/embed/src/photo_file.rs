@@ -9,8 +9,14 @@
 //! # Bounds
 //! At most [`MAX_PHOTO_BYTES`] of file, [`MAX_PHOTO_SIDE`] pixels a side and
 //! [`MAX_PHOTO_PIXELS`] pixels in all (checked from the header before any pixel is decoded,
-//! [`crate::reduce::check_size`]), and at most [`MAX_DECODE_ALLOC`] bytes allocated by the
-//! decoder.
+//! [`crate::reduce::check_size`]), and at most [`MAX_DECODE_ALLOC`] bytes for the decoded image
+//! (and, for a progressive JPEG, its coefficients), checked from the header too
+//! ([`decode_bytes`]): an 8-bit photo of the most pixels fits; a 16-bit or progressive one of
+//! many megapixels is refused with the reason. The decoded image is read into the reducer a
+//! row at a time, never converted whole.
+//!
+//! A 16-bit PNG's samples are read by their high byte, as Chromium draws them (511 → 1, not
+//! the rounded 2), so the two clients give the same pixels.
 //!
 //! HEIC is not read ([`HEIC_NOT_READ`] says why; the CLI refuses such a file in those words).
 //! The page reads whatever the browser decodes (HEIC only where the browser does, as Safari),
@@ -92,26 +98,103 @@ pub fn decode_rgba(bytes: &[u8]) -> Result<(Vec<u8>, usize, usize)> {
         .map_err(|e| bad(format!("cannot be read: {e}")))?;
     let (w, h) = decoder.dimensions();
     check_size(w as u64, h as u64)?;
+    // `from_decoder` does not hold the decoder to `max_alloc`: the bound is checked here, from
+    // the header, before the image is allocated.
+    let need = decode_bytes(decoder.total_bytes(), w as u64 * h as u64, bytes);
+    if need > MAX_DECODE_ALLOC {
+        return Err(bad(format!(
+            "decoding it would take about {} MiB, more than the {} MiB this client allows \
+             (a 16-bit or progressive photo of many megapixels): save it as an ordinary JPEG",
+            need >> 20,
+            MAX_DECODE_ALLOC >> 20
+        )));
+    }
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let img =
         DynamicImage::from_decoder(decoder).map_err(|e| bad(format!("cannot be read: {e}")))?;
     reduce_turned(&img, orientation)
 }
 
+/// The bytes decoding a photo takes: its image (`image_bytes`, the decoder's `total_bytes`)
+/// and, for a progressive JPEG, the coefficients the decoder keeps until the last scan (two
+/// bytes a coefficient, up to three components at full resolution: 6 bytes a pixel; a
+/// 100-megapixel one measured 884 MB in all).
+fn decode_bytes(image_bytes: u64, pixels: u64, file: &[u8]) -> u64 {
+    let coefficients = if progressive_jpeg(file) {
+        6 * pixels
+    } else {
+        0
+    };
+    image_bytes.saturating_add(coefficients)
+}
+
+/// Whether `file` is a progressive JPEG: its first start-of-frame marker is SOF2, SOF6, SOF10
+/// or SOF14 (the progressive ones). Reads only the markers' lengths; anything malformed is
+/// "not progressive" (the decoder then refuses it).
+fn progressive_jpeg(file: &[u8]) -> bool {
+    if !file.starts_with(&[0xFF, 0xD8]) {
+        return false;
+    }
+    let mut at = 2;
+    while at + 4 <= file.len() {
+        if file[at] != 0xFF {
+            return false;
+        }
+        let marker = file[at + 1];
+        match marker {
+            // Fill bytes before a marker.
+            0xFF => at += 1,
+            0xC2 | 0xC6 | 0xCA | 0xCE => return true,
+            // Any other start of frame, or the start of the scan: not progressive.
+            0xC0 | 0xC1 | 0xC3 | 0xC5 | 0xC7 | 0xC9 | 0xCB | 0xCD | 0xCF | 0xDA => return false,
+            _ => {
+                let len = u16::from_be_bytes([file[at + 2], file[at + 3]]) as usize;
+                at += 2 + len;
+            }
+        }
+    }
+    false
+}
+
+/// One pixel of `img` as 8-bit RGBA, as the browser draws it: grey replicated, no alpha
+/// opaque, a 16-bit sample by its high byte.
+fn rgba_at(img: &DynamicImage, x: u32, y: u32) -> [u8; 4] {
+    let hi = |v: u16| (v >> 8) as u8;
+    match img {
+        DynamicImage::ImageRgb8(b) => {
+            let p = b.get_pixel(x, y).0;
+            [p[0], p[1], p[2], 255]
+        }
+        DynamicImage::ImageRgba8(b) => b.get_pixel(x, y).0,
+        DynamicImage::ImageLuma8(b) => {
+            let l = b.get_pixel(x, y).0[0];
+            [l, l, l, 255]
+        }
+        DynamicImage::ImageLumaA8(b) => {
+            let [l, a] = b.get_pixel(x, y).0;
+            [l, l, l, a]
+        }
+        DynamicImage::ImageRgb16(b) => {
+            let p = b.get_pixel(x, y).0;
+            [hi(p[0]), hi(p[1]), hi(p[2]), 255]
+        }
+        DynamicImage::ImageRgba16(b) => b.get_pixel(x, y).0.map(hi),
+        DynamicImage::ImageLuma16(b) => {
+            let l = hi(b.get_pixel(x, y).0[0]);
+            [l, l, l, 255]
+        }
+        DynamicImage::ImageLumaA16(b) => {
+            let [l, a] = b.get_pixel(x, y).0.map(hi);
+            [l, l, l, a]
+        }
+        // Not a layout a JPEG or PNG decodes to.
+        other => image::GenericImageView::get_pixel(other, x, y).0,
+    }
+}
+
 /// The image as it is shown (turned by `orientation`), row by row through the [`Reducer`]:
 /// the page feeds it the browser's rows of the turned image, so both reduce the same pixels.
 fn reduce_turned(img: &DynamicImage, orientation: Orientation) -> Result<(Vec<u8>, usize, usize)> {
-    // 8-bit RGBA from any layout the decoders give (16-bit and grey PNGs converted, within
-    // the limits); RGB and RGBA are read in place.
-    let owned;
-    let (raw, bpp): (&[u8], usize) = match img {
-        DynamicImage::ImageRgb8(b) => (b.as_raw(), 3),
-        DynamicImage::ImageRgba8(b) => (b.as_raw(), 4),
-        other => {
-            owned = other.to_rgba8();
-            (owned.as_raw(), 4)
-        }
-    };
     let (w, h) = (img.width() as usize, img.height() as usize);
     let turned = turned_to_source(orientation, w, h);
     let (tw, th) = turned.size;
@@ -120,8 +203,7 @@ fn reduce_turned(img: &DynamicImage, orientation: Orientation) -> Result<(Vec<u8
     for ty in 0..th {
         for tx in 0..tw {
             let (x, y) = (turned.map)(tx, ty);
-            let i = bpp * (y * w + x);
-            row[4 * tx..4 * tx + bpp].copy_from_slice(&raw[i..i + bpp]);
+            row[4 * tx..4 * tx + 4].copy_from_slice(&rgba_at(img, x as u32, y as u32));
         }
         reducer.push_rows(&row)?;
     }
@@ -241,6 +323,65 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("MiB"));
+    }
+
+    /// PNG chunk CRC (CRC-32/ISO-HDLC), bit by bit: for a header the test rewrites.
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut c = !0u32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 == 1 {
+                    (c >> 1) ^ 0xEDB8_8320
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+
+    fn png16(img: image::ImageBuffer<image::Rgba<u16>, Vec<u16>>) -> Vec<u8> {
+        let mut out = std::io::Cursor::new(Vec::new());
+        DynamicImage::ImageRgba16(img)
+            .write_to(&mut out, image::ImageFormat::Png)
+            .unwrap();
+        out.into_inner()
+    }
+
+    /// A 16-bit PNG's samples are read by their high byte, as Chromium draws them (the
+    /// page's pixels): 511 → 1, 1,000 → 3, 255 → 0 (rounding gave 2, 4 and 1).
+    #[test]
+    fn a_16_bit_png_is_read_as_the_browser_draws_it() {
+        let px = [511u16, 1000, 255, 65535, 65280, 256, 0, 65535];
+        let img = image::ImageBuffer::from_raw(2, 1, px.to_vec()).unwrap();
+        let (rgba, w, h) = decode_rgba(&png16(img)).unwrap();
+        assert_eq!((w, h), (2, 1));
+        assert_eq!(rgba, px.map(|v| (v >> 8) as u8).to_vec());
+    }
+
+    /// The decoded image's bytes are bounded from the header, before it is allocated: a 16-bit
+    /// RGBA PNG declaring 10,000 × 10,000 (800 MB decoded) is refused with the reason, and a
+    /// progressive JPEG's coefficients count (6 bytes a pixel).
+    #[test]
+    fn the_decoded_size_is_bounded_before_decoding() {
+        let mut png = png16(image::ImageBuffer::from_raw(1, 1, vec![9u16; 4]).unwrap());
+        // IHDR: after the 8-byte signature, length (4) and type (4); width and height, then
+        // its CRC over type and data.
+        png[16..20].copy_from_slice(&10_000u32.to_be_bytes());
+        png[20..24].copy_from_slice(&10_000u32.to_be_bytes());
+        let crc = crc32(&png[12..29]);
+        png[29..33].copy_from_slice(&crc.to_be_bytes());
+        let e = decode(&png).unwrap_err().to_string();
+        assert!(e.contains("MiB") && e.contains("16-bit"), "{e}");
+        // Progressive: a start-of-frame SOF2 after an APP0 segment; baseline: SOF0.
+        let jpeg = |sof: u8| [0xFF, 0xD8, 0xFF, 0xE0, 0, 4, 0, 0, 0xFF, sof, 0, 8].to_vec();
+        assert!(progressive_jpeg(&jpeg(0xC2)));
+        assert!(!progressive_jpeg(&jpeg(0xC0)));
+        assert!(!progressive_jpeg(&super::tests::jpeg(&photo(16, 16))));
+        let pixels = 50_000_000;
+        assert_eq!(decode_bytes(3 * pixels, pixels, &jpeg(0xC0)), 3 * pixels);
+        assert_eq!(decode_bytes(3 * pixels, pixels, &jpeg(0xC2)), 9 * pixels);
     }
 
     /// The turned image's rows are those `apply_orientation` gives, for each EXIF

@@ -47,6 +47,25 @@ fn camera_png(dir: &Path, i: usize, w: u32, h: u32, grain: u32) -> PathBuf {
     path
 }
 
+/// [`textured`] as a 16-bit PNG whose low bytes are 200 (so a sample read by rounding comes
+/// out a level above its high byte, and one read by its high byte does not).
+fn camera_png16(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
+    let path = dir.join(format!("camera16-{i}-{w}x{h}.png"));
+    let img = textured(i, w, h, 13);
+    let wide: image::ImageBuffer<image::Rgb<u16>, Vec<u16>> =
+        image::ImageBuffer::from_fn(w, h, |x, y| {
+            image::Rgb(img.get_pixel(x, y).0.map(|v| {
+                if v == 255 {
+                    65535
+                } else {
+                    u16::from(v) << 8 | 200
+                }
+            }))
+        });
+    image::DynamicImage::ImageRgb16(wide).save(&path).unwrap();
+    path
+}
+
 /// [`textured`] as a JPEG file (quality 90, the `image` encoder's 4:2:0 chroma).
 fn textured_jpeg(dir: &Path, i: usize, w: u32, h: u32) -> PathBuf {
     let img = textured(i, w, h, 13);
@@ -90,9 +109,10 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     dot / (n(a) * n(b))
 }
 
-/// A PNG (odd size, so the last blocks are partial; the reducer's factor 3; and one of 50
-/// megapixels, factor 9) gives in the page exactly the model input the CLI's decoder gives,
-/// hence the same features, and the whole gallery's exact top 8 of them.
+/// A PNG (odd size, so the last blocks are partial; the reducer's factor 3; one of 50
+/// megapixels, factor 9; and one of 16 bits a sample, which both read by the high byte) gives
+/// in the page exactly the model input the CLI's decoder gives, hence the same features, and
+/// the whole gallery's exact top 8 of them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_png_gives_the_clis_model_input_bit_for_bit() {
     let srv = server();
@@ -107,8 +127,14 @@ async fn a_png_gives_the_clis_model_input_bit_for_bit() {
         (17, 3001, 1999, 13),
         (321, 3001, 1999, 13),
         (42, 8660, 5800, 2),
+        (5003, 1201, 799, 0),
     ] {
-        let path = camera_png(&d, i, w, h, grain);
+        // Grain 0: the 16-bit file.
+        let path = if grain == 0 {
+            camera_png16(&d, i, w, h)
+        } else {
+            camera_png(&d, i, w, h, grain)
+        };
         let cli = embed::photo_file::decode(&std::fs::read(&path).unwrap()).unwrap();
         load_new_photo(&c, &path).await;
         let page = page_pixels(&c).await;

@@ -31,8 +31,15 @@ fn state_err(path: &std::path::Path, e: impl std::fmt::Display) -> CliError {
     }
 }
 
+/// The receipts, each one a release could have written (a file edited to lower the total is
+/// an error, never read as spent).
 pub fn load() -> Result<Vec<Receipt>> {
-    Ok(read_json(&path()?)?.unwrap_or_default())
+    let p = path()?;
+    let all: Vec<Receipt> = read_json(&p)?.unwrap_or_default();
+    all.iter()
+        .try_for_each(Receipt::check)
+        .map_err(|e| state_err(&p, e))?;
+    Ok(all)
 }
 
 /// A state file's JSON, or `None` if there is none yet (any other failure is an error: a

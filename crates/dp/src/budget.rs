@@ -93,12 +93,19 @@ pub fn epsilon_of_rho(rho: f64, delta: f64) -> Result<f64> {
 /// of the two: a few pure ε-DP block releases (ρ = ε²/2 each) are better accounted by adding
 /// their ε's, many Gaussian ones by adding ρ. So is a mix: the pure releases together are
 /// (Σε_p, 0)-DP, the Gaussian ones together (Σρ_g)-zCDP, hence (ε_g, δ)-DP at the user's δ,
-/// and basic composition of the two groups gives (Σε_p + ε_g, δ). Without it, one Gaussian
+/// and basic composition of the two groups gives (Σε_p + ε_g, δ) — interleaved, the argument is
+/// the pointwise one of CKS20 Cor 13: on every outcome the pure releases' privacy loss is at
+/// most Σε_p, and the Gaussian ones' moment bound holds through the interleaving. Taking the
+/// least of these valid totals is valid: each is a function of the receipts alone, never of
+/// the results. (Where a person chooses each ε after seeing earlier results of the same photo,
+/// each composition has an adaptive form — a privacy filter — but the least of the three has
+/// no such proof: docs/threat-model.md, "What is not covered".) Without the mix, one Gaussian
 /// release after a few pure ones at a large ε (whose ρ = ε²/2 is large) pushed the total to
 /// the zCDP conversion of every ρ once basic composition's Σδ no longer fitted (e.g. 19 → 119
 /// for one frame search at ε = 8 after pure releases of 8 + 8 + 2 + 1 and an earlier frame
 /// search; with the mix it is 19 + the two frame searches' zCDP total).
 pub fn compose(receipts: &[Receipt], delta: f64) -> Result<Total> {
+    receipts.iter().try_for_each(Receipt::check)?;
     let rho: f64 = receipts.iter().map(|r| r.zcdp_rho).sum();
     let basic_epsilon: f64 = receipts.iter().map(|r| r.epsilon).sum();
     let basic_delta: f64 = receipts.iter().map(|r| r.proven_delta).sum();
@@ -169,6 +176,21 @@ mod tests {
         assert!(cdp_delta(many.zcdp_rho, many.epsilon) <= 1e-5);
         assert_eq!(compose(&[], 1e-5).unwrap().epsilon, 0.0);
         assert!(compose(&[r], 0.0).is_err());
+        // A stored receipt no release writes (edited to lower the total) is refused.
+        for bad in [
+            Receipt { epsilon: -3.0, ..r },
+            Receipt {
+                zcdp_rho: f64::NAN,
+                ..r
+            },
+            Receipt {
+                proven_delta: 1.5,
+                ..r
+            },
+            Receipt { delta: -1e-5, ..r },
+        ] {
+            assert!(compose(&[r, bad], 1e-5).is_err(), "{bad:?}");
+        }
     }
 
     /// The jump the page showed (19.00 → a proposed 119.43 after one frame search at ε = 8):

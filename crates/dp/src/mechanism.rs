@@ -194,6 +194,29 @@ impl Receipt {
             proven_delta: 0.0,
         }
     }
+
+    /// Whether this is a receipt a release could have written: ε and ρ finite and ≥ 0, δ and
+    /// the proven δ in [0, 1). A stored receipt is read back from a file or the browser's
+    /// storage, so it is checked before it counts: a negative ε would lower the total.
+    pub fn check(&self) -> Result<()> {
+        let ok = [self.epsilon, self.zcdp_rho]
+            .iter()
+            .all(|v| v.is_finite() && *v >= 0.0)
+            && [self.delta, self.proven_delta]
+                .iter()
+                .all(|v| v.is_finite() && (0.0..1.0).contains(v));
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::InvalidParameter {
+                name: "receipt",
+                reason: format!(
+                    "not one a release writes (ε = {}, ρ = {}, δ = {}, proven δ = {})",
+                    self.epsilon, self.zcdp_rho, self.delta, self.proven_delta
+                ),
+            })
+        }
+    }
 }
 
 /// An embedding that has been through the mechanism. Only [`release`] makes one, so a function

@@ -68,21 +68,8 @@ mod tests {
 
     fn config(weights: &[u8]) -> ConfigResponse {
         ConfigResponse {
-            smlq: shared::SmlqParams::default(),
-            privacy_defaults: shared::PrivacyParams::default(),
-            class_names: (0..10).map(|c| format!("class {c}")).collect(),
-            feature_dim: 64,
-            frame_dim: 10,
-            frame_kernel_scale: 0.02,
-            anchor_count: 60,
-            anchors_sha256: "ab".repeat(32),
-            model_version: "test".into(),
             query_model_version: weights_version(weights),
-            limits: shared::api::ApiLimits {
-                max_k: 50,
-                max_query_rows: 64,
-                max_body_bytes: 1 << 20,
-            },
+            ..crate::frame_search::tests::config()
         }
     }
 

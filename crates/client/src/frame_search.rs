@@ -272,7 +272,7 @@ impl FrameSearch {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ledger::{Full, Receipts};
     use rand::SeedableRng;
@@ -288,7 +288,7 @@ mod tests {
         }
     }
 
-    fn config() -> ConfigResponse {
+    pub(crate) fn config() -> ConfigResponse {
         ConfigResponse {
             smlq: shared::SmlqParams::default(),
             privacy_defaults: PrivacyParams::default(),

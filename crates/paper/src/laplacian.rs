@@ -50,7 +50,8 @@ pub fn check_kernel_scale(name: &'static str, kernel_scale: f64) -> Result<()> {
             reason: "must be finite and > 0".into(),
         });
     }
-    if !(min_unit_weight(kernel_scale) >= MIN_KERNEL_WEIGHT) {
+    // A number: the scale is finite and > 0.
+    if min_unit_weight(kernel_scale) < MIN_KERNEL_WEIGHT {
         return Err(Error::InvalidParameter {
             name,
             reason: format!(

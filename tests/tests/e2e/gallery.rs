@@ -92,6 +92,20 @@ fn add(http: &Client, base: &str, token: Option<&str>, body: &Value) -> Response
     rq.send().unwrap()
 }
 
+/// Test image `i` added with the token: its new id.
+fn add_one(http: &Client, base: &str, i: usize) -> u64 {
+    let (px, label) = test_image(i);
+    let resp = add(
+        http,
+        base,
+        Some(TOKEN),
+        &json!({ "items": [{ "label": label, "pixels": px }] }),
+    );
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let change: Value = resp.json().unwrap();
+    change["ids"][0].as_u64().unwrap()
+}
+
 #[test]
 fn changes_persist_across_a_hard_kill() {
     let store = temp_store("persist");
@@ -101,16 +115,7 @@ fn changes_persist_across_a_hard_kill() {
         let srv = start(&store, true);
         let s0 = wait_for_snapshot(&http, &srv.base);
         assert_eq!(s0.snapshot_items, 600);
-        let (px, label) = test_image(9500);
-        let resp = add(
-            &http,
-            &srv.base,
-            Some(TOKEN),
-            &json!({ "items": [{ "label": label, "pixels": px }] }),
-        );
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-        let change: Value = resp.json().unwrap();
-        added_id = change["ids"][0].as_u64().unwrap();
+        added_id = add_one(&http, &srv.base, 9500);
         // Searches keep being answered while the gallery re-embeds.
         let req = fixed_request(&http, &srv.base);
         let _ = search(&http, &srv.base, &req);
@@ -164,16 +169,8 @@ fn changes_persist_across_a_hard_kill() {
         .send()
         .unwrap();
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    let (px, label) = test_image(9501);
-    let resp = add(
-        &http,
-        &srv.base,
-        Some(TOKEN),
-        &json!({ "items": [{ "label": label, "pixels": px }] }),
-    );
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    let again: Value = resp.json().unwrap();
-    assert!(again["ids"][0].as_u64().unwrap() > added_id, "{again}");
+    let again = add_one(&http, &srv.base, 9501);
+    assert!(again > added_id, "{again} after {added_id}");
 }
 
 #[test]

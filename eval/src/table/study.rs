@@ -127,8 +127,10 @@ pub(super) fn study_frame(
     study: &mut Vec<(String, f64, Vec<f64>)>,
     step: &impl Fn(String),
 ) -> Result<(), shared::Error> {
-    // Frame protocol: kernel scale and number of anchors, non-private and at ε = 8.
-    for &scale in &[0.005, 0.01, 0.02, 0.05, 0.1, 0.3] {
+    // Frame protocol: kernel scale and number of anchors, non-private and at ε = 8. From 0.01:
+    // a client refuses a scale whose least weight is below 2⁻⁶⁰⁰ (below 0.00962,
+    // `paper::laplacian::check_kernel_scale`).
+    for &scale in &[0.01, 0.02, 0.05, 0.1, 0.3] {
         let f = AnchorFrame::class_simplex(&s.anchors, &s.anchor_labels, 10, scale)?;
         for (label, m) in frame_maps(s, &f, seed, &privacy(8.0))? {
             study_push(study, format!("kernel scale|{label}"), scale, m);

@@ -286,27 +286,26 @@ impl Store {
     /// Bumped by every write of items or features: what a copy of them ([`crate::gallery::packed`])
     /// must have been taken at to be current.
     pub fn generation(&self) -> Result<u64, StoreError> {
-        Ok(self
-            .get("generation")?
-            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-            .map_or(0, u64::from_le_bytes))
+        self.get_u64("generation")
     }
 
     /// The least id never given to an item through [`Self::put_items`] or deleted through
     /// [`Self::delete_item`] (0 for a store from before it was kept: then the catalogue's
     /// highest id is the mark).
     pub fn next_id(&self) -> Result<u64, StoreError> {
-        Ok(self
-            .get("next_id")?
-            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-            .map_or(0, u64::from_le_bytes))
+        self.get_u64("next_id")
     }
 
     pub fn catalogue_version(&self) -> Result<u64, StoreError> {
+        self.get_u64("catalogue_version")
+    }
+
+    /// A u64 the snapshot table keeps under `key`; 0 where none is (or not 8 bytes).
+    fn get_u64(&self, key: &str) -> Result<u64, StoreError> {
         Ok(self
-            .get("catalogue_version")?
-            .map(|b| u64::from_le_bytes(b.as_slice().try_into().unwrap_or([0; 8])))
-            .unwrap_or(0))
+            .get(key)?
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map_or(0, u64::from_le_bytes))
     }
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -392,14 +391,17 @@ impl Store {
     }
 }
 
+/// A u64 the snapshot table keeps under `key` (in the caller's transaction); 0 where none is.
+fn counter(s: &redb::Table<&str, &[u8]>, key: &str) -> Result<u64, StoreError> {
+    Ok(s.get(key)?
+        .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+        .map_or(0, u64::from_le_bytes))
+}
+
 /// Raise the ids' high-water mark (`next_id`) past `id`: never lowered, so an id once given is
 /// never given again, even after its item (the highest) is deleted.
 fn raise_next_id(s: &mut redb::Table<&str, &[u8]>, id: u64) -> Result<(), StoreError> {
-    let next = s
-        .get("next_id")?
-        .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
-        .map_or(0, u64::from_le_bytes);
-    if id >= next {
+    if id >= counter(s, "next_id")? {
         s.insert("next_id", (id + 1).to_le_bytes().as_slice())?;
     }
     Ok(())
@@ -407,10 +409,7 @@ fn raise_next_id(s: &mut redb::Table<&str, &[u8]>, id: u64) -> Result<(), StoreE
 
 /// Add one to the stored generation (in the caller's transaction).
 fn bump_generation(s: &mut redb::Table<&str, &[u8]>) -> Result<(), StoreError> {
-    let g = s
-        .get("generation")?
-        .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
-        .map_or(0, u64::from_le_bytes);
+    let g = counter(s, "generation")?;
     s.insert("generation", (g + 1).to_le_bytes().as_slice())?;
     Ok(())
 }

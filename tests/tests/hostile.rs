@@ -73,6 +73,9 @@ enum Case {
     /// Not in `CASES`: a configuration naming nine classes (the class model has ten), with the
     /// real anchors.
     NineClasses,
+    /// Not in `CASES`: a configuration whose frame kernel scale is 0.00537 (its least weight
+    /// subnormal, where no rounding bound holds), with the real anchors.
+    TinyKernelScale,
     /// Not in `CASES`: a configuration whose suggested δ is 0.999 (less noise for the same ε,
     /// were a client to take it).
     GenerousDelta,
@@ -137,6 +140,7 @@ impl Case {
             Case::RelatedSeeds => "related-seeds",
             Case::OtherQueryModel => "other-query-model",
             Case::NineClasses => "nine-classes",
+            Case::TinyKernelScale => "tiny-kernel-scale",
             Case::GenerousDelta => "generous-delta",
             Case::MalformedSamples => "malformed-samples",
             Case::OtherSamplesModel => "other-samples-model",
@@ -178,6 +182,7 @@ impl Case {
             Case::RelatedSeeds => "a PIR document whose packing seed is its query seed",
             Case::OtherQueryModel => "a configuration naming another query model",
             Case::NineClasses => "a configuration naming nine classes",
+            Case::TinyKernelScale => "a configuration whose frame kernel scale is 0.00537",
             Case::GenerousDelta => "a configuration suggesting δ = 0.999",
             Case::MalformedSamples => "samples with malformed published features",
             Case::OtherSamplesModel => "samples published as another gallery model's features",
@@ -207,6 +212,7 @@ impl Case {
                 Case::RelatedSeeds,
                 Case::OtherQueryModel,
                 Case::NineClasses,
+                Case::TinyKernelScale,
                 Case::GenerousDelta,
                 Case::OtherWidthQueryModel,
                 Case::RefusedRelease,
@@ -526,13 +532,19 @@ impl Hostile {
                 config["smlq"]["num_classes"] = json!(9);
                 json_reply(&config)
             }
+            Case::TinyKernelScale if path == "/api/v1/config" => {
+                let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
+                let mut config: Value = serde_json::from_slice(&bytes).unwrap();
+                config["frame_kernel_scale"] = json!(0.00537);
+                json_reply(&config)
+            }
             Case::GenerousDelta if path == "/api/v1/config" => {
                 let bytes = fake::identity_body(&self.http, &self.real, path, req).await;
                 let mut config: Value = serde_json::from_slice(&bytes).unwrap();
                 config["privacy_defaults"]["delta"] = json!(0.999);
                 json_reply(&config)
             }
-            Case::OtherQueryModel | Case::NineClasses
+            Case::OtherQueryModel | Case::NineClasses | Case::TinyKernelScale
                 if path.starts_with("/api/v1/")
                     && !matches!(path, "/api/v1/anchors" | "/api/v1/gallery-map") =>
             {
@@ -1531,7 +1543,8 @@ async fn related_seeds_are_refused_by_the_cli_and_the_page_before_any_query() {
 /// query model other than the one the client runs (a photo's features from other weights would
 /// rank the gallery's silently), or nine classes where the class model has ten (Algorithm 1
 /// would then refuse a photo of the tenth class only, and the server learn it from the search
-/// that never came). The CLI refuses right after reading it, whatever the protocol, with
+/// that never came), or a frame kernel scale whose least weight is subnormal (no rounding
+/// bound holds there; a far photo's placement was 0/0, refused alone). The CLI refuses right after reading it, whatever the protocol, with
 /// nothing sent after it (exit 7, saying why); the page does not start, and a photo chosen on
 /// it sends nothing.
 #[tokio::test(flavor = "multi_thread")]
@@ -1551,6 +1564,7 @@ async fn a_configuration_the_clients_models_disagree_with_is_refused_before_any_
             Case::NineClasses,
             vec!["names 9 classes", "class model has 10"],
         ),
+        (Case::TinyKernelScale, vec!["frame_kernel_scale", "2⁻⁶⁰⁰"]),
     ];
     for (case, words) in cases {
         hostile.after_other_model.store(0, Ordering::SeqCst);
